@@ -1,0 +1,600 @@
+//! Command-line parsing, by hand: `offlab-engine rx|tx [--opt VALUE | --opt=VALUE | --flag]...`.
+
+use std::net::IpAddr;
+
+use crate::header::HEADER_LEN;
+
+pub const DEFAULT_PORT: u16 = 5300;
+pub const DEFAULT_SIZE: usize = 1472;
+pub const DEFAULT_RCVBUF: u64 = 4 << 20;
+pub const MAX_BATCH: u64 = 1024;
+/// UDP_MAX_SEGMENTS of the kernels this runs on (raised to 128 only in 6.x).
+pub const MAX_GSO_SEGMENTS: u64 = 64;
+/// Largest UDP payload: 65535 - 20 (IPv4) - 8 (UDP).
+pub const MAX_PAYLOAD_V4: usize = 65507;
+/// Largest UDP payload without jumbograms: 65535 - 8 (the IPv6 header is not counted).
+pub const MAX_PAYLOAD_V6: usize = 65527;
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Rate {
+    Unlimited,
+    /// Datagrams per second.
+    Pps(f64),
+    /// UDP payload bits per second (like iperf3 -b).
+    Bps(f64),
+}
+
+impl Rate {
+    /// Target datagrams per second for a payload of `size` bytes.
+    pub fn pps(&self, size: usize) -> Option<f64> {
+        match *self {
+            Rate::Unlimited => None,
+            Rate::Pps(p) => Some(p),
+            Rate::Bps(b) => Some(b / (8.0 * size as f64)),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct RxOpts {
+    pub bind: IpAddr,
+    pub port: u16,
+    pub gro: bool,
+    pub batch: usize,
+    /// 0: keep the kernel's default.
+    pub rcvbuf: u64,
+    /// Seconds; 0 = no limit.
+    pub duration: f64,
+    /// Seconds without a datagram, after the first one; 0 = never.
+    pub idle_timeout: f64,
+    pub ready_file: Option<String>,
+    pub run_id: Option<u32>,
+    pub cpu: Option<usize>,
+    pub ignore_end: bool,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct TxOpts {
+    pub dest: IpAddr,
+    pub port: u16,
+    pub size: usize,
+    pub gso: bool,
+    /// Segments per send call; 1 without --gso.
+    pub gso_segments: usize,
+    pub batch: usize,
+    pub rate: Rate,
+    pub rate_text: String,
+    pub duration: f64,
+    pub cpu: Option<usize>,
+    /// 0: keep the kernel's default.
+    pub sndbuf: u64,
+    pub run_id: Option<u32>,
+    pub no_end: bool,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Command {
+    Rx(RxOpts),
+    Tx(TxOpts),
+    Help(&'static str),
+    Version,
+}
+
+/// A bad argument: the message names the option and what is allowed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ArgError(pub String);
+
+fn err<T>(msg: String) -> Result<T, ArgError> {
+    Err(ArgError(msg))
+}
+
+pub const USAGE: &str = "\
+usage: offlab-engine rx [options]    receive, print one JSON object on stdout
+       offlab-engine tx --dest ADDR [options]
+       offlab-engine --version | --help | rx --help | tx --help
+";
+
+pub const RX_HELP: &str = "\
+usage: offlab-engine rx [options]
+  --bind ADDR          local address, IPv4 or IPv6 (default 0.0.0.0)
+  --port P             UDP port, 0 = any free port (default 5300)
+  --gro                enable UDP_GRO and split coalesced buffers by gso_size
+  --batch N            datagrams per recvmmsg call, 1..1024 (default 1: recvmsg)
+  --rcvbuf BYTES       SO_RCVBUFFORCE (SO_RCVBUF if not permitted); K/M/G = KiB/MiB/GiB;
+                       0 = kernel default (default 4M)
+  --duration S         stop after S seconds, 0 = no limit (default 0)
+  --idle-timeout S     stop S seconds after the last datagram, 0 = never (default 2)
+  --ready-file PATH    written (atomically) once the socket is bound: \"ready ADDR PORT\"
+  --run-id ID          accept only this run id (default: the first one seen)
+  --cpu N              pin to CPU N
+  --ignore-end         keep running after the sender's END marker
+A line \"offlab-engine: ready ADDR PORT\" is also printed on stderr once bound.
+Stops on --duration, --idle-timeout, the sender's END marker, SIGINT or SIGTERM.
+";
+
+pub const TX_HELP: &str = "\
+usage: offlab-engine tx --dest ADDR [options]
+  --dest ADDR          destination, IPv4 or IPv6 (required)
+  --port P             destination UDP port (default 5300)
+  --size N             UDP payload bytes per datagram, 24..65507 (IPv4) / 65527 (IPv6)
+                       (default 1472)
+  --gso                UDP_SEGMENT: one send carries --gso-segments datagrams of --size
+  --gso-segments K     1..64, size*K <= 65507 (IPv4) / 65527 (IPv6)
+                       (default: as many as fit, at most 64)
+  --batch N            messages per sendmmsg call, 1..1024 (default 1: send)
+  --rate R             0 = unlimited (default); 500pps, 100kpps, 1Mpps;
+                       bit/s of UDP payload: 1000000, 200k, 200M, 200Mbit, 1G, 1Gbit
+  --duration S         seconds to send, > 0 (default 10)
+  --cpu N              pin to CPU N
+  --sndbuf BYTES       SO_SNDBUFFORCE (SO_SNDBUF if not permitted); 0 = kernel default (default 0)
+  --run-id ID          u32 run id carried in every datagram (default random)
+  --no-end             do not send END markers after the run
+";
+
+pub fn parse(argv: &[String]) -> Result<Command, ArgError> {
+    let first = match argv.first() {
+        Some(f) => f.as_str(),
+        None => return err(format!("missing command: rx or tx\n{}", USAGE.trim_end())),
+    };
+    match first {
+        "rx" => parse_rx(&argv[1..]),
+        "tx" => parse_tx(&argv[1..]),
+        "-h" | "--help" | "help" => Ok(Command::Help(USAGE)),
+        "-V" | "--version" => Ok(Command::Version),
+        other => err(format!("unknown command '{}': expected rx or tx", other)),
+    }
+}
+
+/// Splits `--opt=value` / `--opt value` into (name, value).
+struct Args<'a> {
+    argv: &'a [String],
+    i: usize,
+}
+
+impl<'a> Args<'a> {
+    fn next_opt(&mut self) -> Option<(String, Option<String>)> {
+        let a = self.argv.get(self.i)?;
+        self.i += 1;
+        if let Some((k, v)) = a.split_once('=') {
+            if k.starts_with("--") {
+                return Some((k.to_string(), Some(v.to_string())));
+            }
+        }
+        Some((a.clone(), None))
+    }
+
+    fn value(&mut self, name: &str, inline: Option<String>) -> Result<String, ArgError> {
+        if let Some(v) = inline {
+            return Ok(v);
+        }
+        match self.argv.get(self.i) {
+            Some(v) => {
+                self.i += 1;
+                Ok(v.clone())
+            }
+            None => err(format!("{} needs a value", name)),
+        }
+    }
+}
+
+fn no_value(name: &str, inline: &Option<String>) -> Result<(), ArgError> {
+    if inline.is_some() {
+        return err(format!("{} takes no value", name));
+    }
+    Ok(())
+}
+
+fn parse_rx(argv: &[String]) -> Result<Command, ArgError> {
+    let mut o = RxOpts {
+        bind: "0.0.0.0".parse().unwrap(),
+        port: DEFAULT_PORT,
+        gro: false,
+        batch: 1,
+        rcvbuf: DEFAULT_RCVBUF,
+        duration: 0.0,
+        idle_timeout: 2.0,
+        ready_file: None,
+        run_id: None,
+        cpu: None,
+        ignore_end: false,
+    };
+    let mut a = Args { argv, i: 0 };
+    while let Some((name, inline)) = a.next_opt() {
+        match name.as_str() {
+            "-h" | "--help" => return Ok(Command::Help(RX_HELP)),
+            "--bind" => o.bind = parse_addr("--bind", &a.value(&name, inline)?)?,
+            "--port" => o.port = parse_int("--port", &a.value(&name, inline)?, 0, 65535)? as u16,
+            "--gro" => {
+                no_value(&name, &inline)?;
+                o.gro = true
+            }
+            "--batch" => o.batch = parse_int("--batch", &a.value(&name, inline)?, 1, MAX_BATCH)? as usize,
+            "--rcvbuf" => o.rcvbuf = parse_bytes("--rcvbuf", &a.value(&name, inline)?)?,
+            "--duration" => o.duration = parse_seconds("--duration", &a.value(&name, inline)?, true)?,
+            "--idle-timeout" => {
+                o.idle_timeout = parse_seconds("--idle-timeout", &a.value(&name, inline)?, true)?
+            }
+            "--ready-file" => {
+                let v = a.value(&name, inline)?;
+                if v.is_empty() {
+                    return err("--ready-file: empty path".to_string());
+                }
+                o.ready_file = Some(v)
+            }
+            "--run-id" => o.run_id = Some(parse_run_id(&a.value(&name, inline)?)?),
+            "--cpu" => o.cpu = Some(parse_int("--cpu", &a.value(&name, inline)?, 0, 4095)? as usize),
+            "--ignore-end" => {
+                no_value(&name, &inline)?;
+                o.ignore_end = true
+            }
+            other => return err(unknown(other, "rx")),
+        }
+    }
+    Ok(Command::Rx(o))
+}
+
+fn parse_tx(argv: &[String]) -> Result<Command, ArgError> {
+    let mut dest: Option<IpAddr> = None;
+    let mut port = DEFAULT_PORT;
+    let mut size = DEFAULT_SIZE as u64;
+    let mut gso = false;
+    let mut segs: Option<u64> = None;
+    let mut batch = 1u64;
+    let mut rate = Rate::Unlimited;
+    let mut rate_text = "0".to_string();
+    let mut duration = 10.0;
+    let mut cpu = None;
+    let mut sndbuf = 0u64;
+    let mut run_id = None;
+    let mut no_end = false;
+    let mut a = Args { argv, i: 0 };
+    while let Some((name, inline)) = a.next_opt() {
+        match name.as_str() {
+            "-h" | "--help" => return Ok(Command::Help(TX_HELP)),
+            "--dest" => dest = Some(parse_addr("--dest", &a.value(&name, inline)?)?),
+            "--port" => port = parse_int("--port", &a.value(&name, inline)?, 1, 65535)? as u16,
+            "--size" => size = parse_int("--size", &a.value(&name, inline)?, 0, u32::MAX as u64)?,
+            "--gso" => {
+                no_value(&name, &inline)?;
+                gso = true
+            }
+            "--gso-segments" => {
+                segs = Some(parse_int("--gso-segments", &a.value(&name, inline)?, 1, MAX_GSO_SEGMENTS)?)
+            }
+            "--batch" => batch = parse_int("--batch", &a.value(&name, inline)?, 1, MAX_BATCH)?,
+            "--rate" => {
+                rate_text = a.value(&name, inline)?;
+                rate = parse_rate(&rate_text)?;
+            }
+            "--duration" => duration = parse_seconds("--duration", &a.value(&name, inline)?, false)?,
+            "--cpu" => cpu = Some(parse_int("--cpu", &a.value(&name, inline)?, 0, 4095)? as usize),
+            "--sndbuf" => sndbuf = parse_bytes("--sndbuf", &a.value(&name, inline)?)?,
+            "--run-id" => run_id = Some(parse_run_id(&a.value(&name, inline)?)?),
+            "--no-end" => {
+                no_value(&name, &inline)?;
+                no_end = true
+            }
+            other => return err(unknown(other, "tx")),
+        }
+    }
+    let dest = match dest {
+        Some(d) => d,
+        None => return err("--dest ADDR is required (IPv4 or IPv6 address)".to_string()),
+    };
+    let (max_payload, family) = match dest {
+        IpAddr::V4(_) => (MAX_PAYLOAD_V4, "IPv4"),
+        IpAddr::V6(_) => (MAX_PAYLOAD_V6, "IPv6"),
+    };
+    if size < HEADER_LEN as u64 || size > max_payload as u64 {
+        return err(format!(
+            "--size {}: must be {}..{} for {} (the engine's header takes {} bytes)",
+            size, HEADER_LEN, max_payload, family, HEADER_LEN
+        ));
+    }
+    let size = size as usize;
+    if segs.is_some() && !gso {
+        return err("--gso-segments needs --gso".to_string());
+    }
+    let gso_segments = if gso {
+        let fit = (max_payload / size) as u64;
+        match segs {
+            None => fit.min(MAX_GSO_SEGMENTS).max(1) as usize,
+            Some(k) => {
+                if k * size as u64 > max_payload as u64 {
+                    return err(format!(
+                        "--gso-segments {} x --size {} = {} bytes: one UDP_SEGMENT send carries \
+                         at most {} bytes of payload over {} (use --gso-segments 1..{})",
+                        k,
+                        size,
+                        k * size as u64,
+                        max_payload,
+                        family,
+                        fit.min(MAX_GSO_SEGMENTS)
+                    ));
+                }
+                k as usize
+            }
+        }
+    } else {
+        1
+    };
+    Ok(Command::Tx(TxOpts {
+        dest,
+        port,
+        size,
+        gso,
+        gso_segments,
+        batch: batch as usize,
+        rate,
+        rate_text,
+        duration,
+        cpu,
+        sndbuf,
+        run_id,
+        no_end,
+    }))
+}
+
+fn unknown(opt: &str, cmd: &str) -> String {
+    if opt.starts_with('-') {
+        format!("unknown option '{}' for {} (see offlab-engine {} --help)", opt, cmd, cmd)
+    } else {
+        format!("unexpected argument '{}' for {} (options start with --)", opt, cmd)
+    }
+}
+
+pub fn parse_addr(name: &str, v: &str) -> Result<IpAddr, ArgError> {
+    // Accept the bracketed IPv6 form people paste from URLs.
+    let t = v.trim_start_matches('[').trim_end_matches(']');
+    match t.parse::<IpAddr>() {
+        Ok(a) => Ok(a),
+        Err(_) => err(format!("{} '{}': not an IPv4 or IPv6 address", name, v)),
+    }
+}
+
+pub fn parse_int(name: &str, v: &str, min: u64, max: u64) -> Result<u64, ArgError> {
+    match v.parse::<u64>() {
+        Ok(n) if n >= min && n <= max => Ok(n),
+        _ => err(format!("{} '{}': must be an integer {}..{}", name, v, min, max)),
+    }
+}
+
+fn parse_run_id(v: &str) -> Result<u32, ArgError> {
+    let parsed = if let Some(hex) = v.strip_prefix("0x") {
+        u32::from_str_radix(hex, 16).ok()
+    } else {
+        v.parse::<u32>().ok()
+    };
+    match parsed {
+        Some(n) => Ok(n),
+        None => err(format!("--run-id '{}': must be an integer 0..4294967295 (or 0x hex)", v)),
+    }
+}
+
+/// Seconds: `2`, `2.5`, `2s`, `500ms`.
+pub fn parse_seconds(name: &str, v: &str, zero_ok: bool) -> Result<f64, ArgError> {
+    let (num, scale) = if let Some(n) = v.strip_suffix("ms") {
+        (n, 1e-3)
+    } else if let Some(n) = v.strip_suffix('s') {
+        (n, 1.0)
+    } else {
+        (v, 1.0)
+    };
+    let lo = if zero_ok { "0" } else { "more than 0" };
+    match num.parse::<f64>() {
+        Ok(x) if x.is_finite() && x >= 0.0 && (zero_ok || x > 0.0) && x * scale <= 1e7 => {
+            Ok(x * scale)
+        }
+        _ => err(format!(
+            "{} '{}': must be seconds, {} to 10000000 (e.g. 2, 2.5, 500ms)",
+            name, v, lo
+        )),
+    }
+}
+
+/// Buffer sizes: `4194304`, `4M`/`4MiB` (binary units: K, M, G).
+pub fn parse_bytes(name: &str, v: &str) -> Result<u64, ArgError> {
+    let lower = v.to_ascii_lowercase();
+    let t = lower
+        .strip_suffix("ib")
+        .or_else(|| lower.strip_suffix('b'))
+        .unwrap_or(&lower);
+    let (num, mult) = match t.chars().last() {
+        Some('k') => (&t[..t.len() - 1], 1u64 << 10),
+        Some('m') => (&t[..t.len() - 1], 1u64 << 20),
+        Some('g') => (&t[..t.len() - 1], 1u64 << 30),
+        _ => (t, 1u64),
+    };
+    match num.parse::<u64>() {
+        Ok(n) if n.checked_mul(mult).map_or(false, |b| b <= i32::MAX as u64) => Ok(n * mult),
+        _ => err(format!(
+            "{} '{}': must be bytes 0..2147483647, optionally with K, M or G (KiB, MiB, GiB)",
+            name, v
+        )),
+    }
+}
+
+/// Rates: `0` (unlimited), `500pps`, `100kpps`, `1Mpps`, or UDP payload bit/s:
+/// `1000000`, `200k`, `200M`, `200Mbit`, `1G`, `1Gbit` (decimal units).
+pub fn parse_rate(v: &str) -> Result<Rate, ArgError> {
+    let bad = || {
+        err(format!(
+            "--rate '{}': must be 0 (unlimited), packets per second (500pps, 100kpps, 1Mpps) \
+             or bit/s of UDP payload (1000000, 200k, 200M, 200Mbit, 1G, 1Gbit)",
+            v
+        ))
+    };
+    let lower = v.trim().to_ascii_lowercase();
+    let (body, pps) = match lower.strip_suffix("pps") {
+        Some(b) => (b, true),
+        None => (
+            lower
+                .strip_suffix("bit/s")
+                .or_else(|| lower.strip_suffix("bps"))
+                .or_else(|| lower.strip_suffix("bit"))
+                .unwrap_or(&lower),
+            false,
+        ),
+    };
+    let (num, mult) = match body.chars().last() {
+        Some('k') => (&body[..body.len() - 1], 1e3),
+        Some('m') => (&body[..body.len() - 1], 1e6),
+        Some('g') => (&body[..body.len() - 1], 1e9),
+        _ => (body, 1.0),
+    };
+    let x = match num.parse::<f64>() {
+        Ok(x) if x.is_finite() && x >= 0.0 && !num.is_empty() => x * mult,
+        _ => return bad(),
+    };
+    if x == 0.0 {
+        return Ok(Rate::Unlimited);
+    }
+    if pps {
+        if x > 1e9 {
+            return bad();
+        }
+        Ok(Rate::Pps(x))
+    } else {
+        if x > 1e13 {
+            return bad();
+        }
+        Ok(Rate::Bps(x))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn argv(s: &str) -> Vec<String> {
+        s.split_whitespace().map(|x| x.to_string()).collect()
+    }
+
+    fn tx(s: &str) -> Result<TxOpts, ArgError> {
+        match parse(&argv(s))? {
+            Command::Tx(o) => Ok(o),
+            other => panic!("{:?}", other),
+        }
+    }
+
+    fn rx(s: &str) -> Result<RxOpts, ArgError> {
+        match parse(&argv(s))? {
+            Command::Rx(o) => Ok(o),
+            other => panic!("{:?}", other),
+        }
+    }
+
+    #[test]
+    fn rates_in_pps_and_bits() {
+        assert_eq!(parse_rate("100kpps"), Ok(Rate::Pps(100_000.0)));
+        assert_eq!(parse_rate("1Mpps"), Ok(Rate::Pps(1_000_000.0)));
+        assert_eq!(parse_rate("500pps"), Ok(Rate::Pps(500.0)));
+        assert_eq!(parse_rate("1.5Mpps"), Ok(Rate::Pps(1_500_000.0)));
+        assert_eq!(parse_rate("1G"), Ok(Rate::Bps(1e9)));
+        assert_eq!(parse_rate("1Gbit"), Ok(Rate::Bps(1e9)));
+        assert_eq!(parse_rate("200M"), Ok(Rate::Bps(200e6)));
+        assert_eq!(parse_rate("200Mbit"), Ok(Rate::Bps(200e6)));
+        assert_eq!(parse_rate("10k"), Ok(Rate::Bps(10e3)));
+        assert_eq!(parse_rate("1000000"), Ok(Rate::Bps(1e6)));
+        assert_eq!(parse_rate("0"), Ok(Rate::Unlimited));
+    }
+
+    #[test]
+    fn bad_rates_name_the_option() {
+        for bad in ["", "abc", "-5", "5x", "pps", "M", "1e400", "nan"] {
+            let e = parse_rate(bad).unwrap_err();
+            assert!(e.0.starts_with("--rate"), "{}: {}", bad, e.0);
+        }
+    }
+
+    #[test]
+    fn bit_rate_becomes_pps_by_payload_size() {
+        // 1 Gbit/s of 1250-byte payloads = 100000 datagrams/s.
+        assert_eq!(Rate::Bps(1e9).pps(1250), Some(100_000.0));
+        assert_eq!(Rate::Pps(7.0).pps(1250), Some(7.0));
+        assert_eq!(Rate::Unlimited.pps(1250), None);
+    }
+
+    #[test]
+    fn seconds_and_bytes() {
+        assert_eq!(parse_seconds("--d", "2", false), Ok(2.0));
+        assert_eq!(parse_seconds("--d", "2.5s", false), Ok(2.5));
+        assert_eq!(parse_seconds("--d", "500ms", false), Ok(0.5));
+        assert!(parse_seconds("--d", "0", false).is_err());
+        assert_eq!(parse_seconds("--d", "0", true), Ok(0.0));
+        assert!(parse_seconds("--d", "-1", true).is_err());
+        assert_eq!(parse_bytes("--b", "4M"), Ok(4 << 20));
+        assert_eq!(parse_bytes("--b", "4MiB"), Ok(4 << 20));
+        assert_eq!(parse_bytes("--b", "256k"), Ok(256 << 10));
+        assert_eq!(parse_bytes("--b", "1000"), Ok(1000));
+        assert!(parse_bytes("--b", "4T").is_err());
+        assert!(parse_bytes("--b", "3G").is_err());
+    }
+
+    #[test]
+    fn rx_defaults_and_options() {
+        let o = rx("rx").unwrap();
+        assert_eq!(o.port, DEFAULT_PORT);
+        assert_eq!(o.batch, 1);
+        assert_eq!(o.rcvbuf, DEFAULT_RCVBUF);
+        assert_eq!(o.idle_timeout, 2.0);
+        assert!(!o.gro);
+        let o = rx("rx --bind fd00:200::2 --port=9000 --gro --batch 64 --rcvbuf 8M \
+                    --duration 5 --idle-timeout 500ms --ready-file /tmp/r --run-id 0x10 --cpu 1")
+            .unwrap();
+        assert_eq!(o.bind, "fd00:200::2".parse::<IpAddr>().unwrap());
+        assert_eq!((o.port, o.gro, o.batch, o.rcvbuf), (9000, true, 64, 8 << 20));
+        assert_eq!((o.duration, o.idle_timeout), (5.0, 0.5));
+        assert_eq!(o.ready_file.as_deref(), Some("/tmp/r"));
+        assert_eq!((o.run_id, o.cpu), (Some(16), Some(1)));
+    }
+
+    #[test]
+    fn tx_gso_segments_default_to_what_fits() {
+        let o = tx("tx --dest 10.200.1.2 --gso").unwrap();
+        assert_eq!((o.size, o.gso_segments), (1472, 44)); // 44 * 1472 = 64768 <= 65507
+        let o = tx("tx --dest 10.200.1.2 --gso --size 1000").unwrap();
+        assert_eq!(o.gso_segments, 64); // UDP_MAX_SEGMENTS caps 65
+        let o = tx("tx --dest 10.200.1.2 --gso --size 8972").unwrap();
+        assert_eq!(o.gso_segments, 7);
+        let o = tx("tx --dest fd00:200::2 --gso --size 65527").unwrap();
+        assert_eq!(o.gso_segments, 1);
+        let o = tx("tx --dest 10.200.1.2").unwrap();
+        assert_eq!((o.gso, o.gso_segments, o.rate, o.duration), (false, 1, Rate::Unlimited, 10.0));
+    }
+
+    #[test]
+    fn tx_rejects_payloads_that_cannot_be_sent() {
+        let e = tx("tx --dest 10.200.1.2 --size 65508").unwrap_err();
+        assert!(e.0.contains("--size 65508") && e.0.contains("65507"), "{}", e.0);
+        assert!(tx("tx --dest fd00:200::2 --size 65527").is_ok());
+        assert!(tx("tx --dest fd00:200::2 --size 65528").is_err());
+        let e = tx("tx --dest 10.200.1.2 --size 23").unwrap_err();
+        assert!(e.0.contains("24"), "{}", e.0);
+        let e = tx("tx --dest 10.200.1.2 --gso --gso-segments 45").unwrap_err();
+        assert!(e.0.contains("66240") && e.0.contains("1..44"), "{}", e.0);
+        let e = tx("tx --dest 10.200.1.2 --gso --size 100 --gso-segments 65").unwrap_err();
+        assert!(e.0.contains("--gso-segments") && e.0.contains("1..64"), "{}", e.0);
+        assert!(tx("tx --dest 10.200.1.2 --gso-segments 4").is_err());
+    }
+
+    #[test]
+    fn bad_arguments_name_the_option() {
+        assert!(tx("tx").unwrap_err().0.contains("--dest"));
+        assert!(tx("tx --dest 10.200.1.300").unwrap_err().0.contains("--dest"));
+        assert!(tx("tx --dest 10.200.1.2 --batch 0").unwrap_err().0.contains("1..1024"));
+        assert!(tx("tx --dest 10.200.1.2 --port 70000").unwrap_err().0.contains("--port"));
+        assert!(tx("tx --dest 10.200.1.2 --bogus").unwrap_err().0.contains("--bogus"));
+        assert!(tx("tx --dest 10.200.1.2 --gso=1").unwrap_err().0.contains("takes no value"));
+        assert!(rx("rx --batch").unwrap_err().0.contains("needs a value"));
+        assert!(parse(&argv("tcp")).unwrap_err().0.contains("rx or tx"));
+    }
+
+    #[test]
+    fn help_and_version() {
+        assert_eq!(parse(&argv("--help")), Ok(Command::Help(USAGE)));
+        assert_eq!(parse(&argv("tx --help")), Ok(Command::Help(TX_HELP)));
+        assert_eq!(parse(&argv("rx -h")), Ok(Command::Help(RX_HELP)));
+        assert_eq!(parse(&argv("--version")), Ok(Command::Version));
+    }
+}

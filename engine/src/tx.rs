@@ -1,0 +1,284 @@
+//! `offlab-engine tx`: send numbered, timestamped datagrams; report one JSON object.
+
+use std::collections::BTreeMap;
+use std::mem;
+use std::net::SocketAddr;
+
+use crate::args::TxOpts;
+use crate::header::{self, Header, FLAG_END, HEADER_LEN};
+use crate::json::{Obj, Value};
+use crate::pacing::{self, Pacer};
+use crate::sys::{self, Socket, SOL_UDP, UDP_SEGMENT};
+use crate::Failure;
+
+/// If every send fails with a non-transient error for this long, the
+/// destination is unusable: exit 3 instead of spinning for the whole run.
+const GIVE_UP_NS: u64 = 1_000_000_000;
+/// END markers go out at these offsets after the run (ms), so one survives a
+/// receive queue that is still full at the end.
+const END_OFFSETS_MS: [u64; 3] = [0, 10, 30];
+
+/// Errors that can pass by themselves: a full queue, a signal, or an ICMP
+/// error from an earlier datagram reported on this one (receiver not yet up).
+fn transient(e: i32) -> bool {
+    e == libc::ENOBUFS || e == libc::EAGAIN || e == libc::EINTR || e == libc::ECONNREFUSED || e == libc::EIO
+}
+
+/// Largest UDP payload one segment can carry without IP fragmentation.
+fn max_segment_payload(sock: &Socket, v6: bool) -> Option<usize> {
+    let (level, opt, overhead) = if v6 {
+        (libc::IPPROTO_IPV6, libc::IPV6_MTU, 48)
+    } else {
+        (libc::IPPROTO_IP, libc::IP_MTU, 28)
+    };
+    match sock.get_int(level, opt) {
+        Ok(mtu) if mtu as usize > overhead => Some(mtu as usize - overhead),
+        _ => None,
+    }
+}
+
+pub fn run(o: &TxOpts) -> Result<Value, Failure> {
+    if let Some(cpu) = o.cpu {
+        sys::pin_cpu(cpu).map_err(Failure::Arg)?;
+    }
+    sys::install_stop_signals();
+    sys::set_timer_slack_min();
+    let v6 = o.dest.is_ipv6();
+    let dest = SocketAddr::new(o.dest, o.port);
+    let sock = Socket::udp(v6).map_err(|e| Failure::Env(e.0))?;
+    let sndbuf = if o.sndbuf > 0 {
+        sock.set_buffer(o.sndbuf, libc::SO_SNDBUFFORCE, libc::SO_SNDBUF)
+            .map_err(|e| Failure::Env(sys::env_err("--sndbuf: SO_SNDBUF", e).0))?
+    } else {
+        sock.get_int(libc::SOL_SOCKET, libc::SO_SNDBUF).unwrap_or(0).max(0) as u64
+    };
+    if let Err(e) = sock.connect(&dest) {
+        return Err(Failure::Env(sys::env_err(&format!("--dest {} --port {}: connect", o.dest, o.port), e).0));
+    }
+    let path_payload = max_segment_payload(&sock, v6);
+    if o.gso {
+        if let Some(max) = path_payload {
+            if o.size > max {
+                return Err(Failure::Arg(format!(
+                    "--size {} with --gso: every segment must fit the path MTU to {} \
+                     (at most {} bytes of UDP payload); use --size 24..{} or raise the MTU",
+                    o.size, o.dest, max, max
+                )));
+            }
+        }
+        if let Err(e) = sock.set_int(SOL_UDP, UDP_SEGMENT, o.size as libc::c_int) {
+            return Err(Failure::Env(format!(
+                "--gso: setsockopt UDP_SEGMENT: {} (needs Linux 4.18 or later)",
+                sys::describe(e)
+            )));
+        }
+    }
+    let local = sock.local_addr().ok();
+    let run_id = o.run_id.unwrap_or_else(sys::random_u32);
+
+    let segs = o.gso_segments;
+    let msg_len = o.size * segs;
+    let batch = o.batch;
+    let mut bufs: Vec<Vec<u8>> = (0..batch).map(|_| vec![0u8; msg_len]).collect();
+    for b in bufs.iter_mut() {
+        for s in 0..segs {
+            header::encode(&Header { flags: 0, run_id, seq: 0, tx_ns: 0 }, &mut b[s * o.size..]);
+        }
+    }
+    let mut iovs: Vec<libc::iovec> = bufs
+        .iter_mut()
+        .map(|b| libc::iovec {
+            iov_base: b.as_mut_ptr() as *mut libc::c_void,
+            iov_len: b.len(),
+        })
+        .collect();
+    let mut msgs: Vec<libc::mmsghdr> = (0..batch)
+        .map(|i| {
+            let mut m: libc::mmsghdr = unsafe { mem::zeroed() };
+            m.msg_hdr.msg_iov = &mut iovs[i] as *mut libc::iovec;
+            m.msg_hdr.msg_iovlen = 1;
+            m
+        })
+        .collect();
+
+    let target_pps = o.rate.pps(o.size);
+    let start = sys::mono_ns();
+    let start_wall = sys::realtime_ns();
+    let end = start + (o.duration * 1e9) as u64;
+    let mut pacer = target_pps.map(|p| Pacer::new(start, p));
+
+    let mut seq: u64 = 0; // next seq = datagrams sent so far
+    let mut calls: u64 = 0;
+    let mut failed_calls: u64 = 0;
+    let mut partial_calls: u64 = 0;
+    let mut errors: BTreeMap<i32, u64> = BTreeMap::new();
+    let mut failing_since: Option<u64> = None;
+    let mut hard_error: i32 = 0;
+    let stop_reason;
+    loop {
+        let mut now = sys::mono_ns();
+        if sys::stop_requested() {
+            stop_reason = "signal";
+            break;
+        }
+        if now >= end {
+            stop_reason = "duration";
+            break;
+        }
+        let mut n_msgs = batch;
+        if let Some(p) = pacer.as_mut() {
+            let due = p.due(seq);
+            if due >= end {
+                stop_reason = "duration";
+                break;
+            }
+            if due > now {
+                now = pacing::wait_until(due);
+                if sys::stop_requested() {
+                    stop_reason = "signal";
+                    break;
+                }
+            }
+            p.note_lag(now, seq);
+            let due_msgs = (p.due_count(now, seq) + segs as u64 - 1) / segs as u64;
+            n_msgs = (due_msgs as usize).min(batch);
+        }
+        // A failed send did not use its seqs: they are stamped again next time.
+        for (m, b) in bufs.iter_mut().enumerate().take(n_msgs) {
+            let first = seq + (m * segs) as u64;
+            for s in 0..segs {
+                header::stamp(&mut b[s * o.size..], first + s as u64, now);
+            }
+        }
+        let sent_msgs = unsafe {
+            if batch == 1 {
+                let r = libc::send(sock.fd, bufs[0].as_ptr() as *const libc::c_void, msg_len, 0);
+                if r >= 0 {
+                    1
+                } else {
+                    -1
+                }
+            } else {
+                libc::sendmmsg(sock.fd, msgs.as_mut_ptr(), n_msgs as libc::c_uint, 0) as isize
+            }
+        };
+        calls += 1;
+        if sent_msgs > 0 {
+            let k = sent_msgs as usize;
+            if k < n_msgs {
+                partial_calls += 1;
+            }
+            seq += (k * segs) as u64;
+            failing_since = None;
+        } else {
+            let e = sys::errno();
+            failed_calls += 1;
+            *errors.entry(e).or_insert(0) += 1;
+            if transient(e) {
+                continue;
+            }
+            match failing_since {
+                None => failing_since = Some(now),
+                Some(t) if now.saturating_sub(t) >= GIVE_UP_NS => {
+                    hard_error = e;
+                    stop_reason = "unreachable";
+                    break;
+                }
+                Some(_) => {}
+            }
+        }
+    }
+    let stop = sys::mono_ns();
+    if hard_error != 0 {
+        return Err(Failure::Env(format!(
+            "tx to {}: every send failed for {:.1} s, last with {}; {} datagrams sent before",
+            dest,
+            GIVE_UP_NS as f64 / 1e9,
+            sys::describe(hard_error),
+            seq
+        )));
+    }
+    let end_markers = if o.no_end { 0 } else { send_end_markers(&sock, run_id, seq, stop) };
+
+    let elapsed_s = (stop - start) as f64 / 1e9;
+    let mut opts = Obj::new();
+    opts.s("dest", &o.dest.to_string())
+        .u("port", o.port as u64)
+        .u("size", o.size as u64)
+        .b("gso", o.gso)
+        .u("gso_segments", segs as u64)
+        .u("batch", batch as u64)
+        .s("rate", &o.rate_text)
+        .f("duration_s", o.duration)
+        .opt_u("cpu", o.cpu.map(|c| c as u64))
+        .u("sndbuf_bytes", o.sndbuf)
+        .opt_u("run_id", o.run_id.map(|r| r as u64))
+        .b("no_end", o.no_end);
+    let mut errs = Obj::new();
+    let mut by_name: BTreeMap<String, u64> = BTreeMap::new();
+    for (e, n) in &errors {
+        *by_name.entry(sys::errno_name(*e)).or_insert(0) += n;
+    }
+    for (k, n) in &by_name {
+        errs.u(k, *n);
+    }
+    let mut pace = Obj::new();
+    match (target_pps, &pacer) {
+        (Some(pps), Some(p)) => {
+            pace.f("target_pps", pps)
+                .f("target_bps", pps * o.size as f64 * 8.0)
+                .f("max_lag_us", p.max_lag_ns as f64 / 1e3)
+                .u("schedule_resets", p.resets);
+        }
+        _ => {
+            pace.null("target_pps").null("target_bps");
+        }
+    }
+    let bytes = seq * o.size as u64;
+    let mut out = Obj::new();
+    out.s("schema", "offlab-engine/1")
+        .s("role", "tx")
+        .s("version", env!("CARGO_PKG_VERSION"))
+        .obj("options", opts)
+        .opt_s("local", local.map(|l| l.to_string()).as_deref())
+        .s("remote", &dest.to_string())
+        .u("run_id", run_id as u64)
+        .u("sndbuf_bytes", sndbuf)
+        .opt_u("path_max_payload_bytes", path_payload.map(|p| p as u64))
+        .s("stop_reason", stop_reason)
+        .s("clock", "CLOCK_MONOTONIC")
+        .u("start_unix_ns", start_wall)
+        .u("start_ns", start)
+        .f("duration_s", elapsed_s)
+        .u("datagrams", seq)
+        .opt_u("sent_seq_max", if seq > 0 { Some(seq - 1) } else { None })
+        .u("bytes", bytes)
+        .u("calls", calls)
+        .u("failed_calls", failed_calls)
+        .u("partial_calls", partial_calls)
+        .u("datagrams_per_call", if calls > failed_calls { seq / (calls - failed_calls) } else { 0 })
+        .f("pps", if elapsed_s > 0.0 { seq as f64 / elapsed_s } else { 0.0 })
+        .f("bps", if elapsed_s > 0.0 { bytes as f64 * 8.0 / elapsed_s } else { 0.0 })
+        .obj("pacing", pace)
+        .obj("errors", errs)
+        .u("errors_total", failed_calls)
+        .u("end_markers_sent", end_markers);
+    Ok(out.into_value())
+}
+
+/// After the run, tells the receiver how many datagrams were sent (seq field
+/// of a header-only datagram with the END flag).
+fn send_end_markers(sock: &Socket, run_id: u32, sent: u64, stop: u64) -> u64 {
+    let mut buf = [0u8; HEADER_LEN];
+    let mut ok = 0;
+    for off in END_OFFSETS_MS.iter() {
+        let t = stop + off * 1_000_000;
+        pacing::wait_until(t);
+        header::encode(&Header { flags: FLAG_END, run_id, seq: sent, tx_ns: sys::mono_ns() }, &mut buf);
+        let r = unsafe { libc::send(sock.fd, buf.as_ptr() as *const libc::c_void, buf.len(), 0) };
+        if r >= 0 {
+            ok += 1;
+        }
+    }
+    ok
+}

@@ -1,0 +1,3 @@
+from offlab.cli import main
+
+main()

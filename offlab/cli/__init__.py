@@ -1,0 +1,78 @@
+"""The `offlab` command: thin wiring of the parts; no logic of its own."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from offlab import __version__
+from offlab.errors import OfflabError
+
+app = typer.Typer(
+    name="offlab",
+    help="Network offload, MTU and tuning experiments in Linux network namespaces.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"offlab {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                 help="Print the version and exit."),
+) -> None:
+    """offlab builds namespace labs, flips offloads/MTUs through a journal, measures, restores."""
+
+
+def _register() -> None:
+    from offlab.cli import lab as lab_cli
+
+    app.add_typer(lab_cli.app, name="lab")
+    for module in ("demo", "restore", "measure", "experiment", "doctor", "mtu"):
+        try:
+            mod = __import__(f"offlab.cli.{module}", fromlist=["register"])
+        except ModuleNotFoundError as exc:
+            if exc.name != f"offlab.cli.{module}":
+                raise
+            continue
+        mod.register(app)
+
+
+_register()
+
+
+def fail(exc: OfflabError) -> "typer.Exit":
+    typer.echo(f"offlab: error: {exc}", err=True)
+    return typer.Exit(exc.exit_code)
+
+
+def main() -> None:
+    try:
+        app(standalone_mode=False)
+    except OfflabError as exc:
+        typer.echo(f"offlab: error: {exc}", err=True)
+        sys.exit(exc.exit_code)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        typer.echo("offlab: interrupted", err=True)
+        sys.exit(130)
+    except KeyboardInterrupt:
+        typer.echo("offlab: interrupted", err=True)
+        sys.exit(130)
+    except Exception as exc:  # click usage errors arrive here in non-standalone mode
+        import click
+
+        if isinstance(exc, click.exceptions.ClickException):
+            exc.show()
+            sys.exit(2)
+        raise

@@ -1,0 +1,127 @@
+"""`offlab lab ...`: build, inspect, poke and remove namespace labs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from offlab import lab as labs
+from offlab.errors import BadInput, NotRoot
+from offlab.hosts import is_root
+from offlab.lab.inspect import SUMMARY_FEATURES, describe
+
+app = typer.Typer(help="Build, inspect and remove namespace labs.", no_args_is_help=True)
+out = Console()
+
+
+@app.command("up")
+def up_cmd(
+    topology: str = typer.Argument(..., help="veth | bridge | vxlan | router | ovs"),
+    name: Optional[str] = typer.Option(None, "--name", "-n", help="Lab name (default: the topology)."),
+    mtu: int = typer.Option(1500, "--mtu", help="MTU of every host-facing link (the overlay MTU for vxlan)."),
+    ipv6: bool = typer.Option(False, "--ipv6", help="Also address hosts from fd00:200::/48."),
+    vni: Optional[int] = typer.Option(None, "--vni", help="vxlan: VXLAN network identifier (default 4242)."),
+    port: Optional[int] = typer.Option(None, "--port", help="vxlan: UDP destination port (default 4789)."),
+    underlay_mtu: Optional[int] = typer.Option(None, "--underlay-mtu", help="vxlan: underlay MTU (default MTU + 50)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the lab as JSON."),
+) -> None:
+    """Build a lab of network namespaces and check that client reaches server."""
+    options = {k: v for k, v in (("vni", vni), ("port", port), ("underlay_mtu", underlay_mtu)) if v is not None}
+    lab = labs.up(topology, name, mtu=mtu, ipv6=ipv6, options=options)
+    _print_lab(lab, as_json)
+
+
+@app.command("down")
+def down_cmd(
+    name: Optional[str] = typer.Argument(None, help="Lab to remove."),
+    all_: bool = typer.Option(False, "--all", help="Remove every lab offlab knows about."),
+) -> None:
+    """Remove a lab: daemons, processes, namespaces and links. Safe to repeat."""
+    if all_ == (name is not None):
+        raise BadInput("give a lab name or --all (not both)")
+    removed = labs.down_all() if all_ else labs.down(name)
+    if not removed:
+        typer.echo("nothing to remove")
+    for item in removed:
+        typer.echo(f"removed {item}")
+
+
+@app.command("list")
+def list_cmd(as_json: bool = typer.Option(False, "--json")) -> None:
+    """The labs that exist, with their topology, MTU and status."""
+    found = labs.list_labs()
+    if as_json:
+        typer.echo(json.dumps([{"name": l.name, "topology": l.topology, "mtu": l.mtu,
+                                "status": l.status, "hosts": list(l.hosts)} for l in found], indent=2))
+        return
+    if not found:
+        typer.echo("no labs (offlab lab up TOPOLOGY)")
+        return
+    t = Table("name", "topology", "mtu", "status", "hosts", box=None)
+    for l in found:
+        t.add_row(l.name, l.topology, str(l.mtu), l.status, " ".join(l.hosts))
+    out.print(t)
+
+
+@app.command("show")
+def show_cmd(name: str, as_json: bool = typer.Option(False, "--json")) -> None:
+    """Hosts, interfaces, addresses, MTUs and the offload state of a lab."""
+    _print_lab(labs.LabState.load(name), as_json)
+
+
+@app.command("exec", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def exec_cmd(
+    name: str,
+    host: str,
+    cmd: list[str] = typer.Argument(..., help="Command and arguments (after --)."),
+) -> None:
+    """Run a command inside one host of a lab: offlab lab exec demo client -- ping 10.200.1.2"""
+    if not is_root():
+        raise NotRoot("lab exec")
+    lab = labs.LabState.load(name)
+    netns = lab.entry(host).netns
+    try:
+        rc = subprocess.call(["ip", "netns", "exec", netns, *cmd])
+    except KeyboardInterrupt:
+        rc = 130
+    raise typer.Exit(rc)
+
+
+def _print_lab(lab: labs.LabState, as_json: bool) -> None:
+    info = describe(lab)
+    if as_json:
+        typer.echo(json.dumps(info, indent=2))
+        return
+    out.print(f"[bold]lab {info['name']}[/bold]  topology {info['topology']}  mtu {info['mtu']}  "
+              f"status {info['status']}" + (f"  options {info['options']}" if info["options"] else ""))
+    t = Table("host", "interface", "mtu", "addresses", "link", *SUMMARY_FEATURES, box=None)
+    for role, h in info["hosts"].items():
+        for i, iface in enumerate(h["interfaces"]):
+            feats = iface.get("features", {})
+            fixed = set(iface.get("fixed", []))
+            cells = []
+            for full in SUMMARY_FEATURES.values():
+                if full not in feats:
+                    cells.append("-")
+                else:
+                    cells.append(("on" if feats[full] else "off") + ("*" if full in fixed else ""))
+            link = f"→ {iface['peer_host']}" if iface.get("peer_host") else iface["kind"]
+            if iface.get("master"):
+                link += f" [{iface['master']}]"
+            t.add_row(role if i == 0 else "", iface["name"], str(iface["mtu"]),
+                      " ".join(iface["addresses"]), link, *cells)
+    out.print(t)
+    out.print("[dim]* = fixed by the driver; short names: "
+              + ", ".join(f"{k}={v}" for k, v in SUMMARY_FEATURES.items() if k != v) + "[/dim]")
+    for a in info["adjustments"]:
+        out.print(f"note: {a['host']}:{a['iface']} {a['setting']} {a['value']} — {a['why']}")
+    for d in info["daemons"]:
+        out.print(f"daemon: {d['name']} pid {d['pid']}")
+    reach = ", ".join(f"{r} {h['address']}" for r, h in info["hosts"].items() if h.get("address"))
+    out.print(f"reach: {reach}")

@@ -1,0 +1,66 @@
+"""What a lab looks like right now: hosts, interfaces, addresses, MTUs, offloads."""
+
+from __future__ import annotations
+
+from offlab import netdev
+from offlab.lab.model import LabState
+
+# The features worth a glance in the text view, by the short names people type.
+SUMMARY_FEATURES = {
+    "tx-csum": "tx-checksumming",
+    "sg": "scatter-gather",
+    "tso": "tcp-segmentation-offload",
+    "gso": "generic-segmentation-offload",
+    "gro": "generic-receive-offload",
+    "uso": "tx-udp-segmentation",
+    "gro-list": "rx-gro-list",
+    "udp-gro-fwd": "rx-udp-gro-forwarding",
+    "tnl-seg": "tx-udp_tnl-segmentation",
+}
+
+
+def describe(lab: LabState, *, with_features: bool = True) -> dict:
+    """The `lab show --json` contract (see DESIGN.md)."""
+    hosts = {}
+    for role, entry in lab.hosts.items():
+        host = lab.host(role)
+        by_name = {l["ifname"]: l for l in netdev.links(host)}
+        ifaces = []
+        for iface in entry.interfaces:
+            info = by_name.get(iface.name, {})
+            item = {
+                "name": iface.name,
+                "kind": iface.kind,
+                "mtu": info.get("mtu"),
+                "state": info.get("operstate"),
+                "addresses": [
+                    f"{a['local']}/{a['prefixlen']}" for a in info.get("addr_info", [])
+                    if a.get("scope") == "global"
+                ],
+            }
+            if iface.peer_host:
+                item["peer_host"] = iface.peer_host
+            if info.get("master"):
+                item["master"] = info["master"]
+            if with_features and info:
+                feats = netdev.features(host, iface.name)
+                item["features"] = {k: f.active for k, f in feats.items()}
+                item["fixed"] = sorted(k for k, f in feats.items() if f.fixed)
+            ifaces.append(item)
+        h = {"netns": entry.netns, "interfaces": ifaces}
+        if entry.address:
+            h["address"] = entry.address
+        if entry.address6:
+            h["address6"] = entry.address6
+        hosts[role] = h
+    return {
+        "name": lab.name,
+        "topology": lab.topology,
+        "mtu": lab.mtu,
+        "ipv6": lab.ipv6,
+        "status": lab.status,
+        "options": lab.options,
+        "hosts": hosts,
+        "daemons": [{"name": d.name, "pid": d.pid} for d in lab.daemons],
+        "adjustments": [a.__dict__ for a in lab.adjustments],
+    }

@@ -1,0 +1,164 @@
+"""What a lab is, as written to its state file."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from offlab.errors import BadInput
+from offlab.hosts import NetnsHost
+from offlab.names import check_lab_name
+from offlab.state import read_json, state_dir, write_json_atomic
+
+TOPOLOGIES = ("veth", "bridge", "vxlan", "router", "ovs")
+
+
+@dataclass
+class Interface:
+    name: str
+    kind: str  # veth | bridge | vxlan | ovs-internal
+    peer_host: str | None = None  # the host at the other end of a veth
+    role: str = ""  # e.g. "underlay", "overlay", "port"
+
+
+@dataclass
+class HostEntry:
+    netns: str
+    address: str | None = None  # the address the other end uses to reach this host
+    address6: str | None = None
+    interfaces: list[Interface] = field(default_factory=list)
+
+    def iface(self, name: str) -> Interface | None:
+        return next((i for i in self.interfaces if i.name == name), None)
+
+
+@dataclass
+class Daemon:
+    name: str
+    pid: int
+    netns: str | None
+
+
+@dataclass
+class Adjustment:
+    """A setting the lab itself chose for an interface it made, and why."""
+
+    host: str
+    iface: str
+    setting: str
+    value: str
+    why: str
+
+
+@dataclass
+class LabState:
+    name: str
+    topology: str
+    mtu: int
+    ipv6: bool = False
+    options: dict = field(default_factory=dict)
+    status: str = "building"  # building | up | failed
+    created_at: float = field(default_factory=time.time)
+    step: str = ""
+    namespaces: list[str] = field(default_factory=list)
+    hosts: dict[str, HostEntry] = field(default_factory=dict)
+    daemons: list[Daemon] = field(default_factory=list)
+    rundir: str | None = None
+    adjustments: list[Adjustment] = field(default_factory=list)
+
+    # ---- persistence -------------------------------------------------
+    @staticmethod
+    def path_for(name: str) -> Path:
+        return state_dir() / "labs" / f"{name}.json"
+
+    @property
+    def path(self) -> Path:
+        return self.path_for(self.name)
+
+    def save(self) -> None:
+        write_json_atomic(self.path, asdict(self))
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "LabState":
+        hosts = {
+            role: HostEntry(
+                netns=h["netns"],
+                address=h.get("address"),
+                address6=h.get("address6"),
+                interfaces=[Interface(**i) for i in h.get("interfaces", [])],
+            )
+            for role, h in d.get("hosts", {}).items()
+        }
+        return cls(
+            name=d["name"],
+            topology=d["topology"],
+            mtu=d["mtu"],
+            ipv6=d.get("ipv6", False),
+            options=d.get("options", {}),
+            status=d.get("status", "up"),
+            created_at=d.get("created_at", 0.0),
+            step=d.get("step", ""),
+            namespaces=list(d.get("namespaces", [])),
+            hosts=hosts,
+            daemons=[Daemon(**p) for p in d.get("daemons", [])],
+            rundir=d.get("rundir"),
+            adjustments=[Adjustment(**a) for a in d.get("adjustments", [])],
+        )
+
+    @classmethod
+    def load(cls, name: str) -> "LabState":
+        check_lab_name(name)
+        path = cls.path_for(name)
+        if not path.exists():
+            raise BadInput(f"no lab named {name!r}: `offlab lab list` shows the labs that exist")
+        return cls.from_dict(read_json(path))  # type: ignore[arg-type]
+
+    # ---- lookups -----------------------------------------------------
+    def host(self, role: str) -> NetnsHost:
+        return NetnsHost(self.entry(role).netns)
+
+    def entry(self, role: str) -> HostEntry:
+        if role not in self.hosts:
+            known = ", ".join(self.hosts)
+            raise BadInput(f"lab {self.name!r} has no host {role!r}; its hosts are: {known}")
+        return self.hosts[role]
+
+    def resolve_iface(self, role: str, ref: str | None = None) -> str:
+        """Interface of `role` named by `ref`: a real name, `to-<host>`, or None for the only uplink.
+
+        `to-server` names the veth that faces the server, so plans read the same whatever
+        the lab is called.
+        """
+        entry = self.entry(role)
+        if ref is None:
+            veths = [i for i in entry.interfaces if i.kind == "veth"]
+            if len(veths) == 1:
+                return veths[0].name
+            names = ", ".join(i.name for i in entry.interfaces)
+            faces = ", ".join(f"to-{i.peer_host}" for i in veths if i.peer_host)
+            raise BadInput(
+                f"host {role!r} of lab {self.name!r} has several interfaces ({names}): "
+                f"name one, e.g. {role}:{faces.split(', ')[0] if faces else names.split(', ')[0]}"
+            )
+        if ref.startswith("to-"):
+            peer = ref[3:]
+            for i in entry.interfaces:
+                if i.peer_host == peer:
+                    return i.name
+        elif entry.iface(ref):
+            return ref
+        names = ", ".join(i.name for i in entry.interfaces)
+        faces = ", ".join(f"to-{i.peer_host}" for i in entry.interfaces if i.peer_host)
+        raise BadInput(
+            f"host {role!r} of lab {self.name!r} has no interface {ref!r}; "
+            f"it has {names}" + (f" (also reachable as {faces})" if faces else "")
+        )
+
+    @property
+    def client(self) -> NetnsHost:
+        return self.host("client")
+
+    @property
+    def server(self) -> NetnsHost:
+        return self.host("server")

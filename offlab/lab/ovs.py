@@ -1,0 +1,119 @@
+"""A private Open vSwitch (ovsdb-server + ovs-vswitchd) for one lab.
+
+Both daemons run inside the lab's switch namespace with their own database,
+sockets, pid and log files under the lab's run directory; the OVS_* variables
+point every default path there, so a system OVS is never read or touched.
+Bridges use the userspace datapath (`datapath_type=netdev`): no kernel module.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+from offlab.errors import BadInput
+from offlab.hosts import NetnsHost, require_tool
+from offlab.lab.model import Daemon, Interface
+from offlab.state import ensure_dir, state_dir
+
+SCHEMA_CANDIDATES = ("/usr/share/openvswitch/vswitch.ovsschema", "/usr/local/share/openvswitch/vswitch.ovsschema")
+
+
+class Ovs:
+    def __init__(self, builder, rundir: Path) -> None:
+        self.b = builder
+        self.rundir = rundir
+        self.host: NetnsHost = builder.lab.host("switch")
+
+    @property
+    def db(self) -> str:
+        return f"unix:{self.rundir}/db.sock"
+
+    @classmethod
+    def start(cls, b) -> "Ovs":
+        for tool in ("ovsdb-tool", "ovsdb-server", "ovs-vswitchd", "ovs-vsctl"):
+            require_tool(tool)
+        schema = next((p for p in SCHEMA_CANDIDATES if os.path.exists(p)), None)
+        if schema is None:
+            raise BadInput("vswitch.ovsschema not found: run `apt-get install openvswitch-switch`")
+        rundir = ensure_dir(state_dir() / "ovs" / b.lab.name)
+        b.lab.rundir = str(rundir)
+        b.lab.save()
+        self = cls(b, rundir)
+        with b.step("start private ovsdb-server"):
+            self._ovs_env_run(["ovsdb-tool", "create", f"{rundir}/conf.db", schema])
+            self._daemon("ovsdb-server", [
+                f"{rundir}/conf.db", f"--remote=punix:{rundir}/db.sock",
+            ])
+            self.vsctl("--no-wait", "init")
+        with b.step("start private ovs-vswitchd"):
+            self._daemon("ovs-vswitchd", [self.db, "--disable-system-route"])
+        return self
+
+    def _ovs_env_run(self, argv: list[str]):
+        return self.host.run(argv, env=ovs_env(self.rundir), timeout=20)
+
+    def _daemon(self, name: str, args: list[str]) -> None:
+        pidfile = self.rundir / f"{name}.pid"
+        self._ovs_env_run([
+            name, *args, f"--pidfile={pidfile}", f"--unixctl={self.rundir}/{name}.ctl",
+            f"--log-file={self.rundir}/{name}.log", "--detach", "--no-chdir",
+        ])
+        pid = int(pidfile.read_text().strip())
+        self.b.lab.daemons.append(Daemon(name=name, pid=pid, netns=self.host.netns))
+        self.b.lab.save()
+
+    def vsctl(self, *args: str) -> str:
+        return self._ovs_env_run(["ovs-vsctl", f"--db={self.db}", "--timeout=10", *args]).stdout
+
+    def add_bridge(self, name: str) -> None:
+        with self.b.step(f"OVS bridge {name} (datapath_type=netdev)"):
+            self.vsctl("add-br", name, "--", "set", "Bridge", name, "datapath_type=netdev",
+                       "fail-mode=standalone")
+            self.b.lab.hosts["switch"].interfaces.append(Interface(name, "ovs-internal", role="bridge"))
+            self.b.ip("switch", "link", "set", name, "up")
+            self.b.lab.save()
+
+    def add_port(self, bridge: str, port: str, *, mtu: int) -> None:
+        with self.b.step(f"OVS port {port} on {bridge} (mtu_request={mtu})"):
+            self.vsctl("add-port", bridge, port, "--", "set", "Interface", port, f"mtu_request={mtu}")
+            self.vsctl("set", "Interface", bridge, f"mtu_request={mtu}")
+
+
+def ovs_env(rundir: str | Path) -> dict[str, str]:
+    """Point every OVS default path at the lab's run directory."""
+    d = str(rundir)
+    return {"OVS_RUNDIR": d, "OVS_LOGDIR": d, "OVS_DBDIR": d, "OVS_SYSCONFDIR": d}
+
+
+def vsctl_for(lab, *args: str) -> str:
+    """ovs-vsctl against a running lab's private database."""
+    return lab.host("switch").run(
+        ["ovs-vsctl", f"--db=unix:{lab.rundir}/db.sock", "--timeout=10", *args],
+        env=ovs_env(lab.rundir), timeout=20,
+    ).stdout
+
+
+def stop_daemon(d: Daemon, timeout: float = 5.0) -> None:
+    """Stop one daemon by pid, but only if that pid is still the daemon we started."""
+    try:
+        comm = Path(f"/proc/{d.pid}/comm").read_text().strip()
+    except OSError:
+        return
+    if comm != d.name[:15]:
+        return  # the pid was reused by something that is not ours
+    try:
+        os.kill(d.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not Path(f"/proc/{d.pid}").exists():
+            return
+        time.sleep(0.05)
+    try:
+        os.kill(d.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass

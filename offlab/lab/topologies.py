@@ -1,0 +1,116 @@
+"""One function per topology; each reads like its picture.
+
+Addresses are the same in every lab (labs live in separate namespaces, so they
+never meet): hosts on 10.200.1.0/24 (and 10.200.2.0/24 behind a router), the
+VXLAN underlay on 10.200.254.0/24, IPv6 on fd00:200:<subnet>::/64.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from offlab.lab.build import Builder
+from offlab.lab.model import Interface
+from offlab.lab.ovs import Ovs
+
+CLIENT4, SERVER4 = "10.200.1.1/24", "10.200.1.2/24"
+CLIENT6, SERVER6 = "fd00:200:1::1/64", "fd00:200:1::2/64"
+
+VXLAN_OVERHEAD_V4 = 50  # outer Ethernet 14 + IPv4 20 + UDP 8 + VXLAN 8
+DEFAULT_VNI = 4242
+DEFAULT_VXLAN_PORT = 4789
+
+OVS_CSUM_WHY = (
+    "OVS userspace datapath over veth forwards partial-checksum frames untouched, "
+    "so TCP is black-holed unless tx checksum offload is off on the sending veth"
+)
+
+
+def veth(b: Builder, mtu: int) -> None:
+    """client ─ veth ─ server"""
+    b.host("client"), b.host("server")
+    c, s = b.wire("client", "server", mtu=mtu)
+    b.address("client", c, CLIENT4, CLIENT6, reach=True)
+    b.address("server", s, SERVER4, SERVER6, reach=True)
+
+
+def bridge(b: Builder, mtu: int) -> None:
+    """client ─ veth ─ [switch: br0] ─ veth ─ server   (seed 000's virbr0/tap, seed 002's bridge)"""
+    b.host("client"), b.host("switch"), b.host("server")
+    c, sw_c = b.wire("client", "switch", mtu=mtu)
+    sw_s, s = b.wire("switch", "server", mtu=mtu)
+    b.bridge("switch", "br0", [sw_c, sw_s], mtu=mtu)
+    b.address("client", c, CLIENT4, CLIENT6, reach=True)
+    b.address("server", s, SERVER4, SERVER6, reach=True)
+
+
+def router(b: Builder, mtu: int) -> None:
+    """client ─ veth ─ [router: ip_forward] ─ veth ─ server, on two subnets (seed 002's VM-as-router)"""
+    b.host("client"), b.host("router"), b.host("server")
+    c, r_c = b.wire("client", "router", mtu=mtu)
+    r_s, s = b.wire("router", "server", mtu=mtu)
+    b.address("client", c, CLIENT4, CLIENT6, reach=True)
+    b.address("router", r_c, "10.200.1.254/24", "fd00:200:1::fe/64", reach=False)
+    b.address("router", r_s, "10.200.2.254/24", "fd00:200:2::fe/64", reach=False)
+    b.address("server", s, "10.200.2.2/24", "fd00:200:2::2/64", reach=True)
+    b.sysctl("router", "net.ipv4.ip_forward", "1")
+    if b.lab.ipv6:
+        b.sysctl("router", "net.ipv6.conf.all.forwarding", "1")
+    b.default_route("client", "10.200.1.254", "fd00:200:1::fe")
+    b.default_route("server", "10.200.2.254", "fd00:200:2::fe")
+
+
+def vxlan(b: Builder, mtu: int) -> None:
+    """client ─ veth ─ [hv1: br-int + vxlan0 / u0] ─ [switch: br0] ─ [hv2: u0 / vxlan0 + br-int] ─ veth ─ server
+
+    Seed 003's "client host → linux bridge → br-int → eth1 → leaf switch → eth1 →
+    br-int → linux bridge → server host". `mtu` is the overlay MTU the hosts see;
+    the underlay is mtu + 50 unless the `underlay_mtu` option says otherwise.
+    """
+    opts = b.lab.options
+    vni, port = opts.setdefault("vni", DEFAULT_VNI), opts.setdefault("port", DEFAULT_VXLAN_PORT)
+    under = opts.setdefault("underlay_mtu", mtu + VXLAN_OVERHEAD_V4)
+    for role in ("client", "hv1", "switch", "hv2", "server"):
+        b.host(role)
+    c, hv1_c = b.wire("client", "hv1", mtu=mtu)
+    hv1_u, sw_1 = b.wire("hv1", "switch", mtu=under, a_name="u0")
+    sw_2, hv2_u = b.wire("switch", "hv2", mtu=under, b_name="u0")
+    hv2_s, s = b.wire("hv2", "server", mtu=mtu)
+    b.bridge("switch", "br0", [sw_1, sw_2], mtu=under)
+    for hv, local, remote, port_to_host in (
+        ("hv1", "10.200.254.1", "10.200.254.2", hv1_c),
+        ("hv2", "10.200.254.2", "10.200.254.1", hv2_s),
+    ):
+        b.address(hv, "u0", f"{local}/24", None, reach=False)
+        with b.step(f"vxlan0 (VNI {vni}, port {port}) in {hv}"):
+            b.ip(hv, "link", "add", "vxlan0", "mtu", str(mtu), "type", "vxlan", "id", str(vni),
+                 "local", local, "remote", remote, "dstport", str(port), "dev", "u0")
+            b.lab.hosts[hv].interfaces.append(Interface("vxlan0", "vxlan", role="overlay"))
+            b.ip(hv, "link", "set", "vxlan0", "up")
+        b.bridge(hv, "br-int", [port_to_host, "vxlan0"], mtu=mtu)
+    b.address("client", c, CLIENT4, CLIENT6, reach=True)
+    b.address("server", s, SERVER4, SERVER6, reach=True)
+
+
+def ovs(b: Builder, mtu: int) -> None:
+    """client ─ veth ─ [switch: OVS br0, userspace datapath] ─ veth ─ server   (seed 004)"""
+    b.host("client"), b.host("switch"), b.host("server")
+    c, sw_c = b.wire("client", "switch", mtu=mtu)
+    sw_s, s = b.wire("switch", "server", mtu=mtu)
+    switch = Ovs.start(b)
+    switch.add_bridge("br0")
+    for port in (sw_c, sw_s):
+        switch.add_port("br0", port, mtu=mtu)
+    for role, iface in (("client", c), ("server", s)):
+        b.ethtool_off(role, iface, "tx-checksumming", OVS_CSUM_WHY)
+    b.address("client", c, CLIENT4, CLIENT6, reach=True)
+    b.address("server", s, SERVER4, SERVER6, reach=True)
+
+
+BUILDERS: dict[str, Callable[[Builder, int], None]] = {
+    "veth": veth,
+    "bridge": bridge,
+    "router": router,
+    "vxlan": vxlan,
+    "ovs": ovs,
+}

@@ -1,0 +1,105 @@
+"""Shared fixtures: a private state directory per test, and a check that nothing is left behind."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OUR_PROCESSES = ("iperf3", "offlab-engine", "ovs-vswitchd", "ovsdb-server", "tcpdump")
+_counter = itertools.count()
+
+
+def netns_names() -> set[str]:
+    out = subprocess.run(["ip", "-j", "netns", "list"], capture_output=True, text=True).stdout
+    return {n["name"] for n in json.loads(out)} if out.strip() else set()
+
+
+def root_links() -> set[str]:
+    out = subprocess.run(["ip", "-j", "link", "show"], capture_output=True, text=True).stdout
+    return {l["ifname"] for l in json.loads(out)}
+
+
+def our_processes(exclude_netns: set[str] = frozenset()) -> set[int]:
+    """Processes with the names offlab starts, except those inside other people's namespaces.
+
+    The machine is shared: another session's lab may be running iperf3 in its own
+    named namespace at the same time; that is not ours to count.
+    """
+    foreign = set()
+    for name in exclude_netns:
+        try:
+            foreign.add(os.stat(f"/run/netns/{name}").st_ino)
+        except OSError:
+            pass
+    root_ns = os.stat("/proc/self/ns/net").st_ino
+    out = subprocess.run(["ps", "-eo", "pid=,ppid=,comm="], capture_output=True, text=True).stdout
+    rows = [l.split(None, 2) for l in out.splitlines() if l.strip()]
+    parent = {int(pid): int(ppid) for pid, ppid, _ in rows}
+    pids = set()
+    for pid, _, comm in rows:
+        if comm.strip() not in OUR_PROCESSES:
+            continue
+        try:
+            ns = os.stat(f"/proc/{pid}/ns/net").st_ino
+        except OSError:
+            continue
+        if ns in foreign or (ns == root_ns and not _descends_from_us(int(pid), parent)):
+            continue
+        pids.add(int(pid))
+    return pids
+
+
+def _descends_from_us(pid: int, parent: dict[int, int]) -> bool:
+    me = os.getpid()
+    while pid > 1:
+        if pid == me:
+            return True
+        pid = parent.get(pid, 1)
+    return False
+
+
+requires_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root for network namespaces")
+
+
+@pytest.fixture
+def state_dir(tmp_path, monkeypatch):
+    d = tmp_path / "state"
+    monkeypatch.setenv("OFFLAB_STATE_DIR", str(d))
+    return d
+
+
+@pytest.fixture
+def lab_name():
+    """A lab name unique to this test run, so parallel sessions never collide."""
+    return f"t{os.getpid() % 10000}{next(_counter)}"[:10]
+
+
+@pytest.fixture
+def clean_machine(state_dir):
+    """Assert that the test left no namespace, root link or process of ours behind."""
+    before_ns, before_links, before_procs = netns_names(), root_links(), our_processes()
+    yield
+    left_ns = {n for n in netns_names() - before_ns if n.startswith("ol-")}
+    left_links = root_links() - before_links
+    left_procs = our_processes(exclude_netns=netns_names() - {n for n in left_ns}) - before_procs
+    if (state_dir / "labs").exists():
+        from offlab import lab
+
+        lab.down_all()
+    assert not left_ns, f"namespaces left behind: {left_ns}"
+    assert not left_links, f"links left behind: {left_links}"
+    assert not left_procs, f"processes left behind: {left_procs}"
+
+
+def offlab_cli(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    """Run the real `offlab` command (this checkout) as a person would."""
+    return subprocess.run(
+        [sys.executable, "-m", "offlab", *args], capture_output=True, text=True, timeout=timeout,
+        cwd=REPO, env={**os.environ, **(env or {})},
+    )
