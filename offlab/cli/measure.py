@@ -1,0 +1,112 @@
+"""`offlab measure`: one measured run in an existing lab, with every probe."""
+
+from __future__ import annotations
+
+import json
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from offlab.errors import BadInput
+from offlab.lab import LabState
+from offlab.measure import CaptureRequest, Sample, measure
+from offlab.traffic import Workload
+
+out = Console()
+
+
+def register(app: typer.Typer) -> None:
+    app.command("measure")(measure_cmd)
+
+
+def measure_cmd(
+    lab: str = typer.Argument(..., help="An existing lab (offlab lab list)."),
+    tool: str = typer.Option("iperf3", "--tool", help="iperf3 | engine"),
+    proto: str = typer.Option("tcp", "--proto", help="tcp | udp (engine: udp only)"),
+    size: Optional[int] = typer.Option(None, "--size", help="UDP payload per datagram / TCP write length, bytes."),
+    gso: bool = typer.Option(False, "--gso", help="engine: UDP_SEGMENT on the sender."),
+    gro: bool = typer.Option(False, "--gro", help="engine: UDP_GRO on the receiver."),
+    batch: Optional[int] = typer.Option(None, "--batch", help="engine: sendmmsg/recvmmsg batch."),
+    rate: Optional[str] = typer.Option(None, "--rate", help="100kpps, 1Mpps, 500M, 1G (bit/s); default: as fast as possible."),
+    streams: int = typer.Option(1, "--streams", help="iperf3 parallel streams."),
+    duration: float = typer.Option(2.0, "--duration", help="Seconds measured (after warm-up)."),
+    warmup: float = typer.Option(0.5, "--warmup", help="Seconds of traffic before the window opens."),
+    ipv6: bool = typer.Option(False, "--ipv6", help="Use the lab's IPv6 addresses."),
+    capture: Optional[str] = typer.Option(None, "--capture", help="HOST[:IFACE] to capture on (IFACE may be to-<host>)."),
+    frames: int = typer.Option(2000, "--frames", help="Frames to capture."),
+    as_json: bool = typer.Option(False, "--json", help="Print the sample as JSON."),
+) -> None:
+    """Run one measurement in a lab: throughput, pps, loss, CPU per side, service demand, wire proof."""
+    state = LabState.load(lab)
+    w = Workload(tool=tool, protocol=proto, size=size, gso=gso, gro=gro, batch=batch, rate=rate,
+                 streams=streams, duration=duration, warmup=warmup, ipv6=ipv6)
+    if ipv6 and not state.ipv6:
+        raise BadInput(f"lab {lab} has no IPv6 addresses: rebuild it with `offlab lab up ... --ipv6`")
+    cap = None
+    if capture:
+        role, _, iface = capture.partition(":")
+        cap = CaptureRequest(role, iface or None, frames)
+        state.resolve_iface(role, iface or None)  # fail before any traffic
+    sample = measure(state, w, cap)
+    if as_json:
+        typer.echo(json.dumps(sample.to_dict(), indent=2, default=str))
+    else:
+        print_sample(sample)
+
+
+def _si(v: float | None, unit: str) -> str:
+    if v is None:
+        return "-"
+    for div, prefix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(v) >= div:
+            return f"{v / div:.2f} {prefix}{unit}"
+    return f"{v:.0f} {unit}"
+
+
+def print_sample(s: Sample) -> None:
+    t, p, w = s.traffic, s.probes, s.workload
+    what = f"{w['tool']} {w['protocol']}" + (f" {w['size']} B" if w["size"] else "") + \
+        (" gso" if w["gso"] else "") + (" gro" if w["gro"] else "")
+    out.print(f"[bold]{s.lab}[/bold] ({s.topology}) {what}: window {p['window_s']:.2f} s after "
+              f"{w['warmup']:g} s warm-up")
+    out.print(f"  throughput  {_si(t['throughput_bps'], 'bit/s')} received"
+              + (f"   (sent {_si(t['sent_bps'], 'bit/s')})" if t.get("sent_bps") else ""))
+    if t.get("pps") is not None:
+        out.print(f"  datagrams   {_si(t['pps'], 'pps')} received, {t['datagrams_received']} of "
+                  f"{t['datagrams_sent']} sent, loss {100 * (t['loss'] or 0):.3f} %"
+                  + (f", jitter {t['jitter_us']:.1f} µs" if t.get("jitter_us") is not None else ""))
+    if t.get("retransmits") is not None:
+        out.print(f"  retransmits {t['retransmits']}")
+    if t.get("errors"):
+        out.print(f"  send errors {t['errors']}")
+    sd = s.service_demand_us_per_kib
+    cpu = Table("side", "cpu", "usr %", "sys %", "softirq %", "irq %", "busy %", "µs/KiB", box=None)
+    for side in ("client", "server"):
+        c = p["cpu"].get(side)
+        if c:
+            cpu.add_row(side, c["cpu"], f"{c['user']:.1f}", f"{c['system']:.1f}", f"{c['softirq']:.1f}",
+                        f"{c['irq']:.1f}", f"{c['busy']:.1f}", f"{sd.get(side) or 0:.3f}")
+    out.print(cpu)
+    procs = ", ".join(f"{x['comm']}{'(' + x['role'] + ')' if x['role'] else ''} {x['cpu_pct']:.0f}%"
+                      for x in p["processes"][:6])
+    out.print(f"  processes   {procs}")
+    ifs = Table("interface", "rx pkts", "rx avg B", "tx pkts", "tx avg B", "drops", box=None)
+    for name, d in p["interfaces"].items():
+        ifs.add_row(name, str(d["rx_packets"]), f"{d['rx_avg_bytes'] or 0:.0f}", str(d["tx_packets"]),
+                    f"{d['tx_avg_bytes'] or 0:.0f}", str(d["rx_dropped"] + d["tx_dropped"]))
+    out.print(ifs)
+    for role, snmp in p["snmp"].items():
+        udp = snmp.get("Udp", {})
+        if udp.get("RcvbufErrors"):
+            out.print(f"  {role}: Udp RcvbufErrors +{udp['RcvbufErrors']} (receive buffer overflow explains loss)")
+    squeeze = sum(v["time_squeeze"] for v in p["softnet"].values())
+    dropped = sum(v["dropped"] for v in p["softnet"].values())
+    if squeeze or dropped:
+        out.print(f"  softnet     time_squeeze +{squeeze}, dropped +{dropped}")
+    if s.capture:
+        c = s.capture
+        out.print(f"  wire        {c['host']}:{c['iface']} {c['frames']} frames: {c['verdict']}")
+    for note in s.notes:
+        out.print(f"  [dim]note: {note}[/dim]")

@@ -1,0 +1,197 @@
+"""Proof on the wire: capture N frames with tcpdump, then say what crossed the interface.
+
+The summary answers the questions of seeds 000 and 004: how large were the frames
+(histogram, largest vs MTU + 14), were datagrams IP-fragmented (and into how many
+pieces), and what UDP/TCP payload sizes travelled.
+"""
+
+from __future__ import annotations
+
+import collections
+import struct
+import subprocess
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import dpkt
+
+from offlab.errors import EnvironmentProblem
+from offlab.hosts import Host, require_tool
+from offlab.names import check_ifname
+
+ETH_HLEN = 14
+HIST_EDGES = (64, 128, 256, 512, 1024, 1514, 1518, 2048, 4096, 8192, 9014, 9018, 16384, 32768, 65536, 1 << 20)
+
+
+def read_pcap(path: str | Path) -> tuple[int, list[tuple[int, bytes]]]:
+    """(linktype, [(original length, captured bytes)]) from a classic pcap file.
+
+    dpkt's reader yields only the captured bytes; the original length is what a
+    frame-size proof needs when the snap length cuts the payload.
+    """
+    data = Path(path).read_bytes()
+    if len(data) < 24:
+        return 1, []
+    magic = data[:4]
+    if magic in (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1"):
+        endian = "<"
+    elif magic in (b"\xa1\xb2\xc3\xd4", b"\xa1\xb2\x3c\x4d"):
+        endian = ">"
+    else:
+        raise ValueError(f"{path}: not a pcap file")
+    linktype = struct.unpack(endian + "I", data[20:24])[0]
+    frames, off = [], 24
+    while off + 16 <= len(data):
+        _, _, incl, orig = struct.unpack(endian + "IIII", data[off : off + 16])
+        off += 16
+        frames.append((orig, data[off : off + incl]))
+        off += incl
+    return linktype, frames
+
+
+@dataclass
+class CaptureSummary:
+    host: str
+    iface: str
+    mtu: int
+    frames: int = 0
+    largest_frame: int = 0
+    over_mtu_frames: int = 0  # frames longer than MTU + 14: GSO/GRO super-packets on a veth
+    ip_fragments: int = 0
+    fragmented_datagrams: int = 0
+    fragments_per_datagram: int | None = None  # the most common count
+    histogram: list[tuple[str, int]] = field(default_factory=list)
+    udp_payload_sizes: dict[int, int] = field(default_factory=dict)
+    tcp_payload_sizes: dict[int, int] = field(default_factory=dict)
+    kernel_dropped: int | None = None
+    verdict: str = ""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def summarize(frames: list[tuple[int, bytes]], *, host: str, iface: str, mtu: int,
+              linktype: int = 1) -> CaptureSummary:
+    s = CaptureSummary(host=host, iface=iface, mtu=mtu, frames=len(frames))
+    sizes = collections.Counter()
+    frag_groups: dict[tuple, int] = collections.Counter()
+    udp, tcp = collections.Counter(), collections.Counter()
+    for orig, buf in frames:
+        sizes[orig] += 1
+        ip = _ip_layer(buf, linktype)
+        if ip is None:
+            continue
+        if isinstance(ip, dpkt.ip.IP):
+            mf, offset = bool(ip.mf), ip.offset
+            if mf or offset:
+                s.ip_fragments += 1
+                frag_groups[(ip.src, ip.dst, ip.id, ip.p)] += 1
+                if offset:
+                    continue  # later fragments carry no transport header
+            payload_len = ip.len - ip.hl * 4
+        else:
+            payload_len = ip.plen
+            if ip.nxt == 44 or 44 in getattr(ip, "extension_hdrs", {}):
+                s.ip_fragments += 1
+        l4 = ip.data
+        if isinstance(l4, dpkt.udp.UDP):
+            udp[l4.ulen - 8] += 1
+        elif isinstance(l4, dpkt.tcp.TCP):
+            n = payload_len - l4.off * 4
+            if n > 0:
+                tcp[n] += 1
+    s.largest_frame = max(sizes) if sizes else 0
+    s.over_mtu_frames = sum(n for size, n in sizes.items() if size > mtu + ETH_HLEN)
+    s.histogram = _histogram(sizes)
+    s.fragmented_datagrams = len(frag_groups)
+    if frag_groups:
+        s.fragments_per_datagram = collections.Counter(frag_groups.values()).most_common(1)[0][0]
+    s.udp_payload_sizes = dict(udp.most_common(8))
+    s.tcp_payload_sizes = dict(tcp.most_common(8))
+    s.verdict = verdict(s)
+    return s
+
+
+def _ip_layer(buf: bytes, linktype: int):
+    try:
+        if linktype == 1:  # Ethernet
+            eth = dpkt.ethernet.Ethernet(buf)
+            ip = eth.data
+        elif linktype in (101, 12):  # raw IP
+            ip = dpkt.ip.IP(buf) if buf and buf[0] >> 4 == 4 else dpkt.ip6.IP6(buf)
+        else:
+            return None
+    except (dpkt.UnpackError, IndexError, ValueError):
+        return None
+    return ip if isinstance(ip, (dpkt.ip.IP, dpkt.ip6.IP6)) else None
+
+
+def _histogram(sizes: collections.Counter) -> list[tuple[str, int]]:
+    bins, lo = [], 0
+    for edge in HIST_EDGES:
+        n = sum(c for size, c in sizes.items() if lo < size <= edge)
+        if n:
+            bins.append((f"{lo + 1}-{edge}", n))
+        lo = edge
+    return bins
+
+
+def verdict(s: CaptureSummary) -> str:
+    """One sentence a person can paste into a bug report."""
+    if not s.frames:
+        return f"no frames captured on {s.host}:{s.iface}"
+    limit = s.mtu + ETH_HLEN
+    parts = []
+    if s.fragmented_datagrams:
+        top_udp = max(s.udp_payload_sizes, default=None)
+        what = f"{top_udp}-byte datagrams" if top_udp else "datagrams"
+        parts.append(f"{what} left as {s.fragments_per_datagram} IP fragments each "
+                     f"({s.ip_fragments} fragments of {s.fragmented_datagrams} datagrams)")
+    else:
+        parts.append("no IP fragments")
+    if s.over_mtu_frames:
+        parts.append(f"{s.over_mtu_frames} of {s.frames} frames larger than MTU + 14 = {limit} bytes "
+                     f"(largest {s.largest_frame}): GSO/GRO super-packets crossed {s.iface} unsegmented")
+    else:
+        parts.append(f"every frame ≤ {limit} bytes (largest {s.largest_frame})")
+    return ", ".join(parts)
+
+
+class Capture:
+    """tcpdump on one lab interface for at most `frames` frames, stopped by us."""
+
+    def __init__(self, host: Host, iface: str, pcap: Path, *, frames: int = 2000, snaplen: int = 256) -> None:
+        require_tool("tcpdump")
+        self.host, self.iface, self.pcap = host, check_ifname(iface), pcap
+        # -Z root: tcpdump would otherwise drop to its own user and fail to write our file.
+        argv = ["tcpdump", "-i", iface, "-nn", "-s", str(snaplen), "-c", str(frames), "-U",
+                "-Z", "root", "-w", str(pcap)]
+        self.proc = host.spawn(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+    def wait_ready(self, timeout: float = 3.0) -> None:
+        """tcpdump says 'listening on' once the socket is open; frames before that are missed."""
+        import select
+
+        line = ""
+        if select.select([self.proc.stderr], [], [], timeout)[0]:
+            line = self.proc.stderr.readline()
+        if "listening on" not in line:
+            self.stop()
+            raise EnvironmentProblem(f"tcpdump on {self.host.name}:{self.iface} did not start: {line.strip()}")
+
+    def stop(self) -> int | None:
+        """Stop tcpdump; return the kernel's dropped-frame count it reports."""
+        from offlab.traffic.procs import stop as stop_proc
+
+        if self.proc.poll() is None:
+            self.proc.send_signal(2)
+        try:
+            self.proc.wait(timeout=3)
+        except subprocess.TimeoutExpired:
+            pass
+        err = self.proc.stderr.read() if self.proc.stderr else ""
+        stop_proc(self.proc)
+        for line in err.splitlines():
+            if "dropped by kernel" in line:
+                return int(line.split()[0])
+        return None

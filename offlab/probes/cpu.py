@@ -1,0 +1,84 @@
+"""CPU during the traffic window: per-CPU /proc/stat deltas and per-process /proc/PID/stat."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+# /proc/stat cpuN columns (man 5 proc), in USER_HZ ticks.
+STAT_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal", "guest", "guest_nice")
+
+
+def parse_proc_stat(text: str) -> dict[str, dict[str, int]]:
+    """{"cpu0": {"user": .., ...}, ...} — only the per-CPU lines, not the "cpu" total."""
+    cpus = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if parts and parts[0].startswith("cpu") and parts[0] != "cpu":
+            cpus[parts[0]] = dict(zip(STAT_FIELDS, (int(x) for x in parts[1:])))
+    return cpus
+
+
+def cpu_split(before: dict[str, int], after: dict[str, int]) -> dict[str, float]:
+    """Percent of one CPU's time in user/system/softirq/irq/idle over the window."""
+    d = {k: after.get(k, 0) - before.get(k, 0) for k in STAT_FIELDS}
+    # guest time is already counted in user; keep the buckets disjoint.
+    total = sum(d[k] for k in STAT_FIELDS if k not in ("guest", "guest_nice"))
+    if total <= 0:
+        return {k: 0.0 for k in ("user", "system", "softirq", "irq", "idle", "busy")}
+    pct = lambda *ks: 100.0 * sum(d[k] for k in ks) / total  # noqa: E731
+    split = {
+        "user": pct("user", "nice"),
+        "system": pct("system"),
+        "softirq": pct("softirq"),
+        "irq": pct("irq"),
+        "idle": pct("idle", "iowait"),
+    }
+    split["busy"] = 100.0 - split["idle"]
+    return split
+
+
+def parse_pid_stat(text: str) -> tuple[str, int, int]:
+    """(comm, utime, stime) in ticks from /proc/PID/stat; comm may contain spaces and parens."""
+    lpar, rpar = text.index("("), text.rindex(")")
+    comm = text[lpar + 1 : rpar]
+    rest = text[rpar + 2 :].split()
+    # fields after comm start at field 3 (state); utime is field 14, stime field 15.
+    return comm, int(rest[11]), int(rest[12])
+
+
+def process_ticks(pid: int) -> tuple[str, int] | None:
+    """(comm, utime+stime) of pid and all its threads (the process total), or None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            comm, ut, st = parse_pid_stat(f.read())
+    except (OSError, ValueError):
+        return None
+    return comm, ut + st
+
+
+def kernel_threads(prefixes: tuple[str, ...]) -> dict[int, str]:
+    """pid → comm for threads such as ksoftirqd/N or ovs-vswitchd, found by name."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/comm") as f:
+                comm = f.read().strip()
+        except OSError:
+            continue
+        if comm.startswith(prefixes):
+            found[int(entry)] = comm
+    return found
+
+
+@dataclass
+class CpuSnapshot:
+    t: float
+    cpus: dict[str, dict[str, int]]
+    procs: dict[int, tuple[str, int]]
+
+
+def ticks_per_second() -> int:
+    return os.sysconf("SC_CLK_TCK")

@@ -1,0 +1,117 @@
+"""offlab-engine driver: `rx` in the server host, `tx` in the client host, loss from sequence numbers."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from offlab.errors import ToolMissing
+from offlab.hosts import Host, which
+from offlab.traffic import TrafficResult, Workload
+from offlab.traffic.iperf3 import TrafficFailed
+from offlab.traffic.procs import pinned, stop
+
+ENGINE = "offlab-engine"
+
+
+def engine_path() -> str:
+    """The engine next to this Python (the virtualenv), on PATH, or built in the checkout."""
+    candidates = [
+        Path(sys.executable).parent / ENGINE,
+        Path(which(ENGINE) or "/nonexistent"),
+        Path(__file__).resolve().parents[2] / "engine" / "target" / "release" / ENGINE,
+    ]
+    for path in candidates:
+        if path.is_file() and os.access(path, os.X_OK):
+            return str(path)
+    raise ToolMissing(ENGINE, None) from None
+
+
+def rx_argv(w: Workload, bind: str, port: int, ready: str, run_id: int) -> list[str]:
+    argv = [engine_path(), "rx", "--bind", bind, "--port", str(port), "--ready-file", ready,
+            "--run-id", str(run_id), "--duration", f"{w.warmup + w.duration + 5:g}", "--idle-timeout", "1"]
+    if w.gro:
+        argv.append("--gro")
+    if w.batch:
+        argv += ["--batch", str(w.batch)]
+    if w.rcvbuf:
+        argv += ["--rcvbuf", str(w.rcvbuf)]
+    return argv
+
+
+def tx_argv(w: Workload, dest: str, port: int, run_id: int) -> list[str]:
+    argv = [engine_path(), "tx", "--dest", dest, "--port", str(port), "--size", str(w.size or 1472),
+            "--duration", f"{w.warmup + w.duration:g}", "--run-id", str(run_id)]
+    if w.gso:
+        argv.append("--gso")
+    if w.batch:
+        argv += ["--batch", str(w.batch)]
+    if w.rate:
+        argv += ["--rate", w.rate]
+    if w.sndbuf:
+        argv += ["--sndbuf", str(w.sndbuf)]
+    return argv
+
+
+def parse(rx: dict, tx: dict, w: Workload) -> TrafficResult:
+    """Both sides' JSON → TrafficResult; loss is exact: what tx sent minus what rx got."""
+    sent = int(tx.get("datagrams", 0))
+    got = int(rx.get("unique_datagrams", rx.get("datagrams", 0)))
+    return TrafficResult(
+        tool="engine",
+        protocol="udp",
+        throughput_bps=float(rx.get("goodput_bps") or 0.0),
+        sent_bps=float(tx.get("bps") or 0.0),
+        pps=rx.get("pps"),
+        datagrams_sent=sent,
+        datagrams_received=got,
+        loss=(sent - got) / sent if sent else None,
+        duplicates=rx.get("duplicates"),
+        reordered=rx.get("reordered"),
+        jitter_us=rx.get("jitter_us"),
+        latency_us=rx.get("latency_us"),
+        window_s=rx.get("window_s"),
+        errors=dict(tx.get("errors") or {}),
+        raw={"rx": rx, "tx": tx},
+    )
+
+
+def run(client: Host, server: Host, server_addr: str, w: Workload, *, on_started=None) -> TrafficResult:
+    port = random.randint(20000, 60000)
+    run_id = random.randint(1, 2**32 - 1)
+    with tempfile.TemporaryDirectory(prefix="offlab-engine-") as tmp:
+        ready = os.path.join(tmp, "ready")
+        bind = server_addr
+        rx = server.spawn(pinned(rx_argv(w, bind, port, ready, run_id), w.server_cpu),
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        tx = None
+        try:
+            deadline = time.monotonic() + 5
+            while not os.path.exists(ready):
+                if rx.poll() is not None or time.monotonic() > deadline:
+                    err = rx.stderr.read().strip() if rx.poll() is not None else "not ready after 5 s"
+                    raise TrafficFailed(f"offlab-engine rx on {server.name} did not start: {err}")
+                time.sleep(0.01)
+            tx = client.spawn(pinned(tx_argv(w, server_addr, port, run_id), w.client_cpu),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            if on_started:
+                on_started(tx.pid, rx.pid)
+            tx_out, tx_err = tx.communicate(timeout=w.warmup + w.duration + 30)
+            if tx.returncode != 0:
+                raise TrafficFailed(f"offlab-engine tx: {tx_err.strip() or 'exit ' + str(tx.returncode)}")
+            rx_out, rx_err = rx.communicate(timeout=15)
+            if rx.returncode != 0:
+                raise TrafficFailed(f"offlab-engine rx: {rx_err.strip() or 'exit ' + str(rx.returncode)}")
+            result = parse(json.loads(rx_out), json.loads(tx_out), w)
+            result.client_pid, result.server_pid = tx.pid, rx.pid
+            return result
+        finally:
+            if tx is not None:
+                stop(tx)
+            stop(rx)

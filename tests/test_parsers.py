@@ -1,0 +1,127 @@
+"""Parsers and derived metrics on real captured outputs (tests/fixtures) and hand-checkable numbers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from offlab.probes import counters, cpu, parse_net_dev, service_demand
+from offlab.probes.capture import read_pcap, summarize
+from offlab.traffic import Workload
+from offlab.traffic import iperf3
+from offlab.errors import BadInput
+
+FIX = Path(__file__).parent / "fixtures"
+
+
+def load(name: str) -> dict:
+    return json.loads((FIX / "iperf3" / name).read_text())
+
+
+def test_iperf3_udp_reads_the_receivers_bytes_and_loss():
+    r = iperf3.parse(load("udp_client_server_output.json"), Workload(protocol="udp", size=1472))
+    assert r.throughput_bps == pytest.approx(4106564638.92, rel=1e-9)  # sum_received, not sum_sent
+    assert r.datagrams_received == 360522 - 11766
+    assert r.loss == pytest.approx(11766 / 360522)
+    assert r.jitter_us == pytest.approx(4.1758, rel=1e-3)
+    assert r.pps == pytest.approx((360522 - 11766) / 1.000094)
+
+
+def test_iperf3_tcp_reads_retransmits_and_received_rate():
+    r = iperf3.parse(load("tcp_client.json"), Workload(protocol="tcp"))
+    assert r.retransmits == 3039
+    assert r.throughput_bps == pytest.approx(10825355368.5, rel=1e-9)
+    assert r.loss is None
+
+
+def test_iperf3_error_becomes_a_clear_failure():
+    with pytest.raises(iperf3.TrafficFailed, match="Connection refused"):
+        iperf3.parse(load("connection_refused.json"), Workload())
+
+
+def test_iperf3_argv_carries_warmup_rate_length_streams():
+    argv = iperf3.client_argv(Workload(protocol="udp", size=1472, rate="1G", streams=2, warmup=1, duration=2),
+                              "10.200.1.2", 5201)
+    assert argv[:5] == ["iperf3", "-c", "10.200.1.2", "-p", "5201"]
+    assert ["-t", "3"] == argv[argv.index("-t"):argv.index("-t") + 2]
+    assert ["-O", "1"] == argv[argv.index("-O"):argv.index("-O") + 2]
+    assert "-u" in argv and argv[argv.index("-b") + 1] == "1G" and argv[argv.index("-l") + 1] == "1472"
+    assert argv[argv.index("-P") + 1] == "2"
+
+
+def test_proc_stat_split_of_one_cpu():
+    before = {"user": 100, "nice": 0, "system": 200, "idle": 600, "iowait": 0, "irq": 0, "softirq": 100,
+              "steal": 0, "guest": 0, "guest_nice": 0}
+    after = dict(before, user=110, system=240, idle=630, softirq=120)  # +10 +40 +30 +20 = 100 ticks
+    split = cpu.cpu_split(before, after)
+    assert split == {"user": 10.0, "system": 40.0, "softirq": 20.0, "irq": 0.0, "idle": 30.0, "busy": 70.0}
+
+
+def test_proc_stat_fixture_has_every_cpu():
+    cpus = cpu.parse_proc_stat((FIX / "proc" / "stat").read_text())
+    assert set(cpus) == {"cpu0", "cpu1"}
+    assert all(c["idle"] > 0 for c in cpus.values())
+
+
+def test_pid_stat_with_spaces_and_parens_in_comm():
+    text = "1234 (my (odd) proc) S 1 1234 1234 0 -1 4194560 100 0 0 0 250 75 0 0 20 0 1 0 5 0 0"
+    assert cpu.parse_pid_stat(text) == ("my (odd) proc", 250, 75)
+
+
+def test_snmp_fixture_keeps_the_counters_that_explain_loss():
+    snmp = counters.parse_snmp((FIX / "proc" / "snmp_server").read_text())
+    assert {"InDatagrams", "RcvbufErrors"} <= set(snmp["Udp"])
+    assert snmp["Udp"]["InDatagrams"] > 0
+    assert "RetransSegs" in snmp["Tcp"] and "ReasmOKs" in snmp["Ip"]
+    assert snmp["Ip"]["ReasmOKs"] > 0  # the 65507-byte datagrams were reassembled on the server
+
+
+def test_softnet_fixture_per_cpu():
+    soft = counters.parse_softnet((FIX / "proc" / "softnet_stat").read_text())
+    assert set(soft) == {0, 1}
+    assert all(set(v) == {"processed", "dropped", "time_squeeze"} for v in soft.values())
+
+
+def test_net_dev_fixture_and_average_packet_size():
+    dev = parse_net_dev((FIX / "proc" / "net_dev_server").read_text())
+    assert "lo" in dev and any(name.startswith("olfx") for name in dev)
+    d = {"rx_bytes": 6_400_000, "rx_packets": 100, "tx_bytes": 0, "tx_packets": 0}
+    assert counters.average_sizes(d) == {"rx_avg_bytes": 64000.0, "tx_avg_bytes": None}
+
+
+def test_service_demand_is_cpu_microseconds_per_kib():
+    # 50 % of one CPU for 2 s = 1e6 µs; 1e6 µs over 10 000 KiB = 100 µs/KiB.
+    assert service_demand(50.0, 2.0, 10_000) == pytest.approx(100.0)
+    assert service_demand(50.0, 2.0, 0) is None
+
+
+def test_capture_of_65507_byte_datagrams_at_mtu_1500_counts_45_fragments_each():
+    linktype, frames = read_pcap(FIX / "pcap" / "udp_1500.pcap")
+    s = summarize(frames, host="server", iface="olfx1", mtu=1500, linktype=linktype)
+    assert s.fragments_per_datagram == 45  # 65515 bytes of IP payload / 1480 per fragment → 45
+    assert s.largest_frame == 1514 and s.over_mtu_frames == 0
+    assert s.udp_payload_sizes == {65507: s.fragmented_datagrams} or 65507 in s.udp_payload_sizes
+    assert "45 IP fragments each" in s.verdict
+
+
+def test_capture_of_8972_byte_datagrams_at_mtu_9000_has_no_fragments():
+    linktype, frames = read_pcap(FIX / "pcap" / "udp_9000.pcap")
+    s = summarize(frames, host="server", iface="olfx1", mtu=9000, linktype=linktype)
+    assert s.ip_fragments == 0 and s.largest_frame == 9014
+    assert set(s.udp_payload_sizes) == {8972}
+    assert s.verdict.startswith("no IP fragments, every frame ≤ 9014 bytes")
+
+
+@pytest.mark.parametrize("kwargs, needle", [
+    (dict(protocol="udp", size=65508), "1..65507"),
+    (dict(protocol="udp", size=65528, ipv6=True), "1..65527"),
+    (dict(tool="engine", protocol="tcp"), "UDP only"),
+    (dict(tool="iperf3", protocol="udp", gso=True), "need --tool engine"),
+    (dict(duration=0), "--duration"),
+    (dict(tool="ncat"), "choose iperf3 or engine"),
+])
+def test_workload_bad_input_names_the_option(kwargs, needle):
+    with pytest.raises(BadInput, match=needle.replace("(", r"\(")):
+        Workload(**kwargs).check()
