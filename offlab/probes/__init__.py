@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from offlab.probes import counters, cpu
 
-WATCHED_THREADS = ("ksoftirqd/", "ovs-vswitchd", "vhost-")
+WATCHED_THREADS = ("ksoftirqd/", "vhost-")
 
 
 def parse_net_dev(text: str) -> dict[str, dict[str, int]]:
@@ -74,9 +74,9 @@ class ProbeSession:
             netdev[role] = parse_net_dev(_read(f"/proc/{anchor.pid}/net/dev"))
             if role in ("client", "server", "router"):
                 snmp[role] = counters.parse_snmp(_read(f"/proc/{anchor.pid}/net/snmp"))
-        watched = dict(self.pids.items())
         procs = {}
-        for pid in {*watched.values(), *cpu.kernel_threads(WATCHED_THREADS)}:
+        lab_daemons = {d.pid for d in self.lab.daemons}  # e.g. this lab's ovs-vswitchd, not another's
+        for pid in {*self.pids.values(), *lab_daemons, *cpu.kernel_threads(WATCHED_THREADS)}:
             ticks = cpu.process_ticks(pid)
             if ticks:
                 procs[pid] = ticks

@@ -7,6 +7,7 @@ they count and which side measured them.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Literal
 
@@ -56,6 +57,10 @@ class Workload:
             raise BadInput(f"--warmup {self.warmup}: 0 ≤ seconds < 600")
         if not 1 <= self.streams <= 128:
             raise BadInput(f"--streams {self.streams}: 1..128")
+        if self.tool == "iperf3":
+            # iperf3 3.12 reads -t and -O as whole seconds (1.3 becomes 1); round up, and say so
+            # by keeping the effective values in the workload that is recorded.
+            self.duration, self.warmup = float(math.ceil(self.duration)), float(math.ceil(self.warmup))
         return self
 
     def to_dict(self) -> dict:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import random
 import subprocess
 
@@ -17,9 +18,10 @@ class TrafficFailed(EnvironmentProblem):
 
 
 def client_argv(w: Workload, server: str, port: int) -> list[str]:
-    argv = ["iperf3", "-c", server, "-p", str(port), "-J", "-t", f"{w.duration + w.warmup:g}"]
+    # -O adds its seconds before the -t seconds; iperf3 omits them from every figure.
+    argv = ["iperf3", "-c", server, "-p", str(port), "-J", "-t", str(math.ceil(w.duration))]
     if w.warmup:
-        argv += ["-O", f"{w.warmup:g}"]
+        argv += ["-O", str(math.ceil(w.warmup))]
     if w.protocol == "udp":
         argv += ["-u", "-b", w.rate or "0"]
     elif w.rate:

@@ -1,0 +1,361 @@
+"""Where doctor checks read from: the live host (or a namespace), an offlab capture, a sosreport.
+
+A check reads only through a `Source`: `read(path)`, `exists(path)`, `listdir(path)`,
+`command(name, argv)` and `sample(path, seconds)`. The live source reads files and
+runs commands through `hosts`; a captured tree answers the same calls from files
+written earlier, so a check cannot tell the two apart. `Recorder` wraps a live
+source and keeps every answer, which is how `doctor --capture` writes a tree that
+holds exactly what the checks read and nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from offlab.errors import BadInput, CommandTimeout, EnvironmentProblem, ToolMissing
+from offlab.hosts import Host, LocalHost, NetnsHost, is_root
+
+MANIFEST = "offlab-capture.json"
+CAPTURE_FORMAT = "offlab-capture/1"
+COMMAND_TIMEOUT = 15.0
+
+# Paths the kernel shows per network namespace; everything else (CPUs, modules,
+# PCI devices, the NAPI sysctls that exist only in the initial namespace) is the
+# same from any namespace and is read directly.
+_NETNS_PREFIXES = ("/proc/sys/net/", "/proc/net/", "/sys/class/net/", "/sys/devices/virtual/net/")
+_GLOBAL_NET = frozenset({
+    "/proc/sys/net/core/netdev_budget",
+    "/proc/sys/net/core/netdev_budget_usecs",
+    "/proc/sys/net/core/netdev_max_backlog",
+    "/proc/sys/net/core/dev_weight",
+    "/proc/net/softnet_stat",
+})
+
+
+@dataclass(frozen=True)
+class Output:
+    """A command's result as a check sees it, live or stored."""
+
+    stdout: str
+    rc: int = 0
+    stderr: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.rc == 0
+
+
+class Denied(Exception):
+    """The path exists but this user may not read it (live, not root)."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        self.path = path
+
+
+def command_name(argv: Sequence[str]) -> str:
+    """The file name sosreport gives a command's output (`ethtool -k eth0` → `ethtool_-k_eth0`)."""
+    name = " ".join(argv)
+    name = re.sub(r"^/(usr/|)(bin|sbin)/", "", name)
+    name = re.sub(r"[^\w\-./]+", "_", name)
+    return name.replace("/", ".").strip(" ._-")
+
+
+class Source:
+    """The interface every check reads through."""
+
+    kind = "live"  # live | capture | sosreport
+    label = "local"
+
+    def read(self, path: str) -> str | None:
+        """File content, None if absent; raises Denied if present but unreadable."""
+        raise NotImplementedError
+
+    def exists(self, path: str) -> bool:
+        raise NotImplementedError
+
+    def listdir(self, path: str) -> list[str]:
+        """Sorted entries of a directory, [] if absent."""
+        raise NotImplementedError
+
+    def command(self, name: str, argv: Sequence[str]) -> Output | None:
+        """A command's output; None if the tool is missing (live) or was not captured."""
+        raise NotImplementedError
+
+    def sample(self, path: str, seconds: float) -> list[tuple[float, str]]:
+        """Snapshots of a counter file with their times in seconds; one if only one exists."""
+        raise NotImplementedError
+
+    @property
+    def privileged(self) -> bool:
+        """Whether this source sees what root sees (a capture is judged by what it holds)."""
+        return True
+
+
+class LiveSource(Source):
+    """This machine, or one network namespace on it."""
+
+    kind = "live"
+
+    def __init__(self, host: Host | None = None) -> None:
+        self.host = host or LocalHost()
+        self.netns = self.host.netns if isinstance(self.host, NetnsHost) else None
+        self.label = self.netns or "local"
+
+    @property
+    def privileged(self) -> bool:
+        return is_root()
+
+    def _in_netns(self, path: str) -> bool:
+        return bool(self.netns) and path.startswith(_NETNS_PREFIXES) and path not in _GLOBAL_NET
+
+    def read(self, path: str) -> str | None:
+        if self._in_netns(path):
+            res = self.host.run(["cat", path], check=False, timeout=COMMAND_TIMEOUT)
+            if res.ok:
+                return res.stdout
+            if "Permission denied" in res.stderr:
+                raise Denied(path)
+            return None
+        try:
+            return Path(path).read_text(errors="replace")
+        except PermissionError:
+            raise Denied(path) from None
+        except OSError:  # absent, a directory, or a sysfs attribute the driver refuses
+            return None
+
+    def exists(self, path: str) -> bool:
+        if self._in_netns(path):
+            return self.host.exists(path)
+        return os.path.exists(path)
+
+    def listdir(self, path: str) -> list[str]:
+        if self._in_netns(path):
+            res = self.host.run(["ls", "-1", "-A", path], check=False, timeout=COMMAND_TIMEOUT)
+            return sorted(res.stdout.split()) if res.ok else []
+        try:
+            return sorted(os.listdir(path))
+        except OSError:
+            return []
+
+    def command(self, name: str, argv: Sequence[str]) -> Output | None:
+        try:
+            res = self.host.run(list(argv), check=False, timeout=COMMAND_TIMEOUT)
+        except ToolMissing:
+            return None
+        except CommandTimeout:
+            return Output("", 124, f"timed out after {COMMAND_TIMEOUT:g} s")
+        return Output(res.stdout, res.rc, res.stderr)
+
+    def sample(self, path: str, seconds: float) -> list[tuple[float, str]]:
+        start = time.monotonic()
+        first = self.read(path)
+        if first is None:
+            return []
+        time.sleep(seconds)
+        second = self.read(path)
+        elapsed = time.monotonic() - start
+        return [(0.0, first)] + ([(elapsed, second)] if second is not None else [])
+
+
+class Recorder(Source):
+    """A live source that remembers every answer, for `doctor --capture`."""
+
+    def __init__(self, inner: Source) -> None:
+        self.inner = inner
+        self.kind, self.label = inner.kind, inner.label
+        self.files: dict[str, str | None] = {}
+        self.denied: set[str] = set()
+        self.listings: dict[str, list[str]] = {}
+        self.existence: dict[str, bool] = {}
+        self.commands: dict[str, tuple[list[str], Output | None]] = {}
+        self.samples: dict[str, list[tuple[float, str]]] = {}
+
+    @property
+    def privileged(self) -> bool:
+        return self.inner.privileged
+
+    def read(self, path: str) -> str | None:
+        try:
+            text = self.inner.read(path)
+        except Denied:
+            self.denied.add(path)
+            raise
+        self.files[path] = text
+        return text
+
+    def exists(self, path: str) -> bool:
+        found = self.inner.exists(path)
+        self.existence[path] = found
+        return found
+
+    def listdir(self, path: str) -> list[str]:
+        entries = self.inner.listdir(path)
+        self.listings[path] = entries
+        return entries
+
+    def command(self, name: str, argv: Sequence[str]) -> Output | None:
+        out = self.inner.command(name, argv)
+        self.commands[name] = (list(argv), out)
+        return out
+
+    def sample(self, path: str, seconds: float) -> list[tuple[float, str]]:
+        snaps = self.inner.sample(path, seconds)
+        self.samples[path] = snaps
+        if snaps:
+            self.files.setdefault(path, snaps[0][1])
+        return snaps
+
+
+def _tree_path(root: Path, path: str) -> Path:
+    rel = os.path.normpath(path).lstrip("/")
+    if rel.startswith(".."):
+        raise BadInput(f"path {path!r} leaves the captured tree")
+    return root / rel
+
+
+class CapturedTree(Source):
+    """A tree written by `offlab doctor --capture` (see docs/doctor.md for the layout)."""
+
+    kind = "capture"
+
+    def __init__(self, root: Path, manifest: dict) -> None:
+        self.root = root
+        self.manifest = manifest
+        self.label = str(manifest.get("host", {}).get("name") or root.name)
+        self._commands = manifest.get("commands", {})
+        self._denied = set(manifest.get("denied", []))
+
+    def read(self, path: str) -> str | None:
+        if path in self._denied:
+            raise Denied(path)
+        p = _tree_path(self.root, path)
+        try:
+            return p.read_text(errors="replace") if p.is_file() else None
+        except OSError:
+            return None
+
+    def exists(self, path: str) -> bool:
+        return _tree_path(self.root, path).exists()
+
+    def listdir(self, path: str) -> list[str]:
+        p = _tree_path(self.root, path)
+        return sorted(os.listdir(p)) if p.is_dir() else []
+
+    def command(self, name: str, argv: Sequence[str]) -> Output | None:
+        entry = self._commands.get(name)
+        if entry is None or entry.get("missing"):
+            return None
+        path = self.root / "commands" / name
+        stdout = path.read_text(errors="replace") if path.is_file() else ""
+        return Output(stdout, int(entry.get("rc", 0)), entry.get("stderr", ""))
+
+    def sample(self, path: str, seconds: float) -> list[tuple[float, str]]:
+        entry = self.manifest.get("samples", {}).get(path)
+        if entry:
+            snaps = []
+            for t, rel in zip(entry["times"], entry["files"]):
+                snaps.append((float(t), (self.root / rel).read_text()))
+            return snaps
+        text = self.read(path)
+        return [(0.0, text)] if text is not None else []
+
+
+class SosReport(Source):
+    """A sosreport directory: its proc/ and sys/ copies and sos_commands/*/ outputs."""
+
+    kind = "sosreport"
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.label = self._hostname() or root.name
+        self._sysctl: dict[str, str] | None = None
+
+    def _hostname(self) -> str | None:
+        p = self.root / "hostname"
+        return p.read_text().strip() if p.is_file() else None
+
+    def _sysctls(self) -> dict[str, str]:
+        if self._sysctl is None:
+            self._sysctl = {}
+            for p in self.root.glob("sos_commands/kernel/sysctl_-a"):
+                for line in p.read_text(errors="replace").splitlines():
+                    key, sep, value = line.partition(" = ")
+                    if sep:
+                        self._sysctl[key.strip()] = value.strip()
+        return self._sysctl
+
+    def read(self, path: str) -> str | None:
+        p = _tree_path(self.root, path)
+        if p.is_file():
+            try:
+                return p.read_text(errors="replace")
+            except OSError:
+                return None
+        if path.startswith("/proc/sys/"):
+            key = path[len("/proc/sys/"):].replace("/", ".")
+            value = self._sysctls().get(key)
+            if value is not None:
+                return value + "\n"
+        if path == "/proc/sys/kernel/osrelease":
+            uname = self.root / "uname"
+            if uname.is_file():
+                fields = uname.read_text().split()
+                return fields[2] + "\n" if len(fields) > 2 else None
+        if path == "/proc/sys/kernel/hostname":
+            name = self._hostname()
+            return name + "\n" if name else None
+        return None
+
+    def exists(self, path: str) -> bool:
+        return _tree_path(self.root, path).exists() or self.read(path) is not None
+
+    def listdir(self, path: str) -> list[str]:
+        p = _tree_path(self.root, path)
+        return sorted(os.listdir(p)) if p.is_dir() else []
+
+    def command(self, name: str, argv: Sequence[str]) -> Output | None:
+        for p in sorted(self.root.glob(f"sos_commands/*/{name}")):
+            if p.is_file():
+                return Output(p.read_text(errors="replace"))
+        return None
+
+    def sample(self, path: str, seconds: float) -> list[tuple[float, str]]:
+        text = self.read(path)
+        return [(0.0, text)] if text is not None else []
+
+
+def open_root(directory: str | Path) -> Source:
+    """An offlab capture or a sosreport at `directory`; a clear error for anything else."""
+    root = Path(directory)
+    if not root.exists():
+        raise BadInput(f"--root {root}: no such directory")
+    if not root.is_dir():
+        raise BadInput(f"--root {root}: not a directory")
+    if not os.access(root, os.R_OK | os.X_OK):
+        raise EnvironmentProblem(f"--root {root}: not readable by this user (run as its owner or root)")
+    manifest_path = root / MANIFEST
+    if manifest_path.is_file():
+        try:
+            manifest = json.loads(manifest_path.read_text())
+        except (OSError, ValueError) as exc:
+            raise BadInput(f"--root {root}: {MANIFEST} is not valid JSON ({exc})") from None
+        if not isinstance(manifest, dict) or manifest.get("format") != CAPTURE_FORMAT:
+            raise BadInput(f"--root {root}: {MANIFEST} is not an {CAPTURE_FORMAT} manifest")
+        return CapturedTree(root, manifest)
+    if (root / "sos_commands").is_dir() or (root / "sos_reports").is_dir():
+        if not (root / "proc").is_dir() or not (root / "sos_commands").is_dir():
+            raise BadInput(
+                f"--root {root}: malformed sosreport (needs proc/ and sos_commands/; "
+                "extract the whole tarball: tar xf sosreport-*.tar.xz)"
+            )
+        return SosReport(root)
+    raise BadInput(
+        f"--root {root}: neither an offlab capture ({MANIFEST}) nor a sosreport (sos_commands/)"
+    )

@@ -1,0 +1,151 @@
+"""Device queue parameters: channels (`ethtool -L`), rings (`-G`), coalescing (`-C`).
+
+Not every driver has them: veth has rx/tx channels but neither rings nor
+coalescing. A parameter the device lacks is a "cannot test here" outcome that
+says so ("veth olx0 has no ring parameters (ethtool -g: Operation not supported)"),
+not a failure deep inside a command.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from typing import Any
+
+from offlab.errors import BadInput, CommandFailed
+from offlab.knobs.base import Knob, Plan, as_bool, as_int, failure_text, onoff
+
+
+def _norm(label: str) -> str:
+    return re.sub(r"\s+", "-", label.strip().lower())
+
+
+def parse_sections(text: str) -> dict[str, dict[str, str]]:
+    """`ethtool -l` / `-g` output → {"max": {...}, "current": {...}} with keys like rx, rx-mini, combined."""
+    out: dict[str, dict[str, str]] = {"max": {}, "current": {}}
+    section = None
+    for line in text.splitlines():
+        if line.startswith("Pre-set maximums"):
+            section = "max"
+        elif line.startswith("Current hardware settings"):
+            section = "current"
+        elif section and ":" in line:
+            name, _, val = line.partition(":")
+            out[section][_norm(name)] = val.strip()
+    return out
+
+
+def parse_coalesce(text: str) -> dict[str, str]:
+    """`ethtool -c` output → {param as `ethtool -C` spells it: value}."""
+    out = {}
+    for line in text.splitlines():
+        m = re.match(r"^(Adaptive|CQE mode)\s+RX:\s*(\S+)\s+TX:\s*(\S+)", line)
+        if m:
+            prefix = _norm(m.group(1))
+            out[f"{prefix}-rx"], out[f"{prefix}-tx"] = m.group(2), m.group(3)
+        elif ":" in line and not line.startswith("Coalesce parameters"):
+            name, _, val = line.partition(":")
+            out[_norm(name)] = val.strip()
+    return out
+
+
+class _EthtoolParam(Knob):
+    """A numeric (or on/off) parameter read with `ethtool -x IF`, set with `ethtool -X IF name value`."""
+
+    show_flag = ""
+    set_flag = ""
+    what = ""
+    params: tuple[str, ...] = ()
+    onoff_params: tuple[str, ...] = ()
+
+    def __init__(self, target, key: str) -> None:
+        super().__init__(target, key)
+        self.param = key.split(".", 1)[1] if "." in key else ""
+        self.why_not: str | None = None
+
+    def _read(self) -> tuple[dict[str, str], dict[str, str]] | None:
+        """(current, maxima), or None with `why_not` set when the device has none of them."""
+        res = self.host.run(["ethtool", self.show_flag, self.iface], check=False, timeout=10)
+        if not res.ok:
+            detail = failure_text(CommandFailed(res.argv, res.rc, res.stderr))
+            detail = detail.replace("netlink error: ", "")
+            self.why_not = (f"{self._device_kind()} {self.iface} has no {self.what} "
+                            f"(ethtool {self.show_flag}: {detail})")
+            return None
+        return self._parse(res.stdout)
+
+    def _parse(self, text: str) -> tuple[dict[str, str], dict[str, str]]:
+        s = parse_sections(text)
+        return s["current"], s["max"]
+
+    def _device_kind(self) -> str:
+        res = self.host.run(["ip", "-d", "-j", "link", "show", "dev", self.iface], check=False, timeout=10)
+        if res.ok:
+            return json.loads(res.stdout)[0].get("linkinfo", {}).get("info_kind") or "device"
+        return "device"
+
+    def check(self, value: Any, plan: Plan) -> str:
+        if self.param not in self.params:
+            close = difflib.get_close_matches(self.param, self.params, n=3, cutoff=0.5)
+            hint = f"; did you mean {', '.join(self.kind + '.' + c for c in close)}?" if close else \
+                f"; one of {', '.join(self.kind + '.' + p for p in self.params)}"
+            raise BadInput(f"unknown {self.what} parameter {self.key!r} on {self.target.where}{hint}")
+        if self.iface not in plan.links(self.target):
+            raise BadInput(f"no interface {self.iface!r} in {self.target.where.split(':')[0]}")
+        if self.param in self.onoff_params:
+            return onoff(as_bool(self.label, value))
+        n = as_int(self.label, value, 0, 1 << 24)
+        got = self._read()
+        if got is not None:
+            top = got[1].get(self.param, "")
+            if top.isdigit() and n > int(top):
+                raise BadInput(f"{self.label}: {n} is more than {self.iface} allows (maximum {top})")
+        return str(n)
+
+    def snapshot(self) -> str | None:
+        got = self._read()
+        if got is None:
+            return None
+        val = got[0].get(self.param)
+        if val is None or val == "n/a":
+            self.why_not = (f"{self._device_kind()} {self.iface} has no {self.key} "
+                            f"(ethtool {self.show_flag} shows n/a)")
+            return None
+        return val
+
+    def impossible(self, value: str, snap: str | None) -> str | None:
+        return f"{self.why_not} — cannot test {self.key}={value} here" if snap is None else None
+
+    def apply(self, value: str) -> None:
+        self.host.run(["ethtool", self.set_flag, self.iface, self.param, value], timeout=10)
+
+    def restore(self, snap: str | None) -> None:
+        if snap is not None and self.snapshot() != snap:
+            self.apply(snap)
+
+
+class Channels(_EthtoolParam):
+    kind, what = "channels", "channel parameters"
+    show_flag, set_flag = "-l", "-L"
+    params = ("rx", "tx", "other", "combined")
+
+
+class Ring(_EthtoolParam):
+    kind, what = "ring", "ring parameters"
+    show_flag, set_flag = "-g", "-G"
+    params = ("rx", "rx-mini", "rx-jumbo", "tx")
+
+
+class Coalesce(_EthtoolParam):
+    kind, what = "coalesce", "coalescing parameters"
+    show_flag, set_flag = "-c", "-C"
+    onoff_params = ("adaptive-rx", "adaptive-tx", "cqe-mode-rx", "cqe-mode-tx")
+    params = (*onoff_params, "rx-usecs", "rx-frames", "rx-usecs-irq", "rx-frames-irq",
+              "tx-usecs", "tx-frames", "tx-usecs-irq", "tx-frames-irq", "stats-block-usecs",
+              "sample-interval", "pkt-rate-low", "pkt-rate-high", "rx-usecs-low", "rx-frames-low",
+              "tx-usecs-low", "tx-frames-low", "rx-usecs-high", "rx-frames-high", "tx-usecs-high",
+              "tx-frames-high")
+
+    def _parse(self, text: str) -> tuple[dict[str, str], dict[str, str]]:
+        return parse_coalesce(text), {}

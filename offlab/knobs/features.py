@@ -1,0 +1,193 @@
+"""ethtool features (offloads), by kernel name or by the short names people type.
+
+`ethtool --json -k` shows most features by kernel name, but the legacy ones with
+a single kernel feature under their long name (`generic-receive-offload` is
+`rx-gro`) and groups (`tx-checksumming`) as a header over their members. Here
+everything is brought back to kernel "leaf" features; a key names one leaf or a
+group of them, `ethtool -K` is given leaves, and restore puts back each leaf's
+*requested* bit, from which the kernel derives the active state again (turning
+`tx` off leaves TSO requested-on, so `tx on` brings TSO back by itself).
+"""
+
+from __future__ import annotations
+
+import difflib
+from fnmatch import fnmatchcase
+from typing import Any
+
+from offlab import netdev
+from offlab.errors import BadInput
+from offlab.knobs.base import Knob, Plan, as_bool, onoff
+
+# ethtool's legacy names: short name → (long name shown by `ethtool -k`, kernel feature pattern).
+LEGACY: dict[str, tuple[str, str]] = {
+    "rx": ("rx-checksumming", "rx-checksum"),
+    "tx": ("tx-checksumming", "tx-checksum-*"),
+    "sg": ("scatter-gather", "tx-scatter-gather*"),
+    "tso": ("tcp-segmentation-offload", "tx-tcp*-segmentation"),
+    "ufo": ("udp-fragmentation-offload", "tx-udp-fragmentation"),
+    "gso": ("generic-segmentation-offload", "tx-generic-segmentation"),
+    "gro": ("generic-receive-offload", "rx-gro"),
+    "lro": ("large-receive-offload", "rx-lro"),
+    "rxvlan": ("rx-vlan-offload", "rx-vlan-hw-parse"),
+    "txvlan": ("tx-vlan-offload", "tx-vlan-hw-insert"),
+    "ntuple": ("ntuple-filters", "rx-ntuple-filter"),
+    "rxhash": ("receive-hashing", "rx-hashing"),
+}
+LONG_TO_SHORT = {long: short for short, (long, _) in LEGACY.items()}
+# A long name stands for exactly one kernel feature when its pattern has no wildcard.
+LONG_TO_KERNEL = {long: pat for long, pat in LEGACY.values() if "*" not in pat}
+
+# Short names for single kernel features that come up in offload work.
+ALIASES: dict[str, str] = {
+    "uso": "tx-udp-segmentation",
+    "udp-gro-fwd": "rx-udp-gro-forwarding",
+    "gro-list": "rx-gro-list",
+    "gso-list": "tx-gso-list",
+    "tnl-seg": "tx-udp_tnl-segmentation",
+    "tnl-csum-seg": "tx-udp_tnl-csum-segmentation",
+    "gro-hw": "rx-gro-hw",
+    "tx-csum": "tx",
+    "rx-csum": "rx",
+}
+
+# Why the kernel may keep a feature off: what it needs (netdev_fix_features and friends).
+NEEDS: list[tuple[str, list[str]]] = [
+    ("tx-tcp*-segmentation", ["tx", "sg"]),
+    ("tx-udp-segmentation", ["tx", "sg"]),
+    ("tx-generic-segmentation", ["sg"]),
+    ("tx-*-segmentation", ["sg"]),
+    ("tx-gso-list", ["sg"]),
+    ("rx-gro-hw", ["rx"]),
+]
+
+
+def is_feature_name(key: str) -> bool:
+    return key in LEGACY or key in ALIASES or key in LONG_TO_SHORT or key.startswith(("tx-", "rx-"))
+
+
+def leaves(host, iface: str) -> dict[str, netdev.Feature]:
+    """Every kernel feature of `iface` → its state (group headers dropped)."""
+    out = {}
+    for name, feat in netdev.features(host, iface).items():
+        if feat.requested is None:
+            continue  # a group header such as tx-checksumming: its members follow
+        out[LONG_TO_KERNEL.get(name, name)] = feat
+    return out
+
+
+def resolve(key: str, feats: dict[str, netdev.Feature], where: str) -> list[str]:
+    """Kernel features a key stands for on this device; BadInput with close names if none."""
+    name = ALIASES.get(key, key)
+    name = LONG_TO_SHORT.get(name, name)
+    pattern = LEGACY[name][1] if name in LEGACY else name
+    if "*" in pattern:
+        found = [f for f in feats if fnmatchcase(f, pattern)]
+        if not found and LEGACY[name][0] in feats:  # a group with a single member is shown by its long name
+            found = [LEGACY[name][0]]
+    else:
+        found = [pattern] if pattern in feats else []
+    if found:
+        return found
+    known = sorted({*LEGACY, *ALIASES, *LONG_TO_SHORT, *feats})
+    close = difflib.get_close_matches(key, known, n=3, cutoff=0.6)
+    hint = f"; did you mean {', '.join(close)}?" if close else "; `ethtool -k` lists the features"
+    raise BadInput(f"unknown feature {key!r} on {where}{hint}")
+
+
+def state(names: list[str], snap: dict[str, list]) -> str:
+    """on / off / mixed over the members that can change (all members if none can)."""
+    free = [n for n in names if not snap[n][2]] or names
+    active = [n for n in free if snap[n][0]]
+    if len(active) == len(free):
+        return "on"
+    if not active:
+        return "off"
+    return "mixed (" + ", ".join(f"{n} {onoff(snap[n][0])}" for n in free) + ")"
+
+
+class Feature(Knob):
+    """One feature or a group of them (`tx`, `tso`, `sg`) on one interface."""
+
+    kind = "feature"
+
+    def __init__(self, target, key: str) -> None:
+        super().__init__(target, key)
+        self._names: list[str] | None = None
+
+    @property
+    def names(self) -> list[str]:
+        if self._names is None:
+            self._names = resolve(self.key, leaves(self.host, self.iface), self.target.where)
+        return self._names
+
+    def check(self, value: Any, plan: Plan) -> str:
+        flag = as_bool(f"{self.label}", value)
+        self.names  # noqa: B018 - resolves the name now, so an unknown one fails validation
+        return onoff(flag)
+
+    def snapshot(self) -> dict[str, list]:
+        feats = leaves(self.host, self.iface)
+        return {n: [feats[n].active, bool(feats[n].requested), feats[n].fixed] for n in self.names}
+
+    def show(self, snap: dict[str, list]) -> str:
+        names = list(snap)
+        text = state(names, snap)
+        return text + (" [fixed]" if all(snap[n][2] for n in names) else "")
+
+    def satisfied(self, value: str, snap: dict[str, list]) -> bool:
+        return state(list(snap), snap) == value
+
+    def impossible(self, value: str, snap: dict[str, list]) -> str | None:
+        if all(v[2] for v in snap.values()) and state(list(snap), snap) != value:
+            return (f"{self.key} is {self.show(snap)} on {self.target.where}: the driver does not let it "
+                    f"change — cannot test {self.key}={value} here")
+        return None
+
+    def apply(self, value: str) -> None:
+        want = value == "on"
+        self._ethtool({n: want for n in self.names})
+
+    def restore(self, snap: dict[str, list]) -> None:
+        now = self.snapshot()
+        self._ethtool({n: v[1] for n, v in snap.items() if not v[2] and now[n][1] != v[1]})
+
+    def _ethtool(self, wanted: dict[str, bool]) -> None:
+        feats = leaves(self.host, self.iface)
+        args = [a for n, on in wanted.items() if not feats[n].fixed for a in (n, onoff(on))]
+        if args:
+            self.host.run(["ethtool", "-K", self.iface, *args], timeout=10)
+
+    def same(self, a: dict, b: dict) -> bool:
+        return all(n in b and a[n][:2] == b[n][:2] for n in a)
+
+    def explain(self, value: str, before: dict, after: dict) -> str:
+        kept = [n for n, v in after.items() if not v[2] and onoff(v[0]) != value]
+        fixed = [n for n, v in after.items() if v[2] and onoff(v[0]) != value]
+        parts = []
+        if kept:
+            parts.append(f"the kernel kept {', '.join(kept)} {onoff(not (value == 'on'))} although "
+                         f"requested {value}{self._needs_hint(kept, value)}")
+        if fixed:
+            parts.append(f"{', '.join(fixed)} {'is' if len(fixed) == 1 else 'are'} [fixed]")
+        return f"{self.label}: " + "; ".join(parts) + f" — cannot test {self.key}={value} here"
+
+    def _needs_hint(self, kept: list[str], value: str) -> str:
+        if value != "on":
+            return " (the driver or a device it depends on forces it on)"
+        feats = leaves(self.host, self.iface)
+        off = []
+        for pattern, needs in NEEDS:
+            if any(fnmatchcase(n, pattern) for n in kept):
+                for short in needs:
+                    members = [f for f in feats if fnmatchcase(f, LEGACY[short][1])]
+                    if members and not any(feats[m].active for m in members) and short not in off:
+                        off.append(short)
+                break
+        if off:
+            return " (it needs " + " and ".join(f"{s} ({LEGACY[s][0]})" for s in off) + ", which is off)"
+        return " (the driver or a device it depends on, e.g. a bridge's ports, does not allow it)"
+
+    def side_state(self) -> dict[str, str]:
+        own = set(self.names)
+        return {n: onoff(f.active) for n, f in leaves(self.host, self.iface).items() if n not in own}

@@ -1,0 +1,97 @@
+"""RPS and XPS CPU masks: /sys/class/net/IF/queues/rx-N/rps_cpus and tx-N/xps_cpus.
+
+`rps` / `xps` set every queue of the interface; `rps.N` / `xps.N` one queue.
+Masks are hex ("3" or "0x3"), and may not name CPUs this machine does not have.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from offlab.errors import BadInput
+from offlab.knobs.base import Knob, Plan
+
+MASK_RE = re.compile(r"^(0x)?([0-9a-fA-F]{1,64})$")
+QUEUE_RE = re.compile(r"^(rx|tx)-[0-9]{1,5}$")
+
+
+def possible_cpus() -> int:
+    """Number of CPU ids (highest possible CPU + 1), from /sys/devices/system/cpu/possible."""
+    text = Path("/sys/devices/system/cpu/possible").read_text().strip()
+    return max(int(part.split("-")[-1]) for part in text.split(",")) + 1
+
+
+def mask_value(text: str) -> int:
+    """A mask as the kernel prints it ("00000000,00000003") → int."""
+    return int(text.strip().replace(",", "") or "0", 16)
+
+
+class QueueMask(Knob):
+    kind = "queues"
+
+    def __init__(self, target, key: str) -> None:
+        super().__init__(target, key)
+        base, _, index = key.partition(".")
+        self.rx = base == "rps"
+        self.index = index
+
+    @property
+    def _dir(self) -> str:
+        return f"/sys/class/net/{self.iface}/queues"
+
+    @property
+    def _file(self) -> str:
+        return "rps_cpus" if self.rx else "xps_cpus"
+
+    def queues(self) -> list[str]:
+        prefix = "rx-" if self.rx else "tx-"
+        res = self.host.run(["ls", self._dir], check=False, timeout=10)
+        names = [q for q in res.stdout.split() if QUEUE_RE.fullmatch(q) and q.startswith(prefix)]
+        if self.index:
+            names = [q for q in names if q == f"{prefix}{self.index}"]
+        return sorted(names, key=lambda q: int(q.split("-")[1]))
+
+    def check(self, value: Any, plan: Plan) -> str:
+        if self.index and not self.index.isdigit():
+            raise BadInput(f"{self.label}: the queue number must be an integer ({self.key.split('.')[0]}.0)")
+        if self.iface not in plan.links(self.target):
+            raise BadInput(f"no interface {self.iface!r} in {self.target.where.split(':')[0]}")
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            mask = value
+        elif isinstance(value, str) and MASK_RE.fullmatch(value.strip()):
+            mask = int(MASK_RE.fullmatch(value.strip()).group(2), 16)
+        else:
+            raise BadInput(f"{self.label}: expected a hex CPU mask such as 3 or 0x3, got {value!r}")
+        cpus = possible_cpus()
+        if mask >= 1 << cpus:
+            raise BadInput(f"{self.label}: mask {mask:#x} names CPUs this machine does not have "
+                           f"({cpus} CPUs: at most {(1 << cpus) - 1:#x})")
+        if not self.queues():
+            what = f"queue {self.key.split('.')[0][0]}x-{self.index}" if self.index else "queues"
+            raise BadInput(f"{self.label}: {self.iface} has no such {what}")
+        return f"{mask:#x}"
+
+    def snapshot(self) -> dict[str, str]:
+        return {q: self.host.read(f"{self._dir}/{q}/{self._file}").strip() for q in self.queues()}
+
+    def show(self, snap: dict[str, str]) -> str:
+        values = {mask_value(v) for v in snap.values()}
+        if len(values) == 1:
+            return f"{values.pop():#x}"
+        return ", ".join(f"{q} {mask_value(v):#x}" for q, v in snap.items())
+
+    def apply(self, value: str) -> None:
+        for q in self.queues():
+            self.host.write(f"{self._dir}/{q}/{self._file}", f"{int(value, 16):x}\n")
+
+    def restore(self, snap: dict[str, str]) -> None:
+        now = self.snapshot()
+        for q, text in snap.items():
+            if q in now and mask_value(now[q]) != mask_value(text):
+                self.host.write(f"{self._dir}/{q}/{self._file}", text + "\n")
+
+    def same(self, a: dict[str, str], b: dict[str, str]) -> bool:
+        # a queue that no longer exists (channels went down) has nothing left to restore
+        return all(mask_value(v) == mask_value(b[q]) for q, v in a.items() if q in b)

@@ -1,0 +1,128 @@
+"""Traffic and measurement in real labs: direction with wide margins, exact loss accounting, wire proof."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from offlab import lab as labs
+from offlab.measure import CaptureRequest, measure
+from offlab.traffic import Workload
+from offlab.traffic.engine import engine_path
+from tests.conftest import offlab_cli, requires_root
+
+pytestmark = [requires_root, pytest.mark.network]
+
+
+@pytest.fixture
+def veth_lab(lab_name, clean_machine):
+    lab = labs.up("veth", lab_name)
+    yield lab
+    labs.down(lab_name)
+
+
+def engine(**kw) -> Workload:
+    return Workload(tool="engine", protocol="udp", size=kw.pop("size", 1472), duration=kw.pop("duration", 1.0),
+                    warmup=kw.pop("warmup", 0.3), **kw)
+
+
+def server_veth(sample, lab) -> dict:
+    return sample.probes["interfaces"][f"server:{lab.resolve_iface('server')}"]
+
+
+def test_engine_gso_gro_receives_at_least_5x_plain_and_the_veth_carries_super_packets(veth_lab):
+    plain = measure(veth_lab, engine())
+    fast = measure(veth_lab, engine(gso=True, gro=True))
+    assert fast.throughput_bps > 5 * plain.throughput_bps
+    assert server_veth(plain, veth_lab)["rx_avg_bytes"] == pytest.approx(1514, abs=20)
+    assert server_veth(fast, veth_lab)["rx_avg_bytes"] > 20_000  # one count per super-packet
+
+
+def test_gso_with_uso_off_on_the_client_is_segmented_before_the_veth(veth_lab):
+    client_if = veth_lab.resolve_iface("client")
+    veth_lab.client.run(["ethtool", "-K", client_if, "tx-udp-segmentation", "off"])
+    s = measure(veth_lab, engine(gso=True, gro=True))
+    assert server_veth(s, veth_lab)["rx_avg_bytes"] == pytest.approx(1514, abs=30)
+    assert s.traffic["loss"] < 0.5
+
+
+def test_65507_byte_datagrams_at_mtu_1500_leave_as_ip_fragments(veth_lab):
+    s = measure(veth_lab, engine(size=65507, rate="2000pps"), CaptureRequest("server", frames=300))
+    cap = s.capture
+    assert cap["fragments_per_datagram"] == 45 and cap["ip_fragments"] > 0
+    assert cap["largest_frame"] <= 1514
+
+
+def test_8972_byte_datagrams_at_mtu_9000_travel_whole(lab_name, clean_machine):
+    lab = labs.up("bridge", lab_name, mtu=9000)
+    try:
+        s = measure(lab, engine(size=8972, rate="20kpps"), CaptureRequest("server", frames=300))
+    finally:
+        labs.down(lab_name)
+    assert s.capture["ip_fragments"] == 0 and s.capture["largest_frame"] == 9014
+    assert s.capture["verdict"].startswith("no IP fragments, every frame ≤ 9014 bytes")
+
+
+def test_engine_loss_accounting_is_exact_on_a_lossless_path(veth_lab):
+    s = measure(veth_lab, engine(rate="50kpps"))
+    t = s.traffic
+    assert t["datagrams_sent"] > 10_000
+    assert t["datagrams_received"] == t["datagrams_sent"] and t["loss"] == 0
+    assert t["duplicates"] == 0
+
+
+def test_engine_detects_induced_loss_and_rcvbuf_errors_explain_it(veth_lab):
+    s = measure(veth_lab, engine(rcvbuf=4096))
+    t = s.traffic
+    lost = t["datagrams_sent"] - t["datagrams_received"]
+    assert lost > 0 and t["loss"] > 0
+    rcvbuf_errors = s.probes["snmp"]["server"]["Udp"]["RcvbufErrors"]
+    # Every datagram the socket refused is one the engine reports lost (the window is a bit shorter).
+    assert rcvbuf_errors > 0
+    assert rcvbuf_errors <= lost * 1.05
+
+
+def test_rate_100kpps_is_achieved_within_2_percent(veth_lab):
+    s = measure(veth_lab, engine(size=64, rate="100kpps", duration=2.0, warmup=0.2))
+    tx = s.traffic
+    assert tx["datagrams_sent"] / (2.0 + 0.2) == pytest.approx(100_000, rel=0.02)
+    assert tx["pps"] == pytest.approx(100_000, rel=0.02)
+
+
+def test_iperf3_tcp_through_a_router_with_probes_on_every_host(lab_name, clean_machine):
+    lab = labs.up("router", lab_name)
+    try:
+        s = measure(lab, Workload(tool="iperf3", protocol="tcp", duration=1.0, warmup=0.3))
+    finally:
+        labs.down(lab_name)
+    assert s.throughput_bps > 0 and s.traffic["retransmits"] is not None
+    hosts = {name.split(":")[0] for name in s.probes["interfaces"]}
+    assert hosts == {"client", "router", "server"}
+    assert s.probes["cpu"]["client"]["cpu"] == "cpu0" and s.probes["cpu"]["server"]["cpu"] == "cpu1"
+    assert {p["role"] for p in s.probes["processes"]} >= {"client", "server"}
+    assert s.service_demand_us_per_kib["total"] > 0
+
+
+def test_measure_cli_json_and_bad_input(veth_lab, state_dir):
+    res = offlab_cli("measure", veth_lab.name, "--tool", "engine", "--proto", "udp", "--duration", "0.5",
+                     "--warmup", "0.2", "--json")
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["traffic"]["tool"] == "engine"
+    for args, needle in [
+        (["--tool", "engine", "--proto", "udp", "--size", "65508"], "1..65507"),
+        (["--capture", "nosuchhost"], "has no host 'nosuchhost'"),
+        (["--capture", "server:eth9"], "has no interface 'eth9'"),
+    ]:
+        res = offlab_cli("measure", veth_lab.name, *args)
+        assert res.returncode == 2 and needle in res.stderr and "Traceback" not in res.stderr
+    res = offlab_cli("measure", "nosuchlab")
+    assert res.returncode == 2 and "no lab named" in res.stderr
+
+
+def test_engine_to_an_unreachable_destination_is_an_environment_error(veth_lab):
+    res = veth_lab.client.run([engine_path(), "tx", "--dest", "10.200.99.9", "--port", "9", "--duration", "1"],
+                              check=False, timeout=20)
+    assert res.rc == 3, res.stderr
+    assert "10.200.99.9" in res.stderr and len(res.stderr.strip().splitlines()) == 1
