@@ -74,10 +74,17 @@ def state_dir(tmp_path, monkeypatch):
     return d
 
 
+# Labs made by this test process (lab_name fixture) or by runners it starts (OFFLAB_LAB_PREFIX):
+# the leftover check counts only these, since other sessions may build labs on the same machine.
+TEST_TAG = f"{os.getpid() % 10000}"
+os.environ["OFFLAB_LAB_PREFIX"] = f"x{TEST_TAG}"
+OUR_NAMESPACES = (f"ol-t{TEST_TAG}", f"ol-x{TEST_TAG}")
+
+
 @pytest.fixture
 def lab_name():
     """A lab name unique to this test run, so parallel sessions never collide."""
-    return f"t{os.getpid() % 10000}{next(_counter)}"[:10]
+    return f"t{TEST_TAG}{next(_counter)}"[:10]
 
 
 @pytest.fixture
@@ -85,7 +92,7 @@ def clean_machine(state_dir):
     """Assert that the test left no namespace, root link or process of ours behind."""
     before_ns, before_links, before_procs = netns_names(), root_links(), our_processes()
     yield
-    left_ns = {n for n in netns_names() - before_ns if n.startswith("ol-")}
+    left_ns = {n for n in netns_names() - before_ns if n.startswith(OUR_NAMESPACES)}
     left_links = root_links() - before_links
     left_procs = our_processes(exclude_netns=netns_names() - {n for n in left_ns}) - before_procs
     if (state_dir / "labs").exists():

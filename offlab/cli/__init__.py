@@ -37,7 +37,7 @@ def _register() -> None:
     from offlab.cli import lab as lab_cli
 
     app.add_typer(lab_cli.app, name="lab")
-    for module in ("demo", "restore", "measure", "experiment", "doctor", "mtu"):
+    for module in ("restore", "measure", "experiment", "results", "doctor", "mtu"):
         try:
             mod = __import__(f"offlab.cli.{module}", fromlist=["register"])
         except ModuleNotFoundError as exc:
@@ -57,7 +57,9 @@ def fail(exc: OfflabError) -> "typer.Exit":
 
 def main() -> None:
     try:
-        app(standalone_mode=False)
+        # Without standalone mode click returns the code of a `typer.Exit` instead of exiting.
+        rc = app(standalone_mode=False)
+        sys.exit(rc if isinstance(rc, int) else 0)
     except OfflabError as exc:
         typer.echo(f"offlab: error: {exc}", err=True)
         sys.exit(exc.exit_code)

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from offlab import lab as labs
-from offlab.errors import BadInput, NotRoot
+from offlab.errors import BadInput, EnvironmentProblem, NotRoot
 from offlab.hosts import is_root
 from offlab.lab.inspect import SUMMARY_FEATURES, describe
 
@@ -75,6 +75,42 @@ def show_cmd(name: str, as_json: bool = typer.Option(False, "--json")) -> None:
     _print_lab(labs.LabState.load(name), as_json)
 
 
+@app.command("set")
+def set_cmd(
+    name: str = typer.Argument(..., help="Lab name."),
+    host: str = typer.Argument(..., help="Host of the lab: client, server, switch, hv1 ..."),
+    iface: str = typer.Argument(..., help="Interface: a real name, to-<host>, or - for sysctls."),
+    settings: list[str] = typer.Argument(..., help="KEY=VALUE ...: gro=off mtu=9000 rps=3 qdisc=pfifo_fast "
+                                                     "net.ipv4.tcp_rmem='4096 131072 6291456'"),
+    as_json: bool = typer.Option(False, "--json", help="Print requested vs actual as JSON."),
+) -> None:
+    """Change settings of a lab host by hand, journalled: they stay until `offlab restore` or `lab down`."""
+    from offlab.knobs import Change, Transaction
+
+    if not is_root():
+        raise NotRoot("lab set")
+    lab = labs.LabState.load(name)
+    target = lab.host(host)
+    changes = []
+    for item in settings:
+        key, eq, value = item.partition("=")
+        if not eq or not key or not value.strip():
+            raise BadInput(f"setting {item!r}: write KEY=VALUE, e.g. gro=off or mtu=9000")
+        changes.append(Change(target, key, value, None if iface == "-" else iface, lab))
+    with Transaction(label=f"lab set {name}", persist=True, prefix=f"lab-{name}") as tx:
+        outcomes = tx.apply(changes)
+    if as_json:
+        typer.echo(json.dumps([o.to_dict() for o in outcomes], indent=2))
+    else:
+        for o in outcomes:
+            typer.echo(o.line())
+    if tx.impossible:
+        kept = sum(1 for o in outcomes if o.ok and o.journalled)
+        raise EnvironmentProblem(
+            f"{len(tx.impossible)} of {len(outcomes)} setting(s) could not be made (see above)"
+            + (f"; the {kept} that were made stay until `offlab restore` or `lab down`" if kept else ""))
+
+
 @app.command("exec", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def exec_cmd(
     name: str,
@@ -121,6 +157,10 @@ def _print_lab(lab: labs.LabState, as_json: bool) -> None:
               + ", ".join(f"{k}={v}" for k, v in SUMMARY_FEATURES.items() if k != v) + "[/dim]")
     for a in info["adjustments"]:
         out.print(f"note: {a['host']}:{a['iface']} {a['setting']} {a['value']} — {a['why']}")
+    for c in info.get("changes", []):
+        held = f", held by running pid {c['held_by']}" if c.get("held_by") else ""
+        out.print(f"journalled: {c['host']}:{c['iface'] or '-'} {c['key']} = {c['value']} "
+                  f"(was {c['original']}; {c['journal']}{held})")
     for d in info["daemons"]:
         out.print(f"daemon: {d['name']} pid {d['pid']}")
     reach = ", ".join(f"{r} {h['address']}" for r, h in info["hosts"].items() if h.get("address"))

@@ -114,6 +114,9 @@ class _EthtoolParam(Knob):
             return None
         return val
 
+    def show(self, snap: str | None) -> str:
+        return "n/a" if snap is None else snap
+
     def impossible(self, value: str, snap: str | None) -> str | None:
         return f"{self.why_not} — cannot test {self.key}={value} here" if snap is None else None
 

@@ -16,7 +16,7 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 from offlab import netdev
-from offlab.errors import BadInput
+from offlab.errors import BadInput, CommandFailed
 from offlab.knobs.base import Knob, Plan, as_bool, onoff
 
 # ethtool's legacy names: short name → (long name shown by `ethtool -k`, kernel feature pattern).
@@ -149,14 +149,19 @@ class Feature(Knob):
         self._ethtool({n: want for n in self.names})
 
     def restore(self, snap: dict[str, list]) -> None:
+        self._names = list(snap)  # exactly the features the journal holds, however the key resolves now
         now = self.snapshot()
         self._ethtool({n: v[1] for n, v in snap.items() if not v[2] and now[n][1] != v[1]})
 
     def _ethtool(self, wanted: dict[str, bool]) -> None:
         feats = leaves(self.host, self.iface)
         args = [a for n, on in wanted.items() if not feats[n].fixed for a in (n, onoff(on))]
-        if args:
-            self.host.run(["ethtool", "-K", self.iface, *args], timeout=10)
+        if not args:
+            return
+        res = self.host.run(["ethtool", "-K", self.iface, *args], check=False, timeout=10)
+        if not res.ok and "Could not change any device features" not in res.stderr:
+            raise CommandFailed(res.argv, res.rc, res.stderr, self.host.name)
+        # "could not change" means a dependency kept it: the read-back says which and why
 
     def same(self, a: dict, b: dict) -> bool:
         return all(n in b and a[n][:2] == b[n][:2] for n in a)

@@ -39,6 +39,10 @@ def _vxlan_family(link: dict) -> int:
 class Mtu(Knob):
     kind = "mtu"
 
+    def __init__(self, target, key: str) -> None:
+        super().__init__(target, key)
+        self._ovs_port: bool | None = None
+
     def _vsctl(self, *args: str) -> str:
         """ovs-vsctl against the lab's private database (works from the journal alone)."""
         rundir = self.target.ovs_rundir
@@ -48,7 +52,9 @@ class Mtu(Knob):
     def _is_ovs_port(self) -> bool:
         if not self.target.ovs_rundir:
             return False
-        return self._vsctl("--if-exists", "get", "Interface", self.iface, "mtu_request") != ""
+        if self._ovs_port is None:
+            self._ovs_port = self._vsctl("--if-exists", "get", "Interface", self.iface, "mtu_request") != ""
+        return self._ovs_port
 
     def check(self, value: Any, plan: Plan) -> str:
         mtu = as_int(f"{self.label}", value, MTU_MIN, MTU_MAX)

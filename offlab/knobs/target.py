@@ -67,8 +67,11 @@ class Target:
         return cls(d.get("netns"), d.get("iface"), rundir, d.get("lab"), d.get("role"))
 
 
-def target_for(host: Host, iface: str | None, lab=None) -> Target:
-    """The Target of a Change: check the host exists and resolve `to-<peer>` through the lab."""
+def target_for(host: Host, iface: str | None, lab=None, *, needs_iface: bool = True) -> Target:
+    """The Target of a Change: check the host exists; through the lab, resolve `to-<peer>`, or no
+    interface at all to the host's only veth when the setting is one of an interface."""
+    if iface is not None:
+        check_ifname(iface)  # before any lookup, so a hostile name is refused as such
     if isinstance(host, NetnsHost):
         netns = check_netns(host.netns)
         if not netns_exists(netns):
@@ -83,7 +86,9 @@ def target_for(host: Host, iface: str | None, lab=None) -> Target:
         role = next((r for r, e in lab.hosts.items() if e.netns == netns), None)
         if role is None:
             raise BadInput(f"host {host.name!r} is not part of lab {lab.name!r}")
-        if iface is not None and (iface.startswith("to-") or lab.entry(role).iface(iface)):
+        if iface is None and needs_iface:
+            iface = lab.resolve_iface(role, None)
+        elif iface is not None and (iface.startswith("to-") or lab.entry(role).iface(iface)):
             iface = lab.resolve_iface(role, iface)
         if lab.topology == "ovs" and lab.rundir and role == "switch":
             rundir = lab.rundir

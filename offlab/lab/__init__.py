@@ -132,6 +132,11 @@ def down(name: str) -> list[str]:
             removed.append(f"namespace {ns}")
     if lab is not None and lab.rundir:
         _remove_tree(lab.rundir)
+    from offlab.knobs.journal import forget_namespaces  # here: knobs imports lab
+
+    dropped = forget_namespaces(namespaces)
+    if dropped:
+        removed.append(f"{len(dropped)} journalled setting(s) of its namespaces (they went with them)")
     path.unlink(missing_ok=True)
     return removed
 

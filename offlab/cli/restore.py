@@ -1,0 +1,28 @@
+"""`offlab restore`: put back settings that a dead process (or `lab set`) left changed."""
+
+from __future__ import annotations
+
+import typer
+
+from offlab.hosts import is_root
+from offlab.errors import EnvironmentProblem, NotRoot
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("restore")
+    def restore_cmd(
+        list_only: bool = typer.Option(False, "--list", help="Only show what would be put back."),
+        force: bool = typer.Option(False, "--force",
+                                   help="Also restore journals of processes that are still running."),
+    ) -> None:
+        """Replay the settings journals newest first: every original value goes back, then the journal goes."""
+        from offlab.knobs import restore_report
+
+        if not list_only and not is_root():
+            raise NotRoot("offlab restore")
+        report = restore_report(list_only=list_only, force=force)
+        for line in report.lines:
+            typer.echo(line)
+        if report.failed:
+            raise EnvironmentProblem(f"{len(report.failed)} setting(s) could not be restored; "
+                                     f"their journal is kept for the next `offlab restore`")

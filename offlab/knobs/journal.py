@@ -1,0 +1,241 @@
+"""The settings journal: every original value, on disk before the setting changes.
+
+One file per transaction, `$OFFLAB_STATE_DIR/journal/<label>-<pid>-<start>-<n>.journal`,
+JSON lines, each appended, flushed and fsynced:
+
+    {"offlab_journal": 1, "label": ..., "owner": {"pid": P, "start": T}, "persist": false, ...}
+    {"op": "change", "seq": 1, "t": ..., "kind": "feature", "key": "gro", "netns": ..., "iface": ...,
+     "original": <exact snapshot>, "original_text": "off", "value": "on"}
+    {"op": "restored", "seq": 1}            or  {"op": "dropped", "seq": 1, "note": "namespace gone: ..."}
+    {"op": "release"}                       (a persisted journal no longer belongs to its process)
+
+The owner is a pid plus its start time from /proc/PID/stat, so a reused pid is
+not mistaken for the process that wrote the journal. A torn last line (the
+process died while writing it) is ignored: the setting had not changed yet.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import itertools
+import json
+import os
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+from offlab.state import ensure_dir, state_dir
+
+VERSION = 1
+_counter = itertools.count(1)
+
+
+def journal_dir() -> Path:
+    return state_dir() / "journal"
+
+
+def proc_start(pid: int) -> int | None:
+    """Start time of a process in clock ticks since boot (field 22 of /proc/PID/stat)."""
+    try:
+        text = Path(f"/proc/{int(pid)}/stat").read_text()
+    except (OSError, ValueError):
+        return None
+    return int(text.rsplit(")", 1)[1].split()[19])
+
+
+def me() -> dict:
+    return {"pid": os.getpid(), "start": proc_start(os.getpid())}
+
+
+def owner_alive(owner: dict | None) -> bool:
+    if not isinstance(owner, dict) or not isinstance(owner.get("pid"), int):
+        return False
+    return proc_start(owner["pid"]) == owner.get("start")
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def dir_lock() -> Iterator[None]:
+    """Serialise restores and `lab down` clean-ups over the whole journal directory."""
+    d = ensure_dir(journal_dir())
+    fd = os.open(d, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+@dataclass
+class Entry:
+    journal: Path
+    seq: int
+    t: int
+    data: dict
+    status: str = "open"  # open | restored | dropped
+    note: str = ""
+    held_by: int | None = None  # pid of the live process that owns it, if any
+
+    @property
+    def where(self) -> str:
+        d = self.data
+        host = d.get("role") or d.get("netns") or "machine"
+        if d.get("lab") and d.get("role"):
+            host = f"{d['lab']}/{d['role']}"
+        return f"{host}:{d['iface']}" if d.get("iface") else host
+
+    def describe(self) -> str:
+        d = self.data
+        return f"{self.where} {d.get('key')}: {d.get('value')} → back to {d.get('original_text')}"
+
+
+@dataclass
+class JournalView:
+    path: Path
+    header: dict
+    entries: list[Entry] = field(default_factory=list)
+    released: bool = False
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def owner(self) -> dict | None:
+        return None if self.released else self.header.get("owner")
+
+    @property
+    def alive(self) -> bool:
+        return owner_alive(self.owner)
+
+    @property
+    def open_entries(self) -> list[Entry]:
+        return [e for e in self.entries if e.status == "open"]
+
+
+def load(path: Path) -> JournalView:
+    header: dict = {}
+    view = JournalView(path, header)
+    by_seq: dict[int, Entry] = {}
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return view
+    for n, line in enumerate(text.splitlines(keepends=True)):
+        try:
+            rec = json.loads(line)
+            if not line.endswith("\n"):
+                raise ValueError("torn line")
+        except ValueError:
+            view.problems.append(f"{path.name}: line {n + 1} unreadable (ignored)")
+            continue
+        if n == 0 and isinstance(rec, dict) and rec.get("offlab_journal"):
+            header.update(rec)
+            continue
+        op = rec.get("op") if isinstance(rec, dict) else None
+        if op == "change" and isinstance(rec.get("seq"), int):
+            entry = Entry(path, rec["seq"], int(rec.get("t", 0)), rec)
+            by_seq[entry.seq] = entry
+            view.entries.append(entry)
+        elif op in ("restored", "dropped") and rec.get("seq") in by_seq:
+            by_seq[rec["seq"]].status = op
+            by_seq[rec["seq"]].note = rec.get("note", "")
+        elif op == "release":
+            view.released = True
+    return view
+
+
+def all_journals() -> list[JournalView]:
+    d = journal_dir()
+    if not d.exists():
+        return []
+    return [load(p) for p in sorted(d.glob("*.journal"))]
+
+
+class Journal:
+    """The journal of one transaction, written by the process that owns it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._seq = 0
+
+    @classmethod
+    def create(cls, label: str, *, persist: bool, prefix: str = "tx") -> "Journal":
+        d = ensure_dir(journal_dir())
+        owner = me()
+        slug = re.sub(r"[^a-z0-9]+", "-", prefix.lower()).strip("-")[:24] or "tx"
+        path = d / f"{slug}-{owner['pid']}-{owner['start']}-{next(_counter)}.journal"
+        header = {"offlab_journal": VERSION, "label": label, "owner": owner, "persist": persist,
+                  "created": time.time()}
+        with open(path, "x") as f:
+            f.write(json.dumps(header, sort_keys=True) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        _fsync_dir(d)
+        return cls(path)
+
+    def append(self, record: dict) -> None:
+        line = json.dumps(record, sort_keys=True) + "\n"
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            os.write(fd, line.encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def add(self, entry: dict, original: object, original_text: str, value: str) -> int:
+        """Record an original value; returns only once it is on disk."""
+        self._seq += 1
+        self.append({"op": "change", "seq": self._seq, "t": time.time_ns(), **entry,
+                     "original": original, "original_text": original_text, "value": value})
+        return self._seq
+
+    def release(self) -> None:
+        self.append({"op": "release"})
+
+    def view(self) -> JournalView:
+        return load(self.path)
+
+
+def mark(entry: Entry, op: str, note: str = "") -> None:
+    rec = {"op": op, "seq": entry.seq}
+    if note:
+        rec["note"] = note
+    if entry.journal.exists():
+        Journal(entry.journal).append(rec)
+    entry.status, entry.note = op, note
+
+
+def remove_if_done(path: Path) -> bool:
+    """Delete a journal once nothing in it is left to restore."""
+    view = load(path)
+    if view.open_entries or not path.exists():
+        return False
+    path.unlink(missing_ok=True)
+    _fsync_dir(path.parent)
+    return True
+
+
+def forget_namespaces(namespaces: list[str]) -> list[str]:
+    """Drop entries that target these namespaces (their interfaces die with them); returns what was dropped."""
+    gone = set(namespaces)
+    dropped: list[str] = []
+    if not gone or not journal_dir().exists():
+        return dropped
+    with dir_lock():
+        for view in all_journals():
+            for entry in view.open_entries:
+                if entry.data.get("netns") in gone:
+                    mark(entry, "dropped", "namespace removed by lab down")
+                    dropped.append(entry.describe())
+            if not view.alive:
+                remove_if_done(view.path)
+    return dropped

@@ -1,0 +1,111 @@
+"""Putting journalled settings back: newest first, each read back, the journal removed when done."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from offlab.errors import OfflabError
+from offlab.knobs.journal import Entry, all_journals, dir_lock, journal_dir, mark, remove_if_done
+from offlab.knobs.registry import knob_from_entry
+from offlab.knobs.target import netns_exists
+
+
+@dataclass
+class Report:
+    lines: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+
+
+def _newest_first(entries: Iterable[Entry]) -> list[Entry]:
+    return sorted(entries, key=lambda e: (e.t, e.seq), reverse=True)
+
+
+def _gone(entry: Entry) -> str | None:
+    ns = entry.data.get("netns")
+    if ns is not None and not netns_exists(ns):
+        return f"namespace gone: nothing to restore ({ns})"
+    return None
+
+
+def restore_one(entry: Entry, report: Report) -> None:
+    key, was = entry.data.get("key"), entry.data.get("original_text")
+    try:
+        knob = knob_from_entry(entry.data)
+        why = _gone(entry) or knob.gone()
+        if why:
+            mark(entry, "dropped", why)
+            report.lines.append(f"{entry.where} {key}: {why}")
+            return
+        knob.restore(entry.data["original"])
+        after = knob.snapshot()
+    except (OfflabError, OSError, KeyError, ValueError) as exc:
+        msg = f"could not restore {entry.where} {key} to {was}: {exc}"
+        report.lines.append(msg)
+        report.failed.append(msg)
+        return
+    if knob.same(after, entry.data["original"]):
+        mark(entry, "restored")
+        report.lines.append(f"restored {entry.where} {key} = {was}")
+    else:
+        msg = f"could not restore {entry.where} {key}: wanted {was}, it reads {knob.show(after)}"
+        report.lines.append(msg)
+        report.failed.append(msg)
+
+
+def restore_entries(entries: Iterable[Entry], report: Report | None = None) -> Report:
+    report = report or Report()
+    for entry in _newest_first(e for e in entries if e.status == "open"):
+        restore_one(entry, report)
+    return report
+
+
+def restore_report(*, list_only: bool = False, force: bool = False) -> Report:
+    """Restore (or list) what journals of dead processes, and released persisted journals, hold."""
+    report = Report()
+    if not journal_dir().exists():
+        report.lines.append("nothing to restore")
+        return report
+    with dir_lock():
+        chosen = []
+        for view in all_journals():
+            report.lines += view.problems
+            if view.alive and not force:
+                if view.open_entries:
+                    report.lines.append(
+                        f"{view.path.name}: belongs to running process {view.owner['pid']} "
+                        f"({view.header.get('label', '?')}); left alone (--force restores it anyway)")
+                continue
+            chosen.append(view)
+        entries = [e for v in chosen for e in v.open_entries]
+        if list_only:
+            for e in _newest_first(entries):
+                why = _gone(e)
+                report.lines.append(f"would drop {e.where} {e.data.get('key')}: {why}" if why else
+                                    f"would restore {e.describe()}  [{e.journal.name}]")
+        else:
+            restore_entries(entries, report)
+            for view in chosen:
+                if remove_if_done(view.path):
+                    report.lines.append(f"removed {view.path.name}")
+    if not report.lines:
+        report.lines.append("nothing to restore")
+    return report
+
+
+def restore_pending(list_only: bool = False, *, force: bool = False) -> list[str]:
+    """Put back every journalled setting whose process is gone (or was released); human lines."""
+    return restore_report(list_only=list_only, force=force).lines
+
+
+def list_pending(namespaces: Iterable[str] | None = None) -> list[Entry]:
+    """Journalled changes not yet restored, newest first; only those in `namespaces` if given."""
+    wanted = set(namespaces) if namespaces is not None else None
+    out = []
+    for view in all_journals():
+        pid = view.owner["pid"] if view.alive else None
+        for e in view.open_entries:
+            if wanted is None or e.data.get("netns") in wanted:
+                e.held_by = pid
+                out.append(e)
+    return _newest_first(out)

@@ -1,0 +1,220 @@
+"""Apply settings as one transaction: validate all, journal, apply, read back, restore on exit.
+
+    with Transaction(label="cell 3") as tx:
+        outcomes = tx.apply([Change(lab.client, "gro", "off", "to-server", lab)])
+        if tx.impossible: skip the cell with tx.impossible[0].reason
+        ... measure ...
+    # every change is back to its original here, even after Ctrl-C or SIGTERM
+
+SIGKILL cannot be caught: the journal stays behind and `offlab restore` replays it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+import threading
+from dataclasses import dataclass, field
+from typing import Iterable, Iterator
+
+from offlab.errors import BadInput, CommandFailed, EnvironmentProblem
+from offlab.hosts import Host
+from offlab.knobs.base import Knob, Plan, failure_text
+from offlab.knobs.journal import Journal, dir_lock, remove_if_done
+from offlab.knobs.registry import knob_class, knob_for
+from offlab.knobs.restore import Report, restore_entries
+from offlab.knobs.target import target_for
+
+
+class Terminated(SystemExit):
+    """SIGTERM arrived while a transaction was open; raised so that `__exit__` restores."""
+
+    def __init__(self, signum: int = signal.SIGTERM) -> None:
+        super().__init__(128 + signum)
+        self.signum = signum
+
+
+@dataclass
+class Change:
+    host: Host
+    key: str
+    value: str | int | bool
+    iface: str | None = None
+    lab: object | None = None  # LabState: resolves `to-<peer>`, knows the OVS of an `ovs` lab
+
+    def __str__(self) -> str:
+        where = f"{self.host.name}:{self.iface}" if self.iface else self.host.name
+        return f"{where} {self.key}={self.value}"
+
+
+@dataclass
+class Outcome:
+    change: Change
+    original: str
+    requested: str
+    actual: str
+    ok: bool
+    reason: str | None = None
+    also_changed: dict[str, tuple[str, str]] = field(default_factory=dict)
+    where: str = ""
+    journalled: bool = False
+
+    def line(self) -> str:
+        """One line for people: `client:olx0 gro: off → on (requested on)`."""
+        head = f"{self.where} {self.change.key}: {self.original} → {self.actual}"
+        if self.ok:
+            text = head + ("" if self.journalled else " (already so)")
+        else:
+            text = f"{head} (requested {self.requested}) — {self.reason}"
+        if self.also_changed:
+            text += "; also changed: " + ", ".join(f"{k} {a}→{b}" for k, (a, b) in self.also_changed.items())
+        return text
+
+    def to_dict(self) -> dict:
+        return {"where": self.where, "key": self.change.key, "original": self.original,
+                "requested": self.requested, "actual": self.actual, "ok": self.ok, "reason": self.reason,
+                "also_changed": {k: list(v) for k, v in self.also_changed.items()}}
+
+
+class Transaction:
+    """Journalled changes that are put back on exit (or kept, with `persist=True`, for `offlab restore`)."""
+
+    def __init__(self, label: str = "offlab", persist: bool = False, *, prefix: str | None = None) -> None:
+        self.label = label
+        self.persist = persist
+        self.prefix = prefix or ("persist" if persist else "tx")
+        self.journal: Journal | None = None
+        self.outcomes: list[Outcome] = []
+        self.restore_report: Report | None = None
+        self._old_term: object = None
+
+    # ---- context -------------------------------------------------------
+    def __enter__(self) -> "Transaction":
+        self.journal = Journal.create(self.label, persist=self.persist, prefix=self.prefix)
+        if not self.persist and _main_thread():
+            self._old_term = signal.signal(signal.SIGTERM, _raise_terminated)
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        pending: list[int] = []
+        try:
+            with _shielded(pending):
+                if self.persist and exc_type is None:
+                    self._release()
+                else:
+                    self.restore()
+        finally:
+            if self._old_term is not None:
+                signal.signal(signal.SIGTERM, self._old_term)  # type: ignore[arg-type]
+                self._old_term = None
+        failed = self.restore_report.failed if self.restore_report else []
+        if failed:
+            if exc_type is None:
+                raise EnvironmentProblem("; ".join(failed) + " (the journal is kept: `offlab restore` retries)")
+            print("offlab: warning: " + "; ".join(failed), file=sys.stderr)
+        if exc_type is None and pending:
+            raise KeyboardInterrupt if pending[0] == signal.SIGINT else Terminated(pending[0])
+        return False
+
+    # ---- the work ------------------------------------------------------
+    def apply(self, changes: Iterable[Change]) -> list[Outcome]:
+        """Validate every change (BadInput, nothing changed), then apply each in order and read it back."""
+        if self.journal is None:
+            raise RuntimeError("Transaction.apply needs `with Transaction(...) as tx:`")
+        prepared = self._validate(list(changes))
+        outcomes = [self._apply_one(change, knob, value) for change, knob, value in prepared]
+        self.outcomes += outcomes
+        return outcomes
+
+    @property
+    def impossible(self) -> list[Outcome]:
+        return [o for o in self.outcomes if not o.ok]
+
+    def restore(self) -> list[str]:
+        """Put back everything applied so far, newest first; returns what was done."""
+        report = Report()
+        if self.journal is not None and self.journal.path.exists():
+            with dir_lock():
+                restore_entries(self.journal.view().open_entries, report)
+                remove_if_done(self.journal.path)
+        self.restore_report = report
+        return report.lines
+
+    # ---- steps ---------------------------------------------------------
+    def _validate(self, changes: list[Change]) -> list[tuple[Change, Knob, str]]:
+        plan = Plan()
+        prepared = []
+        for change in changes:
+            if not isinstance(change, Change):
+                raise BadInput(f"not a Change: {change!r}")
+            try:
+                target = target_for(change.host, change.iface, change.lab,
+                                    needs_iface=knob_class(change.key).needs_iface)
+                knob = knob_for(target, change.key)
+                value = knob.check(change.value, plan)
+            except BadInput as exc:
+                msg = str(exc)
+                raise BadInput(msg if change.key in msg else f"{change.key}: {msg}") from None
+            prepared.append((change, knob, value))
+        return prepared
+
+    def _apply_one(self, change: Change, knob: Knob, value: str) -> Outcome:
+        assert self.journal is not None
+        before = knob.snapshot()
+        original = knob.show(before)
+        out = Outcome(change, original, value, original, True, where=knob.target.where)
+        if knob.satisfied(value, before):
+            return out
+        why = knob.impossible(value, before)
+        if why:
+            out.ok, out.reason = False, why
+            return out
+        side_before = knob.side_state()
+        self.journal.add(knob.to_entry(), before, original, value)
+        out.journalled = True
+        error = None
+        try:
+            knob.apply(value)
+        except (CommandFailed, OSError) as exc:
+            error = failure_text(exc) if isinstance(exc, CommandFailed) else (exc.strerror or str(exc))
+        after = knob.snapshot()
+        out.actual = knob.show(after)
+        out.ok = error is None and knob.satisfied(value, after)
+        if not out.ok:
+            out.reason = (f"{knob.label}: the kernel refused {value}: {error} — cannot test "
+                          f"{change.key}={value} here") if error else knob.explain(value, before, after)
+        side_after = knob.side_state()
+        out.also_changed = {k: (side_before[k], v) for k, v in side_after.items()
+                            if k in side_before and side_before[k] != v}
+        return out
+
+    def _release(self) -> None:
+        assert self.journal is not None
+        if not self.journal.view().open_entries:
+            remove_if_done(self.journal.path)
+            return
+        self.journal.release()
+
+
+def _main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+def _raise_terminated(signum, frame) -> None:
+    raise Terminated(signum)
+
+
+@contextlib.contextmanager
+def _shielded(pending: list[int]) -> Iterator[None]:
+    """Hold SIGINT/SIGTERM while restoring: a second Ctrl-C must not leave settings half put back."""
+    if not _main_thread():
+        yield
+        return
+    old = {s: signal.signal(s, lambda signum, frame: pending.append(signum))
+           for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
