@@ -41,6 +41,7 @@ class Sample:
     service_demand_us_per_kib: dict
     capture: dict | None = None
     notes: list[str] = field(default_factory=list)
+    search: dict | None = None  # zero-loss search steps, when the sample came from one
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -1,0 +1,159 @@
+"""`offlab run`, `offlab suite ...`, `offlab demo`: experiments from plans and built-in suites."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+from offlab.experiment import suites as suite_lib
+from offlab.experiment.plan import Plan, load_plan_file
+from offlab.experiment.runner import Runner
+from offlab.store import Store, default_db_path
+
+out = Console(stderr=True, soft_wrap=True)
+suite_app = typer.Typer(help="Built-in suites that reproduce the seed documents.", no_args_is_help=True)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("run")(run_cmd)
+    app.add_typer(suite_app, name="suite")
+    app.command("demo")(demo_cmd)
+
+
+def run_cmd(
+    plan: Optional[Path] = typer.Argument(None, help="Plan file (YAML)."),
+    db: Optional[Path] = typer.Option(None, "--db", help="SQLite database (default: see README)."),
+    resume: Optional[int] = typer.Option(None, "--resume", help="Continue an interrupted run."),
+    quick: bool = typer.Option(False, "--quick", help="1–2 repetitions per cell, wide interval."),
+    validate: bool = typer.Option(False, "--validate", help="Only check the plan and list its cells."),
+    as_json: bool = typer.Option(False, "--json", help="Print the run summary as JSON."),
+) -> None:
+    """Run a plan: every cell, repeated until its confidence target is met; results in SQLite."""
+    from offlab.errors import BadInput
+
+    if (plan is None) == (resume is None):
+        raise BadInput("give a PLAN file or --resume RUN_ID")
+    store = Store.open(db or default_db_path())
+    if resume is not None:
+        runner = Runner.resume(store, resume, on_event=_Progress().event)
+        _finish(store, runner, as_json)
+        return
+    p = load_plan_file(str(plan), quick=quick)
+    if validate:
+        _print_cells(p)
+        return
+    _run_plans([p], store, as_json)
+
+
+@suite_app.command("list")
+def suite_list() -> None:
+    """The built-in suites and what each reproduces."""
+    for name in suite_lib.names():
+        desc = suite_lib.description(name)
+        typer.echo(f"{name:8s} {desc[:150]}{'…' if len(desc) > 150 else ''}")
+
+
+@suite_app.command("show")
+def suite_show(name: str) -> None:
+    """A suite's plan, as YAML, and its cells."""
+    typer.echo(suite_lib.text(name))
+    for p in suite_lib.plans(name):
+        _print_cells(p)
+
+
+@suite_app.command("run")
+def suite_run(
+    name: str,
+    quick: bool = typer.Option(False, "--quick", help="1–2 repetitions per cell, wide interval."),
+    db: Optional[Path] = typer.Option(None, "--db"),
+    report_dir: Optional[Path] = typer.Option(None, "--report-dir", help="Write an HTML report per run here."),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Run a built-in suite."""
+    store = Store.open(db or default_db_path())
+    _run_plans(suite_lib.plans(name, quick=quick), store, as_json, report_dir)
+
+
+def demo_cmd(
+    db: Optional[Path] = typer.Option(None, "--db"),
+    report_dir: Path = typer.Option(Path("offlab-reports"), "--report-dir", help="Where the reports go."),
+) -> None:
+    """The `make demo` job: the quick suite, its summaries, and where the reports are."""
+    store = Store.open(db or default_db_path())
+    _run_plans(suite_lib.plans("quick"), store, False, report_dir)
+
+
+def _run_plans(plans: list[Plan], store: Store, as_json: bool, report_dir: Path | None = None) -> None:
+    results = []
+    for plan in plans:
+        runner = Runner(plan, store, on_event=_Progress().event)
+        results.append(_finish(store, runner, as_json, report_dir))
+    if as_json:
+        typer.echo(json.dumps(results, indent=2, default=str))
+
+
+def _finish(store: Store, runner: Runner, as_json: bool, report_dir: Path | None = None) -> dict:
+    try:
+        run_id = runner.run()
+    except KeyboardInterrupt:
+        out.print(f"[yellow]interrupted: settings restored, labs removed; "
+                  f"resume with `offlab run --resume {runner.run_id}`[/yellow]")
+        raise typer.Exit(130) from None
+    summary = {"run_id": run_id, "name": runner.plan.name, "status": store.get_run(run_id)["status"]}
+    if report_dir is not None:
+        from offlab.report import write_report
+
+        report_dir.mkdir(parents=True, exist_ok=True)
+        path = report_dir / f"run-{run_id}-{runner.plan.name}.html"
+        write_report(store, run_id, path)
+        summary["report"] = str(path.resolve())
+    if not as_json:
+        from offlab.cli.results import print_comparison
+
+        print_comparison(store, run_id)  # lists skipped / failed cells with their reasons too
+        if "report" in summary:
+            typer.echo(f"report: {summary['report']}")
+        typer.echo(f"run {run_id} ({runner.plan.name}) {summary['status']}: offlab results show {run_id}")
+    return summary
+
+
+def _print_cells(p: Plan) -> None:
+    typer.echo(f"# {p.name}: {len(p.cells)} cells, repeat {p.repeat.min}..{p.repeat.max} at "
+               f"{p.repeat.level:g} % ±{p.repeat.width / 2:g} %, baseline {p.baseline}")
+    for c in p.cells:
+        typer.echo(f"  {c.key}")
+
+
+class _Progress:
+    """One line per event on stderr: cell, round, elapsed; enough to follow a long matrix."""
+
+    def __init__(self) -> None:
+        self.t0 = time.monotonic()
+        self.done = 0
+
+    def event(self, kind: str, info: dict) -> None:
+        t = f"[{time.monotonic() - self.t0:6.1f}s]"
+        if kind == "lab":
+            out.print(f"{t} lab up: {info['topology']} mtu {info['mtu']}")
+        elif kind == "run":
+            out.print(f"{t} run {info['run_id']}: {info['cells']} cells, shuffle seed {info['seed']}")
+        elif kind == "round":
+            out.print(f"{t} round {info['round'] + 1}: {info['cells']} cells")
+        elif kind == "sampled":
+            self.done += 1
+            m = info["metrics"]
+            rate = m.get("throughput_bps", 0) / 1e9
+            per = (time.monotonic() - self.t0) / self.done
+            eta = info["remaining_min"] * per
+            out.print(f"{t}   round {info['round'] + 1} {info['cell']}: {rate:.2f} Gbit/s" +
+                      (f", loss {100 * m['loss']:.3f} %" if "loss" in m else "") +
+                      (f"  (ETA ≥ {eta:.0f} s)" if info["remaining_min"] else ""))
+        elif kind == "skipped":
+            out.print(f"{t}   {info['cell']}: skipped — {info['reason']}")
+        elif kind in ("done", "budget", "interrupted"):
+            out.print(f"{t} run {info['run_id']}: {kind}")

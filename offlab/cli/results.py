@@ -1,0 +1,302 @@
+"""`offlab results list|show`, `offlab compare`, `offlab report`: reading the results database."""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from offlab.errors import BadInput
+from offlab.metrics import HEADLINE, METRICS
+
+out = Console()
+
+DB_HELP = ("Results database (default: $OFFLAB_DB, else /var/lib/offlab/offlab.db as root, "
+           "else ~/.local/share/offlab/offlab.db).")
+
+
+def register(app: typer.Typer) -> None:
+    results = typer.Typer(help="Runs stored in the results database.", no_args_is_help=True)
+    results.command("list")(list_cmd)
+    results.command("show")(show_cmd)
+    app.add_typer(results, name="results")
+    app.command("compare")(compare_cmd)
+    app.command("report")(report_cmd)
+
+
+def _open(db: Optional[Path]):
+    from offlab.store import Store
+
+    return Store.open(db, create=False)
+
+
+def _one_format(as_json: bool, as_csv: bool) -> None:
+    if as_json and as_csv:
+        raise BadInput("choose one of --json and --csv")
+
+
+def _json(obj) -> None:
+    typer.echo(json.dumps(obj, indent=2, ensure_ascii=False, default=str))
+
+
+def list_cmd(
+    as_json: bool = typer.Option(False, "--json", help="Print the runs as JSON."),
+    db: Optional[Path] = typer.Option(None, "--db", help=DB_HELP),
+) -> None:
+    """The runs in the database: status, times, cells and samples."""
+    with _open(db) as store:
+        runs = store.list_runs()
+    if as_json:
+        _json(runs)
+        return
+    if not runs:
+        typer.echo("no runs yet: offlab run PLAN.yaml")
+        return
+    t = Table("id", "name", "status", "started", "finished", "cells", "samples", "note", box=None)
+    for r in runs:
+        t.add_row(str(r["id"]), escape(r["name"]), r["status"], r["started"], r["finished"] or "–",
+                  str(r["cells"]), str(r["samples"]), escape(r["note"] or ""))
+    out.print(t)
+
+
+def show_cmd(
+    run_id: int = typer.Argument(..., help="A run id (offlab results list)."),
+    as_json: bool = typer.Option(False, "--json", help="Everything: run, plan, env, cells, samples, intervals."),
+    as_csv: bool = typer.Option(False, "--csv", help="One row per sample with every metric."),
+    db: Optional[Path] = typer.Option(None, "--db", help=DB_HELP),
+) -> None:
+    """One run: header, environment, and per cell the mean ± CI of the headline metrics."""
+    from offlab.stats import mean_ci
+
+    _one_format(as_json, as_csv)
+    with _open(db) as store:
+        run = store.get_run(run_id)
+        cells = store.cells(run_id)
+        values = store.cell_metrics(run_id)
+        samples = store.samples(run_id) if (as_json or as_csv) else []
+    level = (run.get("repeat") or {}).get("level") or 99
+    cis = {c["id"]: {m: mean_ci(v, level) for m, v in values.get(c["id"], {}).items()} for c in cells}
+    if as_json:
+        _json({"run": run,
+               "cells": [{**c, "intervals": {m: ci.to_dict() for m, ci in cis[c["id"]].items()}} for c in cells],
+               "samples": samples})
+        return
+    if as_csv:
+        _samples_csv(run, cells, samples)
+        return
+    _print_run(run, cells, cis, level)
+
+
+def _samples_csv(run: dict, cells: list[dict], samples: list[dict]) -> None:
+    axes = list(dict.fromkeys(k for c in cells for k in c["params"]))
+    names = [m for m in METRICS if any(m in s["metrics"] for s in samples)]
+    names += sorted({m for s in samples for m in s["metrics"]} - set(names))
+    by_id = {c["id"]: c for c in cells}
+    w = csv.writer(sys.stdout, lineterminator="\n")
+    w.writerow(["run_id", "run", "cell_id", "cell", *axes, "cell_status", "round", "sample_id", "created_at", *names])
+    for s in samples:
+        c = by_id[s["cell_id"]]
+        w.writerow([run["id"], run["name"], c["id"], c["key"], *(c["params"].get(a, "") for a in axes), c["status"],
+                    s["round"], s["id"], s["created_at"], *(_csv_num(s["metrics"].get(m)) for m in names)])
+
+
+def _csv_num(v: float | None) -> str:
+    return "" if v is None else repr(v)
+
+
+def print_comparison(store, run_id: int) -> None:
+    """What `offlab run` prints at the end: each cell against its baseline, or, without a baseline
+    (or with one that matches nothing), each cell's mean ± CI."""
+    from offlab import compare
+    from offlab.stats import mean_ci
+
+    run = store.get_run(run_id)
+    if run.get("baseline"):
+        try:
+            _print_rows(compare.compare_run(store, run_id))
+            return
+        except BadInput as exc:
+            out.print(f"[yellow]{escape(str(exc))}[/yellow]")
+    cells = store.cells(run_id)
+    values = store.cell_metrics(run_id)
+    level = (run.get("repeat") or {}).get("level") or 99
+    cis = {c["id"]: {m: mean_ci(v, level) for m, v in values.get(c["id"], {}).items()} for c in cells}
+    _cells_table(cells, cis, level)
+
+
+def _print_run(run: dict, cells: list[dict], cis: dict, level: float) -> None:
+    from offlab.report import env_items
+
+    rep = run.get("repeat") or {}
+    out.print(f"[bold]run {run['id']}: {escape(run['name'])}[/bold]  {run['status']}"
+              + (f" ({escape(run['note'])})" if run["note"] else ""))
+    out.print(f"  started {run['started_at']}, finished {run['finished_at'] or '–'}, offlab {run['offlab_version']}, "
+              f"seed {run['seed']}")
+    out.print(f"  repeat: {rep.get('min', '?')}..{rep.get('max', '?')} rounds until the {level:g} % interval is "
+              f"≤ {rep.get('width', '?')} % of the mean" + (
+                  f"; baseline {escape(','.join(f'{k}={v}' for k, v in run['baseline'].items()))}"
+                  if run["baseline"] else ""))
+    facts = [(k, v) for k, v in env_items(run.get("env") or {}) if k.count(".") <= 1][:10]
+    for k, v in facts:
+        out.print(f"  [dim]{escape(k)}[/dim] {escape(v)}")
+    _cells_table(cells, cis, level)
+
+
+def _cells_table(cells: list[dict], cis: dict, level: float) -> None:
+    from offlab.report import format as fmt
+
+    present = [m for m in HEADLINE if any(m in cis[c["id"]] for c in cells)]
+    t = Table(box=None)
+    t.add_column("cell", no_wrap=True)
+    t.add_column("status")
+    t.add_column("n", justify="right")
+    for m in present:
+        t.add_column(fmt.short(m), justify="right")
+    for c in cells:
+        t.add_row(escape(c["key"]), c["status"].replace("_", " "), str(c["n_samples"]),
+                  *(fmt.ci(m, cis[c["id"]].get(m)) for m in present))
+    out.print(t)
+    for c in cells:
+        if c["reason"]:
+            out.print(f"[yellow]{c['status'].replace('_', ' ')}[/yellow]: {escape(c['key'])}: {escape(c['reason'])}")
+    out.print(f"[dim]mean ± half-width of the {level:g} % Student-t interval over n repetitions[/dim]")
+
+
+def compare_cmd(
+    runs: List[int] = typer.Argument(..., help="RUN_ID (each cell against its baseline cell), or RUN_A RUN_B "
+                                               "(the same cells, B against A)."),
+    baseline: List[str] = typer.Option([], "--baseline", help="AXIS=VALUE, repeatable: overrides the run's "
+                                                              "baseline, e.g. --baseline offload=off."),
+    metric: List[str] = typer.Option([], "--metric", help="Metric to compare, repeatable (default: the headline "
+                                                          "metrics)."),
+    fail_if_slower: Optional[float] = typer.Option(None, "--fail-if-slower", metavar="PCT",
+                                                   help="Exit 1 if throughput or pps of any cell is significantly "
+                                                        "slower than its baseline by more than PCT %."),
+    as_json: bool = typer.Option(False, "--json", help="Print the rows as JSON."),
+    as_csv: bool = typer.Option(False, "--csv", help="Print the rows as CSV."),
+    db: Optional[Path] = typer.Option(None, "--db", help=DB_HELP),
+) -> None:
+    """Ratio of means with its confidence interval and a verdict, per cell and metric."""
+    from offlab import compare
+
+    _one_format(as_json, as_csv)
+    if len(runs) not in (1, 2):
+        raise BadInput(f"compare takes RUN_ID or RUN_A RUN_B, not {len(runs)} run ids")
+    if len(runs) == 2 and baseline:
+        raise BadInput("--baseline applies to one run; with RUN_A RUN_B every cell is compared with the same cell of A")
+    if fail_if_slower is not None and fail_if_slower < 0:
+        raise BadInput(f"--fail-if-slower {fail_if_slower:g}: a percentage ≥ 0")
+    metrics = tuple(metric) or HEADLINE
+    with _open(db) as store:
+        if len(runs) == 1:
+            rows = compare.compare_run(store, runs[0], compare.parse_assignments(baseline) or None, metrics)
+        else:
+            rows = compare.compare_runs(store, runs[0], runs[1], metrics)
+    failed = compare.fail_if_slower(rows, fail_if_slower) if fail_if_slower is not None else []
+    if as_json:
+        _json({"runs": runs, "rows": [r.to_dict() for r in rows],
+               "fail_if_slower": None if fail_if_slower is None else
+               {"pct": fail_if_slower, "failed": [{"cell": r.cell, "metric": r.metric, "change_pct": r.change_pct}
+                                                  for r in failed]}})
+    elif as_csv:
+        _rows_csv(rows)
+    else:
+        _print_rows(rows)
+    if failed:
+        for r in failed:
+            against = r.baseline if r.run == r.baseline_run else f"run {r.baseline_run}"
+            typer.echo(f"offlab: {r.cell}: {r.label} {r.change_pct:+.1f} % vs {against} "
+                       f"[{r.change_low_pct:+.1f}, {r.change_high_pct:+.1f}]: slower by more than "
+                       f"{fail_if_slower:g} %", err=True)
+        # SystemExit, not typer.Exit: click's non-standalone mode (offlab.cli.main) drops typer.Exit's code.
+        sys.exit(1)
+
+
+CSV_FIELDS = ("run", "baseline_run", "cell", "baseline", "metric", "unit", "better", "level", "n_baseline",
+              "mean_baseline", "n_cell", "mean_cell", "ratio", "low", "high", "change_pct", "change_low_pct",
+              "change_high_pct", "diff", "diff_low", "diff_high", "verdict", "flags", "cell_status", "cell_reason")
+
+
+def _rows_csv(rows) -> None:
+    w = csv.DictWriter(sys.stdout, CSV_FIELDS, lineterminator="\n", extrasaction="ignore")
+    w.writeheader()
+    for r in rows:
+        d = r.to_dict()
+        d["flags"] = "; ".join(r.flags)
+        w.writerow({k: "" if d.get(k) is None else d[k] for k in CSV_FIELDS})
+
+
+TONE = {True: "green", False: "red"}
+COLUMNS = (("metric", 15, "left"), ("baseline", 12, "right"), ("cell", 12, "right"), ("change [CI]", 24, "right"),
+           ("verdict", 25, "left"))
+
+
+def _print_rows(rows) -> None:
+    """Per compared cell a title line and its metrics; cells that could not be compared below."""
+    from offlab import compare
+    from offlab.report import format as fmt
+    from offlab.stats import is_improvement
+
+    groups = compare.by_cell(rows)
+    shown = [g for g in groups if g[0].compared]
+    aside = [g for g in groups if not g[0].compared]
+    common = {id(g[0]): [f for f in g[0].flags if all(f in r.flags for r in g)] for g in shown}
+    with_notes = any(f not in common[id(g[0])] for g in shown for r in g for f in r.flags)
+    for gi, g in enumerate(shown):
+        r0 = g[0]
+        if r0.run != r0.baseline_run:
+            title = f"[bold]{escape(r0.cell)}[/bold]: run {r0.run} vs run {r0.baseline_run}"
+        else:
+            mine, theirs, shared = compare.difference(r0.params, r0.baseline_params)
+            title = (f"{escape(shared)}: " if shared else "") + f"[bold]{escape(mine)}[/bold] vs {escape(theirs)}"
+        flags = "".join(f"  [yellow]⚠ {escape(f)}[/yellow]" for f in common[id(r0)])
+        out.print(("\n" if gi else "") + title + flags)
+        t = Table(box=None, show_header=gi == 0, padding=(0, 1))
+        for name, width, justify in COLUMNS:
+            t.add_column(name.replace("CI", f"{r0.level:g} % CI"), min_width=width, justify=justify)
+        if with_notes:
+            t.add_column("notes")
+        for r in g:
+            colour = TONE.get(is_improvement(r.verdict))
+            verdict = f"[{colour}]{r.verdict}[/{colour}]" if colour else r.verdict
+            cells = [fmt.short(r.metric), fmt.value(r.metric, r.mean_baseline), fmt.value(r.metric, r.mean_cell),
+                     fmt.change(r), verdict]
+            if with_notes:
+                cells.append(f"[yellow]{escape('; '.join(f for f in r.flags if f not in common[id(r0)]))}[/yellow]")
+            t.add_row(*cells)
+        out.print(t)
+    if shown:
+        ns = sorted({f"{r.n_baseline}/{r.n_cell}" for g in shown for r in g})
+        out.print(f"\n[dim]n (baseline/cell): {', '.join(ns)}; change = mean(cell)/mean(baseline) − 1, "
+                  f"Fieller's interval; a verdict only when the interval excludes 0 %[/dim]")
+    else:
+        out.print("nothing to compare: no cell has measured values on both sides")
+    for g in aside:
+        r0 = g[0]
+        why = r0.cell_reason if r0.verdict == compare.SKIPPED else r0.baseline_reason \
+            if r0.verdict == compare.BASELINE_SKIPPED else "; ".join(r0.flags)
+        out.print(f"[yellow]{r0.verdict}[/yellow]: {escape(r0.cell)}"
+                  + (f" (baseline {escape(r0.baseline)})" if r0.baseline else "")
+                  + (f": {escape(why)}" if why else ""))
+
+
+def report_cmd(
+    run_id: int = typer.Argument(..., help="A run id (offlab results list)."),
+    output: Path = typer.Option(..., "-o", "--output", help="HTML file to write."),
+    baseline: List[str] = typer.Option([], "--baseline", help="AXIS=VALUE, repeatable: compare against this "
+                                                              "instead of the run's baseline."),
+    db: Optional[Path] = typer.Option(None, "--db", help=DB_HELP),
+) -> None:
+    """One self-contained HTML report (charts inline, opens offline)."""
+    from offlab import compare, report
+
+    with _open(db) as store:
+        path = report.write_report(store, run_id, output, baseline=compare.parse_assignments(baseline) or None)
+    typer.echo(f"wrote {path} ({path.stat().st_size // 1024} KiB): open file://{path.resolve()}")

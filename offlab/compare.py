@@ -1,0 +1,319 @@
+"""Every cell as a ratio to its baseline cell, with Fieller's interval and a verdict.
+
+A run's baseline is a partial assignment of axis values, e.g. {"offload": "off"} in a run with
+axes payload × offload: each cell is compared with the cell that has offload=off and the same
+values on every other axis, so each payload compares on against off.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Iterable, Sequence
+
+from offlab import stats
+from offlab.errors import BadInput
+from offlab.metrics import HEADLINE, METRICS
+from offlab.store import Store
+
+# Verdicts of rows that could not be compared (beside the statistical ones in offlab.stats).
+SKIPPED = "skipped"
+FAILED = "failed"
+BASELINE_FAILED = "baseline failed"
+NOT_MEASURED = "not measured"
+BASELINE_SKIPPED = "baseline skipped"
+BASELINE_NOT_MEASURED = "baseline not measured"
+NO_BASELINE_CELL = "no baseline cell"
+MISSING = "missing in one run"
+
+STAT_VERDICTS = (stats.FASTER, stats.SLOWER, stats.LOWER, stats.HIGHER, stats.NO_DIFFERENCE, stats.UNDETERMINED)
+
+# fail_if_slower looks at these unless told otherwise: the rates, where "slower" means what it says.
+RATE_METRICS = tuple(name for name, m in METRICS.items() if m.better == "higher")
+
+
+@dataclass
+class Row:
+    """One metric of one cell against its baseline (another cell, or the same key in another run)."""
+
+    cell: str
+    baseline: str | None
+    metric: str
+    label: str
+    unit: str
+    better: str
+    level: float
+    n_baseline: int = 0
+    mean_baseline: float | None = None
+    n_cell: int = 0
+    mean_cell: float | None = None
+    ratio: float | None = None  # mean_cell / mean_baseline
+    low: float | None = None  # Fieller interval on the ratio
+    high: float | None = None
+    change_pct: float | None = None  # 100 · (ratio − 1), e.g. +49.2
+    change_low_pct: float | None = None
+    change_high_pct: float | None = None
+    diff: float | None = None  # mean_cell − mean_baseline, with Welch's interval
+    diff_low: float | None = None
+    diff_high: float | None = None
+    verdict: str = stats.UNDETERMINED
+    improved: bool | None = None  # True good news, False bad news, None neither
+    flags: list[str] = field(default_factory=list)
+    cell_status: str | None = None
+    cell_reason: str | None = None
+    baseline_status: str | None = None
+    baseline_reason: str | None = None
+    run: int | None = None
+    baseline_run: int | None = None
+    params: dict = field(default_factory=dict)
+    baseline_params: dict = field(default_factory=dict)
+
+    @property
+    def compared(self) -> bool:
+        """Whether both sides had values (the verdict is a statistical one)."""
+        return self.verdict in STAT_VERDICTS
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def parse_assignments(items: Iterable[str]) -> dict[str, str]:
+    """["offload=off", "payload=1472@1500"] → {"offload": "off", "payload": "1472@1500"}."""
+    out = {}
+    for item in items:
+        k, sep, v = item.partition("=")
+        if not sep or not k.strip():
+            raise BadInput(f"--baseline {item!r}: expected AXIS=VALUE, e.g. --baseline offload=off")
+        out[k.strip()] = v.strip()
+    return out
+
+
+def _norm(params: dict) -> dict[str, str]:
+    return {str(k): str(v) for k, v in params.items()}
+
+
+def _key(params: dict[str, str]) -> tuple:
+    return tuple(sorted(params.items()))
+
+
+def axes_of(cells: Sequence[dict]) -> dict[str, list[str]]:
+    """axis → its values as strings, both in the order the cells first show them."""
+    axes: dict[str, list[str]] = {}
+    for c in cells:
+        for k, v in _norm(c["params"]).items():
+            vals = axes.setdefault(k, [])
+            if v not in vals:
+                vals.append(v)
+    return axes
+
+
+def _check_metrics(metrics: Sequence[str]) -> None:
+    unknown = [m for m in metrics if m not in METRICS]
+    if unknown:
+        raise BadInput(f"unknown metric {unknown[0]!r}: one of {', '.join(METRICS)}")
+
+
+def _cell_unusable(cell: dict, values: dict[str, list[float]], baseline: bool) -> str | None:
+    if cell["status"] == "skipped":
+        return BASELINE_SKIPPED if baseline else SKIPPED
+    if cell["status"] == "failed" and not values:
+        return BASELINE_FAILED if baseline else FAILED
+    if not values:
+        return BASELINE_NOT_MEASURED if baseline else NOT_MEASURED
+    return None
+
+
+def compare_cells(cell: dict, base: dict | None, cell_values: dict[str, list[float]],
+                  base_values: dict[str, list[float]], metrics: Sequence[str], level: float,
+                  run: int | None = None, baseline_run: int | None = None) -> list[Row]:
+    """Rows for `cell` against `base` (None: no baseline cell exists), one per metric."""
+    rows = []
+    flags = []
+    for c, who in ((cell, "cell"), (base, "baseline")):
+        if c is not None and c["status"] == "confidence_not_reached":
+            flags.append(f"{who}: confidence not reached")
+        if c is not None and c["status"] == "failed":
+            flags.append(f"{who}: failed")
+    unusable = _cell_unusable(cell, cell_values, False) or (
+        NO_BASELINE_CELL if base is None else _cell_unusable(base, base_values, True))
+    for name in metrics:
+        m = METRICS[name]
+        a, b = base_values.get(name, []), cell_values.get(name, [])
+        row = Row(cell=cell["key"], baseline=base["key"] if base else None, metric=name, label=m.label,
+                  unit=m.unit, better=m.better, level=level, n_baseline=len(a), n_cell=len(b),
+                  flags=list(flags), cell_status=cell["status"], cell_reason=cell.get("reason"),
+                  baseline_status=base["status"] if base else None,
+                  baseline_reason=base.get("reason") if base else None, run=run, baseline_run=baseline_run,
+                  params=cell["params"], baseline_params=base["params"] if base else {})
+        if unusable:
+            row.verdict = unusable
+            rows.append(row)
+            continue
+        if not a and not b:
+            continue  # the metric does not apply here (pps of a TCP cell)
+        if not a or not b:
+            row.flags.append(f"no {name} values in the {'baseline' if not a else 'cell'}")
+            rows.append(row)
+            continue
+        _fill(row, a, b, level)
+        rows.append(row)
+    return rows
+
+
+def _fill(row: Row, a: list[float], b: list[float], level: float) -> None:
+    row.mean_baseline = sum(a) / len(a)
+    row.mean_cell = sum(b) / len(b)
+    r = stats.ratio_ci(a, b, level)
+    d = stats.diff_ci(a, b, level)
+    row.ratio, row.low, row.high = r.ratio, r.low, r.high
+    row.diff, row.diff_low, row.diff_high = d.diff, d.low, d.high
+    if r.ratio is not None:
+        row.change_pct = 100.0 * (r.ratio - 1.0)
+    if r.low is not None:
+        row.change_low_pct, row.change_high_pct = 100.0 * (r.low - 1.0), 100.0 * (r.high - 1.0)
+    row.verdict = stats.verdict(r.ratio, r.low, r.high, row.better)
+    if r.ratio is None and d.low is not None:
+        # Baseline mean 0 (no loss, no retransmits): no ratio, but the difference still tells.
+        row.flags.append("baseline mean is 0: change in absolute terms (diff)")
+        row.verdict = stats.verdict_diff(d.diff, d.low, d.high, row.better)
+    if min(len(a), len(b)) < 2:
+        row.flags.append("fewer than 2 samples: no interval")
+    row.improved = stats.is_improvement(row.verdict)
+
+
+def compare_run(store: Store, run_id: int, baseline: dict | None = None,
+                metrics: Sequence[str] = HEADLINE, level: float | None = None) -> list[Row]:
+    """Every cell of a run against its baseline cell; `baseline` overrides the run's own."""
+    _check_metrics(metrics)
+    run = store.get_run(run_id)
+    level = level or (run.get("repeat") or {}).get("level") or 99
+    base = baseline if baseline else run.get("baseline")
+    cells = store.cells(run_id)
+    axes = axes_of(cells)
+    axes_text = ", ".join(f"{k} ({'/'.join(v)})" for k, v in axes.items()) or "none"
+    if not base:
+        raise BadInput(f"run {run_id} has no baseline: pass --baseline AXIS=VALUE (axes: {axes_text})")
+    base = _norm(base)
+    for k, v in base.items():
+        if k not in axes:
+            raise BadInput(f"baseline {k}={v}: run {run_id} has no axis {k!r} (axes: {axes_text})")
+        if v not in axes[k]:
+            raise BadInput(f"baseline {k}={v} matches no cell of run {run_id} ({k} is one of: {', '.join(axes[k])})")
+    by_params = {_key(_norm(c["params"])): c for c in cells}
+    if not any(all(_norm(c["params"]).get(k) == v for k, v in base.items()) for c in cells):
+        raise BadInput(f"baseline {','.join(f'{k}={v}' for k, v in base.items())} matches no cell of run {run_id}")
+    values = store.cell_metrics(run_id)
+    rows: list[Row] = []
+    for cell in cells:
+        params = _norm(cell["params"])
+        target = {**params, **base}
+        if target == params:
+            continue  # a baseline cell is not compared with itself
+        bcell = by_params.get(_key(target))
+        rows += compare_cells(cell, bcell, values.get(cell["id"], {}),
+                              values.get(bcell["id"], {}) if bcell else {}, metrics, level, run_id, run_id)
+    return rows
+
+
+def compare_runs(store: Store, run_a: int, run_b: int, metrics: Sequence[str] = HEADLINE,
+                 level: float | None = None) -> list[Row]:
+    """The same cell keys across two runs (two kernels, two hosts): B against A per cell."""
+    _check_metrics(metrics)
+    ra, rb = store.get_run(run_a), store.get_run(run_b)
+    level = level or (ra.get("repeat") or {}).get("level") or 99
+    cells_a = {c["key"]: c for c in store.cells(run_a)}
+    cells_b = store.cells(run_b)
+    if not set(cells_a) & {c["key"] for c in cells_b}:
+        raise BadInput(f"runs {run_a} ({ra['name']}) and {run_b} ({rb['name']}) have no cell key in common: "
+                       f"`offlab results show` lists each run's cells")
+    va, vb = store.cell_metrics(run_a), store.cell_metrics(run_b)
+    rows: list[Row] = []
+    for cell in cells_b:
+        base = cells_a.get(cell["key"])
+        if base is None:
+            rows += _missing_rows(cell, metrics, level, f"not in run {run_a}", run_b, run_a)
+            continue
+        rows += compare_cells(cell, base, vb.get(cell["id"], {}), va.get(base["id"], {}), metrics, level,
+                              run_b, run_a)
+    keys_b = {c["key"] for c in cells_b}
+    for key, cell in cells_a.items():
+        if key not in keys_b:
+            rows += _missing_rows(cell, metrics, level, f"not in run {run_b}", run_b, run_a)
+    return rows
+
+
+def _missing_rows(cell: dict, metrics: Sequence[str], level: float, why: str, run: int, base_run: int) -> list[Row]:
+    out = []
+    for name in metrics:
+        m = METRICS[name]
+        out.append(Row(cell=cell["key"], baseline=None, metric=name, label=m.label, unit=m.unit, better=m.better,
+                       level=level, verdict=MISSING, flags=[why], cell_status=cell["status"],
+                       cell_reason=cell.get("reason"), run=run, baseline_run=base_run, params=cell["params"]))
+    return out
+
+
+def fail_if_slower(rows: Sequence[Row], pct: float, metrics: Sequence[str] = RATE_METRICS) -> list[Row]:
+    """Rows significantly slower than their baseline by more than `pct` %.
+
+    Rates (throughput_bps, pps): the interval lies below 1 and the change is below −pct %.
+    A lower-is-better metric named in `metrics` counts by its inverse (work per unit of cost):
+    significantly higher, with baseline/cell below 1 − pct/100 (service demand +25 % is 20 % slower).
+    """
+    out = []
+    limit = 1.0 - pct / 100.0
+    for r in rows:
+        if r.metric not in metrics or r.ratio is None or r.low is None:
+            continue
+        if r.better == "higher":
+            if r.high < 1.0 and r.ratio < limit:
+                out.append(r)
+        elif r.low > 1.0 and r.ratio > 0 and 1.0 / r.ratio < limit:
+            out.append(r)
+    return out
+
+
+def difference(params: dict, other: dict) -> tuple[str, str, str]:
+    """(what differs in params, the same axes in other, what both share) as "k=v,..." strings."""
+    p, o = _norm(params), _norm(other)
+    diff = [k for k in p if p.get(k) != o.get(k)]
+    same = [k for k in p if k not in diff]
+    fmt = lambda d, ks: ",".join(f"{k}={d[k]}" for k in ks if k in d)  # noqa: E731
+    return fmt(p, diff), fmt(o, diff), fmt(p, same)
+
+
+def sentence(rows: Sequence[Row]) -> str:
+    """One cell's rows as a line: "payload=1472@1500: offload=on vs off: +49.2 % throughput, …"."""
+    if not rows:
+        return ""
+    r0 = rows[0]
+    if r0.run != r0.baseline_run:
+        head = f"{r0.cell}: run {r0.run} vs run {r0.baseline_run}"
+    else:
+        mine, theirs, shared = difference(r0.params, r0.baseline_params)
+        head = (f"{shared}: " if shared else "") + f"{mine} vs {theirs}"
+    if not r0.compared:
+        return f"{head}: {r0.verdict}" + (f" ({r0.cell_reason})" if r0.cell_reason else "")
+    sig, nsd = [], []
+    for r in rows:
+        if r.verdict in (stats.NO_DIFFERENCE, stats.UNDETERMINED) or not r.compared:
+            nsd.append(r.label)
+        elif r.change_pct is not None:
+            sig.append(f"{_signed(r.change_pct)} % {r.label}")
+        else:
+            sig.append(f"{r.label} {r.verdict}")
+    text = head + ": " + (", ".join(sig) if sig else "no significant change")
+    text += f" ({r0.level:g} % CI)"
+    if sig and nsd:
+        text += "; no significant difference in " + ", ".join(nsd)
+    return text
+
+
+def _signed(x: float) -> str:
+    return f"+{x:.1f}" if x >= 0 else f"\u2212{-x:.1f}"
+
+
+def by_cell(rows: Sequence[Row]) -> list[list[Row]]:
+    """Rows grouped by (cell, baseline), in their order."""
+    groups: dict[tuple, list[Row]] = {}
+    for r in rows:
+        groups.setdefault((r.cell, r.baseline, r.run), []).append(r)
+    return list(groups.values())

@@ -1,0 +1,228 @@
+"""The matrix runner: rounds of shuffled cells until each cell's confidence target is met.
+
+Inside a round the cells run in a shuffled order (seeded, recorded), so the slow
+drift of a noisy machine spreads over every cell instead of biasing one. Each
+cell applies its knobs through a journalled transaction, reads them back (an
+impossible setting skips the cell with its reason), measures, commits the sample
+to SQLite the moment it exists, and restores.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from offlab import lab as labs
+from offlab.errors import BadInput, NotRoot
+from offlab.experiment.env import environment
+from offlab.experiment.plan import Cell, Plan, RepeatSpec, load_plan
+from offlab.experiment.search import parse_pps, zero_loss_search
+from offlab.hosts import LOCAL, is_root
+from offlab.knobs import Change, Transaction
+from offlab.lab.model import LabState
+from offlab.measure import CaptureRequest, measure
+from offlab.metrics import metrics_of
+from offlab.stats import converged
+from offlab.store import Store
+
+SYSCTL_PREFIXES = ("net.", "kernel.", "vm.")
+
+
+@dataclass
+class CellState:
+    cell: Cell
+    cell_id: int
+    status: str = "pending"  # pending | done | confidence_not_reached | skipped
+    reason: str | None = None
+    rounds_done: set[int] = field(default_factory=set)
+    values: list[float] = field(default_factory=list)
+
+    @property
+    def active(self) -> bool:
+        return self.status == "pending"
+
+
+class Interrupted(Exception):
+    pass
+
+
+class Runner:
+    def __init__(self, plan: Plan, store: Store, *, run_id: int | None = None,
+                 on_event: Callable[[str, dict], None] | None = None) -> None:
+        self.plan, self.store = plan, store
+        self.run_id = run_id
+        self.on_event = on_event or (lambda kind, info: None)
+        self.labs: dict[str, LabState] = {}
+        self.seed = plan.seed if plan.seed is not None else random.randrange(2**31)
+        self.cells: list[CellState] = []
+
+    # ---- entry points -------------------------------------------------
+    @classmethod
+    def resume(cls, store: Store, run_id: int, **kw) -> "Runner":
+        run = store.get_run(run_id)
+        if run["status"] == "done":
+            raise BadInput(f"run {run_id} is complete: nothing to resume (offlab results show {run_id})")
+        plan = load_plan(run["plan_text"], f"run {run_id} plan")
+        plan.repeat = RepeatSpec(**run["repeat"])
+        self = cls(plan, store, run_id=run_id, **kw)
+        self.seed = run["seed"]
+        return self
+
+    def run(self) -> int:
+        if not is_root():
+            raise NotRoot("running an experiment")
+        previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+        try:
+            self._build_labs()
+            self._open_run()
+            self._rounds()
+            return self.run_id
+        except (KeyboardInterrupt, Interrupted):
+            if self.run_id is not None:
+                self.store.set_run_status(self.run_id, "interrupted",
+                                          f"interrupted; resume with `offlab run --resume {self.run_id}`")
+            self.on_event("interrupted", {"run_id": self.run_id})
+            raise KeyboardInterrupt from None
+        except BaseException:
+            if self.run_id is not None:
+                self.store.set_run_status(self.run_id, "failed")
+            raise
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+            for lab in self.labs.values():
+                labs.down(lab.name)
+
+    # ---- steps ---------------------------------------------------------
+    def _build_labs(self) -> None:
+        """One lab per distinct topology the cells need, all up for the whole run."""
+        # OFFLAB_LAB_PREFIX lets parallel sessions (and tests) keep their labs apart.
+        prefix = os.environ.get("OFFLAB_LAB_PREFIX") or f"x{os.getpid() % 100000}"
+        for i, key in enumerate(dict.fromkeys(c.lab_key for c in self.plan.cells)):
+            topo = next(c.topology for c in self.plan.cells if c.lab_key == key)
+            options = {k: v for k, v in (("underlay_mtu", topo.underlay_mtu), ("vni", topo.vni),
+                                         ("port", topo.port)) if v is not None}
+            self.on_event("lab", {"topology": topo.kind, "mtu": topo.mtu})
+            self.labs[key] = labs.up(topo.kind, f"{prefix}{chr(97 + i)}", mtu=topo.mtu, ipv6=topo.ipv6,
+                                     options=options)
+
+    def _open_run(self) -> None:
+        cells = [{"key": c.key, "params": c.params, "settings": c.settings()} for c in self.plan.cells]
+        if self.run_id is None:
+            env = environment(self.plan, list(self.labs.values()))
+            self.run_id = self.store.create_run(self.plan.name, self.plan.text, self.plan.to_dict(), self.seed,
+                                                env, self.plan.baseline, self.plan.repeat.model_dump())
+        else:
+            self.store.set_run_status(self.run_id, "running", "resumed")
+        ids = self.store.add_cells(self.run_id, cells)
+        known = {c["id"]: c for c in self.store.cells(self.run_id)}
+        samples = self.store.samples(self.run_id)
+        metric = self.plan.repeat.metric
+        for cell in self.plan.cells:
+            cs = CellState(cell, ids[cell.key])
+            row = known.get(cs.cell_id, {})
+            if row.get("status") in ("done", "confidence_not_reached", "skipped"):
+                cs.status, cs.reason = row["status"], row.get("reason")
+            for s in samples:
+                if s["cell_id"] == cs.cell_id:
+                    cs.rounds_done.add(s["round"])
+                    if metric in s["metrics"]:
+                        cs.values.append(s["metrics"][metric])
+            self.cells.append(cs)
+        self.on_event("run", {"run_id": self.run_id, "cells": len(self.cells), "seed": self.seed})
+
+    def _rounds(self) -> None:
+        rep, started = self.plan.repeat, time.monotonic()
+        for rnd in range(rep.max):
+            order = [c for c in self.cells if c.active]
+            if not order:
+                break
+            random.Random(self.seed * 1009 + rnd).shuffle(order)
+            self.on_event("round", {"round": rnd, "cells": len(order)})
+            for cs in order:
+                if rnd in cs.rounds_done or not cs.active:
+                    continue
+                if self.plan.budget_s and time.monotonic() - started > self.plan.budget_s:
+                    self.store.set_run_status(self.run_id, "budget_exhausted",
+                                              f"time budget of {self.plan.budget_s:g} s used up")
+                    self.on_event("budget", {"run_id": self.run_id})
+                    return
+                self._sample(cs, rnd)
+            for cs in self.cells:
+                if cs.active:
+                    self._judge(cs, rep)
+        self.store.set_run_status(self.run_id, "done")
+        self.on_event("done", {"run_id": self.run_id})
+
+    def _judge(self, cs: CellState, rep: RepeatSpec) -> None:
+        n = len(cs.values)
+        if n >= rep.min and converged(cs.values, rep.level, rep.width):
+            cs.status = "done"
+        elif n >= rep.max:
+            cs.status = "confidence_not_reached"
+            cs.reason = (f"±{rep.width / 2:g} % at {rep.level:g} % confidence not reached "
+                         f"in {n} repetitions")
+        else:
+            return
+        self.store.set_cell_status(cs.cell_id, cs.status, cs.reason)
+
+    def _sample(self, cs: CellState, rnd: int) -> None:
+        cell, lab = cs.cell, self.labs[cs.cell.lab_key]
+        self.on_event("sample", {"cell": cell.key, "round": rnd})
+        changes = [self._change(lab, t, k, v) for t, k, v in cell.changes]
+        with Transaction(label=f"run {self.run_id} cell {cell.key}") as tx:
+            outcomes = tx.apply(changes) if changes else []
+            if tx.impossible:
+                reason = "; ".join(o.reason or f"{o.change.key} could not be set" for o in tx.impossible)
+                cs.status, cs.reason = "skipped", f"cannot test here: {reason}"
+                self.store.set_cell_status(cs.cell_id, "skipped", cs.reason)
+                self.on_event("skipped", {"cell": cell.key, "reason": cs.reason})
+                return
+            w = cell.workload.traffic(ipv6=cell.topology.ipv6)
+            cap = None
+            if self.plan.capture and (self.plan.capture.rounds == "all" or rnd == 0):
+                c = self.plan.capture
+                cap = CaptureRequest(c.host, c.iface, c.frames)
+            spec = cell.workload
+            if spec.search_max_loss is not None:
+                sample = zero_loss_search(lab, w, spec.search_max_loss, parse_pps(spec.search_low),
+                                          parse_pps(spec.search_high), spec.search_steps, cap).to_dict()
+            else:
+                sample = measure(lab, w, cap).to_dict()
+        if sample["traffic"]["throughput_bps"] == 0:
+            cs.status = "failed"
+            cs.reason = ("no data crossed the path (throughput 0): the path is broken, "
+                         "e.g. an MTU lowered on one hop drops every full-size frame")
+        sample["knobs"] = [o.to_dict() for o in outcomes]
+        metrics = metrics_of(sample)
+        self.store.add_sample(self.run_id, cs.cell_id, rnd, sample, metrics, sample["knobs"])
+        cs.rounds_done.add(rnd)
+        if cs.status == "failed":
+            self.store.set_cell_status(cs.cell_id, "failed", cs.reason)
+            self.on_event("skipped", {"cell": cell.key, "reason": cs.reason})
+        if self.plan.repeat.metric in metrics:
+            cs.values.append(metrics[self.plan.repeat.metric])
+        rep = self.plan.repeat
+        remaining = sum(max(rep.min - len(c.rounds_done), 0) for c in self.cells if c.active)
+        self.on_event("sampled", {"cell": cell.key, "round": rnd, "metrics": metrics, "remaining_min": remaining})
+
+    @staticmethod
+    def _change(lab: LabState, target: str, key: str, value) -> Change:
+        role, _, ref = target.partition(":")
+        if isinstance(value, bool):
+            value = "on" if value else "off"
+        if role == "machine":
+            if not key.startswith(SYSCTL_PREFIXES):
+                raise BadInput(f"'machine' takes host-wide sysctls only, not {key!r}")
+            return Change(host=LOCAL, key=key, value=value)
+        host = lab.host(role)
+        if key.startswith(SYSCTL_PREFIXES):
+            return Change(host=host, key=key, value=value, lab=lab)
+        return Change(host=host, key=key, value=value, iface=lab.resolve_iface(role, ref or None), lab=lab)
+
+
+def _raise_interrupt(signum, frame):  # noqa: ARG001
+    raise KeyboardInterrupt

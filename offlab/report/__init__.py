@@ -1,0 +1,332 @@
+"""One self-contained HTML file per run: summary with intervals and verdicts, charts as inline
+SVG, CPU split, wire captures, skipped cells, environment and plan. Opens offline; no JS."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from offlab import __version__
+from offlab.compare import Row, axes_of, by_cell, compare_run, difference, sentence
+from offlab.errors import BadInput, EnvironmentProblem
+from offlab.metrics import HEADLINE, METRICS
+from offlab.report import format as fmt
+from offlab.stats import CI, is_improvement, mean_ci
+from offlab.store import Store
+
+# Offload features shown in the environment table even when every interface agrees.
+OFFLOAD_FEATURES = ("tx-checksumming", "scatter-gather", "tcp-segmentation-offload", "generic-segmentation-offload",
+                    "generic-receive-offload", "large-receive-offload", "tx-udp-segmentation", "rx-gro-list",
+                    "rx-udp-gro-forwarding", "tx-udp_tnl-segmentation")
+
+
+@dataclass
+class Layout:
+    """How cells are placed on charts: a numeric sweep axis (x), a hue axis, and group axes."""
+
+    x: str | None
+    hue: str | None
+    groups: list[str] = field(default_factory=list)
+
+
+def _number(v) -> float | None:
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, (int, float)):
+        return float(v)
+    try:
+        return float(str(v))
+    except ValueError:
+        return None
+
+
+def layout(plan: dict, axes: dict[str, list[str]], baseline: dict | None) -> Layout:
+    """x: the axis the plan names (`report: {x: AXIS}`), else the first axis whose ≥ 3 values are all
+    numbers (a size sweep). hue: the baseline's axis (on vs off side by side), else the last one left."""
+    plan = plan or {}
+    named = (plan.get("report") or {}).get("x") or plan.get("x")
+    x = named if named in axes else None
+    if x is None:
+        x = next((a for a, vals in axes.items() if len(vals) >= 3 and all(_number(v) is not None for v in vals)),
+                 None)
+    rest = [a for a in axes if a != x]
+    hue = next((a for a in (baseline or {}) if a in rest), None)
+    if hue is None and rest and (x is not None or len(rest) > 1):
+        hue = rest[-1]
+    if hue is None and len(rest) == 1:
+        hue = rest[0]
+    return Layout(x, hue, [a for a in rest if a != hue])
+
+
+def _label(params: dict, axes: list[str]) -> str:
+    """"size=64, streams=2"; a lone axis is named on the chart's axis or legend, so just its value."""
+    if len(axes) == 1:
+        return str(params.get(axes[0]))
+    return ", ".join(f"{a}={params.get(a)}" for a in axes) if axes else "all"
+
+
+def _cell_cis(cells: list[dict], values: dict, metrics: list[str], level: float) -> dict[int, dict[str, CI]]:
+    out = {}
+    for c in cells:
+        vals = values.get(c["id"], {})
+        out[c["id"]] = {m: mean_ci(vals[m], level) for m in metrics if vals.get(m)}
+    return out
+
+
+def _metric_charts(cells, cis, metrics, lay: Layout) -> list[dict]:
+    from offlab.report import charts
+
+    out = []
+    for metric in metrics:
+        points = []
+        for c in cells:
+            p = {k: str(v) for k, v in c["params"].items()}
+            ci = cis[c["id"]].get(metric)
+            note = "skipped" if c["status"] == "skipped" else (None if ci else "no data")
+            if ci is None and note == "no data" and c["n_samples"]:
+                continue  # the metric does not apply to this cell (pps of TCP)
+            hue = p.get(lay.hue, "") if lay.hue else ""
+            if lay.x:
+                series = _label(p, ([lay.hue] if lay.hue else []) + lay.groups)
+                points.append(charts.Point(group="", hue=series, ci=ci, x=_number(p.get(lay.x)), note=note))
+            else:
+                points.append(charts.Point(group=_label(p, lay.groups), hue=hue, ci=ci, note=note))
+        if not any(pt.ci for pt in points):
+            continue
+        if lay.x:
+            series = list(dict.fromkeys(pt.hue for pt in points))
+            svg = charts.lines(metric, points, series, lay.x, ", ".join(([lay.hue] if lay.hue else []) + lay.groups))
+            kind = f"{METRICS[metric].label} against {lay.x}"
+        else:
+            groups = list(dict.fromkeys(pt.group for pt in points))
+            hues = list(dict.fromkeys(pt.hue for pt in points))
+            svg = charts.bars(metric, points, groups, hues, lay.hue, ", ".join(lay.groups) or None)
+            kind = METRICS[metric].label
+        out.append({"metric": metric, "title": kind, "unit": METRICS[metric].unit, "svg": svg})
+    return out
+
+
+def _cpu_split(cells: list[dict], samples: list[dict]) -> list[tuple[str, dict]]:
+    """(cell key, {side: {part: mean %}}) for cells with CPU figures."""
+    per_cell: dict[int, list[dict]] = {}
+    for s in samples:
+        cpu = ((s["sample"] or {}).get("probes") or {}).get("cpu") or {}
+        per_cell.setdefault(s["cell_id"], []).append(cpu)
+    out = []
+    for c in cells:
+        cpus = per_cell.get(c["id"])
+        if not cpus:
+            continue
+        split = {}
+        for side in ("client", "server"):
+            got = [cpu[side] for cpu in cpus if isinstance(cpu.get(side), dict)]
+            if got:
+                split[side] = {part: sum(g.get(part) or 0.0 for g in got) / len(got)
+                               for part in ("user", "system", "softirq", "irq", "busy")}
+        if split:
+            out.append((c["key"], split))
+    return out
+
+
+def _captures(cells: list[dict], samples: list[dict]) -> list[dict]:
+    """The first capture of each cell (the wire does not change between rounds of one cell)."""
+    first: dict[int, dict] = {}
+    for s in samples:
+        cap = (s["sample"] or {}).get("capture")
+        if cap and s["cell_id"] not in first:
+            first[s["cell_id"]] = {**cap, "round": s["round"]}
+    return [{"cell": c["key"], **first[c["id"]]} for c in cells if c["id"] in first]
+
+
+def _walk_interfaces(obj, path: tuple = ()) -> list[tuple[str, dict]]:
+    """(host:iface, interface dict) for every interface dict with a `features` map in env."""
+    found = []
+    if isinstance(obj, dict):
+        if isinstance(obj.get("features"), dict) and "name" in obj:
+            host = next((p for p in reversed(path) if p not in ("interfaces", "hosts") and not isinstance(p, int)),
+                        "")
+            found.append((f"{host}:{obj['name']}" if host else str(obj["name"]), obj))
+        for k, v in obj.items():
+            if k != "features":
+                found += _walk_interfaces(v, path + (k,))
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            found += _walk_interfaces(v, path + (i,))
+    return found
+
+
+def offload_table(env: dict, plan_text: str) -> dict | None:
+    """Feature × interface on/off table from the environment snapshot ("fixed" marked)."""
+    ifaces = _walk_interfaces(env)
+    if not ifaces:
+        return None
+    names = list(dict.fromkeys(f for _, i in ifaces for f in i["features"]))
+    differs = {f for f in names if len({i["features"].get(f) for _, i in ifaces}) > 1}
+    keep = [f for f in names if f in OFFLOAD_FEATURES or f in differs or f in (plan_text or "")] \
+        if len(names) > 25 else names
+    rows = []
+    for f in keep:
+        cells = []
+        for _, i in ifaces:
+            v = i["features"].get(f)
+            fixed = f in (i.get("fixed") or [])
+            text = "–" if v is None else ("on" if v else "off")
+            cells.append({"text": text + (" [fixed]" if fixed else ""), "on": bool(v), "fixed": fixed})
+        rows.append({"feature": f, "cells": cells})
+    return {"interfaces": [n for n, _ in ifaces], "rows": rows,
+            "mtus": [i.get("mtu") for _, i in ifaces]}
+
+
+def env_items(env: dict) -> list[tuple[str, str]]:
+    """Scalar facts of the environment as (dotted.key, value); interface lists stay in the offload table."""
+    out = []
+
+    def walk(obj, prefix: str, depth: int) -> None:
+        if isinstance(obj, dict):
+            for k, v in obj.items():
+                if k in ("hosts", "interfaces", "features") and isinstance(v, (dict, list)):
+                    continue
+                walk(v, f"{prefix}.{k}" if prefix else str(k), depth + 1)
+        elif isinstance(obj, list):
+            if all(not isinstance(v, (dict, list)) for v in obj):
+                out.append((prefix, ", ".join(str(v) for v in obj)))
+            elif depth < 3:
+                for i, v in enumerate(obj):
+                    walk(v, f"{prefix}[{i}]", depth + 1)
+        elif obj is not None:
+            out.append((prefix, str(obj)))
+
+    walk(env or {}, "", 0)
+    return out
+
+
+def _comparison_matrix(rows: list[Row], metrics: list[str]) -> dict:
+    """Compared cells × metrics: change with its interval, coloured by verdict; cell-wide flags once."""
+    out = []
+    for group in by_cell(rows):
+        r0 = group[0]
+        if not r0.compared:
+            continue
+        if r0.run != r0.baseline_run:
+            mine, theirs, shared = f"run {r0.run}", f"run {r0.baseline_run}", r0.cell
+        else:
+            mine, theirs, shared = difference(r0.params, r0.baseline_params)
+        common = [f for f in r0.flags if all(f in r.flags for r in group)]
+        by_metric = {r.metric: r for r in group}
+        cells = []
+        for m in metrics:
+            r = by_metric.get(m)
+            if r is None or not r.compared:
+                cells.append(None)
+                continue
+            text = fmt.change(r)
+            main, _, interval = text.partition(" [")
+            cells.append({
+                "main": main, "interval": f"[{interval}" if interval else "",
+                "tone": {True: "good", False: "bad"}.get(is_improvement(r.verdict), "neutral"),
+                "title": f"{fmt.value(m, r.mean_baseline)} (n={r.n_baseline}) → {fmt.value(m, r.mean_cell)} "
+                         f"(n={r.n_cell}): {r.verdict}",
+                "verdict": r.verdict,
+                "flags": "; ".join(f for f in r.flags if f not in common),
+            })
+        out.append({"cell": r0.cell, "baseline": r0.baseline, "mine": mine, "theirs": theirs, "shared": shared,
+                    "flags": common, "cells": cells})
+    return {"metrics": [fmt.short(m) for m in metrics], "rows": out}
+
+
+def build_report(store: Store, run_id: int, *, baseline: dict | None = None,
+                 metrics: tuple[str, ...] = HEADLINE) -> str:
+    """The report of one run as HTML text."""
+    run = store.get_run(run_id)
+    level = (run.get("repeat") or {}).get("level") or 99
+    width = (run.get("repeat") or {}).get("width")
+    cells = store.cells(run_id)
+    values = store.cell_metrics(run_id)
+    samples = store.samples(run_id)
+    present = [m for m in metrics if any(values.get(c["id"], {}).get(m) for c in cells)]
+    cis = _cell_cis(cells, values, present, level)
+    axes = axes_of(cells)
+    base = baseline or run.get("baseline")
+    rows, compare_error = [], None
+    if base:
+        try:
+            rows = compare_run(store, run_id, baseline=base, metrics=present or metrics)
+        except BadInput as exc:
+            if baseline:
+                raise
+            compare_error = str(exc)
+    lay = layout(run.get("plan") or {}, axes, base)
+
+    cell_table = []
+    for c in cells:
+        ci_map = cis[c["id"]]
+        thr = ci_map.get("throughput_bps")
+        cell_table.append({
+            "key": c["key"], "status": c["status"], "reason": c["reason"], "n": c["n_samples"],
+            "values": [fmt.ci(m, ci_map.get(m)) for m in present],
+            "width_pct": None if thr is None or thr.width_pct is None else f"{thr.width_pct:.1f} %",
+            "settings": c["settings"],
+        })
+    captures = _captures(cells, samples)
+    cpu = _cpu_split(cells, samples)
+    charts_ctx = {"metrics": [], "cpu": None, "frames": None}
+    if present:
+        charts_ctx["metrics"] = _metric_charts(cells, cis, present, lay)
+    if cpu:
+        from offlab.report import charts
+
+        charts_ctx["cpu"] = charts.cpu_stacked(cpu)
+    if captures:
+        from offlab.report import charts
+
+        charts_ctx["frames"] = charts.frame_histograms([(c["cell"], c) for c in captures])
+    env = run.get("env") or {}
+    context = {
+        "run": run, "level": level, "width": width, "version": __version__,
+        "counts": {
+            "cells": len(cells), "samples": len(samples),
+            "done": sum(c["status"] == "done" for c in cells),
+            "skipped": sum(c["status"] == "skipped" for c in cells),
+            "unconfident": sum(c["status"] == "confidence_not_reached" for c in cells),
+            "failed": sum(c["status"] == "failed" for c in cells),
+        },
+        "baseline": base, "baseline_text": ",".join(f"{k}={v}" for k, v in (base or {}).items()),
+        "compare_error": compare_error,
+        "sentences": [sentence(g) for g in by_cell(rows) if g[0].compared],
+        "comparison": _comparison_matrix(rows, present),
+        "metric_labels": [fmt.short(m) for m in present],
+        "cell_table": cell_table,
+        "axes": axes, "layout": lay,
+        "charts": charts_ctx,
+        "captures": captures,
+        "skipped": [c for c in cells if c["status"] == "skipped"],
+        "unconfident": [c for c in cells if c["status"] == "confidence_not_reached"],
+        "failed": [c for c in cells if c["status"] == "failed"],
+        "unmeasured": [c for c in cells if c["status"] in ("pending", "running") and not c["n_samples"]],
+        "env_items": env_items(env),
+        "offloads": offload_table(env, run.get("plan_text") or ""),
+    }
+    return _render(context)
+
+
+def _render(context: dict) -> str:
+    import jinja2
+
+    loader = jinja2.PackageLoader("offlab.report", "templates")
+    env = jinja2.Environment(loader=loader, autoescape=jinja2.select_autoescape(["html", "j2"]),
+                             trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined)
+    env.filters["cls"] = lambda s: "".join(ch if ch.isalnum() else "-" for ch in str(s))
+    return env.get_template("report.html.j2").render(**context)
+
+
+def write_report(store: Store, run_id: int, out: str | Path, *, baseline: dict | None = None) -> Path:
+    """Build the report of `run_id` and write it to `out`; the path written."""
+    text = build_report(store, run_id, baseline=baseline)
+    out = Path(out).expanduser()
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise EnvironmentProblem(f"cannot write report {out}: {exc.strerror} (choose another -o PATH)") from exc
+    return out
+

@@ -1,0 +1,96 @@
+"""Numbers as people read them, shared by the terminal tables and the HTML report."""
+
+from __future__ import annotations
+
+import math
+
+from offlab.metrics import METRICS
+from offlab.stats import CI
+
+MINUS = "\u2212"
+
+# Column headers for tables where METRICS' labels are too long to fit beside each other.
+SHORT = {"throughput_bps": "throughput", "pps": "pps", "loss": "loss", "retransmits": "retransmits",
+         "jitter_us": "jitter", "cpu_client_busy": "client CPU", "cpu_server_busy": "server CPU",
+         "sd_client_us_per_kib": "client µs/KiB", "sd_server_us_per_kib": "server µs/KiB",
+         "sd_total_us_per_kib": "service demand"}
+
+
+def short(metric: str) -> str:
+    return SHORT.get(metric) or (METRICS[metric].label if metric in METRICS else metric)
+
+
+def _prefix(v: float) -> tuple[float, str]:
+    for div, p in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(v) >= div:
+            return div, p
+    return 1.0, ""
+
+
+def _num(x: float, digits: int = 3) -> str:
+    """`digits` significant digits, without scientific notation for everyday magnitudes."""
+    if x == 0 or not math.isfinite(x):
+        return f"{x:g}"
+    magnitude = int(math.floor(math.log10(abs(x))))
+    if abs(round(x, digits - 1 - magnitude)) >= 10 ** (magnitude + 1):
+        magnitude += 1  # 0.09995 rounds to 0.100, not 0.1000
+    decimals = max(0, digits - 1 - magnitude)
+    return f"{x:.{decimals}f}"
+
+
+def value(metric: str, v: float | None, half_width: float | None = None) -> str:
+    """"3.10 ± 0.04 Gbit/s", "27.5 %", "0.100 %" (loss), "0.574 µs/KiB"."""
+    if v is None:
+        return "–"
+    unit = METRICS[metric].unit if metric in METRICS else ""
+    if unit == "fraction":  # loss is stored as a fraction, read as a percentage
+        v, half_width, unit = 100 * v, None if half_width is None else 100 * half_width, "%"
+    div, p = (_prefix(v) if unit in ("bit/s", "pps") else (1.0, ""))
+    scaled = v / div
+    text = _num(scaled)
+    if half_width is not None:
+        hw = half_width / div
+        text += f" ± {_fixed_like(hw, text)}"
+    if unit == "%":
+        return f"{text} %"
+    return f"{text} {p}{unit}".rstrip()
+
+
+def _fixed_like(x: float, like: str) -> str:
+    """x with as many decimals as `like`; one significant digit when that would show a spread as 0."""
+    decimals = len(like.split(".")[1]) if "." in like else 0
+    if x > 0 and round(x, decimals) == 0:
+        return _num(x, 1)
+    return f"{x:.{decimals}f}"
+
+
+def ci(metric: str, c: CI | None) -> str:
+    if c is None:
+        return "–"
+    return value(metric, c.mean, c.half_width)
+
+
+def signed(x: float | None, decimals: int = 1) -> str:
+    """+1.2, −1.2 (a real minus sign), and 0.0 without a sign when it rounds to zero."""
+    if x is None:
+        return "–"
+    if round(x, decimals) == 0:
+        return f"{0:.{decimals}f}"
+    return f"+{x:.{decimals}f}" if x > 0 else f"{MINUS}{-x:.{decimals}f}"
+
+
+def change(row) -> str:
+    """"+49.2 % [+45.1, +53.4]" for a compare Row; a difference where the baseline mean is 0."""
+    if row.change_pct is not None:
+        text = f"{signed(row.change_pct)} %"
+        if row.change_low_pct is not None:
+            text += f" [{signed(row.change_low_pct)}, {signed(row.change_high_pct)}]"
+        return text
+    if row.diff is not None:
+        unit = METRICS[row.metric].unit
+        scale, unit = (100.0, " pp") if unit == "fraction" else (1.0, f" {unit}")
+        text = f"{signed(row.diff * scale, 3)}{unit}"
+        if row.diff_low is not None:
+            text += f" [{signed(row.diff_low * scale, 3)}, {signed(row.diff_high * scale, 3)}]"
+        return text
+    return "–"

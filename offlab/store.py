@@ -1,0 +1,383 @@
+"""The results database: runs, their cells, every sample, and each metric in long format.
+
+SQLite in WAL mode, one file. Every sample is committed in its own transaction the moment it is
+measured, so a killed run keeps what it measured and a reader (`offlab results show`) sees it
+while the run goes on. Tables are meant to be queried with plain SQL (docs/results.md); JSON
+columns are TEXT that SQLite's json_extract() reads.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sqlite3
+import threading
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterator
+
+from offlab import __version__
+from offlab.errors import BadInput, EnvironmentProblem
+
+SCHEMA_VERSION = 1
+
+RUN_STATUSES = ("running", "done", "interrupted", "failed", "budget_exhausted")
+CELL_STATUSES = ("pending", "running", "done", "confidence_not_reached", "skipped", "failed")
+
+# MIGRATIONS[v] takes a database from version v - 1 to v. Never edit a released step: add one.
+MIGRATIONS: dict[int, list[str]] = {
+    1: [
+        """CREATE TABLE meta (
+            key   TEXT PRIMARY KEY,
+            value TEXT NOT NULL
+        )""",
+        """CREATE TABLE runs (
+            id             INTEGER PRIMARY KEY,
+            name           TEXT NOT NULL,
+            status         TEXT NOT NULL,
+            note           TEXT,
+            started_at     TEXT NOT NULL,
+            finished_at    TEXT,
+            offlab_version TEXT NOT NULL,
+            seed           INTEGER,
+            plan_text      TEXT NOT NULL,
+            plan           TEXT NOT NULL,
+            env            TEXT NOT NULL,
+            baseline       TEXT,
+            repeat         TEXT NOT NULL
+        )""",
+        """CREATE TABLE cells (
+            id       INTEGER PRIMARY KEY,
+            run_id   INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+            key      TEXT NOT NULL,
+            position INTEGER NOT NULL,
+            params   TEXT NOT NULL,
+            settings TEXT NOT NULL,
+            status   TEXT NOT NULL DEFAULT 'pending',
+            reason   TEXT,
+            UNIQUE (run_id, key)
+        )""",
+        """CREATE TABLE samples (
+            id                  INTEGER PRIMARY KEY,
+            run_id              INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+            cell_id             INTEGER NOT NULL REFERENCES cells(id) ON DELETE CASCADE,
+            round               INTEGER NOT NULL,
+            created_at          TEXT NOT NULL,
+            sample              TEXT NOT NULL,
+            requested_vs_actual TEXT
+        )""",
+        """CREATE TABLE metrics (
+            sample_id INTEGER NOT NULL REFERENCES samples(id) ON DELETE CASCADE,
+            cell_id   INTEGER NOT NULL REFERENCES cells(id) ON DELETE CASCADE,
+            run_id    INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+            name      TEXT NOT NULL,
+            value     REAL NOT NULL,
+            PRIMARY KEY (sample_id, name)
+        )""",
+        "CREATE INDEX cells_run ON cells(run_id)",
+        "CREATE INDEX samples_cell ON samples(cell_id)",
+        "CREATE INDEX metrics_cell_name ON metrics(cell_id, name)",
+        "CREATE INDEX metrics_run_name ON metrics(run_id, name)",
+        # One row per (sample, metric) with the cell key beside it: the table people query first.
+        """CREATE VIEW sample_metrics AS
+            SELECT m.run_id, r.name AS run_name, c.id AS cell_id, c.key AS cell, s.round,
+                   m.sample_id, m.name AS metric, m.value
+            FROM metrics m
+            JOIN samples s ON s.id = m.sample_id
+            JOIN cells c ON c.id = m.cell_id
+            JOIN runs r ON r.id = m.run_id""",
+    ],
+}
+
+
+def default_db_path() -> Path:
+    """$OFFLAB_DB if set; else /var/lib/offlab/offlab.db as root; else ~/.local/share/offlab/offlab.db."""
+    env = os.environ.get("OFFLAB_DB")
+    if env:
+        return Path(env).expanduser()
+    if os.geteuid() == 0:
+        return Path("/var/lib/offlab/offlab.db")
+    return Path.home() / ".local" / "share" / "offlab" / "offlab.db"
+
+
+def now_utc() -> str:
+    """ISO 8601 in UTC with milliseconds, e.g. 2024-05-01T12:00:00.123Z (SQLite's datetime() reads it)."""
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def _clean(obj: Any) -> Any:
+    """JSON-safe copy: NaN/inf become null (json_extract rejects them), tuples become lists."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {str(k): _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    return obj
+
+
+def _dumps(obj: Any) -> str:
+    return json.dumps(_clean(obj), default=str, ensure_ascii=False, separators=(",", ":"))
+
+
+def _loads(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+class Store:
+    """One open results database. Safe to share between threads (writes are serialised)."""
+
+    def __init__(self, conn: sqlite3.Connection, path: Path) -> None:
+        self.conn = conn
+        self.path = path
+        self._lock = threading.RLock()
+
+    # -- opening -----------------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, path: str | Path | None = None, *, create: bool = True) -> "Store":
+        """Open (and with `create`, make) the database at `path`; migrate an older schema."""
+        path = Path(path).expanduser() if path is not None else default_db_path()
+        if not path.exists():
+            if not create:
+                raise BadInput(f"no offlab database at {path}: `offlab run PLAN.yaml` creates it "
+                               f"(or pass --db PATH / set OFFLAB_DB)")
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise EnvironmentProblem(f"cannot create {path.parent}: {exc.strerror} "
+                                         f"(pass --db PATH or set OFFLAB_DB to a writable place)") from exc
+        try:
+            conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False, timeout=10.0)
+            conn.execute("PRAGMA busy_timeout = 10000")
+            conn.execute("PRAGMA foreign_keys = ON")
+            store = cls(conn, path)
+            store._migrate()
+            conn.execute("PRAGMA journal_mode = WAL")
+        except sqlite3.DatabaseError as exc:
+            if "not a database" in str(exc):
+                raise BadInput(f"{path} is not an SQLite database (pass --db PATH to an offlab database)") from exc
+            raise EnvironmentProblem(f"cannot open database {path}: {exc} "
+                                     f"(check permissions, or pass --db PATH / set OFFLAB_DB)") from exc
+        return store
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def schema_version(self) -> int:
+        return int(self.conn.execute("PRAGMA user_version").fetchone()[0])
+
+    def _migrate(self) -> None:
+        version = self.schema_version()
+        if version > SCHEMA_VERSION:
+            made_by = self._meta("written_by") or "a newer offlab"
+            raise EnvironmentProblem(
+                f"{self.path} has schema version {version} (written by offlab {made_by}); this offlab "
+                f"{__version__} knows up to version {SCHEMA_VERSION}: upgrade offlab, or pass --db PATH "
+                f"to another database")
+        if version == 0:
+            foreign = [r[0] for r in self.conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")]
+            if foreign:
+                raise BadInput(f"{self.path} is an SQLite database but not offlab's (it has tables "
+                               f"{', '.join(sorted(foreign)[:5])}): pass --db PATH to another file")
+        if version == SCHEMA_VERSION:
+            return
+        with self._tx():
+            # Re-read inside the write lock: another process may have migrated meanwhile.
+            version = self.schema_version()
+            for v in range(version + 1, SCHEMA_VERSION + 1):
+                for statement in MIGRATIONS[v]:
+                    self.conn.execute(statement)
+                self.conn.execute(f"PRAGMA user_version = {v}")
+            if version < SCHEMA_VERSION:
+                self.conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', ?)",
+                                  (str(SCHEMA_VERSION),))
+                self.conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('written_by', ?)",
+                                  (__version__,))
+                if version == 0:
+                    self.conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('created_at', ?)",
+                                      (now_utc(),))
+
+    def _meta(self, key: str) -> str | None:
+        try:
+            row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        except sqlite3.OperationalError:
+            return None
+        return row[0] if row else None
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction, committed on leaving (BEGIN IMMEDIATE: take the write lock now)."""
+        with self._lock:
+            self.conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self.conn
+            except BaseException:
+                self.conn.execute("ROLLBACK")
+                raise
+            self.conn.execute("COMMIT")
+
+    # -- writing -----------------------------------------------------------------------------
+
+    def create_run(self, name: str, plan_text: str, plan: dict, seed: int, env: dict,
+                   baseline: dict | None, repeat: dict) -> int:
+        """A new run, status "running", started now by this offlab version."""
+        with self._tx() as c:
+            cur = c.execute(
+                "INSERT INTO runs(name, status, started_at, offlab_version, seed, plan_text, plan, env, "
+                "baseline, repeat) VALUES (?, 'running', ?, ?, ?, ?, ?, ?, ?, ?)",
+                (name, now_utc(), __version__, seed, plan_text, _dumps(plan), _dumps(env),
+                 None if baseline is None else _dumps(baseline), _dumps(repeat)))
+            return int(cur.lastrowid)
+
+    def add_cells(self, run_id: int, cells: list[dict]) -> dict[str, int]:
+        """Add the run's cells (key, params, settings); key → cell id. Adding the same keys again
+        (resume) returns the same ids and leaves those cells as they are."""
+        self._run_row(run_id)
+        ids: dict[str, int] = {}
+        with self._tx() as c:
+            existing = {row[0]: (row[1], row[2]) for row in c.execute(
+                "SELECT key, id, params FROM cells WHERE run_id = ?", (run_id,))}
+            position = c.execute("SELECT coalesce(max(position) + 1, 0) FROM cells WHERE run_id = ?",
+                                 (run_id,)).fetchone()[0]
+            for cell in cells:
+                key = cell["key"]
+                params = _dumps(cell.get("params") or {})
+                if key in existing:
+                    cell_id, stored = existing[key]
+                    if json.loads(stored) != json.loads(params):
+                        raise BadInput(f"cell {key!r} of run {run_id} exists with params {stored}, "
+                                       f"not {params}: resume with the plan the run started with")
+                    ids[key] = cell_id
+                    continue
+                cur = c.execute(
+                    "INSERT INTO cells(run_id, key, position, params, settings, status) "
+                    "VALUES (?, ?, ?, ?, ?, 'pending')",
+                    (run_id, key, position, params, _dumps(cell.get("settings") or {})))
+                position += 1
+                ids[key] = int(cur.lastrowid)
+                existing[key] = (ids[key], params)
+        return ids
+
+    def set_cell_status(self, cell_id: int, status: str, reason: str | None = None) -> None:
+        if status not in CELL_STATUSES:
+            raise ValueError(f"cell status {status!r} is not one of {', '.join(CELL_STATUSES)}")
+        with self._tx() as c:
+            cur = c.execute("UPDATE cells SET status = ?, reason = ? WHERE id = ?", (status, reason, cell_id))
+            if cur.rowcount == 0:
+                raise BadInput(f"no cell {cell_id} in {self.path}")
+
+    def add_sample(self, run_id: int, cell_id: int, round_no: int, sample: dict, metrics: dict[str, float],
+                   requested_vs_actual: list[dict] | None = None) -> int:
+        """Store one measured sample and its metrics, committed before returning; the sample id."""
+        with self._tx() as c:
+            row = c.execute("SELECT run_id FROM cells WHERE id = ?", (cell_id,)).fetchone()
+            if row is None or row[0] != run_id:
+                raise BadInput(f"no cell {cell_id} in run {run_id} of {self.path}")
+            cur = c.execute(
+                "INSERT INTO samples(run_id, cell_id, round, created_at, sample, requested_vs_actual) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (run_id, cell_id, round_no, now_utc(), _dumps(sample),
+                 None if requested_vs_actual is None else _dumps(requested_vs_actual)))
+            sample_id = int(cur.lastrowid)
+            c.executemany(
+                "INSERT INTO metrics(sample_id, cell_id, run_id, name, value) VALUES (?, ?, ?, ?, ?)",
+                [(sample_id, cell_id, run_id, name, float(v)) for name, v in metrics.items()
+                 if v is not None and math.isfinite(float(v))])
+        return sample_id
+
+    def set_run_status(self, run_id: int, status: str, note: str | None = None) -> None:
+        """Set the run's status; any status but "running" also stamps finished_at (resume clears it)."""
+        if status not in RUN_STATUSES:
+            raise ValueError(f"run status {status!r} is not one of {', '.join(RUN_STATUSES)}")
+        finished = None if status == "running" else now_utc()
+        with self._tx() as c:
+            cur = c.execute("UPDATE runs SET status = ?, note = ?, finished_at = ? WHERE id = ?",
+                            (status, note, finished, run_id))
+            if cur.rowcount == 0:
+                raise self._no_run(run_id)
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def _no_run(self, run_id: int) -> BadInput:
+        return BadInput(f"no run {run_id} in DB {self.path} (offlab results list)")
+
+    def _run_row(self, run_id: int) -> sqlite3.Row:
+        cur = self.conn.cursor()
+        cur.row_factory = sqlite3.Row
+        row = cur.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
+        if row is None:
+            raise self._no_run(run_id)
+        return row
+
+    def get_run(self, run_id: int) -> dict:
+        """Everything about a run: plan (text and parsed), env, baseline, repeat, seed, status, times."""
+        r = self._run_row(run_id)
+        return {
+            "id": r["id"], "name": r["name"], "status": r["status"], "note": r["note"],
+            "started_at": r["started_at"], "finished_at": r["finished_at"],
+            "offlab_version": r["offlab_version"], "seed": r["seed"],
+            "plan_text": r["plan_text"], "plan": _loads(r["plan"]), "env": _loads(r["env"]),
+            "baseline": _loads(r["baseline"]), "repeat": _loads(r["repeat"]),
+        }
+
+    def list_runs(self) -> list[dict]:
+        """Every run, oldest first, with counts of cells and samples."""
+        rows = self.conn.execute(
+            "SELECT r.id, r.name, r.status, r.note, r.started_at, r.finished_at, "
+            "(SELECT count(*) FROM cells c WHERE c.run_id = r.id), "
+            "(SELECT count(*) FROM samples s WHERE s.run_id = r.id) "
+            "FROM runs r ORDER BY r.id").fetchall()
+        return [{"id": i, "name": n, "status": s, "note": note, "started": st, "finished": fi,
+                 "cells": nc, "samples": ns} for i, n, s, note, st, fi, nc, ns in rows]
+
+    def cells(self, run_id: int) -> list[dict]:
+        """The run's cells in plan order, each with its sample count."""
+        self._run_row(run_id)
+        rows = self.conn.execute(
+            "SELECT c.id, c.key, c.position, c.params, c.settings, c.status, c.reason, "
+            "(SELECT count(*) FROM samples s WHERE s.cell_id = c.id) "
+            "FROM cells c WHERE c.run_id = ? ORDER BY c.position, c.id", (run_id,)).fetchall()
+        return [{"id": i, "key": k, "position": pos, "params": _loads(p), "settings": _loads(st),
+                 "status": status, "reason": reason, "n_samples": n}
+                for i, k, pos, p, st, status, reason, n in rows]
+
+    def samples(self, run_id: int, cell_id: int | None = None) -> list[dict]:
+        """The run's samples (or one cell's) in the order measured, with their metrics."""
+        self._run_row(run_id)
+        where, args = "run_id = ?", [run_id]
+        if cell_id is not None:
+            where, args = where + " AND cell_id = ?", args + [cell_id]
+        rows = self.conn.execute(
+            f"SELECT id, cell_id, round, created_at, sample, requested_vs_actual FROM samples "
+            f"WHERE {where} ORDER BY id", args).fetchall()
+        metrics: dict[int, dict[str, float]] = {}
+        for sid, name, value in self.conn.execute(
+                f"SELECT sample_id, name, value FROM metrics WHERE {where} ORDER BY sample_id, name", args):
+            metrics.setdefault(sid, {})[name] = value
+        return [{"id": sid, "cell_id": cid, "round": rnd, "created_at": at, "metrics": metrics.get(sid, {}),
+                 "sample": _loads(s), "requested_vs_actual": _loads(rva)}
+                for sid, cid, rnd, at, s, rva in rows]
+
+    def metric_values(self, run_id: int, cell_id: int, metric: str) -> list[float]:
+        """One metric's values in a cell, in the order measured."""
+        return [v for (v,) in self.conn.execute(
+            "SELECT value FROM metrics WHERE run_id = ? AND cell_id = ? AND name = ? ORDER BY sample_id",
+            (run_id, cell_id, metric))]
+
+    def cell_metrics(self, run_id: int) -> dict[int, dict[str, list[float]]]:
+        """cell id → metric name → values in the order measured, for the whole run in one query."""
+        out: dict[int, dict[str, list[float]]] = {}
+        for cid, name, value in self.conn.execute(
+                "SELECT cell_id, name, value FROM metrics WHERE run_id = ? ORDER BY sample_id", (run_id,)):
+            out.setdefault(cid, {}).setdefault(name, []).append(value)
+        return out

@@ -1,0 +1,111 @@
+"""Whole pipeline in real labs: plan → runner → SQLite → comparison, with effects large enough to be robust."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from offlab.compare import compare_run
+from offlab.experiment.plan import load_plan
+from offlab.experiment.runner import Runner
+from offlab.store import Store
+from tests.conftest import REPO, netns_names, requires_root
+
+pytestmark = [requires_root, pytest.mark.network]
+
+USO = textwrap.dedent("""\
+    name: uso-test
+    topology: {kind: veth}
+    axes:
+      offload:
+        off: {features: {client: {uso: off}}, workload: {gso: false, gro: false}}
+        on: {features: {client: {uso: on}}, workload: {gso: true, gro: true}}
+        lro: {features: {client: {lro: on}}}
+    workload: {tool: engine, protocol: udp, size: 1472, duration: 1, warmup: 0.3}
+    repeat: {min: 2, max: 3, level: 95, width: 50}
+    baseline: {offload: off}
+    seed: 7
+    """)
+
+
+def test_uso_gso_gro_is_faster_and_an_impossible_feature_is_skipped(tmp_path, clean_machine):
+    store = Store.open(tmp_path / "r.db")
+    run_id = Runner(load_plan(USO, "uso-test.yaml"), store).run()
+    run = store.get_run(run_id)
+    assert run["status"] == "done" and run["seed"] == 7
+    cells = {c["key"]: c for c in store.cells(run_id)}
+    assert cells["offload=lro"]["status"] == "skipped"
+    assert "lro" in cells["offload=lro"]["reason"] or "large-receive" in cells["offload=lro"]["reason"]
+    assert store.samples(run_id, cells["offload=lro"]["id"]) == []
+    rows = [r for r in compare_run(store, run_id) if r.metric == "throughput_bps" and r.cell == "offload=on"]
+    assert rows and rows[0].verdict == "faster" and rows[0].ratio > 3
+    env = run["env"]
+    assert env["kernel"] and env["cpus"] == os.cpu_count() and env["labs"][0]["hosts"]["client"]["interfaces"]
+    # The knobs' requested vs actual state is stored with every sample.
+    on = store.samples(run_id, cells["offload=on"]["id"])[0]["sample"]["knobs"]
+    assert on[0]["requested"] == "on" and on[0]["actual"] == "on"
+
+
+def test_jumbo_9000_beats_1500_through_a_bridge(tmp_path, clean_machine):
+    plan = textwrap.dedent("""\
+        name: jumbo-test
+        topology: {kind: bridge}
+        axes:
+          mtu: {"1500": {mtu: 1500}, "9000": {mtu: 9000}}
+          # All offloads off, so the MTU is what decides the packet count.
+          off: {all: {features: {client: {tso: off, gso: off}, server: {gro: off}}}}
+        workload: {tool: iperf3, protocol: tcp, duration: 1, warmup: 1}
+        repeat: {min: 2, max: 3, level: 95, width: 50}
+        baseline: {mtu: "1500"}
+        capture: {on: server, frames: 200}
+        """)
+    store = Store.open(tmp_path / "j.db")
+    run_id = Runner(load_plan(plan, "jumbo-test.yaml"), store).run()
+    rows = [r for r in compare_run(store, run_id) if r.metric == "throughput_bps" and r.cell.startswith("mtu=9000")]
+    assert rows[0].verdict == "faster"
+    caps = [s["sample"]["capture"] for s in store.samples(run_id) if s["sample"].get("capture")]
+    assert {c["mtu"] for c in caps} == {1500, 9000}
+    assert all(c["ip_fragments"] == 0 and c["largest_frame"] <= c["mtu"] + 14 for c in caps)
+
+
+def test_sigint_mid_run_then_resume_completes_without_lost_or_duplicated_samples(tmp_path, clean_machine, state_dir):
+    plan_path = tmp_path / "p.yaml"
+    lines = [l for l in USO.splitlines(keepends=True) if "lro" not in l]
+    plan_path.write_text("".join(lines).replace("min: 2, max: 3", "min: 3, max: 3"))
+    db = tmp_path / "i.db"
+    env = {**os.environ, "OFFLAB_STATE_DIR": str(state_dir)}
+    proc = subprocess.Popen([sys.executable, "-m", "offlab", "run", str(plan_path), "--db", str(db)], cwd=REPO,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    store = Store.open(db)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # interrupt once two samples exist, i.e. in the middle of the matrix
+        runs = store.list_runs()
+        if runs and len(store.samples(runs[0]["id"])) >= 2:
+            break
+        assert proc.poll() is None, proc.communicate()[1]
+        time.sleep(0.2)
+    client_ns = next(n for n in netns_names() if n.startswith("ol-x") and n.endswith("-client"))
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    run_id = store.list_runs()[0]["id"]
+    assert store.get_run(run_id)["status"] == "interrupted"
+    assert f"--resume {run_id}" in err
+    assert client_ns not in netns_names()
+    assert not [p for p in state_dir.rglob("*journal*") if p.is_file()], "settings journal left after an interrupt"
+    before = {(s["cell_id"], s["round"]) for s in store.samples(run_id)}
+    res = subprocess.run([sys.executable, "-m", "offlab", "run", "--resume", str(run_id), "--db", str(db)], cwd=REPO,
+                         env=env, capture_output=True, text=True, timeout=180)
+    assert res.returncode == 0, res.stderr
+    samples = store.samples(run_id)
+    keys = [(s["cell_id"], s["round"]) for s in samples]
+    assert len(keys) == len(set(keys)), "a (cell, round) sample was measured twice"
+    assert before <= set(keys)
+    assert sorted(keys) == sorted((c["id"], r) for c in store.cells(run_id) for r in range(3))
+    assert store.get_run(run_id)["status"] == "done"
