@@ -71,10 +71,8 @@ def main() -> None:
     except KeyboardInterrupt:
         typer.echo("offlab: interrupted", err=True)
         sys.exit(130)
-    except Exception as exc:  # click usage errors arrive here in non-standalone mode
-        import click
-
-        if isinstance(exc, click.exceptions.ClickException):
+    except Exception as exc:  # usage errors (bad option) arrive here in non-standalone mode
+        if hasattr(exc, "show") and hasattr(exc, "exit_code"):
             exc.show()
-            sys.exit(2)
+            sys.exit(exc.exit_code)
         raise

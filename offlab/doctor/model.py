@@ -19,6 +19,7 @@ class FixChange:
     key: str
     value: str | int
     iface: str | None = None
+    netns: str | None = None  # None: the host or namespace being audited
 
 
 @dataclass
@@ -71,7 +72,8 @@ class Finding:
             "fix": self.fix,
             "automatable": self.automatable,
             "changes": [
-                {"key": c.key, "value": c.value, "iface": c.iface} for c in self.changes
+                {"key": c.key, "value": c.value, "iface": c.iface, "netns": c.netns}
+                for c in self.changes
             ],
             "needs_root": self.needs_root,
         }

@@ -72,6 +72,7 @@ class Source:
 
     kind = "live"  # live | capture | sosreport
     label = "local"
+    netns: str | None = None  # the network namespace it shows, by name; None: a host's own
 
     def read(self, path: str) -> str | None:
         """File content, None if absent; raises Denied if present but unreadable."""
@@ -169,7 +170,7 @@ class Recorder(Source):
 
     def __init__(self, inner: Source) -> None:
         self.inner = inner
-        self.kind, self.label = inner.kind, inner.label
+        self.kind, self.label, self.netns = inner.kind, inner.label, inner.netns
         self.files: dict[str, str | None] = {}
         self.denied: set[str] = set()
         self.listings: dict[str, list[str]] = {}
@@ -229,8 +230,14 @@ class CapturedTree(Source):
         self.root = root
         self.manifest = manifest
         self.label = str(manifest.get("host", {}).get("name") or root.name)
+        self.netns = manifest.get("host", {}).get("netns")
         self._commands = manifest.get("commands", {})
         self._denied = set(manifest.get("denied", []))
+
+    @property
+    def privileged(self) -> bool:
+        """As the capture was taken: a capture by a non-root user lacks what only root sees."""
+        return bool(self.manifest.get("privileged", True))
 
     def read(self, path: str) -> str | None:
         if path in self._denied:
@@ -249,10 +256,10 @@ class CapturedTree(Source):
         return sorted(os.listdir(p)) if p.is_dir() else []
 
     def command(self, name: str, argv: Sequence[str]) -> Output | None:
-        entry = self._commands.get(name)
-        if entry is None or entry.get("missing"):
-            return None
+        entry = self._commands.get(name, {})
         path = self.root / "commands" / name
+        if entry.get("missing") or (not entry and not path.is_file()):
+            return None
         stdout = path.read_text(errors="replace") if path.is_file() else ""
         return Output(stdout, int(entry.get("rc", 0)), entry.get("stderr", ""))
 
@@ -334,16 +341,23 @@ class SosReport(Source):
 def open_root(directory: str | Path) -> Source:
     """An offlab capture or a sosreport at `directory`; a clear error for anything else."""
     root = Path(directory)
-    if not root.exists():
-        raise BadInput(f"--root {root}: no such directory")
-    if not root.is_dir():
-        raise BadInput(f"--root {root}: not a directory")
-    if not os.access(root, os.R_OK | os.X_OK):
-        raise EnvironmentProblem(f"--root {root}: not readable by this user (run as its owner or root)")
-    manifest_path = root / MANIFEST
-    if manifest_path.is_file():
+    unreadable = EnvironmentProblem(f"--root {root}: not readable by this user (run as its owner or root)")
+    try:
+        if not root.exists():
+            raise BadInput(f"--root {root}: no such directory")
+        if not root.is_dir():
+            raise BadInput(f"--root {root}: not a directory")
+        if not os.access(root, os.R_OK | os.X_OK):
+            raise unreadable
+        manifest_path = root / MANIFEST
+        has_manifest = manifest_path.is_file()
+    except PermissionError:
+        raise unreadable from None
+    if has_manifest:
         try:
             manifest = json.loads(manifest_path.read_text())
+        except PermissionError:
+            raise unreadable from None
         except (OSError, ValueError) as exc:
             raise BadInput(f"--root {root}: {MANIFEST} is not valid JSON ({exc})") from None
         if not isinstance(manifest, dict) or manifest.get("format") != CAPTURE_FORMAT:

@@ -2,7 +2,7 @@
 
 Addresses are the same in every lab (labs live in separate namespaces, so they
 never meet): hosts on 10.200.1.0/24 (and 10.200.2.0/24 behind a router), the
-VXLAN underlay on 10.200.254.0/24, IPv6 on fd00:200:<subnet>::/64.
+VXLAN underlay on 10.200.254.0/24, IPv6 on fd00:200:0:<subnet>::/64 (inside fd00:200::/48).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from offlab.lab.model import Interface
 from offlab.lab.ovs import Ovs
 
 CLIENT4, SERVER4 = "10.200.1.1/24", "10.200.1.2/24"
-CLIENT6, SERVER6 = "fd00:200:1::1/64", "fd00:200:1::2/64"
+CLIENT6, SERVER6 = "fd00:200:0:1::1/64", "fd00:200:0:1::2/64"
 
 VXLAN_OVERHEAD_V4 = 50  # outer Ethernet 14 + IPv4 20 + UDP 8 + VXLAN 8
 DEFAULT_VNI = 4242
@@ -50,14 +50,14 @@ def router(b: Builder, mtu: int) -> None:
     c, r_c = b.wire("client", "router", mtu=mtu)
     r_s, s = b.wire("router", "server", mtu=mtu)
     b.address("client", c, CLIENT4, CLIENT6, reach=True)
-    b.address("router", r_c, "10.200.1.254/24", "fd00:200:1::fe/64", reach=False)
-    b.address("router", r_s, "10.200.2.254/24", "fd00:200:2::fe/64", reach=False)
-    b.address("server", s, "10.200.2.2/24", "fd00:200:2::2/64", reach=True)
+    b.address("router", r_c, "10.200.1.254/24", "fd00:200:0:1::fe/64", reach=False)
+    b.address("router", r_s, "10.200.2.254/24", "fd00:200:0:2::fe/64", reach=False)
+    b.address("server", s, "10.200.2.2/24", "fd00:200:0:2::2/64", reach=True)
     b.sysctl("router", "net.ipv4.ip_forward", "1")
     if b.lab.ipv6:
         b.sysctl("router", "net.ipv6.conf.all.forwarding", "1")
-    b.default_route("client", "10.200.1.254", "fd00:200:1::fe")
-    b.default_route("server", "10.200.2.254", "fd00:200:2::fe")
+    b.default_route("client", "10.200.1.254", "fd00:200:0:1::fe")
+    b.default_route("server", "10.200.2.254", "fd00:200:0:2::fe")
 
 
 def vxlan(b: Builder, mtu: int) -> None:

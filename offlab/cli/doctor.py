@@ -1,0 +1,104 @@
+"""`offlab doctor`: audit this host, a namespace or a captured tree against seed 002's guide."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from typing import List, Optional
+
+import typer
+from rich.console import Console
+
+from offlab.errors import BadInput, NotRoot
+from offlab.hosts import LOCAL, NetnsHost, is_root
+
+NETNS_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+
+
+def _host_for(netns: str | None):
+    if netns is None:
+        return LOCAL
+    if not NETNS_RE.fullmatch(netns):
+        raise BadInput(f"invalid --netns {netns!r}: use letters, digits, _ . -")
+    if not is_root():
+        raise NotRoot("doctor --netns")
+    out = LOCAL.run(["ip", "-j", "netns", "list"], check=False)
+    names = {n["name"] for n in json.loads(out.stdout)} if out.ok and out.stdout.strip() else set()
+    if netns not in names:
+        raise BadInput(f"no network namespace {netns!r} (ip netns list)")
+    return NetnsHost(netns)
+
+
+def _split(values: list[str] | None) -> list[str]:
+    return [v for item in values or [] for v in item.split(",") if v]
+
+
+def doctor(
+    iface: Optional[List[str]] = typer.Option(None, "--iface", "-i", help="Interface to audit (repeatable; default: the NICs)."),
+    netns: Optional[str] = typer.Option(None, "--netns", help="Audit inside this network namespace."),
+    root: Optional[str] = typer.Option(None, "--root", help="Audit a captured tree: offlab --capture output or a sosreport."),
+    target_pps: Optional[int] = typer.Option(None, "--target-pps", help="Packet rate to tune for; grades findings by the guide's tiers."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON (schema offlab-doctor/1)."),
+    fail_on: Optional[str] = typer.Option(None, "--fail-on", help="Exit 1 if a finding is at or above: warn | fail."),
+    apply: Optional[List[str]] = typer.Option(None, "--apply", help="Apply the automatable fix of this check id (repeatable), journalled."),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Apply without asking."),
+    capture: Optional[str] = typer.Option(None, "--capture", help="Write what the checks read to this new directory."),
+    sample: float = typer.Option(1.0, "--sample", help="Seconds between the two softnet_stat snapshots."),
+    only: Optional[List[str]] = typer.Option(None, "--check", help="Run only this check id (repeatable)."),
+    list_checks: bool = typer.Option(False, "--list", help="List the checks and exit."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Show why/fix for every finding."),
+) -> None:
+    """Audit a host against the KVM + bridge + virtio tuning guide and say what to do."""
+    from offlab import doctor as doc
+    from offlab.doctor.render import render, render_list
+
+    console = Console(width=max(Console().width, 110)) if not as_json else None
+    if list_checks:
+        render_list(console or Console())
+        return
+    if fail_on not in (None, "warn", "fail"):
+        raise BadInput(f"--fail-on {fail_on!r}: choose warn or fail")
+    if root and (netns or capture or apply):
+        raise BadInput("--root reads a captured tree: it cannot be combined with --netns, --capture or --apply")
+    if capture and apply:
+        raise BadInput("--capture and --apply do not mix: capture first, apply in a separate run")
+    if apply and not yes and not sys.stdin.isatty():
+        raise BadInput("--apply asks for confirmation on a terminal: add --yes to apply without asking")
+    ifaces = _split(iface)
+    if root:
+        src = doc.open_root(root)
+    else:
+        src = doc.LiveSource(_host_for(netns))
+    if capture:
+        from offlab.doctor.capture import capture as do_capture
+
+        report, counts = do_capture(capture, src, ifaces=ifaces or None, sample_seconds=sample)
+        msg = (f"captured {counts['files']} files, {counts['commands']} command outputs and "
+               f"{counts['samples']} sample(s) into {capture}; analyse with: offlab doctor --root {capture}")
+        if as_json:
+            typer.echo(json.dumps({**report.to_json(), "capture": {"directory": capture, **counts}}, indent=2))
+        else:
+            typer.echo(msg)
+        return
+    report = doc.audit(src, ifaces=ifaces or None, target_pps=target_pps, sample_seconds=sample,
+                       only=set(_split(only)) or None)
+    if as_json:
+        typer.echo(json.dumps(report.to_json(), indent=2))
+    else:
+        render(report, console, verbose=verbose)
+    if apply:
+        from offlab.doctor.apply import apply_fixes
+
+        code = apply_fixes(report, src, _split(apply), yes=yes, quiet=as_json)
+        if code:
+            raise typer.Exit(code)
+    if fail_on:
+        from offlab.doctor.model import SEVERITY
+
+        if SEVERITY[report.worst()] >= SEVERITY[fail_on]:
+            raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("doctor")(doctor)

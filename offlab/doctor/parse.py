@@ -1,0 +1,351 @@
+"""Parsers for the text the kernel and the tools print, live or in a sosreport.
+
+ethtool is parsed from its plain text (not --json): sosreport stores text, and
+ethtool 6.1 has no JSON for -g/-l/-c anyway, so one parser serves every source.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+from offlab.netdev import Feature
+
+# ---- ethtool --------------------------------------------------------------
+
+_FEATURE_RE = re.compile(r"^\s*([\w.-]+): (on|off)(?: \[(fixed|requested (?:on|off))\])?\s*$")
+
+
+def ethtool_features(text: str) -> dict[str, Feature]:
+    """`ethtool -k IF` text → {feature: Feature}; '[fixed]' means the driver will not change it."""
+    out: dict[str, Feature] = {}
+    for line in text.splitlines():
+        m = _FEATURE_RE.match(line)
+        if not m:
+            continue
+        name, state, note = m.groups()
+        requested = None
+        if note and note.startswith("requested"):
+            requested = note.endswith("on")
+        out[name] = Feature(state == "on", note == "fixed", requested)
+    return out
+
+
+def _number(value: str) -> int | None:
+    value = value.strip()
+    return int(value) if value.isdigit() else None
+
+
+def ethtool_sections(text: str) -> dict[str, dict[str, int | None]]:
+    """`ethtool -g IF` / `ethtool -l IF` text → {"max": {...}, "current": {...}} by lower-case key."""
+    out: dict[str, dict[str, int | None]] = {"max": {}, "current": {}}
+    section = None
+    for line in text.splitlines():
+        low = line.strip().lower()
+        if low.startswith("pre-set maximums"):
+            section = "max"
+            continue
+        if low.startswith("current hardware settings"):
+            section = "current"
+            continue
+        if section and ":" in line:
+            key, _, value = line.partition(":")
+            out[section][key.strip().lower()] = _number(value)
+    return out
+
+
+def ethtool_coalesce(text: str) -> dict[str, str | int | None]:
+    """`ethtool -c IF` text → {"adaptive-rx": "on", "rx-usecs": 3, ...}."""
+    out: dict[str, str | int | None] = {}
+    for line in text.splitlines():
+        m = re.match(r"^Adaptive RX:\s*(\S+)\s+TX:\s*(\S+)", line.strip())
+        if m:
+            out["adaptive-rx"], out["adaptive-tx"] = m.group(1), m.group(2)
+            continue
+        key, sep, value = line.partition(":")
+        if sep and re.fullmatch(r"[a-z][a-z-]*", key.strip()):
+            v = value.strip()
+            out[key.strip()] = int(v) if v.isdigit() else (None if v == "n/a" else v)
+    return out
+
+
+FLOW_HASH_FIELDS = {
+    "L2DA": "m",
+    "VLAN tag": "v",
+    "L3 proto": "t",
+    "IP SA": "s",
+    "IP DA": "d",
+    "L4 bytes 0 & 1 [TCP/UDP src port]": "f",
+    "L4 bytes 2 & 3 [TCP/UDP dst port]": "n",
+}
+
+
+def ethtool_flow_hash(text: str) -> str | None:
+    """`ethtool -n IF rx-flow-hash udp4` → the `ethtool -N` letters ("sdfn"), "" for None."""
+    lines = [l.strip() for l in text.splitlines() if l.strip()]
+    if not lines or "Hash flow key" not in lines[0]:
+        return None
+    letters = ""
+    for line in lines[1:]:
+        if line in FLOW_HASH_FIELDS:
+            letters += FLOW_HASH_FIELDS[line]
+    return letters
+
+
+def key_values(text: str) -> dict[str, str]:
+    """'key: value' lines (ethtool -i, /proc/PID/status) → dict."""
+    out = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep:
+            out[key.strip()] = value.strip()
+    return out
+
+
+# ---- CPU sets -------------------------------------------------------------
+
+def cpulist(text: str) -> set[int]:
+    """'0-3,8,10-11' → {0,1,2,3,8,10,11}."""
+    cpus: set[int] = set()
+    for part in text.strip().split(","):
+        part = part.strip()
+        if not part:
+            continue
+        lo, _, hi = part.partition("-")
+        cpus.update(range(int(lo), int(hi or lo) + 1))
+    return cpus
+
+
+def cpumask(text: str) -> set[int]:
+    """'00000000,0000000f' (sysfs hex mask, comma-grouped) → {0,1,2,3}."""
+    value = int(text.strip().replace(",", "") or "0", 16)
+    return {i for i in range(value.bit_length()) if value >> i & 1}
+
+
+def format_cpus(cpus: set[int] | list[int]) -> str:
+    """{0,1,2,3,8} → '0-3,8'."""
+    out, run = [], []
+    for c in sorted(cpus):
+        if run and c == run[-1] + 1:
+            run.append(c)
+            continue
+        if run:
+            out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+        run = [c]
+    if run:
+        out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+    return ",".join(out)
+
+
+def mask_of(cpus: set[int]) -> str:
+    """{0,1,2,3} → 'f' (what rps_cpus / xps_cpus accept)."""
+    return format(sum(1 << c for c in cpus), "x")
+
+
+# ---- /proc ----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SoftnetRow:
+    cpu: int
+    processed: int
+    dropped: int
+    time_squeeze: int
+    received_rps: int
+    flow_limit: int
+
+
+def softnet(text: str) -> list[SoftnetRow]:
+    """/proc/net/softnet_stat: one hex row per online CPU (column 13 is the CPU since 5.10)."""
+    rows = []
+    for i, line in enumerate(l for l in text.splitlines() if l.strip()):
+        cols = [int(c, 16) for c in line.split()]
+        cols += [0] * (13 - len(cols))
+        cpu = cols[12] if len(cols) > 12 and len(line.split()) >= 13 else i
+        rows.append(SoftnetRow(cpu, cols[0], cols[1], cols[2], cols[9], cols[10]))
+    return rows
+
+
+def kernel_version(release: str) -> tuple[int, int, int] | None:
+    m = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", release.strip())
+    if not m:
+        return None
+    return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
+
+
+def meminfo(text: str) -> dict[str, int]:
+    out = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and value.split():
+            try:
+                out[key.strip()] = int(value.split()[0])
+            except ValueError:
+                continue
+    return out
+
+
+def cpuinfo(text: str) -> list[dict[str, str]]:
+    """/proc/cpuinfo → one dict per processor."""
+    procs, cur = [], {}
+    for line in text.splitlines():
+        if not line.strip():
+            if cur:
+                procs.append(cur)
+            cur = {}
+            continue
+        key, sep, value = line.partition(":")
+        if sep:
+            cur[key.strip()] = value.strip()
+    if cur:
+        procs.append(cur)
+    return procs
+
+
+def interrupts(text: str) -> dict[str, dict]:
+    """/proc/interrupts → {irq: {"counts": [per cpu], "name": "... virtio2-input.0"}}."""
+    lines = text.splitlines()
+    if not lines:
+        return {}
+    ncpu = len(lines[0].split())
+    out = {}
+    for line in lines[1:]:
+        irq, sep, rest = line.partition(":")
+        irq = irq.strip()
+        if not sep or not irq.isdigit():
+            continue
+        fields = rest.split()
+        counts = [int(f) for f in fields[:ncpu] if f.isdigit()]
+        out[irq] = {"counts": counts, "name": " ".join(fields[len(counts):])}
+    return out
+
+
+# ---- firewall rule counts -------------------------------------------------
+
+def count_save_rules(text: str) -> int:
+    """iptables-save / ip6tables-save / ebtables-save: one rule per '-A' line."""
+    return sum(1 for l in text.splitlines() if l.startswith("-A "))
+
+
+def count_list_rules(text: str) -> int:
+    """`iptables -vnxL` / `ebtables -t T -L` text: lines that are neither headers nor blank."""
+    n = 0
+    for line in text.splitlines():
+        s = line.strip()
+        if not s or s.startswith(("Chain ", "Bridge table:", "Bridge chain:", "pkts ", "target ", "num ")):
+            continue
+        n += 1
+    return n
+
+
+def count_nft_rules(text: str) -> int:
+    """`nft list ruleset`: statements inside chain blocks, not the chain's type/policy lines."""
+    n, in_chain = 0, False
+    for line in text.splitlines():
+        s = line.strip()
+        if s.startswith("chain ") and s.endswith("{"):
+            in_chain = True
+            continue
+        if not in_chain:
+            continue
+        if s == "}":
+            in_chain = False
+            continue
+        if not s or s.startswith(("type ", "policy ", "comment ", "#", "devices ")):
+            continue
+        n += 1
+    return n
+
+
+# ---- ip / ovs / pgrep -----------------------------------------------------
+
+def ip_links(text: str) -> list[dict]:
+    """`ip -d -j link show` JSON, or `ip -d address` / `ip -d link` text (sosreport), → link dicts.
+
+    Each dict has at least ifname, mtu and, where known, master, link_index,
+    link_netnsid and linkinfo.info_kind / info_slave_kind — the JSON field names.
+    """
+    s = text.strip()
+    if s.startswith("["):
+        return json.loads(s)
+    links: list[dict] = []
+    cur: dict | None = None
+    for line in text.splitlines():
+        m = re.match(r"^(\d+): ([^:@\s]+)(?:@(\S+?))?: <([^>]*)> (.*)$", line)
+        if m:
+            idx, name, parent, flags, rest = m.groups()
+            cur = {"ifindex": int(idx), "ifname": name, "flags": flags.split(","), "linkinfo": {}}
+            mm = re.search(r"\bmtu (\d+)", rest)
+            if mm:
+                cur["mtu"] = int(mm.group(1))
+            mm = re.search(r"\bmaster (\S+)", rest)
+            if mm:
+                cur["master"] = mm.group(1)
+            if parent and parent.startswith("if") and parent[2:].isdigit():
+                cur["link_index"] = int(parent[2:])
+            elif parent:
+                cur["link"] = parent
+            links.append(cur)
+            continue
+        if cur is None:
+            continue
+        words = line.split()
+        if not words or words[0].startswith(("inet", "valid_lft", "altname")):
+            continue
+        if words[0].startswith("link/"):
+            mm = re.search(r"link-netnsid (\d+)", line)
+            if mm:
+                cur["link_netnsid"] = int(mm.group(1))
+            mm = re.search(r"link-netns (\S+)", line)
+            if mm:
+                cur["link_netns"] = mm.group(1)
+            continue
+        kind = words[0]
+        if kind.endswith("_slave"):
+            cur["linkinfo"]["info_slave_kind"] = kind[: -len("_slave")]
+        elif kind in ("veth", "bridge", "vxlan", "vlan", "bond", "tun", "macvlan", "ipvlan",
+                      "openvswitch", "gre", "gretap", "geneve", "dummy", "ifb"):
+            cur["linkinfo"].setdefault("info_kind", kind)
+    return links
+
+
+def dpif_show(text: str) -> dict[str, dict[str, list[str]]]:
+    """`ovs-appctl dpif/show` → {"netdev@ovs-netdev": {"br0": ["port", ...]}}."""
+    out: dict[str, dict[str, list[str]]] = {}
+    dp = bridge = None
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        indent = len(line) - len(line.lstrip())
+        if indent == 0:
+            dp = line.split(":")[0]
+            out[dp] = {}
+            bridge = None
+        elif indent <= 2 and line.strip().endswith(":") and dp:
+            bridge = line.strip()[:-1]
+            out[dp][bridge] = []
+        elif dp and bridge:
+            port = line.split()[0]
+            if port != bridge:
+                out[dp][bridge].append(port)
+    return out
+
+
+def pgrep_list(text: str) -> list[tuple[int, str]]:
+    """`pgrep -l` / `pgrep -a` lines → [(pid, rest)]."""
+    out = []
+    for line in text.splitlines():
+        pid, _, rest = line.strip().partition(" ")
+        if pid.isdigit():
+            out.append((int(pid), rest.strip()))
+    return out
+
+
+def netns_ids(text: str) -> dict[int, str]:
+    """`ip netns list` → {nsid: name} for the namespaces that have an id here."""
+    out = {}
+    for line in text.splitlines():
+        m = re.match(r"^(\S+) \(id: (\d+)\)", line.strip())
+        if m:
+            out[int(m.group(2))] = m.group(1)
+    return out
