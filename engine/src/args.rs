@@ -298,7 +298,7 @@ fn parse_tx(argv: &[String]) -> Result<Command, ArgError> {
     let gso_segments = if gso {
         let fit = (max_payload / size) as u64;
         match segs {
-            None => fit.min(MAX_GSO_SEGMENTS).max(1) as usize,
+            None => fit.clamp(1, MAX_GSO_SEGMENTS) as usize,
             Some(k) => {
                 if k * size as u64 > max_payload as u64 {
                     return err(format!(

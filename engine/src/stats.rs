@@ -26,12 +26,13 @@ pub enum SeqKind {
 }
 
 impl SeqTracker {
-    /// `window` is rounded up to a multiple of 64.
+    /// `window` is rounded up to a power of two (at least 64), so that the
+    /// per-datagram slot lookup is a mask, not a division.
     pub fn new(window: u64) -> SeqTracker {
-        let words = ((window.max(64) + 63) / 64) as usize;
+        let window = window.max(64).next_power_of_two();
         SeqTracker {
-            bits: vec![0; words],
-            window: words as u64 * 64,
+            bits: vec![0; (window / 64) as usize],
+            window,
             next_expected: 0,
             unique: 0,
             duplicates: 0,
@@ -42,23 +43,35 @@ impl SeqTracker {
 
     #[inline]
     fn get(&self, seq: u64) -> bool {
-        let i = seq % self.window;
-        self.bits[(i / 64) as usize] & (1u64 << (i % 64)) != 0
+        let i = seq & (self.window - 1);
+        self.bits[(i >> 6) as usize] & (1u64 << (i & 63)) != 0
     }
 
     #[inline]
     fn put(&mut self, seq: u64, on: bool) {
-        let i = seq % self.window;
-        let w = &mut self.bits[(i / 64) as usize];
+        let i = seq & (self.window - 1);
+        let w = &mut self.bits[(i >> 6) as usize];
         if on {
-            *w |= 1u64 << (i % 64);
+            *w |= 1u64 << (i & 63);
         } else {
-            *w &= !(1u64 << (i % 64));
+            *w &= !(1u64 << (i & 63));
         }
     }
 
-    #[inline]
+    #[inline(always)]
     pub fn record(&mut self, seq: u64) -> SeqKind {
+        if seq == self.next_expected {
+            // The common case, kept small enough to inline.
+            self.put(seq, true);
+            self.next_expected = seq + 1;
+            self.unique += 1;
+            return SeqKind::New;
+        }
+        self.record_other(seq)
+    }
+
+    #[inline(never)]
+    fn record_other(&mut self, seq: u64) -> SeqKind {
         if seq >= self.next_expected {
             // Positions of skipped seqs still hold bits of seqs one window
             // older: clear them so a late arrival is seen as new.
@@ -111,11 +124,12 @@ impl SeqTracker {
 
 /// RFC 3550 section 6.4.1 interarrival jitter, in nanoseconds:
 /// `J += (|D| - J) / 16` with `D` the change in transit time between two
-/// consecutive arrivals.
+/// consecutive arrivals. Kept as 16 * J in an integer, as in the RFC's
+/// appendix A.8, so the per-datagram update is a few integer operations.
 #[derive(Debug, Default)]
 pub struct Jitter {
     prev_transit: Option<i64>,
-    j: f64,
+    j16: u64,
 }
 
 impl Jitter {
@@ -123,13 +137,13 @@ impl Jitter {
     pub fn record(&mut self, tx_ns: u64, rx_ns: u64) {
         let transit = rx_ns as i64 - tx_ns as i64;
         if let Some(p) = self.prev_transit {
-            let d = (transit - p).unsigned_abs() as f64;
-            self.j += (d - self.j) / 16.0;
+            let d = (transit - p).unsigned_abs();
+            self.j16 = self.j16 + d - ((self.j16 + 8) >> 4);
         }
         self.prev_transit = Some(transit);
     }
     pub fn ns(&self) -> f64 {
-        self.j
+        self.j16 as f64 / 16.0
     }
 }
 
@@ -186,11 +200,20 @@ impl Histogram {
         (SUB + sub) << shift
     }
 
-    #[inline]
+    #[cfg(test)]
     pub fn record(&mut self, v: u64) {
-        self.counts[Self::index(v)] += 1;
-        self.n += 1;
-        self.sum += v as u128;
+        self.record_n(v, 1)
+    }
+
+    /// Records `v` `n` times (the datagrams of one GRO buffer share a value).
+    #[inline]
+    pub fn record_n(&mut self, v: u64, n: u64) {
+        if n == 0 {
+            return;
+        }
+        self.counts[Self::index(v)] += n;
+        self.n += n;
+        self.sum += v as u128 * n as u128;
         if v < self.min {
             self.min = v;
         }
@@ -314,9 +337,9 @@ mod tests {
         let mut j = Jitter::default();
         j.record(0, 100_000);
         j.record(1_000_000, 1_110_000);
-        assert!((j.ns() - 625.0).abs() < 1e-9);
+        assert_eq!(j.ns(), 625.0);
         j.record(2_000_000, 2_100_000);
-        assert!((j.ns() - 1_210.9375).abs() < 1e-9);
+        assert_eq!(j.ns(), 1_210.937_5);
     }
 
     #[test]
@@ -326,6 +349,19 @@ mod tests {
             j.record(i * 1000, i * 1000 + 5000);
         }
         assert_eq!(j.ns(), 0.0);
+    }
+
+    #[test]
+    fn record_n_equals_n_records() {
+        let mut a = Histogram::new();
+        let mut b = Histogram::new();
+        a.record_n(5_000, 3);
+        a.record_n(7, 0);
+        for _ in 0..3 {
+            b.record(5_000);
+        }
+        assert_eq!((a.n, a.min, a.max, a.mean()), (b.n, b.min, b.max, b.mean()));
+        assert_eq!(a.percentile(50.0), b.percentile(50.0));
     }
 
     #[test]

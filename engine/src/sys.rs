@@ -68,7 +68,19 @@ pub fn describe(e: i32) -> String {
 }
 
 pub fn env_err(what: &str, e: i32) -> EnvError {
-    EnvError(format!("{}: {}", what, describe(e)))
+    EnvError(format!("{}: {}{}", what, describe(e), hint(e)))
+}
+
+/// What to look at for the errors a user can fix.
+fn hint(e: i32) -> &'static str {
+    match e {
+        libc::EADDRNOTAVAIL => "; the address is not configured in this network namespace (see: ip addr)",
+        libc::EADDRINUSE => "; another socket has this port (see: ss -lunp), or use --port 0",
+        libc::EACCES | libc::EPERM => "; not permitted: run as root or with CAP_NET_ADMIN / CAP_NET_BIND_SERVICE",
+        libc::ENETUNREACH => "; no route to it in this network namespace (see: ip route)",
+        libc::EAFNOSUPPORT => "; IPv6 is disabled here (see: sysctl net.ipv6.conf.all.disable_ipv6)",
+        _ => "",
+    }
 }
 
 #[inline]

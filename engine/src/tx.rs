@@ -18,10 +18,20 @@ const GIVE_UP_NS: u64 = 1_000_000_000;
 /// receive queue that is still full at the end.
 const END_OFFSETS_MS: [u64; 3] = [0, 10, 30];
 
+/// The kernel says the destination cannot be reached (an ICMP or neighbour
+/// failure): fatal while the run is young, counted later.
+fn unreachable(e: i32) -> bool {
+    e == libc::EHOSTUNREACH || e == libc::ENETUNREACH || e == libc::EHOSTDOWN || e == libc::ENETDOWN
+}
+
+/// Unreachable errors this early mean the destination never worked: ARP/ND
+/// give up after 3 s with the kernel's defaults.
+const STARTUP_NS: u64 = 5_000_000_000;
+
 /// Errors that can pass by themselves: a full queue, a signal, or an ICMP
 /// error from an earlier datagram reported on this one (receiver not yet up).
 fn transient(e: i32) -> bool {
-    e == libc::ENOBUFS || e == libc::EAGAIN || e == libc::EINTR || e == libc::ECONNREFUSED || e == libc::EIO
+    e == libc::ENOBUFS || e == libc::EAGAIN || e == libc::EINTR || e == libc::ECONNREFUSED
 }
 
 /// Largest UDP payload one segment can carry without IP fragmentation.
@@ -51,6 +61,14 @@ pub fn run(o: &TxOpts) -> Result<Value, Failure> {
             .map_err(|e| Failure::Env(sys::env_err("--sndbuf: SO_SNDBUF", e).0))?
     } else {
         sock.get_int(libc::SOL_SOCKET, libc::SO_SNDBUF).unwrap_or(0).max(0) as u64
+    };
+    // With RECVERR the kernel reports what it would otherwise hide from a UDP
+    // sender: local drops (ENOBUFS, so a dropped send is retried, not counted
+    // as sent) and ICMP/neighbour errors such as an address nobody answers.
+    let _ = if v6 {
+        sock.set_int(libc::IPPROTO_IPV6, libc::IPV6_RECVERR, 1)
+    } else {
+        sock.set_int(libc::IPPROTO_IP, libc::IP_RECVERR, 1)
     };
     if let Err(e) = sock.connect(&dest) {
         return Err(Failure::Env(sys::env_err(&format!("--dest {} --port {}: connect", o.dest, o.port), e).0));
@@ -129,6 +147,9 @@ pub fn run(o: &TxOpts) -> Result<Value, Failure> {
         if let Some(p) = pacer.as_mut() {
             let due = p.due(seq);
             if due >= end {
+                // The schedule covers the whole duration: end there, so the
+                // achieved rate is counted over the same span as the target.
+                pacing::wait_until(end);
                 stop_reason = "duration";
                 break;
             }
@@ -174,6 +195,14 @@ pub fn run(o: &TxOpts) -> Result<Value, Failure> {
             let e = sys::errno();
             failed_calls += 1;
             *errors.entry(e).or_insert(0) += 1;
+            if e != libc::ENOBUFS && e != libc::EAGAIN {
+                drain_error_queue(&sock);
+            }
+            if unreachable(e) && now.saturating_sub(start) < STARTUP_NS {
+                hard_error = e;
+                stop_reason = "unreachable";
+                break;
+            }
             if transient(e) {
                 continue;
             }
@@ -190,12 +219,19 @@ pub fn run(o: &TxOpts) -> Result<Value, Failure> {
     }
     let stop = sys::mono_ns();
     if hard_error != 0 {
+        let why = if unreachable(hard_error) {
+            format!("{} after {:.1} s", sys::describe(hard_error), (stop - start) as f64 / 1e9)
+        } else {
+            format!("every send failed for {:.1} s, last with {}", GIVE_UP_NS as f64 / 1e9, sys::describe(hard_error))
+        };
+        let hint = if o.gso && hard_error == libc::EIO {
+            " (UDP_SEGMENT needs checksum offload on the outgoing device: ethtool -K DEV tx on)"
+        } else {
+            ""
+        };
         return Err(Failure::Env(format!(
-            "tx to {}: every send failed for {:.1} s, last with {}; {} datagrams sent before",
-            dest,
-            GIVE_UP_NS as f64 / 1e9,
-            sys::describe(hard_error),
-            seq
+            "tx to {}: destination unusable: {}; {} datagrams sent before{}",
+            dest, why, seq, hint
         )));
     }
     let end_markers = if o.no_end { 0 } else { send_end_markers(&sock, run_id, seq, stop) };
@@ -231,7 +267,7 @@ pub fn run(o: &TxOpts) -> Result<Value, Failure> {
                 .u("schedule_resets", p.resets);
         }
         _ => {
-            pace.null("target_pps").null("target_bps");
+            pace.null("target_pps").null("target_bps").null("max_lag_us").u("schedule_resets", 0);
         }
     }
     let bytes = seq * o.size as u64;
@@ -248,7 +284,7 @@ pub fn run(o: &TxOpts) -> Result<Value, Failure> {
         .s("stop_reason", stop_reason)
         .s("clock", "CLOCK_MONOTONIC")
         .u("start_unix_ns", start_wall)
-        .u("start_ns", start)
+        .u("start_mono_ns", start)
         .f("duration_s", elapsed_s)
         .u("datagrams", seq)
         .opt_u("sent_seq_max", if seq > 0 { Some(seq - 1) } else { None })
@@ -256,7 +292,10 @@ pub fn run(o: &TxOpts) -> Result<Value, Failure> {
         .u("calls", calls)
         .u("failed_calls", failed_calls)
         .u("partial_calls", partial_calls)
-        .u("datagrams_per_call", if calls > failed_calls { seq / (calls - failed_calls) } else { 0 })
+        .opt_f(
+            "datagrams_per_call",
+            if calls > failed_calls { Some(seq as f64 / (calls - failed_calls) as f64) } else { None },
+        )
         .f("pps", if elapsed_s > 0.0 { seq as f64 / elapsed_s } else { 0.0 })
         .f("bps", if elapsed_s > 0.0 { bytes as f64 * 8.0 / elapsed_s } else { 0.0 })
         .obj("pacing", pace)
@@ -264,6 +303,28 @@ pub fn run(o: &TxOpts) -> Result<Value, Failure> {
         .u("errors_total", failed_calls)
         .u("end_markers_sent", end_markers);
     Ok(out.into_value())
+}
+
+/// Reads and discards queued ICMP errors (RECVERR keeps them on the socket
+/// until read); the error itself was already counted from the failed send.
+fn drain_error_queue(sock: &Socket) {
+    let mut buf = [0u8; 256];
+    let mut ctrl = [0u64; 64];
+    for _ in 0..64 {
+        let mut iov = libc::iovec {
+            iov_base: buf.as_mut_ptr() as *mut libc::c_void,
+            iov_len: buf.len(),
+        };
+        let mut msg: libc::msghdr = unsafe { mem::zeroed() };
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = ctrl.as_mut_ptr() as *mut libc::c_void;
+        msg.msg_controllen = mem::size_of_val(&ctrl) as _;
+        let r = unsafe { libc::recvmsg(sock.fd, &mut msg, libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT) };
+        if r < 0 {
+            return;
+        }
+    }
 }
 
 /// After the run, tells the receiver how many datagrams were sent (seq field

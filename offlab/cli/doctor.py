@@ -8,6 +8,7 @@ import sys
 from typing import List, Optional
 
 import typer
+from offlab.cli.console import console
 from rich.console import Console
 
 from offlab.errors import BadInput, NotRoot
@@ -53,7 +54,7 @@ def doctor(
     from offlab import doctor as doc
     from offlab.doctor.render import render, render_list
 
-    console = Console(width=max(Console().width, 110)) if not as_json else None
+    console = console() if not as_json else None
     if list_checks:
         render_list(console or Console())
         return

@@ -8,14 +8,14 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
+from offlab.cli.console import console
 
 from offlab.experiment import suites as suite_lib
 from offlab.experiment.plan import Plan, load_plan_file
 from offlab.experiment.runner import Runner
 from offlab.store import Store, default_db_path
 
-out = Console(stderr=True, soft_wrap=True)
+out = console(stderr=True)
 suite_app = typer.Typer(help="Built-in suites that reproduce the seed documents.", no_args_is_help=True)
 
 

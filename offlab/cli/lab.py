@@ -8,7 +8,7 @@ import sys
 from typing import Optional
 
 import typer
-from rich.console import Console
+from offlab.cli.console import console
 from rich.table import Table
 
 from offlab import lab as labs
@@ -17,7 +17,7 @@ from offlab.hosts import is_root
 from offlab.lab.inspect import SUMMARY_FEATURES, describe
 
 app = typer.Typer(help="Build, inspect and remove namespace labs.", no_args_is_help=True)
-out = Console()
+out = console()
 
 
 @app.command("up")

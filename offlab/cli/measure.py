@@ -6,7 +6,7 @@ import json
 from typing import Optional
 
 import typer
-from rich.console import Console
+from offlab.cli.console import console
 from rich.table import Table
 
 from offlab.errors import BadInput
@@ -14,7 +14,7 @@ from offlab.lab import LabState
 from offlab.measure import CaptureRequest, Sample, measure
 from offlab.traffic import Workload
 
-out = Console()
+out = console()
 
 
 def register(app: typer.Typer) -> None:

@@ -6,7 +6,7 @@ import json
 from typing import Optional
 
 import typer
-from rich.console import Console
+from offlab.cli.console import console
 from rich.table import Table
 
 from offlab.errors import BadInput
@@ -38,7 +38,7 @@ def calc_cmd(
     t.add_column("how", style="dim")
     for r in rows:
         t.add_row(str(r.value), r.label, r.how)
-    Console(width=max(Console().width, 110)).print(t)
+    console().print(t)
 
 
 @app.command("probe")

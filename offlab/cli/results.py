@@ -9,14 +9,14 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
-from rich.console import Console
+from offlab.cli.console import console
 from rich.markup import escape
 from rich.table import Table
 
 from offlab.errors import BadInput
 from offlab.metrics import HEADLINE, METRICS
 
-out = Console()
+out = console()
 
 DB_HELP = ("Results database (default: $OFFLAB_DB, else /var/lib/offlab/offlab.db as root, "
            "else ~/.local/share/offlab/offlab.db).")
