@@ -8,8 +8,7 @@ import sys
 from typing import List, Optional
 
 import typer
-from offlab.cli.console import console
-from rich.console import Console
+from offlab.cli.console import console as make_console
 
 from offlab.errors import BadInput, NotRoot
 from offlab.hosts import LOCAL, NetnsHost, is_root
@@ -54,9 +53,9 @@ def doctor(
     from offlab import doctor as doc
     from offlab.doctor.render import render, render_list
 
-    console = console() if not as_json else None
+    console = make_console() if not as_json else None
     if list_checks:
-        render_list(console or Console())
+        render_list(console or make_console())
         return
     if fail_on not in (None, "warn", "fail"):
         raise BadInput(f"--fail-on {fail_on!r}: choose warn or fail")
