@@ -96,6 +96,16 @@ def vsctl_for(lab, *args: str) -> str:
     ).stdout
 
 
+def _alive(pid: int) -> bool:
+    """True while pid runs; a zombie (exited, not yet reaped: a detached daemon's parent
+    here may be a PID 1 that does not reap) counts as gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] != "Z"
+
+
 def stop_daemon(d: Daemon, timeout: float = 5.0) -> None:
     """Stop one daemon by pid, but only if that pid is still the daemon we started."""
     try:
@@ -110,9 +120,9 @@ def stop_daemon(d: Daemon, timeout: float = 5.0) -> None:
         return
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if not Path(f"/proc/{d.pid}").exists():
+        if not _alive(d.pid):
             return
-        time.sleep(0.05)
+        time.sleep(0.02)
     try:
         os.kill(d.pid, signal.SIGKILL)
     except ProcessLookupError:
