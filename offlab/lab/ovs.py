@@ -96,7 +96,7 @@ def vsctl_for(lab, *args: str) -> str:
     ).stdout
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
     """True while pid runs; a zombie (exited, not yet reaped: a detached daemon's parent
     here may be a PID 1 that does not reap) counts as gone."""
     try:
@@ -120,7 +120,7 @@ def stop_daemon(d: Daemon, timeout: float = 5.0) -> None:
         return
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if not _alive(d.pid):
+        if not alive(d.pid):
             return
         time.sleep(0.02)
     try:
