@@ -130,30 +130,48 @@ def _print_cells(p: Plan) -> None:
 
 
 class _Progress:
-    """One line per event on stderr: cell, round, elapsed; enough to follow a long matrix."""
+    """Progress of a run on stderr: a live bar (cell, round, ETA) on a terminal, one line per event otherwise."""
 
     def __init__(self) -> None:
         self.t0 = time.monotonic()
         self.done = 0
+        self.bar = None
+        if out.is_terminal:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+            self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                TextColumn("samples, ETA"), TimeRemainingColumn(), console=out, transient=True)
+            self.task = self.bar.add_task("starting", total=None)
+
+    def _line(self, text: str) -> None:
+        out.print(f"[{time.monotonic() - self.t0:6.1f}s] {text}")
 
     def event(self, kind: str, info: dict) -> None:
-        t = f"[{time.monotonic() - self.t0:6.1f}s]"
         if kind == "lab":
-            out.print(f"{t} lab up: {info['topology']} mtu {info['mtu']}")
+            self._line(f"lab up: {info['topology']} mtu {info['mtu']}")
         elif kind == "run":
-            out.print(f"{t} run {info['run_id']}: {info['cells']} cells, shuffle seed {info['seed']}")
-        elif kind == "round":
-            out.print(f"{t} round {info['round'] + 1}: {info['cells']} cells")
+            self._line(f"run {info['run_id']}: {info['cells']} cells, shuffle seed {info['seed']}")
+            if self.bar:
+                self.bar.start()
+        elif kind == "round" and not self.bar:
+            self._line(f"round {info['round'] + 1}: {info['cells']} cells")
+        elif kind == "sample" and self.bar:
+            self.bar.update(self.task, description=f"round {info['round'] + 1} {info['cell']}")
         elif kind == "sampled":
             self.done += 1
             m = info["metrics"]
-            rate = m.get("throughput_bps", 0) / 1e9
-            per = (time.monotonic() - self.t0) / self.done
-            eta = info["remaining_min"] * per
-            out.print(f"{t}   round {info['round'] + 1} {info['cell']}: {rate:.2f} Gbit/s" +
-                      (f", loss {100 * m['loss']:.3f} %" if "loss" in m else "") +
-                      (f"  (ETA ≥ {eta:.0f} s)" if info["remaining_min"] else ""))
+            text = (f"round {info['round'] + 1} {info['cell']}: {m.get('throughput_bps', 0) / 1e9:.2f} Gbit/s"
+                    + (f", loss {100 * m['loss']:.3f} %" if "loss" in m else ""))
+            if self.bar:
+                # The total grows when a cell needs more repetitions than the minimum.
+                self.bar.update(self.task, completed=self.done, total=self.done + info["remaining_min"])
+                self.bar.console.print(f"  {text}")
+            else:
+                eta = info["remaining_min"] * (time.monotonic() - self.t0) / self.done
+                self._line(f"  {text}" + (f"  (ETA ≥ {eta:.0f} s)" if info["remaining_min"] else ""))
         elif kind == "skipped":
-            out.print(f"{t}   {info['cell']}: skipped — {info['reason']}")
+            self._line(f"  {info['cell']}: skipped — {info['reason']}")
         elif kind in ("done", "budget", "interrupted"):
-            out.print(f"{t} run {info['run_id']}: {kind}")
+            if self.bar:
+                self.bar.stop()
+            self._line(f"run {info['run_id']}: {kind}")

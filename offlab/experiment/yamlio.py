@@ -49,9 +49,8 @@ def _walk(node: yaml.Node, path: tuple, lines: dict[tuple, int]) -> None:
     if isinstance(node, yaml.MappingNode):
         for key_node, value_node in node.value:
             key = _scalar(key_node)
-            lines[path + (key,)] = key_node.start_mark.line + 1
             _walk(value_node, path + (key,), lines)
-            lines[path + (key,)] = key_node.start_mark.line + 1
+            lines[path + (key,)] = key_node.start_mark.line + 1  # the key's line, not its value's
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
             _walk(item, path + (i,), lines)

@@ -87,8 +87,7 @@ def run(client: Host, server: Host, server_addr: str, w: Workload, *, on_started
     run_id = random.randint(1, 2**32 - 1)
     with tempfile.TemporaryDirectory(prefix="offlab-engine-") as tmp:
         ready = os.path.join(tmp, "ready")
-        bind = server_addr
-        rx = server.spawn(pinned(rx_argv(w, bind, port, ready, run_id), w.server_cpu),
+        rx = server.spawn(pinned(rx_argv(w, server_addr, port, ready, run_id), w.server_cpu),
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         tx = None
         try:
