@@ -8,7 +8,6 @@ from offlab.errors import BadInput
 
 IFNAME_RE = re.compile(r"^[A-Za-z0-9_.:@-]{1,15}$")
 LAB_NAME_RE = re.compile(r"^[a-z][a-z0-9]{0,9}$")
-HOST_RE = re.compile(r"^[a-z][a-z0-9]{0,15}$")
 
 MTU_MIN = 68
 MTU_MAX = 65535
@@ -29,12 +28,6 @@ def check_lab_name(name: str) -> str:
             f"invalid lab name {name!r}: use a lower-case letter then up to 9 letters or digits (e.g. demo, uso1)"
         )
     return name
-
-
-def check_host_role(role: str) -> str:
-    if not isinstance(role, str) or not HOST_RE.fullmatch(role):
-        raise BadInput(f"invalid host name {role!r}: use lower-case letters and digits")
-    return role
 
 
 def check_mtu(mtu: object, what: str = "--mtu") -> int:

@@ -154,22 +154,20 @@ def verdict(ratio: float | None, low: float | None, high: float | None, better: 
     CPU, service demand, loss) read "lower (better)" / "higher (worse)". An interval touching 1
     is "no significant difference".
     """
-    if ratio is None or low is None or high is None:
-        return UNDETERMINED
-    if low > 1.0:
-        return FASTER if better == "higher" else HIGHER
-    if high < 1.0:
-        return SLOWER if better == "higher" else LOWER
-    return NO_DIFFERENCE
+    return _verdict(ratio, low, high, 1.0, better)
 
 
 def verdict_diff(diff: float | None, low: float | None, high: float | None, better: str) -> str:
     """The same words for a difference b − a and its interval: significant when it excludes 0."""
-    if diff is None or low is None or high is None:
+    return _verdict(diff, low, high, 0.0, better)
+
+
+def _verdict(value: float | None, low: float | None, high: float | None, no_change: float, better: str) -> str:
+    if value is None or low is None or high is None:
         return UNDETERMINED
-    if low > 0:
+    if low > no_change:
         return FASTER if better == "higher" else HIGHER
-    if high < 0:
+    if high < no_change:
         return SLOWER if better == "higher" else LOWER
     return NO_DIFFERENCE
 

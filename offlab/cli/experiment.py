@@ -10,10 +10,8 @@ from typing import Optional
 import typer
 from offlab.cli.console import console
 
-from offlab.experiment import suites as suite_lib
-from offlab.experiment.plan import Plan, load_plan_file
-from offlab.experiment.runner import Runner
-from offlab.store import Store, default_db_path
+# The experiment machinery (pydantic plans, the runner, SQLite, scipy) is imported inside the
+# commands that use it, so that `offlab lab down` does not pay for it at start-up.
 
 out = console(stderr=True)
 suite_app = typer.Typer(help="Built-in suites that reproduce the seed documents.", no_args_is_help=True)
@@ -35,6 +33,9 @@ def run_cmd(
 ) -> None:
     """Run a plan: every cell, repeated until its confidence target is met; results in SQLite."""
     from offlab.errors import BadInput
+    from offlab.experiment.plan import load_plan_file
+    from offlab.experiment.runner import Runner
+    from offlab.store import Store, default_db_path
 
     if (plan is None) == (resume is None):
         raise BadInput("give a PLAN file or --resume RUN_ID")
@@ -53,6 +54,8 @@ def run_cmd(
 @suite_app.command("list")
 def suite_list() -> None:
     """The built-in suites and what each reproduces."""
+    from offlab.experiment import suites as suite_lib
+
     for name in suite_lib.names():
         desc = suite_lib.description(name)
         typer.echo(f"{name:8s} {desc[:150]}{'…' if len(desc) > 150 else ''}")
@@ -61,6 +64,8 @@ def suite_list() -> None:
 @suite_app.command("show")
 def suite_show(name: str) -> None:
     """A suite's plan, as YAML, and its cells."""
+    from offlab.experiment import suites as suite_lib
+
     typer.echo(suite_lib.text(name))
     for p in suite_lib.plans(name):
         _print_cells(p)
@@ -75,6 +80,9 @@ def suite_run(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Run a built-in suite."""
+    from offlab.experiment import suites as suite_lib
+    from offlab.store import Store, default_db_path
+
     store = Store.open(db or default_db_path())
     _run_plans(suite_lib.plans(name, quick=quick), store, as_json, report_dir)
 
@@ -84,11 +92,16 @@ def demo_cmd(
     report_dir: Path = typer.Option(Path("offlab-reports"), "--report-dir", help="Where the reports go."),
 ) -> None:
     """The `make demo` job: the quick suite, its summaries, and where the reports are."""
+    from offlab.experiment import suites as suite_lib
+    from offlab.store import Store, default_db_path
+
     store = Store.open(db or default_db_path())
     _run_plans(suite_lib.plans("quick"), store, False, report_dir)
 
 
 def _run_plans(plans: list[Plan], store: Store, as_json: bool, report_dir: Path | None = None) -> None:
+    from offlab.experiment.runner import Runner
+
     results = []
     for plan in plans:
         runner = Runner(plan, store, on_event=_Progress().event)

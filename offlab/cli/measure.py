@@ -10,9 +10,6 @@ from offlab.cli.console import console
 from rich.table import Table
 
 from offlab.errors import BadInput
-from offlab.lab import LabState
-from offlab.measure import CaptureRequest, Sample, measure
-from offlab.traffic import Workload
 
 out = console()
 
@@ -39,6 +36,10 @@ def measure_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print the sample as JSON."),
 ) -> None:
     """Run one measurement in a lab: throughput, pps, loss, CPU per side, service demand, wire proof."""
+    from offlab.lab import LabState
+    from offlab.measure import CaptureRequest, measure
+    from offlab.traffic import Workload
+
     state = LabState.load(lab)
     w = Workload(tool=tool, protocol=proto, size=size, gso=gso, gro=gro, batch=batch, rate=rate,
                  streams=streams, duration=duration, warmup=warmup, ipv6=ipv6)

@@ -62,10 +62,6 @@ NEEDS: list[tuple[str, list[str]]] = [
 ]
 
 
-def is_feature_name(key: str) -> bool:
-    return key in LEGACY or key in ALIASES or key in LONG_TO_SHORT or key.startswith(("tx-", "rx-"))
-
-
 def leaves(host, iface: str) -> dict[str, netdev.Feature]:
     """Every kernel feature of `iface` → its state (group headers dropped)."""
     out = {}

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import signal
 import time
 
@@ -88,8 +90,6 @@ def _claim(lab: LabState) -> None:
 
 def _check_mtus(lab: LabState) -> None:
     """Every interface must have the MTU asked for; the kernel may have clamped one."""
-    import json
-
     for role, entry in lab.hosts.items():
         links = json.loads(LOCAL.run(["ip", "-n", entry.netns, "-d", "-j", "link", "show"]).stdout)
         for link in links:
@@ -131,7 +131,7 @@ def down(name: str) -> list[str]:
         if LOCAL.run(["ip", "netns", "del", ns], check=False).ok:
             removed.append(f"namespace {ns}")
     if lab is not None and lab.rundir:
-        _remove_tree(lab.rundir)
+        shutil.rmtree(lab.rundir, ignore_errors=True)
     from offlab.knobs.journal import forget_namespaces  # here: knobs imports lab
 
     dropped = forget_namespaces(namespaces)
@@ -164,8 +164,6 @@ def _namespaces_named(lab: str) -> list[str]:
     res = LOCAL.run(["ip", "-j", "netns", "list"], check=False)
     if not res.ok or not res.stdout.strip():
         return []
-    import json
-
     prefix = f"ol-{lab}-"
     return [n["name"] for n in json.loads(res.stdout) if n["name"].startswith(prefix)
             and "-" not in n["name"][len(prefix):]]
@@ -187,9 +185,3 @@ def _kill_processes_in(ns: str) -> None:
             time.sleep(0.02)
         if not pids:
             return
-
-
-def _remove_tree(path: str) -> None:
-    import shutil
-
-    shutil.rmtree(path, ignore_errors=True)

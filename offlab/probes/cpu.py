@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
-
 # /proc/stat cpuN columns (man 5 proc), in USER_HZ ticks.
 STAT_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal", "guest", "guest_nice")
 
@@ -71,13 +69,6 @@ def kernel_threads(prefixes: tuple[str, ...]) -> dict[int, str]:
         if comm.startswith(prefixes):
             found[int(entry)] = comm
     return found
-
-
-@dataclass
-class CpuSnapshot:
-    t: float
-    cpus: dict[str, dict[str, int]]
-    procs: dict[int, tuple[str, int]]
 
 
 def ticks_per_second() -> int:
