@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from typing import Optional
 
@@ -121,12 +120,7 @@ def exec_cmd(
     if not is_root():
         raise NotRoot("lab exec")
     lab = labs.LabState.load(name)
-    netns = lab.entry(host).netns
-    try:
-        rc = subprocess.call(["ip", "netns", "exec", netns, *cmd])
-    except KeyboardInterrupt:
-        rc = 130
-    raise typer.Exit(rc)
+    raise typer.Exit(lab.host(host).interactive(cmd))
 
 
 def _print_lab(lab: labs.LabState, as_json: bool) -> None:

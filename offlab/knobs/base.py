@@ -33,13 +33,13 @@ class Plan:
         self.mtus: dict[tuple[str | None, str], int] = {}
 
     def links(self, target: Target) -> dict[str, dict]:
-        if target.netns not in self._links:
+        if target.host_key not in self._links:
             out = target.host.run(["ip", "-d", "-j", "link", "show"], timeout=10).stdout
-            self._links[target.netns] = {l["ifname"]: l for l in json.loads(out or "[]")}
-        return self._links[target.netns]
+            self._links[target.host_key] = {l["ifname"]: l for l in json.loads(out or "[]")}
+        return self._links[target.host_key]
 
     def mtu(self, target: Target, iface: str) -> int:
-        key = (target.netns, iface)
+        key = (target.host_key, iface)
         if key in self.mtus:
             return self.mtus[key]
         return int(self.links(target)[iface]["mtu"])

@@ -92,7 +92,7 @@ class Mtu(Knob):
                     f"{self.label}: {mtu} is more than its port {small} carries ({ports[small]}); "
                     f"a bridge's MTU follows its ports: set the ports' MTU instead"
                 )
-        plan.mtus[(self.target.netns, self.iface)] = mtu
+        plan.mtus[(self.target.host_key, self.iface)] = mtu
         return str(mtu)
 
     def snapshot(self) -> dict:

@@ -8,7 +8,7 @@ from typing import Iterable
 from offlab.errors import OfflabError
 from offlab.knobs.journal import Entry, all_journals, dir_lock, journal_dir, mark, remove_if_done
 from offlab.knobs.registry import knob_from_entry
-from offlab.knobs.target import netns_exists
+from offlab.knobs.target import Target, netns_exists
 
 
 @dataclass
@@ -25,6 +25,10 @@ def _gone(entry: Entry) -> str | None:
     ns = entry.data.get("netns")
     if ns is not None and not netns_exists(ns):
         return f"namespace gone: nothing to restore ({ns})"
+    ref = entry.data.get("host")
+    if isinstance(ref, dict) and ref.get("kind") not in ("local", "netns"):
+        if not Target.from_dict(entry.data).host.alive():
+            return f"host gone: nothing to restore ({ref.get('kind')} {ref.get('name', '')})".rstrip()
     return None
 
 

@@ -78,7 +78,7 @@ class Sysctl(Knob):
 
     def _writable(self) -> bool:
         # /proc/sys honours the mode bits even for root: a namespace sees host-wide ones read-only
-        if self.target.netns is None:
+        if self.target.is_machine:
             return os.access(self.path, os.W_OK)
         return self.host.run(["test", "-w", self.path], check=False, timeout=10).rc == 0
 

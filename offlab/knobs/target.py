@@ -1,32 +1,21 @@
-"""Where a setting lives: a network namespace (or this machine) and an interface.
+"""Where a setting lives: a host (this machine, a namespace, a guest, an SSH host) and an interface.
 
 A `Target` is all a journal entry needs to reach the setting again from a fresh
-process: the namespace name (None = the machine), the interface, and for OVS
-ports the lab's run directory.
+process: the host's reference (`Host.ref()`), the namespace name when the host is
+one (kept on its own so older journals and `lab down` can match on it), the
+interface, and for OVS ports the lab's run directory.
 """
 
 from __future__ import annotations
 
 import os
-import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from offlab.errors import BadInput
-from offlab.hosts import LOCAL, Host, LocalHost, NetnsHost
+from offlab.hosts import LOCAL, Host, LocalHost, NetnsHost, check_netns, from_ref, netns_exists
 from offlab.names import check_ifname
 
-NETNS_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
-NETNS_DIR = "/run/netns"
-
-
-def check_netns(name: object) -> str:
-    if not isinstance(name, str) or not NETNS_RE.fullmatch(name):
-        raise BadInput(f"invalid network namespace name {name!r}")
-    return name
-
-
-def netns_exists(name: str) -> bool:
-    return os.path.exists(os.path.join(NETNS_DIR, check_netns(name)))
+__all__ = ["Target", "target_for", "check_netns", "netns_exists"]
 
 
 @dataclass(frozen=True)
@@ -36,6 +25,7 @@ class Target:
     ovs_rundir: str | None = None  # the private OVS of an `ovs` lab, when iface may be an OVS port
     lab: str | None = None
     role: str | None = None  # the lab host's role, for messages only
+    host_ref: dict | None = field(default=None, compare=False)  # a guest or SSH host; None: netns/machine
 
     def __post_init__(self) -> None:
         if self.netns is not None:
@@ -45,7 +35,21 @@ class Target:
 
     @property
     def host(self) -> Host:
+        if self.host_ref is not None and self.host_ref.get("kind") not in ("local", "netns"):
+            return from_ref(self.host_ref)
         return LOCAL if self.netns is None else NetnsHost(self.netns)
+
+    @property
+    def host_key(self) -> str | None:
+        """One key per host, for caches: the namespace, the host reference, or None (the machine)."""
+        if self.host_ref is not None and self.host_ref.get("kind") not in ("local", "netns"):
+            return repr(sorted(self.host_ref.items()))
+        return self.netns
+
+    @property
+    def is_machine(self) -> bool:
+        """This machine itself (offlab's own network namespace), where host-wide settings live."""
+        return self.netns is None and (self.host_ref is None or self.host_ref.get("kind") == "local")
 
     @property
     def where(self) -> str:
@@ -53,18 +57,26 @@ class Target:
         return f"{host}:{self.iface}" if self.iface else host
 
     def exists(self) -> bool:
-        return self.netns is None or netns_exists(self.netns)
+        if self.netns is not None:
+            return netns_exists(self.netns)
+        return self.is_machine or self.host.alive()
 
     def to_dict(self) -> dict:
-        return {"netns": self.netns, "iface": self.iface, "ovs_rundir": self.ovs_rundir,
-                "lab": self.lab, "role": self.role}
+        d = {"netns": self.netns, "iface": self.iface, "ovs_rundir": self.ovs_rundir,
+             "lab": self.lab, "role": self.role}
+        if self.host_ref is not None:
+            d["host"] = self.host_ref
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "Target":
         rundir = d.get("ovs_rundir")
         if rundir is not None and (not isinstance(rundir, str) or not os.path.isabs(rundir)):
             raise BadInput(f"invalid OVS run directory {rundir!r} in journal")
-        return cls(d.get("netns"), d.get("iface"), rundir, d.get("lab"), d.get("role"))
+        host_ref = d.get("host")
+        if host_ref is not None and not isinstance(host_ref, dict):
+            raise BadInput(f"invalid host reference {host_ref!r} in journal")
+        return cls(d.get("netns"), d.get("iface"), rundir, d.get("lab"), d.get("role"), host_ref)
 
 
 def target_for(host: Host, iface: str | None, lab=None, *, needs_iface: bool = True) -> Target:
@@ -72,6 +84,7 @@ def target_for(host: Host, iface: str | None, lab=None, *, needs_iface: bool = T
     interface at all to the host's only veth when the setting is one of an interface."""
     if iface is not None:
         check_ifname(iface)  # before any lookup, so a hostile name is refused as such
+    host_ref = None
     if isinstance(host, NetnsHost):
         netns = check_netns(host.netns)
         if not netns_exists(netns):
@@ -79,11 +92,13 @@ def target_for(host: Host, iface: str | None, lab=None, *, needs_iface: bool = T
     elif isinstance(host, LocalHost):
         netns = None
     else:
-        raise BadInput(f"settings on {host!r} cannot be journalled: only this machine and its namespaces")
+        netns, host_ref = None, host.ref()
+        if not host.alive():
+            raise BadInput(f"host {host.name!r} is not reachable: is the lab up? (`offlab lab list`)")
     role = None
     rundir = None
     if lab is not None:
-        role = next((r for r, e in lab.hosts.items() if e.netns == netns), None)
+        role = next((r for r, e in lab.hosts.items() if lab.host(r) == host), None)
         if role is None:
             raise BadInput(f"host {host.name!r} is not part of lab {lab.name!r}")
         if iface is None and needs_iface:
@@ -94,4 +109,4 @@ def target_for(host: Host, iface: str | None, lab=None, *, needs_iface: bool = T
             rundir = lab.rundir
     if iface is not None:
         check_ifname(iface)
-    return Target(netns, iface, rundir, lab.name if lab is not None else None, role)
+    return Target(netns, iface, rundir, lab.name if lab is not None else None, role, host_ref)

@@ -1,14 +1,12 @@
 """What is measured beside the traffic, in the traffic window only (after warm-up).
 
-A `ProbeSession` starts one idle anchor process (`sleep`) in each lab host, so the
-per-namespace /proc/PID/net/dev and /proc/PID/net/snmp can be read from here
-without spawning `ip netns exec` at the edges of the window, which keeps the
-two snapshots close to the instants they claim.
+A `ProbeSession` opens each lab host's `net_reader()` (for a namespace, an idle anchor
+process whose /proc/PID/net/* is read from here without spawning a command at the
+edges of the window), which keeps the two snapshots close to the instants they claim.
 """
 
 from __future__ import annotations
 
-import subprocess
 import time
 from dataclasses import dataclass
 
@@ -47,17 +45,18 @@ class ProbeSession:
 
     def __init__(self, lab, *, lifetime: float = 600.0) -> None:
         self.lab = lab
-        self.anchors: dict[str, subprocess.Popen] = {}
+        self.readers = {}
         self.pids: dict[str, int] = {}  # role → pid of the process under test (client, server)
-        for role in lab.hosts:
-            self.anchors[role] = lab.host(role).spawn(["sleep", str(int(lifetime))],
-                                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            for role in lab.hosts:
+                self.readers[role] = lab.host(role).net_reader()
+        except BaseException:
+            self.close()
+            raise
 
     def close(self) -> None:
-        for proc in self.anchors.values():
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait()
+        for reader in self.readers.values():
+            reader.close()
 
     def __enter__(self) -> "ProbeSession":
         return self
@@ -70,10 +69,10 @@ class ProbeSession:
 
     def snapshot(self) -> Snapshot:
         netdev, snmp = {}, {}
-        for role, anchor in self.anchors.items():
-            netdev[role] = parse_net_dev(_read(f"/proc/{anchor.pid}/net/dev"))
+        for role, reader in self.readers.items():
+            netdev[role] = parse_net_dev(reader.read("dev"))
             if role in ("client", "server", "router"):
-                snmp[role] = counters.parse_snmp(_read(f"/proc/{anchor.pid}/net/snmp"))
+                snmp[role] = counters.parse_snmp(reader.read("snmp"))
         procs = {}
         lab_daemons = {d.pid for d in self.lab.daemons}  # e.g. this lab's ovs-vswitchd, not another's
         for pid in {*self.pids.values(), *lab_daemons, *cpu.kernel_threads(WATCHED_THREADS)}:

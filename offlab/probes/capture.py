@@ -181,7 +181,7 @@ class Capture:
 
     def stop(self) -> int | None:
         """Stop tcpdump; return the kernel's dropped-frame count it reports."""
-        from offlab.traffic.procs import stop as stop_proc
+        from offlab.hosts.process import stop as stop_proc
 
         if self.proc.poll() is None:
             self.proc.send_signal(2)

@@ -15,7 +15,7 @@ from offlab.errors import ToolMissing
 from offlab.hosts import Host, which
 from offlab.traffic import TrafficResult, Workload
 from offlab.traffic.iperf3 import TrafficFailed
-from offlab.traffic.procs import pinned, stop
+from offlab.hosts.process import pinned, stop
 
 ENGINE = "offlab-engine"
 

@@ -10,7 +10,7 @@ import subprocess
 from offlab.errors import EnvironmentProblem
 from offlab.hosts import Host, require_tool
 from offlab.traffic import TrafficResult, Workload
-from offlab.traffic.procs import pinned, stop, wait_listening
+from offlab.hosts.process import pinned, stop, wait_listening
 
 
 class TrafficFailed(EnvironmentProblem):

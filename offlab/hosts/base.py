@@ -1,0 +1,240 @@
+"""The one interface every place a command can run offers, and its result.
+
+A `Host` runs argv lists (never a shell string) with a timeout, starts long-lived
+processes, reads and writes files, and can be named by a JSON `ref()` from which
+another process (a restore after kill -9) gets the same host back with `from_ref`.
+Subclasses only say how: a namespace wraps the argv, a guest or an SSH machine
+carries it over a channel. Nothing above `hosts` asks which kind it is.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, ClassVar, Protocol, Sequence
+
+from offlab.errors import BadInput, CommandFailed, CommandTimeout, ToolMissing
+
+DEFAULT_TIMEOUT = 30.0
+
+# Debian package that provides each tool offlab calls, for the "how to fix" line.
+TOOL_PACKAGES = {
+    "ip": "iproute2",
+    "tc": "iproute2",
+    "ss": "iproute2",
+    "nstat": "iproute2",
+    "ethtool": "ethtool",
+    "iperf3": "iperf3",
+    "tcpdump": "tcpdump",
+    "ovs-vswitchd": "openvswitch-switch",
+    "ovsdb-server": "openvswitch-switch",
+    "ovs-vsctl": "openvswitch-switch",
+    "ovsdb-tool": "openvswitch-switch",
+    "ovs-appctl": "openvswitch-switch",
+    "ping": "iputils-ping",
+    "sysctl": "procps",
+    "taskset": "util-linux",
+    "ssh": "openssh-client",
+    "sshd": "openssh-server",
+    "qemu-system-x86_64": "qemu-system-x86",
+    "dpdk-testpmd": "dpdk-dev",
+    "sockperf": "sockperf",
+}
+
+_SEARCH_PATH = os.pathsep.join(
+    [os.environ.get("PATH", ""), "/usr/local/sbin", "/usr/sbin", "/sbin", "/usr/bin", "/bin"]
+)
+
+
+def which(tool: str) -> str | None:
+    """Full path of `tool`, looking in the sbin directories too."""
+    return shutil.which(tool, path=_SEARCH_PATH)
+
+
+def require_tool(tool: str) -> str:
+    """Full path of `tool`, or ToolMissing naming the Debian package to install."""
+    path = which(tool)
+    if path is None:
+        raise ToolMissing(tool, TOOL_PACKAGES.get(tool))
+    return path
+
+
+def is_root() -> bool:
+    return os.geteuid() == 0
+
+
+@dataclass(frozen=True)
+class Result:
+    argv: list[str]
+    rc: int
+    stdout: str
+    stderr: str
+    duration: float
+
+    @property
+    def ok(self) -> bool:
+        return self.rc == 0
+
+
+class Process(Protocol):
+    """What `Host.spawn` returns: the subset of `subprocess.Popen` offlab uses.
+
+    A local or namespace process is a real Popen; a process in a guest or on an SSH
+    host is a `hosts.process.RemoteProcess` that offers the same verbs.
+    """
+
+    pid: int
+    returncode: int | None
+    stdout: object
+    stderr: object
+
+    def poll(self) -> int | None: ...
+    def wait(self, timeout: float | None = None) -> int: ...
+    def send_signal(self, sig: int) -> None: ...
+    def terminate(self) -> None: ...
+    def kill(self) -> None: ...
+    def communicate(self, input: str | None = None, timeout: float | None = None) -> tuple: ...
+
+
+class NetReader(Protocol):
+    """Reads a host's per-network-namespace /proc/net files (dev, snmp, snmp6, softnet_stat)."""
+
+    def read(self, name: str) -> str: ...
+    def close(self) -> None: ...
+
+
+class _ReadThrough:
+    """The plain NetReader: each read goes through the host (one command per file)."""
+
+    def __init__(self, host: "Host") -> None:
+        self.host = host
+
+    def read(self, name: str) -> str:
+        return self.host.read(f"/proc/net/{name}")
+
+    def close(self) -> None:
+        pass
+
+
+class Host:
+    """A place where commands run."""
+
+    kind: ClassVar[str] = "local"
+    name = "local"
+
+    # ---- commands -------------------------------------------------------
+    def wrap(self, argv: Sequence[str]) -> list[str]:
+        """The local argv that runs `argv` here (namespaces); channel hosts override `run`."""
+        return list(argv)
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        check: bool = True,
+        input: str | None = None,
+        env: dict[str, str] | None = None,
+    ) -> Result:
+        """Run argv to completion; raise CommandFailed on a non-zero exit when `check`."""
+        argv = [str(a) for a in argv]
+        full = self.wrap(argv)
+        exe = which(full[0])
+        if exe is None:
+            raise ToolMissing(full[0], TOOL_PACKAGES.get(full[0]))
+        start = time.monotonic()
+        try:
+            proc = subprocess.run(
+                [exe, *full[1:]],
+                input=input,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                errors="replace",
+                env={**os.environ, **env} if env else None,
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise CommandTimeout(argv, timeout, self.name) from exc
+        result = Result(argv, proc.returncode, proc.stdout, proc.stderr, time.monotonic() - start)
+        if check and proc.returncode != 0:
+            raise CommandFailed(argv, proc.returncode, proc.stderr, self.name)
+        return result
+
+    def spawn(self, argv: Sequence[str], **popen_kwargs) -> Process:
+        """Start a long-running process here (a server, a probe); the caller owns it."""
+        full = self.wrap([str(a) for a in argv])
+        exe = which(full[0])
+        if exe is None:
+            raise ToolMissing(full[0], TOOL_PACKAGES.get(full[0]))
+        return subprocess.Popen([exe, *full[1:]], **popen_kwargs)
+
+    def interactive(self, argv: Sequence[str]) -> int:
+        """Run argv with the user's terminal attached (`lab exec`); its exit code."""
+        full = self.wrap([str(a) for a in argv])
+        exe = which(full[0])
+        if exe is None:
+            raise ToolMissing(full[0], TOOL_PACKAGES.get(full[0]))
+        try:
+            return subprocess.call([exe, *full[1:]])
+        except KeyboardInterrupt:
+            return 130
+
+    # ---- files ----------------------------------------------------------
+    def read(self, path: str | Path) -> str:
+        return Path(path).read_text()
+
+    def write(self, path: str | Path, text: str) -> None:
+        with open(path, "w") as f:
+            f.write(text)
+
+    def exists(self, path: str | Path) -> bool:
+        return Path(path).exists()
+
+    def net_reader(self) -> NetReader:
+        """A reader of this host's /proc/net files, fast enough to bracket a traffic window."""
+        return _ReadThrough(self)
+
+    # ---- identity -------------------------------------------------------
+    def ref(self) -> dict:
+        """A JSON reference from which `from_ref` rebuilds this host in another process."""
+        return {"kind": self.kind}
+
+    def alive(self) -> bool:
+        """Whether the host is still there (a namespace not deleted, a guest still running)."""
+        return True
+
+    @property
+    def shares_kernel(self) -> bool:
+        """True when the host runs on this machine's kernel (so /proc/stat and pids are ours)."""
+        return True
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Host) and self.ref() == other.ref()
+
+    def __hash__(self) -> int:
+        return hash(repr(sorted(self.ref().items())))
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name}>"
+
+
+# kind → function that rebuilds a host from its ref; filled by the modules that define kinds.
+_KINDS: dict[str, Callable[[dict], Host]] = {}
+
+
+def register_kind(kind: str, factory: Callable[[dict], Host]) -> None:
+    _KINDS[kind] = factory
+
+
+def from_ref(ref: object) -> Host:
+    """The host a `ref()` names; BadInput for a reference this offlab cannot follow."""
+    if not isinstance(ref, dict) or not isinstance(ref.get("kind"), str):
+        raise BadInput(f"invalid host reference {ref!r}")
+    factory = _KINDS.get(ref["kind"])
+    if factory is None:
+        raise BadInput(f"unknown kind of host {ref['kind']!r} in a reference (known: {', '.join(sorted(_KINDS))})")
+    return factory(ref)

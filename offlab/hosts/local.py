@@ -1,0 +1,92 @@
+"""This machine and its network namespaces."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+from typing import Sequence
+
+from offlab.errors import BadInput
+from offlab.hosts.base import Host, register_kind
+
+NETNS_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
+NETNS_DIR = "/run/netns"
+
+
+def check_netns(name: object) -> str:
+    if not isinstance(name, str) or not NETNS_RE.fullmatch(name):
+        raise BadInput(f"invalid network namespace name {name!r}")
+    return name
+
+
+def netns_exists(name: str) -> bool:
+    return os.path.exists(os.path.join(NETNS_DIR, check_netns(name)))
+
+
+class LocalHost(Host):
+    """This machine, in offlab's own network namespace."""
+
+    kind = "local"
+    name = "local"
+
+
+class NetnsHost(Host):
+    """A named network namespace on this machine (`ip netns exec`).
+
+    `ip netns exec` also remounts /sys, so /sys/class/net shows the namespace's own
+    interfaces; files are read and written through `cat` / `tee` in the namespace for
+    the same reason (/proc/sys/net and /proc/net are per network namespace).
+    """
+
+    kind = "netns"
+
+    def __init__(self, netns: str) -> None:
+        self.netns = check_netns(netns)
+        self.name = netns
+
+    def wrap(self, argv: Sequence[str]) -> list[str]:
+        return ["ip", "netns", "exec", self.netns, *argv]
+
+    def read(self, path: str | Path) -> str:
+        return self.run(["cat", str(path)], timeout=10).stdout
+
+    def write(self, path: str | Path, text: str) -> None:
+        self.run(["tee", str(path)], input=text, timeout=10)
+
+    def exists(self, path: str | Path) -> bool:
+        return self.run(["test", "-e", str(path)], check=False, timeout=10).rc == 0
+
+    def net_reader(self) -> "_AnchorReader":
+        return _AnchorReader(self)
+
+    def ref(self) -> dict:
+        return {"kind": self.kind, "netns": self.netns}
+
+    def alive(self) -> bool:
+        return netns_exists(self.netns)
+
+
+class _AnchorReader:
+    """An idle process inside the namespace, so /proc/PID/net/* is read from here without
+    spawning `ip netns exec` at the edges of a traffic window (keeps snapshots close to the
+    instants they claim)."""
+
+    def __init__(self, host: NetnsHost, lifetime: float = 600.0) -> None:
+        self.proc = host.spawn(["sleep", str(int(lifetime))], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+
+    def read(self, name: str) -> str:
+        with open(f"/proc/{self.proc.pid}/net/{name}") as f:
+            return f.read()
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
+
+LOCAL = LocalHost()
+register_kind("local", lambda ref: LOCAL)
+register_kind("netns", lambda ref: NetnsHost(ref.get("netns")))

@@ -1,0 +1,135 @@
+"""Processes offlab starts: pinning, readiness, stopping by pid, and processes on channel hosts.
+
+A namespace process is a local `subprocess.Popen`. On a host reached over a channel (a
+guest's agent, SSH) a long-lived process cannot be a local child, so `RemoteProcess`
+starts it detached in a private directory on that host, records its pid and, when it
+ends, its exit code, and offers Popen's verbs over `host.run`.
+"""
+
+from __future__ import annotations
+
+import shlex
+import signal
+import subprocess
+import time
+from typing import Sequence
+
+from offlab.hosts.base import Host, Process
+
+# Runs "$@" with stdout/stderr to files in $D, records its pid, then its exit code; each file
+# appears whole (written to a temp name, then renamed), so a reader never sees half a number.
+_INNER = ('D=$1; shift; "$@" >"$D/out" 2>"$D/err" </dev/null & '
+          'echo $! >"$D/pid.t"; mv "$D/pid.t" "$D/pid"; wait $!; echo $? >"$D/rc.t"; mv "$D/rc.t" "$D/rc"')
+# Detaches the runner from the command channel (setsid, all fds away) and waits for the pid file.
+_OUTER = ('D=$1; setsid sh -c ' + shlex.quote(_INNER) + ' sh "$@" >/dev/null 2>&1 </dev/null & '
+          'n=0; while [ ! -s "$D/pid" ] && [ $n -lt 500 ]; do sleep 0.01; n=$((n+1)); done; cat "$D/pid"')
+
+
+def pinned(argv: list[str], cpu: int | None) -> list[str]:
+    """argv run under `taskset -c CPU`, so each side has its own CPU."""
+    return ["taskset", "-c", str(cpu), *argv] if cpu is not None else list(argv)
+
+
+class _RemoteStream:
+    """A finished-or-not remote output file, read whole on demand (`proc.stderr.read()`)."""
+
+    def __init__(self, proc: "RemoteProcess", name: str) -> None:
+        self.proc, self.name = proc, name
+
+    def read(self) -> str:
+        return self.proc._read(self.name)
+
+    def close(self) -> None:
+        pass
+
+
+class RemoteProcess:
+    """A detached process on a channel host, with the verbs of `subprocess.Popen` offlab uses."""
+
+    def __init__(self, host: Host, argv: Sequence[str], *, text: bool = True, poll_interval: float = 0.05) -> None:
+        self.host = host
+        self.args = [str(a) for a in argv]
+        self.text = text
+        self.poll_interval = poll_interval
+        self.returncode: int | None = None
+        self.dir = host.run(["mktemp", "-d", "/tmp/offlab-proc.XXXXXX"], timeout=15).stdout.strip()
+        res = host.run(["sh", "-c", _OUTER, "sh", self.dir, *self.args], timeout=15)
+        try:
+            self.pid = int(res.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            host.run(["rm", "-rf", self.dir], check=False, timeout=15)
+            raise OSError(f"could not start {self.args[0]} on {host.name}: no pid ({res.stderr.strip()[:200]})")
+        self.stdout = _RemoteStream(self, "out")
+        self.stderr = _RemoteStream(self, "err")
+        self._cleaned = False
+
+    def _read(self, name: str) -> str:
+        if self._cleaned:
+            return ""
+        return self.host.run(["cat", f"{self.dir}/{name}"], check=False, timeout=30).stdout
+
+    def poll(self) -> int | None:
+        if self.returncode is None and not self._cleaned:
+            res = self.host.run(["cat", f"{self.dir}/rc"], check=False, timeout=15)
+            if res.ok and res.stdout.strip():
+                self.returncode = int(res.stdout.strip())
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(self.args, timeout)
+            time.sleep(self.poll_interval)
+        return self.returncode  # type: ignore[return-value]
+
+    def send_signal(self, sig: int) -> None:
+        if self.returncode is None:
+            self.host.run(["kill", f"-{int(sig)}", str(self.pid)], check=False, timeout=15)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def communicate(self, input: str | None = None, timeout: float | None = None) -> tuple:
+        self.wait(timeout)
+        out, err = self._read("out"), self._read("err")
+        self.cleanup()
+        return out, err
+
+    def cleanup(self) -> None:
+        """Remove the process's private directory on the host (after it ended)."""
+        if not self._cleaned:
+            self.host.run(["rm", "-rf", self.dir], check=False, timeout=15)
+            self._cleaned = True
+
+
+def wait_listening(host: Host, port: int, proto: str, proc: Process, timeout: float = 5.0) -> bool:
+    """True once something listens on `port` in `host`; False if `proc` died or time ran out."""
+    flag = "-Hltn" if proto == "tcp" else "-Hlun"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            return False
+        if host.run(["ss", flag, f"sport = :{port}"], check=False, timeout=5).stdout.strip():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def stop(proc: Process, grace: float = 2.0) -> None:
+    """End a process we started: SIGINT, then SIGKILL; always reaped."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+    for stream in (proc.stdout, proc.stderr):
+        if stream:
+            stream.close()
+    if isinstance(proc, RemoteProcess):
+        proc.cleanup()
