@@ -17,13 +17,21 @@ def parse_proc_stat(text: str) -> dict[str, dict[str, int]]:
     return cpus
 
 
+# A share of stolen time above this makes a sample noisy on a virtual machine: flagged.
+NOTABLE_STEAL_PCT = 2.0
+
+
 def cpu_split(before: dict[str, int], after: dict[str, int]) -> dict[str, float]:
-    """Percent of one CPU's time in user/system/softirq/irq/idle over the window."""
+    """Percent of one CPU's time in user/system/softirq/irq/idle/steal over the window.
+
+    Busy is user + nice + system + irq + softirq: time this CPU worked for us. Steal (the
+    hypervisor ran someone else) is neither busy nor idle; it is reported on its own.
+    """
     d = {k: after.get(k, 0) - before.get(k, 0) for k in STAT_FIELDS}
     # guest time is already counted in user; keep the buckets disjoint.
     total = sum(d[k] for k in STAT_FIELDS if k not in ("guest", "guest_nice"))
     if total <= 0:
-        return {k: 0.0 for k in ("user", "system", "softirq", "irq", "idle", "busy")}
+        return {k: 0.0 for k in ("user", "system", "softirq", "irq", "idle", "steal", "busy")}
     pct = lambda *ks: 100.0 * sum(d[k] for k in ks) / total  # noqa: E731
     split = {
         "user": pct("user", "nice"),
@@ -31,8 +39,9 @@ def cpu_split(before: dict[str, int], after: dict[str, int]) -> dict[str, float]
         "softirq": pct("softirq"),
         "irq": pct("irq"),
         "idle": pct("idle", "iowait"),
+        "steal": pct("steal"),
     }
-    split["busy"] = 100.0 - split["idle"]
+    split["busy"] = split["user"] + split["system"] + split["softirq"] + split["irq"]
     return split
 
 
