@@ -69,8 +69,11 @@ def measure(lab: LabState, w: Workload, capture: CaptureRequest | None = None) -
 
         def on_started(client_pid: int, server_pid: int) -> None:
             nonlocal probe_thread
-            probes.watch("client", client_pid)
-            probes.watch("server", server_pid)
+            # A pid in a guest or on an SSH host is not a process of this machine's /proc.
+            if lab.client.shares_kernel:
+                probes.watch("client", client_pid)
+            if lab.server.shares_kernel:
+                probes.watch("server", server_pid)
             probe_thread = threading.Thread(target=_window, args=(probes, w, capture, cap_iface, lab, tmp, window),
                                             daemon=True)
             probe_thread.start()

@@ -48,6 +48,8 @@ def describe(lab: LabState, *, with_features: bool = True) -> dict:
                 item["fixed"] = sorted(k for k, f in feats.items() if f.fixed)
             ifaces.append(item)
         h = {"netns": entry.netns, "interfaces": ifaces}
+        if entry.ref is not None:
+            h["kind"] = entry.ref.get("kind")
         if entry.address:
             h["address"] = entry.address
         if entry.address6:
@@ -71,7 +73,7 @@ def journalled_changes(lab: LabState) -> list[dict]:
     """Settings changed in this lab's namespaces and not yet restored (`lab set`, running experiments)."""
     from offlab.knobs import list_pending
 
-    role_of = {e.netns: role for role, e in lab.hosts.items()}
+    role_of = {e.netns: role for role, e in lab.hosts.items() if e.netns}
     return [{"host": role_of.get(e.data.get("netns"), e.data.get("netns")), "iface": e.data.get("iface"),
              "key": e.data.get("key"), "value": e.data.get("value"), "original": e.data.get("original_text"),
              "journal": e.journal.name, "held_by": e.held_by}
