@@ -10,7 +10,8 @@ from pathlib import Path
 
 from offlab.errors import BadInput
 from offlab.lab.model import LabState
-from offlab.probes import ProbeSession, service_demand
+from offlab.probes import ProbeSession, service_demand, system_service_demand
+from offlab.probes.cpu import NOTABLE_STEAL_PCT
 from offlab.probes.capture import Capture, CaptureSummary, read_pcap, summarize
 from offlab.traffic import TrafficResult, Workload
 from offlab.traffic import engine as engine_driver
@@ -88,9 +89,15 @@ def measure(lab: LabState, w: Workload, capture: CaptureRequest | None = None) -
     kib = traffic.throughput_bps * probe["window_s"] / 8 / 1024
     sd = {side: service_demand(probe["cpu"][side]["busy"], probe["window_s"], kib)
           for side in ("client", "server") if side in probe["cpu"]}
-    if len(sd) == 2 and all(v is not None for v in sd.values()):
-        sd["total"] = sd["client"] + sd["server"]
+    system = probe["cpu"]["system"]
+    # Both ends run on this machine's kernel: the whole system's CPU time is their total (netperf's
+    # definition; the pinned per-side figures above are the split).
+    if lab.client.shares_kernel and lab.server.shares_kernel:
+        sd["total"] = system_service_demand(system["busy_s"], kib)
     notes = []
+    if system["steal_pct"] >= NOTABLE_STEAL_PCT:
+        notes.append(f"CPU steal {system['steal_pct']:.1f} % of the window: the hypervisor ran other work on "
+                     f"these CPUs; expect noise")
     if any(max(d["rx_avg_bytes"] or 0, d["tx_avg_bytes"] or 0) > lab.mtu + 14 for d in probe["interfaces"].values()):
         notes.append(VETH_NOTE)
     return Sample(lab=lab.name, topology=lab.topology, workload=w.to_dict(), started_at=started_at,

@@ -82,3 +82,26 @@ def kernel_threads(prefixes: tuple[str, ...]) -> dict[int, str]:
 
 def ticks_per_second() -> int:
     return os.sysconf("SC_CLK_TCK")
+
+
+BUSY_FIELDS = ("user", "nice", "system", "irq", "softirq")
+
+
+def system_time(before: dict[str, dict[str, int]], after: dict[str, dict[str, int]], hz: int) -> dict:
+    """CPU seconds the whole system was busy (and stolen) between two /proc/stat readings.
+
+    netperf's service demand divides this — utilisation × number of CPUs × time — by the
+    data moved; summing per-CPU ticks is the same quantity without rounding a percentage.
+    """
+    busy = steal = total = 0
+    for name, a in before.items():
+        b = after.get(name)
+        if b is None:
+            continue
+        busy += sum(b.get(k, 0) - a.get(k, 0) for k in BUSY_FIELDS)
+        steal += b.get("steal", 0) - a.get("steal", 0)
+        total += sum(b.get(k, 0) - a.get(k, 0) for k in STAT_FIELDS if k not in ("guest", "guest_nice"))
+    cpus = len([n for n in before if n in after])
+    return {"cpus": cpus, "busy_s": busy / hz, "steal_s": steal / hz,
+            "busy_pct": 100.0 * busy / total if total > 0 else 0.0,
+            "steal_pct": 100.0 * steal / total if total > 0 else 0.0}
