@@ -39,3 +39,25 @@ def test_ipv6_capture_of_65507_byte_datagrams_counts_fragments_per_datagram():
     assert s.udp_payload_sizes == {65507: 3}
     assert "46 IP fragments each" in s.verdict
     assert "no IP fragments" not in s.verdict
+
+
+def test_ratio_with_a_baseline_indistinguishable_from_zero_is_unbounded_and_has_no_verdict():
+    from offlab import compare, stats
+
+    row = compare.Row(cell="c", baseline="b", metric="throughput_bps", label="throughput", unit="bit/s",
+                      better="higher", level=99.0)
+    compare._fill(row, [0.0, 1.0, 0.0, 1.0], [10.0, 11.0, 10.0, 11.0], 99.0)
+    assert row.ratio == 21.0
+    assert row.low is None and row.high is None and row.change_low_pct is None
+    assert row.verdict == stats.UNBOUNDED
+    assert not row.compared
+    assert any("unbounded" in f for f in row.flags)
+
+
+def test_ratio_interval_never_goes_below_zero_for_a_nonnegative_metric():
+    from offlab import compare
+
+    row = compare.Row(cell="c", baseline="b", metric="pps", label="pps", unit="pps", better="higher", level=99.0)
+    compare._fill(row, [100.0, 104.0, 98.0, 101.0], [1.0, 30.0, 0.0, 2.0], 99.0)
+    assert row.low == 0.0 and row.change_low_pct == -100.0
+    assert row.high is not None and row.high > row.ratio
