@@ -12,6 +12,7 @@ from offlab.errors import BadInput
 from offlab.lab.model import LabState
 from offlab.probes import ProbeSession, service_demand, system_service_demand
 from offlab.probes.cpu import NOTABLE_STEAL_PCT
+from offlab import witnesses
 from offlab.probes.capture import Capture, CaptureSummary, read_pcap, summarize
 from offlab.traffic import TrafficResult, Workload
 from offlab.traffic import engine as engine_driver
@@ -43,6 +44,8 @@ class Sample:
     capture: dict | None = None
     notes: list[str] = field(default_factory=list)
     search: dict | None = None  # zero-loss search steps, when the sample came from one
+    consistency: dict | None = None  # second witnesses for the headline figures (offlab.witnesses)
+    loss_attribution: dict | None = None  # where lost datagrams died, from counters
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -100,9 +103,14 @@ def measure(lab: LabState, w: Workload, capture: CaptureRequest | None = None) -
                      f"these CPUs; expect noise")
     if any(max(d["rx_avg_bytes"] or 0, d["tx_avg_bytes"] or 0) > lab.mtu + 14 for d in probe["interfaces"].values()):
         notes.append(VETH_NOTE)
-    return Sample(lab=lab.name, topology=lab.topology, workload=w.to_dict(), started_at=started_at,
-                  traffic=traffic.to_dict(), probes=probe, service_demand_us_per_kib=sd,
-                  capture=cap.to_dict() if cap else None, notes=notes)
+    sample = Sample(lab=lab.name, topology=lab.topology, workload=w.to_dict(), started_at=started_at,
+                    traffic=traffic.to_dict(), probes=probe, service_demand_us_per_kib=sd,
+                    capture=cap.to_dict() if cap else None, notes=notes)
+    d = {"traffic": sample.traffic, "probes": probe, "workload": sample.workload}
+    sample.notes += witnesses.bound(sample.traffic)
+    sample.consistency = witnesses.cross_check(d)
+    sample.loss_attribution = witnesses.attribute_loss(d)
+    return sample
 
 
 def _window(probes: ProbeSession, w: Workload, capture: CaptureRequest | None, cap_iface: str | None,
