@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from offlab.compare import compare_run
+from offlab.report.compare import compare_run
 from offlab.experiment.plan import load_plan
 from offlab.experiment.runner import Runner
 from offlab.store import Store

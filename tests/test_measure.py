@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from offlab import lab as labs
-from offlab.measure import CaptureRequest, measure
+from offlab.experiment.measure import CaptureRequest, measure
 from offlab.traffic import Workload
 from offlab.traffic.engine import engine_path
 from tests.conftest import offlab_cli, requires_root

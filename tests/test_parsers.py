@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from offlab.netdev import parse_softnet
 from offlab.probes import counters, cpu, parse_net_dev, service_demand
 from offlab.probes.capture import read_pcap, summarize
 from offlab.traffic import Workload
@@ -79,9 +80,9 @@ def test_snmp_fixture_keeps_the_counters_that_explain_loss():
 
 
 def test_softnet_fixture_per_cpu():
-    soft = counters.parse_softnet((FIX / "proc" / "softnet_stat").read_text())
-    assert set(soft) == {0, 1}
-    assert all(set(v) == {"processed", "dropped", "time_squeeze"} for v in soft.values())
+    rows = parse_softnet((FIX / "proc" / "softnet_stat").read_text())
+    assert [r.cpu for r in rows] == [0, 1]
+    assert all(r.processed > 0 for r in rows)
 
 
 def test_net_dev_fixture_and_average_packet_size():

@@ -2,35 +2,16 @@
 
 ethtool is parsed from its plain text (not --json): sosreport stores text, and
 ethtool 6.1 has no JSON for -g/-l/-c anyway, so one parser serves every source.
+`ethtool -k` and softnet_stat are parsed in offlab.netdev, which the other parts share.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
 
-from offlab.netdev import Feature
 
 # ---- ethtool --------------------------------------------------------------
-
-_FEATURE_RE = re.compile(r"^\s*([\w.-]+): (on|off)(?: \[(fixed|requested (?:on|off))\])?\s*$")
-
-
-def ethtool_features(text: str) -> dict[str, Feature]:
-    """`ethtool -k IF` text → {feature: Feature}; '[fixed]' means the driver will not change it."""
-    out: dict[str, Feature] = {}
-    for line in text.splitlines():
-        m = _FEATURE_RE.match(line)
-        if not m:
-            continue
-        name, state, note = m.groups()
-        requested = None
-        if note and note.startswith("requested"):
-            requested = note.endswith("on")
-        out[name] = Feature(state == "on", note == "fixed", requested)
-    return out
-
 
 def _number(value: str) -> int | None:
     value = value.strip()
@@ -144,27 +125,6 @@ def mask_of(cpus: set[int]) -> str:
 
 
 # ---- /proc ----------------------------------------------------------------
-
-@dataclass(frozen=True)
-class SoftnetRow:
-    cpu: int
-    processed: int
-    dropped: int
-    time_squeeze: int
-    received_rps: int
-    flow_limit: int
-
-
-def softnet(text: str) -> list[SoftnetRow]:
-    """/proc/net/softnet_stat: one hex row per online CPU (column 13 is the CPU since 5.10)."""
-    rows = []
-    for i, line in enumerate(l for l in text.splitlines() if l.strip()):
-        cols = [int(c, 16) for c in line.split()]
-        cols += [0] * (13 - len(cols))
-        cpu = cols[12] if len(cols) > 12 and len(line.split()) >= 13 else i
-        rows.append(SoftnetRow(cpu, cols[0], cols[1], cols[2], cols[9], cols[10]))
-    return rows
-
 
 def kernel_version(release: str) -> tuple[int, int, int] | None:
     m = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", release.strip())

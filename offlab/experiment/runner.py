@@ -24,7 +24,7 @@ from offlab.experiment.search import parse_pps, zero_loss_search
 from offlab.hosts import LOCAL, is_root
 from offlab.knobs import Change, Transaction
 from offlab.lab.model import LabState
-from offlab.measure import CaptureRequest, measure
+from offlab.experiment.measure import CaptureRequest, measure
 from offlab.metrics import metrics_of
 from offlab.stats import converged
 from offlab.store import Store

@@ -7,7 +7,7 @@ import math
 import re
 
 from offlab.lab.model import LabState
-from offlab.measure import CaptureRequest, Sample, measure
+from offlab.experiment.measure import CaptureRequest, Sample, measure
 from offlab.traffic import Workload
 
 
