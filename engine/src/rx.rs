@@ -9,7 +9,7 @@ use crate::gro;
 use crate::header::{self, Decoded, FLAG_END};
 use crate::json::{Obj, Value};
 use crate::stats::{Histogram, Jitter, SeqKind, SeqTracker};
-use crate::sys::{self, Socket, SOL_UDP, UDP_GRO};
+use crate::sys::{self, Buffer, Socket, SOL_UDP, UDP_GRO};
 use crate::Failure;
 
 /// Room for any UDP datagram and for a UDP_GRO buffer (at most 64 KiB).
@@ -143,6 +143,9 @@ impl Counters {
 /// Reads the gso_size from the UDP_GRO cmsg (0 if there is none).
 fn read_gso_size(hdr: &libc::msghdr) -> usize {
     let mut gso = 0usize;
+    // SAFETY: `hdr` is the msghdr recvmsg/recvmmsg just filled: msg_control points at our control
+    // buffer and msg_controllen says how much of it the kernel wrote, so CMSG_FIRSTHDR/NXTHDR stay
+    // inside it or return null; the cmsg data may be unaligned, hence read_unaligned.
     unsafe {
         let mut cm = libc::CMSG_FIRSTHDR(hdr);
         while !cm.is_null() {
@@ -162,6 +165,7 @@ fn socket_drops(sock: &Socket) -> Option<u64> {
     const SK_MEMINFO_DROPS: usize = 8;
     let mut info = [0u32; 16];
     let mut len = mem::size_of_val(&info) as libc::socklen_t;
+    // SAFETY: the pointer and length describe `info`, a writable array; the kernel writes at most `len`.
     let r = unsafe {
         libc::getsockopt(
             sock.fd,
@@ -183,12 +187,7 @@ pub fn run(o: &RxOpts) -> Result<Value, Failure> {
     }
     sys::install_stop_signals();
     let sock = Socket::udp(o.bind.is_ipv6()).map_err(|e| Failure::Env(e.0))?;
-    let rcvbuf = if o.rcvbuf > 0 {
-        sock.set_buffer(o.rcvbuf, libc::SO_RCVBUFFORCE, libc::SO_RCVBUF)
-            .map_err(|e| Failure::Env(sys::env_err("--rcvbuf: SO_RCVBUF", e).0))?
-    } else {
-        sock.get_int(libc::SOL_SOCKET, libc::SO_RCVBUF).unwrap_or(0).max(0) as u64
-    };
+    let rcvbuf = sock.size_buffer(Buffer::Receive, o.rcvbuf).map_err(|e| Failure::Env(e.0))?;
     if o.gro {
         if let Err(e) = sock.set_int(SOL_UDP, UDP_GRO, 1) {
             return Err(Failure::Env(format!(
@@ -217,6 +216,7 @@ pub fn run(o: &RxOpts) -> Result<Value, Failure> {
         .collect();
     let mut msgs: Vec<libc::mmsghdr> = (0..batch)
         .map(|i| {
+            // SAFETY: mmsghdr is plain data; all-zero is valid (null pointers, zero lengths).
             let mut m: libc::mmsghdr = unsafe { mem::zeroed() };
             m.msg_hdr.msg_iov = &mut iovs[i] as *mut libc::iovec;
             m.msg_hdr.msg_iovlen = 1;
@@ -247,6 +247,9 @@ pub fn run(o: &RxOpts) -> Result<Value, Failure> {
                 m.msg_hdr.msg_controllen = (CTRL_WORDS * 8) as _;
             }
         }
+        // SAFETY: each msgs[i] points at iovs[i] and (with --gro) ctrls[i], which point at bufs[i];
+        // none of these vectors is resized or dropped while msgs is in use, the lengths given are
+        // their real sizes (BUF_LEN, CTRL_WORDS * 8) and at most `batch` = msgs.len() entries are passed.
         let n = unsafe {
             if batch == 1 && !o.gro {
                 // Plain recv: no msghdr to copy in and out, the cheapest call.
