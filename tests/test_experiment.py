@@ -111,3 +111,50 @@ def test_sigint_mid_run_then_resume_completes_without_lost_or_duplicated_samples
     assert before <= set(keys)
     assert sorted(keys) == sorted((c["id"], r) for c in store.cells(run_id) for r in range(3))
     assert store.get_run(run_id)["status"] == "done"
+
+
+def test_sigterm_mid_cell_ends_interrupted_and_resumable(tmp_path, clean_machine, state_dir):
+    plan_path = tmp_path / "p.yaml"
+    lines = [l for l in USO.splitlines(keepends=True) if "lro" not in l]
+    plan_path.write_text("".join(lines).replace("min: 2, max: 3", "min: 2, max: 2"))
+    db = tmp_path / "t.db"
+    env = {**os.environ, "OFFLAB_STATE_DIR": str(state_dir)}
+    proc = subprocess.Popen([sys.executable, "-m", "offlab", "run", str(plan_path), "--db", str(db)], cwd=REPO,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    store = Store.open(db)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # one sample stored: the next cell is being measured
+        runs = store.list_runs()
+        if runs and len(store.samples(runs[0]["id"])) >= 1:
+            break
+        assert proc.poll() is None, proc.communicate()[1]
+        time.sleep(0.1)
+    time.sleep(0.5)  # inside the next cell (1.3 s of traffic), its knobs' transaction open
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    run_id = store.list_runs()[0]["id"]
+    run = store.get_run(run_id)
+    assert run["status"] == "interrupted", (run["status"], err)
+    assert run["note"] == f"interrupted; resume with `offlab run --resume {run_id}`"
+    assert proc.returncode == 130 and f"--resume {run_id}" in err, err
+    assert not [p for p in state_dir.rglob("*journal*") if p.is_file()], "settings journal left after SIGTERM"
+    res = subprocess.run([sys.executable, "-m", "offlab", "run", "--resume", str(run_id), "--db", str(db)], cwd=REPO,
+                         env=env, capture_output=True, text=True, timeout=180)
+    assert res.returncode == 0, res.stderr
+    assert store.get_run(run_id)["status"] == "done"
+    assert len(store.samples(run_id)) == 2 * 2  # 2 cells × 2 rounds, none lost or measured twice
+
+
+def test_time_budget_stops_the_run_between_samples(tmp_path, clean_machine):
+    plan = load_plan(USO.replace("seed: 7", "seed: 7\nbudget: 1"), "budget-test.yaml")
+    assert plan.budget_s == 1
+    store = Store.open(tmp_path / "b.db")
+    t0 = time.monotonic()
+    run_id = Runner(plan, store).run()
+    elapsed = time.monotonic() - t0
+    run = store.get_run(run_id)
+    assert run["status"] == "budget_exhausted" and run["note"] == "time budget of 1 s used up"
+    # A sample takes 1.3 s of traffic, so the budget is spent after the first cell that measures
+    # (the lro cell is skipped without a sample, whenever its turn comes).
+    assert len(store.samples(run_id)) == 1
+    assert elapsed < 30, f"a 1 s budget took {elapsed:.0f} s"
