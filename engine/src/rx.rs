@@ -207,25 +207,13 @@ pub fn run(o: &RxOpts) -> Result<Value, Failure> {
     let batch = o.batch;
     let mut bufs: Vec<Vec<u8>> = (0..batch).map(|_| vec![0u8; BUF_LEN]).collect();
     let mut ctrls: Vec<[u64; CTRL_WORDS]> = vec![[0u64; CTRL_WORDS]; batch];
-    let mut iovs: Vec<libc::iovec> = bufs
-        .iter_mut()
-        .map(|b| libc::iovec {
-            iov_base: b.as_mut_ptr() as *mut libc::c_void,
-            iov_len: b.len(),
-        })
-        .collect();
-    let mut msgs: Vec<libc::mmsghdr> = (0..batch)
-        .map(|i| {
-            // SAFETY: mmsghdr is plain data; all-zero is valid (null pointers, zero lengths).
-            let mut m: libc::mmsghdr = unsafe { mem::zeroed() };
-            m.msg_hdr.msg_iov = &mut iovs[i] as *mut libc::iovec;
-            m.msg_hdr.msg_iovlen = 1;
-            if o.gro {
-                m.msg_hdr.msg_control = ctrls[i].as_mut_ptr() as *mut libc::c_void;
-            }
-            m
-        })
-        .collect();
+    let mut messages = sys::Batch::new(&mut bufs);
+    let msgs = &mut messages.msgs;
+    if o.gro {
+        for (m, ctrl) in msgs.iter_mut().zip(ctrls.iter_mut()) {
+            m.msg_hdr.msg_control = ctrl.as_mut_ptr() as *mut libc::c_void;
+        }
+    }
 
     let mut c = Counters::new(o.run_id);
     let start = sys::mono_ns();
@@ -247,7 +235,7 @@ pub fn run(o: &RxOpts) -> Result<Value, Failure> {
                 m.msg_hdr.msg_controllen = (CTRL_WORDS * 8) as _;
             }
         }
-        // SAFETY: each msgs[i] points at iovs[i] and (with --gro) ctrls[i], which point at bufs[i];
+        // SAFETY: each msgs[i] points (through its iovec) at bufs[i] and, with --gro, at ctrls[i];
         // none of these vectors is resized or dropped while msgs is in use, the lengths given are
         // their real sizes (BUF_LEN, CTRL_WORDS * 8) and at most `batch` = msgs.len() entries are passed.
         let n = unsafe {

@@ -171,6 +171,38 @@ pub struct Socket {
     pub fd: libc::c_int,
 }
 
+/// The messages of one sendmmsg/recvmmsg batch: message i points at buffer i through iovec i.
+pub struct Batch {
+    // Read by the kernel through the messages' pointers: kept here, beside them, for as long as they
+    // live. Moving a Vec moves its header, not the heap memory the pointers point at.
+    _iovs: Vec<libc::iovec>,
+    pub msgs: Vec<libc::mmsghdr>,
+}
+
+impl Batch {
+    /// One message per buffer. The caller keeps `bufs` alive and unresized while it uses the messages.
+    pub fn new(bufs: &mut [Vec<u8>]) -> Batch {
+        let mut iovs: Vec<libc::iovec> = bufs
+            .iter_mut()
+            .map(|b| libc::iovec {
+                iov_base: b.as_mut_ptr() as *mut libc::c_void,
+                iov_len: b.len(),
+            })
+            .collect();
+        let msgs = iovs
+            .iter_mut()
+            .map(|iov| {
+                // SAFETY: mmsghdr is plain data; all-zero is valid (null pointers, zero lengths).
+                let mut m: libc::mmsghdr = unsafe { mem::zeroed() };
+                m.msg_hdr.msg_iov = iov as *mut libc::iovec;
+                m.msg_hdr.msg_iovlen = 1;
+                m
+            })
+            .collect();
+        Batch { _iovs: iovs, msgs }
+    }
+}
+
 /// Which socket buffer `Socket::size_buffer` sizes.
 #[derive(Clone, Copy, Debug)]
 pub enum Buffer {

@@ -98,22 +98,8 @@ pub fn run(o: &TxOpts) -> Result<Value, Failure> {
             header::encode(&Header { flags: 0, run_id, seq: 0, tx_ns: 0 }, &mut b[s * o.size..]);
         }
     }
-    let mut iovs: Vec<libc::iovec> = bufs
-        .iter_mut()
-        .map(|b| libc::iovec {
-            iov_base: b.as_mut_ptr() as *mut libc::c_void,
-            iov_len: b.len(),
-        })
-        .collect();
-    let mut msgs: Vec<libc::mmsghdr> = (0..batch)
-        .map(|i| {
-            // SAFETY: mmsghdr is plain data; all-zero is valid (null pointers, zero lengths).
-            let mut m: libc::mmsghdr = unsafe { mem::zeroed() };
-            m.msg_hdr.msg_iov = &mut iovs[i] as *mut libc::iovec;
-            m.msg_hdr.msg_iovlen = 1;
-            m
-        })
-        .collect();
+    let mut messages = sys::Batch::new(&mut bufs);
+    let msgs = &mut messages.msgs;
 
     let target_pps = o.rate.pps(o.size);
     let start = sys::mono_ns();
@@ -167,7 +153,7 @@ pub fn run(o: &TxOpts) -> Result<Value, Failure> {
                 header::stamp(&mut b[s * o.size..], first + s as u64, now);
             }
         }
-        // SAFETY: bufs[0] holds msg_len bytes; each msgs[i] points at iovs[i], which points at bufs[i];
+        // SAFETY: bufs[0] holds msg_len bytes; each msgs[i] points (through its iovec) at bufs[i];
         // none of these vectors is resized or dropped while msgs is in use, and n_msgs ≤ batch = msgs.len().
         let sent_msgs = unsafe {
             if batch == 1 {
