@@ -52,18 +52,6 @@ def one_line_error(res: subprocess.CompletedProcess, code: int, needle: str) -> 
     assert "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
 
 
-@pytest.fixture
-def veth_lab(lab_name, clean_machine):
-    """A veth lab: a live host whose interfaces the test knows, whatever machine it runs on."""
-    from offlab import lab as labs
-
-    lab = labs.up("veth", lab_name)
-    try:
-        yield lab
-    finally:
-        labs.down(lab_name)
-
-
 @needs_root
 def test_live_as_root_is_fast_and_its_json_validates(veth_lab):
     netns = veth_lab.entry("client").netns

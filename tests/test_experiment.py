@@ -76,22 +76,29 @@ def test_jumbo_9000_beats_1500_through_a_bridge(tmp_path, clean_machine):
     assert all(c["ip_fragments"] == 0 and c["largest_frame"] <= c["mtu"] + 14 for c in caps)
 
 
-def test_sigint_mid_run_then_resume_completes_without_lost_or_duplicated_samples(tmp_path, clean_machine, state_dir):
-    plan_path = tmp_path / "p.yaml"
-    lines = [l for l in USO.splitlines(keepends=True) if "lro" not in l]
-    plan_path.write_text("".join(lines).replace("min: 2, max: 3", "min: 3, max: 3"))
-    db = tmp_path / "i.db"
+def _run_until_samples(plan_path, db, state_dir, samples: int):
+    """Start `offlab run` on a plan; return (process, store, env) once `samples` samples are stored."""
     env = {**os.environ, "OFFLAB_STATE_DIR": str(state_dir)}
     proc = subprocess.Popen([sys.executable, "-m", "offlab", "run", str(plan_path), "--db", str(db)], cwd=REPO,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     store = Store.open(db)
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:  # interrupt once two samples exist, i.e. in the middle of the matrix
+    while time.monotonic() < deadline:
         runs = store.list_runs()
-        if runs and len(store.samples(runs[0]["id"])) >= 2:
+        if runs and len(store.samples(runs[0]["id"])) >= samples:
             break
         assert proc.poll() is None, proc.communicate()[1]
-        time.sleep(0.2)
+        time.sleep(0.1)
+    return proc, store, env
+
+
+def test_sigint_mid_run_then_resume_completes_without_lost_or_duplicated_samples(tmp_path, clean_machine, state_dir):
+    plan_path = tmp_path / "p.yaml"
+    lines = [l for l in USO.splitlines(keepends=True) if "lro" not in l]
+    plan_path.write_text("".join(lines).replace("min: 2, max: 3", "min: 3, max: 3"))
+    db = tmp_path / "i.db"
+    # interrupt once two samples exist, i.e. in the middle of the matrix
+    proc, store, env = _run_until_samples(plan_path, db, state_dir, 2)
     client_ns = next(n for n in netns_names() if n.startswith("ol-x") and n.endswith("-client"))
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
@@ -118,17 +125,7 @@ def test_sigterm_mid_cell_ends_interrupted_and_resumable(tmp_path, clean_machine
     lines = [l for l in USO.splitlines(keepends=True) if "lro" not in l]
     plan_path.write_text("".join(lines).replace("min: 2, max: 3", "min: 2, max: 2"))
     db = tmp_path / "t.db"
-    env = {**os.environ, "OFFLAB_STATE_DIR": str(state_dir)}
-    proc = subprocess.Popen([sys.executable, "-m", "offlab", "run", str(plan_path), "--db", str(db)], cwd=REPO,
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    store = Store.open(db)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:  # one sample stored: the next cell is being measured
-        runs = store.list_runs()
-        if runs and len(store.samples(runs[0]["id"])) >= 1:
-            break
-        assert proc.poll() is None, proc.communicate()[1]
-        time.sleep(0.1)
+    proc, store, env = _run_until_samples(plan_path, db, state_dir, 1)  # the next cell is being measured
     time.sleep(0.5)  # inside the next cell (1.3 s of traffic), its knobs' transaction open
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)

@@ -51,12 +51,8 @@ def journals(state_dir) -> list[str]:
 
 
 @pytest.fixture
-def veth(lab_name, clean_machine):
-    lab = labs.up("veth", lab_name)
-    try:
-        yield lab
-    finally:
-        labs.down(lab_name)
+def veth(veth_lab):
+    return veth_lab
 
 
 def test_restore_puts_back_every_knob_kind_exactly(veth, state_dir):

@@ -16,13 +16,6 @@ from tests.conftest import offlab_cli, requires_root
 pytestmark = [requires_root, pytest.mark.network]
 
 
-@pytest.fixture
-def veth_lab(lab_name, clean_machine):
-    lab = labs.up("veth", lab_name)
-    yield lab
-    labs.down(lab_name)
-
-
 def engine(**kw) -> Workload:
     return Workload(tool="engine", protocol="udp", size=kw.pop("size", 1472), duration=kw.pop("duration", 1.0),
                     warmup=kw.pop("warmup", 0.3), **kw)
