@@ -77,6 +77,41 @@ def _no_such(host: Host, iface: str, exc: CommandFailed) -> Exception:
     return exc
 
 
+def _norm(label: str) -> str:
+    return re.sub(r"\s+", "-", label.strip().lower())
+
+
+def ethtool_sections(text: str) -> dict[str, dict[str, str]]:
+    """`ethtool -l` / `-g` text → {"max": {...}, "current": {...}}, keys as `-L`/`-G` spell them (rx-mini)."""
+    out: dict[str, dict[str, str]] = {"max": {}, "current": {}}
+    section = None
+    for line in text.splitlines():
+        low = line.strip().lower()
+        if low.startswith("pre-set maximums"):
+            section = "max"
+        elif low.startswith("current hardware settings"):
+            section = "current"
+        elif section and ":" in line:
+            name, _, val = line.partition(":")
+            out[section][_norm(name)] = val.strip()
+    return out
+
+
+def ethtool_coalesce(text: str) -> dict[str, str]:
+    """`ethtool -c` text → {param as `ethtool -C` spells it (adaptive-rx, rx-usecs, ...): value}."""
+    out = {}
+    for line in text.splitlines():
+        m = re.match(r"^(Adaptive|CQE mode)\s+RX:\s*(\S+)\s+TX:\s*(\S+)", line.strip())
+        if m:
+            prefix = _norm(m.group(1))
+            out[f"{prefix}-rx"], out[f"{prefix}-tx"] = m.group(2), m.group(3)
+        elif ":" in line and not line.startswith("Coalesce parameters"):
+            name, _, val = line.partition(":")
+            if name.strip():
+                out[_norm(name)] = val.strip()
+    return out
+
+
 @dataclass(frozen=True)
 class SoftnetRow:
     cpu: int

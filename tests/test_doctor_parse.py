@@ -28,7 +28,7 @@ def test_ethtool_k_text_keeps_fixed_and_requested():
 def test_ethtool_rings_and_channels_sections():
     g = parse.ethtool_sections("Ring parameters for x:\nPre-set maximums:\nRX:\t\t4096\nRX Mini:\tn/a\n"
                                "TX:\t\t4096\nCurrent hardware settings:\nRX:\t\t512\nRX Mini:\tn/a\nTX:\t\t256\n")
-    assert g == {"max": {"rx": 4096, "rx mini": None, "tx": 4096}, "current": {"rx": 512, "rx mini": None, "tx": 256}}
+    assert g == {"max": {"rx": 4096, "rx-mini": None, "tx": 4096}, "current": {"rx": 512, "rx-mini": None, "tx": 256}}
 
 
 def test_ethtool_coalesce_adaptive_line_and_values():

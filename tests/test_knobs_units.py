@@ -9,13 +9,14 @@ import pytest
 from offlab.errors import BadInput
 from offlab.knobs import journal
 from offlab.knobs.base import Plan
-from offlab.knobs.ethtool_params import parse_coalesce, parse_sections
 from offlab.knobs.features import resolve, state
 from offlab.knobs.link import Mtu
 from offlab.knobs.registry import knob_class, knob_from_entry
 from offlab.knobs.sysctl import sysctl_path
 from offlab.knobs.target import Target, check_netns
 from offlab.netdev import Feature, parse_features
+from offlab.netdev import ethtool_coalesce as parse_coalesce
+from offlab.netdev import ethtool_sections as parse_sections
 
 # What `ethtool -k` prints for a veth here (abridged): group headers (tx-checksumming, ...) have their
 # members indented below them; single-feature legacy names (generic-receive-offload = rx-gro) carry

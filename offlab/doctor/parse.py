@@ -2,7 +2,7 @@
 
 ethtool is parsed from its plain text (not --json): sosreport stores text, and
 ethtool 6.1 has no JSON for -g/-l/-c anyway, so one parser serves every source.
-`ethtool -k` and softnet_stat are parsed in offlab.netdev, which the other parts share.
+`ethtool -k/-g/-l/-c` and softnet_stat are parsed once, in offlab.netdev, which knobs and probes share.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 
+from offlab import netdev
 
 # ---- ethtool --------------------------------------------------------------
 
@@ -19,36 +20,14 @@ def _number(value: str) -> int | None:
 
 
 def ethtool_sections(text: str) -> dict[str, dict[str, int | None]]:
-    """`ethtool -g IF` / `ethtool -l IF` text → {"max": {...}, "current": {...}} by lower-case key."""
-    out: dict[str, dict[str, int | None]] = {"max": {}, "current": {}}
-    section = None
-    for line in text.splitlines():
-        low = line.strip().lower()
-        if low.startswith("pre-set maximums"):
-            section = "max"
-            continue
-        if low.startswith("current hardware settings"):
-            section = "current"
-            continue
-        if section and ":" in line:
-            key, _, value = line.partition(":")
-            out[section][key.strip().lower()] = _number(value)
-    return out
+    """`ethtool -g IF` / `ethtool -l IF` → netdev's sections with numbers (None for n/a)."""
+    return {sec: {k: _number(v) for k, v in vals.items()} for sec, vals in netdev.ethtool_sections(text).items()}
 
 
 def ethtool_coalesce(text: str) -> dict[str, str | int | None]:
-    """`ethtool -c IF` text → {"adaptive-rx": "on", "rx-usecs": 3, ...}."""
-    out: dict[str, str | int | None] = {}
-    for line in text.splitlines():
-        m = re.match(r"^Adaptive RX:\s*(\S+)\s+TX:\s*(\S+)", line.strip())
-        if m:
-            out["adaptive-rx"], out["adaptive-tx"] = m.group(1), m.group(2)
-            continue
-        key, sep, value = line.partition(":")
-        if sep and re.fullmatch(r"[a-z][a-z-]*", key.strip()):
-            v = value.strip()
-            out[key.strip()] = int(v) if v.isdigit() else (None if v == "n/a" else v)
-    return out
+    """`ethtool -c IF` → netdev's parameters with numbers (None for n/a); the on/off modes stay text."""
+    return {k: v if k.startswith(("adaptive-", "cqe-mode-")) else (int(v) if v.isdigit() else None if v == "n/a" else v)
+            for k, v in netdev.ethtool_coalesce(text).items()}
 
 
 FLOW_HASH_FIELDS = {
