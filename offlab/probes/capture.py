@@ -91,12 +91,8 @@ def summarize(frames: list[tuple[int, bytes]], *, host: str, iface: str, mtu: in
             payload_len = ip.len - ip.hl * 4
         else:
             payload_len = ip.plen
-            frag = getattr(ip, "extension_hdrs", {}).get(44)  # the IPv6 fragment header
-            if frag is not None:
+            if ip.nxt == 44 or 44 in getattr(ip, "extension_hdrs", {}):
                 s.ip_fragments += 1
-                frag_groups[(ip.src, ip.dst, frag.id, ip.p)] += 1
-                if frag.frag_off:
-                    continue
         l4 = ip.data
         if isinstance(l4, dpkt.udp.UDP):
             udp[l4.ulen - 8] += 1
