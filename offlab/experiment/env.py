@@ -45,7 +45,7 @@ def environment(plan, labs: list[LabState]) -> dict:
         "versions": versions,
         "sysctls": sysctls,
         "plan_text": plan.text,
-        "labs": [{**describe(lab), "changes": pending_changes({e.netns: r for r, e in lab.hosts.items()})}
+        "labs": [{**describe(lab), "changes": pending_changes({e.netns: r for r, e in lab.hosts.items() if e.netns})}
                  for lab in labs],
     }
 
