@@ -31,6 +31,7 @@ PARTS = {
     "offlab.probes": "probes",
     "offlab.doctor": "doctor",
     "offlab.experiment": "experiment",
+    "offlab.witnesses": "experiment",  # second witnesses of one measure step's figures
     "offlab.store": "store",
     "offlab.report": "report",
     "offlab.cli": "cli",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -94,7 +95,12 @@ def test_iperf3_tcp_through_a_router_with_probes_on_every_host(lab_name, clean_m
     assert hosts == {"client", "router", "server"}
     assert s.probes["cpu"]["client"]["cpu"] == "cpu0" and s.probes["cpu"]["server"]["cpu"] == "cpu1"
     assert {p["role"] for p in s.probes["processes"]} >= {"client", "server"}
-    assert s.service_demand_us_per_kib["total"] > 0
+    sd, system = s.service_demand_us_per_kib, s.probes["cpu"]["system"]
+    kib = s.throughput_bps * s.probes["window_s"] / 8 / 1024
+    # netperf's definition: the whole system's busy CPU time per KiB, which includes both pinned CPUs
+    assert sd["total"] == pytest.approx(system["busy_s"] * 1e6 / kib)
+    assert sd["total"] >= max(sd["client"], sd["server"]) * 0.99
+    assert system["cpus"] == os.cpu_count()
 
 
 def test_measure_cli_json_and_bad_input(veth_lab, state_dir):

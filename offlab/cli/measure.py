@@ -109,5 +109,14 @@ def print_sample(s: Sample) -> None:
     if s.capture:
         c = s.capture
         out.print(f"  wire        {c['host']}:{c['iface']} {c['frames']} frames: {c['verdict']}")
+    if s.loss_attribution:
+        la = s.loss_attribution
+        where = "; ".join(f"{p['where']} {p['count']} ({100 * p['share']:.0f} %)" for p in la["places"][:5])
+        out.print(f"  lost        {la['lost']} datagrams: {where or 'no counter explains them'}"
+                  + (f"; {la['unexplained']} unexplained" if la["places"] and la["unexplained"] else ""))
+    if s.consistency and s.consistency["status"] != "consistent":
+        for c in s.consistency["checks"]:
+            if not c["ok"]:
+                out.print(f"  [bold red]inconsistent[/bold red] {c['check']}: {c['detail']}")
     for note in s.notes:
         out.print(f"  [dim]note: {note}[/dim]")

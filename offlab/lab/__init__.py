@@ -93,6 +93,8 @@ def _claim(lab: LabState) -> None:
 def _check_mtus(lab: LabState) -> None:
     """Every interface must have the MTU asked for; the kernel may have clamped one."""
     for role, entry in lab.hosts.items():
+        if entry.netns is None:
+            continue  # a guest or remote host: its topology checks its own links
         links = json.loads(LOCAL.run(["ip", "-n", entry.netns, "-d", "-j", "link", "show"]).stdout)
         for link in links:
             if link["ifname"] == "lo" or link.get("ifname") == "ovs-netdev":

@@ -48,6 +48,8 @@ def describe(lab: LabState, *, with_features: bool = True) -> dict:
                 item["fixed"] = sorted(k for k, f in feats.items() if f.fixed)
             ifaces.append(item)
         h = {"netns": entry.netns, "interfaces": ifaces}
+        if entry.ref is not None:
+            h["kind"] = entry.ref.get("kind")
         if entry.address:
             h["address"] = entry.address
         if entry.address6:
@@ -64,4 +66,3 @@ def describe(lab: LabState, *, with_features: bool = True) -> dict:
         "daemons": [{"name": d.name, "pid": d.pid} for d in lab.daemons],
         "adjustments": [a.__dict__ for a in lab.adjustments],
     }
-

@@ -114,7 +114,7 @@ class ProbeSession:
                     interfaces[f"{role}:{ifname}"] = {**d, **counters.average_sizes(d)}
         return {
             "window_s": window,
-            "cpu": {"per_cpu": per_cpu, **sides},
+            "cpu": {"per_cpu": per_cpu, **sides, "system": cpu.system_time(a.stat, b.stat, hz)},
             "processes": procs,
             "interfaces": interfaces,
             "snmp": {role: counters.delta(a.snmp[role], b.snmp[role]) for role in b.snmp if role in a.snmp},
@@ -123,10 +123,17 @@ class ProbeSession:
 
 
 def service_demand(busy_pct: float, window_s: float, kib: float) -> float | None:
-    """CPU µs per KiB transferred (netperf's service demand) for one CPU's busy share."""
+    """CPU µs per KiB transferred for one CPU's busy share (the per-side split)."""
     if kib <= 0 or window_s <= 0:
         return None
     return busy_pct / 100.0 * window_s * 1e6 / kib
+
+
+def system_service_demand(busy_s: float, kib: float) -> float | None:
+    """netperf's service demand: CPU µs of the whole system (utilisation × CPUs × time) per KiB."""
+    if kib <= 0:
+        return None
+    return busy_s * 1e6 / kib
 
 
 def _read(path: str) -> str:
