@@ -1,5 +1,5 @@
 """The figures an experiment compares, named once: unit, which direction is better, and how
-each is taken from a measured sample (offlab.measure.Sample.to_dict())."""
+each is taken from a measured sample (offlab.experiment.measure.Sample.to_dict())."""
 
 from __future__ import annotations
 

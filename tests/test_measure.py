@@ -4,24 +4,16 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 
 import pytest
 
 from offlab import lab as labs
-from offlab.measure import CaptureRequest, measure
+from offlab.experiment.measure import CaptureRequest, measure
 from offlab.traffic import Workload
 from offlab.traffic.engine import engine_path
 from tests.conftest import offlab_cli, requires_root
 
 pytestmark = [requires_root, pytest.mark.network]
-
-
-@pytest.fixture
-def veth_lab(lab_name, clean_machine):
-    lab = labs.up("veth", lab_name)
-    yield lab
-    labs.down(lab_name)
 
 
 def engine(**kw) -> Workload:
@@ -132,3 +124,26 @@ def test_engine_to_an_unreachable_destination_is_an_environment_error(veth_lab):
                               check=False, timeout=20)
     assert res.rc == 3, res.stderr
     assert "10.200.99.9" in res.stderr and len(res.stderr.strip().splitlines()) == 1
+
+
+@pytest.fixture
+def veth6_lab(lab_name, clean_machine):
+    lab = labs.up("veth", lab_name, ipv6=True)
+    yield lab
+    labs.down(lab_name)
+
+
+def test_ipv6_capture_sizes_frames_and_counts_fragments(veth6_lab):
+    # 1452 = 1500 − 40 (IPv6) − 8 (UDP): the largest datagram that leaves whole, in a 1514-byte frame
+    # (over IPv4 the same datagram would make a 1494-byte frame, so the sizes prove the family).
+    whole = measure(veth6_lab, engine(size=1452, ipv6=True, rate="2000pps"), CaptureRequest("server", frames=200))
+    cap = whole.capture
+    assert cap["ip_fragments"] == 0 and cap["largest_frame"] == 1514 and set(cap["udp_payload_sizes"]) == {1452}
+    assert cap["verdict"] == "no IP fragments, every frame ≤ 1514 bytes (largest 1514)"
+    # 8952 + 8 bytes of UDP in fragments of 1448 (1500 − 40 − 8 for the fragment header) → 7 each,
+    # the largest frame 14 + 40 + 8 + 1448 = 1510 bytes.
+    split = measure(veth6_lab, engine(size=8952, ipv6=True, rate="2000pps"), CaptureRequest("server", frames=300))
+    cap = split.capture
+    assert cap["fragments_per_datagram"] == 7 and cap["largest_frame"] == 1510
+    assert cap["ip_fragments"] >= 7 * (cap["fragmented_datagrams"] - 2)  # the first and last may be cut
+    assert cap["verdict"].startswith("8952-byte datagrams left as 7 IP fragments each")

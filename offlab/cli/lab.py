@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from typing import Optional
 
 import typer
@@ -17,6 +16,16 @@ from offlab.lab.inspect import SUMMARY_FEATURES, describe
 
 app = typer.Typer(help="Build, inspect and remove namespace labs.", no_args_is_help=True)
 out = console()
+
+
+def _forget_journalled(namespaces: list[str]) -> list[str]:
+    """A lab's namespaces are gone: so are the settings journalled in them (knobs, imported late)."""
+    from offlab.knobs import forget_lab_namespaces
+
+    return forget_lab_namespaces(namespaces)
+
+
+labs.on_down(_forget_journalled)
 
 
 @app.command("up")
@@ -124,7 +133,10 @@ def exec_cmd(
 
 
 def _print_lab(lab: labs.LabState, as_json: bool) -> None:
+    from offlab.knobs import pending_changes
+
     info = describe(lab)
+    info["changes"] = pending_changes({e.netns: role for role, e in lab.hosts.items() if e.netns})
     if as_json:
         typer.echo(json.dumps(info, indent=2))
         return

@@ -37,7 +37,7 @@ def measure_cmd(
 ) -> None:
     """Run one measurement in a lab: throughput, pps, loss, CPU per side, service demand, wire proof."""
     from offlab.lab import LabState
-    from offlab.measure import CaptureRequest, measure
+    from offlab.experiment.measure import CaptureRequest, measure
     from offlab.traffic import Workload
 
     state = LabState.load(lab)

@@ -116,7 +116,7 @@ def _csv_num(v: float | None) -> str:
 def print_comparison(store, run_id: int) -> None:
     """What `offlab run` prints at the end: each cell against its baseline, or, without a baseline
     (or with one that matches nothing), each cell's mean ± CI."""
-    from offlab import compare
+    from offlab.report import compare
     from offlab.stats import mean_ci
 
     run = store.get_run(run_id)
@@ -209,7 +209,7 @@ def compare_cmd(
     db: Optional[Path] = typer.Option(None, "--db", help=DB_HELP),
 ) -> None:
     """Ratio of means with its confidence interval and a verdict, per cell and metric."""
-    from offlab import compare
+    from offlab.report import compare
 
     _one_format(as_json, as_csv)
     if len(runs) not in (1, 2):
@@ -265,7 +265,7 @@ COLUMNS = (("metric", 15, "left"), ("baseline", 12, "right"), ("cell", 12, "righ
 
 def _print_rows(rows) -> None:
     """Per compared cell a title line and its metrics; cells that could not be compared below."""
-    from offlab import compare
+    from offlab.report import compare
     from offlab.report import format as fmt
     from offlab.stats import is_improvement
 
@@ -320,7 +320,8 @@ def report_cmd(
     db: Optional[Path] = typer.Option(None, "--db", help=DB_HELP),
 ) -> None:
     """One self-contained HTML report (charts inline, opens offline)."""
-    from offlab import compare, report
+    from offlab import report
+    from offlab.report import compare
 
     with _open(db) as store:
         path = report.write_report(store, run_id, output, baseline=compare.parse_assignments(baseline) or None)

@@ -22,9 +22,9 @@ from offlab.experiment.env import environment
 from offlab.experiment.plan import Cell, Plan, RepeatSpec, load_plan
 from offlab.experiment.search import parse_pps, zero_loss_search
 from offlab.hosts import LOCAL, is_root
-from offlab.knobs import Change, Transaction
+from offlab.knobs import Change, Terminated, Transaction
 from offlab.lab.model import LabState
-from offlab.measure import CaptureRequest, measure
+from offlab.experiment.measure import CaptureRequest, measure
 from offlab.metrics import metrics_of
 from offlab.stats import converged
 from offlab.store import Store
@@ -81,7 +81,7 @@ class Runner:
             self._open_run()
             self._rounds()
             return self.run_id
-        except (KeyboardInterrupt, Interrupted):
+        except (KeyboardInterrupt, Interrupted, Terminated):  # Terminated: SIGTERM inside a cell's transaction
             if self.run_id is not None:
                 self.store.set_run_status(self.run_id, "interrupted",
                                           f"interrupted; resume with `offlab run --resume {self.run_id}`")

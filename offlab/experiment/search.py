@@ -61,7 +61,7 @@ def zero_loss_search(lab, w, max_loss: float, low: float, high: float, steps: in
                      confirm: int = 1, trial: Callable | None = None):
     """Search; return the sample of the confirmed best trial (or of the last trial, flagged)."""
     if trial is None:
-        from offlab.measure import measure as trial
+        from offlab.experiment.measure import measure as trial
     if not 0 < low < high:
         raise BadInput(f"search bounds: need 0 < low ({low:g} pps) < high ({high:g} pps)")
     trials: list[Trial] = []

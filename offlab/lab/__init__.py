@@ -7,17 +7,19 @@ import os
 import shutil
 import signal
 import time
+from typing import Callable
 
 from offlab.errors import BadInput, NotRoot, OfflabError
 from offlab.hosts import LOCAL, is_root, require_tool
 from offlab.lab.build import Builder, LabBuildFailed
 from offlab.lab.model import TOPOLOGIES, LabState
 from offlab.lab.ovs import stop_daemon
-from offlab.lab.topologies import BUILDERS, VXLAN_OVERHEAD_V4
+from offlab.lab.topologies import BUILDERS
+from offlab.mtu.calc import VXLAN_OVERHEAD
 from offlab.names import MTU_MAX, check_lab_name, check_mtu
 from offlab.state import state_dir
 
-__all__ = ["up", "down", "down_all", "list_labs", "LabState", "LabBuildFailed", "TOPOLOGIES"]
+__all__ = ["up", "down", "down_all", "on_down", "list_labs", "LabState", "LabBuildFailed", "TOPOLOGIES"]
 
 TOOLS_BY_TOPOLOGY = {
     "ovs": ("ovsdb-server", "ovs-vswitchd", "ovs-vsctl", "ovsdb-tool"),
@@ -33,12 +35,12 @@ def _check_request(topology: str, name: str, mtu: int, options: dict) -> None:
         under = options.get("underlay_mtu")
         if under is not None:
             check_mtu(under, "--underlay-mtu")
-            if mtu > under - VXLAN_OVERHEAD_V4:
-                raise BadInput(
-                    f"--mtu {mtu} does not fit the VXLAN underlay: at most underlay MTU {under} - 50 = {under - 50}"
-                )
-        elif mtu + VXLAN_OVERHEAD_V4 > MTU_MAX:
-            raise BadInput(f"--mtu {mtu} is too large for vxlan: the underlay needs {mtu} + 50 ≤ {MTU_MAX}")
+            if mtu > under - VXLAN_OVERHEAD[4]:
+                raise BadInput(f"--mtu {mtu} does not fit the VXLAN underlay: at most underlay MTU {under} - "
+                               f"{VXLAN_OVERHEAD[4]} = {under - VXLAN_OVERHEAD[4]}")
+        elif mtu + VXLAN_OVERHEAD[4] > MTU_MAX:
+            raise BadInput(f"--mtu {mtu} is too large for vxlan: the underlay needs {mtu} + {VXLAN_OVERHEAD[4]} "
+                           f"≤ {MTU_MAX}")
         for key, lo, hi in (("vni", 1, 2**24 - 1), ("port", 1, 65535)):
             val = options.get(key)
             if val is not None and not (isinstance(val, int) and lo <= val <= hi):
@@ -109,6 +111,17 @@ def _is_underlay(lab: LabState, role: str, ifname: str) -> bool:
     return lab.topology == "vxlan" and (role == "switch" or ifname == "u0")
 
 
+# Called by `down` with the namespaces it removed; each returns lines for its report. The layers
+# above register here (cli: the knobs journal forgets those namespaces' settings): lab imports no knobs.
+_ON_DOWN: list[Callable[[list[str]], list[str]]] = []
+
+
+def on_down(hook: Callable[[list[str]], list[str]]) -> None:
+    """Have `down` call `hook(namespaces)` after removing a lab's namespaces (once per hook)."""
+    if hook not in _ON_DOWN:
+        _ON_DOWN.append(hook)
+
+
 def down(name: str) -> list[str]:
     """Remove everything a lab made; idempotent; returns what it removed."""
     check_lab_name(name)
@@ -134,11 +147,8 @@ def down(name: str) -> list[str]:
             removed.append(f"namespace {ns}")
     if lab is not None and lab.rundir:
         shutil.rmtree(lab.rundir, ignore_errors=True)
-    from offlab.knobs.journal import forget_namespaces  # here: knobs imports lab
-
-    dropped = forget_namespaces(namespaces)
-    if dropped:
-        removed.append(f"{len(dropped)} journalled setting(s) of its namespaces (they went with them)")
+    for hook in _ON_DOWN:
+        removed += hook(namespaces)
     path.unlink(missing_ok=True)
     return removed
 

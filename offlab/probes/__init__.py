@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from offlab.netdev import parse_softnet
 from offlab.probes import counters, cpu
 
 WATCHED_THREADS = ("ksoftirqd/", "vhost-")
@@ -81,7 +82,8 @@ class ProbeSession:
                 procs[pid] = ticks
         t = time.monotonic()
         stat = cpu.parse_proc_stat(_read("/proc/stat"))
-        softnet = counters.parse_softnet(_read("/proc/net/softnet_stat"))
+        softnet = {r.cpu: {"processed": r.processed, "dropped": r.dropped, "time_squeeze": r.time_squeeze}
+                   for r in parse_softnet(_read("/proc/net/softnet_stat"))}
         return Snapshot(t, stat, procs, netdev, snmp, softnet)
 
     def result(self, a: Snapshot, b: Snapshot, *, client_cpu: int | None, server_cpu: int | None) -> dict:
