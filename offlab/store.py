@@ -24,7 +24,7 @@ from offlab.errors import BadInput, EnvironmentProblem
 SCHEMA_VERSION = 1
 
 RUN_STATUSES = ("running", "done", "interrupted", "failed", "budget_exhausted")
-CELL_STATUSES = ("pending", "running", "done", "confidence_not_reached", "skipped", "failed")
+CELL_STATUSES = ("pending", "running", "done", "confidence_not_reached", "skipped", "failed", "interrupted")
 
 # MIGRATIONS[v] takes a database from version v - 1 to v. Never edit a released step: add one.
 MIGRATIONS: dict[int, list[str]] = {

@@ -187,6 +187,10 @@ class Journal:
             # A torn last line is ignored on reading, so a failed append leaves the journal readable.
             raise write_failed(self.path, exc) from exc
 
+    @property
+    def next_seq(self) -> int:
+        return self._seq + 1
+
     def add(self, entry: dict, original: object, original_text: str, value: str) -> int:
         """Record an original value; returns only once it is on disk."""
         self._seq += 1

@@ -19,7 +19,7 @@ from offlab.lab.topologies import BUILDERS, VXLAN_OVERHEAD_V4
 from offlab.names import MTU_MAX, check_lab_name, check_mtu
 from offlab.state import state_dir
 
-__all__ = ["up", "down", "down_all", "list_labs", "health", "hold", "holders", "LabState", "LabBuildFailed",
+__all__ = ["up", "down", "down_all", "list_labs", "health", "removed", "hold", "holders", "LabState", "LabBuildFailed",
            "LabInUse", "TOPOLOGIES"]
 
 
@@ -153,6 +153,12 @@ def down(name: str, *, force: bool = False) -> list[str]:
         who = ", ".join(f"{u.get('what', 'a process')} (pid {u['pid']})" for u in users)
         raise LabInUse(f"lab {name!r} is in use by {who}: wait for it to finish, or "
                        f"`offlab lab down --force {name}` to pull it from under it")
+    if lab is not None and lab.status != "removing":
+        lab.status = "removing"  # first, so a run whose lab this was can tell "removed" from a failure
+        try:
+            lab.save()
+        except OfflabError:
+            pass  # a full disk must not keep a lab alive
     recorded = lab.namespaces if lab else []
     inodes = lab.netns_inodes if lab else {}
     ours, foreign = [], {}
@@ -176,7 +182,8 @@ def down(name: str, *, force: bool = False) -> list[str]:
     for ns in ours:
         _kill_processes_in(ns)
     for ns in ours:
-        if LOCAL.run(["ip", "netns", "del", ns], check=False).ok:
+        # Not ok but gone: a run whose lab this was removed it at the same moment; gone all the same.
+        if LOCAL.run(["ip", "netns", "del", ns], check=False).ok or owner.inode(ns) is None:
             removed.append(f"namespace {ns}")
     for ns, who in foreign.items():
         removed.append(f"nothing of namespace {ns}: it belongs to {who}, not to this state directory")
@@ -220,6 +227,20 @@ def survey() -> list[tuple[LabState | None, str | None]]:
             continue
         out.append((lab, health(lab)))
     return out
+
+
+def removed(lab: LabState) -> str | None:
+    """Why a lab this process uses is being or has been removed (by `lab down`), else None."""
+    path = LabState.path_for(lab.name)
+    try:
+        status = LabState.load(lab.name).status if path.exists() else "gone"
+    except BadInput:
+        status = "unreadable"
+    if status == "gone":
+        return "its state file was removed"
+    if status == "removing":
+        return "`lab down` is removing it"
+    return health(lab) if any(owner.inode(ns) is None for ns in lab.namespaces) else None
 
 
 def health(lab: LabState) -> str | None:
