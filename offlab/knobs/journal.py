@@ -125,7 +125,8 @@ def load(path: Path) -> JournalView:
             continue
         op = rec.get("op") if isinstance(rec, dict) else None
         if op == "change" and isinstance(rec.get("seq"), int):
-            entry = Entry(path, rec["seq"], int(rec.get("t", 0)), rec)
+            t = rec.get("t", 0)
+            entry = Entry(path, rec["seq"], t if isinstance(t, int) else 0, rec)
             by_seq[entry.seq] = entry
             view.entries.append(entry)
         elif op in ("restored", "dropped") and rec.get("seq") in by_seq:

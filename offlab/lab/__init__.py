@@ -107,7 +107,11 @@ def _claim(lab: LabState) -> None:
             f"a lab named {lab.name!r} already exists: `offlab lab down {lab.name}` or choose another --name"
         ) from None
     os.close(fd)
-    lab.save()
+    try:
+        lab.save()
+    except OfflabError:
+        path.unlink(missing_ok=True)  # an empty claim would read as a corrupt lab
+        raise
 
 
 def _check_mtus(lab: LabState) -> None:
@@ -200,14 +204,16 @@ def down(name: str, *, force: bool = False) -> list[str]:
 
 def down_all(*, force: bool = False) -> list[str]:
     """Every lab that has a state file in this state directory; labs in use are left (named) unless `force`."""
-    removed, busy = [], []
+    removed: list[str] = []
+    refused: list[OfflabError] = []
     for lab_name in sorted(p.stem for p in (state_dir() / "labs").glob("*.json")):
         try:
             removed += down(lab_name, force=force)
-        except LabInUse as exc:
-            busy.append(str(exc))
-    if busy:
-        raise LabInUse("; ".join(busy) + (f" ({len(removed)} other item(s) removed)" if removed else ""))
+        except OfflabError as exc:  # one lab in use or unreadable must not keep the others
+            refused.append(exc)
+    if refused:
+        text = "; ".join(str(e) for e in refused) + (f" ({len(removed)} other item(s) removed)" if removed else "")
+        raise (EnvironmentProblem if any(e.exit_code == 3 for e in refused) else BadInput)(text)
     return removed
 
 
