@@ -13,10 +13,9 @@ from pathlib import Path
 import pytest
 
 from offlab.errors import EnvironmentProblem
-from offlab.experiment.runner import RunBusy, Runner
+from offlab.experiment.runner import Runner
 from offlab.hosts import LOCAL
 from offlab.knobs import Change, Transaction
-from offlab.knobs.lease import LeaseBusy
 from offlab.store import Store
 from tests.conftest import REPO, netns_names, offlab_cli, requires_root
 
@@ -68,7 +67,7 @@ def _stop(proc: subprocess.Popen) -> tuple[str, str]:
 def test_resume_of_a_run_that_is_still_running_is_refused_naming_its_pid(tmp_path, state_dir, clean_machine):
     proc, store, run_id = _start_run(tmp_path, state_dir, 1)
     try:
-        with pytest.raises(RunBusy, match=f"run {run_id} is running as pid {proc.pid}"):
+        with pytest.raises(EnvironmentProblem, match=f"run {run_id} is running as pid {proc.pid}"):
             Runner.resume(store, run_id)
         res = offlab_cli("run", "--resume", str(run_id), "--db", str(store.path))
         assert res.returncode == 3, res.stderr
@@ -127,7 +126,7 @@ def test_a_machine_wide_sysctl_has_one_owner_across_state_dirs(tmp_path, state_d
         assert holder.stdout.readline().strip() == "ready", holder.stderr.read()
         monkeypatch.setenv("OFFLAB_LEASE_WAIT", "0.5")
         t0 = time.monotonic()
-        with pytest.raises(LeaseBusy, match=f"held by pid {holder.pid} \\(holder, state dir {other.resolve()}\\)"):
+        with pytest.raises(EnvironmentProblem, match=f"held by pid {holder.pid} \\(holder, state dir {other.resolve()}\\)"):
             with Transaction(label="second") as tx:
                 tx.apply([Change(LOCAL, SYSCTL, str(int(original) + 3))])
         assert 0.4 < time.monotonic() - t0 < 5

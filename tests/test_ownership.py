@@ -8,7 +8,6 @@ import pytest
 
 from offlab import lab as labs
 from offlab.errors import BadInput
-from offlab.lab import owner
 from offlab.lab.model import LabState
 from tests.conftest import netns_names, offlab_cli, requires_root
 
@@ -24,6 +23,8 @@ def other_state_dir(tmp_path):
 
 def test_same_lab_name_in_another_state_dir_is_refused_and_never_destroys_the_first(
         lab_name, state_dir, other_state_dir, monkeypatch, clean_machine):
+    from offlab.lab import owner
+
     first = labs.up("veth", lab_name)
     try:
         mine = set(first.namespaces)
@@ -76,6 +77,8 @@ def test_an_unmarked_namespace_with_a_lab_name_is_not_offlabs_to_delete(lab_name
 
 
 def test_lab_state_records_owner_and_namespace_inodes(lab_name, state_dir, clean_machine):
+    from offlab.lab import owner
+
     lab = labs.up("veth", lab_name)
     try:
         saved = json.loads(lab.path.read_text())
