@@ -166,3 +166,29 @@ def test_a_machine_setting_left_changed_by_a_killed_run_is_not_taken_for_the_ori
     with Transaction(label="after restore") as tx:
         assert tx.apply([Change(LOCAL, SYSCTL, str(int(original) + 5))])[0].ok
     assert Path(SYSCTL_PATH).read_text().strip() == original
+
+
+def test_lab_down_during_offlab_measure_is_refused_and_force_ends_it_in_one_line(lab_name, state_dir, clean_machine):
+    from offlab import lab as labs
+
+    labs.up("veth", lab_name)
+    env = {**os.environ, "OFFLAB_STATE_DIR": str(state_dir)}
+    proc = subprocess.Popen([sys.executable, "-m", "offlab", "measure", lab_name, "--tool", "engine", "--proto", "udp",
+                             "--duration", "6", "--warmup", "0.2"], cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 20
+        while not list((state_dir / "labs").glob(f"{lab_name}.hold-*")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(1.5)  # inside the traffic window
+        res = offlab_cli("lab", "down", lab_name, env={"OFFLAB_STATE_DIR": str(state_dir)})
+        assert res.returncode == 3 and f"in use by offlab measure (pid {proc.pid})" in res.stderr, res.stderr
+        res = offlab_cli("lab", "down", "--force", lab_name, env={"OFFLAB_STATE_DIR": str(state_dir)})
+        assert res.returncode == 0, res.stderr
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode in (2, 3), err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
