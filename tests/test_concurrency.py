@@ -17,7 +17,7 @@ from offlab.experiment.runner import Runner
 from offlab.hosts import LOCAL
 from offlab.knobs import Change, Transaction
 from offlab.store import Store
-from tests.conftest import REPO, netns_names, offlab_cli, requires_root
+from tests.conftest import REPO, offlab_cli, requires_root
 
 pytestmark = [requires_root, pytest.mark.network]
 
