@@ -49,11 +49,13 @@ def up_cmd(
 def down_cmd(
     name: Optional[str] = typer.Argument(None, help="Lab to remove."),
     all_: bool = typer.Option(False, "--all", help="Remove every lab offlab knows about."),
+    force: bool = typer.Option(False, "--force", help="Also a lab a live run holds, or whose state file is "
+                                                      "corrupt (never another state directory's)."),
 ) -> None:
     """Remove a lab: daemons, processes, namespaces and links. Safe to repeat."""
     if all_ == (name is not None):
         raise BadInput("give a lab name or --all (not both)")
-    removed = labs.down_all() if all_ else labs.down(name)
+    removed = labs.down_all(force=force) if all_ else labs.down(name, force=force)
     if not removed:
         typer.echo("nothing to remove")
     for item in removed:
@@ -62,19 +64,36 @@ def down_cmd(
 
 @app.command("list")
 def list_cmd(as_json: bool = typer.Option(False, "--json")) -> None:
-    """The labs that exist, with their topology, MTU and status."""
-    found = labs.list_labs()
+    """The labs that exist, with their topology, MTU and status: up, or broken with why and the fix."""
+    rows = []
+    for lab, why in labs.survey():
+        if lab is None:
+            name = why.split(":", 1)[0]
+            rows.append({"name": name, "topology": None, "mtu": None, "status": "corrupt", "hosts": [],
+                         "why": why.split(": ", 1)[1], "fix": f"offlab lab down --force {name}"})
+            continue
+        row = {"name": lab.name, "topology": lab.topology, "mtu": lab.mtu,
+               "status": "broken" if why else lab.status, "hosts": list(lab.hosts)}
+        if why:
+            row.update(why=why, fix=f"offlab lab down {lab.name}")
+        held = labs.holders(lab.name)
+        if held:
+            row["held_by"] = [{"pid": h["pid"], "what": h.get("what")} for h in held]
+        rows.append(row)
     if as_json:
-        typer.echo(json.dumps([{"name": l.name, "topology": l.topology, "mtu": l.mtu,
-                                "status": l.status, "hosts": list(l.hosts)} for l in found], indent=2))
+        typer.echo(json.dumps(rows, indent=2))
         return
-    if not found:
+    if not rows:
         typer.echo("no labs (offlab lab up TOPOLOGY)")
         return
     t = Table("name", "topology", "mtu", "status", "hosts", box=None)
-    for l in found:
-        t.add_row(l.name, l.topology, str(l.mtu), l.status, " ".join(l.hosts))
+    for r in rows:
+        status = r["status"] + (f" (in use by {r['held_by'][0]['what']})" if r.get("held_by") else "")
+        t.add_row(r["name"], r["topology"] or "-", str(r["mtu"] or "-"), status, " ".join(r["hosts"]))
     out.print(t)
+    for r in rows:
+        if r.get("why"):
+            out.print(f"{r['name']}: {r['status']} — {r['why']}; fix: {r['fix']}")
 
 
 @app.command("show")

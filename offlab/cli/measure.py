@@ -36,7 +36,7 @@ def measure_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print the sample as JSON."),
 ) -> None:
     """Run one measurement in a lab: throughput, pps, loss, CPU per side, service demand, wire proof."""
-    from offlab.lab import LabState
+    from offlab.lab import LabState, hold
     from offlab.experiment.measure import CaptureRequest, measure
     from offlab.traffic import Workload
 
@@ -50,7 +50,8 @@ def measure_cmd(
         role, _, iface = capture.partition(":")
         cap = CaptureRequest(role, iface or None, frames)
         state.resolve_iface(role, iface or None)  # fail before any traffic
-    sample = measure(state, w, cap)
+    with hold(lab, "offlab measure"):  # `lab down` refuses the lab meanwhile (issue #14, item 8)
+        sample = measure(state, w, cap)
     if as_json:
         typer.echo(json.dumps(sample.to_dict(), indent=2, default=str))
     else:

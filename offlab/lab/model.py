@@ -9,7 +9,7 @@ from pathlib import Path
 from offlab.errors import BadInput
 from offlab.hosts import Host, NetnsHost, from_ref
 from offlab.names import check_lab_name
-from offlab.state import read_json, state_dir, write_json_atomic
+from offlab.state import read_state_json, state_dir, write_json_atomic
 
 TOPOLOGIES = ("veth", "bridge", "vxlan", "router", "ovs")
 
@@ -67,6 +67,8 @@ class LabState:
     daemons: list[Daemon] = field(default_factory=list)
     rundir: str | None = None
     adjustments: list[Adjustment] = field(default_factory=list)
+    owner: str = ""  # the state directory that made it (see lab/owner.py)
+    netns_inodes: dict[str, int] = field(default_factory=dict)  # namespace → its nsfs inode, once made
 
     # ---- persistence -------------------------------------------------
     @staticmethod
@@ -106,6 +108,8 @@ class LabState:
             daemons=[Daemon(**p) for p in d.get("daemons", [])],
             rundir=d.get("rundir"),
             adjustments=[Adjustment(**a) for a in d.get("adjustments", [])],
+            owner=d.get("owner", ""),
+            netns_inodes={str(k): int(v) for k, v in d.get("netns_inodes", {}).items()},
         )
 
     @classmethod
@@ -114,7 +118,13 @@ class LabState:
         path = cls.path_for(name)
         if not path.exists():
             raise BadInput(f"no lab named {name!r}: `offlab lab list` shows the labs that exist")
-        return cls.from_dict(read_json(path))  # type: ignore[arg-type]
+        repair = f"offlab lab down --force {name}"
+        data = read_state_json(path, repair)
+        try:
+            return cls.from_dict(data)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise BadInput(f"state file {path} is incomplete ({type(exc).__name__}: {exc}): "
+                           f"`{repair}` repairs it") from None
 
     # ---- lookups -----------------------------------------------------
     def host(self, role: str) -> Host:
