@@ -4,18 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 
 from offlab.lab.model import LabState
 from offlab.measure import CaptureRequest, Sample, measure
 from offlab.traffic import Workload
+from offlab.traffic.rate import parse_pps
 
-
-def parse_pps(text: str) -> float:
-    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([kM]?)pps", text.strip())
-    if not m:
-        raise ValueError(f"not a packet rate: {text!r}")
-    return float(m.group(1)) * {"": 1, "k": 1e3, "M": 1e6}[m.group(2)]
+__all__ = ["parse_pps", "zero_loss_search"]
 
 
 def zero_loss_search(lab: LabState, w: Workload, max_loss: float, low: float, high: float, steps: int,
