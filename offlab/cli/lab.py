@@ -13,6 +13,7 @@ from offlab import lab as labs
 from offlab.errors import BadInput, EnvironmentProblem, NotRoot
 from offlab.hosts import is_root
 from offlab.lab.inspect import SUMMARY_FEATURES, describe
+from offlab.names import check_lab_name, check_mtu
 
 app = typer.Typer(help="Build, inspect and remove namespace labs.", no_args_is_help=True)
 out = console()
@@ -40,9 +41,25 @@ def up_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print the lab as JSON."),
 ) -> None:
     """Build a lab of network namespaces and check that client reaches server."""
+    check_up_options(name, mtu, ipv6)
     options = {k: v for k, v in (("vni", vni), ("port", port), ("underlay_mtu", underlay_mtu)) if v is not None}
     lab = labs.up(topology, name, mtu=mtu, ipv6=ipv6, options=options)
     _print_lab(lab, as_json)
+
+
+def check_up_options(name: str | None, mtu: int, ipv6: bool) -> None:
+    """The options `lab up` can check before any namespace exists; BadInput names the option."""
+    from offlab.mtu.calc import MIN_MTU
+
+    if name is not None:
+        try:
+            check_lab_name(name)
+        except BadInput as exc:
+            # An empty --name must not fall back to the default: the person asked for a name.
+            raise BadInput(f"--name: {exc}") from None
+    check_mtu(mtu)
+    if ipv6 and mtu < MIN_MTU[6]:
+        raise BadInput(f"--mtu {mtu} with --ipv6: IPv6 needs an MTU of at least {MIN_MTU[6]}")
 
 
 @app.command("down")
