@@ -19,7 +19,6 @@ import pytest
 from offlab import inventory
 from offlab.errors import BadInput, CommandFailed, CommandTimeout, EnvironmentProblem
 from offlab.hosts import NetnsHost, from_ref
-from offlab.hosts.process import stop as stop_process
 from offlab.hosts.ssh import HostUnreachable, SshHost, check_ssh_args, remote_command
 from tests import sshd as sshd_mod
 from tests.conftest import OUR_NAMESPACES, REPO, netns_names, offlab_cli, requires_root
@@ -160,8 +159,9 @@ def test_spawned_remote_process_is_stopped_by_pid(host):
     proc = host.spawn(["sleep", "30"])
     assert proc.poll() is None
     assert host.run(["kill", "-0", str(proc.pid)], check=False).ok
-    stop_process(proc)
-    assert proc.returncode is not None
+    proc.terminate()
+    assert proc.wait(timeout=10) == 143  # killed by SIGTERM, as the runner records it
+    proc.cleanup()
     assert not host.run(["kill", "-0", str(proc.pid)], check=False).ok
     assert not host.exists(proc.dir)
 
@@ -192,6 +192,48 @@ def test_unreachable_host_is_environment_problem_naming_host_and_cause(sshd, sta
     assert "\n" not in msg and info.value.exit_code == 3
     assert time.monotonic() - start < 10
     assert not h.alive()
+
+
+@requires_root
+def test_host_that_dies_mid_session_is_reported_not_waited_for(sshd, state_dir):
+    host = sshd.host(connect_timeout=2)
+    host.run(["true"])
+    server = NetnsHost(sshd.server_ns)
+    # What a crashed host looks like: its side of our connection gone, and no answer any more.
+    for pid in sshd.sshd_pids() - {sshd.proc.pid}:
+        os.kill(pid, 9)
+    server.run(["ip", "link", "set", "sshs0", "down"])
+    try:
+        start = time.monotonic()
+        with pytest.raises(HostUnreachable, match=r"^ssh host root@10\.200\.222\.2:2222: connecting failed"):
+            host.run(["true"])
+        assert time.monotonic() - start < 8
+        assert not host.alive()
+    finally:
+        server.run(["ip", "link", "set", "sshs0", "up"])
+        client = NetnsHost(sshd.client_ns)
+        for _ in range(20):  # the link comes back and the neighbour is resolved again
+            if client.run(["ping", "-c1", "-W1", sshd.server_ip], check=False).ok:
+                break
+    assert host.run(["echo", "back"]).stdout == "back\n"  # a new master once the host answers again
+    host.close()
+
+
+@requires_root
+def test_lost_master_is_replaced_transparently(sshd, host):
+    host.run(["true"])
+    for pid in sshd.sshd_pids() - {sshd.proc.pid}:
+        os.kill(pid, 9)
+    # The dying master may still answer for this call (ssh then connects directly); the next one opens a new master.
+    assert host.run(["echo", "again"]).stdout == "again\n"
+    assert host.run(["echo", "and again"]).stdout == "and again\n"
+    assert len(sshd_mod.mux_processes()) == 1
+
+
+@requires_root
+def test_interactive_returns_the_remote_exit_code(host):
+    assert host.interactive(["sh", "-c", "exit 3"]) == 3
+    assert host.interactive(["true"]) == 0
 
 
 @requires_root

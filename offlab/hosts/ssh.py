@@ -116,6 +116,13 @@ class _ControlDir:
 _CONTROL = _ControlDir()
 _OPEN: dict[str, "SshHost"] = {}  # master key → a host whose master this process started
 _OPEN_LOCK = threading.Lock()
+_KEY_LOCKS: dict[str, threading.Lock] = {}
+
+
+def _key_lock(key: str) -> threading.Lock:
+    """One lock per connection, shared by equal hosts, so two threads never race to open one master."""
+    with _OPEN_LOCK:
+        return _KEY_LOCKS.setdefault(key, threading.Lock())
 
 
 def close_all() -> None:
@@ -175,7 +182,6 @@ class SshHost(Host):
         self.name = name or (f"{user}@{target}" if user else target) + (f":{port}" if port else "")
         if not NAME_RE.fullmatch(self.name):
             raise BadInput(f"invalid host name {name!r}")
-        self._lock = threading.Lock()
 
     # ---- the ssh command line ---------------------------------------------
     @property
@@ -237,9 +243,13 @@ class SshHost(Host):
     # ---- the master connection ---------------------------------------------
     def connect(self) -> None:
         """Open (or check) this process's master connection; HostUnreachable if ssh cannot."""
-        with self._lock:
-            sock = self._control_path()
+        sock = self._control_path()
+        if self._key in _OPEN and sock.exists():
+            return  # ours and there; if it died meanwhile, ssh falls back to a direct connection
+        with _key_lock(self._key):
             if sock.exists() and self._check_master():
+                with _OPEN_LOCK:
+                    _OPEN[self._key] = self
                 return
             sock.unlink(missing_ok=True)
             if self.via_netns is not None and not netns_exists(self.via_netns):
@@ -276,7 +286,7 @@ class SshHost(Host):
 
     def close(self) -> None:
         """Close this host's master (`ssh -O exit`); the next command opens a new one."""
-        with self._lock:
+        with _key_lock(self._key):
             sock = self._control_path()
             if sock.exists():
                 argv = self._local([*self._base(), "-O", "exit", "--", self.target], netns=False)
