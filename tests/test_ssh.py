@@ -502,3 +502,15 @@ def test_hosts_check_cli_bad_inventory_is_exit_2(tmp_path):
     assert res.stderr.strip() == f"offlab: error: {path}: host 'h1': unknown key 'sshport' (known: " \
         "allow_management_traffic, connect_timeout, identity_file, interfaces, port, ssh, ssh_args, " \
         "ssh_config, sudo, user, via_netns)"
+
+
+def test_inventory_examples_in_the_docs_load():
+    text = (Path(REPO) / "docs" / "remote.md").read_text()
+    blocks = re.findall(r"```yaml\n(.*?)```", text, re.S)
+    assert len(blocks) == 2
+    import yaml
+
+    offlab_inv, ansible_inv = (inventory.parse(yaml.safe_load(b), f"docs/remote.md#{n}") for n, b in enumerate(blocks))
+    assert offlab_inv.format == "offlab" and sorted(offlab_inv.hosts) == ["left", "right"]
+    assert ansible_inv.format == "ansible" and len(ansible_inv.hosts) == 5
+    assert ansible_inv.hosts["hv1"].port == 2222 and ansible_inv.hosts["hv2"].user == "root"
