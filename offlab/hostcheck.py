@@ -123,7 +123,8 @@ def _user(host: SshHost, ih: InventoryHost, rep: HostReport) -> None:
         elif res.rc == 127 or "not found" in res.stderr:
             rep.checks.append(Check("sudo", "sudo without a password", "fail", "sudo is not installed",
                                     "the inventory asks for sudo (become)",
-                                    f"on {ih.name}, as root: apt-get install sudo"))
+                                    f"on {ih.name}, as root: apt-get install sudo"
+                                    + (" (or set sudo: false: you log in as root)" if uid == "0" else "")))
         else:
             rep.checks.append(Check("sudo", "sudo without a password", "fail",
                                     (res.stderr.strip().splitlines() or ["sudo -n true failed"])[-1],

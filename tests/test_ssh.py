@@ -367,7 +367,7 @@ def test_hosts_check_says_what_is_missing_and_the_command_that_fixes_it(sshd, st
         assert checks["sudo"]["status"] == "ok" and res.returncode == 0
     else:
         assert checks["sudo"] == {**checks["sudo"], "status": "fail", "evidence": "sudo is not installed",
-                                  "fix": "on remote, as root: apt-get install sudo"}
+                                  "fix": "on remote, as root: apt-get install sudo (or set sudo: false: you log in as root)"}
         assert res.returncode == 3 and "missing something: remote" in res.stderr
 
 
