@@ -296,6 +296,33 @@ def test_knob_flipped_over_ssh_is_journalled_and_restored_from_a_fresh_process(s
 
 
 @requires_root
+def test_restore_waits_for_an_unreachable_host_instead_of_forgetting_its_original(sshd, state_dir):
+    from offlab.knobs import Change, Transaction
+
+    host = sshd.host(connect_timeout=2)
+    with Transaction("remote gro", persist=True) as tx:
+        tx.apply([Change(host, "gro", "on", "sshs1")])
+    host.close()
+    server = NetnsHost(sshd.server_ns)
+    server.run(["ip", "link", "set", "sshs0", "down"])
+    try:
+        res = offlab_cli("restore", env={"OFFLAB_STATE_DIR": str(state_dir)})
+        assert res.returncode == 3, res.stdout + res.stderr
+        assert f"could not restore {host.name}:sshs1 gro to off: ssh host {host.name}: connecting failed" in res.stdout
+        assert len(list((state_dir / "journal").glob("*.journal"))) == 1  # kept for the next restore
+        assert gro(sshd) is True
+    finally:
+        server.run(["ip", "link", "set", "sshs0", "up"])
+        client = NetnsHost(sshd.client_ns)
+        for _ in range(20):
+            if client.run(["ping", "-c1", "-W1", sshd.server_ip], check=False).ok:
+                break
+    res = offlab_cli("restore", env={"OFFLAB_STATE_DIR": str(state_dir)})
+    assert res.returncode == 0 and f"restored {host.name}:sshs1 gro = off" in res.stdout, res.stdout + res.stderr
+    assert gro(sshd) is False and not list((state_dir / "journal").glob("*.journal"))
+
+
+@requires_root
 def test_hostile_interface_or_pair_is_refused_before_any_ssh_runs(sshd, state_dir, tmp_path, monkeypatch):
     from offlab.knobs import Change, Transaction
 

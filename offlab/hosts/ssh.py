@@ -389,6 +389,10 @@ class SshHost(Host):
     def shares_kernel(self) -> bool:
         return False
 
+    @property
+    def settings_die_with_host(self) -> bool:
+        return False  # unreachable is not gone: a restore must wait for the machine, not forget it
+
     def __repr__(self) -> str:
         return f"<SshHost {self.name}>"
 
