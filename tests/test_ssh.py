@@ -79,10 +79,21 @@ def test_remote_command_splits_back_into_exactly_the_argv():
     (["-p"], "needs a value"),
     (["--", "x"], "not an ssh option"),
     (["-o", "X=1\nY"], "invalid argument"),
+    (["-o", "BatchMode=no"], "offlab sets batchmode itself"),
+    (["-oControlPath=/tmp/x"], "offlab sets controlpath itself"),
+    (["-o", "ControlMaster no"], "offlab sets controlmaster itself"),
+    (["-vS", "/tmp/sock"], "offlab sets -S itself"),
+    (["-t"], "offlab sets -t itself"),
+    (["--help"], "not an ssh option"),
 ])
 def test_ssh_args_accept_options_only(args, message):
     with pytest.raises(BadInput, match=message):
         check_ssh_args(args)
+
+
+def test_ssh_args_keep_ordinary_options():
+    ok = ["-o", "UserKnownHostsFile=~/k", "-oServerAliveInterval=9", "-4v", "-J", "jump@bastion", "-c", "aes128-ctr"]
+    assert check_ssh_args(ok) == ok
 
 
 @pytest.mark.parametrize("kw,message", [

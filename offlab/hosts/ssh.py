@@ -39,6 +39,10 @@ USER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}$")
 ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 # ssh options that take a value (ssh(1) SYNOPSIS); anything else in ssh_args must be a flag.
 _WITH_VALUE = set("BbcDEeFIiJLlmOopQRSWw")
+# What offlab decides itself: no prompt, its own control socket, one non-interactive session.
+_OWNED_FLAGS = set("fGMNnOSsTtVW")
+_OWNED_OPTIONS = {"batchmode", "controlmaster", "controlpath", "controlpersist", "requesttty", "sessiontype",
+                  "forkafterauthentication", "stdinnull", "remotecommand", "permitlocalcommand", "localcommand"}
 
 
 class HostUnreachable(EnvironmentProblem):
@@ -52,23 +56,32 @@ class HostUnreachable(EnvironmentProblem):
 
 
 def check_ssh_args(args: Sequence[str], where: str = "ssh_args") -> list[str]:
-    """Extra ssh client options: only options and their values, never a destination or a command."""
-    out = [a for a in args]
+    """Extra ssh client options: only options and their values, never a destination or a command,
+    and none of those offlab itself decides (batch mode, the control socket, the session's shape)."""
+    out = list(args)
     for a in out:
         if not isinstance(a, str) or "\n" in a or "\0" in a:
             raise BadInput(f"{where}: invalid argument {a!r}")
     i = 0
     while i < len(out):
         a = out[i]
-        if not a.startswith("-") or a == "-" or a == "--":
+        if not a.startswith("-") or a in ("-", "--") or a.startswith("--"):
             raise BadInput(f"{where}: {a!r} is not an ssh option (only -o KEY=VALUE style options belong here)")
-        letter = a[1:2]
-        if letter in _WITH_VALUE and len(a) == 2:
-            if i + 1 >= len(out):
-                raise BadInput(f"{where}: option {a} needs a value")
-            i += 1
-        elif letter == "-":
-            raise BadInput(f"{where}: {a!r} is not an ssh option")
+        for j, c in enumerate(a[1:], start=1):  # getopt: -vT is -v -T; -oX=1 is -o X=1
+            if c in _OWNED_FLAGS:
+                raise BadInput(f"{where}: {a!r}: offlab sets -{c} itself")
+            if c in _WITH_VALUE:
+                value = a[j + 1:]
+                if not value:
+                    if i + 1 >= len(out):
+                        raise BadInput(f"{where}: option -{c} needs a value")
+                    i += 1
+                    value = out[i]
+                if c == "o":
+                    name = re.split(r"[=\s]", value.strip(), maxsplit=1)[0].lower()
+                    if name in _OWNED_OPTIONS:
+                        raise BadInput(f"{where}: -o {value}: offlab sets {name} itself")
+                break
         i += 1
     return out
 
