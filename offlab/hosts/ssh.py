@@ -112,6 +112,7 @@ class _ControlDir:
                 # ssh binds "<path>.<16 random chars>" first: keep that under a socket's 108 bytes.
                 if len(str(base)) <= 50:
                     base.mkdir(parents=True, exist_ok=True, mode=0o700)
+                    _sweep(base)
                     path = Path(tempfile.mkdtemp(prefix=f"{os.getpid()}.", dir=base))
                 else:
                     path = Path(tempfile.mkdtemp(prefix=f"offlab-ssh.{os.getpid()}."))
@@ -124,6 +125,15 @@ class _ControlDir:
             if self.path is not None and self.pid == os.getpid():
                 shutil.rmtree(self.path, ignore_errors=True)
                 self.path = None
+
+
+def _sweep(base: Path) -> None:
+    """Remove the control directories of processes that died without closing (kill -9); their
+    masters, if any, exit by themselves after ControlPersist seconds idle."""
+    for d in base.iterdir():
+        pid = d.name.split(".", 1)[0]
+        if d.is_dir() and pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+            shutil.rmtree(d, ignore_errors=True)
 
 
 _CONTROL = _ControlDir()
