@@ -244,8 +244,13 @@ def build(kernel_version: str | None = None) -> Image:
     inputs = _inputs(kernel_version)
     key = inputs.key()
     root = cache_root()
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / ".lock", "w") as lock:
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        lock = open(root / ".lock", "w")
+    except PermissionError:
+        raise EnvironmentProblem(f"cannot write the guest cache {root}: run as root, or set OFFLAB_CACHE_DIR "
+                                 f"to a directory you own") from None
+    with lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one builder at a time; the others then find it cached
         image = _load(root / key)
         if image is not None:
