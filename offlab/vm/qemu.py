@@ -138,7 +138,7 @@ def command(image: Image, *, socket: str, console: str, nics: list[Nic] = (), me
             "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
             "-serial", f"file:{console}",
             "-kernel", image.kernel, "-initrd", image.initrd,
-            "-append", "console=ttyS0 panic=-1 quiet",
+            "-append", "console=ttyS0 panic=-1",  # not quiet: the console tail explains a failed boot
             "-device", "virtio-serial",
             "-chardev", f"socket,path={socket},server=on,wait=off,id=c0",
             "-device", "virtserialport,chardev=c0,name=ctl"]
