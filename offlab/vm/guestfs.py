@@ -10,8 +10,9 @@ virtio-serial port named `ctl`:
                    R <id> <exit code>                  last line of one answer
 
 Each command runs in its own background job, so a slow command never holds up the others; the
-answer is written one line per write(), so answers of concurrent jobs interleave only at line
-boundaries and every line names its id. A host that gave up on a command sends `K`; the late
+answer is written one line per write() (shell builtins only), so answers of concurrent jobs
+interleave only at line boundaries and every line names its id. Forks are what a command costs
+under TCG, so a job makes few (decode, setsid, base64 only for non-empty output, rm). A host that gave up on a command sends `K`; the late
 answer then carries an id nobody waits for and is dropped. The port reads EOF while no host is
 connected, hence the outer loop; commands never inherit fd 3, since the port opens exclusively.
 Commands run under /bin/sh = dash, not busybox's shell, which would prefer its own `ip` and `tc`
@@ -64,24 +65,34 @@ echo "READY $(cut -d' ' -f1 /proc/uptime) $port"
 
 job() {{
   id=$1; d=/run/agent/$1
-  cmd=$(echo "$2" | base64 -d)
-  if [ "$3" = - ]; then in=/dev/null; else echo "$3" | base64 -d >"$d.i"; in=$d.i; fi
+  base64 -d >"$d.c" <<EOF
+$2
+EOF
+  IFS= read -r -d '' cmd <"$d.c"
+  in=/dev/null
+  if [ "$3" != - ]; then
+    base64 -d >"$d.i" <<EOF
+$3
+EOF
+    in=$d.i
+  fi
   setsid /bin/sh -c "$cmd" <"$in" >"$d.o" 2>"$d.e" 3>&- &
   echo $! >"$d.p"
   wait $!; rc=$?
   {{
-    base64 "$d.o" | while read -r l; do echo "O $id $l"; done
-    base64 "$d.e" | while read -r l; do echo "E $id $l"; done
+    if [ -s "$d.o" ]; then base64 "$d.o" >"$d.b"; while read -r l; do echo "O $id $l"; done <"$d.b"; fi
+    if [ -s "$d.e" ]; then base64 "$d.e" >"$d.b"; while read -r l; do echo "E $id $l"; done <"$d.b"; fi
     echo "R $id $rc"
   }} >&3
-  rm -f "$d.i" "$d.o" "$d.e" "$d.p"
+  rm -f "$d.c" "$d.i" "$d.o" "$d.e" "$d.p" "$d.b"
 }}
 
 while :; do
   while read -r t id a b <&3; do
+    jobs >/dev/null  # reaps finished jobs (a non-interactive ash does not on its own)
     case $id in ''|*[!0-9a-z]*) continue ;; esac
     case $t in
-      Q) ( job "$id" "$a" "$b" & ) ;;
+      Q) job "$id" "$a" "$b" & ;;
       K) p=$(cat "/run/agent/$id.p" 2>/dev/null) && kill -9 "-$p" 2>/dev/null ;;
     esac
   done
