@@ -21,6 +21,7 @@ __all__ = ["up", "down", "down_all", "list_labs", "LabState", "LabBuildFailed", 
 
 TOOLS_BY_TOPOLOGY = {
     "ovs": ("ovsdb-server", "ovs-vswitchd", "ovs-vsctl", "ovsdb-tool"),
+    "vm": ("qemu-system-x86_64",),
 }
 
 
@@ -91,7 +92,7 @@ def _claim(lab: LabState) -> None:
 def _check_mtus(lab: LabState) -> None:
     """Every interface must have the MTU asked for; the kernel may have clamped one."""
     for role, entry in lab.hosts.items():
-        links = json.loads(LOCAL.run(["ip", "-n", entry.netns, "-d", "-j", "link", "show"]).stdout)
+        links = json.loads(lab.host(role).run(["ip", "-d", "-j", "link", "show"]).stdout)
         for link in links:
             if link["ifname"] == "lo" or link.get("ifname") == "ovs-netdev":
                 continue

@@ -48,6 +48,8 @@ def describe(lab: LabState, *, with_features: bool = True) -> dict:
                 item["fixed"] = sorted(k for k, f in feats.items() if f.fixed)
             ifaces.append(item)
         h = {"netns": entry.netns, "interfaces": ifaces}
+        if entry.guest:
+            h["guest"] = {k: v for k, v in entry.guest.items() if k != "ref"}
         if entry.address:
             h["address"] = entry.address
         if entry.address6:

@@ -7,11 +7,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from offlab.errors import BadInput
-from offlab.hosts import NetnsHost
+from offlab.hosts import Host, NetnsHost, from_ref
 from offlab.names import check_lab_name
 from offlab.state import read_json, state_dir, write_json_atomic
 
-TOPOLOGIES = ("veth", "bridge", "vxlan", "router", "ovs")
+TOPOLOGIES = ("veth", "bridge", "vxlan", "router", "ovs", "vm")
 
 
 @dataclass
@@ -28,6 +28,9 @@ class HostEntry:
     address: str | None = None  # the address the other end uses to reach this host
     address6: str | None = None
     interfaces: list[Interface] = field(default_factory=list)
+    # A QEMU guest: its GuestHost ref plus how it runs (accel, QEMU version, kernel, NIC properties);
+    # `netns` is then the namespace its QEMU runs in.
+    guest: dict | None = None
 
     def iface(self, name: str) -> Interface | None:
         return next((i for i in self.interfaces if i.name == name), None)
@@ -38,6 +41,7 @@ class Daemon:
     name: str
     pid: int
     netns: str | None
+    start_time: int | None = None  # clock ticks since boot (/proc/PID/stat): a reused pid is not ours
 
 
 @dataclass
@@ -87,6 +91,7 @@ class LabState:
                 address=h.get("address"),
                 address6=h.get("address6"),
                 interfaces=[Interface(**i) for i in h.get("interfaces", [])],
+                guest=h.get("guest"),
             )
             for role, h in d.get("hosts", {}).items()
         }
@@ -115,8 +120,11 @@ class LabState:
         return cls.from_dict(read_json(path))  # type: ignore[arg-type]
 
     # ---- lookups -----------------------------------------------------
-    def host(self, role: str) -> NetnsHost:
-        return NetnsHost(self.entry(role).netns)
+    def host(self, role: str) -> Host:
+        entry = self.entry(role)
+        if entry.guest:
+            return from_ref(entry.guest["ref"])
+        return NetnsHost(entry.netns)
 
     def entry(self, role: str) -> HostEntry:
         if role not in self.hosts:
@@ -156,9 +164,9 @@ class LabState:
         )
 
     @property
-    def client(self) -> NetnsHost:
+    def client(self) -> Host:
         return self.host("client")
 
     @property
-    def server(self) -> NetnsHost:
+    def server(self) -> Host:
         return self.host("server")
