@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import OUR_NAMESPACES, REPO, netns_names, requires_root
+from tests.conftest import OUR_NAMESPACES, REPO, netns_names, offlab_cli, requires_root
 
 pytestmark = [
     requires_root,
@@ -106,6 +106,18 @@ def test_kernel_version_that_debian_does_not_have_is_exit_3_with_the_install_com
     assert exc.value.exit_code == 3
     with pytest.raises(BadInput):
         vm_image.resolve_kernel("6.1; rm -rf /")
+
+
+def test_vm_image_cli_shows_the_cached_image_and_a_missing_kernel_is_exit_3(image):
+    res = offlab_cli("vm", "image", "--json")
+    assert res.returncode == 0, res.stderr
+    shown = json.loads(res.stdout)
+    assert (shown["key"], shown["built_now"]) == (image.key, False)
+    assert shown["kernel_release"].startswith("6.12.") and shown["qemu_has_uso"] is True
+    res = offlab_cli("vm", "image", "--kernel-version", "9.9")
+    assert res.returncode == 3 and "install-deps" in res.stderr and "Traceback" not in res.stderr
+    res = offlab_cli("vm", "image", "--kernel-version", "6.1;x")
+    assert res.returncode == 2 and "--kernel-version" in res.stderr
 
 
 def test_unknown_virtio_net_property_is_bad_input_naming_it_and_the_qemu_version():
