@@ -42,7 +42,8 @@ def test_ipv6_capture_of_65507_byte_datagrams_counts_fragments_per_datagram():
 
 
 def test_ratio_with_a_baseline_indistinguishable_from_zero_is_unbounded_and_has_no_verdict():
-    from offlab import compare, stats
+    from offlab import stats
+    from offlab.report import compare
 
     row = compare.Row(cell="c", baseline="b", metric="throughput_bps", label="throughput", unit="bit/s",
                       better="higher", level=99.0)
@@ -55,7 +56,7 @@ def test_ratio_with_a_baseline_indistinguishable_from_zero_is_unbounded_and_has_
 
 
 def test_ratio_interval_never_goes_below_zero_for_a_nonnegative_metric():
-    from offlab import compare
+    from offlab.report import compare
 
     row = compare.Row(cell="c", baseline="b", metric="pps", label="pps", unit="pps", better="higher", level=99.0)
     compare._fill(row, [100.0, 104.0, 98.0, 101.0], [1.0, 30.0, 0.0, 2.0], 99.0)

@@ -92,6 +92,8 @@ def show_cmd(
         _samples_csv(run, cells, samples)
         return
     _print_run(run, cells, cis, level)
+    with _open(db) as store:
+        print_searches(store, run_id)
 
 
 def _samples_csv(run: dict, cells: list[dict], samples: list[dict]) -> None:
@@ -129,6 +131,29 @@ def print_comparison(store, run_id: int) -> None:
     level = (run.get("repeat") or {}).get("level") or 99
     cis = {c["id"]: {m: mean_ci(v, level) for m, v in values.get(c["id"], {}).items()} for c in cells}
     _cells_table(cells, cis, level)
+    print_searches(store, run_id)
+
+
+def print_searches(store, run_id: int) -> None:
+    """The zero-loss headline of each searched sample, with its trials (offered vs achieved)."""
+    keys = {c["id"]: c["key"] for c in store.cells(run_id)}
+    searched = [s for s in store.samples(run_id) if (s["sample"] or {}).get("search")]
+    if not searched:
+        return
+    out.print("[bold]zero-loss search[/bold] (target → achieved offered pps, loss; ✓ met the criterion)")
+    for s in searched:
+        z = s["sample"]["search"]
+        out.print(f"  {escape(keys.get(s['cell_id'], '?'))} round {s['round']}: {escape(z.get('verdict', ''))}")
+        trials = z.get("trials") or []
+        line = ", ".join(_trial_text(t) for t in trials)
+        out.print(f"    [dim]{escape(line)}[/dim]")
+
+
+def _trial_text(t: dict) -> str:
+    loss = "loss ?" if t["loss"] is None else f"{100 * t['loss']:.2g} %"
+    marks = (" ✓" if t["passed"] else "") + (" gen-limited" if t["generator_limited"] else "") + (
+        " (confirm)" if t["phase"] == "confirm" else "")
+    return f"{t['target_pps'] / 1e3:.0f}k→{(t['achieved_pps'] or 0) / 1e3:.0f}k {loss}{marks}"
 
 
 def _print_run(run: dict, cells: list[dict], cis: dict, level: float) -> None:

@@ -75,6 +75,7 @@ def parse(rx: dict, tx: dict, w: Workload) -> TrafficResult:
         protocol="udp",
         throughput_bps=float(rx.get("goodput_bps") or 0.0),
         sent_bps=float(tx.get("bps") or 0.0),
+        sent_pps=tx.get("pps"),
         pps=rx.get("pps"),
         datagrams_sent=sent,
         datagrams_received=got,
