@@ -31,7 +31,6 @@ PARTS = {
     "offlab.probes": "probes",
     "offlab.doctor": "doctor",
     "offlab.experiment": "experiment",
-    "offlab.witnesses": "experiment",  # second witnesses of one measure step's figures
     "offlab.store": "store",
     "offlab.report": "report",
     "offlab.cli": "cli",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from offlab import witnesses
+from offlab.experiment import witnesses
 
 
 def _sample(traffic: dict, client_udp: dict, server_udp: dict, workload: dict | None = None) -> dict:

@@ -12,7 +12,7 @@ from offlab.errors import BadInput
 from offlab.lab.model import LabState
 from offlab.probes import ProbeSession, service_demand, system_service_demand
 from offlab.probes.cpu import NOTABLE_STEAL_PCT
-from offlab import witnesses
+from offlab.experiment import witnesses
 from offlab.probes.capture import Capture, CaptureSummary, read_pcap, summarize
 from offlab.traffic import TrafficResult, Workload
 from offlab.traffic import engine as engine_driver
@@ -44,7 +44,7 @@ class Sample:
     capture: dict | None = None
     notes: list[str] = field(default_factory=list)
     search: dict | None = None  # zero-loss search steps, when the sample came from one
-    consistency: dict | None = None  # second witnesses for the headline figures (offlab.witnesses)
+    consistency: dict | None = None  # second witnesses for the headline figures (offlab.experiment.witnesses)
     loss_attribution: dict | None = None  # where lost datagrams died, from counters
 
     def to_dict(self) -> dict:
