@@ -99,7 +99,7 @@ def test_sigint_mid_run_then_resume_completes_without_lost_or_duplicated_samples
     db = tmp_path / "i.db"
     # interrupt once two samples exist, i.e. in the middle of the matrix
     proc, store, env = _run_until_samples(plan_path, db, state_dir, 2)
-    client_ns = next(n for n in netns_names() if n.startswith("ol-x") and n.endswith("-client"))
+    client_ns = next(n for n in netns_names() if n.startswith(f"ol-{os.environ['OFFLAB_LAB_PREFIX']}") and n.endswith("-client"))
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err

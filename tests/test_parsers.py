@@ -48,7 +48,8 @@ def test_iperf3_argv_carries_warmup_rate_length_streams():
     assert argv[argv.index("-t") + 1] == "2"
     assert argv[:5] == ["iperf3", "-c", "10.200.1.2", "-p", "5201"]
     assert ["-O", "1"] == argv[argv.index("-O"):argv.index("-O") + 2]
-    assert "-u" in argv and argv[argv.index("-b") + 1] == "1G" and argv[argv.index("-l") + 1] == "1472"
+    # iperf3 gets the bit rate as a number: a rate it cannot read would silently mean "unlimited"
+    assert "-u" in argv and argv[argv.index("-b") + 1] == "1000000000" and argv[argv.index("-l") + 1] == "1472"
     assert argv[argv.index("-P") + 1] == "2"
 
 
@@ -124,10 +125,17 @@ def test_iperf3_whole_seconds_are_rounded_up_and_recorded():
 
 
 @pytest.mark.parametrize("kwargs, needle", [
-    (dict(protocol="udp", size=65508), "1..65507"),
-    (dict(protocol="udp", size=65528, ipv6=True), "1..65527"),
+    (dict(protocol="udp", size=65508), "--size 65508: a UDP payload for iperf3 is 16..65507"),
+    (dict(protocol="udp", size=65508, ipv6=True), "16..65507"),  # iperf3 3.12's own limit, IPv6 too
+    (dict(tool="engine", protocol="udp", size=65528, ipv6=True), "24..65527"),
+    (dict(tool="engine", protocol="udp", size=20), "24..65507"),  # the engine's header is 24 bytes
     (dict(tool="engine", protocol="tcp"), "UDP only"),
-    (dict(tool="iperf3", protocol="udp", gso=True), "need --tool engine"),
+    (dict(tool="iperf3", protocol="udp", gso=True), "--gso: needs tool engine"),
+    (dict(tool="iperf3", rate="100kpps"), "iperf3 takes a bit rate"),
+    (dict(tool="engine", protocol="udp", batch=0), "--batch 0: "),
+    (dict(tool="engine", protocol="udp", batch=100000), "--batch 100000: "),
+    (dict(rate="banana"), "--rate 'banana': a rate is"),
+    (dict(warmup=-1), "--warmup -1"),
     (dict(duration=0), "--duration"),
     (dict(tool="ncat"), "choose iperf3 or engine"),
 ])

@@ -65,6 +65,9 @@ def key_values(text: str) -> dict[str, str]:
 
 # ---- CPU sets -------------------------------------------------------------
 
+MAX_CPUS = 8192
+
+
 def cpulist(text: str) -> set[int]:
     """'0-3,8,10-11' → {0,1,2,3,8,10,11}."""
     cpus: set[int] = set()
@@ -73,7 +76,13 @@ def cpulist(text: str) -> set[int]:
         if not part:
             continue
         lo, _, hi = part.partition("-")
-        cpus.update(range(int(lo), int(hi or lo) + 1))
+        if not lo.isdigit() or (hi and not hi.isdigit()):
+            raise ValueError(f"malformed CPU list {text.strip()[:40]!r}")
+        first, last = int(lo), int(hi or lo)
+        # Linux has at most 8192 CPUs (NR_CPUS); a larger range is damaged data, not a machine.
+        if last < first or last >= MAX_CPUS:
+            raise ValueError(f"CPU range {part[:40]!r} is out of range 0..{MAX_CPUS - 1}")
+        cpus.update(range(first, last + 1))
     return cpus
 
 

@@ -107,7 +107,10 @@ class Context:
     def cpus_online(self) -> set[int]:
         text = self.value("/sys/devices/system/cpu/online")
         if text:
-            return parse.cpulist(text)
+            try:
+                return parse.cpulist(text)
+            except ValueError:
+                pass  # damaged (e.g. a hand-edited capture): count the CPUs cpuinfo lists instead
         info = self.read("/proc/cpuinfo")
         return set(range(len(parse.cpuinfo(info)))) if info else set()
 
@@ -119,7 +122,10 @@ class Context:
             if entry.startswith("node") and entry[4:].isdigit():
                 text = self.value(f"/sys/devices/system/node/{entry}/cpulist")
                 if text is not None:
-                    nodes[int(entry[4:])] = parse.cpulist(text)
+                    try:
+                        nodes[int(entry[4:])] = parse.cpulist(text)
+                    except ValueError:
+                        continue  # a damaged node list says nothing about placement
         return nodes
 
     @cached_property

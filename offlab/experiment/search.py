@@ -15,21 +15,16 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 from dataclasses import dataclass
 from typing import Callable
 
 from offlab.errors import BadInput
+from offlab.traffic.rate import parse_pps
+
+__all__ = ["parse_pps", "zero_loss_search"]
 
 GENERATOR_SHORTFALL = 0.02  # a trial that sent < 98 % of its target is generator-limited
 RESOLUTION = 0.02  # stop bisecting when the failing rate is within 2 % of the passing one
-
-
-def parse_pps(text: str) -> float:
-    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([kM]?)pps", str(text).strip())
-    if not m:
-        raise BadInput(f"not a packet rate: {text!r} (e.g. 10kpps, 2Mpps)")
-    return float(m.group(1)) * {"": 1, "k": 1e3, "M": 1e6}[m.group(2)]
 
 
 @dataclass

@@ -27,7 +27,9 @@ def _gone(entry: Entry) -> str | None:
         return f"namespace gone: nothing to restore ({ns})"
     ref = entry.data.get("host")
     if isinstance(ref, dict) and ref.get("kind") not in ("local", "netns"):
-        if not Target.from_dict(entry.data).host.alive():
+        host = Target.from_dict(entry.data).host
+        # An SSH machine that does not answer keeps its settings: restoring it fails, the entry stays.
+        if host.settings_die_with_host and not host.alive():
             return f"host gone: nothing to restore ({ref.get('kind')} {ref.get('name', '')})".rstrip()
     return None
 

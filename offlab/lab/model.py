@@ -9,9 +9,9 @@ from pathlib import Path
 from offlab.errors import BadInput
 from offlab.hosts import Host, NetnsHost, from_ref
 from offlab.names import check_lab_name
-from offlab.state import read_json, state_dir, write_json_atomic
+from offlab.state import read_state_json, state_dir, write_json_atomic
 
-TOPOLOGIES = ("veth", "bridge", "vxlan", "router", "ovs")
+TOPOLOGIES = ("veth", "bridge", "vxlan", "router", "ovs", "vm")
 
 
 @dataclass
@@ -29,6 +29,9 @@ class HostEntry:
     address6: str | None = None
     interfaces: list[Interface] = field(default_factory=list)
     ref: dict | None = None  # `Host.ref()` of a guest or SSH host; None for a namespace
+    # A QEMU guest: its GuestHost ref plus how it runs (accel, QEMU version, kernel, NIC properties);
+    # `netns` is then the namespace its QEMU runs in.
+    guest: dict | None = None
 
     def iface(self, name: str) -> Interface | None:
         return next((i for i in self.interfaces if i.name == name), None)
@@ -39,6 +42,7 @@ class Daemon:
     name: str
     pid: int
     netns: str | None
+    start_time: int | None = None  # clock ticks since boot (/proc/PID/stat): a reused pid is not ours
 
 
 @dataclass
@@ -67,6 +71,8 @@ class LabState:
     daemons: list[Daemon] = field(default_factory=list)
     rundir: str | None = None
     adjustments: list[Adjustment] = field(default_factory=list)
+    owner: str = ""  # the state directory that made it (see lab/owner.py)
+    netns_inodes: dict[str, int] = field(default_factory=dict)  # namespace → its nsfs inode, once made
 
     # ---- persistence -------------------------------------------------
     @staticmethod
@@ -89,6 +95,7 @@ class LabState:
                 address6=h.get("address6"),
                 interfaces=[Interface(**i) for i in h.get("interfaces", [])],
                 ref=h.get("ref"),
+                guest=h.get("guest"),
             )
             for role, h in d.get("hosts", {}).items()
         }
@@ -106,6 +113,8 @@ class LabState:
             daemons=[Daemon(**p) for p in d.get("daemons", [])],
             rundir=d.get("rundir"),
             adjustments=[Adjustment(**a) for a in d.get("adjustments", [])],
+            owner=d.get("owner", ""),
+            netns_inodes={str(k): int(v) for k, v in d.get("netns_inodes", {}).items()},
         )
 
     @classmethod
@@ -114,13 +123,20 @@ class LabState:
         path = cls.path_for(name)
         if not path.exists():
             raise BadInput(f"no lab named {name!r}: `offlab lab list` shows the labs that exist")
-        return cls.from_dict(read_json(path))  # type: ignore[arg-type]
+        repair = f"offlab lab down --force {name}"
+        data = read_state_json(path, repair)
+        try:
+            return cls.from_dict(data)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise BadInput(f"state file {path} is incomplete ({type(exc).__name__}: {exc}): "
+                           f"`{repair}` repairs it") from None
 
     # ---- lookups -----------------------------------------------------
     def host(self, role: str) -> Host:
         entry = self.entry(role)
-        if entry.ref is not None:
-            return from_ref(entry.ref)
+        ref = entry.ref or (entry.guest or {}).get("ref")
+        if ref is not None:
+            return from_ref(ref)
         return NetnsHost(entry.netns)  # type: ignore[arg-type]
 
     def entry(self, role: str) -> HostEntry:

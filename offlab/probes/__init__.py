@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass
 
 from offlab.netdev import parse_softnet
+from offlab.errors import EnvironmentProblem
 from offlab.probes import counters, cpu
 
 WATCHED_THREADS = ("ksoftirqd/", "vhost-")
@@ -71,9 +72,15 @@ class ProbeSession:
     def snapshot(self) -> Snapshot:
         netdev, snmp = {}, {}
         for role, reader in self.readers.items():
-            netdev[role] = parse_net_dev(reader.read("dev"))
-            if role in ("client", "server", "router"):
-                snmp[role] = counters.parse_snmp(reader.read("snmp"))
+            try:
+                netdev[role] = parse_net_dev(reader.read("dev"))
+                if role in ("client", "server", "router"):
+                    snmp[role] = counters.parse_snmp(reader.read("snmp"))
+            except OSError as exc:
+                # The reader's anchor process dies with its namespace: the lab went away mid-window.
+                raise EnvironmentProblem(
+                    f"lab {self.lab.name}: the counters of host {role} cannot be read any more "
+                    f"({exc.strerror or exc}): was the lab removed (`offlab lab list`)?") from None
         procs = {}
         lab_daemons = {d.pid for d in self.lab.daemons}  # e.g. this lab's ovs-vswitchd, not another's
         for pid in {*self.pids.values(), *lab_daemons, *cpu.kernel_threads(WATCHED_THREADS)}:
