@@ -94,6 +94,7 @@ def show_cmd(
     _print_run(run, cells, cis, level)
     with _open(db) as store:
         print_searches(store, run_id)
+        print_captures(store, run_id)
 
 
 def _samples_csv(run: dict, cells: list[dict], samples: list[dict]) -> None:
@@ -123,6 +124,8 @@ def print_comparison(store, run_id: int) -> None:
     if run.get("baseline"):
         try:
             _print_rows(compare.compare_run(store, run_id))
+            print_searches(store, run_id)
+            print_captures(store, run_id)
             return
         except BadInput as exc:
             out.print(f"[yellow]{escape(str(exc))}[/yellow]")
@@ -132,6 +135,23 @@ def print_comparison(store, run_id: int) -> None:
     cis = {c["id"]: {m: mean_ci(v, level) for m, v in values.get(c["id"], {}).items()} for c in cells}
     _cells_table(cells, cis, level)
     print_searches(store, run_id)
+    print_captures(store, run_id)
+
+
+def print_captures(store, run_id: int) -> None:
+    """What the wire showed in each cell: the capture verdict of its first captured sample."""
+    keys = {c["id"]: c["key"] for c in store.cells(run_id)}
+    seen: dict[int, dict] = {}
+    for s in store.samples(run_id):
+        cap = (s["sample"] or {}).get("capture")
+        if cap and s["cell_id"] not in seen:
+            seen[s["cell_id"]] = cap
+    if not seen:
+        return
+    out.print("[bold]on the wire[/bold] (capture of the first sample of each cell)")
+    for cid, cap in sorted(seen.items(), key=lambda kv: keys.get(kv[0], "")):
+        out.print(f"  {escape(keys.get(cid, '?'))}: {cap['host']}:{cap['iface']} {cap['frames']} frames: "
+                  f"{escape(cap['verdict'])}")
 
 
 def print_searches(store, run_id: int) -> None:
