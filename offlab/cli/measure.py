@@ -40,8 +40,6 @@ def measure_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print the sample as JSON."),
 ) -> None:
     """Run one measurement in a lab: throughput, pps, loss, CPU per side, service demand, wire proof."""
-    from offlab.lab import LabState
-    from offlab.measure import CaptureRequest, measure
     from offlab.traffic import Workload
 
     # Every value is checked before the lab is even read, so no child tool starts on a bad one.
@@ -53,6 +51,9 @@ def measure_cmd(
         role, _, iface = capture.partition(":")
         if not re.fullmatch(r"[a-z][a-z0-9]{0,15}", role) or (iface and not IFNAME_RE.fullmatch(iface)):
             raise BadInput(f"--capture {capture!r}: write HOST[:IFACE], e.g. server or switch:to-server")
+    from offlab.lab import LabState
+    from offlab.measure import CaptureRequest, measure
+
     state = LabState.load(lab)
     if ipv6 and not state.ipv6:
         raise BadInput(f"lab {lab} has no IPv6 addresses: rebuild it with `offlab lab up ... --ipv6`")
