@@ -30,7 +30,7 @@ def measure_cmd(
     gso: bool = typer.Option(False, "--gso", help="engine: UDP_SEGMENT on the sender."),
     gro: bool = typer.Option(False, "--gro", help="engine: UDP_GRO on the receiver."),
     batch: Optional[int] = typer.Option(None, "--batch", help="engine: sendmmsg/recvmmsg batch."),
-    rate: Optional[str] = typer.Option(None, "--rate", help="100kpps, 1Mpps, 500M, 1G (bit/s); default: as fast as possible."),
+    rate: Optional[str] = typer.Option(None, "--rate", help="Packets/s (100kpps, 10Mpps; engine only) or bit/s (250M, 1G); default: as fast as possible."),
     streams: int = typer.Option(1, "--streams", help="iperf3 parallel streams."),
     duration: float = typer.Option(2.0, "--duration", help="Seconds measured (after warm-up)."),
     warmup: float = typer.Option(0.5, "--warmup", help="Seconds of traffic before the window opens."),
