@@ -187,11 +187,10 @@ CASES = [
     Case("suite-unknown", 2, "no suite named 'nope'", argv=["suite", "show", "nope"]),
     # ---- 9. no tracebacks, where the cause is input ---------------------------------------------
     Case("doctor-root-bad-cpu-online", 2, "online", argv=["doctor", "--root", "{tmp}/root-bad-online"],
-         xfail="offlab/doctor belongs to another branch; its parser raises ValueError on a malformed cpu/online"),
-    Case("results-bad-json-row", 2, "env", argv=["results", "show", "1", "--db", "{db}"],
+         xfail="offlab/doctor is not this branch's: parse of a malformed cpu/online raises ValueError (issue 14, item 9)"),
+    Case("results-bad-json-row", 2, "column env of run 1 in", argv=["results", "show", "1", "--db", "{db}"],
          db=("INSERT INTO runs(name, status, started_at, offlab_version, seed, plan_text, plan, env, repeat) "
-             "VALUES ('t', 'done', '2026-01-01T00:00:00.000Z', '0', 1, 'name: t', '{}', '{not json', '{}')", ()),
-         xfail="offlab/store.py belongs to another branch; a corrupt JSON column raises JSONDecodeError"),
+             "VALUES ('t', 'done', '2026-01-01T00:00:00.000Z', '0', 1, 'name: t', '{}', '{not json', '{}')", ())),
 ]
 
 

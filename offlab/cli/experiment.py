@@ -48,13 +48,23 @@ def run_cmd(
         if validate:
             _print_cells(p)
             return
-    store = Store.open(db or default_db_path())
     if resume is not None:
+        _need_root("offlab run --resume")
+        store = Store.open(db or default_db_path())
         runner = Runner.resume(store, resume, on_event=_Progress().event)
         check_tools(runner.plan)
         _finish(store, runner, as_json)
         return
-    _run_plans([p], store, as_json)
+    _need_root("offlab run")  # before the database: a non-root user's first error should be this one
+    _run_plans([p], Store.open(db or default_db_path()), as_json)
+
+
+def _need_root(what: str) -> None:
+    from offlab.errors import NotRoot
+    from offlab.hosts import is_root
+
+    if not is_root():
+        raise NotRoot(what)
 
 
 @suite_app.command("list")
@@ -89,8 +99,9 @@ def suite_run(
     from offlab.experiment import suites as suite_lib
     from offlab.store import Store, default_db_path
 
-    store = Store.open(db or default_db_path())
-    _run_plans(suite_lib.plans(name, quick=quick), store, as_json, report_dir)
+    plans = suite_lib.plans(name, quick=quick)
+    _need_root("offlab suite run")
+    _run_plans(plans, Store.open(db or default_db_path()), as_json, report_dir)
 
 
 def demo_cmd(
@@ -101,6 +112,7 @@ def demo_cmd(
     from offlab.experiment import suites as suite_lib
     from offlab.store import Store, default_db_path
 
+    _need_root("offlab demo")
     store = Store.open(db or default_db_path())
     _run_plans(suite_lib.plans("quick"), store, False, report_dir)
 

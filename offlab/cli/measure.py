@@ -51,8 +51,8 @@ def measure_cmd(
         role, _, iface = capture.partition(":")
         if not re.fullmatch(r"[a-z][a-z0-9]{0,15}", role) or (iface and not IFNAME_RE.fullmatch(iface)):
             raise BadInput(f"--capture {capture!r}: write HOST[:IFACE], e.g. server or switch:to-server")
-    from offlab.lab import LabState
-    from offlab.measure import CaptureRequest, measure
+    from offlab.experiment.measure import CaptureRequest, measure
+    from offlab.lab import LabState, hold
 
     state = LabState.load(lab)
     if ipv6 and not state.ipv6:
@@ -62,7 +62,8 @@ def measure_cmd(
         role, _, iface = capture.partition(":")
         cap = CaptureRequest(role, iface or None, frames)
         state.resolve_iface(role, iface or None)  # fail before any traffic
-    sample = measure(state, w, cap)
+    with hold(lab, "offlab measure"):  # `lab down` refuses the lab meanwhile (issue #14, item 8)
+        sample = measure(state, w, cap)
     if as_json:
         typer.echo(json.dumps(sample.to_dict(), indent=2, default=str))
     else:
@@ -121,5 +122,14 @@ def print_sample(s: Sample) -> None:
     if s.capture:
         c = s.capture
         out.print(f"  wire        {c['host']}:{c['iface']} {c['frames']} frames: {c['verdict']}")
+    if s.loss_attribution:
+        la = s.loss_attribution
+        where = "; ".join(f"{p['where']} {p['count']} ({100 * p['share']:.0f} %)" for p in la["places"][:5])
+        out.print(f"  lost        {la['lost']} datagrams: {where or 'no counter explains them'}"
+                  + (f"; {la['unexplained']} unexplained" if la["places"] and la["unexplained"] else ""))
+    if s.consistency and s.consistency["status"] != "consistent":
+        for c in s.consistency["checks"]:
+            if not c["ok"]:
+                out.print(f"  [bold red]inconsistent[/bold red] {c['check']}: {c['detail']}")
     for note in s.notes:
         out.print(f"  [dim]note: {note}[/dim]")

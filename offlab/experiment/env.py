@@ -7,6 +7,7 @@ import platform
 
 from offlab import __version__
 from offlab.hosts import LOCAL
+from offlab.knobs import pending_changes
 from offlab.lab.inspect import describe
 from offlab.lab.model import LabState
 
@@ -49,7 +50,8 @@ def environment(plan, labs: list[LabState]) -> dict:
         "versions": versions,
         "sysctls": sysctls,
         "plan_text": plan.text,
-        "labs": [describe(lab) for lab in labs],
+        "labs": [{**describe(lab), "changes": pending_changes({e.netns: r for r, e in lab.hosts.items() if e.netns})}
+                 for lab in labs],
     }
 
 

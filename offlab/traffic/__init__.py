@@ -78,6 +78,7 @@ class TrafficResult:
     protocol: str
     throughput_bps: float  # application bytes received / receive window, bit/s (receiver)
     sent_bps: float | None = None  # what the sender pushed, bit/s
+    sent_pps: float | None = None  # datagrams the sender pushed per second (the offered rate it achieved)
     pps: float | None = None  # application datagrams received per second (UDP)
     datagrams_sent: int | None = None
     datagrams_received: int | None = None
