@@ -137,11 +137,8 @@ def parse_filters(err: PlanErrors, raw: Any, what: str, axes: dict) -> list[dict
 
 
 def expand(plan: Plan, err: PlanErrors, paths: dict[tuple, tuple] | None = None) -> list[Cell]:
-    """The cartesian product of the axes, after only/exclude; later axes may not fight earlier ones.
-
-    Every cell is checked as a whole (Workload.check, IPv6 and VXLAN MTUs); an error names
-    the axis value that set the offending key, or the plan's own field.
-    """
+    """The cartesian product of the axes after only/exclude, each cell checked whole (check_cell);
+    an error names the axis value that set the offending key, or the plan's own field."""
     paths = paths or {}
     names = list(plan.axes)
     cells = []
