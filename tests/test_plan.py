@@ -238,3 +238,9 @@ def test_static_hosts_and_interfaces_match_the_built_lab(kind, lab_name, clean_m
                 assert lab.resolve_iface(role, ref)
     finally:
         labs.down(lab.name)
+
+
+def test_the_engine_named_without_a_protocol_means_udp_even_when_an_axis_names_it():
+    text = "name: t\ntopology: {kind: veth}\nworkload: {duration: 1}\naxes:\n  tool: {e: {tool: engine}, i: {tool: iperf3}}\n"
+    cells = {c.key: c.workload for c in load_plan(text, "t.yaml").cells}
+    assert (cells["tool=e"].protocol, cells["tool=i"].protocol) == ("udp", "tcp")

@@ -25,7 +25,7 @@ def register(app: typer.Typer) -> None:
 def measure_cmd(
     lab: str = typer.Argument(..., help="An existing lab (offlab lab list)."),
     tool: str = typer.Option("iperf3", "--tool", help="iperf3 | engine"),
-    proto: str = typer.Option("tcp", "--proto", help="tcp | udp (engine: udp only)"),
+    proto: Optional[str] = typer.Option(None, "--proto", help="tcp | udp (default: udp for the engine, tcp for iperf3)"),
     size: Optional[int] = typer.Option(None, "--size", help="UDP payload per datagram / TCP write length, bytes."),
     gso: bool = typer.Option(False, "--gso", help="engine: UDP_SEGMENT on the sender."),
     gro: bool = typer.Option(False, "--gro", help="engine: UDP_GRO on the receiver."),
@@ -40,10 +40,10 @@ def measure_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print the sample as JSON."),
 ) -> None:
     """Run one measurement in a lab: throughput, pps, loss, CPU per side, service demand, wire proof."""
-    from offlab.traffic import Workload
+    from offlab.traffic import Workload, default_protocol
 
     # Every value is checked before the lab is even read, so no child tool starts on a bad one.
-    w = Workload(tool=tool, protocol=proto, size=size, gso=gso, gro=gro, batch=batch, rate=rate,
+    w = Workload(tool=tool, protocol=proto or default_protocol(tool), size=size, gso=gso, gro=gro, batch=batch, rate=rate,
                  streams=streams, duration=duration, warmup=warmup, ipv6=ipv6).check()
     if not 1 <= frames <= MAX_FRAMES:
         raise BadInput(f"--frames {frames}: 1..{MAX_FRAMES}")

@@ -149,7 +149,7 @@ def expand(plan: Plan, err: PlanErrors, paths: dict[tuple, tuple] | None = None)
         if any(matches(params, f) for f in plan.exclude):
             continue
         topo = plan.topology.model_dump()
-        wl = plan.workload.model_dump()
+        wl = plan.workload.model_dump(include=plan.workload.model_fields_set)  # defaults follow the cell's tool
         changes: dict[tuple[str, str], Any] = {}
         owner: dict[tuple, str] = {}
         for axis, (vname, val) in zip(names, combo):
