@@ -44,8 +44,8 @@ def run_cmd(
     if plan is not None:
         # The plan is judged before the database is opened, so --validate needs none.
         p = load_plan_file(str(plan), quick=quick)
-        check_tools(p)
         if validate:
+            _validate_tools(p)
             _print_cells(p)
             return
     if resume is not None:
@@ -55,8 +55,29 @@ def run_cmd(
         check_tools(runner.plan)
         _finish(store, runner, as_json)
         return
-    _need_root("offlab run")  # before the database: a non-root user's first error should be this one
+    _ready([p], "offlab run")  # before the database: a non-root user's first error should be root
     _run_plans([p], Store.open(db or default_db_path()), as_json)
+
+
+def _ready(plans: list[Plan], what: str) -> None:
+    """Root, then every tool every plan needs, before a database is opened or a lab built."""
+    from offlab.experiment.plan import check_tools
+
+    _need_root(what)
+    for plan in plans:
+        check_tools(plan)
+
+
+def _validate_tools(plan: Plan) -> None:
+    """Tools are root's to have (plans run as root); another user cannot see root's, so is told so."""
+    from offlab.experiment.plan import check_tools, required_tools
+    from offlab.hosts import is_root
+
+    if is_root():
+        check_tools(plan)
+    else:
+        out.print(f"note: not root, so the tools were not checked ({', '.join(required_tools(plan))}); "
+                  "`offlab run` checks them as root")
 
 
 def _need_root(what: str) -> None:
@@ -100,7 +121,7 @@ def suite_run(
     from offlab.store import Store, default_db_path
 
     plans = suite_lib.plans(name, quick=quick)
-    _need_root("offlab suite run")
+    _ready(plans, "offlab suite run")
     _run_plans(plans, Store.open(db or default_db_path()), as_json, report_dir)
 
 
@@ -112,17 +133,13 @@ def demo_cmd(
     from offlab.experiment import suites as suite_lib
     from offlab.store import Store, default_db_path
 
-    _need_root("offlab demo")
-    store = Store.open(db or default_db_path())
-    _run_plans(suite_lib.plans("quick"), store, False, report_dir)
+    plans = suite_lib.plans("quick")
+    _ready(plans, "offlab demo")
+    _run_plans(plans, Store.open(db or default_db_path()), False, report_dir)
 
 
 def _run_plans(plans: list[Plan], store: Store, as_json: bool, report_dir: Path | None = None) -> None:
-    from offlab.experiment.plan import check_tools
     from offlab.experiment.runner import Runner
-
-    for plan in plans:  # every tool every part needs, before the first lab is built
-        check_tools(plan)
 
     results = []
     for plan in plans:

@@ -25,12 +25,12 @@ def register(app: typer.Typer) -> None:
 def measure_cmd(
     lab: str = typer.Argument(..., help="An existing lab (offlab lab list)."),
     tool: str = typer.Option("iperf3", "--tool", help="iperf3 | engine"),
-    proto: str = typer.Option("tcp", "--proto", help="tcp | udp (engine: udp only)"),
+    proto: Optional[str] = typer.Option(None, "--proto", help="tcp | udp (default: udp for the engine, tcp for iperf3)"),
     size: Optional[int] = typer.Option(None, "--size", help="UDP payload per datagram / TCP write length, bytes."),
     gso: bool = typer.Option(False, "--gso", help="engine: UDP_SEGMENT on the sender."),
     gro: bool = typer.Option(False, "--gro", help="engine: UDP_GRO on the receiver."),
     batch: Optional[int] = typer.Option(None, "--batch", help="engine: sendmmsg/recvmmsg batch."),
-    rate: Optional[str] = typer.Option(None, "--rate", help="100kpps, 1Mpps, 500M, 1G (bit/s); default: as fast as possible."),
+    rate: Optional[str] = typer.Option(None, "--rate", help="Packets/s (100kpps, 10Mpps; engine only) or bit/s (250M, 1G); default: as fast as possible."),
     streams: int = typer.Option(1, "--streams", help="iperf3 parallel streams."),
     duration: float = typer.Option(2.0, "--duration", help="Seconds measured (after warm-up)."),
     warmup: float = typer.Option(0.5, "--warmup", help="Seconds of traffic before the window opens."),
@@ -40,12 +40,10 @@ def measure_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print the sample as JSON."),
 ) -> None:
     """Run one measurement in a lab: throughput, pps, loss, CPU per side, service demand, wire proof."""
-    from offlab.lab import LabState, hold
-    from offlab.experiment.measure import CaptureRequest, measure
-    from offlab.traffic import Workload
+    from offlab.traffic import Workload, default_protocol
 
     # Every value is checked before the lab is even read, so no child tool starts on a bad one.
-    w = Workload(tool=tool, protocol=proto, size=size, gso=gso, gro=gro, batch=batch, rate=rate,
+    w = Workload(tool=tool, protocol=proto or default_protocol(tool), size=size, gso=gso, gro=gro, batch=batch, rate=rate,
                  streams=streams, duration=duration, warmup=warmup, ipv6=ipv6).check()
     if not 1 <= frames <= MAX_FRAMES:
         raise BadInput(f"--frames {frames}: 1..{MAX_FRAMES}")
@@ -53,6 +51,9 @@ def measure_cmd(
         role, _, iface = capture.partition(":")
         if not re.fullmatch(r"[a-z][a-z0-9]{0,15}", role) or (iface and not IFNAME_RE.fullmatch(iface)):
             raise BadInput(f"--capture {capture!r}: write HOST[:IFACE], e.g. server or switch:to-server")
+    from offlab.experiment.measure import CaptureRequest, measure
+    from offlab.lab import LabState, hold
+
     state = LabState.load(lab)
     if ipv6 and not state.ipv6:
         raise BadInput(f"lab {lab} has no IPv6 addresses: rebuild it with `offlab lab up ... --ipv6`")

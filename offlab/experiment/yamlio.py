@@ -125,7 +125,7 @@ def load(text: str, source: str) -> tuple[object, dict[tuple, int]]:
         if node is None:
             raise BadInput(f"{source}: the plan is empty")
         lines: dict[tuple, int] = {}
-        data = _build(loader, node, (), lines, source)
+        data = _build(loader, node, (), lines)
     except _Refused as exc:
         raise BadInput(f"{source}:{exc.mark.line + 1}: {exc.message}") from None
     except yaml.MarkedYAMLError as exc:
@@ -146,7 +146,7 @@ def load(text: str, source: str) -> tuple[object, dict[tuple, int]]:
     return data, lines
 
 
-def _build(loader: PlanLoader, node: Node, path: tuple, lines: dict[tuple, int], source: str) -> object:
+def _build(loader: PlanLoader, node: Node, path: tuple, lines: dict[tuple, int]) -> object:
     """Python data from a composed node, recording each path's line; aliases were bounded when composed."""
     lines[path] = node.start_mark.line + 1
     if isinstance(node, ScalarNode):
@@ -155,19 +155,19 @@ def _build(loader: PlanLoader, node: Node, path: tuple, lines: dict[tuple, int],
                                             "(an alias such as *name may stand for a whole value)")
         return loader.construct_object(node)
     if isinstance(node, SequenceNode):
-        return [_build(loader, item, path + (i,), lines, source) for i, item in enumerate(node.value)]
+        return [_build(loader, item, path + (i,), lines) for i, item in enumerate(node.value)]
     out: dict = {}
     first: dict = {}
     for key_node, value_node in node.value:
         if not isinstance(key_node, ScalarNode):
             raise _Refused(key_node.start_mark, "a key must be a plain name or number, not a list or mapping")
-        key = _build(loader, key_node, path + ("<key>",), {}, source)
+        key = _build(loader, key_node, path + ("<key>",), {})
         line = key_node.start_mark.line + 1
         if key in first:
             raise _Refused(key_node.start_mark, f"duplicate key {key!r} (first on line {first[key]}): "
                                                 "a key may appear once per mapping")
         first[key] = line
-        out[key] = _build(loader, value_node, path + (key,), lines, source)
+        out[key] = _build(loader, value_node, path + (key,), lines)
         lines[path + (key,)] = line  # the key's line, not its value's
     return out
 

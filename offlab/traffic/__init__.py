@@ -34,6 +34,11 @@ class BadWorkload(BadInput):
         super().__init__(f"{option_of(field_name)}{shown}: {why}")
 
 
+def default_protocol(tool: str) -> str:
+    """The protocol when none is named: the engine drives UDP only, iperf3 defaults to TCP."""
+    return "udp" if tool == "engine" else "tcp"
+
+
 def option_of(field_name: str) -> str:
     return OPTIONS.get(field_name, "--" + field_name.replace("_", "-"))
 

@@ -137,11 +137,8 @@ def parse_filters(err: PlanErrors, raw: Any, what: str, axes: dict) -> list[dict
 
 
 def expand(plan: Plan, err: PlanErrors, paths: dict[tuple, tuple] | None = None) -> list[Cell]:
-    """The cartesian product of the axes, after only/exclude; later axes may not fight earlier ones.
-
-    Every cell is checked as a whole (Workload.check, IPv6 and VXLAN MTUs); an error names
-    the axis value that set the offending key, or the plan's own field.
-    """
+    """The cartesian product of the axes after only/exclude, each cell checked whole (check_cell);
+    an error names the axis value that set the offending key, or the plan's own field."""
     paths = paths or {}
     names = list(plan.axes)
     cells = []
@@ -152,7 +149,7 @@ def expand(plan: Plan, err: PlanErrors, paths: dict[tuple, tuple] | None = None)
         if any(matches(params, f) for f in plan.exclude):
             continue
         topo = plan.topology.model_dump()
-        wl = plan.workload.model_dump()
+        wl = plan.workload.model_dump(include=plan.workload.model_fields_set)  # defaults follow the cell's tool
         changes: dict[tuple[str, str], Any] = {}
         owner: dict[tuple, str] = {}
         for axis, (vname, val) in zip(names, combo):

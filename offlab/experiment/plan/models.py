@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from offlab.errors import BadInput
 from offlab.metrics import METRICS
-from offlab.traffic import Workload
+from offlab.traffic import Workload, default_protocol
 from offlab.traffic.rate import parse_pps
 
 
@@ -35,7 +35,7 @@ class TopologySpec(Strict):
 
 class WorkloadSpec(Strict):
     tool: Literal["iperf3", "engine"] = "iperf3"
-    protocol: Literal["tcp", "udp"] = "tcp"
+    protocol: Literal["tcp", "udp"] | None = None  # None: traffic.default_protocol(tool)
     size: int | None = None
     gso: bool = False
     gro: bool = False
@@ -74,6 +74,14 @@ class WorkloadSpec(Strict):
         except BadInput as exc:
             raise ValueError(str(exc)) from None
         return v
+
+    @model_validator(mode="after")
+    def _protocol(self) -> "WorkloadSpec":
+        # Filled in without marking it set, so a cell whose axis picks the engine gets UDP
+        # from a plan that named no protocol (expand carries over only the fields a plan set).
+        if self.protocol is None:
+            object.__setattr__(self, "protocol", default_protocol(self.tool))
+        return self
 
     @model_validator(mode="after")
     def _search(self) -> "WorkloadSpec":
