@@ -90,7 +90,8 @@ def test_sigint_mid_run_then_resume_completes_without_lost_or_duplicated_samples
             break
         assert proc.poll() is None, proc.communicate()[1]
         time.sleep(0.2)
-    client_ns = next(n for n in netns_names() if n.startswith("ol-x") and n.endswith("-client"))
+    prefix = f"ol-{os.environ['OFFLAB_LAB_PREFIX']}"  # ours: other sessions run labs here too
+    client_ns = next(n for n in netns_names() if n.startswith(prefix) and n.endswith("-client"))
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
