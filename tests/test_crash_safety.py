@@ -178,6 +178,9 @@ def test_lab_list_shows_a_lab_whose_namespace_vanished_as_broken_with_the_fix(la
     assert row["fix"] == f"offlab lab down {lab_name}"
     text = offlab_cli("lab", "list", env={"OFFLAB_STATE_DIR": str(state_dir)}).stdout
     assert f"{lab_name}: broken — namespace ol-{lab_name}-server is gone; fix: offlab lab down {lab_name}" in text
+    res = offlab_cli("lab", "show", lab_name, env={"OFFLAB_STATE_DIR": str(state_dir)})
+    assert res.returncode == 3
+    assert f"is broken: namespace ol-{lab_name}-server is gone; `offlab lab down {lab_name}`" in one_line(res)
     labs.down(lab_name)
     assert not set(lab.namespaces) & netns_names()
 
