@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from typing import Optional
 
 import typer
@@ -14,9 +13,20 @@ from offlab import lab as labs
 from offlab.errors import BadInput, EnvironmentProblem, NotRoot
 from offlab.hosts import is_root
 from offlab.lab.inspect import SUMMARY_FEATURES, describe
+from offlab.names import check_lab_name, check_mtu
 
 app = typer.Typer(help="Build, inspect and remove namespace labs.", no_args_is_help=True)
 out = console()
+
+
+def _forget_journalled(namespaces: list[str]) -> list[str]:
+    """A lab's namespaces are gone: so are the settings journalled in them (knobs, imported late)."""
+    from offlab.knobs import forget_lab_namespaces
+
+    return forget_lab_namespaces(namespaces)
+
+
+labs.on_down(_forget_journalled)
 
 
 @app.command("up")
@@ -31,9 +41,25 @@ def up_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print the lab as JSON."),
 ) -> None:
     """Build a lab of network namespaces and check that client reaches server."""
+    check_up_options(name, mtu, ipv6)
     options = {k: v for k, v in (("vni", vni), ("port", port), ("underlay_mtu", underlay_mtu)) if v is not None}
     lab = labs.up(topology, name, mtu=mtu, ipv6=ipv6, options=options)
     _print_lab(lab, as_json)
+
+
+def check_up_options(name: str | None, mtu: int, ipv6: bool) -> None:
+    """The options `lab up` can check before any namespace exists; BadInput names the option."""
+    from offlab.mtu.calc import MIN_MTU
+
+    if name is not None:
+        try:
+            check_lab_name(name)
+        except BadInput as exc:
+            # An empty --name must not fall back to the default: the person asked for a name.
+            raise BadInput(f"--name: {exc}") from None
+    check_mtu(mtu)
+    if ipv6 and mtu < MIN_MTU[6]:
+        raise BadInput(f"--mtu {mtu} with --ipv6: IPv6 needs an MTU of at least {MIN_MTU[6]}")
 
 
 @app.command("down")
@@ -147,7 +173,10 @@ def exec_cmd(
 
 
 def _print_lab(lab: labs.LabState, as_json: bool) -> None:
+    from offlab.knobs import pending_changes
+
     info = describe(lab)
+    info["changes"] = pending_changes({e.netns: role for role, e in lab.hosts.items() if e.netns})
     if as_json:
         typer.echo(json.dumps(info, indent=2))
         return

@@ -14,6 +14,7 @@ from typing import Callable, Sequence
 from offlab.doctor import parse
 from offlab.doctor.model import Outcome
 from offlab.doctor.source import Output, Source, command_name
+from offlab import netdev
 from offlab.netdev import Feature
 
 
@@ -150,7 +151,7 @@ class Context:
             raise Skip("ethtool -k not available (apt-get install ethtool) and not in the capture")
         if not out.ok:
             raise Skip(f"ethtool -k {iface} failed: {last_line(out)}")
-        return parse.ethtool_features(out.stdout)
+        return netdev.parse_features(out.stdout)
 
     def driver(self, iface: str) -> dict[str, str]:
         out = self.ethtool("-i", iface)

@@ -23,11 +23,11 @@ from offlab.experiment.env import environment
 from offlab.experiment.plan import Cell, Plan, RepeatSpec, load_plan
 from offlab.experiment.search import parse_pps, zero_loss_search
 from offlab.hosts import LOCAL, is_root
-from offlab.knobs import Change, Transaction, knob_for
+from offlab.knobs import Change, Terminated, Transaction, knob_for
 from offlab.knobs.lease import Lease, take
 from offlab.knobs.target import target_for
 from offlab.lab.model import LabState
-from offlab.measure import CaptureRequest, measure
+from offlab.experiment.measure import CaptureRequest, measure
 from offlab.lab.hold import Hold
 from offlab.metrics import metrics_of
 from offlab.state import FlockFile, me
@@ -119,7 +119,7 @@ class Runner:
             self._lease_machine_settings()
             self._rounds()
             return self.run_id
-        except (KeyboardInterrupt, Interrupted):
+        except (KeyboardInterrupt, Interrupted, Terminated):  # Terminated: SIGTERM inside a cell's transaction
             if self.run_id is not None:
                 self.store.set_run_status(self.run_id, "interrupted",
                                           f"interrupted; resume with `offlab run --resume {self.run_id}`")

@@ -208,6 +208,13 @@ class Host:
         return True
 
     @property
+    def settings_die_with_host(self) -> bool:
+        """True when a host that is gone took its settings with it (a namespace deleted, a guest
+        stopped), so a journal entry for it may be dropped; an SSH machine that does not answer
+        still has its settings, and its entries must wait for it."""
+        return True
+
+    @property
     def shares_kernel(self) -> bool:
         """True when the host runs on this machine's kernel (so /proc/stat and pids are ours)."""
         return True

@@ -73,7 +73,9 @@ class Entry:
     @property
     def where(self) -> str:
         d = self.data
-        host = d.get("role") or d.get("netns") or "machine"
+        ref = d.get("host") if isinstance(d.get("host"), dict) else {}
+        remote = ref.get("name") if ref.get("kind") not in (None, "local", "netns") else None
+        host = d.get("role") or d.get("netns") or (remote if isinstance(remote, str) else None) or "machine"
         if d.get("lab") and d.get("role"):
             host = f"{d['lab']}/{d['role']}"
         return f"{host}:{d['iface']}" if d.get("iface") else host

@@ -53,7 +53,8 @@ class Target:
 
     @property
     def where(self) -> str:
-        host = self.role or self.netns or "machine"
+        remote = self.host_ref.get("name") if self.host_ref and not self.is_machine and self.netns is None else None
+        host = self.role or self.netns or remote or "machine"
         return f"{host}:{self.iface}" if self.iface else host
 
     def exists(self) -> bool:

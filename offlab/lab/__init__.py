@@ -7,6 +7,7 @@ import os
 import shutil
 import signal
 import time
+from typing import Callable
 
 from offlab.errors import BadInput, EnvironmentProblem, NotRoot, OfflabError
 from offlab.hosts import LOCAL, is_root, require_tool
@@ -15,12 +16,13 @@ from offlab.lab.build import Builder, LabBuildFailed
 from offlab.lab.hold import hold, holders
 from offlab.lab.model import TOPOLOGIES, LabState
 from offlab.lab.ovs import alive, stop_daemon
-from offlab.lab.topologies import BUILDERS, VXLAN_OVERHEAD_V4
+from offlab.lab.topologies import BUILDERS
+from offlab.mtu.calc import VXLAN_OVERHEAD
 from offlab.names import MTU_MAX, check_lab_name, check_mtu
 from offlab.state import state_dir
 
-__all__ = ["up", "down", "down_all", "list_labs", "health", "removed", "hold", "holders", "LabState", "LabBuildFailed",
-           "LabInUse", "TOPOLOGIES"]
+__all__ = ["up", "down", "down_all", "on_down", "list_labs", "health", "removed", "hold", "holders", "LabState",
+           "LabBuildFailed", "LabInUse", "TOPOLOGIES"]
 
 
 class LabInUse(EnvironmentProblem):
@@ -41,12 +43,12 @@ def _check_request(topology: str, name: str, mtu: int, options: dict) -> None:
         under = options.get("underlay_mtu")
         if under is not None:
             check_mtu(under, "--underlay-mtu")
-            if mtu > under - VXLAN_OVERHEAD_V4:
-                raise BadInput(
-                    f"--mtu {mtu} does not fit the VXLAN underlay: at most underlay MTU {under} - 50 = {under - 50}"
-                )
-        elif mtu + VXLAN_OVERHEAD_V4 > MTU_MAX:
-            raise BadInput(f"--mtu {mtu} is too large for vxlan: the underlay needs {mtu} + 50 ≤ {MTU_MAX}")
+            if mtu > under - VXLAN_OVERHEAD[4]:
+                raise BadInput(f"--mtu {mtu} does not fit the VXLAN underlay: at most underlay MTU {under} - "
+                               f"{VXLAN_OVERHEAD[4]} = {under - VXLAN_OVERHEAD[4]}")
+        elif mtu + VXLAN_OVERHEAD[4] > MTU_MAX:
+            raise BadInput(f"--mtu {mtu} is too large for vxlan: the underlay needs {mtu} + {VXLAN_OVERHEAD[4]} "
+                           f"≤ {MTU_MAX}")
         for key, lo, hi in (("vni", 1, 2**24 - 1), ("port", 1, 65535)):
             val = options.get(key)
             if val is not None and not (isinstance(val, int) and lo <= val <= hi):
@@ -117,6 +119,8 @@ def _claim(lab: LabState) -> None:
 def _check_mtus(lab: LabState) -> None:
     """Every interface must have the MTU asked for; the kernel may have clamped one."""
     for role, entry in lab.hosts.items():
+        if entry.netns is None:
+            continue  # a guest or remote host: its topology checks its own links
         links = json.loads(LOCAL.run(["ip", "-n", entry.netns, "-d", "-j", "link", "show"]).stdout)
         for link in links:
             if link["ifname"] == "lo" or link.get("ifname") == "ovs-netdev":
@@ -131,6 +135,17 @@ def _check_mtus(lab: LabState) -> None:
 
 def _is_underlay(lab: LabState, role: str, ifname: str) -> bool:
     return lab.topology == "vxlan" and (role == "switch" or ifname == "u0")
+
+
+# Called by `down` with the namespaces it removed; each returns lines for its report. The layers
+# above register here (cli: the knobs journal forgets those namespaces' settings): lab imports no knobs.
+_ON_DOWN: list[Callable[[list[str]], list[str]]] = []
+
+
+def on_down(hook: Callable[[list[str]], list[str]]) -> None:
+    """Have `down` call `hook(namespaces)` after removing a lab's namespaces (once per hook)."""
+    if hook not in _ON_DOWN:
+        _ON_DOWN.append(hook)
 
 
 def down(name: str, *, force: bool = False) -> list[str]:
@@ -193,11 +208,8 @@ def down(name: str, *, force: bool = False) -> list[str]:
         removed.append(f"nothing of namespace {ns}: it belongs to {who}, not to this state directory")
     if lab is not None and lab.rundir:
         shutil.rmtree(lab.rundir, ignore_errors=True)
-    from offlab.knobs.journal import forget_namespaces  # here: knobs imports lab
-
-    dropped = forget_namespaces(ours)
-    if dropped:
-        removed.append(f"{len(dropped)} journalled setting(s) of its namespaces (they went with them)")
+    for hook in _ON_DOWN:
+        removed += hook(ours)
     path.unlink(missing_ok=True)
     return removed
 

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from offlab.errors import BadInput
-from offlab.hosts import NetnsHost
+from offlab.hosts import Host, NetnsHost, from_ref
 from offlab.names import check_lab_name
 from offlab.state import read_state_json, state_dir, write_json_atomic
 
@@ -24,10 +24,11 @@ class Interface:
 
 @dataclass
 class HostEntry:
-    netns: str
+    netns: str | None  # None for a host that is not a namespace of this machine (a guest, an SSH host)
     address: str | None = None  # the address the other end uses to reach this host
     address6: str | None = None
     interfaces: list[Interface] = field(default_factory=list)
+    ref: dict | None = None  # `Host.ref()` of a guest or SSH host; None for a namespace
 
     def iface(self, name: str) -> Interface | None:
         return next((i for i in self.interfaces if i.name == name), None)
@@ -89,6 +90,7 @@ class LabState:
                 address=h.get("address"),
                 address6=h.get("address6"),
                 interfaces=[Interface(**i) for i in h.get("interfaces", [])],
+                ref=h.get("ref"),
             )
             for role, h in d.get("hosts", {}).items()
         }
@@ -125,8 +127,11 @@ class LabState:
                            f"`{repair}` repairs it") from None
 
     # ---- lookups -----------------------------------------------------
-    def host(self, role: str) -> NetnsHost:
-        return NetnsHost(self.entry(role).netns)
+    def host(self, role: str) -> Host:
+        entry = self.entry(role)
+        if entry.ref is not None:
+            return from_ref(entry.ref)
+        return NetnsHost(entry.netns)  # type: ignore[arg-type]
 
     def entry(self, role: str) -> HostEntry:
         if role not in self.hosts:
@@ -166,9 +171,9 @@ class LabState:
         )
 
     @property
-    def client(self) -> NetnsHost:
+    def client(self) -> Host:
         return self.host("client")
 
     @property
-    def server(self) -> NetnsHost:
+    def server(self) -> Host:
         return self.host("server")

@@ -1,0 +1,438 @@
+"""A machine reached with the OpenSSH client: one ControlMaster per host, argv quoted exactly.
+
+The remote side always gets ONE command string, made only of `shlex.quote` of each argv
+element, so its shell splits it back into exactly that argv. The user's ssh config and
+known_hosts are respected (host keys are checked as OpenSSH checks them; offlab never turns
+that off); `BatchMode=yes` makes a missing key or an unknown host fail at once instead of
+prompting. An unreachable host is an `EnvironmentProblem` naming the host and ssh's own error.
+"""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Sequence
+
+from offlab.errors import BadInput, CommandFailed, CommandTimeout, EnvironmentProblem, ToolMissing
+from offlab.hosts.base import DEFAULT_TIMEOUT, TOOL_PACKAGES, Host, Result, register_kind, which
+from offlab.hosts.local import check_netns, netns_exists
+from offlab.hosts.process import RemoteProcess
+
+SSH_ERROR = 255  # ssh's own exit code for "could not connect / authenticate / lost the connection"
+CONTROL_PERSIST = 60  # seconds an idle master outlives its last client (bounds a leftover after kill -9)
+DEFAULT_CONNECT_TIMEOUT = 10
+
+TARGET_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:%-]{0,252}$")  # a host name or an IP literal
+NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:@%-]{0,200}$")  # an inventory name or user@target:port
+USER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}$")
+ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+# ssh options that take a value (ssh(1) SYNOPSIS); anything else in ssh_args must be a flag.
+_WITH_VALUE = set("BbcDEeFIiJLlmOopQRSWw")
+# What offlab decides itself: no prompt, its own control socket, one non-interactive session.
+_OWNED_FLAGS = set("fGMNnOSsTtVW")
+_OWNED_OPTIONS = {"batchmode", "controlmaster", "controlpath", "controlpersist", "requesttty", "sessiontype",
+                  "forkafterauthentication", "stdinnull", "remotecommand", "permitlocalcommand", "localcommand"}
+
+
+class HostUnreachable(EnvironmentProblem):
+    """ssh itself failed (rc 255): the host is down, unreachable, or refused the key or host key."""
+
+    def __init__(self, host: str, what: str, stderr: str) -> None:
+        lines = [l.strip() for l in stderr.strip().splitlines() if l.strip()]
+        detail = lines[-1] if lines else "no message from ssh"
+        self.detail = detail
+        super().__init__(f"ssh host {host}: {what} failed (ssh exit 255): {detail}")
+
+
+def check_ssh_args(args: Sequence[str], where: str = "ssh_args") -> list[str]:
+    """Extra ssh client options: only options and their values, never a destination or a command,
+    and none of those offlab itself decides (batch mode, the control socket, the session's shape)."""
+    out = list(args)
+    for a in out:
+        if not isinstance(a, str) or "\n" in a or "\0" in a:
+            raise BadInput(f"{where}: invalid argument {a!r}")
+    i = 0
+    while i < len(out):
+        a = out[i]
+        if not a.startswith("-") or a in ("-", "--") or a.startswith("--"):
+            raise BadInput(f"{where}: {a!r} is not an ssh option (only -o KEY=VALUE style options belong here)")
+        for j, c in enumerate(a[1:], start=1):  # getopt: -vT is -v -T; -oX=1 is -o X=1
+            if c in _OWNED_FLAGS:
+                raise BadInput(f"{where}: {a!r}: offlab sets -{c} itself")
+            if c in _WITH_VALUE:
+                value = a[j + 1:]
+                if not value:
+                    if i + 1 >= len(out):
+                        raise BadInput(f"{where}: option -{c} needs a value")
+                    i += 1
+                    value = out[i]
+                if c == "o":
+                    name = re.split(r"[=\s]", value.strip(), maxsplit=1)[0].lower()
+                    if name in _OWNED_OPTIONS:
+                        raise BadInput(f"{where}: -o {value}: offlab sets {name} itself")
+                break
+        i += 1
+    return out
+
+
+def remote_command(argv: Sequence[str]) -> str:
+    """The one string the remote shell splits back into exactly `argv`."""
+    return " ".join(shlex.quote(str(a)) for a in argv)
+
+
+class _ControlDir:
+    """This process's private directory of master sockets, removed at exit.
+
+    Per process, so one process closing its masters at exit never cuts another's; under the
+    state dir when its path is short enough for a unix socket (108 bytes), else under /tmp.
+    """
+
+    def __init__(self) -> None:
+        self.path: Path | None = None
+        self.pid = 0
+        self.lock = threading.Lock()
+
+    def get(self) -> Path:
+        with self.lock:
+            if self.path is None or self.pid != os.getpid():
+                from offlab.state import state_dir
+
+                base = state_dir() / "ssh"
+                # ssh binds "<path>.<16 random chars>" first: keep that under a socket's 108 bytes.
+                if len(str(base)) <= 50:
+                    base.mkdir(parents=True, exist_ok=True, mode=0o700)
+                    _sweep(base)
+                    path = Path(tempfile.mkdtemp(prefix=f"{os.getpid()}.", dir=base))
+                else:
+                    path = Path(tempfile.mkdtemp(prefix=f"offlab-ssh.{os.getpid()}."))
+                os.chmod(path, 0o700)
+                self.path, self.pid = path, os.getpid()
+            return self.path
+
+    def remove(self) -> None:
+        with self.lock:
+            if self.path is not None and self.pid == os.getpid():
+                shutil.rmtree(self.path, ignore_errors=True)
+                self.path = None
+
+
+def _sweep(base: Path) -> None:
+    """Remove the control directories of processes that died without closing (kill -9); their
+    masters, if any, exit by themselves after ControlPersist seconds idle."""
+    for d in base.iterdir():
+        pid = d.name.split(".", 1)[0]
+        if d.is_dir() and pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+            shutil.rmtree(d, ignore_errors=True)
+
+
+_CONTROL = _ControlDir()
+_OPEN: dict[str, "SshHost"] = {}  # master key → a host whose master this process started
+_OPEN_LOCK = threading.Lock()
+_KEY_LOCKS: dict[str, threading.Lock] = {}
+
+
+def _key_lock(key: str) -> threading.Lock:
+    """One lock per connection, shared by equal hosts, so two threads never race to open one master."""
+    with _OPEN_LOCK:
+        return _KEY_LOCKS.setdefault(key, threading.Lock())
+
+
+def close_all() -> None:
+    """Close every master this process opened (`ssh -O exit`); registered with atexit."""
+    with _OPEN_LOCK:
+        hosts = list(_OPEN.values())
+    for host in hosts:
+        host.close()
+    with _OPEN_LOCK:
+        empty = not _OPEN
+    if empty:
+        _CONTROL.remove()
+
+
+atexit.register(close_all)
+
+
+class SshHost(Host):
+    """A machine offlab reaches over ssh; everything above `hosts` uses it like any other Host."""
+
+    kind = "ssh"
+
+    def __init__(
+        self,
+        target: str,
+        *,
+        user: str | None = None,
+        port: int | None = None,
+        identity: str | None = None,
+        ssh_args: Sequence[str] = (),
+        become: bool = False,
+        config: str | None = None,
+        via_netns: str | None = None,
+        connect_timeout: int = DEFAULT_CONNECT_TIMEOUT,
+        name: str | None = None,
+    ) -> None:
+        if not isinstance(target, str) or not TARGET_RE.fullmatch(target):
+            raise BadInput(f"invalid ssh target {target!r}: a host name or an IP address")
+        if user is not None and (not isinstance(user, str) or not USER_RE.fullmatch(user)):
+            raise BadInput(f"invalid ssh user {user!r}")
+        if port is not None and (isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535):
+            raise BadInput(f"invalid ssh port {port!r}: 1..65535")
+        for what, path in (("identity file", identity), ("ssh config", config)):
+            if path is not None and (not isinstance(path, str) or not path or "\n" in path or "\0" in path):
+                raise BadInput(f"invalid {what} {path!r}")
+        if isinstance(connect_timeout, bool) or not isinstance(connect_timeout, int) or not 1 <= connect_timeout <= 600:
+            raise BadInput(f"invalid connect timeout {connect_timeout!r}: 1..600 seconds")
+        self.target = target
+        self.user = user
+        self.port = port
+        self.identity = identity
+        self.ssh_args = check_ssh_args(list(ssh_args))
+        self.become = bool(become)
+        self.config = config
+        self.via_netns = check_netns(via_netns) if via_netns is not None else None
+        self.connect_timeout = connect_timeout
+        self.name = name or (f"{user}@{target}" if user else target) + (f":{port}" if port else "")
+        if not NAME_RE.fullmatch(self.name):
+            raise BadInput(f"invalid host name {name!r}")
+
+    # ---- the ssh command line ---------------------------------------------
+    @property
+    def _key(self) -> str:
+        """One master per distinct connection (what ssh's %C hashes, plus our own options)."""
+        r = self.ref()
+        r.pop("name", None)
+        r.pop("become", None)
+        return hashlib.sha1(json.dumps(r, sort_keys=True).encode()).hexdigest()[:16]
+
+    def _control_path(self) -> Path:
+        return _CONTROL.get() / f"cm-{self._key}"
+
+    def _base(self, *, master: bool = False) -> list[str]:
+        argv = ["ssh"]
+        if self.config is not None:
+            argv += ["-F", self.config]
+        # First value wins in ssh: ours come before the user's, so BatchMode and the control
+        # socket cannot be overridden, while host-key options are left entirely to the user.
+        argv += ["-o", "BatchMode=yes", "-o", f"ConnectTimeout={self.connect_timeout}",
+                 "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3",
+                 "-o", f"ControlPath={self._control_path()}"]
+        if master:
+            argv += ["-o", "ControlMaster=yes", "-o", f"ControlPersist={CONTROL_PERSIST}"]
+        else:
+            argv += ["-o", "ControlMaster=no"]
+        if self.identity is not None:
+            argv += ["-i", os.path.expanduser(self.identity)]
+        if self.port is not None:
+            argv += ["-p", str(self.port)]
+        if self.user is not None:
+            argv += ["-l", self.user]
+        return argv + self.ssh_args
+
+    def _local(self, argv: list[str], *, netns: bool = True) -> list[str]:
+        """The local argv: ssh, in `via_netns` when the client must run inside a namespace.
+
+        Control commands (-O check/exit) need no namespace: the master's socket is a file.
+        """
+        full = ["ip", "netns", "exec", self.via_netns, *argv] if self.via_netns and netns else argv
+        exe = which(full[0])
+        if exe is None:
+            raise ToolMissing(full[0], TOOL_PACKAGES.get(full[0]))
+        return [exe, *full[1:]]
+
+    def _remote_argv(self, argv: Sequence[str], env: dict[str, str] | None) -> list[str]:
+        argv = [str(a) for a in argv]
+        if not argv:
+            raise BadInput("empty command")
+        if env:
+            bad = [k for k in env if not ENV_RE.fullmatch(k)]
+            if bad:
+                raise BadInput(f"invalid environment variable name {bad[0]!r}")
+            argv = ["env", *(f"{k}={v}" for k, v in env.items()), *argv]
+        if self.become:
+            argv = ["sudo", "-n", "--", *argv]
+        return argv
+
+    # ---- the master connection ---------------------------------------------
+    def connect(self) -> None:
+        """Open (or check) this process's master connection; HostUnreachable if ssh cannot."""
+        sock = self._control_path()
+        if self._key in _OPEN and sock.exists():
+            return  # ours and there; if it died meanwhile, ssh falls back to a direct connection
+        with _key_lock(self._key):
+            if sock.exists() and self._check_master():
+                with _OPEN_LOCK:
+                    _OPEN[self._key] = self
+                return
+            sock.unlink(missing_ok=True)
+            if self.via_netns is not None and not netns_exists(self.via_netns):
+                raise EnvironmentProblem(f"ssh host {self.name}: network namespace {self.via_netns!r} is gone")
+            # -N -f: authenticate, then the master goes to the background and this call returns.
+            # Its output goes to a file, not a pipe: the detached master keeps its fds, and a
+            # pipe it holds would make this call wait for it.
+            log = sock.with_name(sock.name + ".log")
+            argv = self._local([*self._base(master=True), "-N", "-f", "--", self.target])
+            with open(log, "w+b") as err:
+                try:
+                    proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                          stderr=err, timeout=self.connect_timeout + 15)
+                    rc = proc.returncode
+                except subprocess.TimeoutExpired:
+                    rc = None
+                err.seek(0)
+                text = err.read().decode(errors="replace")
+            log.unlink(missing_ok=True)
+            if rc is None:
+                raise EnvironmentProblem(f"ssh host {self.name}: connecting did not finish within "
+                                         f"{self.connect_timeout + 15} s")
+            if rc != 0 or not sock.exists():
+                raise HostUnreachable(self.name, "connecting", text or f"exit code {rc}")
+            with _OPEN_LOCK:
+                _OPEN[self._key] = self
+
+    def _check_master(self) -> bool:
+        argv = self._local([*self._base(), "-O", "check", "--", self.target], netns=False)
+        try:
+            return subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=10).returncode == 0
+        except subprocess.TimeoutExpired:
+            return False
+
+    def close(self) -> None:
+        """Close this host's master (`ssh -O exit`); the next command opens a new one."""
+        with _key_lock(self._key):
+            sock = self._control_path()
+            if sock.exists():
+                argv = self._local([*self._base(), "-O", "exit", "--", self.target], netns=False)
+                try:
+                    subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=10)
+                except subprocess.TimeoutExpired:
+                    pass
+                sock.unlink(missing_ok=True)
+            with _OPEN_LOCK:
+                _OPEN.pop(self._key, None)
+
+    # ---- commands -----------------------------------------------------------
+    def _exec(self, argv: Sequence[str], *, timeout: float, input: bytes | None,
+              env: dict[str, str] | None) -> tuple[list[str], int, bytes, bytes, float]:
+        remote = self._remote_argv(argv, env)
+        self.connect()
+        local = self._local([*self._base(), "-T", "--", self.target, remote_command(remote)])
+        start = time.monotonic()
+        try:
+            proc = subprocess.run(local, input=input, stdin=None if input is not None else subprocess.DEVNULL,
+                                  capture_output=True, timeout=timeout)
+        except subprocess.TimeoutExpired as exc:
+            raise CommandTimeout([str(a) for a in argv], timeout, self.name) from exc
+        duration = time.monotonic() - start
+        if proc.returncode == SSH_ERROR:
+            stderr = proc.stderr.decode(errors="replace")
+            # 255 is also a possible exit code of the remote command; the master tells them apart.
+            if not self._check_master():
+                with _OPEN_LOCK:
+                    _OPEN.pop(self._key, None)
+                raise HostUnreachable(self.name, f"running {argv[0]}", stderr)
+        return remote, proc.returncode, proc.stdout, proc.stderr, duration
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        check: bool = True,
+        input: str | None = None,
+        env: dict[str, str] | None = None,
+    ) -> Result:
+        argv = [str(a) for a in argv]
+        data = input.encode() if isinstance(input, str) else input
+        _, rc, out, err, duration = self._exec(argv, timeout=timeout, input=data, env=env)
+        result = Result(argv, rc, out.decode(errors="replace"), err.decode(errors="replace"), duration)
+        if check and rc != 0:
+            raise CommandFailed(argv, rc, result.stderr, self.name)
+        return result
+
+    def spawn(self, argv: Sequence[str], **popen_kwargs) -> RemoteProcess:
+        """A detached process on the host; its output goes to files there (`popen_kwargs` are ignored)."""
+        return RemoteProcess(self, argv, text=popen_kwargs.get("text", True))
+
+    def interactive(self, argv: Sequence[str]) -> int:
+        remote = self._remote_argv(argv, None)
+        self.connect()
+        tty = ["-t"] if sys.stdin.isatty() else ["-T"]
+        try:
+            return subprocess.call(self._local([*self._base(), *tty, "--", self.target, remote_command(remote)]))
+        except KeyboardInterrupt:
+            return 130
+
+    # ---- files ------------------------------------------------------------------
+    def read_bytes(self, path: str | Path) -> bytes:
+        _, rc, out, err, _ = self._exec(["cat", "--", str(path)], timeout=60, input=None, env=None)
+        if rc != 0:
+            raise CommandFailed(["cat", str(path)], rc, err.decode(errors="replace"), self.name)
+        return out
+
+    def read(self, path: str | Path) -> str:
+        return self.read_bytes(path).decode(errors="replace")
+
+    def write(self, path: str | Path, text: str | bytes) -> None:
+        """Write a file on the host exactly (bytes as given, text as UTF-8)."""
+        data = text.encode() if isinstance(text, str) else bytes(text)
+        # A constant script; the path arrives as $1, so no part of it is ever parsed by a shell.
+        argv = ["sh", "-c", 'cat >"$1"', "sh", str(path)]
+        _, rc, _, err, _ = self._exec(argv, timeout=max(60.0, len(data) / 1e6), input=data, env=None)
+        if rc != 0:
+            raise CommandFailed(argv, rc, err.decode(errors="replace"), self.name)
+
+    def exists(self, path: str | Path) -> bool:
+        return self.run(["test", "-e", str(path)], check=False, timeout=15).rc == 0
+
+    # ---- identity -----------------------------------------------------------------
+    def ref(self) -> dict:
+        return {"kind": self.kind, "name": self.name, "target": self.target, "user": self.user,
+                "port": self.port, "identity": self.identity, "ssh_args": list(self.ssh_args),
+                "become": self.become, "config": self.config, "via_netns": self.via_netns,
+                "connect_timeout": self.connect_timeout}
+
+    def alive(self) -> bool:
+        try:
+            return self.run(["true"], check=False, timeout=self.connect_timeout + 5).ok
+        except EnvironmentProblem:
+            return False
+
+    @property
+    def shares_kernel(self) -> bool:
+        return False
+
+    @property
+    def settings_die_with_host(self) -> bool:
+        return False  # unreachable is not gone: a restore must wait for the machine, not forget it
+
+    def __repr__(self) -> str:
+        return f"<SshHost {self.name}>"
+
+
+def _from_ref(ref: dict) -> SshHost:
+    known = {"kind", "name", "target", "user", "port", "identity", "ssh_args", "become", "config",
+             "via_netns", "connect_timeout"}
+    extra = set(ref) - known
+    if extra:
+        raise BadInput(f"unknown field(s) {sorted(extra)} in an ssh host reference")
+    ssh_args = ref.get("ssh_args") or []
+    if not isinstance(ssh_args, list):
+        raise BadInput("invalid ssh_args in an ssh host reference")
+    return SshHost(ref.get("target"), user=ref.get("user"), port=ref.get("port"), identity=ref.get("identity"),
+                   ssh_args=ssh_args, become=bool(ref.get("become")), config=ref.get("config"),
+                   via_netns=ref.get("via_netns"), name=ref.get("name"),
+                   connect_timeout=ref.get("connect_timeout", DEFAULT_CONNECT_TIMEOUT))
+
+
+register_kind("ssh", _from_ref)
