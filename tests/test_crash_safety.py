@@ -208,7 +208,7 @@ def test_a_failed_run_stores_why(tmp_path, state_dir, clean_machine, monkeypatch
         raise EnvironmentProblem("offlab-engine vanished (test)")
 
     monkeypatch.setattr(runner_mod, "measure", broken)
-    plan = load_plan("name: f\ntopology: {kind: veth}\nworkload: {tool: engine, duration: 1, warmup: 0.2}\n"
+    plan = load_plan("name: f\ntopology: {kind: veth}\nworkload: {tool: engine, protocol: udp, duration: 1, warmup: 0.2}\n"
                      "repeat: {min: 1, max: 1}\n", "f.yaml")
     store = Store.open(tmp_path / "f.db")
     with pytest.raises(EnvironmentProblem):
