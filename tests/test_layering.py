@@ -22,6 +22,8 @@ PARTS = {
     "offlab.stats": "common",  # pure statistics
     "offlab.metrics": "common",  # what a sample measures, by name
     "offlab.hosts": "hosts",
+    "offlab.inventory": "inventory",  # inventories (offlab's YAML, Ansible's) → SSH hosts and test interfaces
+    "offlab.hostcheck": "doctor",  # `hosts check`: an audit of inventory hosts
     "offlab.netdev": "netdev",  # the one parser of ip/ethtool/softnet, the one ovs-vsctl
     "offlab.mtu": "mtu",  # MTU arithmetic (the VXLAN overhead) and the path MTU probe
     "offlab.vm": "vm",
@@ -38,22 +40,23 @@ PARTS = {
 }
 
 _LOW = {"base", "common"}
-# Part → the other parts it may import. `hosts` gets errors/names (and __version__) only.
+# Part → the other parts it may import. `hosts` gets errors/names and the state directory only.
 ALLOWED: dict[str, set[str]] = {
     "base": set(),
     "common": {"base"},
-    "hosts": {"base"},
+    "hosts": {"base", "common"},  # common: where offlab keeps its files (SSH control sockets)
+    "inventory": {"hosts", *_LOW},
     "netdev": {"hosts", "base"},
     "mtu": {"hosts", *_LOW},
     "vm": {"hosts", "netdev", *_LOW},
-    "lab": {"vm", "hosts", "netdev", "mtu", *_LOW},
+    "lab": {"vm", "hosts", "inventory", "netdev", "mtu", *_LOW},
     "knobs": {"hosts", "netdev", "mtu", *_LOW},
     "traffic": {"hosts", "netdev", *_LOW},
     "probes": {"hosts", "netdev", *_LOW},
-    "doctor": {"hosts", "netdev", "mtu", *_LOW},
+    "doctor": {"hosts", "inventory", "netdev", "mtu", *_LOW},
     "store": {*_LOW},
     "report": {"store", *_LOW},
-    "experiment": {"lab", "vm", "knobs", "traffic", "probes", "netdev", "mtu", "hosts", "store", *_LOW},
+    "experiment": {"lab", "vm", "inventory", "knobs", "traffic", "probes", "netdev", "mtu", "hosts", "store", *_LOW},
     "cli": set(PARTS.values()),
 }
 
