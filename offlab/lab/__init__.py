@@ -31,6 +31,7 @@ class LabInUse(EnvironmentProblem):
 
 TOOLS_BY_TOPOLOGY = {
     "ovs": ("ovsdb-server", "ovs-vswitchd", "ovs-vsctl", "ovsdb-tool"),
+    "vm": ("qemu-system-x86_64",),
 }
 
 
@@ -120,8 +121,8 @@ def _check_mtus(lab: LabState) -> None:
     """Every interface must have the MTU asked for; the kernel may have clamped one."""
     for role, entry in lab.hosts.items():
         if entry.netns is None:
-            continue  # a guest or remote host: its topology checks its own links
-        links = json.loads(LOCAL.run(["ip", "-n", entry.netns, "-d", "-j", "link", "show"]).stdout)
+            continue  # an SSH host: a lab over existing machines sets no MTU of its own
+        links = json.loads(lab.host(role).run(["ip", "-d", "-j", "link", "show"]).stdout)
         for link in links:
             if link["ifname"] == "lo" or link.get("ifname") == "ovs-netdev":
                 continue
