@@ -202,9 +202,7 @@ def down(name: str, *, force: bool = False) -> list[str]:
     for ns in ours:
         _kill_processes_in(ns)
     for ns in ours:
-        # Not ok but gone: a run whose lab this was removed it at the same moment; gone all the same.
-        if LOCAL.run(["ip", "netns", "del", ns], check=False).ok or owner.inode(ns) is None:
-            removed.append(f"namespace {ns}")
+        removed.append(_delete_namespace(ns))
     for ns, who in foreign.items():
         removed.append(f"nothing of namespace {ns}: it belongs to {who}, not to this state directory")
     if lab is not None and lab.rundir:
@@ -213,6 +211,19 @@ def down(name: str, *, force: bool = False) -> list[str]:
         removed += hook(ours)
     path.unlink(missing_ok=True)
     return removed
+
+
+def _delete_namespace(ns: str) -> str:
+    """`ip netns del`, retried: a process that was just killed can keep the namespace busy briefly."""
+    err = ""
+    for _ in range(10):
+        res = LOCAL.run(["ip", "netns", "del", ns], check=False)
+        # Not ok but gone: a run whose lab this was removed it at the same moment; gone all the same.
+        if res.ok or owner.inode(ns) is None:
+            return f"namespace {ns}"
+        err = res.stderr.strip()
+        time.sleep(0.1)
+    raise EnvironmentProblem(f"could not remove namespace {ns}: {err}; run `offlab lab down` again")
 
 
 def down_all(*, force: bool = False) -> list[str]:

@@ -12,6 +12,8 @@ from offlab.names import check_lab_name
 from offlab.state import read_state_json, state_dir, write_json_atomic
 
 TOPOLOGIES = ("veth", "bridge", "vxlan", "router", "ovs", "vm")
+# The kinds of interface that join a host to a neighbour: with one of them a host needs no interface named.
+UPLINK_KINDS = ("veth", "virtio-net", "tap")
 
 
 @dataclass
@@ -153,7 +155,7 @@ class LabState:
         """
         entry = self.entry(role)
         if ref is None:
-            veths = [i for i in entry.interfaces if i.kind == "veth"]
+            veths = [i for i in entry.interfaces if i.kind in UPLINK_KINDS]
             if len(veths) == 1:
                 return veths[0].name
             names = ", ".join(i.name for i in entry.interfaces)
