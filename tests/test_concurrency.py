@@ -192,3 +192,57 @@ def test_lab_down_during_offlab_measure_is_refused_and_force_ends_it_in_one_line
             proc.communicate()
     assert proc.returncode in (2, 3), err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+
+
+MACHINE_PLAN = textwrap.dedent(f"""\
+    name: machine-test
+    topology: {{kind: veth}}
+    axes:
+      cost:
+        raised: {{settings: {{machine: {{{SYSCTL}: VALUE}}}}}}
+    workload: {{tool: engine, protocol: udp, size: 1000, duration: 1, warmup: 0.2}}
+    repeat: {{min: 20, max: 20, level: 95, width: 50}}
+    seed: 5
+    """)
+
+
+def test_two_runs_on_one_machine_sysctl_the_second_fails_naming_the_first_and_samples_record_it(
+        tmp_path, state_dir, clean_machine, monkeypatch):
+    from offlab.experiment.plan import load_plan
+
+    original = Path(SYSCTL_PATH).read_text().strip()
+    first_value = str(int(original) + 2)
+    plan = tmp_path / "m.yaml"
+    plan.write_text(MACHINE_PLAN.replace("VALUE", first_value))
+    db = tmp_path / "m.db"
+    env = {**os.environ, "OFFLAB_STATE_DIR": str(state_dir)}
+    proc = subprocess.Popen([sys.executable, "-m", "offlab", "run", str(plan), "--db", str(db)], cwd=REPO,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    store = Store.open(db)
+    try:
+        deadline = time.monotonic() + 60
+        while not (store.list_runs() and len(store.samples(store.list_runs()[0]["id"])) >= 2):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1]
+            time.sleep(0.1)
+        first = store.list_runs()[0]["id"]
+        # A second run, from another state directory and database, wants the same sysctl.
+        other = tmp_path / "other-state"
+        monkeypatch.setenv("OFFLAB_STATE_DIR", str(other))
+        monkeypatch.setenv("OFFLAB_LEASE_WAIT", "1.5")
+        monkeypatch.setenv("OFFLAB_LAB_PREFIX", os.environ["OFFLAB_LAB_PREFIX"] + "b")  # its own lab names
+        second_store = Store.open(tmp_path / "second.db")
+        second = Runner(load_plan(MACHINE_PLAN.replace("VALUE", str(int(original) + 3)), "m2.yaml"), second_store)
+        with pytest.raises(EnvironmentProblem, match=f"held by pid {proc.pid} \\(run {first} \\(machine-test\\), "
+                                                     f"state dir {state_dir.resolve()}\\)"):
+            second.run()
+        run2 = second_store.list_runs()[0]
+        assert run2["status"] == "failed" and f"held by pid {proc.pid}" in run2["note"]
+        assert second_store.samples(run2["id"]) == []
+        assert Path(SYSCTL_PATH).read_text().strip() in (first_value, original)  # never the second's value
+    finally:
+        monkeypatch.setenv("OFFLAB_STATE_DIR", str(state_dir))
+        _stop(proc)
+    samples = store.samples(first)
+    assert samples and all(s["sample"]["in_force"] == [{"where": "machine", "key": SYSCTL, "value": first_value,
+                                                        "machine_wide": True}] for s in samples)
+    assert Path(SYSCTL_PATH).read_text().strip() == original

@@ -178,6 +178,9 @@ def test_lab_list_shows_a_lab_whose_namespace_vanished_as_broken_with_the_fix(la
     assert row["fix"] == f"offlab lab down {lab_name}"
     text = offlab_cli("lab", "list", env={"OFFLAB_STATE_DIR": str(state_dir)}).stdout
     assert f"{lab_name}: broken — namespace ol-{lab_name}-server is gone; fix: offlab lab down {lab_name}" in text
+    res = offlab_cli("lab", "show", lab_name, env={"OFFLAB_STATE_DIR": str(state_dir)})
+    assert res.returncode == 3
+    assert f"is broken: namespace ol-{lab_name}-server is gone; `offlab lab down {lab_name}`" in one_line(res)
     labs.down(lab_name)
     assert not set(lab.namespaces) & netns_names()
 
@@ -205,7 +208,7 @@ def test_a_failed_run_stores_why(tmp_path, state_dir, clean_machine, monkeypatch
         raise EnvironmentProblem("offlab-engine vanished (test)")
 
     monkeypatch.setattr(runner_mod, "measure", broken)
-    plan = load_plan("name: f\ntopology: {kind: veth}\nworkload: {tool: engine, duration: 1, warmup: 0.2}\n"
+    plan = load_plan("name: f\ntopology: {kind: veth}\nworkload: {tool: engine, protocol: udp, duration: 1, warmup: 0.2}\n"
                      "repeat: {min: 1, max: 1}\n", "f.yaml")
     store = Store.open(tmp_path / "f.db")
     with pytest.raises(EnvironmentProblem):

@@ -68,7 +68,7 @@ def test_read_only_commands_work_for_a_non_root_user(shared_dir):
 
 def test_commands_that_change_the_machine_say_they_need_root(shared_dir):
     plan = shared_dir / "p.yaml"
-    plan.write_text("name: p\ntopology: {kind: veth}\nworkload: {tool: engine}\n")
+    plan.write_text("name: p\ntopology: {kind: veth}\nworkload: {tool: iperf3}\n")
     env = {"OFFLAB_DB": str(shared_dir / "none.db"), "OFFLAB_STATE_DIR": str(shared_dir / "state")}
     for args in (["run", str(plan)], ["run", "--resume", "1"], ["suite", "run", "quick"], ["restore"],
                  ["lab", "up", "veth", "--name", "nr"], ["lab", "set", "nr", "client", "-", "gro=off"]):

@@ -87,3 +87,23 @@ def test_lab_state_records_owner_and_namespace_inodes(lab_name, state_dir, clean
         assert all(saved["netns_inodes"][ns] == owner.inode(ns) for ns in lab.namespaces)
     finally:
         labs.down(lab_name)
+
+
+def test_a_recorded_daemon_pid_running_outside_the_labs_namespace_is_not_stopped(lab_name, state_dir, clean_machine):
+    import subprocess
+
+    from offlab.hosts import LOCAL
+    from offlab.lab.model import Daemon
+
+    lab = labs.up("veth", lab_name)
+    # A process of the same name and pid as the record, in the machine's namespace: not the lab's daemon.
+    other = LOCAL.spawn(["sleep", "60"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        lab.daemons.append(Daemon(name="sleep", pid=other.pid, netns=lab.hosts["client"].netns))
+        lab.save()
+        removed = labs.down(lab_name)
+        assert f"namespace ol-{lab_name}-client" in removed
+        assert other.poll() is None, "a process outside the lab's namespace was stopped"
+    finally:
+        other.kill()
+        other.wait()

@@ -116,7 +116,11 @@ def list_cmd(as_json: bool = typer.Option(False, "--json")) -> None:
 @app.command("show")
 def show_cmd(name: str, as_json: bool = typer.Option(False, "--json")) -> None:
     """Hosts, interfaces, addresses, MTUs and the offload state of a lab."""
-    _print_lab(labs.LabState.load(name), as_json)
+    lab = labs.LabState.load(name)
+    why = labs.health(lab)
+    if why:
+        raise EnvironmentProblem(f"lab {name} is broken: {why}; `offlab lab down {name}` removes what is left")
+    _print_lab(lab, as_json)
 
 
 @app.command("set")

@@ -23,7 +23,9 @@ from offlab.experiment.env import environment
 from offlab.experiment.plan import Cell, Plan, RepeatSpec, load_plan
 from offlab.experiment.search import parse_pps, zero_loss_search
 from offlab.hosts import LOCAL, is_root
-from offlab.knobs import Change, Terminated, Transaction
+from offlab.knobs import Change, Terminated, Transaction, knob_for
+from offlab.knobs.lease import Lease, take
+from offlab.knobs.target import target_for
 from offlab.lab.model import LabState
 from offlab.experiment.measure import CaptureRequest, measure
 from offlab.lab.hold import Hold
@@ -87,6 +89,7 @@ class Runner:
         self.cells: list[CellState] = []
         self.lock: FlockFile | None = None
         self.holds: list[Hold] = []
+        self.leases: list[Lease] = []
 
     # ---- entry points -------------------------------------------------
     @classmethod
@@ -113,6 +116,7 @@ class Runner:
         try:
             self._build_labs()
             self._open_run()
+            self._lease_machine_settings()
             self._rounds()
             return self.run_id
         except (KeyboardInterrupt, Interrupted, Terminated):  # Terminated: SIGTERM inside a cell's transaction
@@ -133,6 +137,8 @@ class Runner:
             raise
         finally:
             signal.signal(signal.SIGTERM, previous)
+            for lease in self.leases:
+                lease.release()
             for h in self.holds:
                 h.release()
             for lab in self.labs.values():
@@ -162,6 +168,14 @@ class Runner:
                                      options=options)
             # Held for the whole run: `lab down` in this state dir refuses it (naming us) unless --force.
             self.holds.append(Hold(self.labs[key].name, self._what()))
+
+    def _lease_machine_settings(self) -> None:
+        """Hold every machine-wide setting the plan changes for the whole run, not only per sample:
+        another run must not change it between two of our samples, nor we between two of its."""
+        keys = sorted({k for c in self.plan.cells for t, k, _ in c.changes if t.partition(":")[0] == "machine"})
+        for key in keys:
+            knob = knob_for(target_for(LOCAL, None, needs_iface=False), key)
+            self.leases.append(take(knob, f"run {self.run_id} ({self.plan.name})"))
 
     def _what(self) -> str:
         return f"run {self.run_id}" if self.run_id is not None else "an offlab run (starting)"

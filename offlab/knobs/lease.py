@@ -47,13 +47,31 @@ def lease_name(knob: Knob) -> str:
     return re.sub(r"[^A-Za-z0-9_.@-]", "_", name)[:200] + ".lease"
 
 
+# Leases this process holds, by file name: a run holds its machine settings for the whole run and
+# each sample's transaction takes them again, re-entrantly, without waiting on itself.
+_HELD: dict[str, "Lease"] = {}
+
+
+def take(knob: Knob, label: str) -> "Lease":
+    """The lease of `knob`'s setting for this process: the one already held, or a new one (may wait)."""
+    name = lease_name(knob)
+    lease = _HELD.get(name)
+    if lease is None:
+        lease = Lease(knob, label).acquire()
+        _HELD[name] = lease
+    lease.count += 1
+    return lease
+
+
 class Lease:
-    """The lease of one machine-wide setting, held by this process's transaction."""
+    """The lease of one machine-wide setting, held by this process (see `take`)."""
 
     def __init__(self, knob: Knob, label: str) -> None:
         self.knob = knob
-        self.file = FlockFile(lease_dir() / lease_name(knob))
+        self.name = lease_name(knob)
+        self.file = FlockFile(lease_dir() / self.name)
         self.info = {**me(), "label": label, "state_dir": str(state_dir().resolve()), "setting": knob.label}
+        self.count = 0
 
     def acquire(self) -> "Lease":
         wait = wait_s()
@@ -79,7 +97,12 @@ class Lease:
         self.file.write(self.info)
 
     def release(self) -> None:
-        """Give the setting back; if it could not be restored, the file keeps naming the journal."""
+        """Drop one hold; the last gives the setting back (if it could not be restored, the file
+        keeps naming the journal entry that can)."""
+        self.count -= 1
+        if self.count > 0:
+            return
+        _HELD.pop(self.name, None)
         self.file.release(keep=self.info if _unrestored(self.info) else None)
 
 

@@ -22,7 +22,7 @@ from offlab.errors import BadInput, CommandFailed, EnvironmentProblem
 from offlab.hosts import Host
 from offlab.knobs.base import Knob, Plan, failure_text
 from offlab.knobs.journal import Entry, Journal, dir_lock, mark, remove_if_done
-from offlab.knobs.lease import Lease
+from offlab.knobs.lease import Lease, take
 from offlab.knobs.registry import knob_class, knob_for
 from offlab.knobs.restore import Report, restore_entries
 from offlab.knobs.target import target_for
@@ -185,8 +185,9 @@ class Transaction:
         if knob.target.is_machine:
             # Leased before the original is read: another run's value must never pass for the original.
             key = knob.label
-            lease = self.leases.get(key) or Lease(knob, self.label).acquire()
-            self.leases[key] = lease
+            if key not in self.leases:
+                self.leases[key] = take(knob, self.label)
+            lease = self.leases[key]
         before = knob.snapshot()
         original = knob.show(before)
         out = Outcome(change, original, value, original, True, where=knob.target.where)

@@ -197,7 +197,7 @@ def down(name: str, *, force: bool = False) -> list[str]:
     if lab is not None:
         for d in reversed(lab.daemons):
             if d.netns is None or d.netns in ours:
-                stop_daemon(d)
+                stop_daemon(d, netns_inode=owner.inode(d.netns) if d.netns else None)
                 removed.append(f"{d.name} (pid {d.pid})")
     for ns in ours:
         _kill_processes_in(ns)

@@ -106,8 +106,9 @@ def _start_time(pid: int) -> int | None:
     return int(stat[stat.rindex(")") + 2:].split()[19])
 
 
-def stop_daemon(d: Daemon, timeout: float = 5.0) -> None:
-    """Stop one daemon by pid, but only if that pid is still the daemon we started."""
+def stop_daemon(d: Daemon, timeout: float = 5.0, *, netns_inode: int | None = None) -> None:
+    """Stop one daemon by pid, but only if that pid is still the daemon we started (and, given
+    `netns_inode`, still runs in the lab's own namespace: its owner mark, see lab/owner.py)."""
     try:
         comm = Path(f"/proc/{d.pid}/comm").read_text().strip()
     except OSError:
@@ -116,6 +117,12 @@ def stop_daemon(d: Daemon, timeout: float = 5.0) -> None:
         return  # the pid was reused by something that is not ours
     if d.start_time is not None and _start_time(d.pid) != d.start_time:
         return
+    if netns_inode is not None:
+        try:
+            if os.stat(f"/proc/{d.pid}/ns/net").st_ino != netns_inode:
+                return  # same name, another namespace: not the daemon of this lab
+        except OSError:
+            return
     try:
         os.kill(d.pid, signal.SIGTERM)
     except ProcessLookupError:
