@@ -73,7 +73,7 @@ def journalled_changes(lab: LabState) -> list[dict]:
     """Settings changed in this lab's namespaces and not yet restored (`lab set`, running experiments)."""
     from offlab.knobs import list_pending
 
-    role_of = {e.netns: role for role, e in lab.hosts.items()}
+    role_of = {e.netns: role for role, e in lab.hosts.items() if not e.guest}  # a guest's netns is its QEMU's
     return [{"host": role_of.get(e.data.get("netns"), e.data.get("netns")), "iface": e.data.get("iface"),
              "key": e.data.get("key"), "value": e.data.get("value"), "original": e.data.get("original_text"),
              "journal": e.journal.name, "held_by": e.held_by}

@@ -140,7 +140,7 @@ class LabState:
         """
         entry = self.entry(role)
         if ref is None:
-            veths = [i for i in entry.interfaces if i.kind == "veth"]
+            veths = [i for i in entry.interfaces if i.kind in ("veth", "virtio-net")]
             if len(veths) == 1:
                 return veths[0].name
             names = ", ".join(i.name for i in entry.interfaces)
