@@ -261,6 +261,7 @@ def test_a_guest_that_does_not_boot_in_time_is_exit_3_with_its_console_tail_and_
 
 
 def test_stopping_the_guest_leaves_no_qemu_socket_or_namespace(image, tmp_path):
+    from offlab.errors import EnvironmentProblem
     from offlab.hosts import LOCAL, NetnsHost
     from offlab.hosts.guest import process_start_time
     from offlab.vm import qemu
@@ -276,6 +277,9 @@ def test_stopping_the_guest_leaves_no_qemu_socket_or_namespace(image, tmp_path):
         assert time.monotonic() - start < 5  # powered off through the agent, not by SIGKILL
         assert process_start_time(guest.pid) is None and not host.alive()
         assert not Path(guest.socket).exists()
+        with pytest.raises(EnvironmentProblem, match="is not running.*console: .*Power down") as exc:
+            host.run(["true"])  # a guest that died: exit 3 with the tail of its console
+        assert exc.value.exit_code == 3
     finally:
         LOCAL.run(["ip", "netns", "del", ns], check=False)
     assert ns not in netns_names()
