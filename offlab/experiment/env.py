@@ -50,7 +50,7 @@ def environment(plan, labs: list[LabState]) -> dict:
         "versions": versions,
         "sysctls": sysctls,
         "plan_text": plan.text,
-        "labs": [{**describe(lab), "changes": pending_changes({e.netns: r for r, e in lab.hosts.items() if e.netns})}
+        "labs": [{**describe(lab), "changes": pending_changes({e.netns: r for r, e in lab.hosts.items() if e.netns and not e.guest})}
                  for lab in labs],
     }
 

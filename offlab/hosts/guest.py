@@ -275,8 +275,8 @@ class GuestHost(Host):
 
     # ---- identity -------------------------------------------------------
     def ref(self) -> dict:
-        return {"kind": self.kind, "socket": self.socket, "pid": self.pid, "start_time": self.start_time,
-                "lab": self.lab, "role": self.role, "console": self.console}
+        return {"kind": self.kind, "name": self.name, "socket": self.socket, "pid": self.pid,
+                "start_time": self.start_time, "lab": self.lab, "role": self.role, "console": self.console}
 
     def alive(self) -> bool:
         return process_start_time(self.pid) == self.start_time and os.path.exists(self.socket)

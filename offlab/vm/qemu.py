@@ -283,12 +283,14 @@ def stop(pid: int, start_time: int, socket: str | None, grace: float = 5.0) -> b
         if socket:
             Path(socket).unlink(missing_ok=True)
         return False
+    steps: list[tuple[int | None, float]] = [(signal.SIGTERM, 3.0), (signal.SIGKILL, 5.0)]
     if socket and os.path.exists(socket):
+        steps.insert(0, (None, grace))  # first give the poweroff below its time
         try:
             GuestHost(socket, pid, start_time).run(["poweroff", "-f"], timeout=2, check=False)
         except (CommandTimeout, EnvironmentProblem):
             pass  # it powered off mid-answer, or the agent is gone: the signals below still work
-    for sig, wait in ((None, grace), (signal.SIGTERM, 3.0), (signal.SIGKILL, 5.0)):
+    for sig, wait in steps:
         if sig is not None and process_start_time(pid) == start_time:
             try:
                 os.kill(pid, sig)
