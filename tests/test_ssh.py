@@ -42,7 +42,7 @@ def sshd(tmp_path_factory):
     finally:
         leftovers = sshd_mod.stop(s)
         assert not leftovers, f"sshd sessions had to be killed: {leftovers}"
-        assert not sshd_mod.mux_processes(), f"ssh masters left: {sshd_mod.mux_processes()}"
+        assert not sshd_mod.mux_processes(sshd), f"ssh masters left: {sshd_mod.mux_processes(sshd)}"
         assert not ({n for n in netns_names() - before if n.startswith(OUR_NAMESPACES)}), "namespaces left"
 
 
@@ -123,16 +123,16 @@ def test_one_master_per_host_is_reused_then_closed(sshd, host):
     host.run(["true"])
     sock = host._control_path()
     assert sock.exists() and oct(sock.parent.stat().st_mode & 0o777) == "0o700"
-    masters = sshd_mod.mux_processes()
+    masters = sshd_mod.mux_processes(sshd)
     assert len(masters) == 1, subprocess.run(["ps", "-ww", "-eo", "pid=,args="], capture_output=True, text=True).stdout
     for _ in range(3):
         host.run(["true"])
-    assert sshd_mod.mux_processes() == masters  # same master process, reused
+    assert sshd_mod.mux_processes(sshd) == masters  # same master process, reused
     # An equal host (same connection) in the same process shares it.
     sshd.host().run(["true"])
-    assert sshd_mod.mux_processes() == masters
+    assert sshd_mod.mux_processes(sshd) == masters
     host.close()
-    assert not sock.exists() and not sshd_mod.mux_processes()
+    assert not sock.exists() and not sshd_mod.mux_processes(sshd)
     assert host.run(["echo", "again"]).stdout == "again\n"  # reopens on demand
     host.close()
 
@@ -238,7 +238,7 @@ def test_lost_master_is_replaced_transparently(sshd, host):
     # The dying master may still answer for this call (ssh then connects directly); the next one opens a new master.
     assert host.run(["echo", "again"]).stdout == "again\n"
     assert host.run(["echo", "and again"]).stdout == "and again\n"
-    assert len(sshd_mod.mux_processes()) == 1
+    assert len(sshd_mod.mux_processes(sshd)) == 1
 
 
 @requires_root
@@ -275,7 +275,7 @@ def test_become_runs_through_sudo_and_says_when_sudo_is_missing(sshd, host):
 
 
 @requires_root
-def test_ref_rebuilds_the_host_in_another_process(host):
+def test_ref_rebuilds_the_host_in_another_process(sshd, host):
     ref = host.ref()
     assert from_ref(json.loads(json.dumps(ref))) == host
     code = ("import json, sys; from offlab.hosts import from_ref; "
@@ -284,36 +284,23 @@ def test_ref_rebuilds_the_host_in_another_process(host):
                          cwd=REPO, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().endswith("ssh-s")
-    assert not sshd_mod.mux_processes() or len(sshd_mod.mux_processes()) == 1  # the child closed its own
+    assert not sshd_mod.mux_processes(sshd)  # the child closed its own master at exit
 
 
 @requires_root
-def test_knob_flipped_over_ssh_is_journalled_and_restored_from_a_fresh_process(sshd, host, state_dir):
+def test_knob_flipped_over_ssh_is_restored_from_a_fresh_process_once_the_host_answers(sshd, state_dir):
     from offlab.knobs import Change, Transaction
 
+    host = sshd.host(connect_timeout=2)
     assert gro(sshd) is False
     with Transaction("remote gro", persist=True) as tx:
         [outcome] = tx.apply([Change(host, "gro", "on", "sshs1")])
     assert outcome.ok and outcome.where == f"{host.name}:sshs1"
     assert gro(sshd) is True
-    journal = (state_dir / "journal").iterdir().__next__().read_text()
-    assert '"kind": "ssh"' in journal
+    [journal] = (state_dir / "journal").glob("*.journal")
+    assert '"kind": "ssh"' in journal.read_text()
     host.close()
-    res = offlab_cli("restore", env={"OFFLAB_STATE_DIR": str(state_dir)})
-    assert res.returncode == 0, res.stderr
-    assert f"restored {host.name}:sshs1 gro = off" in res.stdout
-    assert gro(sshd) is False
-    assert not sshd_mod.mux_processes()
-
-
-@requires_root
-def test_restore_waits_for_an_unreachable_host_instead_of_forgetting_its_original(sshd, state_dir):
-    from offlab.knobs import Change, Transaction
-
-    host = sshd.host(connect_timeout=2)
-    with Transaction("remote gro", persist=True) as tx:
-        tx.apply([Change(host, "gro", "on", "sshs1")])
-    host.close()
+    # The host stops answering: restore must keep the original, not forget it as "host gone".
     server = NetnsHost(sshd.server_ns)
     server.run(["ip", "link", "set", "sshs0", "down"])
     try:
@@ -331,6 +318,7 @@ def test_restore_waits_for_an_unreachable_host_instead_of_forgetting_its_origina
     res = offlab_cli("restore", env={"OFFLAB_STATE_DIR": str(state_dir)})
     assert res.returncode == 0 and f"restored {host.name}:sshs1 gro = off" in res.stdout, res.stdout + res.stderr
     assert gro(sshd) is False and not list((state_dir / "journal").glob("*.journal"))
+    assert not sshd_mod.mux_processes(sshd)
 
 
 @requires_root
@@ -382,7 +370,7 @@ def test_hosts_check_reports_everything_and_unreachable_hosts_apart(sshd, state_
     assert "sshs1: driver veth" in text.stdout and "gro off" in text.stdout
     assert "dead  root@" in text.stdout and "UNREACHABLE" in text.stdout
     assert text.stdout.strip().splitlines()[-1] == "2 host(s): 1 ready, 1 unreachable (dead)"
-    assert not sshd_mod.mux_processes()
+    assert not sshd_mod.mux_processes(sshd)
 
 
 @requires_root
