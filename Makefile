@@ -2,6 +2,10 @@
 SHELL := /bin/bash
 VENV  ?= .venv
 PY    := $(VENV)/bin/python
+# The venv's interpreter must be one every user can run, so that read-only commands (results,
+# compare, report, mtu calc, doctor --root) work for non-root users: Debian's python3, never a
+# pyenv build under root's home (which others cannot even traverse).
+PYTHON ?= /usr/bin/python3
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
 .PHONY: demo test install deps clean
@@ -12,9 +16,13 @@ deps:
 	@scripts/install-deps
 
 $(VENV)/.installed: pyproject.toml $(shell find offlab engine/src -type f -not -name '*.pyc' 2>/dev/null) engine/Cargo.toml
-	@test -x $(PY) || python3 -m venv $(VENV)
+	@if [ -e $(PY) ] && [ "$$(readlink -f $(PY))" != "$$(readlink -f $(PYTHON))" ]; then \
+	  echo "offlab: rebuilding $(VENV) with $(PYTHON) (its interpreter was $$(readlink -f $(PY)))"; rm -rf $(VENV); fi
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@$(PY) -m pip install -q --upgrade pip setuptools setuptools-rust wheel
 	@$(PY) -m pip install -q '.[test]'
+	@chmod -R a+rX $(VENV)
+	@scripts/check-traversable $(VENV)/bin/offlab
 	@touch $@
 
 demo: install

@@ -1,5 +1,5 @@
 """The figures an experiment compares, named once: unit, which direction is better, and how
-each is taken from a measured sample (offlab.measure.Sample.to_dict())."""
+each is taken from a measured sample (offlab.experiment.measure.Sample.to_dict())."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ METRICS: dict[str, Metric] = {m.name: m for m in [
     Metric("cpu_server_softirq", "server CPU softirq", "%", "lower", _cpu("server", "softirq")),
     Metric("sd_client_us_per_kib", "client service demand", "µs/KiB", "lower", _sd("client")),
     Metric("sd_server_us_per_kib", "server service demand", "µs/KiB", "lower", _sd("server")),
-    Metric("sd_total_us_per_kib", "service demand (both sides)", "µs/KiB", "lower", _sd("total")),
+    Metric("sd_total_us_per_kib", "service demand (whole system)", "µs/KiB", "lower", _sd("total")),
 ]}
 
 # The metrics a comparison reports by default, in this order.

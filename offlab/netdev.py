@@ -1,13 +1,16 @@
-"""Read-only queries about network devices in a host: links, addresses, features.
+"""Network devices in a host: links, addresses, offload features, softnet rows, OVS ports.
 
-Shared by lab, knobs, probes and doctor so each parses `ip -j` and
-`ethtool --json` the same way.
+The one parser of each: lab, knobs, probes and doctor all read `ip -j`, `ethtool -k` and
+/proc/net/softnet_stat through here. ethtool is read as plain text (not --json) because a
+sosreport stores text, so a live host and a captured one parse the same way.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
+from pathlib import Path
 
 from offlab.errors import BadInput, CommandFailed
 from offlab.hosts import Host
@@ -18,26 +21,37 @@ from offlab.names import check_ifname
 class Feature:
     active: bool
     fixed: bool  # the driver does not let this change ([fixed] in `ethtool -k`)
-    requested: bool | None
+    requested: bool | None  # None for a group header (tx-checksumming, ...), which has no bit of its own
+
+
+_FEATURE_RE = re.compile(r"^(\s*)([\w.-]+): (on|off)(?: \[(fixed|requested (?:on|off))\])?\s*$")
 
 
 def parse_features(text: str) -> dict[str, Feature]:
-    """`ethtool --json -k IFACE` output → {kernel feature name: Feature}."""
-    data = json.loads(text)
-    if not data:
-        return {}
-    out = {}
-    for name, val in data[0].items():
-        if name == "ifname" or not isinstance(val, dict):
-            continue
-        out[name] = Feature(bool(val.get("active")), bool(val.get("fixed")), val.get("requested"))
+    """`ethtool -k IF` text → {kernel feature name: Feature}.
+
+    ethtool prints `[requested on|off]` only where the wish differs from the state, so a leaf
+    without it requested what it has; a line whose next line is indented is a group header."""
+    lines = [m for m in map(_FEATURE_RE.match, text.splitlines()) if m]
+    out: dict[str, Feature] = {}
+    for i, m in enumerate(lines):
+        indent, name, state, note = m.groups()
+        active = state == "on"
+        group = not indent and i + 1 < len(lines) and bool(lines[i + 1].group(1))
+        if group:
+            requested = None
+        elif note and note.startswith("requested"):
+            requested = note.endswith("on")
+        else:
+            requested = active
+        out[name] = Feature(active, note == "fixed" and not group, requested)
     return out
 
 
 def features(host: Host, iface: str) -> dict[str, Feature]:
     check_ifname(iface)
     try:
-        res = host.run(["ethtool", "--json", "-k", iface], timeout=10)
+        res = host.run(["ethtool", "-k", iface], timeout=10)
     except CommandFailed as exc:
         raise _no_such(host, iface, exc) from exc
     return parse_features(res.stdout)
@@ -61,3 +75,71 @@ def _no_such(host: Host, iface: str, exc: CommandFailed) -> Exception:
     if "not exist" in exc.stderr or "No such device" in exc.stderr or "no device" in exc.stderr:
         return BadInput(f"no interface {iface!r} in {host.name}")
     return exc
+
+
+def _norm(label: str) -> str:
+    return re.sub(r"\s+", "-", label.strip().lower())
+
+
+def ethtool_sections(text: str) -> dict[str, dict[str, str]]:
+    """`ethtool -l` / `-g` text → {"max": {...}, "current": {...}}, keys as `-L`/`-G` spell them (rx-mini)."""
+    out: dict[str, dict[str, str]] = {"max": {}, "current": {}}
+    section = None
+    for line in text.splitlines():
+        low = line.strip().lower()
+        if low.startswith("pre-set maximums"):
+            section = "max"
+        elif low.startswith("current hardware settings"):
+            section = "current"
+        elif section and ":" in line:
+            name, _, val = line.partition(":")
+            out[section][_norm(name)] = val.strip()
+    return out
+
+
+def ethtool_coalesce(text: str) -> dict[str, str]:
+    """`ethtool -c` text → {param as `ethtool -C` spells it (adaptive-rx, rx-usecs, ...): value}."""
+    out = {}
+    for line in text.splitlines():
+        m = re.match(r"^(Adaptive|CQE mode)\s+RX:\s*(\S+)\s+TX:\s*(\S+)", line.strip())
+        if m:
+            prefix = _norm(m.group(1))
+            out[f"{prefix}-rx"], out[f"{prefix}-tx"] = m.group(2), m.group(3)
+        elif ":" in line and not line.startswith("Coalesce parameters"):
+            name, _, val = line.partition(":")
+            if name.strip():
+                out[_norm(name)] = val.strip()
+    return out
+
+
+@dataclass(frozen=True)
+class SoftnetRow:
+    cpu: int
+    processed: int
+    dropped: int
+    time_squeeze: int
+    received_rps: int
+    flow_limit: int
+
+
+def parse_softnet(text: str) -> list[SoftnetRow]:
+    """/proc/net/softnet_stat: one hex row per online CPU (column 13 is the CPU since 5.10)."""
+    rows = []
+    for i, line in enumerate(l for l in text.splitlines() if l.strip()):
+        cols = [int(c, 16) for c in line.split()]
+        cpu = cols[12] if len(cols) > 12 else i
+        cols += [0] * (13 - len(cols))
+        rows.append(SoftnetRow(cpu, cols[0], cols[1], cols[2], cols[9], cols[10]))
+    return rows
+
+
+def ovs_env(rundir: str | Path) -> dict[str, str]:
+    """Point every OVS default path at a lab's run directory, so a system OVS is never touched."""
+    d = str(rundir)
+    return {"OVS_RUNDIR": d, "OVS_LOGDIR": d, "OVS_DBDIR": d, "OVS_SYSCONFDIR": d}
+
+
+def vsctl(host: Host, rundir: str | Path, *args: str) -> str:
+    """ovs-vsctl against the private OVS database in `rundir` (a lab's, or one found in the journal)."""
+    return host.run(["ovs-vsctl", f"--db=unix:{rundir}/db.sock", "--timeout=10", *args],
+                    env=ovs_env(rundir), timeout=20).stdout

@@ -1,10 +1,16 @@
-"""The state directory: lab files, settings journals, OVS run directories."""
+"""The state directory: lab files, settings journals, OVS run directories; and the small
+primitives every writer of state shares (atomic JSON, process identity, flock files)."""
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import json
 import os
+import time
 from pathlib import Path
+
+from offlab.errors import BadInput, EnvironmentProblem
 
 DEFAULT_STATE_DIR = "/run/offlab"
 
@@ -14,27 +20,156 @@ def state_dir() -> Path:
 
 
 def ensure_dir(path: Path) -> Path:
-    path.mkdir(parents=True, exist_ok=True, mode=0o755)
+    try:
+        path.mkdir(parents=True, exist_ok=True, mode=0o755)
+    except OSError as exc:
+        raise write_failed(path, exc) from exc
     return path
 
 
+def write_failed(path: Path, exc: OSError) -> EnvironmentProblem:
+    """One line for a write the machine refused (disk full, read-only, permissions)."""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        fix = f"free space on the file system of {path.parent}"
+    elif exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        fix = "run as root, or set OFFLAB_STATE_DIR to a writable directory"
+    else:
+        fix = "check the directory, or set OFFLAB_STATE_DIR to another one"
+    return EnvironmentProblem(f"cannot write {path}: {exc.strerror or exc} ({fix}); nothing was changed")
+
+
 def write_json_atomic(path: Path, data: object) -> None:
-    """Write, fsync, rename: a crash leaves either the old or the new file, never half."""
+    """Write, fsync, rename: a crash or a full disk leaves either the old or the new file, never half."""
     ensure_dir(path.parent)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=2, sort_keys=True)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
     try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+        with open(tmp, "w") as f:
+            json.dump(data, f, indent=2, sort_keys=True)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+    except OSError as exc:
+        _unlink_quietly(tmp)
+        raise write_failed(path, exc) from exc
+
+
+def _unlink_quietly(path: Path) -> None:
+    try:
+        path.unlink()
+    except OSError:
+        pass
 
 
 def read_json(path: Path) -> object:
     with open(path) as f:
         return json.load(f)
+
+
+def read_state_json(path: Path, repair: str) -> dict:
+    """A state file as a dict, or BadInput naming the file and the command that repairs it."""
+    try:
+        data = read_json(path)
+    except (ValueError, UnicodeDecodeError) as exc:
+        why = "empty (a write was interrupted)" if path.exists() and path.stat().st_size == 0 else \
+            f"not valid JSON ({exc})"
+        raise BadInput(f"state file {path} is {why}: `{repair}` repairs it") from None
+    if not isinstance(data, dict):
+        raise BadInput(f"state file {path} does not hold an object: `{repair}` repairs it")
+    return data
+
+
+# ---- process identity ------------------------------------------------------------------
+
+def proc_start(pid: int) -> int | None:
+    """Start time of a process in clock ticks since boot (field 22 of /proc/PID/stat)."""
+    try:
+        text = Path(f"/proc/{int(pid)}/stat").read_text()
+    except (OSError, ValueError):
+        return None
+    return int(text.rsplit(")", 1)[1].split()[19])
+
+
+def me() -> dict:
+    """This process, named so that a reused pid is never mistaken for it."""
+    return {"pid": os.getpid(), "start": proc_start(os.getpid())}
+
+
+def owner_alive(owner: object) -> bool:
+    if not isinstance(owner, dict) or not isinstance(owner.get("pid"), int):
+        return False
+    return proc_start(owner["pid"]) == owner.get("start")
+
+
+# ---- flock files ------------------------------------------------------------------------
+
+class FlockFile:
+    """An exclusive flock on a file that also holds who has it (JSON).
+
+    The kernel drops the lock when the holder dies, however it dies, so a lock is never
+    stale; the JSON inside only names the holder for messages. The file is not deleted on
+    release (unlinking a flocked file lets two processes lock two different inodes).
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.fd: int | None = None
+
+    def acquire(self, info: dict, wait: float = 0.0) -> dict | None:
+        """Take the lock within `wait` seconds and write `info`; None on success, else the holder's info."""
+        ensure_dir(self.path.parent)
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise write_failed(self.path, exc) from exc
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    holder = self._read(fd)
+                    os.close(fd)
+                    return holder
+                time.sleep(0.1)
+        self.fd = fd
+        self.previous = self._read(fd)
+        self.write(info)
+        return None
+
+    def write(self, info: dict) -> None:
+        assert self.fd is not None
+        data = json.dumps(info, sort_keys=True).encode()
+        try:
+            os.ftruncate(self.fd, 0)
+            os.pwrite(self.fd, data, 0)
+            os.fsync(self.fd)
+        except OSError as exc:
+            raise write_failed(self.path, exc) from exc
+
+    def release(self, keep: dict | None = None) -> None:
+        """Unlock; the file then holds `keep` (default: nothing, meaning free)."""
+        if self.fd is None:
+            return
+        try:
+            os.ftruncate(self.fd, 0)
+            if keep is not None:
+                os.pwrite(self.fd, json.dumps(keep, sort_keys=True).encode(), 0)
+        except OSError:
+            pass  # a full disk must not keep the lock: closing releases it anyway
+        os.close(self.fd)
+        self.fd = None
+
+    @staticmethod
+    def _read(fd: int) -> dict:
+        try:
+            data = json.loads(os.pread(fd, 65536, 0) or b"{}")
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}

@@ -76,6 +76,7 @@ class Ratio:
     low: float | None
     high: float | None
     df: float | None = None
+    unbounded: bool = False  # Fieller's set is not an interval: the baseline mean is not clearly ≠ 0
 
     def __iter__(self):
         return iter((self.ratio, self.low, self.high))
@@ -109,7 +110,7 @@ def ratio_ci(a_values: Sequence[float], b_values: Sequence[float], level: float 
     t2 = t_quantile(1 - (1 - level / 100) / 2, df) ** 2
     qa = ma * ma - t2 * va  # coefficient of ρ²; ≤ 0: ā is indistinguishable from 0
     if qa <= 0:
-        return Ratio(r, None, None, df)
+        return Ratio(r, None, None, df, unbounded=True)
     qc = mb * mb - t2 * vb
     disc = (ma * mb) ** 2 - qa * qc
     root = math.sqrt(max(disc, 0.0))
@@ -145,6 +146,7 @@ FASTER, SLOWER = "faster", "slower"
 LOWER, HIGHER = "lower (better)", "higher (worse)"
 NO_DIFFERENCE = "no significant difference"
 UNDETERMINED = "undetermined"  # no interval: fewer than two values on a side, or baseline mean 0
+UNBOUNDED = "unbounded interval: no verdict"  # Fieller: the baseline is not significantly different from 0
 
 
 def verdict(ratio: float | None, low: float | None, high: float | None, better: str) -> str:

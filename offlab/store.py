@@ -24,7 +24,7 @@ from offlab.errors import BadInput, EnvironmentProblem
 SCHEMA_VERSION = 1
 
 RUN_STATUSES = ("running", "done", "interrupted", "failed", "budget_exhausted")
-CELL_STATUSES = ("pending", "running", "done", "confidence_not_reached", "skipped", "failed")
+CELL_STATUSES = ("pending", "running", "done", "confidence_not_reached", "skipped", "failed", "interrupted")
 
 # MIGRATIONS[v] takes a database from version v - 1 to v. Never edit a released step: add one.
 MIGRATIONS: dict[int, list[str]] = {
@@ -122,8 +122,14 @@ def _dumps(obj: Any) -> str:
     return json.dumps(_clean(obj), default=str, ensure_ascii=False, separators=(",", ":"))
 
 
-def _loads(text: str | None) -> Any:
-    return None if text is None else json.loads(text)
+def _loads(text: str | None, where: str = "a JSON column") -> Any:
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise BadInput(f"{where} is damaged (not valid JSON: {exc}): inspect it with `sqlite3`, or pass "
+                       f"--db PATH to another database") from None
 
 
 class Store:
@@ -133,6 +139,7 @@ class Store:
         self.conn = conn
         self.path = path
         self._lock = threading.RLock()
+        self.read_only = False
 
     # -- opening -----------------------------------------------------------------------------
 
@@ -159,9 +166,33 @@ class Store:
         except sqlite3.DatabaseError as exc:
             if "not a database" in str(exc):
                 raise BadInput(f"{path} is not an SQLite database (pass --db PATH to an offlab database)") from exc
-            raise EnvironmentProblem(f"cannot open database {path}: {exc} "
-                                     f"(check permissions, or pass --db PATH / set OFFLAB_DB)") from exc
+            if not path.exists():
+                raise EnvironmentProblem(f"cannot open database {path}: {exc} "
+                                         f"(check permissions, or pass --db PATH / set OFFLAB_DB)") from exc
+            # A read-only file or file system, or a full disk: reading must still work.
+            store = cls._open_read_only(path, exc)
         return store
+
+    @classmethod
+    def _open_read_only(cls, path: Path, why: Exception) -> "Store":
+        """The database opened for reading only; writes then fail with one line."""
+        last: Exception = why
+        for query in ("mode=ro", "immutable=1"):  # immutable: a WAL database on a read-only file system
+            try:
+                conn = sqlite3.connect(f"{path.resolve().as_uri()}?{query}", uri=True, isolation_level=None,
+                                       check_same_thread=False, timeout=10.0)
+                store = cls(conn, path)
+                store.read_only = True
+                if store.schema_version() != SCHEMA_VERSION:
+                    raise EnvironmentProblem(
+                        f"{path} has schema version {store.schema_version()} and is read-only, so this offlab "
+                        f"(version {SCHEMA_VERSION}) cannot migrate it: make it writable ({why})")
+                conn.execute("SELECT count(*) FROM runs").fetchone()
+                return store
+            except sqlite3.DatabaseError as exc:
+                last = exc
+        raise EnvironmentProblem(f"cannot open database {path}: {last} "
+                                 f"(check permissions, or pass --db PATH / set OFFLAB_DB)") from last
 
     def close(self) -> None:
         self.conn.close()
@@ -218,13 +249,36 @@ class Store:
     def _tx(self) -> Iterator[sqlite3.Connection]:
         """One write transaction, committed on leaving (BEGIN IMMEDIATE: take the write lock now)."""
         with self._lock:
-            self.conn.execute("BEGIN IMMEDIATE")
+            try:
+                self.conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as exc:
+                raise self._write_failed(exc) from None
             try:
                 yield self.conn
+                self.conn.execute("COMMIT")
+            except sqlite3.OperationalError as exc:
+                self._rollback()
+                raise self._write_failed(exc) from None
             except BaseException:
-                self.conn.execute("ROLLBACK")
+                self._rollback()
                 raise
-            self.conn.execute("COMMIT")
+
+    def _rollback(self) -> None:
+        try:
+            self.conn.execute("ROLLBACK")
+        except sqlite3.OperationalError:
+            pass  # SQLite already rolled back (e.g. a full disk)
+
+    def _write_failed(self, exc: sqlite3.OperationalError) -> EnvironmentProblem:
+        """One line for a write the database refused: read-only, full, locked."""
+        why = str(exc)
+        if "readonly" in why or self.read_only:
+            fix = "it is read-only here: run as its owner (root), or pass --db PATH to a writable database"
+        elif "full" in why:
+            fix = f"free space on the file system of {self.path.parent}, or pass --db PATH elsewhere"
+        else:
+            fix = "pass --db PATH to another database"
+        return EnvironmentProblem(f"cannot write to database {self.path}: {why} ({fix}); reading it still works")
 
     # -- writing -----------------------------------------------------------------------------
 
@@ -308,6 +362,11 @@ class Store:
 
     # -- reading -----------------------------------------------------------------------------
 
+    def _json(self, text: str | None, column: str, run_id: int, table: str = "run", row: int | None = None) -> Any:
+        where = f"column {column} of {table} {row if row is not None else run_id}" + \
+            (f" (run {run_id})" if table != "run" else "") + f" in {self.path}"
+        return _loads(text, where)
+
     def _no_run(self, run_id: int) -> BadInput:
         return BadInput(f"no run {run_id} in DB {self.path} (offlab results list)")
 
@@ -326,8 +385,9 @@ class Store:
             "id": r["id"], "name": r["name"], "status": r["status"], "note": r["note"],
             "started_at": r["started_at"], "finished_at": r["finished_at"],
             "offlab_version": r["offlab_version"], "seed": r["seed"],
-            "plan_text": r["plan_text"], "plan": _loads(r["plan"]), "env": _loads(r["env"]),
-            "baseline": _loads(r["baseline"]), "repeat": _loads(r["repeat"]),
+            "plan_text": r["plan_text"], "plan": self._json(r["plan"], "plan", run_id),
+            "env": self._json(r["env"], "env", run_id), "baseline": self._json(r["baseline"], "baseline", run_id),
+            "repeat": self._json(r["repeat"], "repeat", run_id),
         }
 
     def list_runs(self) -> list[dict]:
@@ -347,7 +407,8 @@ class Store:
             "SELECT c.id, c.key, c.position, c.params, c.settings, c.status, c.reason, "
             "(SELECT count(*) FROM samples s WHERE s.cell_id = c.id) "
             "FROM cells c WHERE c.run_id = ? ORDER BY c.position, c.id", (run_id,)).fetchall()
-        return [{"id": i, "key": k, "position": pos, "params": _loads(p), "settings": _loads(st),
+        return [{"id": i, "key": k, "position": pos, "params": self._json(p, "params", run_id, "cell", i),
+                 "settings": self._json(st, "settings", run_id, "cell", i),
                  "status": status, "reason": reason, "n_samples": n}
                 for i, k, pos, p, st, status, reason, n in rows]
 
@@ -365,7 +426,8 @@ class Store:
                 f"SELECT sample_id, name, value FROM metrics WHERE {where} ORDER BY sample_id, name", args):
             metrics.setdefault(sid, {})[name] = value
         return [{"id": sid, "cell_id": cid, "round": rnd, "created_at": at, "metrics": metrics.get(sid, {}),
-                 "sample": _loads(s), "requested_vs_actual": _loads(rva)}
+                 "sample": self._json(s, "sample", run_id, "sample", sid),
+                 "requested_vs_actual": self._json(rva, "requested_vs_actual", run_id, "sample", sid)}
                 for sid, cid, rnd, at, s, rva in rows]
 
     def metric_values(self, run_id: int, cell_id: int, metric: str) -> list[float]:

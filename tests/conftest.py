@@ -110,3 +110,15 @@ def offlab_cli(*args: str, env: dict | None = None, timeout: float = 120) -> sub
         [sys.executable, "-m", "offlab", *args], capture_output=True, text=True, timeout=timeout,
         cwd=REPO, env={**os.environ, **(env or {})},
     )
+
+
+@pytest.fixture
+def veth_lab(lab_name, clean_machine):
+    """A veth lab (client ─ veth ─ server), removed after the test."""
+    from offlab import lab
+
+    built = lab.up("veth", lab_name)
+    try:
+        yield built
+    finally:
+        lab.down(lab_name)

@@ -1,5 +1,5 @@
 """Realistic synthetic results for the store/compare/report tests: samples in the shape of
-offlab.measure.Sample.to_dict(), written through the same Store API the runner uses."""
+offlab.experiment.measure.Sample.to_dict(), written through the same Store API the runner uses."""
 
 from __future__ import annotations
 

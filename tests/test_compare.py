@@ -8,7 +8,7 @@ import json
 import pytest
 
 from conftest import offlab_cli
-from offlab import compare
+from offlab.report import compare
 from offlab.errors import BadInput
 from offlab.store import Store
 from synthetic_results import make_uso_run

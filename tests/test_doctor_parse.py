@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from offlab import netdev
 from offlab.doctor import parse
 from offlab.doctor.source import command_name
 
@@ -15,7 +16,7 @@ tx-nocache-copy: off
 
 
 def test_ethtool_k_text_keeps_fixed_and_requested():
-    f = parse.ethtool_features(K_TEXT)
+    f = netdev.parse_features(K_TEXT)
     assert (f["rx-checksumming"].active, f["rx-checksumming"].fixed) == (True, True)
     assert (f["tx-checksum-ipv4"].active, f["tx-checksum-ipv4"].fixed) == (False, True)
     gro = f["generic-receive-offload"]
@@ -27,7 +28,7 @@ def test_ethtool_k_text_keeps_fixed_and_requested():
 def test_ethtool_rings_and_channels_sections():
     g = parse.ethtool_sections("Ring parameters for x:\nPre-set maximums:\nRX:\t\t4096\nRX Mini:\tn/a\n"
                                "TX:\t\t4096\nCurrent hardware settings:\nRX:\t\t512\nRX Mini:\tn/a\nTX:\t\t256\n")
-    assert g == {"max": {"rx": 4096, "rx mini": None, "tx": 4096}, "current": {"rx": 512, "rx mini": None, "tx": 256}}
+    assert g == {"max": {"rx": 4096, "rx-mini": None, "tx": 4096}, "current": {"rx": 512, "rx-mini": None, "tx": 256}}
 
 
 def test_ethtool_coalesce_adaptive_line_and_values():
@@ -55,10 +56,10 @@ def test_cpu_sets_and_masks():
 def test_softnet_rows_old_and_new_layouts():
     new = "00fa8791 00000000 00000002 00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000 " \
           "00000000 00000001 00000000 00000000\n"
-    row = parse.softnet(new)[0]
+    row = netdev.parse_softnet(new)[0]
     assert (row.cpu, row.processed, row.dropped, row.time_squeeze) == (1, 0xFA8791, 0, 2)
     old = "0000000a 00000001 00000002 00000000 00000000 00000000 00000000 00000000 00000000 00000003 00000004\n" * 2
-    rows = parse.softnet(old)
+    rows = netdev.parse_softnet(old)
     assert [(r.cpu, r.received_rps, r.flow_limit) for r in rows] == [(0, 3, 4), (1, 3, 4)]
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -11,7 +12,7 @@ import time
 
 import pytest
 
-from offlab.compare import compare_run
+from offlab.report.compare import compare_run
 from offlab.experiment.plan import load_plan
 from offlab.experiment.runner import Runner
 from offlab.store import Store
@@ -41,7 +42,8 @@ def test_uso_gso_gro_is_faster_and_an_impossible_feature_is_skipped(tmp_path, cl
     assert run["status"] == "done" and run["seed"] == 7
     cells = {c["key"]: c for c in store.cells(run_id)}
     assert cells["offload=lro"]["status"] == "skipped"
-    assert "lro" in cells["offload=lro"]["reason"] or "large-receive" in cells["offload=lro"]["reason"]
+    assert re.fullmatch(r"cannot test here: lro is off \[fixed\] on client:\S+: the driver does not let it change"
+                        r" — cannot test lro=on here", cells["offload=lro"]["reason"]), cells["offload=lro"]["reason"]
     assert store.samples(run_id, cells["offload=lro"]["id"]) == []
     rows = [r for r in compare_run(store, run_id) if r.metric == "throughput_bps" and r.cell == "offload=on"]
     assert rows and rows[0].verdict == "faster" and rows[0].ratio > 3
@@ -74,23 +76,30 @@ def test_jumbo_9000_beats_1500_through_a_bridge(tmp_path, clean_machine):
     assert all(c["ip_fragments"] == 0 and c["largest_frame"] <= c["mtu"] + 14 for c in caps)
 
 
-def test_sigint_mid_run_then_resume_completes_without_lost_or_duplicated_samples(tmp_path, clean_machine, state_dir):
-    plan_path = tmp_path / "p.yaml"
-    lines = [l for l in USO.splitlines(keepends=True) if "lro" not in l]
-    plan_path.write_text("".join(lines).replace("min: 2, max: 3", "min: 3, max: 3"))
-    db = tmp_path / "i.db"
+def _run_until_samples(plan_path, db, state_dir, samples: int):
+    """Start `offlab run` on a plan; return (process, store, env) once `samples` samples are stored."""
     env = {**os.environ, "OFFLAB_STATE_DIR": str(state_dir)}
     proc = subprocess.Popen([sys.executable, "-m", "offlab", "run", str(plan_path), "--db", str(db)], cwd=REPO,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     store = Store.open(db)
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:  # interrupt once two samples exist, i.e. in the middle of the matrix
+    while time.monotonic() < deadline:
         runs = store.list_runs()
-        if runs and len(store.samples(runs[0]["id"])) >= 2:
+        if runs and len(store.samples(runs[0]["id"])) >= samples:
             break
         assert proc.poll() is None, proc.communicate()[1]
-        time.sleep(0.2)
-    client_ns = next(n for n in netns_names() if n.startswith("ol-x") and n.endswith("-client"))
+        time.sleep(0.1)
+    return proc, store, env
+
+
+def test_sigint_mid_run_then_resume_completes_without_lost_or_duplicated_samples(tmp_path, clean_machine, state_dir):
+    plan_path = tmp_path / "p.yaml"
+    lines = [l for l in USO.splitlines(keepends=True) if "lro" not in l]
+    plan_path.write_text("".join(lines).replace("min: 2, max: 3", "min: 3, max: 3"))
+    db = tmp_path / "i.db"
+    # interrupt once two samples exist, i.e. in the middle of the matrix
+    proc, store, env = _run_until_samples(plan_path, db, state_dir, 2)
+    client_ns = next(n for n in netns_names() if n.startswith(f"ol-{os.environ['OFFLAB_LAB_PREFIX']}") and n.endswith("-client"))
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
@@ -109,3 +118,40 @@ def test_sigint_mid_run_then_resume_completes_without_lost_or_duplicated_samples
     assert before <= set(keys)
     assert sorted(keys) == sorted((c["id"], r) for c in store.cells(run_id) for r in range(3))
     assert store.get_run(run_id)["status"] == "done"
+
+
+def test_sigterm_mid_cell_ends_interrupted_and_resumable(tmp_path, clean_machine, state_dir):
+    plan_path = tmp_path / "p.yaml"
+    lines = [l for l in USO.splitlines(keepends=True) if "lro" not in l]
+    plan_path.write_text("".join(lines).replace("min: 2, max: 3", "min: 2, max: 2"))
+    db = tmp_path / "t.db"
+    proc, store, env = _run_until_samples(plan_path, db, state_dir, 1)  # the next cell is being measured
+    time.sleep(0.5)  # inside the next cell (1.3 s of traffic), its knobs' transaction open
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    run_id = store.list_runs()[0]["id"]
+    run = store.get_run(run_id)
+    assert run["status"] == "interrupted", (run["status"], err)
+    assert run["note"] == f"interrupted; resume with `offlab run --resume {run_id}`"
+    assert proc.returncode == 130 and f"--resume {run_id}" in err, err
+    assert not [p for p in state_dir.rglob("*journal*") if p.is_file()], "settings journal left after SIGTERM"
+    res = subprocess.run([sys.executable, "-m", "offlab", "run", "--resume", str(run_id), "--db", str(db)], cwd=REPO,
+                         env=env, capture_output=True, text=True, timeout=180)
+    assert res.returncode == 0, res.stderr
+    assert store.get_run(run_id)["status"] == "done"
+    assert len(store.samples(run_id)) == 2 * 2  # 2 cells × 2 rounds, none lost or measured twice
+
+
+def test_time_budget_stops_the_run_between_samples(tmp_path, clean_machine):
+    plan = load_plan(USO.replace("seed: 7", "seed: 7\nbudget: 1"), "budget-test.yaml")
+    assert plan.budget_s == 1
+    store = Store.open(tmp_path / "b.db")
+    t0 = time.monotonic()
+    run_id = Runner(plan, store).run()
+    elapsed = time.monotonic() - t0
+    run = store.get_run(run_id)
+    assert run["status"] == "budget_exhausted" and run["note"] == "time budget of 1 s used up"
+    # A sample takes 1.3 s of traffic, so the budget is spent after the first cell that measures
+    # (the lro cell is skipped without a sample, whenever its turn comes).
+    assert len(store.samples(run_id)) == 1
+    assert elapsed < 30, f"a 1 s budget took {elapsed:.0f} s"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 
 import pytest
@@ -10,39 +9,49 @@ import pytest
 from offlab.errors import BadInput
 from offlab.knobs import journal
 from offlab.knobs.base import Plan
-from offlab.knobs.ethtool_params import parse_coalesce, parse_sections
 from offlab.knobs.features import resolve, state
 from offlab.knobs.link import Mtu
 from offlab.knobs.registry import knob_class, knob_from_entry
 from offlab.knobs.sysctl import sysctl_path
 from offlab.knobs.target import Target, check_netns
 from offlab.netdev import Feature, parse_features
+from offlab.netdev import ethtool_coalesce as parse_coalesce
+from offlab.netdev import ethtool_sections as parse_sections
 
-# What `ethtool --json -k` prints for a veth here (abridged): group headers have null fixed/requested,
-# single-feature legacy names (generic-receive-offload = rx-gro) carry the state themselves.
-VETH_K = [{
-    "ifname": "olx0",
-    "tx-checksumming": {"active": True, "fixed": None, "requested": None},
-    "tx-checksum-ipv4": {"active": False, "fixed": True, "requested": False},
-    "tx-checksum-ip-generic": {"active": True, "fixed": False, "requested": True},
-    "tx-checksum-sctp": {"active": True, "fixed": False, "requested": True},
-    "tcp-segmentation-offload": {"active": True, "fixed": None, "requested": None},
-    "tx-tcp-segmentation": {"active": True, "fixed": False, "requested": True},
-    "tx-tcp6-segmentation": {"active": True, "fixed": False, "requested": True},
-    "generic-receive-offload": {"active": False, "fixed": False, "requested": False},
-    "large-receive-offload": {"active": False, "fixed": True, "requested": False},
-    "tx-udp-segmentation": {"active": True, "fixed": False, "requested": True},
-    "tx-udp_tnl-segmentation": {"active": True, "fixed": False, "requested": True},
-    "rx-gro-list": {"active": False, "fixed": False, "requested": False},
-    "rx-udp-gro-forwarding": {"active": False, "fixed": False, "requested": False},
-}]
+# What `ethtool -k` prints for a veth here (abridged): group headers (tx-checksumming, ...) have their
+# members indented below them; single-feature legacy names (generic-receive-offload = rx-gro) carry
+# the state themselves.
+VETH_K = """Features for olx0:
+tx-checksumming: on
+\ttx-checksum-ipv4: off [fixed]
+\ttx-checksum-ip-generic: on
+\ttx-checksum-sctp: on
+tcp-segmentation-offload: on
+\ttx-tcp-segmentation: on
+\ttx-tcp6-segmentation: off [requested on]
+generic-receive-offload: off
+large-receive-offload: off [fixed]
+tx-udp-segmentation: on
+tx-udp_tnl-segmentation: on
+rx-gro-list: off
+rx-udp-gro-forwarding: off
+"""
 
 
 def veth_leaves() -> dict[str, Feature]:
     from offlab.knobs.features import LONG_TO_KERNEL
 
-    feats = parse_features(json.dumps(VETH_K))
+    feats = parse_features(VETH_K)
     return {LONG_TO_KERNEL.get(n, n): f for n, f in feats.items() if f.requested is not None}
+
+
+def test_ethtool_text_tells_groups_from_leaves_and_keeps_the_requested_bit():
+    feats = parse_features(VETH_K)
+    assert feats["tx-checksumming"] == Feature(True, False, None)  # a group: no bit of its own
+    assert feats["tx-checksum-ipv4"] == Feature(False, True, False)
+    assert feats["tx-tcp6-segmentation"] == Feature(False, False, True)  # [requested on]
+    assert feats["generic-receive-offload"] == Feature(False, False, False)
+    assert feats["rx-udp-gro-forwarding"].requested is False  # last line: a leaf, not a group
 
 
 @pytest.mark.parametrize("key, leaves", [

@@ -54,7 +54,8 @@ def test_report_has_inline_svg_charts_for_metrics_cpu_and_wire(uso_html):
                     'id="plan"'):
         assert section in uso_html
     # the bars' legend names the hue axis (the baseline's axis) and the groups are the payloads
-    assert ">offload<" in uso_html or "offload</text>" in uso_html
+    charts = uso_html[uso_html.index('id="charts"'):uso_html.index('id="cpu"')]
+    assert ">offload</text>" in charts
     assert "payload=1472@1500" in uso_html
 
 
@@ -86,8 +87,7 @@ def sweep(tmp_path_factory) -> dict:
         run, _ = make_sweep_run(s, rounds=3)
         t0 = time.monotonic()
         out = report.write_report(s, run, d / "sweep.html")
-        return {"elapsed": time.monotonic() - t0, "path": out, "html": out.read_text(), "cells": len(s.cells(run)),
-                "plan": s.get_run(run)["plan"]}
+        return {"elapsed": time.monotonic() - t0, "path": out, "html": out.read_text(), "plan": s.get_run(run)["plan"]}
 
 
 def test_size_sweep_axis_becomes_line_charts(sweep):
@@ -105,7 +105,9 @@ def test_size_sweep_axis_becomes_line_charts(sweep):
 
 
 def test_twenty_cells_report_in_a_few_seconds(sweep):
-    assert sweep["cells"] == 20
+    html = sweep["html"]
+    cells = html[html.index('id="cells"'):html.index('id="charts"')]
+    assert len(re.findall(r"<td>size=\d+,gso=(?:on|off),streams=\d+<details>", cells)) == 20  # one row a cell
     assert sweep["elapsed"] < 8, f"report took {sweep['elapsed']:.1f} s"
     assert sweep["path"].stat().st_size < 1_500_000
 

@@ -9,7 +9,7 @@ use crate::gro;
 use crate::header::{self, Decoded, FLAG_END};
 use crate::json::{Obj, Value};
 use crate::stats::{Histogram, Jitter, SeqKind, SeqTracker};
-use crate::sys::{self, Socket, SOL_UDP, UDP_GRO};
+use crate::sys::{self, Buffer, Socket, SOL_UDP, UDP_GRO};
 use crate::Failure;
 
 /// Room for any UDP datagram and for a UDP_GRO buffer (at most 64 KiB).
@@ -143,6 +143,9 @@ impl Counters {
 /// Reads the gso_size from the UDP_GRO cmsg (0 if there is none).
 fn read_gso_size(hdr: &libc::msghdr) -> usize {
     let mut gso = 0usize;
+    // SAFETY: `hdr` is the msghdr recvmsg/recvmmsg just filled: msg_control points at our control
+    // buffer and msg_controllen says how much of it the kernel wrote, so CMSG_FIRSTHDR/NXTHDR stay
+    // inside it or return null; the cmsg data may be unaligned, hence read_unaligned.
     unsafe {
         let mut cm = libc::CMSG_FIRSTHDR(hdr);
         while !cm.is_null() {
@@ -162,6 +165,7 @@ fn socket_drops(sock: &Socket) -> Option<u64> {
     const SK_MEMINFO_DROPS: usize = 8;
     let mut info = [0u32; 16];
     let mut len = mem::size_of_val(&info) as libc::socklen_t;
+    // SAFETY: the pointer and length describe `info`, a writable array; the kernel writes at most `len`.
     let r = unsafe {
         libc::getsockopt(
             sock.fd,
@@ -183,12 +187,7 @@ pub fn run(o: &RxOpts) -> Result<Value, Failure> {
     }
     sys::install_stop_signals();
     let sock = Socket::udp(o.bind.is_ipv6()).map_err(|e| Failure::Env(e.0))?;
-    let rcvbuf = if o.rcvbuf > 0 {
-        sock.set_buffer(o.rcvbuf, libc::SO_RCVBUFFORCE, libc::SO_RCVBUF)
-            .map_err(|e| Failure::Env(sys::env_err("--rcvbuf: SO_RCVBUF", e).0))?
-    } else {
-        sock.get_int(libc::SOL_SOCKET, libc::SO_RCVBUF).unwrap_or(0).max(0) as u64
-    };
+    let rcvbuf = sock.size_buffer(Buffer::Receive, o.rcvbuf).map_err(|e| Failure::Env(e.0))?;
     if o.gro {
         if let Err(e) = sock.set_int(SOL_UDP, UDP_GRO, 1) {
             return Err(Failure::Env(format!(
@@ -208,24 +207,13 @@ pub fn run(o: &RxOpts) -> Result<Value, Failure> {
     let batch = o.batch;
     let mut bufs: Vec<Vec<u8>> = (0..batch).map(|_| vec![0u8; BUF_LEN]).collect();
     let mut ctrls: Vec<[u64; CTRL_WORDS]> = vec![[0u64; CTRL_WORDS]; batch];
-    let mut iovs: Vec<libc::iovec> = bufs
-        .iter_mut()
-        .map(|b| libc::iovec {
-            iov_base: b.as_mut_ptr() as *mut libc::c_void,
-            iov_len: b.len(),
-        })
-        .collect();
-    let mut msgs: Vec<libc::mmsghdr> = (0..batch)
-        .map(|i| {
-            let mut m: libc::mmsghdr = unsafe { mem::zeroed() };
-            m.msg_hdr.msg_iov = &mut iovs[i] as *mut libc::iovec;
-            m.msg_hdr.msg_iovlen = 1;
-            if o.gro {
-                m.msg_hdr.msg_control = ctrls[i].as_mut_ptr() as *mut libc::c_void;
-            }
-            m
-        })
-        .collect();
+    let mut messages = sys::Batch::new(&mut bufs);
+    let msgs = &mut messages.msgs;
+    if o.gro {
+        for (m, ctrl) in msgs.iter_mut().zip(ctrls.iter_mut()) {
+            m.msg_hdr.msg_control = ctrl.as_mut_ptr() as *mut libc::c_void;
+        }
+    }
 
     let mut c = Counters::new(o.run_id);
     let start = sys::mono_ns();
@@ -247,6 +235,9 @@ pub fn run(o: &RxOpts) -> Result<Value, Failure> {
                 m.msg_hdr.msg_controllen = (CTRL_WORDS * 8) as _;
             }
         }
+        // SAFETY: each msgs[i] points (through its iovec) at bufs[i] and, with --gro, at ctrls[i];
+        // none of these vectors is resized or dropped while msgs is in use, the lengths given are
+        // their real sizes (BUF_LEN, CTRL_WORDS * 8) and at most `batch` = msgs.len() entries are passed.
         let n = unsafe {
             if batch == 1 && !o.gro {
                 // Plain recv: no msghdr to copy in and out, the cheapest call.

@@ -86,6 +86,7 @@ fn hint(e: i32) -> &'static str {
 #[inline]
 pub fn clock_ns(clock: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid, writable timespec that lives across the call.
     unsafe { libc::clock_gettime(clock, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
@@ -105,6 +106,7 @@ pub fn sleep_until(t_ns: u64) {
         tv_sec: (t_ns / 1_000_000_000) as libc::time_t,
         tv_nsec: (t_ns % 1_000_000_000) as libc::c_long,
     };
+    // SAFETY: `ts` is a valid timespec for the call; the remainder pointer may be null with TIMER_ABSTIME.
     unsafe {
         libc::clock_nanosleep(libc::CLOCK_MONOTONIC, libc::TIMER_ABSTIME, &ts, std::ptr::null_mut());
     }
@@ -112,6 +114,7 @@ pub fn sleep_until(t_ns: u64) {
 
 /// Timer slack of 1 ns makes short sleeps end when asked, not 50 us later.
 pub fn set_timer_slack_min() {
+    // SAFETY: PR_SET_TIMERSLACK takes plain integers and touches no memory of ours.
     unsafe {
         libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0 as libc::c_ulong, 0 as libc::c_ulong, 0 as libc::c_ulong);
     }
@@ -125,6 +128,8 @@ extern "C" fn on_signal(_sig: libc::c_int) {
 
 /// SIGINT/SIGTERM set a flag; without SA_RESTART a blocked recv returns EINTR.
 pub fn install_stop_signals() {
+    // SAFETY: an all-zero sigaction is valid (no flags, empty mask); the handler only stores to an
+    // atomic, which is async-signal-safe; `sa` outlives both sigaction calls.
     unsafe {
         let mut sa: libc::sigaction = mem::zeroed();
         sa.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as usize;
@@ -142,6 +147,8 @@ pub fn stop_requested() -> bool {
 
 /// Pins the calling thread; an invalid CPU is the caller's mistake (exit 2).
 pub fn pin_cpu(cpu: usize) -> Result<(), String> {
+    // SAFETY: an all-zero cpu_set_t is the empty set; CPU_SET bounds-checks `cpu` against the set's
+    // size; the size passed to sched_setaffinity is that of `set`, which outlives the call.
     unsafe {
         let mut set: libc::cpu_set_t = mem::zeroed();
         libc::CPU_ZERO(&mut set);
@@ -164,8 +171,49 @@ pub struct Socket {
     pub fd: libc::c_int,
 }
 
+/// The messages of one sendmmsg/recvmmsg batch: message i points at buffer i through iovec i.
+pub struct Batch {
+    // Read by the kernel through the messages' pointers: kept here, beside them, for as long as they
+    // live. Moving a Vec moves its header, not the heap memory the pointers point at.
+    _iovs: Vec<libc::iovec>,
+    pub msgs: Vec<libc::mmsghdr>,
+}
+
+impl Batch {
+    /// One message per buffer. The caller keeps `bufs` alive and unresized while it uses the messages.
+    pub fn new(bufs: &mut [Vec<u8>]) -> Batch {
+        let mut iovs: Vec<libc::iovec> = bufs
+            .iter_mut()
+            .map(|b| libc::iovec {
+                iov_base: b.as_mut_ptr() as *mut libc::c_void,
+                iov_len: b.len(),
+            })
+            .collect();
+        let msgs = iovs
+            .iter_mut()
+            .map(|iov| {
+                // SAFETY: mmsghdr is plain data; all-zero is valid (null pointers, zero lengths).
+                let mut m: libc::mmsghdr = unsafe { mem::zeroed() };
+                m.msg_hdr.msg_iov = iov as *mut libc::iovec;
+                m.msg_hdr.msg_iovlen = 1;
+                m
+            })
+            .collect();
+        Batch { _iovs: iovs, msgs }
+    }
+}
+
+/// Which socket buffer `Socket::size_buffer` sizes.
+#[derive(Clone, Copy, Debug)]
+pub enum Buffer {
+    Receive,
+    Send,
+}
+
 impl Drop for Socket {
     fn drop(&mut self) {
+        // SAFETY: the Socket owns `fd` (it opened it and never hands it out to be closed), so it is
+        // closed exactly once, here.
         unsafe { libc::close(self.fd) };
     }
 }
@@ -173,6 +221,7 @@ impl Drop for Socket {
 impl Socket {
     pub fn udp(v6: bool) -> Result<Socket, EnvError> {
         let af = if v6 { libc::AF_INET6 } else { libc::AF_INET };
+        // SAFETY: socket() takes plain integers; a negative result is handled below.
         let fd = unsafe { libc::socket(af, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
         if fd < 0 {
             return Err(env_err("socket", errno()));
@@ -181,6 +230,7 @@ impl Socket {
     }
 
     pub fn set_int(&self, level: libc::c_int, opt: libc::c_int, v: libc::c_int) -> Result<(), i32> {
+        // SAFETY: the pointer and length describe `v`, a c_int that lives across the call.
         let r = unsafe {
             libc::setsockopt(
                 self.fd,
@@ -200,6 +250,7 @@ impl Socket {
     pub fn get_int(&self, level: libc::c_int, opt: libc::c_int) -> Result<libc::c_int, i32> {
         let mut v: libc::c_int = 0;
         let mut len = mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: the pointer and length describe `v`, a writable c_int; the kernel writes at most `len`.
         let r = unsafe {
             libc::getsockopt(self.fd, level, opt, &mut v as *mut libc::c_int as *mut libc::c_void, &mut len)
         };
@@ -210,13 +261,20 @@ impl Socket {
         }
     }
 
-    /// Sets a buffer size with the FORCE variant (root may exceed rmem_max /
-    /// wmem_max), falling back to the plain one; returns what the kernel
-    /// reports back (it doubles the request for bookkeeping).
-    pub fn set_buffer(&self, bytes: u64, force: libc::c_int, plain: libc::c_int) -> Result<u64, i32> {
-        let v = bytes.min(i32::MAX as u64) as libc::c_int;
-        if self.set_int(libc::SOL_SOCKET, force, v).is_err() {
-            self.set_int(libc::SOL_SOCKET, plain, v)?;
+    /// Sizes the receive or send buffer (`--rcvbuf` / `--sndbuf`): a request of
+    /// 0 keeps the kernel default; otherwise the FORCE variant (root may exceed
+    /// rmem_max / wmem_max), falling back to the plain one. Returns what the
+    /// kernel reports back (it doubles the request for bookkeeping).
+    pub fn size_buffer(&self, which: Buffer, bytes: u64) -> Result<u64, EnvError> {
+        let (force, plain, what) = match which {
+            Buffer::Receive => (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF, "--rcvbuf: SO_RCVBUF"),
+            Buffer::Send => (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF, "--sndbuf: SO_SNDBUF"),
+        };
+        if bytes > 0 {
+            let v = bytes.min(i32::MAX as u64) as libc::c_int;
+            if self.set_int(libc::SOL_SOCKET, force, v).is_err() {
+                self.set_int(libc::SOL_SOCKET, plain, v).map_err(|e| env_err(what, e))?;
+            }
         }
         Ok(self.get_int(libc::SOL_SOCKET, plain).unwrap_or(0).max(0) as u64)
     }
@@ -226,6 +284,7 @@ impl Socket {
             tv_sec: (ns / 1_000_000_000) as libc::time_t,
             tv_usec: ((ns % 1_000_000_000) / 1000) as libc::suseconds_t,
         };
+        // SAFETY: the pointer and length describe `tv`, a timeval that lives across the call.
         let r = unsafe {
             libc::setsockopt(
                 self.fd,
@@ -244,6 +303,8 @@ impl Socket {
 
     pub fn bind(&self, addr: &SocketAddr) -> Result<(), i32> {
         let (sa, len) = to_sockaddr(addr);
+        // SAFETY: `sa` is a sockaddr_storage filled for this family and `len` is the size of that family's
+        // sockaddr, which it holds.
         let r = unsafe { libc::bind(self.fd, &sa as *const _ as *const libc::sockaddr, len) };
         if r != 0 {
             Err(errno())
@@ -254,6 +315,7 @@ impl Socket {
 
     pub fn connect(&self, addr: &SocketAddr) -> Result<(), i32> {
         let (sa, len) = to_sockaddr(addr);
+        // SAFETY: as in bind: `sa` holds a sockaddr of `len` bytes for its family.
         let r = unsafe { libc::connect(self.fd, &sa as *const _ as *const libc::sockaddr, len) };
         if r != 0 {
             Err(errno())
@@ -263,8 +325,10 @@ impl Socket {
     }
 
     pub fn local_addr(&self) -> Result<SocketAddr, i32> {
+        // SAFETY: sockaddr_storage is plain data; all-zero bytes are a valid (AF_UNSPEC) value.
         let mut sa: libc::sockaddr_storage = unsafe { mem::zeroed() };
         let mut len = mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        // SAFETY: `sa` is writable and `len` its full size; the kernel writes at most `len` bytes.
         let r = unsafe { libc::getsockname(self.fd, &mut sa as *mut _ as *mut libc::sockaddr, &mut len) };
         if r != 0 {
             return Err(errno());
@@ -274,6 +338,7 @@ impl Socket {
 }
 
 pub fn to_sockaddr(addr: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+    // SAFETY: sockaddr_storage is plain data; all-zero bytes are a valid (AF_UNSPEC) value.
     let mut ss: libc::sockaddr_storage = unsafe { mem::zeroed() };
     match addr {
         SocketAddr::V4(a) => {
@@ -285,16 +350,19 @@ pub fn to_sockaddr(addr: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_
                 },
                 sin_zero: [0; 8],
             };
+            // SAFETY: sockaddr_storage is large and aligned enough for any sockaddr, sockaddr_in included.
             unsafe { std::ptr::write(&mut ss as *mut _ as *mut libc::sockaddr_in, sin) };
             (ss, mem::size_of::<libc::sockaddr_in>() as libc::socklen_t)
         }
         SocketAddr::V6(a) => {
+            // SAFETY: sockaddr_in6 is plain data; all-zero bytes are valid, the fields are set below.
             let mut sin6: libc::sockaddr_in6 = unsafe { mem::zeroed() };
             sin6.sin6_family = libc::AF_INET6 as libc::sa_family_t;
             sin6.sin6_port = a.port().to_be();
             sin6.sin6_addr = libc::in6_addr { s6_addr: a.ip().octets() };
             sin6.sin6_flowinfo = a.flowinfo();
             sin6.sin6_scope_id = a.scope_id();
+            // SAFETY: sockaddr_storage is large and aligned enough for any sockaddr, sockaddr_in6 included.
             unsafe { std::ptr::write(&mut ss as *mut _ as *mut libc::sockaddr_in6, sin6) };
             (ss, mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t)
         }
@@ -304,11 +372,14 @@ pub fn to_sockaddr(addr: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_
 pub fn from_sockaddr(ss: &libc::sockaddr_storage) -> Option<SocketAddr> {
     match ss.ss_family as libc::c_int {
         libc::AF_INET => {
+            // SAFETY: ss_family says AF_INET, so the storage holds a sockaddr_in; storage is large and
+            // aligned enough for it, and the reference borrows `ss`.
             let sin = unsafe { &*(ss as *const _ as *const libc::sockaddr_in) };
             let ip = std::net::Ipv4Addr::from(sin.sin_addr.s_addr.to_ne_bytes());
             Some(SocketAddr::new(IpAddr::V4(ip), u16::from_be(sin.sin_port)))
         }
         libc::AF_INET6 => {
+            // SAFETY: ss_family says AF_INET6, so the storage holds a sockaddr_in6 (as for AF_INET above).
             let sin6 = unsafe { &*(ss as *const _ as *const libc::sockaddr_in6) };
             let ip = std::net::Ipv6Addr::from(sin6.sin6_addr.s6_addr);
             Some(SocketAddr::new(IpAddr::V6(ip), u16::from_be(sin6.sin6_port)))

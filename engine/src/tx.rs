@@ -8,7 +8,7 @@ use crate::args::TxOpts;
 use crate::header::{self, Header, FLAG_END, HEADER_LEN};
 use crate::json::{Obj, Value};
 use crate::pacing::{self, Pacer};
-use crate::sys::{self, Socket, SOL_UDP, UDP_SEGMENT};
+use crate::sys::{self, Buffer, Socket, SOL_UDP, UDP_SEGMENT};
 use crate::Failure;
 
 /// If every send fails with a non-transient error for this long, the
@@ -56,12 +56,7 @@ pub fn run(o: &TxOpts) -> Result<Value, Failure> {
     let v6 = o.dest.is_ipv6();
     let dest = SocketAddr::new(o.dest, o.port);
     let sock = Socket::udp(v6).map_err(|e| Failure::Env(e.0))?;
-    let sndbuf = if o.sndbuf > 0 {
-        sock.set_buffer(o.sndbuf, libc::SO_SNDBUFFORCE, libc::SO_SNDBUF)
-            .map_err(|e| Failure::Env(sys::env_err("--sndbuf: SO_SNDBUF", e).0))?
-    } else {
-        sock.get_int(libc::SOL_SOCKET, libc::SO_SNDBUF).unwrap_or(0).max(0) as u64
-    };
+    let sndbuf = sock.size_buffer(Buffer::Send, o.sndbuf).map_err(|e| Failure::Env(e.0))?;
     // With RECVERR the kernel reports what it would otherwise hide from a UDP
     // sender: local drops (ENOBUFS, so a dropped send is retried, not counted
     // as sent) and ICMP/neighbour errors such as an address nobody answers.
@@ -103,21 +98,8 @@ pub fn run(o: &TxOpts) -> Result<Value, Failure> {
             header::encode(&Header { flags: 0, run_id, seq: 0, tx_ns: 0 }, &mut b[s * o.size..]);
         }
     }
-    let mut iovs: Vec<libc::iovec> = bufs
-        .iter_mut()
-        .map(|b| libc::iovec {
-            iov_base: b.as_mut_ptr() as *mut libc::c_void,
-            iov_len: b.len(),
-        })
-        .collect();
-    let mut msgs: Vec<libc::mmsghdr> = (0..batch)
-        .map(|i| {
-            let mut m: libc::mmsghdr = unsafe { mem::zeroed() };
-            m.msg_hdr.msg_iov = &mut iovs[i] as *mut libc::iovec;
-            m.msg_hdr.msg_iovlen = 1;
-            m
-        })
-        .collect();
+    let mut messages = sys::Batch::new(&mut bufs);
+    let msgs = &mut messages.msgs;
 
     let target_pps = o.rate.pps(o.size);
     let start = sys::mono_ns();
@@ -171,6 +153,8 @@ pub fn run(o: &TxOpts) -> Result<Value, Failure> {
                 header::stamp(&mut b[s * o.size..], first + s as u64, now);
             }
         }
+        // SAFETY: bufs[0] holds msg_len bytes; each msgs[i] points (through its iovec) at bufs[i];
+        // none of these vectors is resized or dropped while msgs is in use, and n_msgs ≤ batch = msgs.len().
         let sent_msgs = unsafe {
             if batch == 1 {
                 let r = libc::send(sock.fd, bufs[0].as_ptr() as *const libc::c_void, msg_len, 0);
@@ -315,11 +299,13 @@ fn drain_error_queue(sock: &Socket) {
             iov_base: buf.as_mut_ptr() as *mut libc::c_void,
             iov_len: buf.len(),
         };
+        // SAFETY: msghdr is plain data; all-zero is valid (null pointers, zero lengths).
         let mut msg: libc::msghdr = unsafe { mem::zeroed() };
         msg.msg_iov = &mut iov;
         msg.msg_iovlen = 1;
         msg.msg_control = ctrl.as_mut_ptr() as *mut libc::c_void;
         msg.msg_controllen = mem::size_of_val(&ctrl) as _;
+        // SAFETY: msg points at `iov` (→ `buf`) and `ctrl`, all alive for the call, with their real sizes.
         let r = unsafe { libc::recvmsg(sock.fd, &mut msg, libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT) };
         if r < 0 {
             return;
@@ -336,6 +322,7 @@ fn send_end_markers(sock: &Socket, run_id: u32, sent: u64, stop: u64) -> u64 {
         let t = stop + off * 1_000_000;
         pacing::wait_until(t);
         header::encode(&Header { flags: FLAG_END, run_id, seq: sent, tx_ns: sys::mono_ns() }, &mut buf);
+        // SAFETY: the pointer and length describe `buf`, alive for the call.
         let r = unsafe { libc::send(sock.fd, buf.as_ptr() as *const libc::c_void, buf.len(), 0) };
         if r >= 0 {
             ok += 1;

@@ -10,7 +10,7 @@ from typing import List, Optional
 import typer
 from offlab.cli.console import console as make_console
 
-from offlab.errors import BadInput, NotRoot
+from offlab.errors import BadInput, EnvironmentProblem, NotRoot
 from offlab.hosts import LOCAL, NetnsHost, is_root
 
 NETNS_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
@@ -88,16 +88,50 @@ def doctor(
     else:
         render(report, console, verbose=verbose)
     if apply:
-        from offlab.doctor.apply import apply_fixes
-
-        code = apply_fixes(report, src, _split(apply), yes=yes, quiet=as_json)
-        if code:
-            raise typer.Exit(code)
+        _apply_fixes(report, src, _split(apply), yes=yes, quiet=as_json)
     if fail_on:
         from offlab.doctor.model import SEVERITY
 
         if SEVERITY[report.worst()] >= SEVERITY[fail_on]:
             raise typer.Exit(1)
+
+
+def _apply_fixes(report, src, ids: list[str], *, yes: bool, quiet: bool) -> None:
+    """Ask, then apply the automatable fixes of `ids` in one journalled Transaction; print what changed."""
+    from offlab.doctor.apply import fixes
+
+    say = (lambda msg: print(msg, file=sys.stderr)) if quiet else typer.echo
+    todo, manual = fixes(report, src, ids)
+    for line in manual:
+        say(line)
+    if not todo:
+        say("nothing to apply: " + ("no automatable fix among " + ", ".join(ids)
+                                     if manual else "the checks asked for are ok or skipped"))
+        return
+    if not is_root():
+        raise NotRoot("doctor --apply")
+    from offlab.knobs import Change, Transaction
+
+    changes = [Change(host, c.key, c.value, c.iface) for _, c, host in todo]
+    say(f"doctor --apply will change {len(changes)} setting(s), journalled (undo: offlab restore):")
+    for (cid, _, _), ch in zip(todo, changes):
+        say(f"  [{cid}] {ch}")
+    if not yes:
+        try:
+            confirmed = typer.confirm("Apply?", default=False, err=quiet)
+        except (typer.Abort, EOFError):
+            confirmed = False
+        if not confirmed:
+            say("nothing changed")
+            return
+    with Transaction(label="doctor --apply", persist=True) as tx:
+        outcomes = tx.apply(changes)
+    for o in outcomes:
+        say("  " + o.line())
+    failed = [o for o in outcomes if not o.ok]
+    say("put back with: offlab restore")
+    if failed:
+        raise EnvironmentProblem(f"{len(failed)} of {len(outcomes)} change(s) did not take: {failed[0].reason}")
 
 
 def register(app: typer.Typer) -> None:

@@ -33,22 +33,38 @@ def run_cmd(
 ) -> None:
     """Run a plan: every cell, repeated until its confidence target is met; results in SQLite."""
     from offlab.errors import BadInput
-    from offlab.experiment.plan import load_plan_file
+    from offlab.experiment.plan import check_tools, load_plan_file
     from offlab.experiment.runner import Runner
     from offlab.store import Store, default_db_path
 
     if (plan is None) == (resume is None):
         raise BadInput("give a PLAN file or --resume RUN_ID")
-    store = Store.open(db or default_db_path())
+    if validate and plan is None:
+        raise BadInput("--validate checks a PLAN file: offlab run PLAN.yaml --validate")
+    if plan is not None:
+        # The plan is judged before the database is opened, so --validate needs none.
+        p = load_plan_file(str(plan), quick=quick)
+        check_tools(p)
+        if validate:
+            _print_cells(p)
+            return
     if resume is not None:
+        _need_root("offlab run --resume")
+        store = Store.open(db or default_db_path())
         runner = Runner.resume(store, resume, on_event=_Progress().event)
+        check_tools(runner.plan)
         _finish(store, runner, as_json)
         return
-    p = load_plan_file(str(plan), quick=quick)
-    if validate:
-        _print_cells(p)
-        return
-    _run_plans([p], store, as_json)
+    _need_root("offlab run")  # before the database: a non-root user's first error should be this one
+    _run_plans([p], Store.open(db or default_db_path()), as_json)
+
+
+def _need_root(what: str) -> None:
+    from offlab.errors import NotRoot
+    from offlab.hosts import is_root
+
+    if not is_root():
+        raise NotRoot(what)
 
 
 @suite_app.command("list")
@@ -83,8 +99,9 @@ def suite_run(
     from offlab.experiment import suites as suite_lib
     from offlab.store import Store, default_db_path
 
-    store = Store.open(db or default_db_path())
-    _run_plans(suite_lib.plans(name, quick=quick), store, as_json, report_dir)
+    plans = suite_lib.plans(name, quick=quick)
+    _need_root("offlab suite run")
+    _run_plans(plans, Store.open(db or default_db_path()), as_json, report_dir)
 
 
 def demo_cmd(
@@ -95,12 +112,17 @@ def demo_cmd(
     from offlab.experiment import suites as suite_lib
     from offlab.store import Store, default_db_path
 
+    _need_root("offlab demo")
     store = Store.open(db or default_db_path())
     _run_plans(suite_lib.plans("quick"), store, False, report_dir)
 
 
 def _run_plans(plans: list[Plan], store: Store, as_json: bool, report_dir: Path | None = None) -> None:
+    from offlab.experiment.plan import check_tools
     from offlab.experiment.runner import Runner
+
+    for plan in plans:  # every tool every part needs, before the first lab is built
+        check_tools(plan)
 
     results = []
     for plan in plans:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from typing import Optional
 
 import typer
@@ -14,9 +13,20 @@ from offlab import lab as labs
 from offlab.errors import BadInput, EnvironmentProblem, NotRoot
 from offlab.hosts import is_root
 from offlab.lab.inspect import SUMMARY_FEATURES, describe
+from offlab.names import check_lab_name, check_mtu
 
 app = typer.Typer(help="Build, inspect and remove namespace labs.", no_args_is_help=True)
 out = console()
+
+
+def _forget_journalled(namespaces: list[str]) -> list[str]:
+    """A lab's namespaces are gone: so are the settings journalled in them (knobs, imported late)."""
+    from offlab.knobs import forget_lab_namespaces
+
+    return forget_lab_namespaces(namespaces)
+
+
+labs.on_down(_forget_journalled)
 
 
 @app.command("up")
@@ -31,20 +41,38 @@ def up_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print the lab as JSON."),
 ) -> None:
     """Build a lab of network namespaces and check that client reaches server."""
+    check_up_options(name, mtu, ipv6)
     options = {k: v for k, v in (("vni", vni), ("port", port), ("underlay_mtu", underlay_mtu)) if v is not None}
     lab = labs.up(topology, name, mtu=mtu, ipv6=ipv6, options=options)
     _print_lab(lab, as_json)
+
+
+def check_up_options(name: str | None, mtu: int, ipv6: bool) -> None:
+    """The options `lab up` can check before any namespace exists; BadInput names the option."""
+    from offlab.mtu.calc import MIN_MTU
+
+    if name is not None:
+        try:
+            check_lab_name(name)
+        except BadInput as exc:
+            # An empty --name must not fall back to the default: the person asked for a name.
+            raise BadInput(f"--name: {exc}") from None
+    check_mtu(mtu)
+    if ipv6 and mtu < MIN_MTU[6]:
+        raise BadInput(f"--mtu {mtu} with --ipv6: IPv6 needs an MTU of at least {MIN_MTU[6]}")
 
 
 @app.command("down")
 def down_cmd(
     name: Optional[str] = typer.Argument(None, help="Lab to remove."),
     all_: bool = typer.Option(False, "--all", help="Remove every lab offlab knows about."),
+    force: bool = typer.Option(False, "--force", help="Also a lab a live run holds, or whose state file is "
+                                                      "corrupt (never another state directory's)."),
 ) -> None:
     """Remove a lab: daemons, processes, namespaces and links. Safe to repeat."""
     if all_ == (name is not None):
         raise BadInput("give a lab name or --all (not both)")
-    removed = labs.down_all() if all_ else labs.down(name)
+    removed = labs.down_all(force=force) if all_ else labs.down(name, force=force)
     if not removed:
         typer.echo("nothing to remove")
     for item in removed:
@@ -53,19 +81,36 @@ def down_cmd(
 
 @app.command("list")
 def list_cmd(as_json: bool = typer.Option(False, "--json")) -> None:
-    """The labs that exist, with their topology, MTU and status."""
-    found = labs.list_labs()
+    """The labs that exist, with their topology, MTU and status: up, or broken with why and the fix."""
+    rows = []
+    for lab, why in labs.survey():
+        if lab is None:
+            name = why.split(":", 1)[0]
+            rows.append({"name": name, "topology": None, "mtu": None, "status": "corrupt", "hosts": [],
+                         "why": why.split(": ", 1)[1], "fix": f"offlab lab down --force {name}"})
+            continue
+        row = {"name": lab.name, "topology": lab.topology, "mtu": lab.mtu,
+               "status": "broken" if why else lab.status, "hosts": list(lab.hosts)}
+        if why:
+            row.update(why=why, fix=f"offlab lab down {lab.name}")
+        held = labs.holders(lab.name)
+        if held:
+            row["held_by"] = [{"pid": h["pid"], "what": h.get("what")} for h in held]
+        rows.append(row)
     if as_json:
-        typer.echo(json.dumps([{"name": l.name, "topology": l.topology, "mtu": l.mtu,
-                                "status": l.status, "hosts": list(l.hosts)} for l in found], indent=2))
+        typer.echo(json.dumps(rows, indent=2))
         return
-    if not found:
+    if not rows:
         typer.echo("no labs (offlab lab up TOPOLOGY)")
         return
     t = Table("name", "topology", "mtu", "status", "hosts", box=None)
-    for l in found:
-        t.add_row(l.name, l.topology, str(l.mtu), l.status, " ".join(l.hosts))
+    for r in rows:
+        status = r["status"] + (f" (in use by {r['held_by'][0]['what']})" if r.get("held_by") else "")
+        t.add_row(r["name"], r["topology"] or "-", str(r["mtu"] or "-"), status, " ".join(r["hosts"]))
     out.print(t)
+    for r in rows:
+        if r.get("why"):
+            out.print(f"{r['name']}: {r['status']} — {r['why']}; fix: {r['fix']}")
 
 
 @app.command("show")
@@ -124,7 +169,10 @@ def exec_cmd(
 
 
 def _print_lab(lab: labs.LabState, as_json: bool) -> None:
+    from offlab.knobs import pending_changes
+
     info = describe(lab)
+    info["changes"] = pending_changes({e.netns: role for role, e in lab.hosts.items() if e.netns})
     if as_json:
         typer.echo(json.dumps(info, indent=2))
         return

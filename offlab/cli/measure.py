@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Optional
 
 import typer
@@ -10,6 +11,9 @@ from offlab.cli.console import console
 from rich.table import Table
 
 from offlab.errors import BadInput
+from offlab.names import IFNAME_RE
+
+MAX_FRAMES = 1_000_000  # the same bound as a plan's capture.frames
 
 out = console()
 
@@ -36,13 +40,20 @@ def measure_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print the sample as JSON."),
 ) -> None:
     """Run one measurement in a lab: throughput, pps, loss, CPU per side, service demand, wire proof."""
-    from offlab.lab import LabState
-    from offlab.measure import CaptureRequest, measure
+    from offlab.lab import LabState, hold
+    from offlab.experiment.measure import CaptureRequest, measure
     from offlab.traffic import Workload
 
-    state = LabState.load(lab)
+    # Every value is checked before the lab is even read, so no child tool starts on a bad one.
     w = Workload(tool=tool, protocol=proto, size=size, gso=gso, gro=gro, batch=batch, rate=rate,
-                 streams=streams, duration=duration, warmup=warmup, ipv6=ipv6)
+                 streams=streams, duration=duration, warmup=warmup, ipv6=ipv6).check()
+    if not 1 <= frames <= MAX_FRAMES:
+        raise BadInput(f"--frames {frames}: 1..{MAX_FRAMES}")
+    if capture is not None:
+        role, _, iface = capture.partition(":")
+        if not re.fullmatch(r"[a-z][a-z0-9]{0,15}", role) or (iface and not IFNAME_RE.fullmatch(iface)):
+            raise BadInput(f"--capture {capture!r}: write HOST[:IFACE], e.g. server or switch:to-server")
+    state = LabState.load(lab)
     if ipv6 and not state.ipv6:
         raise BadInput(f"lab {lab} has no IPv6 addresses: rebuild it with `offlab lab up ... --ipv6`")
     cap = None
@@ -50,7 +61,8 @@ def measure_cmd(
         role, _, iface = capture.partition(":")
         cap = CaptureRequest(role, iface or None, frames)
         state.resolve_iface(role, iface or None)  # fail before any traffic
-    sample = measure(state, w, cap)
+    with hold(lab, "offlab measure"):  # `lab down` refuses the lab meanwhile (issue #14, item 8)
+        sample = measure(state, w, cap)
     if as_json:
         typer.echo(json.dumps(sample.to_dict(), indent=2, default=str))
     else:
@@ -109,5 +121,14 @@ def print_sample(s: Sample) -> None:
     if s.capture:
         c = s.capture
         out.print(f"  wire        {c['host']}:{c['iface']} {c['frames']} frames: {c['verdict']}")
+    if s.loss_attribution:
+        la = s.loss_attribution
+        where = "; ".join(f"{p['where']} {p['count']} ({100 * p['share']:.0f} %)" for p in la["places"][:5])
+        out.print(f"  lost        {la['lost']} datagrams: {where or 'no counter explains them'}"
+                  + (f"; {la['unexplained']} unexplained" if la["places"] and la["unexplained"] else ""))
+    if s.consistency and s.consistency["status"] != "consistent":
+        for c in s.consistency["checks"]:
+            if not c["ok"]:
+                out.print(f"  [bold red]inconsistent[/bold red] {c['check']}: {c['detail']}")
     for note in s.notes:
         out.print(f"  [dim]note: {note}[/dim]")

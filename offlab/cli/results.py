@@ -92,6 +92,8 @@ def show_cmd(
         _samples_csv(run, cells, samples)
         return
     _print_run(run, cells, cis, level)
+    with _open(db) as store:
+        print_searches(store, run_id)
 
 
 def _samples_csv(run: dict, cells: list[dict], samples: list[dict]) -> None:
@@ -114,7 +116,7 @@ def _csv_num(v: float | None) -> str:
 def print_comparison(store, run_id: int) -> None:
     """What `offlab run` prints at the end: each cell against its baseline, or, without a baseline
     (or with one that matches nothing), each cell's mean ± CI."""
-    from offlab import compare
+    from offlab.report import compare
     from offlab.stats import mean_ci
 
     run = store.get_run(run_id)
@@ -129,6 +131,29 @@ def print_comparison(store, run_id: int) -> None:
     level = (run.get("repeat") or {}).get("level") or 99
     cis = {c["id"]: {m: mean_ci(v, level) for m, v in values.get(c["id"], {}).items()} for c in cells}
     _cells_table(cells, cis, level)
+    print_searches(store, run_id)
+
+
+def print_searches(store, run_id: int) -> None:
+    """The zero-loss headline of each searched sample, with its trials (offered vs achieved)."""
+    keys = {c["id"]: c["key"] for c in store.cells(run_id)}
+    searched = [s for s in store.samples(run_id) if (s["sample"] or {}).get("search")]
+    if not searched:
+        return
+    out.print("[bold]zero-loss search[/bold] (target → achieved offered pps, loss; ✓ met the criterion)")
+    for s in searched:
+        z = s["sample"]["search"]
+        out.print(f"  {escape(keys.get(s['cell_id'], '?'))} round {s['round']}: {escape(z.get('verdict', ''))}")
+        trials = z.get("trials") or []
+        line = ", ".join(_trial_text(t) for t in trials)
+        out.print(f"    [dim]{escape(line)}[/dim]")
+
+
+def _trial_text(t: dict) -> str:
+    loss = "loss ?" if t["loss"] is None else f"{100 * t['loss']:.2g} %"
+    marks = (" ✓" if t["passed"] else "") + (" gen-limited" if t["generator_limited"] else "") + (
+        " (confirm)" if t["phase"] == "confirm" else "")
+    return f"{t['target_pps'] / 1e3:.0f}k→{(t['achieved_pps'] or 0) / 1e3:.0f}k {loss}{marks}"
 
 
 def _print_run(run: dict, cells: list[dict], cis: dict, level: float) -> None:
@@ -184,7 +209,7 @@ def compare_cmd(
     db: Optional[Path] = typer.Option(None, "--db", help=DB_HELP),
 ) -> None:
     """Ratio of means with its confidence interval and a verdict, per cell and metric."""
-    from offlab import compare
+    from offlab.report import compare
 
     _one_format(as_json, as_csv)
     if len(runs) not in (1, 2):
@@ -240,7 +265,7 @@ COLUMNS = (("metric", 15, "left"), ("baseline", 12, "right"), ("cell", 12, "righ
 
 def _print_rows(rows) -> None:
     """Per compared cell a title line and its metrics; cells that could not be compared below."""
-    from offlab import compare
+    from offlab.report import compare
     from offlab.report import format as fmt
     from offlab.stats import is_improvement
 
@@ -295,7 +320,8 @@ def report_cmd(
     db: Optional[Path] = typer.Option(None, "--db", help=DB_HELP),
 ) -> None:
     """One self-contained HTML report (charts inline, opens offline)."""
-    from offlab import compare, report
+    from offlab import report
+    from offlab.report import compare
 
     with _open(db) as store:
         path = report.write_report(store, run_id, output, baseline=compare.parse_assignments(baseline) or None)

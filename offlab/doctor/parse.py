@@ -2,35 +2,17 @@
 
 ethtool is parsed from its plain text (not --json): sosreport stores text, and
 ethtool 6.1 has no JSON for -g/-l/-c anyway, so one parser serves every source.
+`ethtool -k/-g/-l/-c` and softnet_stat are parsed once, in offlab.netdev, which knobs and probes share.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
 
-from offlab.netdev import Feature
+from offlab import netdev
 
 # ---- ethtool --------------------------------------------------------------
-
-_FEATURE_RE = re.compile(r"^\s*([\w.-]+): (on|off)(?: \[(fixed|requested (?:on|off))\])?\s*$")
-
-
-def ethtool_features(text: str) -> dict[str, Feature]:
-    """`ethtool -k IF` text → {feature: Feature}; '[fixed]' means the driver will not change it."""
-    out: dict[str, Feature] = {}
-    for line in text.splitlines():
-        m = _FEATURE_RE.match(line)
-        if not m:
-            continue
-        name, state, note = m.groups()
-        requested = None
-        if note and note.startswith("requested"):
-            requested = note.endswith("on")
-        out[name] = Feature(state == "on", note == "fixed", requested)
-    return out
-
 
 def _number(value: str) -> int | None:
     value = value.strip()
@@ -38,36 +20,14 @@ def _number(value: str) -> int | None:
 
 
 def ethtool_sections(text: str) -> dict[str, dict[str, int | None]]:
-    """`ethtool -g IF` / `ethtool -l IF` text → {"max": {...}, "current": {...}} by lower-case key."""
-    out: dict[str, dict[str, int | None]] = {"max": {}, "current": {}}
-    section = None
-    for line in text.splitlines():
-        low = line.strip().lower()
-        if low.startswith("pre-set maximums"):
-            section = "max"
-            continue
-        if low.startswith("current hardware settings"):
-            section = "current"
-            continue
-        if section and ":" in line:
-            key, _, value = line.partition(":")
-            out[section][key.strip().lower()] = _number(value)
-    return out
+    """`ethtool -g IF` / `ethtool -l IF` → netdev's sections with numbers (None for n/a)."""
+    return {sec: {k: _number(v) for k, v in vals.items()} for sec, vals in netdev.ethtool_sections(text).items()}
 
 
 def ethtool_coalesce(text: str) -> dict[str, str | int | None]:
-    """`ethtool -c IF` text → {"adaptive-rx": "on", "rx-usecs": 3, ...}."""
-    out: dict[str, str | int | None] = {}
-    for line in text.splitlines():
-        m = re.match(r"^Adaptive RX:\s*(\S+)\s+TX:\s*(\S+)", line.strip())
-        if m:
-            out["adaptive-rx"], out["adaptive-tx"] = m.group(1), m.group(2)
-            continue
-        key, sep, value = line.partition(":")
-        if sep and re.fullmatch(r"[a-z][a-z-]*", key.strip()):
-            v = value.strip()
-            out[key.strip()] = int(v) if v.isdigit() else (None if v == "n/a" else v)
-    return out
+    """`ethtool -c IF` → netdev's parameters with numbers (None for n/a); the on/off modes stay text."""
+    return {k: v if k.startswith(("adaptive-", "cqe-mode-")) else (int(v) if v.isdigit() else None if v == "n/a" else v)
+            for k, v in netdev.ethtool_coalesce(text).items()}
 
 
 FLOW_HASH_FIELDS = {
@@ -105,6 +65,9 @@ def key_values(text: str) -> dict[str, str]:
 
 # ---- CPU sets -------------------------------------------------------------
 
+MAX_CPUS = 8192
+
+
 def cpulist(text: str) -> set[int]:
     """'0-3,8,10-11' → {0,1,2,3,8,10,11}."""
     cpus: set[int] = set()
@@ -113,7 +76,13 @@ def cpulist(text: str) -> set[int]:
         if not part:
             continue
         lo, _, hi = part.partition("-")
-        cpus.update(range(int(lo), int(hi or lo) + 1))
+        if not lo.isdigit() or (hi and not hi.isdigit()):
+            raise ValueError(f"malformed CPU list {text.strip()[:40]!r}")
+        first, last = int(lo), int(hi or lo)
+        # Linux has at most 8192 CPUs (NR_CPUS); a larger range is damaged data, not a machine.
+        if last < first or last >= MAX_CPUS:
+            raise ValueError(f"CPU range {part[:40]!r} is out of range 0..{MAX_CPUS - 1}")
+        cpus.update(range(first, last + 1))
     return cpus
 
 
@@ -144,27 +113,6 @@ def mask_of(cpus: set[int]) -> str:
 
 
 # ---- /proc ----------------------------------------------------------------
-
-@dataclass(frozen=True)
-class SoftnetRow:
-    cpu: int
-    processed: int
-    dropped: int
-    time_squeeze: int
-    received_rps: int
-    flow_limit: int
-
-
-def softnet(text: str) -> list[SoftnetRow]:
-    """/proc/net/softnet_stat: one hex row per online CPU (column 13 is the CPU since 5.10)."""
-    rows = []
-    for i, line in enumerate(l for l in text.splitlines() if l.strip()):
-        cols = [int(c, 16) for c in line.split()]
-        cols += [0] * (13 - len(cols))
-        cpu = cols[12] if len(cols) > 12 and len(line.split()) >= 13 else i
-        rows.append(SoftnetRow(cpu, cols[0], cols[1], cols[2], cols[9], cols[10]))
-    return rows
-
 
 def kernel_version(release: str) -> tuple[int, int, int] | None:
     m = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", release.strip())

@@ -14,6 +14,7 @@ from typing import Callable, Sequence
 from offlab.doctor import parse
 from offlab.doctor.model import Outcome
 from offlab.doctor.source import Output, Source, command_name
+from offlab import netdev
 from offlab.netdev import Feature
 
 
@@ -106,7 +107,10 @@ class Context:
     def cpus_online(self) -> set[int]:
         text = self.value("/sys/devices/system/cpu/online")
         if text:
-            return parse.cpulist(text)
+            try:
+                return parse.cpulist(text)
+            except ValueError:
+                pass  # damaged (e.g. a hand-edited capture): count the CPUs cpuinfo lists instead
         info = self.read("/proc/cpuinfo")
         return set(range(len(parse.cpuinfo(info)))) if info else set()
 
@@ -118,7 +122,10 @@ class Context:
             if entry.startswith("node") and entry[4:].isdigit():
                 text = self.value(f"/sys/devices/system/node/{entry}/cpulist")
                 if text is not None:
-                    nodes[int(entry[4:])] = parse.cpulist(text)
+                    try:
+                        nodes[int(entry[4:])] = parse.cpulist(text)
+                    except ValueError:
+                        continue  # a damaged node list says nothing about placement
         return nodes
 
     @cached_property
@@ -144,7 +151,7 @@ class Context:
             raise Skip("ethtool -k not available (apt-get install ethtool) and not in the capture")
         if not out.ok:
             raise Skip(f"ethtool -k {iface} failed: {last_line(out)}")
-        return parse.ethtool_features(out.stdout)
+        return netdev.parse_features(out.stdout)
 
     def driver(self, iface: str) -> dict[str, str]:
         out = self.ethtool("-i", iface)

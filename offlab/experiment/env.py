@@ -7,6 +7,7 @@ import platform
 
 from offlab import __version__
 from offlab.hosts import LOCAL
+from offlab.knobs import pending_changes
 from offlab.lab.inspect import describe
 from offlab.lab.model import LabState
 
@@ -22,12 +23,17 @@ TOOLS = {"iperf3": ["iperf3", "--version"], "ethtool": ["ethtool", "--version"],
 
 def environment(plan, labs: list[LabState]) -> dict:
     """Kernel, CPU, versions, plan, offload state and MTU of every lab interface, sysctls."""
+    from offlab.errors import ToolMissing
     from offlab.traffic.engine import engine_path
 
     cpu_model = next((l.split(":", 1)[1].strip() for l in _read("/proc/cpuinfo").splitlines()
                       if l.startswith("model name")), platform.processor())
     versions = {"offlab": __version__, "python": platform.python_version()}
-    for name, argv in {**TOOLS, "offlab-engine": [engine_path(), "--version"]}.items():
+    try:
+        engine = [engine_path(), "--version"]
+    except ToolMissing:  # an iperf3-only plan runs without the engine; its version is then None
+        engine = ["offlab-engine", "--version"]
+    for name, argv in {**TOOLS, "offlab-engine": engine}.items():
         res = LOCAL.run(argv, check=False, timeout=10) if _have(argv[0]) else None
         versions[name] = (res.stdout or res.stderr).strip().splitlines()[0] if res and (res.stdout or res.stderr) else None
     sysctls = {}
@@ -44,7 +50,8 @@ def environment(plan, labs: list[LabState]) -> dict:
         "versions": versions,
         "sysctls": sysctls,
         "plan_text": plan.text,
-        "labs": [describe(lab) for lab in labs],
+        "labs": [{**describe(lab), "changes": pending_changes({e.netns: r for r, e in lab.hosts.items() if e.netns})}
+                 for lab in labs],
     }
 
 

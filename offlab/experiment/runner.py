@@ -11,21 +11,24 @@ from __future__ import annotations
 
 import os
 import random
+from pathlib import Path
 import signal
 import time
 from dataclasses import dataclass, field
 from typing import Callable
 
 from offlab import lab as labs
-from offlab.errors import BadInput, NotRoot
+from offlab.errors import BadInput, EnvironmentProblem, NotRoot, OfflabError
 from offlab.experiment.env import environment
 from offlab.experiment.plan import Cell, Plan, RepeatSpec, load_plan
 from offlab.experiment.search import parse_pps, zero_loss_search
 from offlab.hosts import LOCAL, is_root
-from offlab.knobs import Change, Transaction
+from offlab.knobs import Change, Terminated, Transaction
 from offlab.lab.model import LabState
-from offlab.measure import CaptureRequest, measure
+from offlab.experiment.measure import CaptureRequest, measure
+from offlab.lab.hold import Hold
 from offlab.metrics import metrics_of
+from offlab.state import FlockFile, me
 from offlab.stats import converged
 from offlab.store import Store
 
@@ -50,6 +53,29 @@ class Interrupted(Exception):
     pass
 
 
+class RunBusy(EnvironmentProblem):
+    """Another live process is writing this run."""
+
+
+class LabRemoved(EnvironmentProblem):
+    """A lab of the run vanished while a cell was measured in it."""
+
+
+def run_lock(store: Store, run_id: int) -> FlockFile:
+    """The one-writer lock of a run: an flock beside the database, dropped by the kernel when its holder dies.
+
+    Beside the database (not in the state directory) because two state directories may
+    share one database, and it is the database's run that must have one writer.
+    """
+    lock = FlockFile(Path(f"{store.path}.locks") / f"run-{run_id}.lock")
+    holder = lock.acquire({**me(), "run": run_id})
+    if holder is not None:
+        pid = holder.get("pid", "?")
+        raise RunBusy(f"run {run_id} is running as pid {pid}: wait for it to finish, or stop it "
+                      f"(kill -INT {pid}) and then `offlab run --resume {run_id}`")
+    return lock
+
+
 class Runner:
     def __init__(self, plan: Plan, store: Store, *, run_id: int | None = None,
                  on_event: Callable[[str, dict], None] | None = None) -> None:
@@ -59,6 +85,8 @@ class Runner:
         self.labs: dict[str, LabState] = {}
         self.seed = plan.seed if plan.seed is not None else random.randrange(2**31)
         self.cells: list[CellState] = []
+        self.lock: FlockFile | None = None
+        self.holds: list[Hold] = []
 
     # ---- entry points -------------------------------------------------
     @classmethod
@@ -66,10 +94,16 @@ class Runner:
         run = store.get_run(run_id)
         if run["status"] == "done":
             raise BadInput(f"run {run_id} is complete: nothing to resume (offlab results show {run_id})")
-        plan = load_plan(run["plan_text"], f"run {run_id} plan")
-        plan.repeat = RepeatSpec(**run["repeat"])
+        lock = run_lock(store, run_id)  # before reading its samples: a live writer would add more
+        try:
+            plan = load_plan(run["plan_text"], f"run {run_id} plan")
+            plan.repeat = RepeatSpec(**run["repeat"])
+        except BaseException:
+            lock.release()
+            raise
         self = cls(plan, store, run_id=run_id, **kw)
         self.seed = run["seed"]
+        self.lock = lock
         return self
 
     def run(self) -> int:
@@ -81,20 +115,37 @@ class Runner:
             self._open_run()
             self._rounds()
             return self.run_id
-        except (KeyboardInterrupt, Interrupted):
+        except (KeyboardInterrupt, Interrupted, Terminated):  # Terminated: SIGTERM inside a cell's transaction
             if self.run_id is not None:
                 self.store.set_run_status(self.run_id, "interrupted",
                                           f"interrupted; resume with `offlab run --resume {self.run_id}`")
             self.on_event("interrupted", {"run_id": self.run_id})
             raise KeyboardInterrupt from None
-        except BaseException:
+        except LabRemoved as exc:
+            self.store.set_run_status(self.run_id, "interrupted", str(exc))
+            self.on_event("interrupted", {"run_id": self.run_id})
+            raise
+        except BaseException as exc:
             if self.run_id is not None:
-                self.store.set_run_status(self.run_id, "failed")
+                # Why it failed goes into the store, so `results list` says it, not only this terminal.
+                why = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+                self._set_status_quietly("failed", f"{type(exc).__name__}: {why}" if why else type(exc).__name__)
             raise
         finally:
             signal.signal(signal.SIGTERM, previous)
+            for h in self.holds:
+                h.release()
             for lab in self.labs.values():
-                labs.down(lab.name)
+                labs.down(lab.name, force=True)
+            if self.lock is not None:
+                self.lock.release()
+
+    def _set_status_quietly(self, status: str, note: str) -> None:
+        """Record a failure without hiding it behind a second one (a read-only or full database)."""
+        try:
+            self.store.set_run_status(self.run_id, status, note)
+        except OfflabError:
+            pass
 
     # ---- steps ---------------------------------------------------------
     def _build_labs(self) -> None:
@@ -108,6 +159,11 @@ class Runner:
             self.on_event("lab", {"topology": topo.kind, "mtu": topo.mtu})
             self.labs[key] = labs.up(topo.kind, f"{prefix}{chr(97 + i)}", mtu=topo.mtu, ipv6=topo.ipv6,
                                      options=options)
+            # Held for the whole run: `lab down` in this state dir refuses it (naming us) unless --force.
+            self.holds.append(Hold(self.labs[key].name, self._what()))
+
+    def _what(self) -> str:
+        return f"run {self.run_id}" if self.run_id is not None else "an offlab run (starting)"
 
     def _open_run(self) -> None:
         cells = [{"key": c.key, "params": c.params, "settings": c.settings()} for c in self.plan.cells]
@@ -115,8 +171,11 @@ class Runner:
             env = environment(self.plan, list(self.labs.values()))
             self.run_id = self.store.create_run(self.plan.name, self.plan.text, self.plan.to_dict(), self.seed,
                                                 env, self.plan.baseline, self.plan.repeat.model_dump())
+            self.lock = run_lock(self.store, self.run_id)
         else:
             self.store.set_run_status(self.run_id, "running", "resumed")
+        for h in self.holds:
+            h.update(self._what())
         ids = self.store.add_cells(self.run_id, cells)
         known = {c["id"]: c for c in self.store.cells(self.run_id)}
         samples = self.store.samples(self.run_id)
@@ -172,6 +231,21 @@ class Runner:
     def _sample(self, cs: CellState, rnd: int) -> None:
         cell, lab = cs.cell, self.labs[cs.cell.lab_key]
         self.on_event("sample", {"cell": cell.key, "round": rnd})
+        try:
+            self._sample_in(cs, rnd, lab)
+        except (OfflabError, OSError, ValueError, KeyError) as exc:
+            gone = labs.removed(lab)
+            if gone is None:
+                raise
+            cs.status, cs.reason = "interrupted", f"interrupted: lab removed ({gone})"
+            self.store.set_cell_status(cs.cell_id, "interrupted", cs.reason)
+            self.on_event("skipped", {"cell": cell.key, "reason": cs.reason})
+            raise LabRemoved(f"run {self.run_id}: lab {lab.name} was removed while cell {cell.key} ran "
+                             f"({gone}); the samples measured so far are kept: "
+                             f"`offlab run --resume {self.run_id}` continues") from None
+
+    def _sample_in(self, cs: CellState, rnd: int, lab: LabState) -> None:
+        cell = cs.cell
         changes = [self._change(lab, t, k, v) for t, k, v in cell.changes]
         with Transaction(label=f"run {self.run_id} cell {cell.key}") as tx:
             outcomes = tx.apply(changes) if changes else []
@@ -192,6 +266,8 @@ class Runner:
                                           parse_pps(spec.search_high), spec.search_steps, cap).to_dict()
             else:
                 sample = measure(lab, w, cap).to_dict()
+            # Read again at the end of the window: the values really in force while it was measured.
+            sample["in_force"] = tx.in_force()
         if sample["traffic"]["throughput_bps"] == 0:
             cs.status = "failed"
             cs.reason = ("no data crossed the path (throughput 0): the path is broken, "

@@ -1,52 +1,145 @@
-"""Zero-loss search (seed 002): the highest offered pps whose loss stays at or under a threshold."""
+"""Zero-loss search (seed 002, RFC 2544's throughput test): the highest offered rate at which
+loss stays at or under a threshold, searched on the rate the generator *achieved*.
+
+Each trial is one full measurement. A trial passes only when its loss was measured and is
+≤ the threshold (loss unknown = fail). A trial whose generator sent less than its target
+(by more than `GENERATOR_SHORTFALL`) is "generator-limited": its achieved rate is what counts,
+and a limited trial that passed means the device under test was not the bottleneck — the
+result then says "no loss up to the generator's ceiling", never a rate that was not sent.
+The search bisects (geometrically) between the highest achieved rate that passed and the
+lowest that failed, then repeats the best rate `confirm` times; the reported rate is one at
+which every confirmation met the criterion. Every trial is kept in the trace.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import math
-import re
+from dataclasses import dataclass
+from typing import Callable
 
-from offlab.lab.model import LabState
-from offlab.measure import CaptureRequest, Sample, measure
-from offlab.traffic import Workload
+from offlab.errors import BadInput
+from offlab.traffic.rate import parse_pps
 
+__all__ = ["parse_pps", "zero_loss_search"]
 
-def parse_pps(text: str) -> float:
-    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([kM]?)pps", text.strip())
-    if not m:
-        raise ValueError(f"not a packet rate: {text!r}")
-    return float(m.group(1)) * {"": 1, "k": 1e3, "M": 1e6}[m.group(2)]
+GENERATOR_SHORTFALL = 0.02  # a trial that sent < 98 % of its target is generator-limited
+RESOLUTION = 0.02  # stop bisecting when the failing rate is within 2 % of the passing one
 
 
-def zero_loss_search(lab: LabState, w: Workload, max_loss: float, low: float, high: float, steps: int,
-                     capture: CaptureRequest | None = None) -> Sample:
-    """Bisect (geometrically) between low and high; return the best passing sample, with every step.
+@dataclass
+class Trial:
+    phase: str  # "search" | "confirm"
+    target_pps: int
+    achieved_pps: float | None  # what the generator really offered
+    received_pps: float | None
+    sent: int | None
+    received: int | None
+    loss: float | None
+    passed: bool
+    generator_limited: bool
 
-    Each step is a full measurement; the sample kept is the one at the highest offered
-    rate whose loss was ≤ max_loss (or the lowest rate tried, flagged, if none passed).
-    """
-    lo, hi = low, high
-    best: Sample | None = None
-    fallback: Sample | None = None
-    log = []
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def _trial(sample, phase: str, target: float, max_loss: float) -> Trial:
+    t = sample.traffic
+    achieved = t.get("sent_pps")  # without the sender's own rate there is no achieved rate to claim
+    loss = t.get("loss")
+    limited = achieved is not None and achieved < target * (1 - GENERATOR_SHORTFALL)
+    return Trial(phase, int(target), achieved, t.get("pps"), t.get("datagrams_sent"), t.get("datagrams_received"),
+                 loss, loss is not None and loss <= max_loss and achieved is not None, limited)
+
+
+def zero_loss_search(lab, w, max_loss: float, low: float, high: float, steps: int, capture=None, *,
+                     confirm: int = 1, trial: Callable | None = None):
+    """Search; return the sample of the confirmed best trial (or of the last trial, flagged)."""
+    if trial is None:
+        from offlab.experiment.measure import measure as trial
+    if not 0 < low < high:
+        raise BadInput(f"search bounds: need 0 < low ({low:g} pps) < high ({high:g} pps)")
+    trials: list[Trial] = []
+    samples: dict[int, object] = {}
+
+    def run(rate: float, phase: str) -> Trial:
+        s = trial(lab, dataclasses.replace(w, rate=f"{int(rate)}pps"), capture)
+        tr = _trial(s, phase, rate, max_loss)
+        trials.append(tr)
+        samples[len(trials) - 1] = s
+        return tr
+
+    best: Trial | None = None  # highest achieved rate that passed
+    fail_at: float | None = None  # lowest achieved rate that failed
+    ceiling: float | None = None  # the generator's highest achieved rate when it fell short
+    rate = high
     for _ in range(steps):
-        rate = math.sqrt(lo * hi)
-        s = measure(lab, dataclasses.replace(w, rate=f"{int(rate)}pps"), capture)
-        loss = s.traffic["loss"] or 0.0
-        passed = loss <= max_loss
-        log.append({"offered_pps": int(rate), "received_pps": s.traffic.get("pps"), "loss": loss, "pass": passed})
-        if passed:
-            best, lo = s, rate
+        tr = run(rate, "search")
+        offered = tr.achieved_pps if tr.achieved_pps is not None else rate
+        if tr.generator_limited:
+            ceiling = max(ceiling or 0.0, offered)
+        if tr.passed:
+            if best is None or offered > (best.achieved_pps or 0):
+                best = tr
+            if tr.generator_limited or fail_at is None:
+                break  # asking for more cannot offer more, or the highest rate asked passed
         else:
-            fallback = fallback or s
-            hi = rate
-    chosen = best or fallback
-    assert chosen is not None
-    chosen.search = {"max_loss": max_loss, "low_pps": low, "high_pps": high, "steps": log,  # type: ignore[attr-defined]
-                     "found_pps": int(lo) if best else None}
-    if best is None:
-        chosen.notes.append(f"no offered rate ≥ {int(low)} pps kept loss ≤ {100 * max_loss:g} %")
-    else:
-        chosen.notes.append(f"{best.traffic['pps'] / 1e3:.1f} kpps received at ≤ {100 * max_loss:g} % loss "
-                            f"(offered {int(lo)} pps)")
-    return chosen
+            fail_at = offered if fail_at is None else min(fail_at, offered)
+        if best is None:
+            if rate <= low:
+                break  # even the lowest rate allowed fails
+            rate = low  # establish a passing lower bound before bisecting
+            continue
+        lo = best.achieved_pps or low
+        if fail_at <= lo * (1 + RESOLUTION):  # type: ignore[operator]
+            break
+        rate = math.sqrt(lo * fail_at)  # type: ignore[operator]
+    chosen, confirmed = _confirm(best, trials, run, confirm, max_loss)
+    for t in trials:  # confirmations may also have fallen short of their target
+        if t.generator_limited and t.achieved_pps is not None:
+            ceiling = max(ceiling or 0.0, t.achieved_pps)
+    index = trials.index(chosen) if chosen is not None else len(trials) - 1
+    sample = samples[index]
+    found = chosen.achieved_pps if chosen is not None and confirmed else None
+    limited = bool(chosen is not None and (chosen.generator_limited or ceiling and found and found >= ceiling * 0.98))
+    sample.search = {
+        "max_loss": max_loss, "low_pps": low, "high_pps": high, "confirm": confirm,
+        "trials": [t.to_dict() for t in trials],
+        "found_pps": int(found) if found is not None else None,
+        "received_pps": chosen.received_pps if found is not None else None,
+        "generator_limited": limited if found is not None else bool(ceiling),
+        "generator_ceiling_pps": int(ceiling) if ceiling else None,
+        "lowest_failing_pps": int(fail_at) if fail_at is not None else None,
+        "verdict": _verdict(found, limited, ceiling, fail_at, max_loss, low),
+    }
+    sample.notes.append(sample.search["verdict"])
+    return sample
+
+
+def _confirm(best: Trial | None, trials: list[Trial], run, confirm: int, max_loss: float):
+    """Repeat the best rate; if a repeat fails, fall back to the next lower passing rate once."""
+    candidates = sorted((t for t in trials if t.passed), key=lambda t: -(t.achieved_pps or 0))[:2]
+    for cand in candidates:
+        ok, last = True, cand
+        for _ in range(confirm):
+            last = run(cand.target_pps, "confirm")
+            if not last.passed:
+                ok = False
+                break
+        if ok:
+            return last, True
+    return (trials[-1] if trials else None), False
+
+
+def _verdict(found, limited, ceiling, fail_at, max_loss, low) -> str:
+    crit = f"≤ {100 * max_loss:g} % loss"
+    if found is None:
+        if fail_at is not None:
+            return (f"no rate met {crit}: loss above the threshold from {int(fail_at)} pps offered "
+                    f"(the lowest tried, {int(low)} pps target, or a confirmation failed)")
+        return f"no rate could be confirmed at {crit}"
+    if limited:
+        return (f"no loss above the threshold up to the generator's ceiling of {int(ceiling or found)} pps "
+                f"offered: the device under test was not the bottleneck ({crit} at {int(found)} pps, confirmed)")
+    tail = f"; loss exceeded the threshold at {int(fail_at)} pps" if fail_at else ""
+    return f"{found / 1e3:.1f} kpps offered at {crit} (confirmed){tail}"

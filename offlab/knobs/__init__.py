@@ -13,9 +13,10 @@ See docs/knobs.md.
 from offlab.knobs.base import Knob
 from offlab.knobs.journal import Entry, forget_namespaces
 from offlab.knobs.registry import knob_class, knob_for
-from offlab.knobs.restore import list_pending, restore_pending, restore_report
+from offlab.knobs.restore import (forget_lab_namespaces, list_pending, pending_changes, restore_pending,
+                                  restore_report)
 from offlab.knobs.target import Target
 from offlab.knobs.transaction import Change, Outcome, Terminated, Transaction
 
 __all__ = ["Change", "Outcome", "Transaction", "Terminated", "restore_pending", "restore_report",
-           "list_pending", "forget_namespaces", "Knob", "Target", "Entry", "knob_for", "knob_class"]
+           "list_pending", "pending_changes", "forget_namespaces", "forget_lab_namespaces", "Knob", "Target", "Entry", "knob_for", "knob_class"]

@@ -9,45 +9,11 @@ not a failure deep inside a command.
 from __future__ import annotations
 
 import difflib
-import json
-import re
 from typing import Any
 
 from offlab.errors import BadInput, CommandFailed
 from offlab.knobs.base import Knob, Plan, as_bool, as_int, failure_text, onoff
-
-
-def _norm(label: str) -> str:
-    return re.sub(r"\s+", "-", label.strip().lower())
-
-
-def parse_sections(text: str) -> dict[str, dict[str, str]]:
-    """`ethtool -l` / `-g` output → {"max": {...}, "current": {...}} with keys like rx, rx-mini, combined."""
-    out: dict[str, dict[str, str]] = {"max": {}, "current": {}}
-    section = None
-    for line in text.splitlines():
-        if line.startswith("Pre-set maximums"):
-            section = "max"
-        elif line.startswith("Current hardware settings"):
-            section = "current"
-        elif section and ":" in line:
-            name, _, val = line.partition(":")
-            out[section][_norm(name)] = val.strip()
-    return out
-
-
-def parse_coalesce(text: str) -> dict[str, str]:
-    """`ethtool -c` output → {param as `ethtool -C` spells it: value}."""
-    out = {}
-    for line in text.splitlines():
-        m = re.match(r"^(Adaptive|CQE mode)\s+RX:\s*(\S+)\s+TX:\s*(\S+)", line)
-        if m:
-            prefix = _norm(m.group(1))
-            out[f"{prefix}-rx"], out[f"{prefix}-tx"] = m.group(2), m.group(3)
-        elif ":" in line and not line.startswith("Coalesce parameters"):
-            name, _, val = line.partition(":")
-            out[_norm(name)] = val.strip()
-    return out
+from offlab.netdev import ethtool_coalesce, ethtool_sections, link
 
 
 class _EthtoolParam(Knob):
@@ -76,14 +42,14 @@ class _EthtoolParam(Knob):
         return self._parse(res.stdout)
 
     def _parse(self, text: str) -> tuple[dict[str, str], dict[str, str]]:
-        s = parse_sections(text)
+        s = ethtool_sections(text)
         return s["current"], s["max"]
 
     def _device_kind(self) -> str:
-        res = self.host.run(["ip", "-d", "-j", "link", "show", "dev", self.iface], check=False, timeout=10)
-        if res.ok:
-            return json.loads(res.stdout)[0].get("linkinfo", {}).get("info_kind") or "device"
-        return "device"
+        try:
+            return link(self.host, self.iface).get("linkinfo", {}).get("info_kind") or "device"
+        except (BadInput, CommandFailed):
+            return "device"
 
     def check(self, value: Any, plan: Plan) -> str:
         if self.param not in self.params:
@@ -151,4 +117,4 @@ class Coalesce(_EthtoolParam):
               "tx-frames-high")
 
     def _parse(self, text: str) -> tuple[dict[str, str], dict[str, str]]:
-        return parse_coalesce(text), {}
+        return ethtool_coalesce(text), {}

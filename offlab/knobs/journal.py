@@ -27,7 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-from offlab.state import ensure_dir, state_dir
+from offlab.state import ensure_dir, me, owner_alive, proc_start, state_dir, write_failed
+
+__all__ = ["Journal", "JournalView", "Entry", "load", "all_journals", "journal_dir", "dir_lock", "mark",
+           "remove_if_done", "forget_namespaces", "proc_start", "me", "owner_alive"]
 
 VERSION = 1
 _counter = itertools.count(1)
@@ -35,25 +38,6 @@ _counter = itertools.count(1)
 
 def journal_dir() -> Path:
     return state_dir() / "journal"
-
-
-def proc_start(pid: int) -> int | None:
-    """Start time of a process in clock ticks since boot (field 22 of /proc/PID/stat)."""
-    try:
-        text = Path(f"/proc/{int(pid)}/stat").read_text()
-    except (OSError, ValueError):
-        return None
-    return int(text.rsplit(")", 1)[1].split()[19])
-
-
-def me() -> dict:
-    return {"pid": os.getpid(), "start": proc_start(os.getpid())}
-
-
-def owner_alive(owner: dict | None) -> bool:
-    if not isinstance(owner, dict) or not isinstance(owner.get("pid"), int):
-        return False
-    return proc_start(owner["pid"]) == owner.get("start")
 
 
 def _fsync_dir(path: Path) -> None:
@@ -143,7 +127,8 @@ def load(path: Path) -> JournalView:
             continue
         op = rec.get("op") if isinstance(rec, dict) else None
         if op == "change" and isinstance(rec.get("seq"), int):
-            entry = Entry(path, rec["seq"], int(rec.get("t", 0)), rec)
+            t = rec.get("t", 0)
+            entry = Entry(path, rec["seq"], t if isinstance(t, int) else 0, rec)
             by_seq[entry.seq] = entry
             view.entries.append(entry)
         elif op in ("restored", "dropped") and rec.get("seq") in by_seq:
@@ -176,22 +161,38 @@ class Journal:
         path = d / f"{slug}-{owner['pid']}-{owner['start']}-{next(_counter)}.journal"
         header = {"offlab_journal": VERSION, "label": label, "owner": owner, "persist": persist,
                   "created": time.time()}
-        with open(path, "x") as f:
-            f.write(json.dumps(header, sort_keys=True) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        _fsync_dir(d)
+        # The header goes to a temporary name first: a journal is never seen without it.
+        tmp = path.with_name(f".{path.name}.tmp")
+        try:
+            with open(tmp, "x") as f:
+                f.write(json.dumps(header, sort_keys=True) + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+            os.link(tmp, path)  # like rename, but fails instead of replacing an existing journal
+            tmp.unlink()
+            _fsync_dir(d)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise write_failed(path, exc) from exc
         return cls(path)
 
     def append(self, record: dict) -> None:
         line = json.dumps(record, sort_keys=True) + "\n"
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            os.write(fd, line.encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                os.write(fd, line.encode())
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            # A torn last line is ignored on reading, so a failed append leaves the journal readable.
+            raise write_failed(self.path, exc) from exc
+
+    @property
+    def next_seq(self) -> int:
+        return self._seq + 1
 
     def add(self, entry: dict, original: object, original_text: str, value: str) -> int:
         """Record an original value; returns only once it is on disk."""

@@ -12,19 +12,14 @@ would put a kernel-set MTU back behind our back.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from offlab.errors import BadInput
 from offlab.knobs.base import Knob, Plan, as_int
-from offlab.lab.ovs import ovs_env
+from offlab.mtu.calc import VXLAN_OVERHEAD
 from offlab.names import MTU_MAX, MTU_MIN
-
-VXLAN_OVERHEAD = {4: 50, 6: 70}  # outer Ethernet 14 + IPv4 20 / IPv6 40 + UDP 8 + VXLAN 8
-
-
-def _link(host, iface: str) -> dict:
-    return json.loads(host.run(["ip", "-d", "-j", "link", "show", "dev", iface], timeout=10).stdout)[0]
+from offlab.netdev import link as _link
+from offlab.netdev import vsctl
 
 
 def _kind(link: dict) -> str:
@@ -45,9 +40,7 @@ class Mtu(Knob):
 
     def _vsctl(self, *args: str) -> str:
         """ovs-vsctl against the lab's private database (works from the journal alone)."""
-        rundir = self.target.ovs_rundir
-        return self.host.run(["ovs-vsctl", f"--db=unix:{rundir}/db.sock", "--timeout=10", *args],
-                             env=ovs_env(rundir), timeout=20).stdout.strip()
+        return vsctl(self.host, self.target.ovs_rundir, *args).strip()
 
     def _is_ovs_port(self) -> bool:
         if not self.target.ovs_rundir:

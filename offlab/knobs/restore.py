@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from offlab.errors import OfflabError
-from offlab.knobs.journal import Entry, all_journals, dir_lock, journal_dir, mark, remove_if_done
+from offlab.knobs.journal import Entry, all_journals, dir_lock, forget_namespaces, journal_dir, mark, remove_if_done
 from offlab.knobs.registry import knob_from_entry
 from offlab.knobs.target import Target, netns_exists
 
@@ -115,3 +115,17 @@ def list_pending(namespaces: Iterable[str] | None = None) -> list[Entry]:
                 e.held_by = pid
                 out.append(e)
     return _newest_first(out)
+
+
+def pending_changes(role_of: dict[str, str]) -> list[dict]:
+    """Open journal entries in the namespaces of `role_of` (netns → host role), as `lab show` lists them."""
+    return [{"host": role_of.get(e.data.get("netns"), e.data.get("netns")), "iface": e.data.get("iface"),
+             "key": e.data.get("key"), "value": e.data.get("value"), "original": e.data.get("original_text"),
+             "journal": e.journal.name, "held_by": e.held_by}
+            for e in list_pending(role_of)]
+
+
+def forget_lab_namespaces(namespaces: list[str]) -> list[str]:
+    """`lab down`'s hook: drop the entries of namespaces that went with the lab; lines for its report."""
+    dropped = forget_namespaces(namespaces)
+    return [f"{len(dropped)} journalled setting(s) of its namespaces (they went with them)"] if dropped else []

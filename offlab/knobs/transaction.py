@@ -21,7 +21,8 @@ from typing import Iterable, Iterator
 from offlab.errors import BadInput, CommandFailed, EnvironmentProblem
 from offlab.hosts import Host
 from offlab.knobs.base import Knob, Plan, failure_text
-from offlab.knobs.journal import Journal, dir_lock, remove_if_done
+from offlab.knobs.journal import Entry, Journal, dir_lock, mark, remove_if_done
+from offlab.knobs.lease import Lease
 from offlab.knobs.registry import knob_class, knob_for
 from offlab.knobs.restore import Report, restore_entries
 from offlab.knobs.target import target_for
@@ -88,6 +89,8 @@ class Transaction:
         self.outcomes: list[Outcome] = []
         self.restore_report: Report | None = None
         self._old_term: object = None
+        self.leases: dict[str, Lease] = {}  # machine-wide settings this transaction holds
+        self._applied: list[tuple[Outcome, Knob]] = []
 
     # ---- context -------------------------------------------------------
     def __enter__(self) -> "Transaction":
@@ -100,10 +103,15 @@ class Transaction:
         pending: list[int] = []
         try:
             with _shielded(pending):
-                if self.persist and exc_type is None:
-                    self._release()
-                else:
-                    self.restore()
+                try:
+                    if self.persist and exc_type is None:
+                        self._release()
+                    else:
+                        self.restore()
+                finally:
+                    for lease in self.leases.values():
+                        lease.release()
+                    self.leases.clear()
         finally:
             if self._old_term is not None:
                 signal.signal(signal.SIGTERM, self._old_term)  # type: ignore[arg-type]
@@ -126,6 +134,18 @@ class Transaction:
         outcomes = [self._apply_one(change, knob, value) for change, knob, value in prepared]
         self.outcomes += outcomes
         return outcomes
+
+    def in_force(self) -> list[dict]:
+        """Each applied setting as it reads now: what was really in force (e.g. at the end of a sample)."""
+        out = []
+        for outcome, knob in self._applied:
+            try:
+                value = knob.show(knob.snapshot())
+            except (CommandFailed, OSError) as exc:
+                value = f"unreadable: {failure_text(exc) if isinstance(exc, CommandFailed) else exc}"
+            out.append({"where": outcome.where, "key": outcome.change.key, "value": value,
+                        "machine_wide": knob.target.is_machine})
+        return out
 
     @property
     def impossible(self) -> list[Outcome]:
@@ -161,9 +181,16 @@ class Transaction:
 
     def _apply_one(self, change: Change, knob: Knob, value: str) -> Outcome:
         assert self.journal is not None
+        lease = None
+        if knob.target.is_machine:
+            # Leased before the original is read: another run's value must never pass for the original.
+            key = knob.label
+            lease = self.leases.get(key) or Lease(knob, self.label).acquire()
+            self.leases[key] = lease
         before = knob.snapshot()
         original = knob.show(before)
         out = Outcome(change, original, value, original, True, where=knob.target.where)
+        self._applied.append((out, knob))
         if knob.satisfied(value, before):
             return out
         why = knob.impossible(value, before)
@@ -171,7 +198,9 @@ class Transaction:
             out.ok, out.reason = False, why
             return out
         side_before = knob.side_state()
-        self.journal.add(knob.to_entry(), before, original, value)
+        if lease is not None:  # named first: a crash between the two must still point at the journal
+            lease.journalled(self.journal.path, self.journal.next_seq)
+        seq = self.journal.add(knob.to_entry(), before, original, value)
         out.journalled = True
         error = None
         try:
@@ -181,6 +210,10 @@ class Transaction:
         after = knob.snapshot()
         out.actual = knob.show(after)
         out.ok = error is None and knob.satisfied(value, after)
+        if error is not None and knob.same(after, before):
+            # Refused and nothing changed: the journal must not claim a change that never happened.
+            mark(Entry(self.journal.path, seq, 0, {}), "dropped", f"the kernel refused it: {error}")
+            out.journalled = False
         if not out.ok:
             out.reason = (f"{knob.label}: the kernel refused {value}: {error} — cannot test "
                           f"{change.key}={value} here") if error else knob.explain(value, before, after)

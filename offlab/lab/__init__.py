@@ -7,17 +7,27 @@ import os
 import shutil
 import signal
 import time
+from typing import Callable
 
-from offlab.errors import BadInput, NotRoot, OfflabError
+from offlab.errors import BadInput, EnvironmentProblem, NotRoot, OfflabError
 from offlab.hosts import LOCAL, is_root, require_tool
+from offlab.lab import owner
 from offlab.lab.build import Builder, LabBuildFailed
+from offlab.lab.hold import hold, holders
 from offlab.lab.model import TOPOLOGIES, LabState
-from offlab.lab.ovs import stop_daemon
-from offlab.lab.topologies import BUILDERS, VXLAN_OVERHEAD_V4
+from offlab.lab.ovs import alive, stop_daemon
+from offlab.lab.topologies import BUILDERS
+from offlab.mtu.calc import VXLAN_OVERHEAD
 from offlab.names import MTU_MAX, check_lab_name, check_mtu
 from offlab.state import state_dir
 
-__all__ = ["up", "down", "down_all", "list_labs", "LabState", "LabBuildFailed", "TOPOLOGIES"]
+__all__ = ["up", "down", "down_all", "on_down", "list_labs", "health", "removed", "hold", "holders", "LabState",
+           "LabBuildFailed", "LabInUse", "TOPOLOGIES"]
+
+
+class LabInUse(EnvironmentProblem):
+    """A live run or measurement holds the lab."""
+
 
 TOOLS_BY_TOPOLOGY = {
     "ovs": ("ovsdb-server", "ovs-vswitchd", "ovs-vsctl", "ovsdb-tool"),
@@ -33,12 +43,12 @@ def _check_request(topology: str, name: str, mtu: int, options: dict) -> None:
         under = options.get("underlay_mtu")
         if under is not None:
             check_mtu(under, "--underlay-mtu")
-            if mtu > under - VXLAN_OVERHEAD_V4:
-                raise BadInput(
-                    f"--mtu {mtu} does not fit the VXLAN underlay: at most underlay MTU {under} - 50 = {under - 50}"
-                )
-        elif mtu + VXLAN_OVERHEAD_V4 > MTU_MAX:
-            raise BadInput(f"--mtu {mtu} is too large for vxlan: the underlay needs {mtu} + 50 ≤ {MTU_MAX}")
+            if mtu > under - VXLAN_OVERHEAD[4]:
+                raise BadInput(f"--mtu {mtu} does not fit the VXLAN underlay: at most underlay MTU {under} - "
+                               f"{VXLAN_OVERHEAD[4]} = {under - VXLAN_OVERHEAD[4]}")
+        elif mtu + VXLAN_OVERHEAD[4] > MTU_MAX:
+            raise BadInput(f"--mtu {mtu} is too large for vxlan: the underlay needs {mtu} + {VXLAN_OVERHEAD[4]} "
+                           f"≤ {MTU_MAX}")
         for key, lo, hi in (("vni", 1, 2**24 - 1), ("port", 1, 65535)):
             val = options.get(key)
             if val is not None and not (isinstance(val, int) and lo <= val <= hi):
@@ -55,7 +65,9 @@ def up(topology: str, name: str | None = None, *, mtu: int = 1500, ipv6: bool = 
         raise NotRoot("building a lab")
     for tool in ("ip", "ethtool", *TOOLS_BY_TOPOLOGY.get(topology, ())):
         require_tool(tool)
-    lab = LabState(name=name, topology=topology, mtu=mtu, ipv6=ipv6, options=options)
+    lab = LabState(name=name, topology=topology, mtu=mtu, ipv6=ipv6, options=options,
+                   owner=owner.owner_tag()[len(owner.PREFIX):])
+    _refuse_foreign(name)
     _claim(lab)
     try:
         builder = Builder(lab)
@@ -66,12 +78,24 @@ def up(topology: str, name: str | None = None, *, mtu: int = 1500, ipv6: bool = 
         lab.save()
     except BaseException as exc:
         lab.status = "failed"
-        lab.save()
-        down(name)
+        try:
+            lab.save()
+        except OfflabError:
+            pass  # e.g. a full disk: the older state file still lists everything built
+        down(name, force=True)
         if isinstance(exc, OfflabError) and not isinstance(exc, LabBuildFailed):
             raise LabBuildFailed(f"lab up {name}: step '{lab.step}' failed: {exc}") from exc
         raise
     return lab
+
+
+def _refuse_foreign(name: str) -> None:
+    """A lab of this name made from another state directory: its namespaces are not ours to reuse."""
+    for ns in _namespaces_named(name):
+        who = owner.owner_of(ns)
+        if who and owner.owner_tag() != owner.PREFIX + who:
+            raise BadInput(f"lab name {name!r} is taken by the state directory {who} (namespace {ns}): "
+                           f"choose another --name, or OFFLAB_STATE_DIR={who} offlab lab down {name}")
 
 
 def _claim(lab: LabState) -> None:
@@ -85,12 +109,18 @@ def _claim(lab: LabState) -> None:
             f"a lab named {lab.name!r} already exists: `offlab lab down {lab.name}` or choose another --name"
         ) from None
     os.close(fd)
-    lab.save()
+    try:
+        lab.save()
+    except OfflabError:
+        path.unlink(missing_ok=True)  # an empty claim would read as a corrupt lab
+        raise
 
 
 def _check_mtus(lab: LabState) -> None:
     """Every interface must have the MTU asked for; the kernel may have clamped one."""
     for role, entry in lab.hosts.items():
+        if entry.netns is None:
+            continue  # a guest or remote host: its topology checks its own links
         links = json.loads(LOCAL.run(["ip", "-n", entry.netns, "-d", "-j", "link", "show"]).stdout)
         for link in links:
             if link["ifname"] == "lo" or link.get("ifname") == "ovs-netdev":
@@ -107,56 +137,143 @@ def _is_underlay(lab: LabState, role: str, ifname: str) -> bool:
     return lab.topology == "vxlan" and (role == "switch" or ifname == "u0")
 
 
-def down(name: str) -> list[str]:
-    """Remove everything a lab made; idempotent; returns what it removed."""
+# Called by `down` with the namespaces it removed; each returns lines for its report. The layers
+# above register here (cli: the knobs journal forgets those namespaces' settings): lab imports no knobs.
+_ON_DOWN: list[Callable[[list[str]], list[str]]] = []
+
+
+def on_down(hook: Callable[[list[str]], list[str]]) -> None:
+    """Have `down` call `hook(namespaces)` after removing a lab's namespaces (once per hook)."""
+    if hook not in _ON_DOWN:
+        _ON_DOWN.append(hook)
+
+
+def down(name: str, *, force: bool = False) -> list[str]:
+    """Remove everything this state directory made for a lab; idempotent; returns what it removed.
+
+    Refuses a lab that a live run or measurement holds (unless `force`), and never touches a
+    namespace another state directory made (see lab/owner.py), even one that has our lab's name.
+    """
     check_lab_name(name)
     path = LabState.path_for(name)
-    removed: list[str] = []
     lab = None
     if path.exists():
         try:
             lab = LabState.load(name)
-        except (ValueError, KeyError):
-            lab = None  # a torn state file: fall back to the naming convention below
-    if not is_root() and (lab is not None or _namespaces_named(name)):
+        except BadInput:
+            if not force:
+                raise
+            lab = None  # a torn state file: the owner marks in the namespaces still say what is ours
+    named = _namespaces_named(name)
+    if not is_root() and (lab is not None or named):
         raise NotRoot("removing a lab")
+    users = holders(name)
+    if users and not force:
+        who = ", ".join(f"{u.get('what', 'a process')} (pid {u['pid']})" for u in users)
+        raise LabInUse(f"lab {name!r} is in use by {who}: wait for it to finish, or "
+                       f"`offlab lab down --force {name}` to pull it from under it")
+    if lab is not None and lab.status != "removing":
+        lab.status = "removing"  # first, so a run whose lab this was can tell "removed" from a failure
+        try:
+            lab.save()
+        except OfflabError:
+            pass  # a full disk must not keep a lab alive
+    recorded = lab.namespaces if lab else []
+    inodes = lab.netns_inodes if lab else {}
+    ours, foreign = [], {}
+    for ns in dict.fromkeys([*recorded, *named]):
+        mine = owner.is_ours(ns, recorded, inodes)
+        if mine:
+            ours.append(ns)
+        elif mine is False:
+            foreign[ns] = owner.owner_of(ns) or "no offlab state directory (unmarked)"
+    if foreign and lab is None and not path.exists():
+        ns, who = next(iter(foreign.items()))
+        raise BadInput(f"lab {name!r} is not this state directory's ({owner.owner_tag()[len(owner.PREFIX):]}): "
+                       f"namespace {ns} belongs to {who}; offlab leaves it alone"
+                       + (f" (OFFLAB_STATE_DIR={who} offlab lab down {name})" if who.startswith("/") else ""))
+    removed: list[str] = []
     if lab is not None:
         for d in reversed(lab.daemons):
-            stop_daemon(d)
-            removed.append(f"{d.name} (pid {d.pid})")
-    namespaces = list(dict.fromkeys([*(lab.namespaces if lab else []), *_namespaces_named(name)]))
-    for ns in namespaces:
+            if d.netns is None or d.netns in ours:
+                stop_daemon(d)
+                removed.append(f"{d.name} (pid {d.pid})")
+    for ns in ours:
         _kill_processes_in(ns)
-    for ns in namespaces:
-        if LOCAL.run(["ip", "netns", "del", ns], check=False).ok:
+    for ns in ours:
+        # Not ok but gone: a run whose lab this was removed it at the same moment; gone all the same.
+        if LOCAL.run(["ip", "netns", "del", ns], check=False).ok or owner.inode(ns) is None:
             removed.append(f"namespace {ns}")
+    for ns, who in foreign.items():
+        removed.append(f"nothing of namespace {ns}: it belongs to {who}, not to this state directory")
     if lab is not None and lab.rundir:
         shutil.rmtree(lab.rundir, ignore_errors=True)
-    from offlab.knobs.journal import forget_namespaces  # here: knobs imports lab
-
-    dropped = forget_namespaces(namespaces)
-    if dropped:
-        removed.append(f"{len(dropped)} journalled setting(s) of its namespaces (they went with them)")
+    for hook in _ON_DOWN:
+        removed += hook(ours)
     path.unlink(missing_ok=True)
     return removed
 
 
-def down_all() -> list[str]:
-    """Every lab that has a state file in this state directory."""
-    removed = []
+def down_all(*, force: bool = False) -> list[str]:
+    """Every lab that has a state file in this state directory; labs in use are left (named) unless `force`."""
+    removed: list[str] = []
+    refused: list[OfflabError] = []
     for lab_name in sorted(p.stem for p in (state_dir() / "labs").glob("*.json")):
-        removed += down(lab_name)
+        try:
+            removed += down(lab_name, force=force)
+        except OfflabError as exc:  # one lab in use or unreadable must not keep the others
+            refused.append(exc)
+    if refused:
+        text = "; ".join(str(e) for e in refused) + (f" ({len(removed)} other item(s) removed)" if removed else "")
+        raise (EnvironmentProblem if any(e.exit_code == 3 for e in refused) else BadInput)(text)
     return removed
 
 
 def list_labs() -> list[LabState]:
-    labs = []
+    """The labs whose state file loads; see `survey` for the broken and unreadable ones too."""
+    return [lab for lab, _ in survey() if lab is not None]
+
+
+def survey() -> list[tuple[LabState | None, str | None]]:
+    """Every lab state file: (lab, None) when healthy, (lab, why) when broken, (None, why) when unreadable."""
+    out: list[tuple[LabState | None, str | None]] = []
     for p in sorted((state_dir() / "labs").glob("*.json")):
         try:
-            labs.append(LabState.load(p.stem))
-        except (OfflabError, ValueError, KeyError):
+            lab = LabState.load(p.stem)
+        except BadInput as exc:
+            out.append((None, f"{p.stem}: {exc}"))
             continue
-    return labs
+        out.append((lab, health(lab)))
+    return out
+
+
+def removed(lab: LabState) -> str | None:
+    """Why a lab this process uses is being or has been removed (by `lab down`), else None."""
+    path = LabState.path_for(lab.name)
+    try:
+        status = LabState.load(lab.name).status if path.exists() else "gone"
+    except BadInput:
+        status = "unreadable"
+    if status == "gone":
+        return "its state file was removed"
+    if status == "removing":
+        return "`lab down` is removing it"
+    return health(lab) if any(owner.inode(ns) is None for ns in lab.namespaces) else None
+
+
+def health(lab: LabState) -> str | None:
+    """Why a lab is broken (a namespace or daemon gone, a namespace not ours), None if all is there."""
+    problems = []
+    for ns in lab.namespaces:
+        mine = owner.is_ours(ns, lab.namespaces, lab.netns_inodes)
+        if mine is None:
+            problems.append(f"namespace {ns} is gone")
+        elif not mine:
+            problems.append(f"namespace {ns} belongs to {owner.owner_of(ns) or 'someone else'}")
+    problems += [f"{d.name} (pid {d.pid}) is not running" for d in lab.daemons if not alive(d.pid)]
+    if lab.status != "up" and not problems:
+        problems.append(f"status {lab.status} at step '{lab.step}'")
+    return "; ".join(problems) or None
 
 
 def _namespaces_named(lab: str) -> list[str]:

@@ -11,6 +11,7 @@ from typing import Iterator
 
 from offlab.errors import EnvironmentProblem, OfflabError
 from offlab.hosts import LOCAL, NetnsHost
+from offlab.lab import owner
 from offlab.lab.model import Adjustment, HostEntry, Interface, LabState
 from offlab.names import check_ifname, link_name, netns_name
 
@@ -51,7 +52,16 @@ class Builder:
             self.lab.namespaces.append(ns)
             self.lab.hosts[role] = HostEntry(netns=ns)
             self.lab.save()
-            LOCAL.run(["ip", "netns", "add", ns])
+            try:
+                LOCAL.run(["ip", "netns", "add", ns])
+            except OfflabError:
+                # Not made by us (it may be someone else's of the same name): never ours to delete.
+                self.lab.namespaces.remove(ns)
+                self.lab.save()
+                raise
+            owner.mark(ns)
+            self.lab.netns_inodes[ns] = owner.inode(ns) or 0
+            self.lab.save()
             self.ip(role, "link", "set", "lo", "up")
             if self.lab.ipv6:
                 # No duplicate address detection in a private namespace: a tentative

@@ -20,7 +20,7 @@ SUMMARY_FEATURES = {
 
 
 def describe(lab: LabState, *, with_features: bool = True) -> dict:
-    """The `lab show --json` contract (see DESIGN.md)."""
+    """The `lab show --json` contract (see DESIGN.md) but for "changes", which the caller adds from knobs."""
     hosts = {}
     for role, entry in lab.hosts.items():
         host = lab.host(role)
@@ -48,6 +48,8 @@ def describe(lab: LabState, *, with_features: bool = True) -> dict:
                 item["fixed"] = sorted(k for k, f in feats.items() if f.fixed)
             ifaces.append(item)
         h = {"netns": entry.netns, "interfaces": ifaces}
+        if entry.ref is not None:
+            h["kind"] = entry.ref.get("kind")
         if entry.address:
             h["address"] = entry.address
         if entry.address6:
@@ -63,16 +65,4 @@ def describe(lab: LabState, *, with_features: bool = True) -> dict:
         "hosts": hosts,
         "daemons": [{"name": d.name, "pid": d.pid} for d in lab.daemons],
         "adjustments": [a.__dict__ for a in lab.adjustments],
-        "changes": journalled_changes(lab),
     }
-
-
-def journalled_changes(lab: LabState) -> list[dict]:
-    """Settings changed in this lab's namespaces and not yet restored (`lab set`, running experiments)."""
-    from offlab.knobs import list_pending
-
-    role_of = {e.netns: role for role, e in lab.hosts.items()}
-    return [{"host": role_of.get(e.data.get("netns"), e.data.get("netns")), "iface": e.data.get("iface"),
-             "key": e.data.get("key"), "value": e.data.get("value"), "original": e.data.get("original_text"),
-             "journal": e.journal.name, "held_by": e.held_by}
-            for e in list_pending(lab.namespaces)]

@@ -7,9 +7,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from offlab.errors import BadInput
-from offlab.hosts import NetnsHost
+from offlab.hosts import Host, NetnsHost, from_ref
 from offlab.names import check_lab_name
-from offlab.state import read_json, state_dir, write_json_atomic
+from offlab.state import read_state_json, state_dir, write_json_atomic
 
 TOPOLOGIES = ("veth", "bridge", "vxlan", "router", "ovs")
 
@@ -24,10 +24,11 @@ class Interface:
 
 @dataclass
 class HostEntry:
-    netns: str
+    netns: str | None  # None for a host that is not a namespace of this machine (a guest, an SSH host)
     address: str | None = None  # the address the other end uses to reach this host
     address6: str | None = None
     interfaces: list[Interface] = field(default_factory=list)
+    ref: dict | None = None  # `Host.ref()` of a guest or SSH host; None for a namespace
 
     def iface(self, name: str) -> Interface | None:
         return next((i for i in self.interfaces if i.name == name), None)
@@ -66,6 +67,8 @@ class LabState:
     daemons: list[Daemon] = field(default_factory=list)
     rundir: str | None = None
     adjustments: list[Adjustment] = field(default_factory=list)
+    owner: str = ""  # the state directory that made it (see lab/owner.py)
+    netns_inodes: dict[str, int] = field(default_factory=dict)  # namespace → its nsfs inode, once made
 
     # ---- persistence -------------------------------------------------
     @staticmethod
@@ -87,6 +90,7 @@ class LabState:
                 address=h.get("address"),
                 address6=h.get("address6"),
                 interfaces=[Interface(**i) for i in h.get("interfaces", [])],
+                ref=h.get("ref"),
             )
             for role, h in d.get("hosts", {}).items()
         }
@@ -104,6 +108,8 @@ class LabState:
             daemons=[Daemon(**p) for p in d.get("daemons", [])],
             rundir=d.get("rundir"),
             adjustments=[Adjustment(**a) for a in d.get("adjustments", [])],
+            owner=d.get("owner", ""),
+            netns_inodes={str(k): int(v) for k, v in d.get("netns_inodes", {}).items()},
         )
 
     @classmethod
@@ -112,11 +118,20 @@ class LabState:
         path = cls.path_for(name)
         if not path.exists():
             raise BadInput(f"no lab named {name!r}: `offlab lab list` shows the labs that exist")
-        return cls.from_dict(read_json(path))  # type: ignore[arg-type]
+        repair = f"offlab lab down --force {name}"
+        data = read_state_json(path, repair)
+        try:
+            return cls.from_dict(data)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise BadInput(f"state file {path} is incomplete ({type(exc).__name__}: {exc}): "
+                           f"`{repair}` repairs it") from None
 
     # ---- lookups -----------------------------------------------------
-    def host(self, role: str) -> NetnsHost:
-        return NetnsHost(self.entry(role).netns)
+    def host(self, role: str) -> Host:
+        entry = self.entry(role)
+        if entry.ref is not None:
+            return from_ref(entry.ref)
+        return NetnsHost(entry.netns)  # type: ignore[arg-type]
 
     def entry(self, role: str) -> HostEntry:
         if role not in self.hosts:
@@ -156,9 +171,9 @@ class LabState:
         )
 
     @property
-    def client(self) -> NetnsHost:
+    def client(self) -> Host:
         return self.host("client")
 
     @property
-    def server(self) -> NetnsHost:
+    def server(self) -> Host:
         return self.host("server")

@@ -13,6 +13,7 @@ import signal
 import time
 from pathlib import Path
 
+from offlab import netdev
 from offlab.errors import BadInput
 from offlab.hosts import NetnsHost, require_tool
 from offlab.lab.model import Daemon, Interface
@@ -53,7 +54,7 @@ class Ovs:
         return self
 
     def _ovs_env_run(self, argv: list[str]):
-        return self.host.run(argv, env=ovs_env(self.rundir), timeout=20)
+        return self.host.run(argv, env=netdev.ovs_env(self.rundir), timeout=20)
 
     def _daemon(self, name: str, args: list[str]) -> None:
         pidfile = self.rundir / f"{name}.pid"
@@ -66,7 +67,7 @@ class Ovs:
         self.b.lab.save()
 
     def vsctl(self, *args: str) -> str:
-        return self._ovs_env_run(["ovs-vsctl", f"--db={self.db}", "--timeout=10", *args]).stdout
+        return netdev.vsctl(self.host, self.rundir, *args)
 
     def add_bridge(self, name: str) -> None:
         with self.b.step(f"OVS bridge {name} (datapath_type=netdev)"):
@@ -82,18 +83,9 @@ class Ovs:
             self.vsctl("set", "Interface", bridge, f"mtu_request={mtu}")
 
 
-def ovs_env(rundir: str | Path) -> dict[str, str]:
-    """Point every OVS default path at the lab's run directory."""
-    d = str(rundir)
-    return {"OVS_RUNDIR": d, "OVS_LOGDIR": d, "OVS_DBDIR": d, "OVS_SYSCONFDIR": d}
-
-
 def vsctl_for(lab, *args: str) -> str:
     """ovs-vsctl against a running lab's private database."""
-    return lab.host("switch").run(
-        ["ovs-vsctl", f"--db=unix:{lab.rundir}/db.sock", "--timeout=10", *args],
-        env=ovs_env(lab.rundir), timeout=20,
-    ).stdout
+    return netdev.vsctl(lab.host("switch"), lab.rundir, *args)
 
 
 def alive(pid: int) -> bool:

@@ -12,11 +12,11 @@ from typing import Callable
 from offlab.lab.build import Builder
 from offlab.lab.model import Interface
 from offlab.lab.ovs import Ovs
+from offlab.mtu.calc import VXLAN_OVERHEAD
 
 CLIENT4, SERVER4 = "10.200.1.1/24", "10.200.1.2/24"
 CLIENT6, SERVER6 = "fd00:200:0:1::1/64", "fd00:200:0:1::2/64"
 
-VXLAN_OVERHEAD_V4 = 50  # outer Ethernet 14 + IPv4 20 + UDP 8 + VXLAN 8
 DEFAULT_VNI = 4242
 DEFAULT_VXLAN_PORT = 4789
 
@@ -69,7 +69,7 @@ def vxlan(b: Builder, mtu: int) -> None:
     """
     opts = b.lab.options
     vni, port = opts.setdefault("vni", DEFAULT_VNI), opts.setdefault("port", DEFAULT_VXLAN_PORT)
-    under = opts.setdefault("underlay_mtu", mtu + VXLAN_OVERHEAD_V4)
+    under = opts.setdefault("underlay_mtu", mtu + VXLAN_OVERHEAD[4])
     for role in ("client", "hv1", "switch", "hv2", "server"):
         b.host(role)
     c, hv1_c = b.wire("client", "hv1", mtu=mtu)

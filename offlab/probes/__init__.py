@@ -10,6 +10,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from offlab.netdev import parse_softnet
+from offlab.errors import EnvironmentProblem
 from offlab.probes import counters, cpu
 
 WATCHED_THREADS = ("ksoftirqd/", "vhost-")
@@ -70,9 +72,15 @@ class ProbeSession:
     def snapshot(self) -> Snapshot:
         netdev, snmp = {}, {}
         for role, reader in self.readers.items():
-            netdev[role] = parse_net_dev(reader.read("dev"))
-            if role in ("client", "server", "router"):
-                snmp[role] = counters.parse_snmp(reader.read("snmp"))
+            try:
+                netdev[role] = parse_net_dev(reader.read("dev"))
+                if role in ("client", "server", "router"):
+                    snmp[role] = counters.parse_snmp(reader.read("snmp"))
+            except OSError as exc:
+                # The reader's anchor process dies with its namespace: the lab went away mid-window.
+                raise EnvironmentProblem(
+                    f"lab {self.lab.name}: the counters of host {role} cannot be read any more "
+                    f"({exc.strerror or exc}): was the lab removed (`offlab lab list`)?") from None
         procs = {}
         lab_daemons = {d.pid for d in self.lab.daemons}  # e.g. this lab's ovs-vswitchd, not another's
         for pid in {*self.pids.values(), *lab_daemons, *cpu.kernel_threads(WATCHED_THREADS)}:
@@ -81,7 +89,8 @@ class ProbeSession:
                 procs[pid] = ticks
         t = time.monotonic()
         stat = cpu.parse_proc_stat(_read("/proc/stat"))
-        softnet = counters.parse_softnet(_read("/proc/net/softnet_stat"))
+        softnet = {r.cpu: {"processed": r.processed, "dropped": r.dropped, "time_squeeze": r.time_squeeze}
+                   for r in parse_softnet(_read("/proc/net/softnet_stat"))}
         return Snapshot(t, stat, procs, netdev, snmp, softnet)
 
     def result(self, a: Snapshot, b: Snapshot, *, client_cpu: int | None, server_cpu: int | None) -> dict:
@@ -112,7 +121,7 @@ class ProbeSession:
                     interfaces[f"{role}:{ifname}"] = {**d, **counters.average_sizes(d)}
         return {
             "window_s": window,
-            "cpu": {"per_cpu": per_cpu, **sides},
+            "cpu": {"per_cpu": per_cpu, **sides, "system": cpu.system_time(a.stat, b.stat, hz)},
             "processes": procs,
             "interfaces": interfaces,
             "snmp": {role: counters.delta(a.snmp[role], b.snmp[role]) for role in b.snmp if role in a.snmp},
@@ -121,10 +130,17 @@ class ProbeSession:
 
 
 def service_demand(busy_pct: float, window_s: float, kib: float) -> float | None:
-    """CPU µs per KiB transferred (netperf's service demand) for one CPU's busy share."""
+    """CPU µs per KiB transferred for one CPU's busy share (the per-side split)."""
     if kib <= 0 or window_s <= 0:
         return None
     return busy_pct / 100.0 * window_s * 1e6 / kib
+
+
+def system_service_demand(busy_s: float, kib: float) -> float | None:
+    """netperf's service demand: CPU µs of the whole system (utilisation × CPUs × time) per KiB."""
+    if kib <= 0:
+        return None
+    return busy_s * 1e6 / kib
 
 
 def _read(path: str) -> str:

@@ -91,8 +91,13 @@ def summarize(frames: list[tuple[int, bytes]], *, host: str, iface: str, mtu: in
             payload_len = ip.len - ip.hl * 4
         else:
             payload_len = ip.plen
-            if ip.nxt == 44 or 44 in getattr(ip, "extension_hdrs", {}):
+            frag = _ipv6_fragment(buf, linktype)
+            if frag is not None:
+                ident, offset, _more = frag
                 s.ip_fragments += 1
+                frag_groups[(ip.src, ip.dst, ident, 6)] += 1
+                if offset:
+                    continue
         l4 = ip.data
         if isinstance(l4, dpkt.udp.UDP):
             udp[l4.ulen - 8] += 1
@@ -110,6 +115,34 @@ def summarize(frames: list[tuple[int, bytes]], *, host: str, iface: str, mtu: in
     s.tcp_payload_sizes = dict(tcp.most_common(8))
     s.verdict = verdict(s)
     return s
+
+
+IPV6_EXT_HEADERS = (0, 43, 60)  # hop-by-hop, routing, destination options: skipped to find a fragment header
+IPV6_FRAGMENT = 44
+
+
+def _ipv6_fragment(buf: bytes, linktype: int) -> tuple[int, int, bool] | None:
+    """(identification, offset, more) of an IPv6 fragment header, walked from the raw bytes.
+
+    dpkt does not expose the fragment header uniformly across versions, so the chain of
+    extension headers is read directly: next-header 44 anywhere before the payload.
+    """
+    off = ETH_HLEN if linktype == 1 else 0
+    if linktype == 1 and len(buf) >= 14 and buf[12:14] == b"\x81\x00":
+        off += 4  # one VLAN tag
+    if len(buf) < off + 40:
+        return None
+    nxt, off = buf[off + 6], off + 40
+    for _ in range(8):
+        if nxt == IPV6_FRAGMENT:
+            if len(buf) < off + 8:
+                return None
+            field, ident = struct.unpack("!HI", buf[off + 2 : off + 8])
+            return ident, field >> 3, bool(field & 1)
+        if nxt not in IPV6_EXT_HEADERS or len(buf) < off + 2:
+            return None
+        nxt, off = buf[off], off + 8 + buf[off + 1] * 8
+    return None
 
 
 def _ip_layer(buf: bytes, linktype: int):

@@ -1,4 +1,4 @@
-"""Counters read before and after the window: interfaces, /proc/net/snmp, softnet_stat."""
+"""Counters read before and after the window: interfaces, /proc/net/snmp (softnet_stat: offlab.netdev)."""
 
 from __future__ import annotations
 
@@ -20,18 +20,6 @@ def parse_snmp(text: str) -> dict[str, dict[str, int]]:
         if proto in SNMP_KEEP:
             row = dict(zip(names.split(), values.split()))
             out[proto] = {k: int(row[k]) for k in SNMP_KEEP[proto] if k in row}
-    return out
-
-
-def parse_softnet(text: str) -> dict[int, dict[str, int]]:
-    """/proc/net/softnet_stat → {cpu: {processed, dropped, time_squeeze}} (hex columns, one row a CPU)."""
-    out = {}
-    for i, line in enumerate(text.splitlines()):
-        cols = [int(c, 16) for c in line.split()]
-        if len(cols) < 3:
-            continue
-        cpu = cols[12] if len(cols) > 12 else i  # column 13 is the CPU id on kernels ≥ 5.10
-        out[cpu] = {"processed": cols[0], "dropped": cols[1], "time_squeeze": cols[2]}
     return out
 
 

@@ -17,13 +17,21 @@ def parse_proc_stat(text: str) -> dict[str, dict[str, int]]:
     return cpus
 
 
+# A share of stolen time above this makes a sample noisy on a virtual machine: flagged.
+NOTABLE_STEAL_PCT = 2.0
+
+
 def cpu_split(before: dict[str, int], after: dict[str, int]) -> dict[str, float]:
-    """Percent of one CPU's time in user/system/softirq/irq/idle over the window."""
+    """Percent of one CPU's time in user/system/softirq/irq/idle/steal over the window.
+
+    Busy is user + nice + system + irq + softirq: time this CPU worked for us. Steal (the
+    hypervisor ran someone else) is neither busy nor idle; it is reported on its own.
+    """
     d = {k: after.get(k, 0) - before.get(k, 0) for k in STAT_FIELDS}
     # guest time is already counted in user; keep the buckets disjoint.
     total = sum(d[k] for k in STAT_FIELDS if k not in ("guest", "guest_nice"))
     if total <= 0:
-        return {k: 0.0 for k in ("user", "system", "softirq", "irq", "idle", "busy")}
+        return {k: 0.0 for k in ("user", "system", "softirq", "irq", "idle", "steal", "busy")}
     pct = lambda *ks: 100.0 * sum(d[k] for k in ks) / total  # noqa: E731
     split = {
         "user": pct("user", "nice"),
@@ -31,8 +39,9 @@ def cpu_split(before: dict[str, int], after: dict[str, int]) -> dict[str, float]
         "softirq": pct("softirq"),
         "irq": pct("irq"),
         "idle": pct("idle", "iowait"),
+        "steal": pct("steal"),
     }
-    split["busy"] = 100.0 - split["idle"]
+    split["busy"] = split["user"] + split["system"] + split["softirq"] + split["irq"]
     return split
 
 
@@ -73,3 +82,26 @@ def kernel_threads(prefixes: tuple[str, ...]) -> dict[int, str]:
 
 def ticks_per_second() -> int:
     return os.sysconf("SC_CLK_TCK")
+
+
+BUSY_FIELDS = ("user", "nice", "system", "irq", "softirq")
+
+
+def system_time(before: dict[str, dict[str, int]], after: dict[str, dict[str, int]], hz: int) -> dict:
+    """CPU seconds the whole system was busy (and stolen) between two /proc/stat readings.
+
+    netperf's service demand divides this — utilisation × number of CPUs × time — by the
+    data moved; summing per-CPU ticks is the same quantity without rounding a percentage.
+    """
+    busy = steal = total = 0
+    for name, a in before.items():
+        b = after.get(name)
+        if b is None:
+            continue
+        busy += sum(b.get(k, 0) - a.get(k, 0) for k in BUSY_FIELDS)
+        steal += b.get("steal", 0) - a.get("steal", 0)
+        total += sum(b.get(k, 0) - a.get(k, 0) for k in STAT_FIELDS if k not in ("guest", "guest_nice"))
+    cpus = len([n for n in before if n in after])
+    return {"cpus": cpus, "busy_s": busy / hz, "steal_s": steal / hz,
+            "busy_pct": 100.0 * busy / total if total > 0 else 0.0,
+            "steal_pct": 100.0 * steal / total if total > 0 else 0.0}

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from offlab import __version__
-from offlab.compare import Row, axes_of, by_cell, compare_run, difference, sentence
+from offlab.report.compare import Row, axes_of, by_cell, compare_run, difference, sentence
 from offlab.errors import BadInput, EnvironmentProblem
 from offlab.metrics import HEADLINE, METRICS
 from offlab.report import format as fmt

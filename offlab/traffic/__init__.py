@@ -12,8 +12,30 @@ from dataclasses import asdict, dataclass, field
 from typing import Literal
 
 from offlab.errors import BadInput
+from offlab.traffic.rate import parse_rate
 
 UDP_MAX_PAYLOAD = {4: 65507, 6: 65527}
+# What each tool accepts (iperf3 3.12's own limits; the engine's in engine/src/args.rs).
+SIZE_RANGE = {("iperf3", "udp"): (16, 65507), ("iperf3", "tcp"): (1, 1 << 20), ("engine", "udp"): (24, None)}
+MAX_BATCH = 1024
+MAX_STREAMS = 128
+MAX_BUFFER = 2**31 - 1
+MAX_CPU = 4095
+# The CLI option of each workload field, for messages; plans name the field itself.
+OPTIONS = {"protocol": "--proto"}
+
+
+class BadWorkload(BadInput):
+    """A workload value that no tool would accept; names the field, so a plan can point at its line."""
+
+    def __init__(self, field_name: str, value: object, why: str) -> None:
+        self.field, self.value, self.why = field_name, value, why
+        shown = "" if isinstance(value, bool) else f" {value}"
+        super().__init__(f"{option_of(field_name)}{shown}: {why}")
+
+
+def option_of(field_name: str) -> str:
+    return OPTIONS.get(field_name, "--" + field_name.replace("_", "-"))
 
 
 @dataclass
@@ -36,27 +58,8 @@ class Workload:
     ipv6: bool = False
 
     def check(self) -> "Workload":
-        """Bad combinations become one-line errors naming the option."""
-        if self.tool not in ("iperf3", "engine"):
-            raise BadInput(f"--tool {self.tool!r}: choose iperf3 or engine")
-        if self.protocol not in ("tcp", "udp"):
-            raise BadInput(f"--proto {self.protocol!r}: choose tcp or udp")
-        if self.tool == "engine" and self.protocol != "udp":
-            raise BadInput("--tool engine drives UDP only: use --proto udp, or --tool iperf3 for TCP")
-        if self.tool == "iperf3" and (self.gso or self.gro or self.batch):
-            raise BadInput("--gso/--gro/--batch need --tool engine (iperf3 3.12 has no UDP GSO/GRO)")
-        if self.size is not None:
-            limit = UDP_MAX_PAYLOAD[6 if self.ipv6 else 4] if self.protocol == "udp" else 1 << 20
-            if not 1 <= self.size <= limit:
-                raise BadInput(f"--size {self.size}: a {self.protocol.upper()} payload here is 1..{limit} bytes")
-        if self.gso and self.size and self.size > 65507 - 8:
-            raise BadInput(f"--size {self.size} with --gso: a segment must leave room for at least one more in 64 KiB")
-        if not 0 < self.duration <= 3600:
-            raise BadInput(f"--duration {self.duration}: 0 < seconds ≤ 3600")
-        if not 0 <= self.warmup < 600:
-            raise BadInput(f"--warmup {self.warmup}: 0 ≤ seconds < 600")
-        if not 1 <= self.streams <= 128:
-            raise BadInput(f"--streams {self.streams}: 1..128")
+        """The one validation of a workload (CLI and plans alike); BadWorkload names the field."""
+        validate(self)
         if self.tool == "iperf3":
             # iperf3 3.12 reads -t and -O as whole seconds (1.3 becomes 1); round up, and say so
             # by keeping the effective values in the workload that is recorded.
@@ -75,6 +78,7 @@ class TrafficResult:
     protocol: str
     throughput_bps: float  # application bytes received / receive window, bit/s (receiver)
     sent_bps: float | None = None  # what the sender pushed, bit/s
+    sent_pps: float | None = None  # datagrams the sender pushed per second (the offered rate it achieved)
     pps: float | None = None  # application datagrams received per second (UDP)
     datagrams_sent: int | None = None
     datagrams_received: int | None = None
@@ -96,3 +100,60 @@ class TrafficResult:
         if not with_raw:
             d.pop("raw")
         return d
+
+
+def validate(w: Workload) -> None:
+    """Raise BadWorkload for the first value of `w` that a tool would refuse or misread."""
+    if w.tool not in ("iperf3", "engine"):
+        raise BadWorkload("tool", repr(w.tool), "choose iperf3 or engine")
+    if w.protocol not in ("tcp", "udp"):
+        raise BadWorkload("protocol", repr(w.protocol), "choose tcp or udp")
+    if w.tool == "engine" and w.protocol != "udp":
+        raise BadWorkload("protocol", w.protocol, "the engine drives UDP only: use udp, or tool iperf3 for TCP")
+    if w.tool == "iperf3":
+        for name in ("gso", "gro", "batch"):
+            if getattr(w, name):
+                raise BadWorkload(name, getattr(w, name), "needs tool engine (iperf3 3.12 has no UDP GSO/GRO/batching)")
+    else:
+        if w.streams != 1:
+            raise BadWorkload("streams", w.streams, "parallel streams need tool iperf3 (the engine sends one flow)")
+        if w.reverse:
+            raise BadWorkload("reverse", w.reverse, "needs tool iperf3 (the engine always sends client → server)")
+    if w.size is not None:
+        lo, hi = SIZE_RANGE[(w.tool, w.protocol)]
+        hi = hi or UDP_MAX_PAYLOAD[6 if w.ipv6 else 4]
+        if not _is_int(w.size) or not lo <= w.size <= hi:
+            raise BadWorkload("size", w.size, f"a {w.protocol.upper()} payload for {w.tool} is {lo}..{hi} bytes")
+        if w.gso and w.size > 65507 - 8:
+            raise BadWorkload("size", w.size, "with gso a segment must leave room for at least one more in 64 KiB")
+    if w.batch is not None and (not _is_int(w.batch) or not 1 <= w.batch <= MAX_BATCH):
+        raise BadWorkload("batch", w.batch, f"datagrams per sendmmsg/recvmmsg call, 1..{MAX_BATCH}")
+    if w.rate is not None:
+        try:
+            rate = parse_rate(w.rate, option_of("rate"))
+        except BadInput as exc:
+            raise BadWorkload("rate", repr(w.rate), str(exc).split(": ", 1)[1]) from None
+        if w.tool == "iperf3" and rate.pps is not None:
+            raise BadWorkload("rate", w.rate, "iperf3 takes a bit rate (250M, 1G); packet rates need tool engine")
+    if not _is_num(w.duration) or not 0 < w.duration <= 3600:
+        raise BadWorkload("duration", w.duration, "seconds, more than 0 and at most 3600")
+    if not _is_num(w.warmup) or not 0 <= w.warmup < 600:
+        raise BadWorkload("warmup", w.warmup, "seconds, 0 or more and less than 600")
+    if not _is_int(w.streams) or not 1 <= w.streams <= MAX_STREAMS:
+        raise BadWorkload("streams", w.streams, f"1..{MAX_STREAMS}")
+    for name in ("sndbuf", "rcvbuf"):
+        v = getattr(w, name)
+        if v is not None and (not _is_int(v) or not 1024 <= v <= MAX_BUFFER):
+            raise BadWorkload(name, v, f"a socket buffer is 1024..{MAX_BUFFER} bytes")
+    for name in ("client_cpu", "server_cpu"):
+        v = getattr(w, name)
+        if v is not None and (not _is_int(v) or not 0 <= v <= MAX_CPU):
+            raise BadWorkload(name, v, f"a CPU number is 0..{MAX_CPU}")
+
+
+def _is_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_num(v: object) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)

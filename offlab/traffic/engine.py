@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -10,6 +11,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Iterator
 
 from offlab.errors import ToolMissing
 from offlab.hosts import Host, which
@@ -33,8 +35,13 @@ def engine_path() -> str:
     raise ToolMissing(ENGINE, None) from None
 
 
-def rx_argv(w: Workload, bind: str, port: int, ready: str, run_id: int) -> list[str]:
-    argv = [engine_path(), "rx", "--bind", bind, "--port", str(port), "--ready-file", ready,
+def engine_on(host: Host) -> str:
+    """The engine's path on `host`: ours on this machine, the one on PATH in a guest or SSH host."""
+    return engine_path() if host.shares_kernel else ENGINE
+
+
+def rx_argv(w: Workload, bind: str, port: int, ready: str, run_id: int, exe: str | None = None) -> list[str]:
+    argv = [exe or engine_path(), "rx", "--bind", bind, "--port", str(port), "--ready-file", ready,
             "--run-id", str(run_id), "--duration", f"{w.warmup + w.duration + 5:g}", "--idle-timeout", "1"]
     if w.gro:
         argv.append("--gro")
@@ -45,8 +52,8 @@ def rx_argv(w: Workload, bind: str, port: int, ready: str, run_id: int) -> list[
     return argv
 
 
-def tx_argv(w: Workload, dest: str, port: int, run_id: int) -> list[str]:
-    argv = [engine_path(), "tx", "--dest", dest, "--port", str(port), "--size", str(w.size or 1472),
+def tx_argv(w: Workload, dest: str, port: int, run_id: int, exe: str | None = None) -> list[str]:
+    argv = [exe or engine_path(), "tx", "--dest", dest, "--port", str(port), "--size", str(w.size or 1472),
             "--duration", f"{w.warmup + w.duration:g}", "--run-id", str(run_id)]
     if w.gso:
         argv.append("--gso")
@@ -68,6 +75,7 @@ def parse(rx: dict, tx: dict, w: Workload) -> TrafficResult:
         protocol="udp",
         throughput_bps=float(rx.get("goodput_bps") or 0.0),
         sent_bps=float(tx.get("bps") or 0.0),
+        sent_pps=tx.get("pps"),
         pps=rx.get("pps"),
         datagrams_sent=sent,
         datagrams_received=got,
@@ -85,19 +93,19 @@ def parse(rx: dict, tx: dict, w: Workload) -> TrafficResult:
 def run(client: Host, server: Host, server_addr: str, w: Workload, *, on_started=None) -> TrafficResult:
     port = random.randint(20000, 60000)
     run_id = random.randint(1, 2**32 - 1)
-    with tempfile.TemporaryDirectory(prefix="offlab-engine-") as tmp:
-        ready = os.path.join(tmp, "ready")
-        rx = server.spawn(pinned(rx_argv(w, server_addr, port, ready, run_id), w.server_cpu),
+    with _ready_dir(server) as tmp:
+        ready = f"{tmp}/ready"
+        rx = server.spawn(pinned(rx_argv(w, server_addr, port, ready, run_id, engine_on(server)), w.server_cpu),
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         tx = None
         try:
-            deadline = time.monotonic() + 5
-            while not os.path.exists(ready):
+            deadline = time.monotonic() + (5 if server.shares_kernel else 30)
+            while not (os.path.exists(ready) if server.shares_kernel else server.exists(ready)):
                 if rx.poll() is not None or time.monotonic() > deadline:
-                    err = rx.stderr.read().strip() if rx.poll() is not None else "not ready after 5 s"
+                    err = rx.stderr.read().strip() if rx.poll() is not None else "not ready in time"
                     raise TrafficFailed(f"offlab-engine rx on {server.name} did not start: {err}")
                 time.sleep(0.01)
-            tx = client.spawn(pinned(tx_argv(w, server_addr, port, run_id), w.client_cpu),
+            tx = client.spawn(pinned(tx_argv(w, server_addr, port, run_id, engine_on(client)), w.client_cpu),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             if on_started:
                 on_started(tx.pid, rx.pid)
@@ -114,3 +122,17 @@ def run(client: Host, server: Host, server_addr: str, w: Workload, *, on_started
             if tx is not None:
                 stop(tx)
             stop(rx)
+
+
+@contextlib.contextmanager
+def _ready_dir(server: Host) -> Iterator[str]:
+    """A private directory where the receiver drops its ready file, on the server's filesystem."""
+    if server.shares_kernel:
+        with tempfile.TemporaryDirectory(prefix="offlab-engine-") as tmp:
+            yield tmp
+        return
+    tmp = server.run(["mktemp", "-d", "/tmp/offlab-engine.XXXXXX"], timeout=15).stdout.strip()
+    try:
+        yield tmp
+    finally:
+        server.run(["rm", "-rf", tmp], check=False, timeout=15)

@@ -10,6 +10,7 @@ import subprocess
 from offlab.errors import EnvironmentProblem
 from offlab.hosts import Host, require_tool
 from offlab.traffic import TrafficResult, Workload
+from offlab.traffic.rate import parse_rate
 from offlab.hosts.process import pinned, stop, wait_listening
 
 
@@ -22,10 +23,13 @@ def client_argv(w: Workload, server: str, port: int) -> list[str]:
     argv = ["iperf3", "-c", server, "-p", str(port), "-J", "-t", str(math.ceil(w.duration))]
     if w.warmup:
         argv += ["-O", str(math.ceil(w.warmup))]
+    # iperf3 reads a rate it does not understand as unlimited, so it gets only a number from
+    # the one parser (Workload.check has already refused packet rates for iperf3).
+    bps = parse_rate(w.rate).bps if w.rate else None
     if w.protocol == "udp":
-        argv += ["-u", "-b", w.rate or "0"]
-    elif w.rate:
-        argv += ["-b", w.rate]
+        argv += ["-u", "-b", f"{bps:.0f}" if bps else "0"]
+    elif bps:
+        argv += ["-b", f"{bps:.0f}"]
     if w.size:
         argv += ["-l", str(w.size)]
     if w.streams > 1:

@@ -8,6 +8,7 @@ that feeds the bridge port — the port's peer — must have tx checksumming off
 
 from __future__ import annotations
 
+from offlab import netdev
 from offlab.doctor import parse
 from offlab.doctor.model import FixChange, Outcome
 from offlab.doctor.registry import Context, Skip, check
@@ -53,7 +54,7 @@ def _peer_tx(ctx: Context, port: dict) -> dict:
         return entry
     k = ctx.run(["ip", "netns", "exec", peer_ns, "ethtool", "-k", peer])
     if k is not None and k.ok:
-        f = parse.ethtool_features(k.stdout).get("tx-checksumming")
+        f = netdev.parse_features(k.stdout).get("tx-checksumming")
         entry.update(peer=peer, tx_checksumming=None if f is None else f.active)
     else:
         entry["peer"] = peer

@@ -11,6 +11,7 @@ from __future__ import annotations
 from offlab.doctor import parse
 from offlab.doctor.model import FixChange, Outcome
 from offlab.doctor.registry import Context, check
+from offlab.mtu.calc import VXLAN_OVERHEAD
 
 MAX_NAMESPACES = 16
 L2_KINDS = ("veth", "bridge", "vxlan")
@@ -108,7 +109,7 @@ def path(ctx: Context) -> Outcome:
                 lower = data.get("link")
                 six = ":" in str(data.get("remote", "")) or "local6" in data or "remote6" in data
                 if lower:
-                    tunnels.append((node, (ns, lower), 70 if six else 50))
+                    tunnels.append((node, (ns, lower), VXLAN_OVERHEAD[6 if six else 4]))
     segments: dict[tuple[str, str], list[tuple[str, str]]] = {}
     for node in list(sets.parent):
         segments.setdefault(sets.find(node), []).append(node)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from offlab import netdev
 from offlab.doctor import parse
 from offlab.doctor.model import FixChange, Outcome
 from offlab.doctor.registry import Context, Skip, check
@@ -152,14 +153,14 @@ def softnet(ctx: Context) -> Outcome:
     snaps = ctx.src.sample("/proc/net/softnet_stat", ctx.sample_seconds)
     if not snaps:
         raise Skip("/proc/net/softnet_stat not readable")
-    first = parse.softnet(snaps[0][1])
+    first = netdev.parse_softnet(snaps[0][1])
     boot = {"processed": sum(r.processed for r in first), "dropped": sum(r.dropped for r in first),
             "time_squeeze": sum(r.time_squeeze for r in first)}
     if len(snaps) < 2:
         raise Skip(f"one snapshot only (since boot: {boot['dropped']} dropped, {boot['time_squeeze']} squeezed); "
                    "rates need two — capture with offlab doctor --capture")
     dt = snaps[-1][0] - snaps[0][0]
-    last = {r.cpu: r for r in parse.softnet(snaps[-1][1])}
+    last = {r.cpu: r for r in netdev.parse_softnet(snaps[-1][1])}
     per_cpu = {}
     for r in first:
         b = last.get(r.cpu)

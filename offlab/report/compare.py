@@ -164,13 +164,20 @@ def _fill(row: Row, a: list[float], b: list[float], level: float) -> None:
     row.mean_cell = sum(b) / len(b)
     r = stats.ratio_ci(a, b, level)
     d = stats.diff_ci(a, b, level)
-    row.ratio, row.low, row.high = r.ratio, r.low, r.high
+    # Every metric offlab compares is ≥ 0, so a ratio below 0 is impossible: Fieller's lower
+    # bound is clamped there rather than printed as "−9288 %".
+    low = max(r.low, 0.0) if r.low is not None else None
+    row.ratio, row.low, row.high = r.ratio, low, r.high
     row.diff, row.diff_low, row.diff_high = d.diff, d.low, d.high
     if r.ratio is not None:
         row.change_pct = 100.0 * (r.ratio - 1.0)
-    if r.low is not None:
-        row.change_low_pct, row.change_high_pct = 100.0 * (r.low - 1.0), 100.0 * (r.high - 1.0)
-    row.verdict = stats.verdict(r.ratio, r.low, r.high, row.better)
+    if low is not None:
+        row.change_low_pct, row.change_high_pct = 100.0 * (low - 1.0), 100.0 * (r.high - 1.0)
+    row.verdict = stats.verdict(r.ratio, low, r.high, row.better)
+    if r.unbounded:
+        row.verdict = stats.UNBOUNDED
+        row.flags.append("the baseline is not significantly different from 0, so the ratio's interval is "
+                         "unbounded")
     if r.ratio is None and d.low is not None:
         # Baseline mean 0 (no loss, no retransmits): no ratio, but the difference still tells.
         row.flags.append("baseline mean is 0: change in absolute terms (diff)")

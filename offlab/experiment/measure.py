@@ -10,7 +10,9 @@ from pathlib import Path
 
 from offlab.errors import BadInput
 from offlab.lab.model import LabState
-from offlab.probes import ProbeSession, service_demand
+from offlab.probes import ProbeSession, service_demand, system_service_demand
+from offlab.probes.cpu import NOTABLE_STEAL_PCT
+from offlab.experiment import witnesses
 from offlab.probes.capture import Capture, CaptureSummary, read_pcap, summarize
 from offlab.traffic import TrafficResult, Workload
 from offlab.traffic import engine as engine_driver
@@ -42,6 +44,8 @@ class Sample:
     capture: dict | None = None
     notes: list[str] = field(default_factory=list)
     search: dict | None = None  # zero-loss search steps, when the sample came from one
+    consistency: dict | None = None  # second witnesses for the headline figures (offlab.experiment.witnesses)
+    loss_attribution: dict | None = None  # where lost datagrams died, from counters
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -69,8 +73,11 @@ def measure(lab: LabState, w: Workload, capture: CaptureRequest | None = None) -
 
         def on_started(client_pid: int, server_pid: int) -> None:
             nonlocal probe_thread
-            probes.watch("client", client_pid)
-            probes.watch("server", server_pid)
+            # A pid in a guest or on an SSH host is not a process of this machine's /proc.
+            if lab.client.shares_kernel:
+                probes.watch("client", client_pid)
+            if lab.server.shares_kernel:
+                probes.watch("server", server_pid)
             probe_thread = threading.Thread(target=_window, args=(probes, w, capture, cap_iface, lab, tmp, window),
                                             daemon=True)
             probe_thread.start()
@@ -85,14 +92,25 @@ def measure(lab: LabState, w: Workload, capture: CaptureRequest | None = None) -
     kib = traffic.throughput_bps * probe["window_s"] / 8 / 1024
     sd = {side: service_demand(probe["cpu"][side]["busy"], probe["window_s"], kib)
           for side in ("client", "server") if side in probe["cpu"]}
-    if len(sd) == 2 and all(v is not None for v in sd.values()):
-        sd["total"] = sd["client"] + sd["server"]
+    system = probe["cpu"]["system"]
+    # Both ends run on this machine's kernel: the whole system's CPU time is their total (netperf's
+    # definition; the pinned per-side figures above are the split).
+    if lab.client.shares_kernel and lab.server.shares_kernel:
+        sd["total"] = system_service_demand(system["busy_s"], kib)
     notes = []
+    if system["steal_pct"] >= NOTABLE_STEAL_PCT:
+        notes.append(f"CPU steal {system['steal_pct']:.1f} % of the window: the hypervisor ran other work on "
+                     f"these CPUs; expect noise")
     if any(max(d["rx_avg_bytes"] or 0, d["tx_avg_bytes"] or 0) > lab.mtu + 14 for d in probe["interfaces"].values()):
         notes.append(VETH_NOTE)
-    return Sample(lab=lab.name, topology=lab.topology, workload=w.to_dict(), started_at=started_at,
-                  traffic=traffic.to_dict(), probes=probe, service_demand_us_per_kib=sd,
-                  capture=cap.to_dict() if cap else None, notes=notes)
+    sample = Sample(lab=lab.name, topology=lab.topology, workload=w.to_dict(), started_at=started_at,
+                    traffic=traffic.to_dict(), probes=probe, service_demand_us_per_kib=sd,
+                    capture=cap.to_dict() if cap else None, notes=notes)
+    d = {"traffic": sample.traffic, "probes": probe, "workload": sample.workload}
+    sample.notes += witnesses.bound(sample.traffic)
+    sample.consistency = witnesses.cross_check(d)
+    sample.loss_attribution = witnesses.attribute_loss(d)
+    return sample
 
 
 def _window(probes: ProbeSession, w: Workload, capture: CaptureRequest | None, cap_iface: str | None,

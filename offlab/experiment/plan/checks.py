@@ -1,0 +1,149 @@
+"""Everything about a plan that can be judged without a lab: hosts, interfaces, knobs, values, tools.
+
+Each check here replaces an error that used to surface only once the lab was up
+(or a child tool had started); `offlab run --validate` runs all of them.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from functools import cache
+from importlib import resources
+from typing import Any, Callable
+
+from offlab.errors import BadInput
+from offlab.experiment.plan import topology as static
+from offlab.experiment.plan.errors import PlanErrors
+from offlab.experiment.plan.models import Cell, Plan
+from offlab.traffic import BadWorkload
+
+TARGET_RE = re.compile(r"^(machine|[a-z][a-z0-9]{0,15})(:[A-Za-z0-9_.:@-]{1,15})?$")
+VXLAN_OVERHEAD = 50  # outer Ethernet 14 + IPv4 20 + UDP 8 + VXLAN 8, as offlab/lab/topologies.py builds it
+VXLAN_ONLY = ("underlay_mtu", "vni", "port")
+
+
+@cache
+def kernel_features() -> frozenset[str]:
+    text = resources.files("offlab.experiment").joinpath("kernel_features.txt").read_text()
+    return frozenset(text.split())
+
+
+def check_target(err: PlanErrors, path: tuple, target: Any, kind: str, *, machine_ok: bool = True) -> tuple[str, str | None]:
+    """(host, iface ref) of `HOST[:IFACE]`, after checking the host and interface exist in a `kind` lab."""
+    if not isinstance(target, str) or not TARGET_RE.fullmatch(target) or (target == "machine" and not machine_ok):
+        err.fail(path, f"{target!r} is not a host: use {', '.join(static.HOSTS[kind])} (optionally :IFACE or "
+                       ":to-HOST)" + (", or machine for host-wide sysctls" if machine_ok else ""))
+    role, _, ref = target.partition(":")
+    if role == "machine":
+        if ref:
+            err.fail(path, "machine takes host-wide sysctls: give no :IFACE")
+        return role, None
+    try:
+        if ref:
+            static.resolve(kind, role, ref)
+        elif role not in static.HOSTS[kind]:
+            static.resolve(kind, role, None)  # raises, naming the hosts there are
+    except ValueError as exc:
+        err.fail(path, str(exc))
+    return role, ref or None
+
+
+def check_knob(err: PlanErrors, path: tuple, kind: str, target: str, key: Any, value: Any, section: str) -> None:
+    """One `features`/`settings` entry: a known key, on a host and interface it can apply to, a sane value."""
+    from offlab.knobs.features import ALIASES, LEGACY, LONG_TO_SHORT, Feature
+    from offlab.knobs.link import Mtu
+    from offlab.knobs.registry import knob_class
+    from offlab.knobs.sysctl import Sysctl
+    from offlab.knobs.bridge import BridgeNf
+    from offlab.names import check_mtu
+
+    role, ref = target.partition(":")[0], target.partition(":")[2] or None
+    try:
+        cls = knob_class(key)
+    except BadInput as exc:
+        err.fail(path, str(exc))
+    if section == "features" or cls is Feature:
+        known = kernel_features() | set(LEGACY) | set(ALIASES) | set(LONG_TO_SHORT)
+        if key not in known:
+            close = difflib.get_close_matches(str(key), sorted(known), n=3, cutoff=0.6)
+            err.fail(path, f"unknown feature {key!r}" + (f"; did you mean {', '.join(close)}?" if close else
+                                                         "; `ethtool -k` lists the features"))
+        if not (isinstance(value, bool) or value in ("on", "off")):
+            err.fail(path, f"feature {key} must be on or off, got {value!r}")
+    if role == "machine":
+        if cls is not Sysctl:
+            err.fail(path, f"'machine' takes host-wide sysctls only (net.*, kernel.*, vm.*), not {key!r}")
+        return
+    if cls is Sysctl:
+        if ref is not None:
+            err.fail(path, f"{key} is a sysctl of {role}'s namespace, not of an interface: write {role} "
+                           f"without :{ref}")
+        return
+    try:
+        iface = static.resolve(kind, role, ref)
+    except ValueError as exc:
+        err.fail(path, f"{key} is a setting of an interface: {exc}")
+    if cls is Mtu:
+        try:
+            check_mtu(value, "mtu")
+        except BadInput as exc:
+            err.fail(path, str(exc))
+    if cls is BridgeNf and iface.kind != "bridge":
+        err.fail(path, f"{key} is a per-bridge setting; {target} is not a bridge (a {kind} lab's bridges: "
+                       + ", ".join(f"{r}:{i.name}" for r, ifs in static.HOSTS[kind].items()
+                                   for i in ifs if i.kind == "bridge") + ")")
+
+
+def check_cell(err: PlanErrors, cell: Cell, blame: Callable[[str, str], tuple]) -> None:
+    """Topology and workload values of one cell; `blame(section, key)` is the path that set the key."""
+    from offlab.mtu.calc import MIN_MTU
+
+    topo = cell.topology
+    if topo.ipv6 and topo.mtu < MIN_MTU[6]:
+        err.fail(blame("topology", "mtu"), f"mtu {topo.mtu} with ipv6: IPv6 needs an MTU of at least {MIN_MTU[6]}")
+    if topo.kind == "vxlan":
+        under = topo.underlay_mtu if topo.underlay_mtu is not None else topo.mtu + VXLAN_OVERHEAD
+        if topo.mtu + VXLAN_OVERHEAD > under:
+            err.fail(blame("topology", "underlay_mtu" if topo.underlay_mtu is not None else "mtu"),
+                     f"mtu {topo.mtu} does not fit the VXLAN underlay: at most underlay_mtu {under} - "
+                     f"{VXLAN_OVERHEAD} = {under - VXLAN_OVERHEAD}")
+        if under > 65535:
+            err.fail(blame("topology", "mtu"), f"mtu {topo.mtu} is too large for vxlan: the underlay needs "
+                                               f"{topo.mtu} + {VXLAN_OVERHEAD} ≤ 65535")
+    else:
+        for key in VXLAN_ONLY:
+            if getattr(topo, key) is not None:
+                err.fail(blame("topology", key), f"{key} applies to a vxlan lab only, not {topo.kind}")
+    try:
+        cell.workload.traffic(ipv6=topo.ipv6).check()
+    except BadWorkload as exc:
+        err.fail(blame("workload", exc.field), f"{exc.why} (got {exc.value})")
+
+
+def required_tools(plan: Plan) -> list[str]:
+    """The programs the plan's cells will start, and only those: iperf3 only if a cell uses it, etc."""
+    tools = ["ip", "ethtool", "taskset"]
+    kinds = {c.topology.kind for c in plan.cells}
+    if "ovs" in kinds:
+        tools += ["ovsdb-server", "ovs-vswitchd", "ovs-vsctl", "ovsdb-tool"]
+    used = {c.workload.tool for c in plan.cells}
+    if "iperf3" in used:
+        tools += ["iperf3", "ss"]
+    if "engine" in used:
+        tools.append("offlab-engine")
+    if plan.capture is not None:
+        tools.append("tcpdump")
+    return tools
+
+
+def check_tools(plan: Plan) -> None:
+    """ToolMissing (exit 3, with the install command) for the first tool the plan needs and lacks."""
+    from offlab.hosts import require_tool
+    from offlab.traffic.engine import engine_path
+
+    for tool in required_tools(plan):
+        if tool == "offlab-engine":
+            engine_path()
+        else:
+            require_tool(tool)

@@ -1,0 +1,165 @@
+"""The typed parts of a plan: topology, workload, repeat policy, capture, axis values, cells.
+
+Types and choices are checked here; the ranges of workload values are Workload.check's
+alone (offlab.traffic), applied to every cell once its topology is known.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from offlab.errors import BadInput
+from offlab.metrics import METRICS
+from offlab.traffic import Workload
+from offlab.traffic.rate import parse_pps
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TopologySpec(Strict):
+    kind: Literal["veth", "bridge", "vxlan", "router", "ovs"]
+    mtu: int = Field(1500, ge=68, le=65535)
+    ipv6: bool = False
+    underlay_mtu: int | None = Field(None, ge=68, le=65535)
+    vni: int | None = Field(None, ge=1, le=2**24 - 1)
+    port: int | None = Field(None, ge=1, le=65535)
+
+
+class WorkloadSpec(Strict):
+    tool: Literal["iperf3", "engine"] = "iperf3"
+    protocol: Literal["tcp", "udp"] = "tcp"
+    size: int | None = None
+    gso: bool = False
+    gro: bool = False
+    batch: int | None = None
+    rate: str | None = None
+    streams: int = 1
+    duration: float = 2.0
+    warmup: float = 0.5
+    reverse: bool = False
+    sndbuf: int | None = None
+    rcvbuf: int | None = None
+    client_cpu: int | None = 0
+    server_cpu: int | None = 1
+    # Zero-loss search (seed 002): binary search on the offered pps until loss ≤ search_max_loss.
+    search_max_loss: float | None = Field(None, ge=0, lt=1)
+    search_low: str = "10kpps"
+    search_high: str = "2Mpps"
+    search_steps: int = Field(8, ge=2, le=20)
+
+    def traffic(self, ipv6: bool) -> Workload:
+        """The traffic part, for one measurement."""
+        fields = {k: v for k, v in self.model_dump().items() if not k.startswith("search_")}
+        return Workload(**fields, ipv6=ipv6)
+
+    @field_validator("rate", mode="before")
+    @classmethod
+    def _rate_text(cls, v: Any) -> Any:
+        # `rate: 1000000` is bit/s written as a number; the parser in offlab.traffic.rate judges it.
+        return str(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v
+
+    @field_validator("search_low", "search_high")
+    @classmethod
+    def _pps(cls, v: str) -> str:
+        try:
+            parse_pps(v, "a search bound")
+        except BadInput as exc:
+            raise ValueError(str(exc)) from None
+        return v
+
+    @model_validator(mode="after")
+    def _search(self) -> "WorkloadSpec":
+        if self.search_max_loss is not None and self.tool != "engine":
+            raise ValueError("a zero-loss search needs tool: engine (it counts every datagram)")
+        if parse_pps(self.search_low) >= parse_pps(self.search_high):
+            raise ValueError(f"search_low ({self.search_low}) must be below search_high ({self.search_high})")
+        return self
+
+
+class RepeatSpec(Strict):
+    min: int = Field(3, ge=1, le=1000)
+    max: int = Field(10, ge=1, le=1000)
+    level: float = Field(99.0, gt=50, lt=100)
+    width: float = Field(5.0, gt=0, le=200)
+    metric: str = "throughput_bps"
+
+    @field_validator("metric")
+    @classmethod
+    def _metric(cls, v: str) -> str:
+        if v not in METRICS:
+            raise ValueError(f"unknown metric; choose one of {', '.join(METRICS)}")
+        return v
+
+    @model_validator(mode="after")
+    def _order(self) -> "RepeatSpec":
+        if self.max < self.min:
+            raise ValueError(f"max ({self.max}) must be ≥ min ({self.min})")
+        return self
+
+
+class CaptureSpec(Strict):
+    host: str = "server"
+    iface: str | None = None
+    frames: int = Field(2000, ge=1, le=1_000_000)
+    rounds: Literal["first", "all"] = "first"
+
+
+class AxisValue(Strict):
+    """What one named value of an axis sets."""
+
+    workload: dict[str, Any] = {}
+    topology: dict[str, Any] = {}
+    features: dict[str, dict[str, Any]] = {}  # target → {feature: on/off}
+    settings: dict[str, dict[str, Any]] = {}  # target → {knob key: value}
+
+
+@dataclass(frozen=True)
+class Cell:
+    key: str  # "payload=1472@1500,offload=on"
+    params: dict[str, str]  # axis → value name
+    topology: TopologySpec
+    workload: WorkloadSpec
+    changes: tuple[tuple[str, str, Any], ...]  # (target, knob key, value)
+
+    @property
+    def lab_key(self) -> str:
+        """Cells with the same lab_key share one lab."""
+        return self.topology.model_dump_json()
+
+    def settings(self) -> dict:
+        return {"topology": self.topology.model_dump(), "workload": self.workload.model_dump(),
+                "changes": [list(c) for c in self.changes]}
+
+
+@dataclass
+class Plan:
+    source: str
+    text: str
+    name: str
+    description: str
+    topology: TopologySpec
+    workload: WorkloadSpec
+    repeat: RepeatSpec
+    axes: dict[str, dict[str, AxisValue]]
+    only: list[dict[str, str]]
+    exclude: list[dict[str, str]]
+    baseline: dict[str, str] | None
+    capture: CaptureSpec | None
+    budget_s: float | None
+    seed: int | None
+    cells: list[Cell] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {
+            "name": self.name, "description": self.description, "topology": self.topology.model_dump(),
+            "workload": self.workload.model_dump(), "repeat": self.repeat.model_dump(),
+            "axes": {a: {n: v.model_dump() for n, v in vals.items()} for a, vals in self.axes.items()},
+            "only": self.only, "exclude": self.exclude, "baseline": self.baseline,
+            "capture": self.capture.model_dump() if self.capture else None, "budget_s": self.budget_s,
+            "seed": self.seed,
+        }

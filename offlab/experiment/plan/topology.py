@@ -1,0 +1,61 @@
+"""What a topology's hosts and interfaces are, known before any lab exists.
+
+The same pictures as offlab/lab/topologies.py, as data, so a plan's `HOST[:IFACE]` is
+judged at load time the way LabState.resolve_iface judges it once the lab is up
+(tests/test_plan_topology.py builds each lab and compares).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class StaticIface:
+    kind: str  # veth | bridge | vxlan | ovs-internal
+    name: str | None = None  # a fixed name (br0, u0, vxlan0, br-int); None: offlab names it per lab
+    peer: str | None = None  # the host a veth faces: `to-<peer>` names it
+
+
+def _veth(peer: str, name: str | None = None) -> StaticIface:
+    return StaticIface("veth", name, peer)
+
+
+_BRIDGE, _BR_INT, _VXLAN0 = StaticIface("bridge", "br0"), StaticIface("bridge", "br-int"), StaticIface("vxlan", "vxlan0")
+
+HOSTS: dict[str, dict[str, tuple[StaticIface, ...]]] = {
+    "veth": {"client": (_veth("server"),), "server": (_veth("client"),)},
+    "bridge": {"client": (_veth("switch"),), "switch": (_veth("client"), _veth("server"), _BRIDGE),
+               "server": (_veth("switch"),)},
+    "router": {"client": (_veth("router"),), "router": (_veth("client"), _veth("server")),
+               "server": (_veth("router"),)},
+    "vxlan": {"client": (_veth("hv1"),),
+              "hv1": (_veth("client"), _veth("switch", "u0"), _VXLAN0, _BR_INT),
+              "switch": (_veth("hv1"), _veth("hv2"), _BRIDGE),
+              "hv2": (_veth("switch", "u0"), _veth("server"), _VXLAN0, _BR_INT),
+              "server": (_veth("hv2"),)},
+    "ovs": {"client": (_veth("switch"),), "switch": (_veth("client"), _veth("server"), StaticIface("ovs-internal", "br0")),
+            "server": (_veth("switch"),)},
+}
+
+
+def _names(ifaces: tuple[StaticIface, ...]) -> list[str]:
+    return [f"to-{i.peer}" if i.peer and not i.name else i.name or "" for i in ifaces]
+
+
+def resolve(kind: str, role: str, ref: str | None) -> StaticIface:
+    """The interface `role:ref` names in a `kind` lab (ref None: the host's only veth); ValueError says why not."""
+    hosts = HOSTS[kind]
+    if role not in hosts:
+        raise ValueError(f"a {kind} lab has no host {role!r}; its hosts are {', '.join(hosts)}")
+    ifaces = hosts[role]
+    if ref is None:
+        veths = [i for i in ifaces if i.kind == "veth"]
+        if len(veths) == 1:
+            return veths[0]
+        raise ValueError(f"host {role!r} of a {kind} lab has several interfaces ({', '.join(_names(ifaces))}): "
+                         f"name one, e.g. {role}:{_names(ifaces)[0]}")
+    for i in ifaces:
+        if ref == i.name or (ref.startswith("to-") and ref[3:] == i.peer):
+            return i
+    raise ValueError(f"host {role!r} of a {kind} lab has no interface {ref!r}; it has {', '.join(_names(ifaces))}")

@@ -1,0 +1,194 @@
+"""Concurrency: one writer per run, a held lab is not pulled away, machine-wide settings have one owner."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from offlab.errors import EnvironmentProblem
+from offlab.experiment.runner import Runner
+from offlab.hosts import LOCAL
+from offlab.knobs import Change, Transaction
+from offlab.store import Store
+from tests.conftest import REPO, offlab_cli, requires_root
+
+pytestmark = [requires_root, pytest.mark.network]
+
+PLAN = textwrap.dedent("""\
+    name: conc-test
+    topology: {kind: veth}
+    axes:
+      size:
+        small: {workload: {size: 1000}}
+        large: {workload: {size: 1472}}
+    workload: {tool: engine, protocol: udp, duration: 1, warmup: 0.3}
+    repeat: {min: 20, max: 20, level: 95, width: 50}
+    seed: 3
+    """)
+
+# Host-wide, harmless (the rate limit of kernel network log messages), used by no other test.
+SYSCTL = "net.core.message_cost"
+SYSCTL_PATH = "/proc/sys/net/core/message_cost"
+
+
+def _start_run(tmp_path: Path, state_dir: Path, samples: int) -> tuple[subprocess.Popen, Store, int]:
+    """`offlab run` in the background, returned once it has committed `samples` samples."""
+    plan = tmp_path / "p.yaml"
+    plan.write_text(PLAN)
+    db = tmp_path / "c.db"
+    env = {**os.environ, "OFFLAB_STATE_DIR": str(state_dir)}
+    proc = subprocess.Popen([sys.executable, "-m", "offlab", "run", str(plan), "--db", str(db)], cwd=REPO,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    store = Store.open(db)
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        runs = store.list_runs()
+        if runs and len(store.samples(runs[0]["id"])) >= samples:
+            return proc, store, runs[0]["id"]
+        assert proc.poll() is None, proc.communicate()[1]
+        time.sleep(0.1)
+    proc.kill()
+    raise AssertionError("the background run measured nothing in 90 s")
+
+
+def _stop(proc: subprocess.Popen) -> tuple[str, str]:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+    return proc.communicate(timeout=60)
+
+
+def test_resume_of_a_run_that_is_still_running_is_refused_naming_its_pid(tmp_path, state_dir, clean_machine):
+    proc, store, run_id = _start_run(tmp_path, state_dir, 1)
+    try:
+        with pytest.raises(EnvironmentProblem, match=f"run {run_id} is running as pid {proc.pid}"):
+            Runner.resume(store, run_id)
+        res = offlab_cli("run", "--resume", str(run_id), "--db", str(store.path))
+        assert res.returncode == 3, res.stderr
+        assert f"run {run_id} is running as pid {proc.pid}" in res.stderr
+    finally:
+        _stop(proc)
+    assert proc.returncode == 130
+    n = len(store.samples(run_id))
+    runner = Runner.resume(store, run_id)  # the lock died with its holder
+    runner.lock.release()
+    assert len(store.samples(run_id)) == n
+
+
+def test_lab_down_refuses_a_lab_a_live_run_holds_and_force_ends_the_cell_as_interrupted(
+        tmp_path, state_dir, clean_machine):
+    proc, store, run_id = _start_run(tmp_path, state_dir, 2)
+    try:
+        res = offlab_cli("lab", "down", "--all", env={"OFFLAB_STATE_DIR": str(state_dir)})
+        assert res.returncode == 3, res.stderr
+        assert f"in use by run {run_id} (pid {proc.pid})" in res.stderr and "--force" in res.stderr
+        listing = offlab_cli("lab", "list", env={"OFFLAB_STATE_DIR": str(state_dir)})
+        assert f"in use by run {run_id}" in listing.stdout
+        kept = len(store.samples(run_id))
+        res = offlab_cli("lab", "down", "--all", "--force", env={"OFFLAB_STATE_DIR": str(state_dir)})
+        assert res.returncode == 0 and "removed namespace" in res.stdout, res.stderr
+        _, err = proc.communicate(timeout=60)
+    finally:
+        _stop(proc)
+    assert proc.returncode == 3, err
+    assert "Traceback" not in err and "was removed while cell" in err
+    run = store.get_run(run_id)
+    assert run["status"] == "interrupted" and "removed" in run["note"]
+    interrupted = [c for c in store.cells(run_id) if c["status"] == "interrupted"]
+    assert len(interrupted) == 1 and interrupted[0]["reason"].startswith("interrupted: lab removed")
+    assert len(store.samples(run_id)) >= kept
+
+
+_HOLDER = textwrap.dedent(f"""\
+    import sys
+    from offlab.hosts import LOCAL
+    from offlab.knobs import Change, Transaction
+    with Transaction(label="holder") as tx:
+        tx.apply([Change(LOCAL, "{SYSCTL}", sys.argv[1])])
+        print("ready", flush=True)
+        sys.stdin.read()
+    """)
+
+
+def test_a_machine_wide_sysctl_has_one_owner_across_state_dirs(tmp_path, state_dir, monkeypatch):
+    original = Path(SYSCTL_PATH).read_text().strip()
+    other = tmp_path / "other-state"
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, str(int(original) + 2)], cwd=REPO,
+                              env={**os.environ, "OFFLAB_STATE_DIR": str(other)},
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "ready", holder.stderr.read()
+        monkeypatch.setenv("OFFLAB_LEASE_WAIT", "0.5")
+        t0 = time.monotonic()
+        with pytest.raises(EnvironmentProblem, match=f"held by pid {holder.pid} \\(holder, state dir {other.resolve()}\\)"):
+            with Transaction(label="second") as tx:
+                tx.apply([Change(LOCAL, SYSCTL, str(int(original) + 3))])
+        assert 0.4 < time.monotonic() - t0 < 5
+        # The second run changed nothing and recorded nothing: the holder's value stands.
+        assert Path(SYSCTL_PATH).read_text().strip() == str(int(original) + 2)
+    finally:
+        holder.communicate(input="", timeout=30)
+    assert holder.returncode == 0, holder.stderr
+    assert Path(SYSCTL_PATH).read_text().strip() == original
+    with Transaction(label="third") as tx:  # free again once the holder is gone
+        out = tx.apply([Change(LOCAL, SYSCTL, str(int(original) + 3))])
+        assert out[0].original == original and out[0].actual == str(int(original) + 3)
+        assert tx.in_force() == [{"where": "machine", "key": SYSCTL, "value": str(int(original) + 3),
+                                  "machine_wide": True}]
+    assert Path(SYSCTL_PATH).read_text().strip() == original
+
+
+def test_a_machine_setting_left_changed_by_a_killed_run_is_not_taken_for_the_original(tmp_path, state_dir):
+    original = Path(SYSCTL_PATH).read_text().strip()
+    other = tmp_path / "other-state"
+    env = {**os.environ, "OFFLAB_STATE_DIR": str(other)}
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, str(int(original) + 4)], cwd=REPO, env=env,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        holder.kill()
+        holder.wait()
+        with pytest.raises(EnvironmentProblem, match=f"ended before putting it back.*OFFLAB_STATE_DIR={other.resolve()} offlab restore"):
+            with Transaction(label="next") as tx:
+                tx.apply([Change(LOCAL, SYSCTL, str(int(original) + 5))])
+        assert Path(SYSCTL_PATH).read_text().strip() == str(int(original) + 4)
+    finally:
+        res = offlab_cli("restore", env={"OFFLAB_STATE_DIR": str(other)})
+        holder.communicate()
+    assert res.returncode == 0, res.stderr
+    assert Path(SYSCTL_PATH).read_text().strip() == original
+    with Transaction(label="after restore") as tx:
+        assert tx.apply([Change(LOCAL, SYSCTL, str(int(original) + 5))])[0].ok
+    assert Path(SYSCTL_PATH).read_text().strip() == original
+
+
+def test_lab_down_during_offlab_measure_is_refused_and_force_ends_it_in_one_line(lab_name, state_dir, clean_machine):
+    from offlab import lab as labs
+
+    labs.up("veth", lab_name)
+    env = {**os.environ, "OFFLAB_STATE_DIR": str(state_dir)}
+    proc = subprocess.Popen([sys.executable, "-m", "offlab", "measure", lab_name, "--tool", "engine", "--proto", "udp",
+                             "--duration", "6", "--warmup", "0.2"], cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 20
+        while not list((state_dir / "labs").glob(f"{lab_name}.hold-*")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(1.5)  # inside the traffic window
+        res = offlab_cli("lab", "down", lab_name, env={"OFFLAB_STATE_DIR": str(state_dir)})
+        assert res.returncode == 3 and f"in use by offlab measure (pid {proc.pid})" in res.stderr, res.stderr
+        res = offlab_cli("lab", "down", "--force", lab_name, env={"OFFLAB_STATE_DIR": str(state_dir)})
+        assert res.returncode == 0, res.stderr
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode in (2, 3), err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err

@@ -1,0 +1,195 @@
+"""The arrows of DESIGN.md, checked over the import graph of the offlab package.
+
+cli → experiment → {lab, knobs, traffic, probes} → hosts; lab → vm → hosts; report → store.
+Every import counts, also one inside a function (a late import is still an arrow).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "offlab"
+
+# Module (or package) → part; the longest prefix wins. A new top-level module needs a line here.
+PARTS = {
+    "offlab": "base",  # the package itself (__version__), not what lies below it
+    "offlab.errors": "base",
+    "offlab.names": "base",
+    "offlab.state": "common",  # where offlab keeps its files
+    "offlab.stats": "common",  # pure statistics
+    "offlab.metrics": "common",  # what a sample measures, by name
+    "offlab.hosts": "hosts",
+    "offlab.inventory": "inventory",  # inventories (offlab's YAML, Ansible's) → SSH hosts and test interfaces
+    "offlab.hostcheck": "doctor",  # `hosts check`: an audit of inventory hosts
+    "offlab.netdev": "netdev",  # the one parser of ip/ethtool/softnet, the one ovs-vsctl
+    "offlab.mtu": "mtu",  # MTU arithmetic (the VXLAN overhead) and the path MTU probe
+    "offlab.vm": "vm",
+    "offlab.lab": "lab",
+    "offlab.knobs": "knobs",
+    "offlab.traffic": "traffic",
+    "offlab.probes": "probes",
+    "offlab.doctor": "doctor",
+    "offlab.experiment": "experiment",
+    "offlab.store": "store",
+    "offlab.report": "report",
+    "offlab.cli": "cli",
+    "offlab.__main__": "cli",
+}
+
+_LOW = {"base", "common"}
+# Part → the other parts it may import. `hosts` gets errors/names and the state directory only.
+ALLOWED: dict[str, set[str]] = {
+    "base": set(),
+    "common": {"base"},
+    "hosts": {"base", "common"},  # common: where offlab keeps its files (SSH control sockets)
+    "inventory": {"hosts", *_LOW},
+    "netdev": {"hosts", "base"},
+    "mtu": {"hosts", *_LOW},
+    "vm": {"hosts", "netdev", *_LOW},
+    "lab": {"vm", "hosts", "inventory", "netdev", "mtu", *_LOW},
+    "knobs": {"hosts", "netdev", "mtu", *_LOW},
+    "traffic": {"hosts", "netdev", *_LOW},
+    "probes": {"hosts", "netdev", *_LOW},
+    "doctor": {"hosts", "inventory", "netdev", "mtu", *_LOW},
+    "store": {*_LOW},
+    "report": {"store", *_LOW},
+    "experiment": {"lab", "vm", "inventory", "knobs", "traffic", "probes", "netdev", "mtu", "hosts", "store", *_LOW},
+    "cli": set(PARTS.values()),
+}
+
+# Calls that start a process; only `hosts` may make them.
+PROCESS_CALLS = {("subprocess", n) for n in ("run", "Popen", "call", "check_call", "check_output",
+                                             "getoutput", "getstatusoutput")}
+PROCESS_CALLS |= {("os", n) for n in ("system", "popen", "fork", "forkpty", "posix_spawn", "posix_spawnp",
+                                      "execv", "execve", "execvp", "execvpe", "execl", "execle", "execlp",
+                                      "execlpe", "spawnv", "spawnve", "spawnvp", "spawnvpe", "spawnl")}
+
+
+def module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def part_of(module: str) -> str | None:
+    best = max((p for p in PARTS if module == p or (p != "offlab" and module.startswith(p + "."))),
+               key=len, default=None)
+    return PARTS[best] if best else None
+
+
+def imports_of(source: str, module: str, is_package: bool, known: set[str]) -> list[tuple[int, str]]:
+    """(line, imported offlab module) for every import in `source`, at any depth."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = module.split(".") if is_package else module.split(".")[:-1]
+                base = base[:len(base) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            for a in node.names:  # `from offlab import lab` imports the module offlab.lab
+                sub = f"{target}.{a.name}"
+                out.append((node.lineno, sub if sub in known else target))
+        elif (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)
+              and isinstance(node.args[0].value, str)
+              and ((isinstance(node.func, ast.Name) and node.func.id == "__import__")
+                   or (isinstance(node.func, ast.Attribute) and node.func.attr == "import_module"))):
+            out.append((node.lineno, node.args[0].value))
+    return [(line, name) for line, name in out if name == "offlab" or name.startswith("offlab.")]
+
+
+def process_calls(source: str) -> list[tuple[int, str]]:
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and isinstance(node.func.value, ast.Name) and (node.func.value.id, node.func.attr) in PROCESS_CALLS):
+            out.append((node.lineno, f"{node.func.value.id}.{node.func.attr}"))
+    return out
+
+
+def load(root: Path) -> dict[str, tuple[str, str, bool]]:
+    """module → (file, source, is_package) for every .py below `root` (a package directory)."""
+    return {module_name(p, root): (str(p), p.read_text(), p.name == "__init__.py") for p in sorted(root.rglob("*.py"))}
+
+
+def violations(modules: dict[str, tuple[str, str, bool]]) -> list[str]:
+    """One line per import that points the wrong way, per module without a part, per process started."""
+    known = set(modules)
+    problems = []
+    for mod, (file, source, is_pkg) in sorted(modules.items()):
+        src_part = part_of(mod)
+        if src_part is None:
+            problems.append(f"{file}: module {mod} belongs to no part (add it to PARTS in tests/test_layering.py)")
+            continue
+        for line, target in imports_of(source, mod, is_pkg, known):
+            dst_part = part_of(target)
+            if dst_part is None or dst_part == src_part or dst_part in ALLOWED[src_part]:
+                continue
+            problems.append(f"{file}:{line}: {mod} ({src_part}) imports {target} ({dst_part}); "
+                            f"{src_part} may import only {', '.join(sorted(ALLOWED[src_part])) or 'nothing of offlab'}")
+        if src_part != "hosts":
+            problems += [f"{file}:{line}: {mod} ({src_part}) calls {call}: only hosts starts processes"
+                         for line, call in process_calls(source)]
+    return list(dict.fromkeys(problems))
+
+
+def test_imports_follow_the_arrows_of_the_design():
+    problems = violations(load(PACKAGE))
+    assert not problems, "imports against DESIGN.md's arrows:\n" + "\n".join(problems)
+
+
+def test_every_part_has_its_rule():
+    assert set(PARTS.values()) <= set(ALLOWED)
+
+
+# ---- the checker itself, on a made-up package ------------------------------------------------
+
+def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
+    root = tmp_path / "offlab"
+    for rel, text in files.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+    return root
+
+
+CLEAN = {
+    "__init__.py": "__version__ = '0'\n",
+    "errors.py": "",
+    "hosts/__init__.py": "from offlab.errors import *\nimport subprocess\nsubprocess.run(['true'])\n",
+    "knobs/__init__.py": "",
+    "knobs/link.py": "from offlab.hosts import LOCAL\nfrom . import __init__\n",
+    "lab/__init__.py": "from offlab import hosts\n",
+    "experiment/run.py": "from offlab import lab, knobs\n",
+    "cli/__init__.py": "import offlab.experiment.run\n",
+}
+
+
+def test_checker_passes_a_clean_tree(tmp_path):
+    assert violations(load(_tree(tmp_path, CLEAN))) == []
+
+
+@pytest.mark.parametrize("file, line, wrong", [
+    ("knobs/link.py", "from offlab.experiment import x\n", "offlab.knobs.link (knobs) imports offlab.experiment"),
+    ("knobs/link.py", "def f():\n    from offlab.lab import down\n", "offlab.knobs.link (knobs) imports offlab.lab"),
+    ("lab/__init__.py", "from offlab import knobs\n", "offlab.lab (lab) imports offlab.knobs"),
+    ("lab/__init__.py", "from ..knobs import link\n", "offlab.lab (lab) imports offlab.knobs"),
+    ("hosts/__init__.py", "import importlib\nimportlib.import_module('offlab.lab')\n",
+     "offlab.hosts (hosts) imports offlab.lab"),
+    ("knobs/link.py", "import subprocess\nsubprocess.Popen(['ip'])\n", "calls subprocess.Popen"),
+    ("extra.py", "", "module offlab.extra belongs to no part"),
+])
+def test_checker_names_each_wrong_import(tmp_path, file, line, wrong):
+    files = dict(CLEAN)
+    files[file] = files.get(file, "") + line
+    problems = violations(load(_tree(tmp_path, files)))
+    assert len(problems) == 1 and wrong in problems[0], problems
+    if "imports" in wrong:
+        assert f"offlab/{file}:" in problems[0]

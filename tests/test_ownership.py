@@ -1,0 +1,89 @@
+"""Ownership: a lab belongs to the state directory that made it; no other offlab removes it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from offlab import lab as labs
+from offlab.errors import BadInput
+from offlab.lab.model import LabState
+from tests.conftest import netns_names, offlab_cli, requires_root
+
+pytestmark = [requires_root, pytest.mark.network]
+
+
+@pytest.fixture
+def other_state_dir(tmp_path):
+    d = tmp_path / "other-state"
+    d.mkdir()
+    return d
+
+
+def test_same_lab_name_in_another_state_dir_is_refused_and_never_destroys_the_first(
+        lab_name, state_dir, other_state_dir, monkeypatch, clean_machine):
+    from offlab.lab import owner
+
+    first = labs.up("veth", lab_name)
+    try:
+        mine = set(first.namespaces)
+        assert all(owner.owner_of(ns) == str(state_dir.resolve()) for ns in mine)
+        monkeypatch.setenv("OFFLAB_STATE_DIR", str(other_state_dir))
+        with pytest.raises(BadInput, match=f"taken by the state directory {state_dir.resolve()}"):
+            labs.up("veth", lab_name)
+        with pytest.raises(BadInput, match=f"belongs to {state_dir.resolve()}"):
+            labs.down(lab_name)
+        res = offlab_cli("lab", "down", lab_name, env={"OFFLAB_STATE_DIR": str(other_state_dir)})
+        assert res.returncode == 2 and "offlab leaves it alone" in res.stderr and "Traceback" not in res.stderr
+        assert mine <= netns_names()
+        # The first lab still works: its namespaces were not touched.
+        assert first.client.run(["ping", "-c", "1", "-W", "1", first.entry("server").address], check=False).ok
+    finally:
+        monkeypatch.setenv("OFFLAB_STATE_DIR", str(state_dir))
+        labs.down(lab_name)
+    assert not set(first.namespaces) & netns_names()
+
+
+def test_a_state_file_listing_anothers_namespaces_removes_only_itself(
+        lab_name, state_dir, other_state_dir, monkeypatch, clean_machine):
+    first = labs.up("veth", lab_name)
+    try:
+        # What an older offlab (or a `lab up` that lost the race for the name) leaves behind.
+        monkeypatch.setenv("OFFLAB_STATE_DIR", str(other_state_dir))
+        stray = LabState(name=lab_name, topology="veth", mtu=1500, namespaces=list(first.namespaces))
+        stray.save()
+        removed = labs.down(lab_name)
+        assert not stray.path.exists()
+        assert any(f"belongs to {state_dir.resolve()}" in r for r in removed)
+        assert not any(r.startswith("namespace ") for r in removed)
+        assert set(first.namespaces) <= netns_names()
+    finally:
+        monkeypatch.setenv("OFFLAB_STATE_DIR", str(state_dir))
+        labs.down(lab_name)
+
+
+def test_an_unmarked_namespace_with_a_lab_name_is_not_offlabs_to_delete(lab_name, state_dir, clean_machine):
+    from offlab.hosts import LOCAL
+
+    ns = f"ol-{lab_name}-client"
+    LOCAL.run(["ip", "netns", "add", ns])
+    try:
+        with pytest.raises(BadInput, match=f"namespace {ns} belongs to no offlab state directory"):
+            labs.down(lab_name)
+        assert ns in netns_names()
+    finally:
+        LOCAL.run(["ip", "netns", "del", ns])
+
+
+def test_lab_state_records_owner_and_namespace_inodes(lab_name, state_dir, clean_machine):
+    from offlab.lab import owner
+
+    lab = labs.up("veth", lab_name)
+    try:
+        saved = json.loads(lab.path.read_text())
+        assert saved["owner"] == str(state_dir.resolve())
+        assert set(saved["netns_inodes"]) == set(lab.namespaces)
+        assert all(saved["netns_inodes"][ns] == owner.inode(ns) for ns in lab.namespaces)
+    finally:
+        labs.down(lab_name)

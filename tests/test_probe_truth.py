@@ -1,0 +1,64 @@
+"""Figures the probes produce, checked on numbers that can be worked out by hand (issue 15)."""
+
+from __future__ import annotations
+
+import os
+
+from offlab.probes import cpu
+from offlab.probes.capture import read_pcap, summarize
+
+FIX = os.path.join(os.path.dirname(__file__), "fixtures", "pcap")
+
+
+def test_steal_is_not_counted_as_busy():
+    # 100 ticks: user 10, system 5, softirq 5, idle 20, steal 60 (a hypervisor ran someone else)
+    before = dict.fromkeys(cpu.STAT_FIELDS, 0)
+    after = {**before, "user": 10, "system": 5, "softirq": 5, "idle": 20, "steal": 60}
+    split = cpu.cpu_split(before, after)
+    assert split["busy"] == 20.0
+    assert split["steal"] == 60.0
+    assert split["idle"] == 20.0
+
+
+def test_busy_is_user_nice_system_irq_softirq():
+    before = dict.fromkeys(cpu.STAT_FIELDS, 0)
+    after = {**before, "user": 10, "nice": 10, "system": 10, "irq": 10, "softirq": 10, "idle": 40, "iowait": 10}
+    split = cpu.cpu_split(before, after)
+    assert split["busy"] == 50.0
+    assert split["idle"] == 50.0
+    assert split["steal"] == 0.0
+
+
+def test_ipv6_capture_of_65507_byte_datagrams_counts_fragments_per_datagram():
+    # Captured on a veth at MTU 1500: three 65507-byte UDP datagrams sent over IPv6.
+    linktype, frames = read_pcap(os.path.join(FIX, "udp6_65507_fragments.pcap"))
+    s = summarize(frames, host="server", iface="zz9b", mtu=1500, linktype=linktype)
+    assert s.fragmented_datagrams == 3
+    assert s.ip_fragments == 138
+    assert s.fragments_per_datagram == 46  # 65515 bytes of UDP in 1448-byte fragment payloads
+    assert s.udp_payload_sizes == {65507: 3}
+    assert "46 IP fragments each" in s.verdict
+    assert "no IP fragments" not in s.verdict
+
+
+def test_ratio_with_a_baseline_indistinguishable_from_zero_is_unbounded_and_has_no_verdict():
+    from offlab import stats
+    from offlab.report import compare
+
+    row = compare.Row(cell="c", baseline="b", metric="throughput_bps", label="throughput", unit="bit/s",
+                      better="higher", level=99.0)
+    compare._fill(row, [0.0, 1.0, 0.0, 1.0], [10.0, 11.0, 10.0, 11.0], 99.0)
+    assert row.ratio == 21.0
+    assert row.low is None and row.high is None and row.change_low_pct is None
+    assert row.verdict == stats.UNBOUNDED
+    assert not row.compared
+    assert any("unbounded" in f for f in row.flags)
+
+
+def test_ratio_interval_never_goes_below_zero_for_a_nonnegative_metric():
+    from offlab.report import compare
+
+    row = compare.Row(cell="c", baseline="b", metric="pps", label="pps", unit="pps", better="higher", level=99.0)
+    compare._fill(row, [100.0, 104.0, 98.0, 101.0], [1.0, 30.0, 0.0, 2.0], 99.0)
+    assert row.low == 0.0 and row.change_low_pct == -100.0
+    assert row.high is not None and row.high > row.ratio

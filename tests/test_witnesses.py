@@ -1,0 +1,64 @@
+"""Second witnesses for headline figures (issue 15 item 5), on numbers worked out by hand.
+
+The first case is the vxlan suite's UDP cell that printed "loss 137.537 %": iperf3 3.12 said
+received −10318, while the kernel saw OutDatagrams 56319 at the client and InDatagrams 12970
+at the server, with RcvbufErrors 43363.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from offlab.experiment import witnesses
+
+
+def _sample(traffic: dict, client_udp: dict, server_udp: dict, workload: dict | None = None) -> dict:
+    return {
+        "traffic": {"tool": "iperf3", "throughput_bps": 1e6, **traffic},
+        "workload": {"protocol": "udp", "size": 4096, "gso": False, "gro": False, **(workload or {})},
+        "probes": {"window_s": 1.0, "snmp": {"client": {"Udp": client_udp}, "server": {"Udp": server_udp}},
+                   "interfaces": {}, "softnet": {}},
+    }
+
+
+def test_impossible_tool_loss_is_replaced_by_the_kernels_witness_and_flagged():
+    s = _sample({"datagrams_sent": 27497, "datagrams_received": -10318, "loss": 1.37537, "pps": -1340.0},
+                {"OutDatagrams": 56319}, {"InDatagrams": 12970, "RcvbufErrors": 43363, "InErrors": 43363})
+    notes = witnesses.bound(s["traffic"])
+    assert s["traffic"]["datagrams_received"] is None and s["traffic"]["pps"] is None
+    assert any("impossible" in n for n in notes)
+    check = witnesses.cross_check(s)
+    assert check["status"] == "inconsistent"
+    assert s["traffic"]["loss"] == pytest.approx((56319 - 12970) / 56319)  # 77 %
+    assert s["traffic"]["loss_source"] == "kernel"
+
+
+def test_loss_attribution_names_the_receive_buffer_without_double_counting_inerrors():
+    s = _sample({"datagrams_sent": 100, "datagrams_received": 60, "loss": 0.4},
+                {"OutDatagrams": 100}, {"InDatagrams": 60, "RcvbufErrors": 30, "InErrors": 35, "InCsumErrors": 0})
+    la = witnesses.attribute_loss(s)
+    assert la["lost"] == 40
+    shares = {p["where"].split(" (")[0]: p["share"] for p in la["places"]}
+    assert shares == {"server Udp RcvbufErrors": 0.75, "server Udp InErrors": 0.125}
+    assert la["unexplained"] == 5
+
+
+def test_tool_and_kernel_agreeing_is_consistent():
+    s = _sample({"datagrams_sent": 1000, "datagrams_received": 990, "loss": 0.01, "pps": 990.0,
+                 "throughput_bps": 990 * 4096 * 8}, {"OutDatagrams": 1000}, {"InDatagrams": 985})
+    assert witnesses.cross_check(s)["status"] == "consistent"
+
+
+def test_throughput_that_contradicts_pps_times_size_is_inconsistent():
+    # the vxlan run's "273 Mbit/s next to 1.44 kpps" for 4096-byte datagrams (≈ 47 Mbit/s)
+    s = _sample({"datagrams_sent": 1440, "datagrams_received": 1440, "loss": 0.0, "pps": 1440.0,
+                 "throughput_bps": 273e6}, {"OutDatagrams": 1440}, {"InDatagrams": 1440})
+    check = witnesses.cross_check(s)
+    assert [c["check"] for c in check["checks"] if not c["ok"]] == ["throughput = pps × size"]
+
+
+def test_gso_or_gro_counts_super_packets_so_the_kernel_cannot_witness_loss():
+    s = _sample({"datagrams_sent": 44000, "datagrams_received": 44000, "loss": 0.0},
+                {"OutDatagrams": 1000}, {"InDatagrams": 44000}, {"gso": True})
+    assert witnesses.kernel_loss(s["probes"], s["workload"]) == (None, None, None)
+    assert all(c["check"] != "loss" for c in witnesses.cross_check(s)["checks"])
