@@ -343,6 +343,19 @@ def test_hostile_interface_or_pair_is_refused_before_any_ssh_runs(sshd, state_di
 
 
 @requires_root
+def test_doctor_over_ssh_reads_the_remote_not_this_machine(sshd, host):
+    from offlab import doctor
+
+    src = doctor.LiveSource(host)
+    assert src.label == host.name
+    assert "sshs1:" in src.read("/proc/net/dev") and "sshc1:" not in src.read("/proc/net/dev")
+    assert "sshs1" in src.listdir("/sys/class/net") and src.exists("/sys/class/net/sshs1")
+    report = doctor.audit(src, ifaces=["sshs1"], only={"nic.offloads", "kernel.version"})
+    offloads = next(f for f in report.findings if f.id == "nic.offloads")
+    assert offloads.target == "sshs1" and "generic-receive-offload" in offloads.summary, offloads
+
+
+@requires_root
 def test_hosts_check_reports_everything_and_unreachable_hosts_apart(sshd, state_dir, tmp_path):
     dead = {"ssh": sshd.server_ip, "port": 2299, "user": "root", "identity_file": str(sshd.user_key),
             "ssh_args": sshd.ssh_args(), "ssh_config": "/dev/null", "via_netns": sshd.client_ns,
