@@ -388,11 +388,12 @@ def test_hosts_check_reports_everything_and_unreachable_hosts_apart(sshd, state_
 
 @requires_root
 def test_hosts_check_says_what_is_missing_and_the_command_that_fixes_it(sshd, state_dir, tmp_path):
-    # The ssh address on a test interface, allowed; a declared address not configured; sudo asked for.
+    # The ssh address on a test interface, allowed; a declared address not configured; an interface
+    # that does not exist; sudo asked for.
     extra = {"name": "sshs0", "addresses": [f"{sshd.server_ip}/24", "10.200.99.9/24"]}
     path = write_inventory(tmp_path / "inv.yml", sshd)
     data = json.loads(path.read_text())
-    data["hosts"]["remote"]["interfaces"].append(extra)
+    data["hosts"]["remote"]["interfaces"] += [extra, {"name": "nosuch0"}]
     data["hosts"]["remote"]["sudo"] = True
     data["hosts"]["remote"]["allow_management_traffic"] = True
     path.write_text(json.dumps(data))
@@ -401,13 +402,16 @@ def test_hosts_check_says_what_is_missing_and_the_command_that_fixes_it(sshd, st
     assert checks["iface:sshs0"]["status"] == "warn"
     assert "declared but not configured: 10.200.99.9/24" in checks["iface:sshs0"]["why"]
     assert checks["engine"]["status"] == "info"
+    assert checks["iface:nosuch0"] == {**checks["iface:nosuch0"], "status": "fail",
+                                       "evidence": "no interface nosuch0 on remote",
+                                       "fix": "see `ip link` on remote and correct the inventory"}
+    assert res.returncode == 3 and "missing something: remote" in res.stderr
     has_sudo = NetnsHost(sshd.server_ns).run(["sh", "-c", "command -v sudo"], check=False).ok
     if has_sudo:
-        assert checks["sudo"]["status"] == "ok" and res.returncode == 0
+        assert checks["sudo"]["status"] == "ok"
     else:
         assert checks["sudo"] == {**checks["sudo"], "status": "fail", "evidence": "sudo is not installed",
                                   "fix": "on remote, as root: apt-get install sudo (or set sudo: false: you log in as root)"}
-        assert res.returncode == 3 and "missing something: remote" in res.stderr
 
 
 @requires_root
