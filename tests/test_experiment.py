@@ -106,7 +106,7 @@ def test_sigint_mid_run_then_resume_completes_without_lost_or_duplicated_samples
     run_id = store.list_runs()[0]["id"]
     assert store.get_run(run_id)["status"] == "interrupted"
     assert f"--resume {run_id}" in err
-    assert client_ns not in netns_names()
+    assert client_ns not in netns_names(), err
     assert not [p for p in state_dir.rglob("*journal*") if p.is_file()], "settings journal left after an interrupt"
     before = {(s["cell_id"], s["round"]) for s in store.samples(run_id)}
     res = subprocess.run([sys.executable, "-m", "offlab", "run", "--resume", str(run_id), "--db", str(db)], cwd=REPO,

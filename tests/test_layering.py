@@ -193,3 +193,28 @@ def test_checker_names_each_wrong_import(tmp_path, file, line, wrong):
     assert len(problems) == 1 and wrong in problems[0], problems
     if "imports" in wrong:
         assert f"offlab/{file}:" in problems[0]
+
+
+# ---- one source for each fact ---------------------------------------------------------------
+
+def _literal_number(value: ast.expr) -> bool:
+    """50, 14 + 20 + 8 + 8, or {4: 50, 6: 70}: a number written out, not one looked up."""
+    if isinstance(value, ast.Dict):
+        return any(_literal_number(v) for v in value.values)
+    return isinstance(value, (ast.Constant, ast.BinOp)) and all(
+        isinstance(n, (ast.Constant, ast.BinOp, ast.operator)) for n in ast.walk(value))
+
+
+def test_the_vxlan_overhead_and_the_ovs_vsctl_call_are_written_once():
+    """50/70 bytes of VXLAN live in mtu/calc.py, the ovs-vsctl argv in netdev.py; elsewhere they are imported."""
+    problems = []
+    for mod, (file, source, _) in load(PACKAGE).items():
+        for node in ast.walk(ast.parse(source)):
+            if (mod != "offlab.mtu.calc" and isinstance(node, ast.Assign)
+                    and any(isinstance(t, ast.Name) and "VXLAN" in t.id and "OVERHEAD" in t.id for t in node.targets)
+                    and _literal_number(node.value)):
+                problems.append(f"{file}:{node.lineno}: a VXLAN overhead written again (import offlab.mtu.calc's)")
+            if (mod != "offlab.netdev" and isinstance(node, ast.List) and node.elts
+                    and isinstance(node.elts[0], ast.Constant) and node.elts[0].value == "ovs-vsctl"):
+                problems.append(f"{file}:{node.lineno}: an ovs-vsctl call written again (use offlab.netdev.vsctl)")
+    assert not problems, "\n".join(problems)

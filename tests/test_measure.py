@@ -112,7 +112,7 @@ def test_measure_cli_json_and_bad_input(veth_lab, state_dir):
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)["traffic"]["tool"] == "engine"
     for args, needle in [
-        (["--tool", "engine", "--proto", "udp", "--size", "65508"], "1..65507"),
+        (["--tool", "engine", "--proto", "udp", "--size", "65508"], "..65507 bytes"),
         (["--capture", "nosuchhost"], "has no host 'nosuchhost'"),
         (["--capture", "server:eth9"], "has no interface 'eth9'"),
     ]:

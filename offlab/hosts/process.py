@@ -30,6 +30,12 @@ def pinned(argv: list[str], cpu: int | None) -> list[str]:
     return ["taskset", "-c", str(cpu), *argv] if cpu is not None else list(argv)
 
 
+def cpu_on(host: Host, cpu: int | None) -> int | None:
+    """The CPU to pin to on `host`: this machine's CPUs are offlab's to place; a guest's or an SSH
+    host's are their own (a 1-vCPU guest has no CPU 1), so nothing is pinned there."""
+    return cpu if host.shares_kernel else None
+
+
 class _RemoteStream:
     """A finished-or-not remote output file, read whole on demand (`proc.stderr.read()`)."""
 

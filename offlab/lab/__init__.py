@@ -31,6 +31,7 @@ class LabInUse(EnvironmentProblem):
 
 TOOLS_BY_TOPOLOGY = {
     "ovs": ("ovsdb-server", "ovs-vswitchd", "ovs-vsctl", "ovsdb-tool"),
+    "vm": ("qemu-system-x86_64",),
 }
 
 
@@ -120,8 +121,8 @@ def _check_mtus(lab: LabState) -> None:
     """Every interface must have the MTU asked for; the kernel may have clamped one."""
     for role, entry in lab.hosts.items():
         if entry.netns is None:
-            continue  # a guest or remote host: its topology checks its own links
-        links = json.loads(LOCAL.run(["ip", "-n", entry.netns, "-d", "-j", "link", "show"]).stdout)
+            continue  # an SSH host: a lab over existing machines sets no MTU of its own
+        links = json.loads(lab.host(role).run(["ip", "-d", "-j", "link", "show"]).stdout)
         for link in links:
             if link["ifname"] == "lo" or link.get("ifname") == "ovs-netdev":
                 continue
@@ -201,9 +202,7 @@ def down(name: str, *, force: bool = False) -> list[str]:
     for ns in ours:
         _kill_processes_in(ns)
     for ns in ours:
-        # Not ok but gone: a run whose lab this was removed it at the same moment; gone all the same.
-        if LOCAL.run(["ip", "netns", "del", ns], check=False).ok or owner.inode(ns) is None:
-            removed.append(f"namespace {ns}")
+        removed.append(_delete_namespace(ns))
     for ns, who in foreign.items():
         removed.append(f"nothing of namespace {ns}: it belongs to {who}, not to this state directory")
     if lab is not None and lab.rundir:
@@ -212,6 +211,19 @@ def down(name: str, *, force: bool = False) -> list[str]:
         removed += hook(ours)
     path.unlink(missing_ok=True)
     return removed
+
+
+def _delete_namespace(ns: str) -> str:
+    """`ip netns del`, retried: a process that was just killed can keep the namespace busy briefly."""
+    err = ""
+    for _ in range(10):
+        res = LOCAL.run(["ip", "netns", "del", ns], check=False)
+        # Not ok but gone: a run whose lab this was removed it at the same moment; gone all the same.
+        if res.ok or owner.inode(ns) is None:
+            return f"namespace {ns}"
+        err = res.stderr.strip()
+        time.sleep(0.1)
+    raise EnvironmentProblem(f"could not remove namespace {ns}: {err}; run `offlab lab down` again")
 
 
 def down_all(*, force: bool = False) -> list[str]:

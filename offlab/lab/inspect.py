@@ -50,6 +50,8 @@ def describe(lab: LabState, *, with_features: bool = True) -> dict:
         h = {"netns": entry.netns, "interfaces": ifaces}
         if entry.ref is not None:
             h["kind"] = entry.ref.get("kind")
+        if entry.guest:
+            h["guest"] = {k: v for k, v in entry.guest.items() if k != "ref"}
         if entry.address:
             h["address"] = entry.address
         if entry.address6:

@@ -11,7 +11,9 @@ from offlab.hosts import Host, NetnsHost, from_ref
 from offlab.names import check_lab_name
 from offlab.state import read_state_json, state_dir, write_json_atomic
 
-TOPOLOGIES = ("veth", "bridge", "vxlan", "router", "ovs")
+TOPOLOGIES = ("veth", "bridge", "vxlan", "router", "ovs", "vm")
+# The kinds of interface that join a host to a neighbour: with one of them a host needs no interface named.
+UPLINK_KINDS = ("veth", "virtio-net", "tap")
 
 
 @dataclass
@@ -29,6 +31,9 @@ class HostEntry:
     address6: str | None = None
     interfaces: list[Interface] = field(default_factory=list)
     ref: dict | None = None  # `Host.ref()` of a guest or SSH host; None for a namespace
+    # A QEMU guest: its GuestHost ref plus how it runs (accel, QEMU version, kernel, NIC properties);
+    # `netns` is then the namespace its QEMU runs in.
+    guest: dict | None = None
 
     def iface(self, name: str) -> Interface | None:
         return next((i for i in self.interfaces if i.name == name), None)
@@ -39,6 +44,7 @@ class Daemon:
     name: str
     pid: int
     netns: str | None
+    start_time: int | None = None  # clock ticks since boot (/proc/PID/stat): a reused pid is not ours
 
 
 @dataclass
@@ -91,6 +97,7 @@ class LabState:
                 address6=h.get("address6"),
                 interfaces=[Interface(**i) for i in h.get("interfaces", [])],
                 ref=h.get("ref"),
+                guest=h.get("guest"),
             )
             for role, h in d.get("hosts", {}).items()
         }
@@ -129,8 +136,9 @@ class LabState:
     # ---- lookups -----------------------------------------------------
     def host(self, role: str) -> Host:
         entry = self.entry(role)
-        if entry.ref is not None:
-            return from_ref(entry.ref)
+        ref = entry.ref or (entry.guest or {}).get("ref")
+        if ref is not None:
+            return from_ref(ref)
         return NetnsHost(entry.netns)  # type: ignore[arg-type]
 
     def entry(self, role: str) -> HostEntry:
@@ -147,7 +155,7 @@ class LabState:
         """
         entry = self.entry(role)
         if ref is None:
-            veths = [i for i in entry.interfaces if i.kind == "veth"]
+            veths = [i for i in entry.interfaces if i.kind in UPLINK_KINDS]
             if len(veths) == 1:
                 return veths[0].name
             names = ", ".join(i.name for i in entry.interfaces)

@@ -98,6 +98,14 @@ def alive(pid: int) -> bool:
     return stat[stat.rindex(")") + 2] != "Z"
 
 
+def _start_time(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat[stat.rindex(")") + 2:].split()[19])
+
+
 def stop_daemon(d: Daemon, timeout: float = 5.0) -> None:
     """Stop one daemon by pid, but only if that pid is still the daemon we started."""
     try:
@@ -106,6 +114,8 @@ def stop_daemon(d: Daemon, timeout: float = 5.0) -> None:
         return
     if comm != d.name[:15]:
         return  # the pid was reused by something that is not ours
+    if d.start_time is not None and _start_time(d.pid) != d.start_time:
+        return
     try:
         os.kill(d.pid, signal.SIGTERM)
     except ProcessLookupError:

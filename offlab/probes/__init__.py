@@ -7,11 +7,12 @@ edges of the window), which keeps the two snapshots close to the instants they c
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass
 
 from offlab.netdev import parse_softnet
-from offlab.errors import EnvironmentProblem
+from offlab.errors import EnvironmentProblem, OfflabError
 from offlab.probes import counters, cpu
 
 WATCHED_THREADS = ("ksoftirqd/", "vhost-")
@@ -40,6 +41,7 @@ class Snapshot:
     netdev: dict[str, dict[str, dict[str, int]]]
     snmp: dict[str, dict[str, dict[str, int]]]
     softnet: dict[int, dict[str, int]]
+    guest_stat: dict[str, dict[str, dict[str, int]]] = None  # role → /proc/stat of a guest or remote host
 
 
 class ProbeSession:
@@ -49,6 +51,8 @@ class ProbeSession:
         self.lab = lab
         self.readers = {}
         self.pids: dict[str, int] = {}  # role → pid of the process under test (client, server)
+        # Hosts with a kernel of their own (a guest, an SSH host): their CPU is read from their /proc/stat.
+        self.own_kernel = {role: lab.host(role) for role in lab.hosts if not lab.host(role).shares_kernel}
         try:
             for role in lab.hosts:
                 self.readers[role] = lab.host(role).net_reader()
@@ -70,8 +74,13 @@ class ProbeSession:
         self.pids[role] = pid
 
     def snapshot(self) -> Snapshot:
-        netdev, snmp = {}, {}
+        netdev, snmp, guest_stat = {}, {}, {}
+        # A host with a kernel of its own answers over a channel (tens of ms): one command each for
+        # all its files, all of them at once, while this machine's files are read.
+        remote = {role: _Remote(host) for role, host in self.own_kernel.items()}
         for role, reader in self.readers.items():
+            if role in remote:
+                continue
             try:
                 netdev[role] = parse_net_dev(reader.read("dev"))
                 if role in ("client", "server", "router"):
@@ -91,7 +100,12 @@ class ProbeSession:
         stat = cpu.parse_proc_stat(_read("/proc/stat"))
         softnet = {r.cpu: {"processed": r.processed, "dropped": r.dropped, "time_squeeze": r.time_squeeze}
                    for r in parse_softnet(_read("/proc/net/softnet_stat"))}
-        return Snapshot(t, stat, procs, netdev, snmp, softnet)
+        for role, r in remote.items():
+            dev, snmp_text, stat_text = r.result(self.lab.name, role)
+            netdev[role] = parse_net_dev(dev)
+            snmp[role] = counters.parse_snmp(snmp_text)
+            guest_stat[role] = cpu.parse_proc_stat(stat_text)
+        return Snapshot(t, stat, procs, netdev, snmp, softnet, guest_stat)
 
     def result(self, a: Snapshot, b: Snapshot, *, client_cpu: int | None, server_cpu: int | None) -> dict:
         window = b.t - a.t
@@ -99,8 +113,21 @@ class ProbeSession:
         per_cpu = {name: cpu.cpu_split(a.stat[name], b.stat[name]) for name in b.stat if name in a.stat}
         sides = {}
         for side, n in (("client", client_cpu), ("server", server_cpu)):
+            if side in self.own_kernel:
+                continue
             if n is not None and f"cpu{n}" in per_cpu:
                 sides[side] = {"cpu": f"cpu{n}", **per_cpu[f"cpu{n}"]}
+        own = {}
+        for role, before in (a.guest_stat or {}).items():
+            after = (b.guest_stat or {}).get(role, {})
+            names = [n for n in before if n in after]
+            total_a = {k: sum(before[n].get(k, 0) for n in names) for k in cpu.STAT_FIELDS}
+            total_b = {k: sum(after[n].get(k, 0) for n in names) for k in cpu.STAT_FIELDS}
+            # Its own CPUs, all of them: a guest's vCPUs are not pinned by offlab.
+            own[role] = {"per_cpu": {n: cpu.cpu_split(before[n], after[n]) for n in names},
+                         "system": cpu.system_time(before, after, hz)}
+            if role in ("client", "server"):
+                sides[role] = {"cpu": f"{role}'s own {len(names)} CPU(s)", **cpu.cpu_split(total_a, total_b)}
         procs = []
         role_of = {pid: role for role, pid in self.pids.items()}
         for pid, (comm, ticks) in b.procs.items():
@@ -121,12 +148,40 @@ class ProbeSession:
                     interfaces[f"{role}:{ifname}"] = {**d, **counters.average_sizes(d)}
         return {
             "window_s": window,
-            "cpu": {"per_cpu": per_cpu, **sides, "system": cpu.system_time(a.stat, b.stat, hz)},
+            "cpu": {"per_cpu": per_cpu, **sides, "system": cpu.system_time(a.stat, b.stat, hz),
+                    **({"own_kernel": own} if own else {})},
             "processes": procs,
             "interfaces": interfaces,
             "snmp": {role: counters.delta(a.snmp[role], b.snmp[role]) for role in b.snmp if role in a.snmp},
             "softnet": {c: counters.delta(a.softnet[c], v) for c, v in b.softnet.items() if c in a.softnet},
         }
+
+
+_SEP = "@@offlab-probe@@"
+_REMOTE_READ = f"cat /proc/net/dev; echo {_SEP}; cat /proc/net/snmp; echo {_SEP}; cat /proc/stat"
+
+
+class _Remote:
+    """One snapshot's files of a host with its own kernel, read in one command on a thread."""
+
+    def __init__(self, host) -> None:
+        self.host, self.out, self.error = host, "", None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.out = self.host.run(["sh", "-c", _REMOTE_READ], timeout=30).stdout
+        except OfflabError as exc:
+            self.error = exc
+
+    def result(self, lab: str, role: str) -> tuple[str, str, str]:
+        self.thread.join(timeout=35)
+        parts = self.out.split(_SEP + "\n")
+        if self.error is not None or len(parts) != 3:
+            raise EnvironmentProblem(f"lab {lab}: the counters of host {role} cannot be read"
+                                     + (f": {self.error}" if self.error else ""))
+        return parts[0], parts[1], parts[2]
 
 
 def service_demand(busy_pct: float, window_s: float, kib: float) -> float | None:

@@ -17,7 +17,7 @@ from offlab.errors import ToolMissing
 from offlab.hosts import Host, which
 from offlab.traffic import TrafficResult, Workload
 from offlab.traffic.iperf3 import TrafficFailed
-from offlab.hosts.process import pinned, stop
+from offlab.hosts.process import cpu_on as _cpu, pinned, stop
 
 ENGINE = "offlab-engine"
 
@@ -95,7 +95,7 @@ def run(client: Host, server: Host, server_addr: str, w: Workload, *, on_started
     run_id = random.randint(1, 2**32 - 1)
     with _ready_dir(server) as tmp:
         ready = f"{tmp}/ready"
-        rx = server.spawn(pinned(rx_argv(w, server_addr, port, ready, run_id, engine_on(server)), w.server_cpu),
+        rx = server.spawn(pinned(rx_argv(w, server_addr, port, ready, run_id, engine_on(server)), _cpu(server, w.server_cpu)),
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         tx = None
         try:
@@ -105,7 +105,7 @@ def run(client: Host, server: Host, server_addr: str, w: Workload, *, on_started
                     err = rx.stderr.read().strip() if rx.poll() is not None else "not ready in time"
                     raise TrafficFailed(f"offlab-engine rx on {server.name} did not start: {err}")
                 time.sleep(0.01)
-            tx = client.spawn(pinned(tx_argv(w, server_addr, port, run_id, engine_on(client)), w.client_cpu),
+            tx = client.spawn(pinned(tx_argv(w, server_addr, port, run_id, engine_on(client)), _cpu(client, w.client_cpu)),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             if on_started:
                 on_started(tx.pid, rx.pid)

@@ -11,7 +11,7 @@ from offlab.errors import EnvironmentProblem
 from offlab.hosts import Host, require_tool
 from offlab.traffic import TrafficResult, Workload
 from offlab.traffic.rate import parse_rate
-from offlab.hosts.process import pinned, stop, wait_listening
+from offlab.hosts.process import cpu_on as _cpu, pinned, stop, wait_listening
 
 
 class TrafficFailed(EnvironmentProblem):
@@ -80,14 +80,14 @@ def run(client: Host, server: Host, server_addr: str, w: Workload, *, on_started
     """One iperf3 run; `on_started()` is called once the client is sending (for probes)."""
     require_tool("iperf3")
     port = _free_port(server)
-    srv = server.spawn(pinned(["iperf3", "-s", "-1", "-p", str(port)], w.server_cpu),
+    srv = server.spawn(pinned(["iperf3", "-s", "-1", "-p", str(port)], _cpu(server, w.server_cpu)),
                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     cli = None
     try:
         if not wait_listening(server, port, "tcp", srv):
             err = (srv.stderr.read() if srv.poll() is not None else "") or "not listening after 5 s"
             raise TrafficFailed(f"iperf3 server on {server.name} port {port} did not start: {err.strip()}")
-        cli = client.spawn(pinned(client_argv(w, server_addr, port), w.client_cpu),
+        cli = client.spawn(pinned(client_argv(w, server_addr, port), _cpu(client, w.client_cpu)),
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         if on_started:
             on_started(cli.pid, srv.pid)

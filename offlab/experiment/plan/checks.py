@@ -16,10 +16,11 @@ from offlab.errors import BadInput
 from offlab.experiment.plan import topology as static
 from offlab.experiment.plan.errors import PlanErrors
 from offlab.experiment.plan.models import Cell, Plan
+from offlab.mtu.calc import VXLAN_OVERHEAD as VXLAN_OVERHEAD_BY_FAMILY
 from offlab.traffic import BadWorkload
 
 TARGET_RE = re.compile(r"^(machine|[a-z][a-z0-9]{0,15})(:[A-Za-z0-9_.:@-]{1,15})?$")
-VXLAN_OVERHEAD = 50  # outer Ethernet 14 + IPv4 20 + UDP 8 + VXLAN 8, as offlab/lab/topologies.py builds it
+VXLAN_OVERHEAD = VXLAN_OVERHEAD_BY_FAMILY[4]  # the lab's underlay is IPv4 (offlab/lab/topologies.py)
 VXLAN_ONLY = ("underlay_mtu", "vni", "port")
 
 

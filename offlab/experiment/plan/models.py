@@ -22,12 +22,15 @@ class Strict(BaseModel):
 
 
 class TopologySpec(Strict):
-    kind: Literal["veth", "bridge", "vxlan", "router", "ovs"]
+    kind: Literal["veth", "bridge", "vxlan", "router", "ovs", "vm"]
     mtu: int = Field(1500, ge=68, le=65535)
     ipv6: bool = False
     underlay_mtu: int | None = Field(None, ge=68, le=65535)
     vni: int | None = Field(None, ge=1, le=2**24 - 1)
     port: int | None = Field(None, ge=1, le=65535)
+    # vm: QEMU virtio-net device properties (boot-time: cells that differ here get their own guest)
+    nic: dict[str, str | int | bool] = {}
+    kernel_version: str | None = None
 
 
 class WorkloadSpec(Strict):

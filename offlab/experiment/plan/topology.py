@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from offlab.lab.model import UPLINK_KINDS
+
 
 @dataclass(frozen=True)
 class StaticIface:
@@ -36,6 +38,9 @@ HOSTS: dict[str, dict[str, tuple[StaticIface, ...]]] = {
               "server": (_veth("hv2"),)},
     "ovs": {"client": (_veth("switch"),), "switch": (_veth("client"), _veth("server"), StaticIface("ovs-internal", "br0")),
             "server": (_veth("switch"),)},
+    # the guest is the client; the server namespace holds the tap and the bridge (virbr0's role)
+    "vm": {"client": (StaticIface("virtio-net", "eth0", "server"),),
+           "server": (StaticIface("tap", None, "client"), _BRIDGE)},
 }
 
 
@@ -50,7 +55,7 @@ def resolve(kind: str, role: str, ref: str | None) -> StaticIface:
         raise ValueError(f"a {kind} lab has no host {role!r}; its hosts are {', '.join(hosts)}")
     ifaces = hosts[role]
     if ref is None:
-        veths = [i for i in ifaces if i.kind == "veth"]
+        veths = [i for i in ifaces if i.kind in UPLINK_KINDS]
         if len(veths) == 1:
             return veths[0]
         raise ValueError(f"host {role!r} of a {kind} lab has several interfaces ({', '.join(_names(ifaces))}): "

@@ -1,0 +1,424 @@
+"""The guest image: a Debian cloud kernel and a busybox initramfs, built into a cache.
+
+Everything comes from Debian packages on this machine or its archive: the kernel package is
+fetched with `apt-get download` and unpacked with `dpkg-deb -x` (never installed), busybox-static
+gives the userland, and the binaries the guest runs (iperf3, ethtool, iproute2, tcpdump,
+offlab-engine) are copied from the host with every library `ldd` names. The cache key hashes
+every input, so a changed input builds a new image; an image is built in a temporary directory
+and renamed into place, so a half-written one is never used.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import functools
+import gzip
+import hashlib
+import json
+import lzma
+import os
+import re
+import shutil
+import stat
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from offlab.errors import BadInput, EnvironmentProblem
+from offlab.hosts import LOCAL, which
+from offlab.vm import guestfs
+
+BUILDER_VERSION = "2"
+DEFAULT_SERIES = "6.12"  # virtio-net USO in the guest needs >= 6.2
+DEFAULT_CACHE = "/var/cache/offlab"
+INSTALL_HINT = "run `scripts/install-deps` as root (adds bookworm-backports, installs qemu-system-x86 and busybox-static)"
+
+# Host binaries the guest gets (busybox provides sysctl, ping, ps and the rest).
+GUEST_BINARIES = ("iperf3", "ethtool", "ip", "ss", "nstat", "tc", "tcpdump")
+# Debian's busybox prefers its own applets to PATH, in its shell and in every applet that runs a
+# command (taskset ip ... would run busybox's ip): so the command shell is dash, and the
+# helpers that exec an argv are the real ones too.
+EXEC_HELPERS = ("dash", "env", "taskset", "timeout", "setsid", "nice", "nohup")
+# What a virtio-net NIC and the virtio-serial channel need; built in on some kernels.
+GUEST_MODULES = ("virtio_pci", "virtio_console", "virtio_net")
+
+_VERSION_RE = re.compile(r"^[0-9][0-9A-Za-z.+~-]{0,60}$")
+_PASSWD = "root:x:0:0:root:/root:/bin/sh\ntcpdump:x:104:104:tcpdump:/nonexistent:/bin/false\n"
+_GROUP = "root:x:0:\ntcpdump:x:104:\n"
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("OFFLAB_CACHE_DIR", DEFAULT_CACHE)) / "vm"
+
+
+@dataclass
+class Image:
+    """A built guest: where its kernel and initramfs are, and what went into them."""
+
+    key: str
+    dir: str
+    kernel: str
+    initrd: str
+    kernel_package: str
+    kernel_package_version: str
+    kernel_release: str
+    modules: list[str] = field(default_factory=list)
+    binaries: dict[str, str] = field(default_factory=dict)
+    initrd_bytes: int = 0
+    built_at: float = 0.0
+    build_seconds: float = 0.0
+    built_now: bool = False  # this call built it (False: taken from the cache)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class KernelPackage:
+    name: str
+    version: str
+
+    @property
+    def abi(self) -> str:
+        """The name's middle part, e.g. 6.12.95+deb12 (uname -r is this + -cloud-amd64)."""
+        return self.name[len("linux-image-"):-len("-cloud-amd64")]
+
+
+# ---- kernel package ------------------------------------------------------------
+def resolve_kernel(kernel_version: str | None = None) -> KernelPackage:
+    """The cloud kernel package for a series (6.12, 6.1: the newest one) or an exact ABI (6.1.0-56)."""
+    want = kernel_version or DEFAULT_SERIES
+    if not _VERSION_RE.fullmatch(want):
+        raise BadInput(f"--kernel-version {want!r} is not a kernel version (e.g. 6.12, 6.1 or 6.1.0-56)")
+    if re.fullmatch(r"\d+\.\d+", want):
+        pattern = "^linux-image-" + re.escape(want) + r"\.[0-9][^ ]*-cloud-amd64$"
+        res = LOCAL.run(["apt-cache", "search", "--names-only", pattern], check=False, timeout=60)
+        names = [line.split(" - ")[0].strip() for line in res.stdout.splitlines() if line.strip()]
+        names = [n for n in names if re.fullmatch(pattern, n)]
+    else:
+        names = [f"linux-image-{want}-cloud-amd64"]
+    found = _candidates(names)
+    if not found:
+        raise EnvironmentProblem(
+            f"no Debian cloud kernel package for {want} (linux-image-{want}*-cloud-amd64): {INSTALL_HINT}, "
+            f"then `apt-get update`; `apt-cache search 'linux-image-.*-cloud-amd64'` lists the versions")
+    return functools.reduce(lambda a, b: b if _newer(b.version, a.version) else a, found)
+
+
+def _candidates(names: list[str]) -> list[KernelPackage]:
+    if not names:
+        return []
+    res = LOCAL.run(["apt-cache", "show", "--no-all-versions", *names], check=False, timeout=60)
+    found, name = [], None
+    for line in res.stdout.splitlines():
+        if line.startswith("Package: "):
+            name = line.split(":", 1)[1].strip()
+        elif line.startswith("Version: ") and name:
+            found.append(KernelPackage(name, line.split(":", 1)[1].strip()))
+            name = None
+    return found
+
+
+def _newer(a: str, b: str) -> bool:
+    return LOCAL.run(["dpkg", "--compare-versions", a, "gt", b], check=False, timeout=10).rc == 0
+
+
+def fetch_kernel(pkg: KernelPackage) -> Path:
+    """The package's .deb in the cache, downloaded with `apt-get download` if absent."""
+    debs = cache_root() / "debs"
+    debs.mkdir(parents=True, exist_ok=True)
+    deb = debs / f"{pkg.name}_{pkg.version.replace(':', '%3a')}_amd64.deb"
+    if deb.exists():
+        return deb
+    res = LOCAL.run(["env", "-C", str(debs), "apt-get", "-q", "-o", "APT::Sandbox::User=root",
+                     "download", f"{pkg.name}={pkg.version}"], check=False, timeout=600)
+    if not deb.exists():
+        matches = sorted(debs.glob(f"{pkg.name}_*.deb"))
+        if res.ok and len(matches) == 1:
+            return matches[0]
+        last = (res.stderr.strip().splitlines() or ["no file"])[-1]
+        raise EnvironmentProblem(f"`apt-get download {pkg.name}={pkg.version}` failed: {last}")
+    return deb
+
+
+# ---- inputs and the cache key -----------------------------------------------------
+def _engine_path() -> str | None:
+    beside = Path(sys.executable).parent / "offlab-engine"
+    if beside.exists():
+        return str(beside)
+    return which("offlab-engine")
+
+
+def _guest_binaries() -> dict[str, str]:
+    """Host path of each binary the guest gets; EnvironmentProblem naming what is missing."""
+    found, missing = {}, []
+    for tool in (*GUEST_BINARIES, *EXEC_HELPERS):
+        path = which(tool)
+        if path is None:
+            missing.append(tool)
+        else:
+            found[tool] = os.path.realpath(path)
+    engine = _engine_path()
+    if engine is None:
+        missing.append("offlab-engine")
+    else:
+        found["offlab-engine"] = os.path.realpath(engine)
+    if missing:
+        raise EnvironmentProblem(f"the guest image needs {', '.join(missing)}: run `make install` "
+                                 f"(or `apt-get install iperf3 ethtool iproute2 tcpdump`)")
+    return found
+
+
+def _busybox() -> str:
+    for path in (which("busybox"), "/bin/busybox", "/usr/bin/busybox"):
+        if path and os.path.exists(path):
+            res = LOCAL.run(["ldd", path], check=False, timeout=10)
+            if "not a dynamic executable" in (res.stdout + res.stderr):
+                return os.path.realpath(path)
+    raise EnvironmentProblem(f"busybox-static is not installed: {INSTALL_HINT}")
+
+
+def _libraries(binary: str) -> list[str]:
+    """Every shared library `ldd` names for a binary (paths as the loader looks them up)."""
+    res = LOCAL.run(["ldd", binary], check=False, timeout=30)
+    libs = []
+    for line in res.stdout.splitlines():
+        m = re.search(r"=>\s*(/\S+)", line) or re.match(r"\s*(/\S+)", line)
+        if m:
+            libs.append(m.group(1))
+    return libs
+
+
+def _sha256(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+@dataclass
+class _Inputs:
+    kernel: KernelPackage
+    busybox: str
+    binaries: dict[str, str]  # guest path → host path
+    libraries: list[str]
+
+    def key(self) -> str:
+        h = hashlib.sha256()
+        parts = {
+            "builder": BUILDER_VERSION,
+            "kernel": [self.kernel.name, self.kernel.version],
+            "modules": list(GUEST_MODULES),
+            "busybox": _sha256(self.busybox),
+            "binaries": {dst: _sha256(src) for dst, src in sorted(self.binaries.items())},
+            "libraries": {lib: _sha256(lib) for lib in sorted(self.libraries)},
+            "files": [guestfs.INITTAB, guestfs.RC, guestfs.AGENT, _PASSWD, _GROUP],
+        }
+        h.update(json.dumps(parts, sort_keys=True).encode())
+        return h.hexdigest()[:16]
+
+
+def _inputs(kernel_version: str | None) -> _Inputs:
+    kernel = resolve_kernel(kernel_version)
+    busybox = _busybox()
+    binaries = {}
+    for tool, path in _guest_binaries().items():
+        guest = "/usr/bin/offlab-engine" if tool == "offlab-engine" else _guest_location(tool, path)
+        binaries[guest] = path
+        if tool == "dash":
+            binaries["/bin/sh"] = path
+    libraries = sorted({lib for path in binaries.values() for lib in _libraries(path)})
+    return _Inputs(kernel, busybox, binaries, libraries)
+
+
+def _guest_location(tool: str, host_path: str) -> str:
+    """sbin tools go to /usr/sbin, the rest to /usr/bin (the guest has no merged /usr)."""
+    return f"/usr/sbin/{tool}" if "/sbin/" in host_path or tool in ("ip", "tc", "ethtool") else f"/usr/bin/{tool}"
+
+
+# ---- building -------------------------------------------------------------------
+def build(kernel_version: str | None = None) -> Image:
+    """The cached image for these inputs, built first if it is not there (or is incomplete)."""
+    inputs = _inputs(kernel_version)
+    key = inputs.key()
+    root = cache_root()
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        lock = open(root / ".lock", "w")
+    except PermissionError:
+        raise EnvironmentProblem(f"cannot write the guest cache {root}: run as root, or set OFFLAB_CACHE_DIR "
+                                 f"to a directory you own") from None
+    with lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one builder at a time; the others then find it cached
+        image = _load(root / key)
+        if image is not None:
+            return image
+        shutil.rmtree(root / key, ignore_errors=True)  # incomplete: never used
+        _remove_stale_temps(root)
+        start = time.monotonic()
+        tmp = root / f".build-{key}-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        try:
+            image = _build_into(tmp, key, inputs)
+            image.build_seconds = round(time.monotonic() - start, 2)
+            _write_manifest(tmp, image)
+            os.rename(tmp, root / key)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    image = _load(root / key)
+    assert image is not None
+    image.built_now = True
+    image.build_seconds = round(time.monotonic() - start, 2)
+    return image
+
+
+def show(kernel_version: str | None = None) -> Image | None:
+    """The cached image for the current inputs, or None when it would have to be built."""
+    inputs = _inputs(kernel_version)
+    return _load(cache_root() / inputs.key())
+
+
+def _load(d: Path) -> Image | None:
+    """The image in `d` if its manifest is there and every file it names has the recorded size."""
+    try:
+        data = json.loads((d / "image.json").read_text())
+        image = Image(**{k: v for k, v in data.items() if k in Image.__dataclass_fields__})
+        sizes = data["sizes"]
+        for name, size in sizes.items():
+            if (d / name).stat().st_size != size:
+                return None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    image.dir, image.kernel, image.initrd = str(d), str(d / "vmlinuz"), str(d / "initrd.img")
+    image.built_now = False
+    return image
+
+
+def _write_manifest(d: Path, image: Image) -> None:
+    data = image.to_json()
+    data["sizes"] = {name: (d / name).stat().st_size for name in ("vmlinuz", "initrd.img")}
+    tmp = d / "image.json.tmp"
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    os.rename(tmp, d / "image.json")
+
+
+def _remove_stale_temps(root: Path) -> None:
+    for p in root.glob(".build-*"):
+        pid = p.name.rsplit("-", 1)[-1]
+        if not (pid.isdigit() and os.path.exists(f"/proc/{pid}")) or int(pid) == os.getpid():
+            shutil.rmtree(p, ignore_errors=True)
+
+
+def _build_into(tmp: Path, key: str, inputs: _Inputs) -> Image:
+    deb = fetch_kernel(inputs.kernel)
+    pkg = tmp / "pkg"
+    LOCAL.run(["dpkg-deb", "-x", str(deb), str(pkg)], timeout=600)
+    vmlinuz = sorted((pkg / "boot").glob("vmlinuz-*"))
+    if not vmlinuz:
+        raise EnvironmentProblem(f"{deb.name} has no /boot/vmlinuz-*: is it a linux-image package?")
+    release = vmlinuz[0].name[len("vmlinuz-"):]
+    shutil.copyfile(vmlinuz[0], tmp / "vmlinuz")
+
+    rootfs = tmp / "root"
+    for d in ("bin", "sbin", "usr/bin", "usr/sbin", "etc/offlab", "proc", "sys", "dev", "tmp", "run",
+              "root", "lib/modules/offlab", "var/run"):
+        (rootfs / d).mkdir(parents=True, exist_ok=True)
+    os.chmod(rootfs / "tmp", 0o1777)
+
+    _copy(inputs.busybox, rootfs / "bin/busybox")
+    applets = LOCAL.run([inputs.busybox, "--list"], timeout=10).stdout.split()
+    shipped = {Path(g).name for g in inputs.binaries}
+    for applet in applets:
+        # a busybox -> busybox self-link would replace the binary; shipped tools must not be shadowed
+        if applet == "busybox" or "/" in applet or applet in shipped:
+            continue
+        (rootfs / "bin" / applet).symlink_to("busybox")
+    (rootfs / "init").symlink_to("bin/busybox")
+    for guest, host in inputs.binaries.items():
+        _copy(host, rootfs / guest.lstrip("/"))
+    for lib in inputs.libraries:
+        _copy(lib, rootfs / lib.lstrip("/"))
+
+    modules = _modules(pkg / "lib/modules" / release, rootfs / "lib/modules/offlab")
+    _write(rootfs / "etc/offlab/modules", "".join(m + "\n" for m in modules))
+    _write(rootfs / "etc/inittab", guestfs.INITTAB)
+    _write(rootfs / "etc/offlab/rc", guestfs.RC, 0o755)
+    _write(rootfs / "etc/offlab/agent", guestfs.AGENT, 0o755)
+    _write(rootfs / "etc/passwd", _PASSWD)
+    _write(rootfs / "etc/group", _GROUP)
+    _write(rootfs / "etc/hostname", "offlab-guest\n")
+    _cpio(rootfs, inputs.busybox, tmp / "initrd.img")
+    shutil.rmtree(pkg)
+    shutil.rmtree(rootfs)
+    return Image(
+        key=key, dir="", kernel="", initrd="",
+        kernel_package=inputs.kernel.name, kernel_package_version=inputs.kernel.version,
+        kernel_release=release, modules=modules,
+        binaries={Path(g).name: h for g, h in inputs.binaries.items()},
+        initrd_bytes=(tmp / "initrd.img").stat().st_size, built_at=time.time(),
+    )
+
+
+def _modules(moddir: Path, dest: Path) -> list[str]:
+    """GUEST_MODULES and their dependencies, decompressed into `dest`, in load order."""
+    builtin = set()
+    builtin_file = moddir / "modules.builtin"
+    if builtin_file.exists():
+        builtin = {Path(line.strip()).name.split(".ko")[0].replace("-", "_")
+                   for line in builtin_file.read_text().splitlines() if line.strip()}
+    files = {}
+    for f in moddir.rglob("*.ko*"):
+        files[f.name.split(".ko")[0].replace("-", "_")] = f
+    order: list[str] = []
+
+    def visit(name: str, chain: tuple[str, ...]) -> None:
+        name = name.replace("-", "_")
+        if name in order or name in builtin:
+            return
+        src = files.get(name)
+        if src is None:
+            raise EnvironmentProblem(f"kernel {moddir.name} has neither a built-in nor a module {name!r} "
+                                     f"(needed by {' <- '.join(chain) or 'the guest'})")
+        out = dest / f"{name}.ko"
+        if src.name.endswith(".xz"):
+            out.write_bytes(lzma.decompress(src.read_bytes()))
+        elif src.name.endswith(".zst"):
+            raise EnvironmentProblem(f"{src.name}: zstd-compressed modules are not supported")
+        else:
+            shutil.copyfile(src, out)
+        deps = LOCAL.run(["modinfo", "-F", "depends", str(out)], timeout=10).stdout.strip()
+        for dep in filter(None, deps.split(",")):
+            visit(dep, (name, *chain))
+        order.append(name)
+
+    for m in GUEST_MODULES:
+        visit(m, ())
+    return order
+
+
+def _copy(src: str | Path, dst: Path) -> None:
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(src, dst)  # follows symlinks: the guest gets the file itself
+    os.chmod(dst, stat.S_IMODE(os.stat(src).st_mode) | 0o400)
+
+
+def _write(path: Path, text: str, mode: int = 0o644) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    os.chmod(path, mode)
+
+
+def _cpio(rootfs: Path, busybox: str, out: Path) -> None:
+    """newc archive of `rootfs`, gzip -1. The host has no cpio: `busybox cpio -o -H newc` with the
+    file list on stdin; Host.run is text-only, so the archive goes to a file via a fixed shell line."""
+    names = sorted(str(p.relative_to(rootfs)) for p in rootfs.rglob("*"))
+    archive = rootfs.parent / "initrd.cpio"
+    LOCAL.run(["sh", "-c", 'cd "$1" && "$2" cpio -o -H newc >"$3"', "sh", str(rootfs), busybox, str(archive)],
+              input="".join(n + "\n" for n in names), timeout=300)
+    with open(archive, "rb") as src, gzip.open(out, "wb", compresslevel=1) as dst:
+        shutil.copyfileobj(src, dst, 1 << 20)
+    archive.unlink()

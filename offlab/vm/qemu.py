@@ -1,0 +1,326 @@
+"""QEMU for offlab guests: the command line, the accelerator probe, boot and stop (by pid).
+
+A guest is `qemu-system-x86_64 -machine q35` with no default devices, its console in a log
+file, the virtio-serial command channel (`offlab.hosts.guest`) and virtio-net NICs on taps
+(`vhost=off`: this kind of machine has no /dev/vhost-net). virtio-net properties are checked
+against what this QEMU has (`-device virtio-net-pci,help`). KVM is used only when a guest really
+boots with it within a bounded time (probed once, cached); otherwise TCG.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import re
+import signal
+import subprocess
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from offlab.errors import BadInput, CommandTimeout, EnvironmentProblem
+from offlab.hosts import LOCAL, Host, which
+from offlab.hosts.guest import GuestGone, GuestHost, console_tail, process_start_time
+from offlab.vm.image import INSTALL_HINT, Image, cache_root
+
+QEMU = "qemu-system-x86_64"
+KVM_PROBE_TIMEOUT = 20.0
+IFNAME_RE = re.compile(r"^[A-Za-z0-9_.:@-]{1,15}$")
+MAC_RE = re.compile(r"^[0-9a-f]{2}(:[0-9a-f]{2}){5}$")
+_VALUE_RE = re.compile(r"^[A-Za-z0-9_.-]{1,32}$")
+SOCKET_PATH_MAX = 107
+
+
+def qemu_binary() -> str:
+    path = which(QEMU)
+    if path is None:
+        raise EnvironmentProblem(f"{QEMU} is not installed: {INSTALL_HINT}")
+    return path
+
+
+@functools.lru_cache(maxsize=None)
+def qemu_version() -> str:
+    """'10.0.2' for the installed qemu-system-x86_64."""
+    out = LOCAL.run([qemu_binary(), "--version"], timeout=30).stdout
+    m = re.search(r"version (\d+\.\d+(?:\.\d+)?)", out)
+    if not m:
+        raise EnvironmentProblem(f"cannot read the QEMU version from `{QEMU} --version`: {out[:80]!r}")
+    return m.group(1)
+
+
+@functools.lru_cache(maxsize=None)
+def nic_properties() -> dict[str, str]:
+    """virtio-net-pci property → its type and default, as this QEMU prints them."""
+    out = LOCAL.run([qemu_binary(), "-device", "virtio-net-pci,help"], timeout=30).stdout
+    props = {}
+    for line in out.splitlines():
+        m = re.match(r"^\s+([A-Za-z0-9_.-]+)=(.*)$", line)
+        if m:
+            props[m.group(1)] = m.group(2).strip()
+    return props
+
+
+def check_nic_properties(props: dict[str, object]) -> dict[str, str]:
+    """The properties as QEMU strings; BadInput for one this QEMU lacks or a malformed value."""
+    have = nic_properties()
+    out = {}
+    for name, value in props.items():
+        if name not in have:
+            raise BadInput(f"virtio-net-pci property {name!r} is not in QEMU {qemu_version()} "
+                           f"(`{QEMU} -device virtio-net-pci,help` lists what it has)")
+        text = ("on" if value else "off") if isinstance(value, bool) else str(value)
+        if not _VALUE_RE.fullmatch(text):
+            raise BadInput(f"virtio-net-pci property {name}={text!r}: not a valid value")
+        out[name] = text
+    return out
+
+
+@dataclass
+class Nic:
+    """A virtio-net NIC on a tap in the namespace QEMU runs in (QEMU creates the tap if absent)."""
+
+    tap: str
+    mac: str
+    properties: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not IFNAME_RE.fullmatch(self.tap):
+            raise BadInput(f"invalid tap name {self.tap!r}")
+        if not MAC_RE.fullmatch(self.mac):
+            raise BadInput(f"invalid MAC address {self.mac!r}")
+
+
+def mac_for(*parts: str) -> str:
+    """A stable locally administered MAC (QEMU's 52:54:00 prefix) for a lab, host and NIC."""
+    h = hashlib.sha256("/".join(parts).encode()).digest()
+    return "52:54:00:%02x:%02x:%02x" % (h[0], h[1], h[2])
+
+
+@dataclass
+class Guest:
+    """A running guest: what another process needs to reach it or stop it."""
+
+    name: str
+    pid: int
+    start_time: int
+    socket: str
+    console: str
+    accel: str
+    qemu_version: str
+    kernel_release: str
+    argv: list[str]
+    ready_seconds: float = 0.0
+    lab: str | None = None
+    role: str | None = None
+
+    def host(self) -> GuestHost:
+        return GuestHost(self.socket, self.pid, self.start_time, lab=self.lab, role=self.role,
+                         console=self.console)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def command(image: Image, *, socket: str, console: str, nics: list[Nic] = (), memory: int = 512,
+            smp: int = 1, accel: str = "tcg", name: str = "guest") -> list[str]:
+    """The QEMU argv for one guest."""
+    if accel not in ("tcg", "kvm"):
+        raise BadInput(f"accelerator {accel!r}: choose tcg or kvm")
+    if len(socket) > SOCKET_PATH_MAX:
+        raise BadInput(f"the guest channel path is too long for a unix socket ({len(socket)} > "
+                       f"{SOCKET_PATH_MAX}): {socket}")
+    argv = [qemu_binary(), "-name", f"offlab-{name}", "-machine", "q35", "-accel", accel,
+            "-m", str(int(memory)), "-smp", str(int(smp)),
+            "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
+            "-serial", f"file:{console}",
+            "-kernel", image.kernel, "-initrd", image.initrd,
+            "-append", "console=ttyS0 panic=-1",  # not quiet: the console tail explains a failed boot
+            "-device", "virtio-serial",
+            "-chardev", f"socket,path={socket},server=on,wait=off,id=c0",
+            "-device", "virtserialport,chardev=c0,name=ctl"]
+    for i, nic in enumerate(nics):
+        props = check_nic_properties(nic.properties)
+        argv += ["-netdev", f"tap,id=n{i},ifname={nic.tap},script=no,downscript=no,vhost=off",
+                 "-device", ",".join([f"virtio-net-pci,netdev=n{i},mac={nic.mac}",
+                                      *(f"{k}={v}" for k, v in props.items())])]
+    return argv
+
+
+# ---- accelerator -------------------------------------------------------------------
+def accelerator(image: Image) -> str:
+    """'kvm' if a guest really boots with KVM here within KVM_PROBE_TIMEOUT, else 'tcg'.
+
+    $OFFLAB_VM_ACCEL=tcg|kvm forces one. The answer is cached per QEMU version and host kernel,
+    since a KVM that fails here hangs rather than erroring (a nested paravirtual /dev/kvm).
+    """
+    forced = os.environ.get("OFFLAB_VM_ACCEL", "auto")
+    if forced in ("tcg", "kvm"):
+        return forced
+    if forced != "auto":
+        raise BadInput(f"OFFLAB_VM_ACCEL={forced!r}: choose tcg, kvm or auto")
+    if not os.access("/dev/kvm", os.R_OK | os.W_OK):
+        return "tcg"
+    key = f"{qemu_version()}|{os.uname().release}|{image.kernel_release}"
+    cache = cache_root() / "accel.json"
+    try:
+        known = json.loads(cache.read_text())
+        if known.get("key") == key and known.get("accel") in ("kvm", "tcg"):
+            return known["accel"]
+    except (OSError, ValueError):
+        pass
+    accel, why = _probe_kvm(image)
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    tmp = cache.with_name(f".accel.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"key": key, "accel": accel, "why": why, "at": time.time()}) + "\n")
+    os.replace(tmp, cache)
+    return accel
+
+
+def _probe_kvm(image: Image) -> tuple[str, str]:
+    with tempfile.TemporaryDirectory(prefix="offlab-kvm-") as d:
+        console = os.path.join(d, "console.log")
+        argv = command(image, socket=os.path.join(d, "ctl.sock"), console=console, accel="kvm",
+                       name="kvm-probe")
+        with open(os.path.join(d, "qemu.log"), "w") as log:
+            proc = LOCAL.spawn(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + KVM_PROBE_TIMEOUT
+        try:
+            while time.monotonic() < deadline:
+                if "READY" in _read(console):
+                    return "kvm", "a guest booted with KVM"
+                if proc.poll() is not None:
+                    return "tcg", f"QEMU with KVM exited: {_read(os.path.join(d, 'qemu.log')).strip()[-200:]}"
+                time.sleep(0.2)
+            return "tcg", f"a guest did not boot with KVM within {KVM_PROBE_TIMEOUT:g} s"
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path, errors="replace") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+# ---- boot and stop -------------------------------------------------------------------
+def boot(image: Image, where: Host, rundir: str | Path, *, name: str, nics: list[Nic] = (),
+         memory: int = 512, smp: int = 1, accel: str = "auto", timeout: float = 60.0,
+         lab: str | None = None, role: str | None = None,
+         on_started: Callable[[int, int], None] | None = None) -> Guest:
+    """Start QEMU in `where` (a namespace host), wait until the guest's agent answers.
+
+    `on_started(pid, start_time)` runs as soon as QEMU exists, so a lab can record it before the
+    wait. A guest that does not answer within `timeout` → EnvironmentProblem with its console
+    tail, QEMU stopped by pid.
+    """
+    rundir = Path(rundir)
+    rundir.mkdir(parents=True, exist_ok=True)
+    socket, console = str(rundir / f"{name}.sock"), str(rundir / f"{name}.console.log")
+    qemu_log = rundir / f"{name}.qemu.log"
+    for stale in (socket, console):
+        Path(stale).unlink(missing_ok=True)
+    if accel == "auto":
+        accel = accelerator(image)
+    argv = command(image, socket=socket, console=console, nics=list(nics), memory=memory, smp=smp,
+                   accel=accel, name=name)
+    start = time.monotonic()
+    with open(qemu_log, "w") as log:
+        proc = where.spawn(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                           start_new_session=True)
+    started = process_start_time(proc.pid)
+    guest = Guest(name=name, pid=proc.pid, start_time=started or 0, socket=socket, console=console,
+                  accel=accel, qemu_version=qemu_version(), kernel_release=image.kernel_release,
+                  argv=argv, lab=lab, role=role)
+    try:
+        if started is None:
+            raise EnvironmentProblem(f"QEMU for guest {name} exited at once: {_read(str(qemu_log)).strip()[-300:]}")
+        if on_started is not None:
+            on_started(proc.pid, started)
+        _wait_ready(guest, proc, qemu_log, start + timeout, timeout)
+    except BaseException:
+        stop(guest.pid, guest.start_time, None)
+        _reap(proc)
+        Path(socket).unlink(missing_ok=True)
+        raise
+    guest.ready_seconds = round(time.monotonic() - start, 2)
+    return guest
+
+
+def _wait_ready(guest: Guest, proc, qemu_log: Path, deadline: float, timeout: float) -> None:
+    host = guest.host()
+    while True:
+        left = deadline - time.monotonic()
+        if proc.poll() is not None:
+            qlog = _read(str(qemu_log)).strip().splitlines()
+            raise EnvironmentProblem(
+                f"QEMU for guest {guest.name} exited (rc {proc.returncode}) before it was ready"
+                + (f": {qlog[-1]}" if qlog else "") + console_tail(guest.console))
+        if left <= 0:
+            raise EnvironmentProblem(
+                f"guest {guest.name} did not boot within {timeout:g} s (QEMU {guest.qemu_version}, "
+                f"{guest.accel})" + (console_tail(guest.console) or "; its console is empty"))
+        if not os.path.exists(guest.socket):
+            time.sleep(0.05)
+            continue
+        try:
+            host.run(["true"], timeout=min(5.0, left))
+            return
+        except (CommandTimeout, GuestGone):
+            continue
+
+
+def stop(pid: int, start_time: int, socket: str | None, grace: float = 5.0) -> bool:
+    """Power the guest off through its agent, then SIGTERM / SIGKILL QEMU by pid; True if it ran."""
+    if process_start_time(pid) != start_time:
+        if socket:
+            Path(socket).unlink(missing_ok=True)
+        return False
+    if socket and os.path.exists(socket):
+        try:
+            GuestHost(socket, pid, start_time).run(["poweroff", "-f"], timeout=2, check=False)
+        except (CommandTimeout, EnvironmentProblem):
+            pass  # it powered off mid-answer, or the agent is gone: the signals below still work
+    for sig, wait in ((None, grace), (signal.SIGTERM, 3.0), (signal.SIGKILL, 5.0)):
+        if sig is not None and process_start_time(pid) == start_time:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            _reap_pid(pid)
+            if process_start_time(pid) != start_time:
+                break
+            time.sleep(0.05)
+        else:
+            continue
+        break
+    if socket:
+        Path(socket).unlink(missing_ok=True)
+    return True
+
+
+def _reap_pid(pid: int) -> None:
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass  # not our child: its parent (or init) reaps it
+
+
+def _reap(proc) -> None:
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+__all__ = ["Guest", "Nic", "accelerator", "boot", "check_nic_properties", "command", "mac_for",
+           "nic_properties", "qemu_version", "stop"]

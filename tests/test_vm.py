@@ -1,0 +1,281 @@
+"""Guests: the cached image, a real TCG guest as a Host over its virtio-serial agent, boot and stop.
+
+One guest is booted per module and reused; it runs in a private namespace named with this test
+run's prefix, so the leftover check of conftest sees it if anything is left.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import OUR_NAMESPACES, REPO, netns_names, offlab_cli, requires_root
+
+pytestmark = [
+    requires_root,
+    pytest.mark.skipif(shutil.which("qemu-system-x86_64") is None,
+                       reason="QEMU is not installed (scripts/install-deps installs it)"),
+]
+
+BOOT_TIMEOUT = 60.0  # TCG on 2 shared cores
+
+
+@pytest.fixture(scope="module")
+def image():
+    from offlab.vm import image as vm_image
+
+    return vm_image.build()
+
+
+@pytest.fixture(scope="module")
+def netns():
+    from offlab.hosts import LOCAL, NetnsHost
+
+    name = f"{OUR_NAMESPACES[0]}vm-g"
+    LOCAL.run(["ip", "netns", "add", name])
+    yield NetnsHost(name)
+    LOCAL.run(["ip", "netns", "del", name], check=False)
+
+
+@pytest.fixture(scope="module")
+def booted(image, netns, tmp_path_factory):
+    from offlab.vm import qemu
+
+    rundir = tmp_path_factory.mktemp("guest")
+    nic = qemu.Nic("olvmtap0", qemu.mac_for("test", "guest", "0"))
+    guest = qemu.boot(image, netns, rundir, name="g", nics=[nic], timeout=BOOT_TIMEOUT)
+    print(f"\nguest ready in {guest.ready_seconds} s ({guest.accel}, QEMU {guest.qemu_version}, "
+          f"kernel {guest.kernel_release})")
+    yield guest
+    qemu.stop(guest.pid, guest.start_time, guest.socket)
+
+
+@pytest.fixture
+def guest(booted):
+    return booted.host()
+
+
+# ---- image -----------------------------------------------------------------------
+def test_image_is_built_once_rebuilt_when_an_input_changes_and_a_half_written_one_is_ignored(
+        tmp_path, monkeypatch, image):
+    from offlab.vm import guestfs
+    from offlab.vm import image as vm_image
+
+    cache = tmp_path / "cache"
+    (cache / "vm").mkdir(parents=True)
+    (cache / "vm" / "debs").symlink_to(Path(image.dir).parent / "debs")  # no second download
+    monkeypatch.setenv("OFFLAB_CACHE_DIR", str(cache))
+
+    first = vm_image.build()
+    assert first.built_now and first.key == image.key  # same inputs, same key, another cache
+    assert [m for m in first.modules if m == "virtio_net"] == ["virtio_net"]
+    again = vm_image.build()
+    assert not again.built_now and again.key == first.key
+    assert vm_image.show().key == first.key
+
+    # a half-written image (here: a truncated initramfs) is never used, but rebuilt
+    with open(first.initrd, "r+b") as f:
+        f.truncate(1000)
+    stale_tmp = cache / "vm" / ".build-0000-999999999"  # a builder that died
+    stale_tmp.mkdir()
+    rebuilt = vm_image.build()
+    assert rebuilt.built_now and rebuilt.key == first.key
+    assert os.path.getsize(rebuilt.initrd) == rebuilt.initrd_bytes > 1_000_000
+    assert not stale_tmp.exists()
+
+    monkeypatch.setattr(guestfs, "RC", guestfs.RC + "# changed\n")
+    changed = vm_image.build()
+    assert changed.built_now and changed.key != first.key
+    assert vm_image.show().key == changed.key
+
+
+def test_kernel_version_that_debian_does_not_have_is_exit_3_with_the_install_command():
+    from offlab.errors import BadInput, EnvironmentProblem
+    from offlab.vm import image as vm_image
+
+    with pytest.raises(EnvironmentProblem, match="install-deps") as exc:
+        vm_image.resolve_kernel("9.9")
+    assert exc.value.exit_code == 3
+    with pytest.raises(BadInput):
+        vm_image.resolve_kernel("6.1; rm -rf /")
+
+
+def test_vm_image_cli_shows_the_cached_image_and_a_missing_kernel_is_exit_3(image):
+    res = offlab_cli("vm", "image", "--json")
+    assert res.returncode == 0, res.stderr
+    shown = json.loads(res.stdout)
+    assert (shown["key"], shown["built_now"]) == (image.key, False)
+    assert shown["kernel_release"].startswith("6.12.") and shown["qemu_has_uso"] is True
+    res = offlab_cli("vm", "image", "--kernel-version", "9.9")
+    assert res.returncode == 3 and "install-deps" in res.stderr and "Traceback" not in res.stderr
+    res = offlab_cli("vm", "image", "--kernel-version", "6.1;x")
+    assert res.returncode == 2 and "--kernel-version" in res.stderr
+
+
+def test_unknown_virtio_net_property_is_bad_input_naming_it_and_the_qemu_version():
+    from offlab.errors import BadInput
+    from offlab.vm import qemu
+
+    assert qemu.check_nic_properties({"host_tso4": False, "rx_queue_size": 1024}) == \
+        {"host_tso4": "off", "rx_queue_size": "1024"}
+    with pytest.raises(BadInput, match=f"'host_warp'.*QEMU {qemu.qemu_version()}"):
+        qemu.check_nic_properties({"host_warp": True})
+
+
+# ---- the guest as a Host ----------------------------------------------------------------
+def test_guest_boots_in_a_private_namespace_with_its_nic_on_a_tap(booted, guest, netns):
+    assert guest.alive() and not guest.shares_kernel
+    assert guest.run(["uname", "-r"]).stdout.strip() == booted.kernel_release
+    links = json.loads(guest.run(["ip", "-j", "link", "show"]).stdout)
+    assert [l["address"] for l in links if l["ifname"] == "eth0"] == [booted.argv[-1].split("mac=")[1].split(",")[0]]
+    assert "olvmtap0" in netns.run(["ip", "-br", "link"]).stdout  # QEMU made its tap in the namespace
+    assert "olvmtap0" not in subprocess.run(["ip", "-br", "link"], capture_output=True, text=True).stdout
+
+
+def test_run_returns_exit_code_stdout_and_stderr_exactly_for_a_hostile_argv(guest):
+    hostile = ["a b", "'single'", '"double"', "$HOME", "`id`", "$(echo no)", "x\ny", "", "\\", ";", "*", "é"]
+    res = guest.run(["printf", "%s|", *hostile])
+    assert res.stdout == "|".join(hostile) + "|" and res.stderr == "" and res.rc == 0
+
+    res = guest.run(["sh", "-c", 'printf %s "$1"; printf %s "$2" >&2; exit 7', "sh", "out'\n", "err\n\n"],
+                    check=False)
+    assert (res.rc, res.stdout, res.stderr) == (7, "out'\n", "err\n\n")
+
+    every_byte = bytes(range(256)) * 64
+    rc, out, err = guest.run_bytes(["cat"], input=every_byte)
+    assert (rc, out, err) == (0, every_byte, b"")
+    assert guest.run(["sh", "-c", "echo $FOO"], env={"FOO": "it's $here"}).stdout == "it's $here\n"
+
+
+def test_tools_in_the_guest_are_the_real_ones_not_busybox_applets(guest):
+    assert "iproute2" in guest.run(["ip", "-V"]).stdout
+    assert "iproute2" in guest.run(["taskset", "-c", "0", "ip", "-V"]).stdout
+    assert "iproute2" in guest.run(["env", "tc", "-V"]).stdout
+    assert guest.run(["iperf3", "--version"]).stdout.startswith("iperf 3")
+    assert guest.run(["offlab-engine", "--help"], check=False).rc == 0
+    assert guest.run(["sysctl", "-n", "net.ipv4.ip_forward"]).stdout.strip() in ("0", "1")
+
+
+def test_a_timeout_kills_the_command_and_does_not_wedge_the_channel(guest):
+    from offlab.errors import CommandTimeout
+
+    start = time.monotonic()
+    with pytest.raises(CommandTimeout):
+        guest.run(["sleep", "37"], timeout=1.5)
+    assert time.monotonic() - start < 5
+    start = time.monotonic()
+    assert guest.run(["echo", "still here"]).stdout == "still here\n"
+    assert time.monotonic() - start < 10
+    deadline = time.monotonic() + 10
+    while "sleep 37" in guest.run(["ps", "-o", "args"]).stdout:  # killed by the agent, by group
+        assert time.monotonic() < deadline, "the timed-out command still runs in the guest"
+        time.sleep(0.2)
+
+
+def test_threads_share_the_channel_and_a_slow_command_does_not_hold_up_a_fast_one(guest):
+    results: dict[int, str] = {}
+    slow = threading.Thread(target=lambda: guest.run(["sleep", "4"]))
+    slow.start()
+    time.sleep(0.3)
+    start = time.monotonic()
+
+    def ask(i: int) -> None:
+        results[i] = guest.run(["echo", str(i)]).stdout
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    fast = time.monotonic() - start
+    slow.join(30)
+    assert results == {i: f"{i}\n" for i in range(6)}
+    assert fast < 3.5, f"fast commands waited for the slow one ({fast:.1f} s)"
+
+
+def test_spawn_poll_wait_kill_of_a_long_process(guest):
+    import signal
+
+    proc = guest.spawn(["sleep", "300"])
+    assert proc.poll() is None
+    assert guest.run(["cat", f"/proc/{proc.pid}/cmdline"]).stdout.split("\0")[:2] == ["sleep", "300"]
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=20) == 128 + signal.SIGTERM
+    assert not guest.exists(f"/proc/{proc.pid}/cmdline") or "300" not in guest.read(f"/proc/{proc.pid}/cmdline")
+
+    short = guest.spawn(["sh", "-c", "echo out; echo err >&2; exit 4"])
+    assert short.wait(timeout=20) == 4
+    assert short.communicate() == ("out\n", "err\n")
+
+    killed = guest.spawn(["sleep", "300"])
+    killed.kill()
+    assert killed.wait(timeout=20) == 128 + signal.SIGKILL
+
+
+def test_read_write_exists_of_a_file(guest):
+    text = "line 1\nit's \"quoted\" $HOME `x`\n\ttab\n"
+    guest.write("/tmp/offlab test file", text)
+    assert guest.read("/tmp/offlab test file") == text
+    assert guest.exists("/tmp/offlab test file") and not guest.exists("/tmp/no such file")
+    assert guest.net_reader().read("dev").splitlines()[0].startswith("Inter-")
+
+
+def test_from_ref_in_a_fresh_process_reaches_the_same_guest(guest):
+    boot_id = guest.read("/proc/sys/kernel/random/boot_id").strip()
+    code = ("import json, sys; from offlab.hosts import from_ref; "
+            "h = from_ref(json.loads(sys.argv[1])); "
+            "print(h.alive(), h.read('/proc/sys/kernel/random/boot_id').strip())")
+    res = subprocess.run([sys.executable, "-c", code, json.dumps(guest.ref())], capture_output=True,
+                         text=True, cwd=REPO, timeout=90)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["True", boot_id]
+
+
+# ---- boot failure and cleanup ---------------------------------------------------------------
+def test_a_guest_that_does_not_boot_in_time_is_exit_3_with_its_console_tail_and_no_qemu_left(
+        image, netns, tmp_path):
+    from offlab.errors import EnvironmentProblem
+    from offlab.hosts.guest import process_start_time
+    from offlab.vm import qemu
+
+    started: list[tuple[int, int]] = []
+    with pytest.raises(EnvironmentProblem) as exc:
+        qemu.boot(image, netns, tmp_path, name="slow", accel="tcg", timeout=2.5,
+                  on_started=lambda pid, st: started.append((pid, st)))
+    assert exc.value.exit_code == 3
+    message = str(exc.value)
+    assert "did not boot within 2.5 s" in message and "console" in message and "\n" not in message
+    assert "Linux version" in Path(tmp_path / "slow.console.log").read_text(errors="replace") or \
+        "console: " in message
+    (pid, start_time), = started
+    assert process_start_time(pid) is None
+    assert not (tmp_path / "slow.sock").exists()
+
+
+def test_stopping_the_guest_leaves_no_qemu_socket_or_namespace(image, tmp_path):
+    from offlab.hosts import LOCAL, NetnsHost
+    from offlab.hosts.guest import process_start_time
+    from offlab.vm import qemu
+
+    ns = f"{OUR_NAMESPACES[0]}vm-s"
+    LOCAL.run(["ip", "netns", "add", ns])
+    try:
+        guest = qemu.boot(image, NetnsHost(ns), tmp_path, name="s", accel="tcg", timeout=BOOT_TIMEOUT)
+        host = guest.host()
+        assert host.alive()
+        start = time.monotonic()
+        assert qemu.stop(guest.pid, guest.start_time, guest.socket)
+        assert time.monotonic() - start < 5  # powered off through the agent, not by SIGKILL
+        assert process_start_time(guest.pid) is None and not host.alive()
+        assert not Path(guest.socket).exists()
+    finally:
+        LOCAL.run(["ip", "netns", "del", ns], check=False)
+    assert ns not in netns_names()
