@@ -178,12 +178,22 @@ def test_spawned_remote_process_is_stopped_by_pid(host):
 
 
 @requires_root
-def test_command_timeout_is_bounded(host):
+def test_command_timeout_is_bounded_and_ends_the_remote_command_too(host):
     host.run(["true"])
+    marker = f"{40 + os.getpid() % 1000 / 1000:.3f}"  # a sleep no one else runs
     start = time.monotonic()
     with pytest.raises(CommandTimeout, match="within 1 s"):
-        host.run(["sleep", "3"], timeout=1)
+        host.run(["sleep", marker], timeout=1)
     assert time.monotonic() - start < 2.5
+
+    def running() -> bool:
+        out = subprocess.run(["ps", "-ww", "-eo", "args="], capture_output=True, text=True).stdout
+        return f"sleep {marker}" in out.splitlines()
+
+    deadline = time.monotonic() + 8
+    while running() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not running(), "the remote command outlived its timeout"
 
 
 @requires_root
