@@ -28,6 +28,7 @@ SHOWN_FEATURES = {
 }
 # Finds each tool on PATH or in the sbin directories a non-root PATH lacks; a constant script,
 # the tool names arrive as its arguments.
+_WHO = 'uname -r; id -u; id -un; printf "%s\\n" "$SSH_CONNECTION"'
 _FIND_TOOLS = ('for t; do p=$(command -v "$t" 2>/dev/null) || p=; '
                'if [ -z "$p" ]; then for d in /usr/local/sbin /usr/sbin /sbin; do '
                '[ -x "$d/$t" ] && p=$d/$t && break; done; fi; echo "$t ${p:--}"; done')
@@ -79,11 +80,15 @@ def check_host(ih: InventoryHost) -> HostReport:
     if plain.become:
         plain = SshHost(**{**_kwargs(ih), "become": False})
     try:
-        rep.kernel = plain.run(["uname", "-r"], timeout=20).stdout.strip()
+        # One round trip for who and where: kernel, uid, user name, and the address we came in on
+        # (SSH_CONNECTION = "client_ip client_port server_ip server_port").
+        lines = plain.run(["sh", "-c", _WHO], timeout=20).stdout.splitlines() + ["", "", "", ""]
         rep.reachable = True
-        _user(plain, ih, rep)
+        rep.kernel, uid, rep.user = lines[0].strip(), lines[1].strip(), lines[2].strip()
+        conn = lines[3].split()
+        rep.management_address = conn[2] if len(conn) == 4 else None
+        _user(plain, ih, rep, uid)
         _tools(plain, ih, rep)
-        _management(plain, rep)
         for iface in ih.interfaces:
             rep.interfaces.append(_interface(plain, ih, iface.name, list(iface.addresses), rep))
         if not ih.interfaces:
@@ -112,10 +117,8 @@ def _target_text(ih: InventoryHost) -> str:
     return (f"{ih.user}@" if ih.user else "") + ih.target + (f":{ih.port}" if ih.port else "")
 
 
-def _user(host: SshHost, ih: InventoryHost, rep: HostReport) -> None:
-    out = host.run(["id", "-un"], timeout=20).stdout.strip()
-    uid = host.run(["id", "-u"], timeout=20).stdout.strip()
-    rep.user = out
+def _user(host: SshHost, ih: InventoryHost, rep: HostReport, uid: str) -> None:
+    out = rep.user
     if ih.become:
         res = host.run(["sudo", "-n", "true"], check=False, timeout=20)
         if res.ok:
@@ -161,13 +164,6 @@ def _tools(host: SshHost, ih: InventoryHost, rep: HostReport) -> None:
                                 "(same architecture), and removes it"))
     else:
         rep.checks.append(Check("engine", ENGINE, "ok", rep.tools[ENGINE] or ""))
-
-
-def _management(host: SshHost, rep: HostReport) -> None:
-    # SSH_CONNECTION = "client_ip client_port server_ip server_port": the address we came in on.
-    res = host.run(["printenv", "SSH_CONNECTION"], check=False, timeout=20)
-    parts = res.stdout.split()
-    rep.management_address = parts[2] if len(parts) == 4 else None
 
 
 def _interface(host: SshHost, ih: InventoryHost, name: str, declared: list[str], rep: HostReport) -> dict:

@@ -157,8 +157,9 @@ def stop(s: Sshd) -> list[str]:
     return leftovers
 
 
-def mux_processes() -> list[str]:
-    """Live ssh ControlMaster processes on one of offlab's control sockets (any offlab process's)."""
+def mux_processes(s: Sshd) -> list[str]:
+    """Live ssh ControlMaster processes of this sshd's clients (any process's), found by the key
+    paths in their command line, so a test run in parallel elsewhere is never counted."""
     out = subprocess.run(["ps", "-ww", "-eo", "pid=,args="], capture_output=True, text=True).stdout
     return [l.strip() for l in out.splitlines()
-            if ("[mux]" in l or "ControlMaster=yes" in l) and "/cm-" in l and ("/offlab-ssh." in l or "/ssh/" in l)]
+            if ("[mux]" in l or "ControlMaster=yes" in l) and f"{s.dir}/" in l]

@@ -107,13 +107,17 @@ class LiveSource(Source):
     def __init__(self, host: Host | None = None) -> None:
         self.host = host or LocalHost()
         self.netns = self.host.netns if isinstance(self.host, NetnsHost) else None
-        self.label = self.netns or "local"
+        # A host on another kernel (SSH) is read entirely through it: its files are not ours.
+        self.remote = not self.host.shares_kernel
+        self.label = self.netns or (self.host.name if self.remote else "local")
 
     @property
     def privileged(self) -> bool:
         return is_root()
 
     def _in_netns(self, path: str) -> bool:
+        if self.remote:
+            return True
         return bool(self.netns) and path.startswith(_NETNS_PREFIXES) and path not in _GLOBAL_NET
 
     def read(self, path: str) -> str | None:

@@ -32,6 +32,7 @@ from offlab.hosts.process import RemoteProcess
 SSH_ERROR = 255  # ssh's own exit code for "could not connect / authenticate / lost the connection"
 CONTROL_PERSIST = 60  # seconds an idle master outlives its last client (bounds a leftover after kill -9)
 DEFAULT_CONNECT_TIMEOUT = 10
+REMOTE_GRACE = 2  # seconds the remote `timeout` waits past the local one, then again before SIGKILL
 
 TARGET_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:%-]{0,252}$")  # a host name or an IP literal
 NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:@%-]{0,200}$")  # an inventory name or user@target:port
@@ -250,7 +251,8 @@ class SshHost(Host):
             raise ToolMissing(full[0], TOOL_PACKAGES.get(full[0]))
         return [exe, *full[1:]]
 
-    def _remote_argv(self, argv: Sequence[str], env: dict[str, str] | None) -> list[str]:
+    def _remote_argv(self, argv: Sequence[str], env: dict[str, str] | None,
+                     timeout: float | None = None) -> list[str]:
         argv = [str(a) for a in argv]
         if not argv:
             raise BadInput("empty command")
@@ -259,6 +261,10 @@ class SshHost(Host):
             if bad:
                 raise BadInput(f"invalid environment variable name {bad[0]!r}")
             argv = ["env", *(f"{k}={v}" for k, v in env.items()), *argv]
+        if timeout is not None:
+            # The local timeout ends only our ssh client; the remote command would run on. The
+            # host's own `timeout` ends it (and its process group) just after ours fired.
+            argv = ["timeout", "-k", str(REMOTE_GRACE), f"{timeout + REMOTE_GRACE:g}", *argv]
         if self.become:
             argv = ["sudo", "-n", "--", *argv]
         return argv
@@ -324,7 +330,7 @@ class SshHost(Host):
     # ---- commands -----------------------------------------------------------
     def _exec(self, argv: Sequence[str], *, timeout: float, input: bytes | None,
               env: dict[str, str] | None) -> tuple[list[str], int, bytes, bytes, float]:
-        remote = self._remote_argv(argv, env)
+        remote = self._remote_argv(argv, env, timeout)
         self.connect()
         local = self._local([*self._base(), "-T", "--", self.target, remote_command(remote)])
         start = time.monotonic()
