@@ -26,12 +26,13 @@ struct Server {
 }
 
 impl Server {
+    #[allow(clippy::zombie_processes)] // the Server owns the child; stop() waits for it
     fn start(name: &str) -> Server {
         let mut ready = std::env::temp_dir();
         ready.push(format!("offlab-rr-test-{}-{}", std::process::id(), name));
         let ready: PathBuf = ready;
         let _ = std::fs::remove_file(&ready);
-        let child = Command::new(ENGINE)
+        let mut child = Command::new(ENGINE)
             .args(["rr-server", "--bind", "127.0.0.1", "--port", "0", "--duration", "30", "--ready-file"])
             .arg(&ready)
             .stdout(Stdio::piped())
@@ -45,7 +46,11 @@ impl Server {
                 let port = text.split_whitespace().nth(2).expect("port").parse().expect("port number");
                 return Server { child, port };
             }
-            assert!(Instant::now() < deadline, "rr-server not ready after 10 s");
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("rr-server not ready after 10 s");
+            }
             std::thread::sleep(Duration::from_millis(5));
         }
     }
