@@ -76,7 +76,7 @@ class RrWorkload:
         if not 1 <= self.flows <= MAX_FLOWS:
             raise BadInput(f"--flows {self.flows}: 1..{MAX_FLOWS}")
         if self.rate is not None and self.rate / self.flows > MAX_TPS_PER_FLOW:
-            raise BadInput(f"--rate {self.rate:g}: at most {MAX_TPS_PER_FLOW} transactions/s per flow; "
+            raise BadInput(f"--rate {self.rate:.0f}: at most {MAX_TPS_PER_FLOW} transactions/s per flow; "
                            f"use --flows {int(-(-self.rate // MAX_TPS_PER_FLOW))} or more")
         if not 0 < self.duration <= 3600:
             raise BadInput(f"--duration {self.duration}: 0 < seconds ≤ 3600")
@@ -139,12 +139,11 @@ class RrResult:
         rate = f"at {self.target_tps:g}/s" if self.target_tps else "closed loop"
         lines = [
             f"rr {self.protocol} {self.request_size}/{self.response_size} B, {self.flows} flow(s), {rate}, "
-            f"window {self.window_s:g} s",
+            f"window {self.window_s:g} s; whole round trips from the {self.rtt_from.replace('_', ' ')}",
             f"  transactions {self.transactions} ({self.transactions_per_s:.0f}/s), lost {self.lost}"
             + (f", unsent {self.unsent}" if self.unsent else ""),
             f"  rtt µs       p50 {f(self.rtt_p50_us)}  p90 {f(self.rtt_p90_us)}  p99 {f(self.rtt_p99_us)}  "
-            f"p99.9 {f(self.rtt_p99_9_us)}  max {f(self.rtt_max_us)}  mean {f(self.rtt_mean_us)}"
-            f"  (round trip, from {self.rtt_from.replace('_', ' ')})",
+            f"p99.9 {f(self.rtt_p99_9_us)}  max {f(self.rtt_max_us)}  mean {f(self.rtt_mean_us)}",
             f"  clock        a CLOCK_MONOTONIC read pair costs {self.timing_overhead.get('read_pair_p50_ns')} ns "
             f"(2 reads per transaction)",
         ]
