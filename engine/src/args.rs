@@ -76,6 +76,8 @@ pub struct TxOpts {
 pub enum Command {
     Rx(RxOpts),
     Tx(TxOpts),
+    Rr(crate::rr_args::RrOpts),
+    RrServer(crate::rr_args::RrServerOpts),
     Help(&'static str),
     Version,
 }
@@ -91,7 +93,9 @@ fn err<T>(msg: String) -> Result<T, ArgError> {
 pub const USAGE: &str = "\
 usage: offlab-engine rx [options]    receive, print one JSON object on stdout
        offlab-engine tx --dest ADDR [options]
-       offlab-engine --version | --help | rx --help | tx --help
+       offlab-engine rr --dest ADDR [options]    request/response round trips (UDP, TCP, TCP_CRR)
+       offlab-engine rr-server [options]         answers rr (UDP and TCP on one port)
+       offlab-engine --version | --help | rx --help | tx --help | rr --help | rr-server --help
 ";
 
 pub const RX_HELP: &str = "\
@@ -139,20 +143,22 @@ pub fn parse(argv: &[String]) -> Result<Command, ArgError> {
     match first {
         "rx" => parse_rx(&argv[1..]),
         "tx" => parse_tx(&argv[1..]),
+        "rr" => crate::rr_args::parse_rr(&argv[1..]),
+        "rr-server" => crate::rr_args::parse_server(&argv[1..]),
         "-h" | "--help" | "help" => Ok(Command::Help(USAGE)),
         "-V" | "--version" => Ok(Command::Version),
-        other => err(format!("unknown command '{}': expected rx or tx", other)),
+        other => err(format!("unknown command '{}': expected rx or tx (or rr, rr-server)", other)),
     }
 }
 
 /// Splits `--opt=value` / `--opt value` into (name, value).
-struct Args<'a> {
-    argv: &'a [String],
-    i: usize,
+pub(crate) struct Args<'a> {
+    pub(crate) argv: &'a [String],
+    pub(crate) i: usize,
 }
 
 impl<'a> Args<'a> {
-    fn next_opt(&mut self) -> Option<(String, Option<String>)> {
+    pub(crate) fn next_opt(&mut self) -> Option<(String, Option<String>)> {
         let a = self.argv.get(self.i)?;
         self.i += 1;
         if let Some((k, v)) = a.split_once('=') {
@@ -163,7 +169,7 @@ impl<'a> Args<'a> {
         Some((a.clone(), None))
     }
 
-    fn value(&mut self, name: &str, inline: Option<String>) -> Result<String, ArgError> {
+    pub(crate) fn value(&mut self, name: &str, inline: Option<String>) -> Result<String, ArgError> {
         if let Some(v) = inline {
             return Ok(v);
         }
@@ -177,7 +183,7 @@ impl<'a> Args<'a> {
     }
 }
 
-fn no_value(name: &str, inline: &Option<String>) -> Result<(), ArgError> {
+pub(crate) fn no_value(name: &str, inline: &Option<String>) -> Result<(), ArgError> {
     if inline.is_some() {
         return err(format!("{} takes no value", name));
     }
@@ -335,7 +341,7 @@ fn parse_tx(argv: &[String]) -> Result<Command, ArgError> {
     }))
 }
 
-fn unknown(opt: &str, cmd: &str) -> String {
+pub(crate) fn unknown(opt: &str, cmd: &str) -> String {
     if opt.starts_with('-') {
         format!("unknown option '{}' for {} (see offlab-engine {} --help)", opt, cmd, cmd)
     } else {

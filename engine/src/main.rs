@@ -7,6 +7,11 @@ mod gro;
 mod header;
 mod json;
 mod pacing;
+mod rr;
+mod rr_args;
+mod rr_server;
+mod rr_wire;
+mod rtt;
 mod rx;
 mod stats;
 mod sys;
@@ -46,6 +51,8 @@ fn main() {
         }
         args::Command::Rx(o) => rx::run(&o),
         args::Command::Tx(o) => tx::run(&o),
+        args::Command::Rr(o) => rr::run(&o),
+        args::Command::RrServer(o) => rr_server::run(&o),
     };
     match result {
         Ok(v) => {

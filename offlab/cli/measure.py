@@ -38,10 +38,34 @@ def measure_cmd(
     capture: Optional[str] = typer.Option(None, "--capture", help="HOST[:IFACE] to capture on (IFACE may be to-<host>)."),
     frames: int = typer.Option(2000, "--frames", help="Frames to capture."),
     as_json: bool = typer.Option(False, "--json", help="Print the sample as JSON."),
+    workload: str = typer.Option("stream", "--workload", help="stream | rr (request/response with offlab-engine)."),
+    request_size: int = typer.Option(64, "--request-size", help="rr: bytes per request."),
+    response_size: int = typer.Option(64, "--response-size", help="rr: bytes per response."),
+    flows: int = typer.Option(1, "--flows", help="rr: parallel flows."),
+    rr_timeout: float = typer.Option(1.0, "--timeout", help="rr: seconds before a transaction counts as lost."),
 ) -> None:
     """Run one measurement in a lab: throughput, pps, loss, CPU per side, service demand, wire proof."""
     from offlab.traffic import Workload, default_protocol
 
+    if workload != "stream":
+        # --rate is transactions/s here; --proto also takes tcp-crr.
+        from offlab.lab import LabState, hold
+        from offlab.traffic import rr
+
+        if workload != "rr":
+            raise BadInput(f"--workload {workload!r}: choose stream or rr")
+        rw = rr.RrWorkload(protocol=proto or "udp", request_size=request_size, response_size=response_size,
+                           flows=flows, rate=rr.parse_tps(rate), duration=duration, warmup=warmup,
+                           timeout=rr_timeout, ipv6=ipv6)
+        state = LabState.load(lab)
+        with hold(lab, "offlab measure --workload rr"):
+            res = rr.run_lab(state, rw)
+        if as_json:
+            typer.echo(json.dumps(res.to_dict(), indent=2, default=str))
+        else:
+            for line in res.summary_lines():
+                out.print(line)
+        return
     # Every value is checked before the lab is even read, so no child tool starts on a bad one.
     w = Workload(tool=tool, protocol=proto or default_protocol(tool), size=size, gso=gso, gro=gro, batch=batch, rate=rate,
                  streams=streams, duration=duration, warmup=warmup, ipv6=ipv6).check()

@@ -23,16 +23,19 @@ ENGINE = "offlab-engine"
 
 
 def engine_path() -> str:
-    """The engine next to this Python (the virtualenv), on PATH, or built in the checkout."""
-    candidates = [
-        Path(sys.executable).parent / ENGINE,
-        Path(which(ENGINE) or "/nonexistent"),
-        Path(__file__).resolve().parents[2] / "engine" / "target" / "release" / ENGINE,
-    ]
-    for path in candidates:
-        if path.is_file() and os.access(path, os.X_OK):
-            return str(path)
-    raise ToolMissing(ENGINE, None) from None
+    """The engine next to this Python (the virtualenv), on PATH, or built in the checkout.
+
+    A release build in the checkout that is newer than the installed one wins: a developer's
+    `cargo build --release` is then what the tests run, not a stale copy in a shared venv.
+    """
+    built = Path(__file__).resolve().parents[2] / "engine" / "target" / "release" / ENGINE
+    candidates = [Path(sys.executable).parent / ENGINE, Path(which(ENGINE) or "/nonexistent"), built]
+    found = [p for p in candidates if p.is_file() and os.access(p, os.X_OK)]
+    if not found:
+        raise ToolMissing(ENGINE, None) from None
+    if built in found and built.stat().st_mtime > found[0].stat().st_mtime:
+        return str(built)
+    return str(found[0])
 
 
 def engine_on(host: Host) -> str:

@@ -1,0 +1,92 @@
+"""Request/response in a real veth lab: RTT figures in order, the kernel's packet count agrees, a dead peer is lost."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from offlab import lab as labs
+from offlab.traffic import rr
+from offlab.traffic.engine import engine_path
+from tests.conftest import offlab_cli, requires_root
+
+pytestmark = [requires_root, pytest.mark.network]
+
+
+@pytest.fixture
+def veth_lab(lab_name, clean_machine):
+    lab = labs.up("veth", lab_name)
+    yield lab
+    labs.down(lab_name)
+
+
+def test_the_engine_under_test_has_rr():
+    # The shared venv may hold an older engine: the checkout's fresher build must be the one used.
+    import subprocess
+
+    out = subprocess.run([engine_path(), "rr", "--help"], capture_output=True, text=True)
+    assert out.returncode == 0 and "--response-size" in out.stdout, engine_path()
+
+
+@pytest.mark.parametrize("proto", ["udp", "tcp"])
+def test_rr_counts_transactions_and_two_packets_each_on_the_client_veth(veth_lab, proto):
+    r = rr.run_lab(veth_lab, rr.RrWorkload(protocol=proto, duration=1.0, warmup=0.2))
+    assert r.transactions > 100 and r.lost == 0
+    assert r.rtt_min_us <= r.rtt_p50_us <= r.rtt_p90_us <= r.rtt_p99_us <= r.rtt_p99_9_us <= r.rtt_max_us
+    assert sum(b[2] for b in r.rtt_histogram["buckets"]) == r.transactions
+    assert r.transactions_per_s == pytest.approx(r.transactions / r.window_s)
+    # The kernel's witness: one request out and one response in per transaction (warm-up included).
+    k = r.kernel_check
+    assert k["packets_per_transaction"] == pytest.approx(2.0, rel=0.03), k
+    assert k["tx_packets"] >= r.requests_sent and k["rx_packets"] >= r.responses_received
+    # The server answered exactly what the client sent.
+    served = r.server["udp_requests"] if proto == "udp" else r.server["tcp_requests"]
+    assert served == r.requests_sent == r.responses_received
+
+
+def test_tcp_crr_opens_a_connection_per_transaction(veth_lab):
+    r = rr.run_lab(veth_lab, rr.RrWorkload(protocol="tcp-crr", duration=1.0, warmup=0.2))
+    assert r.transactions > 20 and r.lost == 0
+    assert r.raw["client"]["connects"] == r.transactions_total == r.server["tcp_connections"]
+    assert r.rtt_p50_us <= r.rtt_p99_us <= r.rtt_max_us
+
+
+def test_a_target_rate_is_kept_and_rtt_counts_from_the_schedule(veth_lab):
+    r = rr.run_lab(veth_lab, rr.RrWorkload(protocol="udp", flows=2, rate=1000, duration=1.0, warmup=0.2))
+    assert r.rtt_from == "scheduled_send" and r.target_tps == 1000
+    assert 990 <= r.transactions + r.unsent + r.lost <= 1010
+
+
+def test_a_dead_peer_times_out_per_transaction_and_counts_lost(veth_lab):
+    # Nothing listens on this port of the server: every transaction is lost, none hangs.
+    w = rr.RrWorkload(protocol="udp", duration=1.0, warmup=0.0, timeout=0.25)
+    t0 = time.monotonic()
+    r = rr.run_client(veth_lab.client, veth_lab.entry("server").address, 9, w)
+    assert time.monotonic() - t0 < 10
+    assert r.transactions == 0 and 3 <= r.lost <= 5 and r.loss_ratio == 1.0
+    assert r.rtt_p50_us is None
+
+
+def test_measure_cli_prints_percentiles_and_the_histogram_as_json(veth_lab):
+    res = offlab_cli("measure", veth_lab.name, "--workload", "rr", "--proto", "udp", "--duration", "1",
+                     "--warmup", "0.2", "--json")
+    assert res.returncode == 0, res.stderr
+    d = json.loads(res.stdout)
+    assert d["transactions"] > 0 and d["rtt_p50_us"] <= d["rtt_p99_us"] <= d["rtt_max_us"]
+    assert d["rtt_histogram"]["buckets"] and d["kernel_check"]["status"].startswith("consistent")
+
+
+@pytest.mark.parametrize("args, named", [
+    (["--request-size", "0"], "--request-size 0"),
+    (["--response-size", "-5"], "--response-size -5"),
+    (["--request-size", "70000", "--proto", "udp"], "--request-size 70000"),
+    (["--rate", "fast"], "--rate"),
+    (["--rate", "5M"], "--rate"),
+    (["--proto", "sctp"], "--proto"),
+])
+def test_bad_rr_input_is_exit_2_through_the_real_cli(veth_lab, args, named):
+    res = offlab_cli("measure", veth_lab.name, "--workload", "rr", "--duration", "1", *args)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert named in res.stdout + res.stderr and "Traceback" not in res.stderr
