@@ -290,6 +290,9 @@ def ip_links(text: str) -> list[dict]:
         if cur is None:
             continue
         words = line.split()
+        mm = re.search(r"\bparentbus (\S+) parentdev (\S+)", line)  # iproute2 >= 5.11 names the device behind
+        if mm:
+            cur["parentbus"], cur["parentdev"] = mm.groups()
         if not words or words[0].startswith(("inet", "valid_lft", "altname")):
             continue
         if words[0].startswith("link/"):
@@ -349,3 +352,56 @@ def netns_ids(text: str) -> dict[int, str]:
         if m:
             out[int(m.group(2))] = m.group(1)
     return out
+
+
+# ---- sosreport command outputs ---------------------------------------------
+
+def lscpu(text: str) -> dict[str, str]:
+    """`lscpu` text → {"Thread(s) per core": "2", "NUMA node0 CPU(s)": "0-15,32-47", ...}."""
+    out = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip() and not key.startswith(" "):
+            out[key.strip()] = value.strip()
+    return out
+
+
+def lscpu_cpus(text: str) -> set[int]:
+    """An lscpu CPU list ('0-15,32-47'); empty when it is missing or not a list."""
+    try:
+        return cpulist(text) if re.fullmatch(r"[\d,\-\s]+", text or "") else set()
+    except ValueError:
+        return set()
+
+
+def lscpu_vulnerabilities(fields: dict[str, str]) -> dict[str, str]:
+    """lscpu's 'Vulnerability Spectre v2: Mitigation; ...' lines → sysfs names {"spectre_v2": "Mitigation; ..."}."""
+    return {key[len("Vulnerability "):].strip().lower().replace(" ", "_"): value
+            for key, value in fields.items() if key.startswith("Vulnerability ")}
+
+
+def ps_processes(text: str) -> list[tuple[int, str]]:
+    """`ps auxwww` / `ps auxwwwm` (sos 4: thread rows with PID '-') → [(pid, command line)]."""
+    out = []
+    for line in text.splitlines()[1:]:
+        cols = line.split(None, 10)
+        if len(cols) == 11 and cols[1].isdigit():
+            out.append((int(cols[1]), cols[10]))
+    return out
+
+
+def cpupower_frequency(text: str) -> dict[str, str]:
+    """`cpupower frequency-info` → {"driver": "intel_pstate", "governor": "powersave"} (what it says of CPU 0)."""
+    out = {}
+    m = re.search(r"^\s*driver: (\S+)", text, re.M)
+    if m:
+        out["driver"] = m.group(1)
+    m = re.search(r'The governor "([^"]+)"', text)
+    if m:
+        out["governor"] = m.group(1)
+    return out
+
+
+def strip_nft_handles(text: str) -> str:
+    """`nft -a list ruleset` (what sos 4 runs) → the same text without its ' # handle N' comments."""
+    return re.sub(r"\s*# handle \d+\s*$", "", text, flags=re.M)

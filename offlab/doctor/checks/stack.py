@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from offlab.doctor import parse
 from offlab.doctor.model import FixChange, Outcome
-from offlab.doctor.registry import Context, Skip, check
+from offlab.doctor.registry import Context, Skip, check, no_data
 
 BR_NF = "/proc/sys/net/bridge/bridge-nf-call-iptables"
 
@@ -18,7 +18,14 @@ NAPI_GUIDE = {
 
 
 def bridges(ctx: Context) -> list[str]:
+    if not ctx.links:
+        raise no_data("no interface list (ip -d -j link, ip -d address, /sys/class/net)")
     return [l["ifname"] for l in ctx.links if l.get("ifname") and ctx.is_bridge(l["ifname"])]
+
+
+def sysctls_readable(ctx: Context) -> bool:
+    """Whether this source shows /proc/sys at all (a sosreport: its sysctl -a); net.core.somaxconn always exists."""
+    return ctx.value("/proc/sys/net/core/somaxconn") is not None
 
 
 @check("bridge.netfilter", area="bridge", title="Bridge netfilter (bridge-nf-call-iptables)", tier="aggressive",
@@ -31,6 +38,8 @@ def bridge_netfilter(ctx: Context) -> Outcome:
     if not brs:
         return Outcome("ok", "no Linux bridges here" + (f" (bridge-nf-call-iptables={value})" if value else ""),
                        evidence)
+    if value is None and not sysctls_readable(ctx):
+        raise no_data(f"{BR_NF} (no sysctl values here: sos_commands/kernel/sysctl_-a in a sosreport)")
     if value is None:
         return Outcome("ok", f"br_netfilter not loaded: frames on {', '.join(brs)} skip iptables", evidence)
     if value.strip() == "0":
@@ -78,7 +87,7 @@ def _count(ctx: Context, attempts: list[tuple[list[str], str]]) -> tuple[int | N
         if style == "save":
             return parse.count_save_rules(out.stdout), " ".join(argv)
         if style == "nft":
-            return parse.count_nft_rules(out.stdout), " ".join(argv)
+            return parse.count_nft_rules(parse.strip_nft_handles(out.stdout)), " ".join(argv)
         return parse.count_list_rules(out.stdout), " ".join(argv)
     return None, None
 
@@ -93,7 +102,7 @@ def firewall_rules(ctx: Context) -> Outcome:
         "iptables": [(["iptables-save"], "save"), (["iptables", "-vnxL"], "list")],
         "ip6tables": [(["ip6tables-save"], "save"), (["ip6tables", "-vnxL"], "list")],
         "ebtables": [(["ebtables-save"], "save"), (["ebtables", "-t", "filter", "-L"], "list")],
-        "nft": [(["nft", "list", "ruleset"], "nft")],
+        "nft": [(["nft", "list", "ruleset"], "nft"), (["nft", "-a", "list", "ruleset"], "nft")],  # sos 4: -a
     }
     for tool, attempts in plans.items():
         n, how = _count(ctx, attempts)
@@ -134,7 +143,7 @@ def napi_sysctls(ctx: Context) -> Outcome:
     for key in NAPI_GUIDE:
         values[key] = ctx.int_value("/proc/sys/" + key.replace(".", "/"))
     if all(v is None for v in values.values()):
-        raise Skip("net.core NAPI sysctls not readable here")
+        raise no_data("net.core NAPI sysctls (/proc/sys/net/core; sos_commands/kernel/sysctl_-a in a sosreport)")
     low = {k: v for k, v in values.items() if v is not None and v < NAPI_GUIDE[k]}
     evidence = {"values": values, "guide": NAPI_GUIDE}
     if not low:
