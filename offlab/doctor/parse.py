@@ -357,12 +357,24 @@ def netns_ids(text: str) -> dict[int, str]:
 # ---- sosreport command outputs ---------------------------------------------
 
 def lscpu(text: str) -> dict[str, str]:
-    """`lscpu` text → {"Thread(s) per core": "2", "NUMA node0 CPU(s)": "0-15,32-47", ...}."""
-    out = {}
+    """`lscpu` text, flat (util-linux < 2.37) or indented in sections (2.37+, RHEL 9) → {field: value}.
+
+    A field under the 2.37 'Vulnerabilities:' section is named as the flat layout
+    names it ('Vulnerability Spectre v2'); the first of a repeated field wins.
+    """
+    out: dict[str, str] = {}
+    section = None
     for line in text.splitlines():
         key, sep, value = line.partition(":")
-        if sep and key.strip() and not key.startswith(" "):
-            out[key.strip()] = value.strip()
+        name, value = key.strip(), value.strip()
+        if not sep or not name:
+            continue
+        nested = line[:1].isspace()
+        if not nested:
+            section = name if not value else None
+        elif section == "Vulnerabilities":
+            name = "Vulnerability " + name
+        out.setdefault(name, value)
     return out
 
 
@@ -405,3 +417,24 @@ def cpupower_frequency(text: str) -> dict[str, str]:
 def strip_nft_handles(text: str) -> str:
     """`nft -a list ruleset` (what sos 4 runs) → the same text without its ' # handle N' comments."""
     return re.sub(r"\s*# handle \d+\s*$", "", text, flags=re.M)
+
+
+def cpupower_idle(text: str) -> dict:
+    """`cpupower idle-info` → {"driver", "governor", "states": [{"name", "latency_us", "disabled"}]} of CPU 0."""
+    out: dict = {"driver": None, "governor": None, "states": []}
+    state: dict | None = None
+    for line in text.splitlines():
+        s = line.strip()
+        m = re.match(r"^CPUidle (driver|governor): (\S+)", s)
+        if m:
+            out[m.group(1)] = m.group(2)
+            continue
+        m = re.fullmatch(r"([A-Za-z0-9_-]+)( \(DISABLED\))?\s*:", s)
+        if m:
+            state = {"name": m.group(1), "latency_us": None, "disabled": bool(m.group(2))}
+            out["states"].append(state)
+            continue
+        m = re.fullmatch(r"Latency: (\d+)", s)
+        if m and state is not None:
+            state["latency_us"] = int(m.group(1))
+    return out

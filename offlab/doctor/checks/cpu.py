@@ -109,7 +109,12 @@ def idle(ctx: Context) -> Outcome:
                        "disabled": ctx.value(f"{base}/disable") == "1"})
     evidence = {"driver": driver, "governor": gov, "cpu": first, "states": states}
     if driver is None and not states and not ctx.present(CPU):
-        raise no_data(f"{CPU}/cpuidle and {CPU}/cpu{first}/cpuidle are not in this source")
+        out = ctx.run(["cpupower", "idle-info"])  # a sosreport without the sysfs copy
+        info = parse.cpupower_idle(out.stdout) if out is not None and out.ok else {}
+        if not info.get("driver") and not info.get("states"):
+            raise no_data(f"{CPU}/cpuidle not in this source, nor states in `cpupower idle-info`")
+        driver, gov, first, states = info["driver"], info["governor"], 0, info["states"]
+        evidence = {"driver": driver, "governor": gov, "cpu": 0, "states": states, "from": "cpupower idle-info"}
     if driver in (None, "none") and not states:
         return Outcome("ok", "no cpuidle driver: idle is a plain HLT/poll", evidence)
     deep = [s for s in states if (s["latency_us"] or 0) >= DEEP_IDLE_US and not s["disabled"]]

@@ -109,6 +109,8 @@ def numa(ctx: Context, iface: str) -> Outcome:
         node_text = ctx.value(f"/sys/class/net/{iface}/device/numa_node")
     node = int(node_text) if node_text and node_text.lstrip("-").isdigit() else None
     nodes = ctx.numa_nodes
+    if node_text is None and len(nodes) > 1 and not ctx.present(f"/sys/class/net/{iface}/device"):
+        raise no_data(f"the NUMA node of {iface}: /sys/class/net/{iface}/device/numa_node is not in this source")
     evidence = {"pci": bus, "numa_node": node, "nodes": {str(n): parse.format_cpus(c) for n, c in nodes.items()}}
     if len(nodes) <= 1:
         return Outcome("ok", f"one NUMA node: nothing to place (pci {bus or '?'})", evidence)
