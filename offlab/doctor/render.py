@@ -44,6 +44,8 @@ def render(report: Report, console: Console, *, verbose: bool = False) -> None:
                 table.add_row("", "", Text(f"why: {f.why}", style="dim"))
                 if f.fix:
                     table.add_row("", "", Text(f">>> {f.fix}", style="bold"))
+            if verbose and f.evidence.get("read_from"):
+                table.add_row("", "", Text("read: " + ", ".join(f.evidence["read_from"]), style="dim"))
         console.print()
         console.print(table)
     s = report.summary()

@@ -358,13 +358,13 @@ class SosReport(Source):
 
     def _release(self) -> str | None:
         """The kernel release: proc/version (sos copies it on ppc only), else `uname -a`."""
-        for rel, lead in (("proc/version", ["Linux", "version"]), ("sos_commands/kernel/uname_-a", ["Linux"]),
-                          ("uname", ["Linux"])):
+        # "Linux version RELEASE (builder) ..." and "Linux HOSTNAME RELEASE #1 SMP ...": the third word
+        for rel, second in (("proc/version", "version"), ("sos_commands/kernel/uname_-a", None), ("uname", None)):
             text = self._text(rel)
             words = text.split() if text else []
-            n = len(lead)
-            if words[:n] == lead and len(words) > n and re.match(r"\d+\.\d+", words[n]):
-                return words[n]
+            if (len(words) > 2 and words[0] == "Linux" and (second is None or words[1] == second)
+                    and re.match(r"\d+\.\d+", words[2])):
+                return words[2]
         return None
 
     def _sysctls(self) -> dict[str, str]:

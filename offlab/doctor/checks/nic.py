@@ -134,12 +134,18 @@ def offloads(ctx: Context, iface: str) -> Outcome:
             kept.append(name)
             continue
         off.append(name)
+    unreported = [n for n in OFFLOADS if n not in feats]
+    if len(unreported) == len(OFFLOADS):
+        raise no_data(f"ethtool -k {iface} shows none of {', '.join(OFFLOADS)} (output cut short?)")
     evidence = {"off_changeable": off, "fixed_off": sorted(n for n in OFFLOADS if n in feats
                                                            and not feats[n].active and feats[n].fixed),
-                "kept_off": kept}
+                "kept_off": kept, "not_reported": unreported}
     if not off:
         note = f" ({', '.join(kept)} off on a veth left alone)" if kept else ""
-        return Outcome("ok", f"every changeable offload of the {len(OFFLOADS)} checked is on{note}", evidence)
+        if unreported:
+            note += f"; not reported: {', '.join(unreported)}"
+        checked = len(OFFLOADS) - len(unreported)
+        return Outcome("ok", f"every changeable offload of the {checked} checked is on{note}", evidence)
     return Outcome("warn", f"off but changeable: {', '.join(off)}", evidence,
                    fix=f"ethtool -K {iface} " + " ".join(f"{n} on" for n in off),
                    changes=[FixChange(n, "on", iface) for n in off])

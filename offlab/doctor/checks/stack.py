@@ -115,7 +115,7 @@ def firewall_rules(ctx: Context) -> Outcome:
         if tables:
             return Outcome("warn", f"iptables tables loaded ({', '.join(tables)}) but no tool to list their rules",
                            evidence, fix="apt-get install iptables nftables, then rerun")
-        raise Skip("no iptables, ip6tables, ebtables or nft here to list rules (and no legacy tables loaded)")
+        raise no_data("no iptables, ip6tables, ebtables or nft here to list rules (and no legacy tables loaded)")
     total = sum(counts.values())
     shown = ", ".join(f"{t} {n}" for t, n in counts.items())
     if total == 0:
@@ -160,8 +160,11 @@ def napi_sysctls(ctx: Context) -> Outcome:
 def softnet(ctx: Context) -> Outcome:
     snaps = ctx.src.sample("/proc/net/softnet_stat", ctx.sample_seconds)
     if not snaps:
-        raise Skip("/proc/net/softnet_stat not readable")
-    first = parse.softnet(snaps[0][1])
+        raise no_data("/proc/net/softnet_stat")
+    try:
+        first = parse.softnet(snaps[0][1])
+    except ValueError:  # not hex rows: a damaged copy
+        raise no_data("/proc/net/softnet_stat holds no hex counter rows") from None
     boot = {"processed": sum(r.processed for r in first), "dropped": sum(r.dropped for r in first),
             "time_squeeze": sum(r.time_squeeze for r in first)}
     if len(snaps) < 2:
