@@ -61,6 +61,8 @@ def traced(fn: Callable[["Context"], Any]) -> property:
         return value
 
     return property(get)
+
+
 AREAS = ("platform", "cpu", "kernel", "kvm", "nic", "irq", "napi", "bridge", "firewall", "mtu", "ovs")
 
 

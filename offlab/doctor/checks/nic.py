@@ -78,7 +78,8 @@ def flow_hash(ctx: Context, iface: str) -> Outcome:
     out = ctx.ethtool("-n", iface, "rx-flow-hash", "udp4")
     if out is None:
         # sos (4.x included) never runs `ethtool -n IF rx-flow-hash udp4`
-        raise no_data(f"ethtool -n {iface} rx-flow-hash udp4 (ethtool missing, or not in this tree: sos never collects it)")
+        raise no_data(f"ethtool -n {iface} rx-flow-hash udp4 "
+                      "(ethtool missing, or not in this tree: sos never collects it)")
     if not out.ok:
         raise Skip(f"{iface} does not report its RSS hash ({last_line(out)})")
     letters = parse.ethtool_flow_hash(out.stdout)
