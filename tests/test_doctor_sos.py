@@ -164,7 +164,9 @@ def test_every_finding_names_the_files_it_read_relative_to_the_root(rhel9):
 
 def test_a_failed_command_keeps_its_exit_code_from_sos_manifest(tmp_path):
     src = open_root(RHEL9)
-    assert src.command("ethtool_-g_vnet0", ["ethtool", "-g", "vnet0"]).rc == 76
+    failed = src.command("ethtool_-g_vnet0", ["ethtool", "-g", "vnet0"])  # ethtool's netlink get fails with 1
+    assert (failed.rc, failed.stdout) == (1, "netlink error: Operation not supported\n")
+    assert src.command("ethtool_-g_ens1f0", ["ethtool", "-g", "ens1f0"]).rc == 0
     root = copy_of(tmp_path)
     (root / "sos_commands/networking/ethtool_-k_ens1f0").write_text("netlink error: No such device\n")
     manifest = json.loads((root / "sos_reports/manifest.json").read_text())
@@ -261,7 +263,7 @@ def test_rhel9_sosreport_via_the_cli_fails_on_warn():
 
 # ---- parsers for sos's command outputs --------------------------------------------------------
 
-LSCPU_237 = """Architecture:            x86_64
+LSCPU_237_TERMINAL = """Architecture:            x86_64
 CPU(s):                  8
   On-line CPU(s) list:   0-7
 Vendor ID:               AuthenticAMD
@@ -277,8 +279,9 @@ Vulnerabilities:
 """
 
 
-def test_lscpu_reads_the_sectioned_layout_of_util_linux_2_37():
-    fields = parse.lscpu(LSCPU_237)
+def test_lscpu_reads_the_terminal_layout_of_util_linux_2_37_too():
+    """Piped (sos) lscpu is flat, as in the fixture; a terminal's copy-paste is indented by section."""
+    fields = parse.lscpu(LSCPU_237_TERMINAL)
     assert (fields["On-line CPU(s) list"], fields["Vendor ID"], fields["Thread(s) per core"],
             fields["NUMA node0 CPU(s)"]) == ("0-7", "AuthenticAMD", "2", "0-7")
     assert parse.lscpu_vulnerabilities(fields) == {
@@ -304,3 +307,15 @@ def test_nft_a_handles_do_not_hide_chains():
     text = "table inet f { # handle 1\n\tchain input { # handle 2\n\t\ttcp dport 22 accept # handle 5\n\t}\n}\n"
     assert parse.count_nft_rules(text) == 0  # what `nft -a` output gave before
     assert parse.count_nft_rules(parse.strip_nft_handles(text)) == 1
+
+
+def test_cpupower_idle_info_marks_disabled_states():
+    text = ("CPUidle driver: intel_idle\nCPUidle governor: menu\nanalyzing CPU 0:\n\nNumber of idle states: 3\n"
+            "Available idle states: POLL C1 C6\nPOLL:\nFlags/Description: CPUIDLE CORE POLL IDLE\nLatency: 0\n"
+            "C1:\nFlags/Description: MWAIT 0x00\nLatency: 2\nC6 (DISABLED) :\nFlags/Description: MWAIT 0x20\n"
+            "Latency: 170\nResidency: 600\n")
+    info = parse.cpupower_idle(text)
+    assert (info["driver"], info["governor"]) == ("intel_idle", "menu")
+    assert info["states"] == [{"name": "POLL", "latency_us": 0, "disabled": False},
+                              {"name": "C1", "latency_us": 2, "disabled": False},
+                              {"name": "C6", "latency_us": 170, "disabled": True}]

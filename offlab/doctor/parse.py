@@ -290,9 +290,10 @@ def ip_links(text: str) -> list[dict]:
         if cur is None:
             continue
         words = line.split()
-        mm = re.search(r"\bparentbus (\S+) parentdev (\S+)", line)  # iproute2 >= 5.11 names the device behind
-        if mm:
-            cur["parentbus"], cur["parentdev"] = mm.groups()
+        for key in ("parentbus", "parentdev"):  # iproute2 names the device behind a link (kernel >= 5.14)
+            mm = re.search(rf"\b{key} (\S+)", line)
+            if mm:
+                cur[key] = mm.group(1)
         if not words or words[0].startswith(("inet", "valid_lft", "altname")):
             continue
         if words[0].startswith("link/"):
@@ -357,10 +358,12 @@ def netns_ids(text: str) -> dict[int, str]:
 # ---- sosreport command outputs ---------------------------------------------
 
 def lscpu(text: str) -> dict[str, str]:
-    """`lscpu` text, flat (util-linux < 2.37) or indented in sections (2.37+, RHEL 9) → {field: value}.
+    """`lscpu` text → {field: value}, in any of its layouts.
 
-    A field under the 2.37 'Vulnerabilities:' section is named as the flat layout
-    names it ('Vulnerability Spectre v2'); the first of a repeated field wins.
+    Piped, as sos captures it, lscpu prints one flat field per line (util-linux 2.37+
+    adds empty section lines such as 'Vulnerabilities:'); on a terminal 2.37+ indents
+    the fields under their section and drops the 'Vulnerability ' prefix, which is
+    put back here. The first of a repeated field wins.
     """
     out: dict[str, str] = {}
     section = None
