@@ -319,3 +319,12 @@ def test_cpupower_idle_info_marks_disabled_states():
     assert info["states"] == [{"name": "POLL", "latency_us": 0, "disabled": False},
                               {"name": "C1", "latency_us": 2, "disabled": False},
                               {"name": "C6", "latency_us": 170, "disabled": True}]
+
+
+def test_vhost_threads_unnamed_in_ps_are_no_data_not_no_vms(tmp_path):
+    """Since Linux 6.4 vhost workers are QEMU threads: a ps without [vhost-PID] rows does not mean no VM."""
+    root = copy_of(tmp_path)
+    ps = root / "sos_commands/process/ps_auxwwwm"
+    ps.write_text("".join(l for l in ps.read_text().splitlines(keepends=True) if "[vhost-" not in l))
+    f = findings(root)[("kvm.vhost", None)]
+    assert (f.status, f.summary.startswith("no data: QEMU (pid 4711) uses vhost but ps lists no")) == ("skip", True)

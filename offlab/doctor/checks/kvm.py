@@ -66,9 +66,17 @@ def _vhost_from_ps(ctx: Context) -> list[tuple[int, str]]:
     """vhost kthreads (`[vhost-PID]`, kernels before 6.4) from a sosreport's ps; threads since 6.4 are not listed."""
     for argv in (["ps", "auxwwwm"], ["ps", "auxwww"]):
         ps = ctx.run(argv)
-        if ps is not None and ps.ok and parse.ps_processes(ps.stdout):
-            return [(pid, cmd.strip("[]")) for pid, cmd in parse.ps_processes(ps.stdout)
-                    if re.fullmatch(r"\[vhost-\d+\]", cmd.strip())]
+        procs = parse.ps_processes(ps.stdout) if ps is not None and ps.ok else []
+        if not procs:
+            continue
+        kthreads = [(pid, cmd.strip("[]")) for pid, cmd in procs if re.fullmatch(r"\[vhost-\d+\]", cmd.strip())]
+        vhost_vms = [pid for pid, cmd in procs
+                     if "qemu" in cmd.split()[0] and re.search(r'vhost"?[=:] ?"?(on|true)', cmd)]
+        if vhost_vms and not kthreads:
+            # since Linux 6.4 (and distribution backports) the workers are QEMU's own threads, unnamed in ps
+            raise no_data(f"QEMU (pid {vhost_vms[0]}) uses vhost but ps lists no [vhost-PID] kthread: "
+                          "its workers are threads, which ps auxwwwm does not name")
+        return kthreads
     raise no_data("no thread list (pgrep, or ps auxwwwm / ps auxwww in a sosreport)")
 
 
