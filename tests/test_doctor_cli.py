@@ -155,7 +155,7 @@ def test_sosreport_ethtool_text_and_sysctl_a_are_read():
     doc = json.loads(run("doctor", "--root", str(FIXTURES / "sos-centos7-kvm"), "--json").stdout)
     assert doc["host"] == {"name": "kvm-host-07", "kernel": "3.10.0-1160.el7.x86_64", "source": "sosreport",
                            "root": str(FIXTURES / "sos-centos7-kvm"), "netns": None, "privileged": True,
-                           "cpus": 8, "interfaces": ["ens1f0"]}
+                           "cpus": 8, "interfaces": ["ens1f0"], "collected": None}
     napi = next(c for c in doc["checks"] if c["id"] == "napi.sysctls")
     assert napi["evidence"]["values"]["net.core.netdev_budget"] == 300  # from sos_commands/kernel/sysctl_-a
 

@@ -328,3 +328,10 @@ def test_vhost_threads_unnamed_in_ps_are_no_data_not_no_vms(tmp_path):
     ps.write_text("".join(l for l in ps.read_text().splitlines(keepends=True) if "[vhost-" not in l))
     f = findings(root)[("kvm.vhost", None)]
     assert (f.status, f.summary.startswith("no data: QEMU (pid 4711) uses vhost but ps lists no")) == ("skip", True)
+
+
+def test_a_sosreport_says_when_its_facts_were_taken(tmp_path):
+    assert audit(open_root(RHEL9)).host["collected"] == "Sun Mar 17 10:02:14 EDT 2024"  # sos_commands/date/date
+    root = copy_of(tmp_path)
+    (root / "sos_commands/date/date").unlink()
+    assert audit(open_root(root)).host["collected"] == "Sun 2024-03-17 10:02:13 EDT"  # `date` → timedatectl

@@ -92,6 +92,8 @@ def audit(src: Source, *, ifaces: list[str] | None = None, target_pps: int | Non
         "cpus": len(ctx.cpus_online),
         "interfaces": ctx.ifaces,
     }
+    if src.kind == "sosreport":
+        host["collected"] = src.collected  # a sosreport's facts are as of then, not now
     return Report(host=host, target_pps=target_pps, tier=target.to_json() if target else None,
                   sample_seconds=sample_seconds if src.kind == "live" else None,
                   findings=findings, duration_s=time.monotonic() - start)

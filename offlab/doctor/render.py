@@ -23,6 +23,8 @@ def render(report: Report, console: Console, *, verbose: bool = False) -> None:
     who = "as root" if h.get("privileged") else "not as root: root-only checks skipped"
     console.print(Text.assemble(("offlab doctor", "bold"), f" — {h.get('name') or '?'} "
                                 f"(kernel {h.get('kernel') or '?'}, {h.get('source')}: {where}, {who})"))
+    if h.get("source") == "sosreport":
+        console.print(f"facts as of {h.get('collected') or 'an unknown date (no sos_commands/date/date)'}")
     if report.tier:
         console.print(f"target {report.target_pps:,} pps → {report.tier['name']}: {report.tier['advice']}")
     else:

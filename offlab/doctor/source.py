@@ -125,6 +125,11 @@ class Source:
         """Whether the absence of `path` here means it is absent on the host (a sosreport leaves much out)."""
         return True
 
+    @property
+    def collected(self) -> str | None:
+        """When a stored source's facts were taken, as it states it; None live."""
+        return None
+
 
 class LiveSource(Source):
     """This machine, or one network namespace on it."""
@@ -403,6 +408,18 @@ class SosReport(Source):
 
     def covers(self, path: str) -> bool:
         return self.exists(path)
+
+    @property
+    def collected(self) -> str | None:
+        """`date` as sos ran it (date plugin), else timedatectl's local time (the top `date` symlink)."""
+        for rel in ("sos_commands/date/date", "date", "sos_commands/systemd/timedatectl"):
+            for line in (self._text(rel) or "").splitlines():
+                line = line.strip()
+                if line.startswith("Local time:"):
+                    return line.partition(":")[2].strip()
+                if re.match(r"[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d ", line):
+                    return line
+        return None
 
     def listdir(self, path: str) -> list[str]:
         p = _tree_path(self.root, path)
