@@ -49,6 +49,23 @@ def test_kernel_release_comes_from_uname_a_when_proc_version_is_absent(tmp_path)
     assert f.evidence["read_from"] == ["sos_commands/kernel/uname_-a"]
 
 
+def test_host_name_comes_from_sos_commands_when_the_top_symlink_is_absent(tmp_path):
+    root = copy_of(tmp_path)
+    (root / "hostname").unlink()
+    (root / "sos_commands/kernel/sysctl_-a").unlink()  # nor its kernel.hostname
+    assert audit(open_root(root)).host["name"] == "kvm-rhel9-01"  # sos_commands/host/hostname
+
+
+def test_a_flow_hash_output_is_read_under_its_sos_name_when_someone_collected_it(tmp_path):
+    """sos itself never runs `ethtool -n IF rx-flow-hash udp4`; a tree that has it (sos -c, a later sos) is read."""
+    root = copy_of(tmp_path)
+    (root / "sos_commands/networking/ethtool_-n_ens1f0_rx-flow-hash_udp4").write_text(
+        "UDP over IPV4 flows use these fields for computing Hash flow key:\nIP SA\nIP DA\n\n")
+    f = findings(root)[("nic.flow-hash", "ens1f0")]
+    assert (f.status, f.evidence["udp4"], f.evidence["rx_queues"]) == ("warn", "sd", 8)
+    assert "sos_commands/networking/ethtool_-n_ens1f0_rx-flow-hash_udp4" in f.evidence["read_from"]
+
+
 def test_interfaces_come_from_ip_d_address_when_sys_class_net_is_missing():
     assert not (RHEL9 / "sys" / "class" / "net").exists()
     report = audit(open_root(RHEL9))
