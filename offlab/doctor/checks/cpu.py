@@ -6,7 +6,7 @@ from collections import Counter
 
 from offlab.doctor import parse
 from offlab.doctor.model import Outcome
-from offlab.doctor.registry import Context, Skip, check, no_data
+from offlab.doctor.registry import Context, check, no_data
 
 CPU = "/sys/devices/system/cpu"
 DEEP_IDLE_US = 50  # exit latency above which an idle state costs a wake-up at high pps (C6 ~ 100 µs)
@@ -132,24 +132,22 @@ def numa_nodes(ctx: Context) -> Outcome:
     procs = ctx.cpus_info
     if procs:
         vendor, model = procs[0].get("vendor_id", ""), procs[0].get("model name")
-        nsockets = len({p.get("physical id") for p in procs if p.get("physical id") is not None}) or 1
-    elif ctx.lscpu.get("Vendor ID"):
+        sockets = len({p.get("physical id") for p in procs if p.get("physical id") is not None}) or 1
+    elif ctx.lscpu.get("Vendor ID"):  # a sosreport without /proc/cpuinfo
         vendor, model = ctx.lscpu["Vendor ID"], ctx.lscpu.get("Model name")
-        nsockets = int(ctx.lscpu.get("Socket(s)", "1")) if ctx.lscpu.get("Socket(s)", "1").isdigit() else 1
+        sockets = int(ctx.lscpu["Socket(s)"]) if ctx.lscpu.get("Socket(s)", "").isdigit() else 1
     else:
         raise no_data("neither /proc/cpuinfo nor lscpu")
-    sockets = range(nsockets)
+    sockets = max(sockets, 1)
     nodes = len(ctx.numa_nodes) or 1
     guest = ctx.guest
-    evidence = {"vendor": vendor, "model": model, "sockets": len(sockets) or 1,
-                "numa_nodes": nodes, "guest": guest}
+    evidence = {"vendor": vendor, "model": model, "sockets": sockets, "numa_nodes": nodes, "guest": guest}
     if vendor not in ("AuthenticAMD", "HygonGenuine"):
         return Outcome("ok", f"{vendor or 'this CPU'}: one NUMA node per socket is the norm ({nodes} node(s))",
                        evidence)
     if guest:
         return Outcome("ok", f"AMD guest with {nodes} NUMA node(s): NPS is the host's BIOS setting", evidence)
-    per_socket = nodes / (len(sockets) or 1)
-    if per_socket >= 2:
-        return Outcome("ok", f"AMD with {nodes} NUMA nodes on {len(sockets) or 1} socket(s)", evidence)
-    return Outcome("warn", f"AMD with {nodes} NUMA node(s) on {len(sockets) or 1} socket(s) (NPS1)", evidence,
+    if nodes / sockets >= 2:
+        return Outcome("ok", f"AMD with {nodes} NUMA nodes on {sockets} socket(s)", evidence)
+    return Outcome("warn", f"AMD with {nodes} NUMA node(s) on {sockets} socket(s) (NPS1)", evidence,
                    fix="BIOS: NUMA nodes per socket (NPS) = 4, then pin each VM inside one node")
