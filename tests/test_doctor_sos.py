@@ -352,3 +352,29 @@ def test_a_sosreport_says_when_its_facts_were_taken(tmp_path):
     root = copy_of(tmp_path)
     (root / "sos_commands/date/date").unlink()
     assert audit(open_root(root)).host["collected"] == "Sun 2024-03-17 10:02:13 EDT"  # `date` → timedatectl
+
+
+def test_iptables_nft_rules_are_not_counted_twice(tmp_path):
+    """On RHEL 9 iptables is iptables-nft: sos lists its rules (iptables -vnxL) and nft shows the same table."""
+    root = copy_of(tmp_path)
+    fw = root / "sos_commands/firewall_tables"
+    (fw / "iptables_-vnxL").write_text(
+        "Chain INPUT (policy ACCEPT 0 packets, 0 bytes)\n"
+        "    pkts      bytes target     prot opt in     out     source               destination\n"
+        "     812    53312 ACCEPT     udp  --  virbr0 *       0.0.0.0/0            0.0.0.0/0            udp dpt:53\n"
+        "       0        0 ACCEPT     tcp  --  virbr0 *       0.0.0.0/0            0.0.0.0/0            tcp dpt:53\n"
+        "\nChain FORWARD (policy ACCEPT 0 packets, 0 bytes)\n"
+        "    pkts      bytes target     prot opt in     out     source               destination\n"
+        "       0        0 REJECT     all  --  *      virbr0  0.0.0.0/0            0.0.0.0/0            "
+        "reject-with icmp-port-unreachable\n")
+    nft = fw / "nft_-a_list_ruleset"
+    nft.write_text(nft.read_text() + (
+        "table ip filter { # handle 2\n\tchain INPUT { # handle 1\n"
+        "\t\ttype filter hook input priority filter; policy accept;\n"
+        '\t\tiifname "virbr0" meta l4proto udp udp dport 53 counter packets 812 bytes 53312 accept # handle 4\n'
+        '\t\tiifname "virbr0" meta l4proto tcp tcp dport 53 counter packets 0 bytes 0 accept # handle 5\n\t}\n'
+        "\tchain FORWARD { # handle 2\n\t\ttype filter hook forward priority filter; policy accept;\n"
+        '\t\toifname "virbr0" counter packets 0 bytes 0 reject # handle 6\n\t}\n}\n'))
+    f = findings(root)[("firewall.rules", None)]
+    assert f.evidence["rules"] == {"iptables": 3, "nft": 32} and f.evidence["counted_in_nft"] == ["iptables"]
+    assert f.summary.startswith("32 rules (iptables 3 (in nft), nft 32)"), f.summary

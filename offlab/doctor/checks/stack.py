@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from offlab.doctor import parse
 from offlab.doctor.model import FixChange, Outcome
 from offlab.doctor.registry import Context, Skip, check, no_data
@@ -92,6 +94,17 @@ def _count(ctx: Context, attempts: list[tuple[list[str], str]]) -> tuple[int | N
     return None, None
 
 
+def _xtables_in_nft(ctx: Context, listed_with: str | None) -> set[str]:
+    """Which of iptables/ip6tables/ebtables the nft ruleset already holds (the tables their -nft variants make)."""
+    if not listed_with:
+        return set()
+    out = ctx.run(listed_with.split())
+    text = out.stdout if out is not None else ""
+    families = {"ip": "iptables", "ip6": "ip6tables", "bridge": "ebtables"}
+    found = re.findall(r"^table (ip|ip6|bridge) (?:filter|nat|mangle|raw|security|broute)\b", text, re.M)
+    return {families[f] for f in found}
+
+
 @check("firewall.rules", area="firewall", title="iptables / ebtables / nftables rules", tier="aggressive",
        needs_root=True,
        why="every rule is evaluated per packet; where security groups are not needed the guide flushes "
@@ -116,8 +129,11 @@ def firewall_rules(ctx: Context) -> Outcome:
             return Outcome("warn", f"iptables tables loaded ({', '.join(tables)}) but no tool to list their rules",
                            evidence, fix="apt-get install iptables nftables, then rerun")
         raise no_data("no iptables, ip6tables, ebtables or nft here to list rules (and no legacy tables loaded)")
-    total = sum(counts.values())
-    shown = ", ".join(f"{t} {n}" for t, n in counts.items())
+    # iptables-nft (RHEL 8+, Debian 10+) keeps iptables' rules as nft tables: they are in the nft count already
+    nft_backed = sorted(_xtables_in_nft(ctx, sources.get("nft")) & {t for t in counts if t != "nft"})
+    evidence["counted_in_nft"] = nft_backed
+    total = sum(n for t, n in counts.items() if t not in nft_backed)
+    shown = ", ".join(f"{t} {n}" + (" (in nft)" if t in nft_backed else "") for t, n in counts.items())
     if total == 0:
         return Outcome("ok", f"no rules ({shown})", evidence)
     fix = []
