@@ -39,7 +39,7 @@ EXPECTED = [
     ("this-machine", "kvm.vhost", None, "ok", "no vhost workers"),
     ("tuned-host", "kvm.vhost", None, "ok", "2 vhost workers (kthread) pinned"),
     ("amd-avic0", "kvm.vhost", None, "warn", "2 of 2 vhost workers (kthread) may run on any CPU (0-7)"),
-    ("sos-centos7-kvm", "kvm.vhost", None, "skip", "no thread list"),
+    ("sos-centos7-kvm", "kvm.vhost", None, "skip", "no data: 2 vhost workers listed"),
     ("this-machine", "nic.rings", "eth0", "ok", "rx 256/256"),
     ("sos-centos7-kvm", "nic.rings", "ens1f0", "ok", "rx 512/4096"),
     ("amd-avic0", "nic.rings", "enp65s0f0", "warn", "rx 128/8192"),

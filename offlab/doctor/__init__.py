@@ -23,12 +23,28 @@ from offlab.names import check_ifname
 __all__ = ["audit", "open_root", "LiveSource", "Report", "Finding", "REGISTRY"]
 
 NEEDS_ROOT = "needs root to observe: run as root (sudo offlab doctor)"
+READ_FROM_MAX = 16
+
+
+def _call(spec: CheckSpec, ctx: Context, iface: str | None) -> Outcome | None:
+    """One check's outcome; a Skip, a denied read or a crash becomes a skip, NotApplicable None."""
+    try:
+        return spec.func(ctx, iface) if spec.per_iface else spec.func(ctx)
+    except NotApplicable:
+        return None
+    except Skip as exc:
+        return Outcome("skip", str(exc))
+    except Denied as exc:
+        return Outcome("skip", f"{exc.path} is readable only by root: run as root (sudo offlab doctor)")
+    except Exception as exc:  # one broken check (odd customer data) must not hide the others
+        return Outcome("skip", f"check crashed: {type(exc).__name__}: {exc}",
+                       {"error": f"{type(exc).__name__}: {exc}"})
 
 
 def default_ifaces(ctx: Context) -> list[str]:
     """The NICs (links with a device behind them); in a namespace without any, its veths."""
     names = [l["ifname"] for l in ctx.links if l.get("ifname") and l["ifname"] != "lo"]
-    devices = [n for n in names if ctx.src.exists(f"/sys/class/net/{n}/device")]
+    devices = [n for n in names if ctx.has_device(n)]
     if devices:
         return devices
     return [l["ifname"] for l in ctx.links
@@ -76,6 +92,8 @@ def audit(src: Source, *, ifaces: list[str] | None = None, target_pps: int | Non
         "cpus": len(ctx.cpus_online),
         "interfaces": ctx.ifaces,
     }
+    if src.kind == "sosreport":
+        host["collected"] = src.collected  # a sosreport's facts are as of then, not now
     return Report(host=host, target_pps=target_pps, tier=target.to_json() if target else None,
                   sample_seconds=sample_seconds if src.kind == "live" else None,
                   findings=findings, duration_s=time.monotonic() - start)
@@ -85,19 +103,15 @@ def _run_one(spec: CheckSpec, ctx: Context, iface: str | None, target: tiers.Tie
     if spec.needs_root and not ctx.src.privileged:
         outcome = Outcome("skip", NEEDS_ROOT)
     else:
-        try:
-            outcome = spec.func(ctx, iface) if spec.per_iface else spec.func(ctx)
-        except NotApplicable:
+        with ctx.src.recording() as read_from:
+            outcome = _call(spec, ctx, iface)
+        if outcome is None:
             return None
-        except Skip as exc:
-            outcome = Outcome("skip", str(exc))
-        except Denied as exc:
-            outcome = Outcome("skip", f"{exc.path} is readable only by root: run as root (sudo offlab doctor)")
-        except Exception as exc:  # one broken check (odd customer data) must not hide the others
-            outcome = Outcome("skip", f"check crashed: {type(exc).__name__}: {exc}",
-                              {"error": f"{type(exc).__name__}: {exc}"})
-    if outcome is None:
-        return None
+        if read_from and ctx.src.kind == "sosreport":
+            # which files of the report this finding stands on, relative to its root
+            shown = read_from[:READ_FROM_MAX] + ([f"... and {len(read_from) - READ_FROM_MAX} more"]
+                                                 if len(read_from) > READ_FROM_MAX else [])
+            outcome.evidence = {**outcome.evidence, "read_from": shown}
     status = tiers.grade(outcome.status, spec.tier, target)
     return Finding(
         id=spec.id, area=spec.area, title=spec.title, target=iface, status=status,

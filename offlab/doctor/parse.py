@@ -238,6 +238,10 @@ def ip_links(text: str) -> list[dict]:
         if cur is None:
             continue
         words = line.split()
+        for key in ("parentbus", "parentdev"):  # iproute2 names the device behind a link (kernel >= 5.14)
+            mm = re.search(rf"\b{key} (\S+)", line)
+            if mm:
+                cur[key] = mm.group(1)
         if not words or words[0].startswith(("inet", "valid_lft", "altname")):
             continue
         if words[0].startswith("link/"):
@@ -296,4 +300,92 @@ def netns_ids(text: str) -> dict[int, str]:
         m = re.match(r"^(\S+) \(id: (\d+)\)", line.strip())
         if m:
             out[int(m.group(2))] = m.group(1)
+    return out
+
+
+# ---- sosreport command outputs ---------------------------------------------
+
+def lscpu(text: str) -> dict[str, str]:
+    """`lscpu` text → {field: value}, in any of its layouts.
+
+    Piped, as sos captures it, lscpu prints one flat field per line (util-linux 2.37+
+    adds empty section lines such as 'Vulnerabilities:'); on a terminal 2.37+ indents
+    the fields under their section and drops the 'Vulnerability ' prefix, which is
+    put back here. The first of a repeated field wins.
+    """
+    out: dict[str, str] = {}
+    section = None
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        name, value = key.strip(), value.strip()
+        if not sep or not name:
+            continue
+        nested = line[:1].isspace()
+        if not nested:
+            section = name if not value else None
+        elif section == "Vulnerabilities":
+            name = "Vulnerability " + name
+        out.setdefault(name, value)
+    return out
+
+
+def lscpu_cpus(text: str) -> set[int]:
+    """An lscpu CPU list ('0-15,32-47'); empty when it is missing or not a list."""
+    try:
+        return cpulist(text) if re.fullmatch(r"[\d,\-\s]+", text or "") else set()
+    except ValueError:
+        return set()
+
+
+def lscpu_vulnerabilities(fields: dict[str, str]) -> dict[str, str]:
+    """lscpu's 'Vulnerability Spectre v2: Mitigation; ...' lines → sysfs names {"spectre_v2": "Mitigation; ..."}."""
+    return {key[len("Vulnerability "):].strip().lower().replace(" ", "_"): value
+            for key, value in fields.items() if key.startswith("Vulnerability ")}
+
+
+def ps_processes(text: str) -> list[tuple[int, str]]:
+    """`ps auxwww` / `ps auxwwwm` (sos 4: thread rows with PID '-') → [(pid, command line)]."""
+    out = []
+    for line in text.splitlines()[1:]:
+        cols = line.split(None, 10)
+        if len(cols) == 11 and cols[1].isdigit():
+            out.append((int(cols[1]), cols[10]))
+    return out
+
+
+def cpupower_frequency(text: str) -> dict[str, str]:
+    """`cpupower frequency-info` → {"driver": "intel_pstate", "governor": "powersave"} (what it says of CPU 0)."""
+    out = {}
+    m = re.search(r"^\s*driver: (\S+)", text, re.M)
+    if m:
+        out["driver"] = m.group(1)
+    m = re.search(r'The governor "([^"]+)"', text)
+    if m:
+        out["governor"] = m.group(1)
+    return out
+
+
+def strip_nft_handles(text: str) -> str:
+    """`nft -a list ruleset` (what sos 4 runs) → the same text without its ' # handle N' comments."""
+    return re.sub(r"\s*# handle \d+\s*$", "", text, flags=re.M)
+
+
+def cpupower_idle(text: str) -> dict:
+    """`cpupower idle-info` → {"driver", "governor", "states": [{"name", "latency_us", "disabled"}]} of CPU 0."""
+    out: dict = {"driver": None, "governor": None, "states": []}
+    state: dict | None = None
+    for line in text.splitlines():
+        s = line.strip()
+        m = re.match(r"^CPUidle (driver|governor): (\S+)", s)
+        if m:
+            out[m.group(1)] = m.group(2)
+            continue
+        m = re.fullmatch(r"([A-Za-z0-9_-]+)( \(DISABLED\))?\s*:", s)
+        if m:
+            state = {"name": m.group(1), "latency_us": None, "disabled": bool(m.group(2))}
+            out["states"].append(state)
+            continue
+        m = re.fullmatch(r"Latency: (\d+)", s)
+        if m and state is not None:
+            state["latency_us"] = int(m.group(1))
     return out

@@ -7,9 +7,10 @@ the function returns an `Outcome` from what it reads via `ctx`.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
-from functools import cached_property
-from typing import Callable, Sequence
+from functools import wraps
+from typing import Any, Callable, Sequence
 
 from offlab.doctor import parse
 from offlab.doctor.model import Outcome
@@ -39,6 +40,30 @@ class CheckSpec:
 
 
 REGISTRY: list[CheckSpec] = []
+PCI_ADDRESS = re.compile(r"^(?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
+
+
+def no_data(what: str) -> Skip:
+    """The skip of a check whose facts are not in this source (a partial sosreport): never a pass."""
+    return Skip(f"no data: {what}")
+
+
+def traced(fn: Callable[["Context"], Any]) -> property:
+    """A view built once per audit whose source files are credited to every check that uses it."""
+    slot = "_view_" + fn.__name__
+
+    @wraps(fn)
+    def get(self: "Context") -> Any:
+        if slot not in self.__dict__:
+            with self.src.recording() as files:
+                self.__dict__[slot] = (fn(self), list(files))
+        value, files = self.__dict__[slot]
+        self.src.note(*files)
+        return value
+
+    return property(get)
+
+
 AREAS = ("platform", "cpu", "kernel", "kvm", "nic", "irq", "napi", "bridge", "firewall", "mtu", "ovs")
 
 
@@ -83,16 +108,25 @@ class Context:
     def run(self, argv: Sequence[str], name: str | None = None) -> Output | None:
         return self.src.command(name or command_name(argv), argv)
 
+    def present(self, path: str) -> bool:
+        """Whether this source shows `path`'s part of the system at all: always live, not in every sosreport."""
+        return self.src.covers(path)
+
     # ---- shared views ----------------------------------------------------
-    @cached_property
+    @traced
     def links(self) -> list[dict]:
         """Every link of this host/namespace (ip -d -j link; `ip -d address` text in a sosreport)."""
         out = self.run(["ip", "-d", "-j", "link", "show"])
         if out is None or not out.ok or not out.stdout.strip():
             out = self.run(["ip", "-d", "address"]) or self.run(["ip", "-d", "link"])
-        if out is None or not out.stdout.strip():
-            return [{"ifname": n} for n in self.src.listdir("/sys/class/net")]
-        return parse.ip_links(out.stdout)
+        if out is not None and out.ok and out.stdout.strip():
+            try:
+                links = parse.ip_links(out.stdout)
+            except ValueError:  # JSON cut short: fall back to the sysfs names below
+                links = []
+            if links:
+                return links
+        return [{"ifname": n} for n in self.src.listdir("/sys/class/net")]
 
     def link(self, iface: str) -> dict | None:
         return next((l for l in self.links if l.get("ifname") == iface), None)
@@ -103,7 +137,13 @@ class Context:
             return int(link["mtu"])
         return self.int_value(f"/sys/class/net/{iface}/mtu")
 
-    @cached_property
+    @traced
+    def lscpu(self) -> dict[str, str]:
+        """`lscpu` as {field: value}: a sosreport's CPU facts when /sys and /proc/cpuinfo were not copied."""
+        out = self.run(["lscpu"])
+        return parse.lscpu(out.stdout) if out is not None and out.ok else {}
+
+    @traced
     def cpus_online(self) -> set[int]:
         text = self.value("/sys/devices/system/cpu/online")
         if text:
@@ -112,11 +152,13 @@ class Context:
             except ValueError:
                 pass  # damaged (e.g. a hand-edited capture): count the CPUs cpuinfo lists instead
         info = self.read("/proc/cpuinfo")
-        return set(range(len(parse.cpuinfo(info)))) if info else set()
+        if info and parse.cpuinfo(info):
+            return set(range(len(parse.cpuinfo(info))))
+        return parse.lscpu_cpus(self.lscpu.get("On-line CPU(s) list", ""))
 
-    @cached_property
+    @traced
     def numa_nodes(self) -> dict[int, set[int]]:
-        """{node: CPUs} from /sys/devices/system/node; {} if the kernel shows none."""
+        """{node: CPUs} from /sys/devices/system/node (else lscpu); {} if neither shows any."""
         nodes = {}
         for entry in self.src.listdir("/sys/devices/system/node"):
             if entry.startswith("node") and entry[4:].isdigit():
@@ -126,21 +168,39 @@ class Context:
                         nodes[int(entry[4:])] = parse.cpulist(text)
                     except ValueError:
                         continue  # a damaged node list says nothing about placement
+        if not nodes and not self.src.listdir("/sys/devices/system/node"):
+            for key, value in self.lscpu.items():
+                m = re.fullmatch(r"NUMA node(\d+) CPU\(s\)", key)
+                if m:
+                    nodes[int(m.group(1))] = parse.lscpu_cpus(value)
         return nodes
 
-    @cached_property
+    @traced
     def cpus_info(self) -> list[dict[str, str]]:
         info = self.read("/proc/cpuinfo")
         return parse.cpuinfo(info) if info else []
 
     @property
     def cpu_vendor(self) -> str | None:
-        return self.cpus_info[0].get("vendor_id") if self.cpus_info else None
+        if self.cpus_info:
+            return self.cpus_info[0].get("vendor_id")
+        return self.lscpu.get("Vendor ID")
 
     @property
     def guest(self) -> bool:
-        """A virtual machine: the CPU flags carry 'hypervisor'."""
-        return bool(self.cpus_info) and "hypervisor" in self.cpus_info[0].get("flags", "").split()
+        """A virtual machine: the CPU flags carry 'hypervisor' (lscpu: a 'Hypervisor vendor' line)."""
+        if self.cpus_info:
+            return "hypervisor" in self.cpus_info[0].get("flags", "").split()
+        return "Hypervisor vendor" in self.lscpu
+
+    def has_device(self, iface: str) -> bool:
+        """A link with hardware behind it: sysfs's `device`, else (sysfs not copied) its parent bus or PCI bus-info."""
+        if self.src.exists(f"/sys/class/net/{iface}"):
+            return self.src.exists(f"/sys/class/net/{iface}/device")
+        link = self.link(iface) or {}
+        if link.get("parentbus") or link.get("parentdev"):
+            return True
+        return bool(PCI_ADDRESS.match(self.driver(iface).get("bus-info", "")))
 
     def ethtool(self, opt: str, iface: str, *extra: str) -> Output | None:
         return self.run(["ethtool", opt, iface, *extra])
@@ -151,7 +211,10 @@ class Context:
             raise Skip("ethtool -k not available (apt-get install ethtool) and not in the capture")
         if not out.ok:
             raise Skip(f"ethtool -k {iface} failed: {last_line(out)}")
-        return netdev.parse_features(out.stdout)
+        feats = netdev.parse_features(out.stdout)
+        if not feats:
+            raise no_data(f"ethtool -k {iface} output holds no feature line ({last_line(out)})")
+        return feats
 
     def driver(self, iface: str) -> dict[str, str]:
         out = self.ethtool("-i", iface)

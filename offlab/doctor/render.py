@@ -23,6 +23,8 @@ def render(report: Report, console: Console, *, verbose: bool = False) -> None:
     who = "as root" if h.get("privileged") else "not as root: root-only checks skipped"
     console.print(Text.assemble(("offlab doctor", "bold"), f" — {h.get('name') or '?'} "
                                 f"(kernel {h.get('kernel') or '?'}, {h.get('source')}: {where}, {who})"))
+    if h.get("source") == "sosreport":
+        console.print(f"facts as of {h.get('collected') or 'an unknown date (no sos_commands/date/date)'}")
     if report.tier:
         console.print(f"target {report.target_pps:,} pps → {report.tier['name']}: {report.tier['advice']}")
     else:
@@ -44,6 +46,8 @@ def render(report: Report, console: Console, *, verbose: bool = False) -> None:
                 table.add_row("", "", Text(f"why: {f.why}", style="dim"))
                 if f.fix:
                     table.add_row("", "", Text(f">>> {f.fix}", style="bold"))
+            if verbose and f.evidence.get("read_from"):
+                table.add_row("", "", Text("read: " + ", ".join(f.evidence["read_from"]), style="dim"))
         console.print()
         console.print(table)
     s = report.summary()

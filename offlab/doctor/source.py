@@ -14,9 +14,10 @@ import json
 import os
 import re
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 from offlab.errors import BadInput, CommandTimeout, EnvironmentProblem, ToolMissing
 from offlab.hosts import Host, LocalHost, NetnsHost, is_root
@@ -24,6 +25,9 @@ from offlab.hosts import Host, LocalHost, NetnsHost, is_root
 MANIFEST = "offlab-capture.json"
 CAPTURE_FORMAT = "offlab-capture/1"
 COMMAND_TIMEOUT = 15.0
+NAME_MAX = 255  # sos cuts a command's file name to the archive's PC_NAME_MAX (255 on every Linux fs)
+SOS_MANIFEST = "sos_reports/manifest.json"
+SYSCTL_A = "sos_commands/kernel/sysctl_-a"
 
 # Paths the kernel shows per network namespace; everything else (CPUs, modules,
 # PCI devices, the NAPI sysctls that exist only in the initial namespace) is the
@@ -64,7 +68,7 @@ def command_name(argv: Sequence[str]) -> str:
     name = " ".join(argv)
     name = re.sub(r"^/(usr/|)(bin|sbin)/", "", name)
     name = re.sub(r"[^\w\-./]+", "_", name)
-    return name.replace("/", ".").strip(" ._-")
+    return name.replace("/", ".").strip(" ._-")[:NAME_MAX]
 
 
 class Source:
@@ -73,6 +77,25 @@ class Source:
     kind = "live"  # live | capture | sosreport
     label = "local"
     netns: str | None = None  # the network namespace it shows, by name; None: a host's own
+    _logs: list[list[str]] | None = None
+
+    @contextmanager
+    def recording(self) -> Iterator[list[str]]:
+        """Collect the files (relative to a tree's root) read inside the block; nests."""
+        files: list[str] = []
+        if self._logs is None:
+            self._logs = []
+        self._logs.append(files)
+        try:
+            yield files
+        finally:
+            # by identity: two empty logs are equal, and blocks close in reverse order
+            self._logs[:] = [log for log in self._logs if log is not files]
+
+    def note(self, *paths: str) -> None:
+        """Tell every open recording that these files were read (trees call this; live never does)."""
+        for log in self._logs or ():
+            log.extend(p for p in paths if p not in log)
 
     def read(self, path: str) -> str | None:
         """File content, None if absent; raises Denied if present but unreadable."""
@@ -97,6 +120,15 @@ class Source:
     def privileged(self) -> bool:
         """Whether this source sees what root sees (a capture is judged by what it holds)."""
         return True
+
+    def covers(self, path: str) -> bool:
+        """Whether the absence of `path` here means it is absent on the host (a sosreport leaves much out)."""
+        return True
+
+    @property
+    def collected(self) -> str | None:
+        """When a stored source's facts were taken, as it states it; None live."""
+        return None
 
 
 class LiveSource(Source):
@@ -279,67 +311,144 @@ class CapturedTree(Source):
 
 
 class SosReport(Source):
-    """A sosreport directory: its proc/ and sys/ copies and sos_commands/*/ outputs."""
+    """A sosreport as sos writes it: proc/ and sys/ copies, `sos_commands/<plugin>/<command>`, top symlinks.
+
+    Much of /proc and /sys is not collected; the facts are then read from command
+    outputs: /proc/sys values from `kernel/sysctl_-a`, the kernel release from
+    `proc/version` or `kernel/uname_-a`, the host name from `hostname`. Every file
+    answered from is `note`d, relative to the root, so a finding can name it.
+    """
 
     kind = "sosreport"
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        self.label = self._hostname() or root.name
         self._sysctl: dict[str, str] | None = None
+        self._codes = self._manifest_codes()
+        self.label = self._hostname() or root.name
+
+    def _text(self, rel: str) -> str | None:
+        p = self.root / rel
+        try:
+            if not p.is_file():
+                return None
+            text = p.read_text(errors="replace")
+        except OSError:
+            return None
+        self.note(rel)
+        return text
+
+    def _manifest_codes(self) -> dict[str, int]:
+        """{"sos_commands/plugin/name": exit code} from sos 4's manifest; {} without one."""
+        try:
+            data = json.loads((self.root / SOS_MANIFEST).read_text(errors="replace"))
+        except (OSError, ValueError):
+            return {}  # sos 3 writes none, and without it only failed commands' exit codes are unknown
+        codes: dict[str, int] = {}
+        stack = [data]
+        while stack:
+            node = stack.pop()
+            if isinstance(node, dict):
+                path, rc = node.get("filepath"), node.get("return_code")
+                if isinstance(path, str) and isinstance(rc, int):
+                    codes[path] = rc
+                stack.extend(node.values())
+            elif isinstance(node, list):
+                stack.extend(node)
+        return codes
 
     def _hostname(self) -> str | None:
-        p = self.root / "hostname"
-        return p.read_text().strip() if p.is_file() else None
+        for rel in ("hostname", "sos_commands/host/hostname"):
+            text = self._text(rel)
+            words = text.split() if text else []
+            if words and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,252}", words[0]):
+                return words[0]
+        return None
+
+    def _release(self) -> str | None:
+        """The kernel release: proc/version (sos copies it on ppc only), else `uname -a`."""
+        # "Linux version RELEASE (builder) ..." and "Linux HOSTNAME RELEASE #1 SMP ...": the third word
+        for rel, second in (("proc/version", "version"), ("sos_commands/kernel/uname_-a", None), ("uname", None)):
+            text = self._text(rel)
+            words = text.split() if text else []
+            if (len(words) > 2 and words[0] == "Linux" and (second is None or words[1] == second)
+                    and re.match(r"\d+\.\d+", words[2])):
+                return words[2]
+        return None
 
     def _sysctls(self) -> dict[str, str]:
         if self._sysctl is None:
             self._sysctl = {}
-            for p in self.root.glob("sos_commands/kernel/sysctl_-a"):
-                for line in p.read_text(errors="replace").splitlines():
-                    key, sep, value = line.partition(" = ")
-                    if sep:
-                        self._sysctl[key.strip()] = value.strip()
+            for line in (self._text(SYSCTL_A) or "").splitlines():
+                key, sep, value = line.partition(" = ")
+                if sep:
+                    self._sysctl[key.strip()] = value.strip()
+        elif self._sysctl:
+            self.note(SYSCTL_A)
         return self._sysctl
 
     def read(self, path: str) -> str | None:
-        p = _tree_path(self.root, path)
-        if p.is_file():
-            try:
-                return p.read_text(errors="replace")
-            except OSError:
-                return None
+        text = self._text(str(_tree_path(self.root, path).relative_to(self.root)))
+        if text is not None:
+            return text
+        if path == "/proc/sys/kernel/osrelease":
+            release = self._release()
+            if release:
+                return release + "\n"
+        if path == "/proc/sys/kernel/hostname":
+            name = self._hostname()
+            if name:
+                return name + "\n"
         if path.startswith("/proc/sys/"):
-            key = path[len("/proc/sys/"):].replace("/", ".")
+            # sysctl prints a '.' inside a name (vlan ifaces: eth0.100) as '/'
+            key = ".".join(part.replace(".", "/") for part in path[len("/proc/sys/"):].split("/"))
             value = self._sysctls().get(key)
             if value is not None:
                 return value + "\n"
-        if path == "/proc/sys/kernel/osrelease":
-            uname = self.root / "uname"
-            if uname.is_file():
-                fields = uname.read_text().split()
-                return fields[2] + "\n" if len(fields) > 2 else None
-        if path == "/proc/sys/kernel/hostname":
-            name = self._hostname()
-            return name + "\n" if name else None
         return None
 
     def exists(self, path: str) -> bool:
         return _tree_path(self.root, path).exists() or self.read(path) is not None
 
+    def covers(self, path: str) -> bool:
+        return self.exists(path)
+
+    @property
+    def collected(self) -> str | None:
+        """`date` as sos ran it (date plugin), else timedatectl's local time (the top `date` symlink)."""
+        for rel in ("sos_commands/date/date", "date", "sos_commands/systemd/timedatectl"):
+            for line in (self._text(rel) or "").splitlines():
+                line = line.strip()
+                if line.startswith("Local time:"):
+                    return line.partition(":")[2].strip()
+                if re.match(r"[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d ", line):
+                    return line
+        return None
+
     def listdir(self, path: str) -> list[str]:
         p = _tree_path(self.root, path)
-        return sorted(os.listdir(p)) if p.is_dir() else []
+        try:
+            return sorted(os.listdir(p)) if p.is_dir() else []
+        except OSError:
+            return []
 
     def command(self, name: str, argv: Sequence[str]) -> Output | None:
-        for p in sorted(self.root.glob(f"sos_commands/*/{name}")):
-            if p.is_file():
-                return Output(p.read_text(errors="replace"))
+        """`sos_commands/*/NAME`; its exit code from sos's manifest (sos keeps a failed command's output)."""
+        for p in sorted(self.root.glob(f"sos_commands/*/{glob_escape(name)}")):
+            rel = str(p.relative_to(self.root))
+            text = self._text(rel)
+            if text is not None:
+                return Output(text, self._codes.get(rel, 0))
         return None
 
     def sample(self, path: str, seconds: float) -> list[tuple[float, str]]:
         text = self.read(path)
         return [(0.0, text)] if text is not None else []
+
+
+def glob_escape(name: str) -> str:
+    """A file name made literal for Path.glob."""
+    return re.sub(r"([*?\[])", r"[\1]", name)
 
 
 def open_root(directory: str | Path) -> Source:
@@ -368,9 +477,10 @@ def open_root(directory: str | Path) -> Source:
             raise BadInput(f"--root {root}: {MANIFEST} is not an {CAPTURE_FORMAT} manifest")
         return CapturedTree(root, manifest)
     if (root / "sos_commands").is_dir() or (root / "sos_reports").is_dir():
-        if not (root / "proc").is_dir() or not (root / "sos_commands").is_dir():
+        # A partial sosreport is normal (plugins skipped, sysfs left out); one with nothing to read is not.
+        if not (root / "proc").is_dir() and not any(p.is_file() for p in root.glob("sos_commands/*/*")):
             raise BadInput(
-                f"--root {root}: malformed sosreport (needs proc/ and sos_commands/; "
+                f"--root {root}: malformed sosreport (neither proc/ nor any sos_commands/PLUGIN/ output; "
                 "extract the whole tarball: tar xf sosreport-*.tar.xz)"
             )
         return SosReport(root)

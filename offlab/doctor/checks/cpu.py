@@ -6,7 +6,7 @@ from collections import Counter
 
 from offlab.doctor import parse
 from offlab.doctor.model import Outcome
-from offlab.doctor.registry import Context, Skip, check
+from offlab.doctor.registry import Context, check, no_data
 
 CPU = "/sys/devices/system/cpu"
 DEEP_IDLE_US = 50  # exit latency above which an idle state costs a wake-up at high pps (C6 ~ 100 µs)
@@ -23,7 +23,16 @@ def smt(ctx: Context) -> Outcome:
         if sib and len(parse.cpulist(sib)) > 1 and sib not in groups:
             groups.append(sib)
     if control is None and not groups and active is None:
-        raise Skip(f"neither {CPU}/smt nor topology/thread_siblings_list is readable")
+        threads = ctx.lscpu.get("Thread(s) per core", "")
+        if not threads.isdigit():
+            raise no_data(f"neither {CPU}/smt, topology/thread_siblings_list nor lscpu's 'Thread(s) per core'")
+        evidence = {"threads_per_core": int(threads), "sockets": ctx.lscpu.get("Socket(s)"),
+                    "cores_per_socket": ctx.lscpu.get("Core(s) per socket")}
+        if int(threads) <= 1:
+            return Outcome("ok", "SMT off: 1 thread per core (lscpu)", evidence)
+        return Outcome("warn", f"SMT on: {threads} threads per core (lscpu)", evidence,
+                       fix="echo off > /sys/devices/system/cpu/smt/control   # or disable Hyper-Threading/SMT in the "
+                           "BIOS; if SMT stays on, never pin two vCPUs of one VM to siblings")
     on = active == "1" or bool(groups)
     evidence = {"control": control, "active": active, "sibling_groups": len(groups),
                 "siblings": groups[:16]}
@@ -45,6 +54,8 @@ def smt(ctx: Context) -> Outcome:
        why="the guide sets Energy Performance to Performance: a ramping clock adds latency and jitter per packet")
 def governor(ctx: Context) -> Outcome:
     policies = [p for p in ctx.src.listdir(f"{CPU}/cpufreq") if p.startswith("policy")]
+    if not policies and not ctx.present(CPU):
+        return _governor_from_cpupower(ctx)
     if not policies:
         return Outcome("ok", "no cpufreq driver: the clock is set by firmware or the hypervisor",
                        {"cpufreq": False})
@@ -68,6 +79,20 @@ def governor(ctx: Context) -> Outcome:
                    fix="cpupower frequency-set -g performance   # and BIOS Energy Performance = Performance")
 
 
+def _governor_from_cpupower(ctx: Context) -> Outcome:
+    """A sosreport without /sys/devices/system/cpu: what `cpupower frequency-info` said of CPU 0."""
+    out = ctx.run(["cpupower", "frequency-info"])
+    info = parse.cpupower_frequency(out.stdout) if out is not None and out.ok else {}
+    if not info.get("governor"):
+        raise no_data(f"{CPU}/cpufreq not in this source, nor a governor in `cpupower frequency-info`")
+    evidence = {"cpufreq": True, "governors": {info["governor"]: None}, "driver": info.get("driver"),
+                "cpu": 0}
+    if info["governor"] == "performance":
+        return Outcome("ok", "governor performance on CPU 0 (cpupower)", evidence)
+    return Outcome("warn", f"not running at performance: {info['governor']} on CPU 0 (cpupower)", evidence,
+                   fix="cpupower frequency-set -g performance   # and BIOS Energy Performance = Performance")
+
+
 @check("cpu.idle", area="cpu", title="CPU idle states (C-states)", tier="aggressive",
        why="deep C-states (C6) take ~100 µs to wake; when every core is busy with packets the guide turns them off")
 def idle(ctx: Context) -> Outcome:
@@ -83,6 +108,13 @@ def idle(ctx: Context) -> Outcome:
                        "latency_us": ctx.int_value(f"{base}/latency"),
                        "disabled": ctx.value(f"{base}/disable") == "1"})
     evidence = {"driver": driver, "governor": gov, "cpu": first, "states": states}
+    if driver is None and not states and not ctx.present(CPU):
+        out = ctx.run(["cpupower", "idle-info"])  # a sosreport without the sysfs copy
+        info = parse.cpupower_idle(out.stdout) if out is not None and out.ok else {}
+        if not info.get("driver") and not info.get("states"):
+            raise no_data(f"{CPU}/cpuidle not in this source, nor states in `cpupower idle-info`")
+        driver, gov, first, states = info["driver"], info["governor"], 0, info["states"]
+        evidence = {"driver": driver, "governor": gov, "cpu": 0, "states": states, "from": "cpupower idle-info"}
     if driver in (None, "none") and not states:
         return Outcome("ok", "no cpuidle driver: idle is a plain HLT/poll", evidence)
     deep = [s for s in states if (s["latency_us"] or 0) >= DEEP_IDLE_US and not s["disabled"]]
@@ -98,21 +130,24 @@ def idle(ctx: Context) -> Outcome:
        why="AMD sockets have several memory controllers; exposing them (NPS=4) lets vCPUs, memory and the NIC stay close")
 def numa_nodes(ctx: Context) -> Outcome:
     procs = ctx.cpus_info
-    if not procs:
-        raise Skip("/proc/cpuinfo is not readable")
-    vendor = procs[0].get("vendor_id", "")
-    sockets = {p.get("physical id") for p in procs if p.get("physical id") is not None}
+    if procs:
+        vendor, model = procs[0].get("vendor_id", ""), procs[0].get("model name")
+        sockets = len({p.get("physical id") for p in procs if p.get("physical id") is not None}) or 1
+    elif ctx.lscpu.get("Vendor ID"):  # a sosreport without /proc/cpuinfo
+        vendor, model = ctx.lscpu["Vendor ID"], ctx.lscpu.get("Model name")
+        sockets = int(ctx.lscpu["Socket(s)"]) if ctx.lscpu.get("Socket(s)", "").isdigit() else 1
+    else:
+        raise no_data("neither /proc/cpuinfo nor lscpu")
+    sockets = max(sockets, 1)
     nodes = len(ctx.numa_nodes) or 1
     guest = ctx.guest
-    evidence = {"vendor": vendor, "model": procs[0].get("model name"), "sockets": len(sockets) or 1,
-                "numa_nodes": nodes, "guest": guest}
+    evidence = {"vendor": vendor, "model": model, "sockets": sockets, "numa_nodes": nodes, "guest": guest}
     if vendor not in ("AuthenticAMD", "HygonGenuine"):
         return Outcome("ok", f"{vendor or 'this CPU'}: one NUMA node per socket is the norm ({nodes} node(s))",
                        evidence)
     if guest:
         return Outcome("ok", f"AMD guest with {nodes} NUMA node(s): NPS is the host's BIOS setting", evidence)
-    per_socket = nodes / (len(sockets) or 1)
-    if per_socket >= 2:
-        return Outcome("ok", f"AMD with {nodes} NUMA nodes on {len(sockets) or 1} socket(s)", evidence)
-    return Outcome("warn", f"AMD with {nodes} NUMA node(s) on {len(sockets) or 1} socket(s) (NPS1)", evidence,
+    if nodes / sockets >= 2:
+        return Outcome("ok", f"AMD with {nodes} NUMA nodes on {sockets} socket(s)", evidence)
+    return Outcome("warn", f"AMD with {nodes} NUMA node(s) on {sockets} socket(s) (NPS1)", evidence,
                    fix="BIOS: NUMA nodes per socket (NPS) = 4, then pin each VM inside one node")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from offlab.doctor import parse
 from offlab.doctor.model import Outcome
-from offlab.doctor.registry import Context, Skip, check
+from offlab.doctor.registry import Context, check, no_data
 
 # The guide's reasons to upgrade, with the release that brought each.
 GUIDE_FEATURES = (
@@ -24,7 +24,8 @@ def version(ctx: Context) -> Outcome:
     release = ctx.value("/proc/sys/kernel/osrelease")
     ver = parse.kernel_version(release) if release else None
     if ver is None:
-        raise Skip("kernel release not readable (/proc/sys/kernel/osrelease)")
+        raise no_data("kernel release (/proc/sys/kernel/osrelease; in a sosreport also proc/version, "
+                      "sos_commands/kernel/uname_-a, uname)")
     missing = [f"{name} ({a}.{b})" for (a, b), name in GUIDE_FEATURES if ver[:2] < (a, b)]
     evidence = {"release": release, "version": ".".join(map(str, ver)), "missing": missing,
                 "recommended": "5.4"}
@@ -43,13 +44,15 @@ def version(ctx: Context) -> Outcome:
 def mitigations(ctx: Context) -> Outcome:
     cmdline = ctx.value("/proc/cmdline")
     if cmdline is None:
-        raise Skip("/proc/cmdline is not readable")
+        raise no_data("/proc/cmdline")
     params = cmdline.split(" -- ")[0].split()
     vulns = {}
     for name in ctx.src.listdir("/sys/devices/system/cpu/vulnerabilities"):
         v = ctx.value(f"/sys/devices/system/cpu/vulnerabilities/{name}")
         if v is not None:
             vulns[name] = v
+    if not vulns and not ctx.present("/sys/devices/system/cpu"):
+        vulns = parse.lscpu_vulnerabilities(ctx.lscpu)  # a sosreport without the sysfs copy
     active = sorted(n for n, v in vulns.items() if v.startswith("Mitigation"))
     mitig = [p for p in params if p.startswith("mitigations=")]
     evidence = {"cmdline_mitigations": mitig[-1] if mitig else None,
@@ -73,9 +76,12 @@ def mitigations(ctx: Context) -> Outcome:
        why="hugepages help memory-heavy guests (redis, databases); the guide finds no clear gain for the network itself")
 def hugepages(ctx: Context) -> Outcome:
     text = ctx.read("/proc/meminfo")
-    if text is None:
-        raise Skip("/proc/meminfo is not readable")
-    mem = parse.meminfo(text)
+    mem = parse.meminfo(text) if text is not None else {}
+    if "HugePages_Total" not in mem:
+        reserved = ctx.int_value("/proc/sys/vm/nr_hugepages")  # a sosreport's sysctl -a, when meminfo is missing
+        if reserved is None:
+            raise no_data("/proc/meminfo (HugePages_Total) nor vm.nr_hugepages")
+        mem = {**mem, "HugePages_Total": reserved}
     total, size = mem.get("HugePages_Total", 0), mem.get("Hugepagesize", 0)
     evidence = {"total": total, "free": mem.get("HugePages_Free", 0), "size_kb": size}
     if total > 0:

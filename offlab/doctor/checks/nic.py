@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from offlab.doctor import parse
 from offlab.doctor.model import FixChange, Outcome
-from offlab.doctor.registry import Context, NotApplicable, Skip, check, last_line
+from offlab.doctor.registry import Context, NotApplicable, Skip, check, last_line, no_data
 
 NOT_HERE = "ethtool missing, or not in this capture"
 GUIDE_RING = 256  # the guide: ethtool -G IF rx 256 tx 256 for most cases
@@ -27,7 +27,7 @@ VETH_LEFT_ALONE = ("tx-checksumming", "generic-receive-offload")
 
 def hardware(ctx: Context, iface: str) -> None:
     """Rings, queues and coalescing belong to a device; a veth or bridge has none, so no finding."""
-    if not ctx.src.exists(f"/sys/class/net/{iface}/device"):
+    if not ctx.has_device(iface):
         raise NotApplicable(iface)
 
 
@@ -40,6 +40,8 @@ def rings(ctx: Context, iface: str) -> Outcome:
         raise Skip(f"{iface} reports no ring sizes ({last_line(out) if out else NOT_HERE})")
     g = parse.ethtool_sections(out.stdout)
     cur, mx = g["current"], g["max"]
+    if cur.get("rx") is None and cur.get("tx") is None:
+        raise no_data(f"ethtool -g {iface} output has no current rx/tx ring size ({last_line(out)})")
     evidence = {"rx": cur.get("rx"), "rx_max": mx.get("rx"), "tx": cur.get("tx"), "tx_max": mx.get("tx")}
     short = {}
     for d in ("rx", "tx"):
@@ -74,11 +76,15 @@ def rx_queues(ctx: Context, iface: str) -> int:
 def flow_hash(ctx: Context, iface: str) -> Outcome:
     hardware(ctx, iface)
     out = ctx.ethtool("-n", iface, "rx-flow-hash", "udp4")
-    if out is None or not out.ok:
-        raise Skip(f"{iface} does not report its RSS hash ({last_line(out) if out else NOT_HERE})")
+    if out is None:
+        # sos (4.x included) never runs `ethtool -n IF rx-flow-hash udp4`
+        raise no_data(f"ethtool -n {iface} rx-flow-hash udp4 "
+                      "(ethtool missing, or not in this tree: sos never collects it)")
+    if not out.ok:
+        raise Skip(f"{iface} does not report its RSS hash ({last_line(out)})")
     letters = parse.ethtool_flow_hash(out.stdout)
     if letters is None:
-        raise Skip(f"unrecognised ethtool -n output for {iface}")
+        raise no_data(f"unrecognised ethtool -n output for {iface}")
     queues = rx_queues(ctx, iface)
     evidence = {"udp4": letters or "none", "rx_queues": queues}
     if "f" in letters and "n" in letters:
@@ -100,6 +106,8 @@ def coalesce(ctx: Context, iface: str) -> Outcome:
     if out is None or not out.ok:
         raise Skip(f"{iface} does not report coalescing ({last_line(out) if out else NOT_HERE})")
     c = parse.ethtool_coalesce(out.stdout)
+    if "adaptive-rx" not in c and "rx-usecs" not in c:
+        raise no_data(f"ethtool -c {iface} output has neither Adaptive RX nor rx-usecs ({last_line(out)})")
     keys = ("adaptive-rx", "adaptive-tx", "rx-usecs", "rx-frames", "tx-usecs", "tx-frames")
     evidence = {k: c.get(k) for k in keys}
     if c.get("adaptive-rx") == "on":
@@ -127,12 +135,18 @@ def offloads(ctx: Context, iface: str) -> Outcome:
             kept.append(name)
             continue
         off.append(name)
+    unreported = [n for n in OFFLOADS if n not in feats]
+    if len(unreported) == len(OFFLOADS):
+        raise no_data(f"ethtool -k {iface} shows none of {', '.join(OFFLOADS)} (output cut short?)")
     evidence = {"off_changeable": off, "fixed_off": sorted(n for n in OFFLOADS if n in feats
                                                            and not feats[n].active and feats[n].fixed),
-                "kept_off": kept}
+                "kept_off": kept, "not_reported": unreported}
     if not off:
         note = f" ({', '.join(kept)} off on a veth left alone)" if kept else ""
-        return Outcome("ok", f"every changeable offload of the {len(OFFLOADS)} checked is on{note}", evidence)
+        if unreported:
+            note += f"; not reported: {', '.join(unreported)}"
+        checked = len(OFFLOADS) - len(unreported)
+        return Outcome("ok", f"every changeable offload of the {checked} checked is on{note}", evidence)
     return Outcome("warn", f"off but changeable: {', '.join(off)}", evidence,
                    fix=f"ethtool -K {iface} " + " ".join(f"{n} on" for n in off),
                    changes=[FixChange(n, "on", iface) for n in off])

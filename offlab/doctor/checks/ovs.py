@@ -11,7 +11,7 @@ from __future__ import annotations
 from offlab import netdev
 from offlab.doctor import parse
 from offlab.doctor.model import FixChange, Outcome
-from offlab.doctor.registry import Context, Skip, check
+from offlab.doctor.registry import Context, Skip, check, no_data
 
 
 def _ours(ctx: Context, pid: int) -> bool:
@@ -61,6 +61,19 @@ def _peer_tx(ctx: Context, port: dict) -> dict:
     return entry
 
 
+def _vswitchd_from_ps(ctx: Context) -> Outcome:
+    """A sosreport: ps says whether ovs-vswitchd ran; the ports' peers need live ethtool, so that part is no data."""
+    for argv in (["ps", "auxwwwm"], ["ps", "auxwww"]):
+        ps = ctx.run(argv)
+        procs = parse.ps_processes(ps.stdout) if ps is not None and ps.ok else []
+        if procs:
+            pids = [pid for pid, cmd in procs if cmd.split()[0].rsplit("/", 1)[-1] == "ovs-vswitchd"]
+            if not pids:
+                return Outcome("ok", "no ovs-vswitchd running (ps)", {"vswitchd": []})
+            raise no_data(f"ovs-vswitchd ran (pid {pids[0]}) but its ports' veth peers cannot be read here")
+    raise no_data("no process list (pgrep, or ps auxwwwm / ps auxwww in a sosreport)")
+
+
 @check("ovs.veth-csum", area="ovs", title="OVS userspace bridge over veth: tx checksum trap", tier=None,
        needs_root=True,
        why="the userspace datapath forwards veth frames with partial checksums untouched, so TCP is "
@@ -68,7 +81,7 @@ def _peer_tx(ctx: Context, port: dict) -> dict:
 def veth_csum(ctx: Context) -> Outcome:
     out = ctx.run(["pgrep", "-x", "ovs-vswitchd"])
     if out is None:
-        raise Skip("no process list here (pgrep missing, or a capture without it)")
+        return _vswitchd_from_ps(ctx)
     pids = [p for p, _ in parse.pgrep_list(out.stdout)]
     if not pids:
         return Outcome("ok", "no ovs-vswitchd running", {"vswitchd": []})

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from offlab.doctor import parse
 from offlab.doctor.model import FixChange, Outcome
-from offlab.doctor.registry import Context, check
+from offlab.doctor.registry import Context, check, no_data
 from offlab.mtu.calc import VXLAN_OVERHEAD
 
 MAX_NAMESPACES = 16
@@ -74,6 +74,8 @@ def _label(ns: str, ifname: str) -> str:
        why="a frame larger than the next link's MTU is dropped without an ICMP inside a segment; "
            "across a router only PMTU discovery saves it")
 def path(ctx: Context) -> Outcome:
+    if not ctx.links:
+        raise no_data("no interface list (ip -d -j link, ip -d address, /sys/class/net)")
     if not any(_kind(l) == "veth" for l in ctx.links):
         return Outcome("ok", "no veth here: no namespace path to follow", {"namespaces": [ctx.netns or ""]})
     spaces, ids, unreachable = _walk(ctx)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from offlab.doctor import parse
 from offlab.doctor.checks.nic import hardware
 from offlab.doctor.model import FixChange, Outcome
-from offlab.doctor.registry import Context, Skip, check
+from offlab.doctor.registry import Context, Skip, check, no_data
 
 
 @check("nic.queues", area="nic", title="Queue count vs CPUs (multiqueue)", tier="basic", per_iface=True,
@@ -56,7 +56,7 @@ def rps_xps(ctx: Context, iface: str) -> Outcome:
     rps = _queue_masks(ctx, iface, "rx-", "rps_cpus")
     xps = _queue_masks(ctx, iface, "tx-", "xps_cpus")
     if not rps and not xps:
-        raise Skip(f"/sys/class/net/{iface}/queues not readable")
+        raise no_data(f"/sys/class/net/{iface}/queues (sosreports do not copy it)")
     evidence = {"cpus": len(online),
                 "rps": {q: parse.format_cpus(m) if m is not None else None for q, m in rps.items()},
                 "xps": {q: parse.format_cpus(m) if m is not None else None for q, m in xps.items()}}
@@ -109,6 +109,8 @@ def numa(ctx: Context, iface: str) -> Outcome:
         node_text = ctx.value(f"/sys/class/net/{iface}/device/numa_node")
     node = int(node_text) if node_text and node_text.lstrip("-").isdigit() else None
     nodes = ctx.numa_nodes
+    if node_text is None and len(nodes) > 1 and not ctx.present(f"/sys/class/net/{iface}/device"):
+        raise no_data(f"the NUMA node of {iface}: /sys/class/net/{iface}/device/numa_node is not in this source")
     evidence = {"pci": bus, "numa_node": node, "nodes": {str(n): parse.format_cpus(c) for n, c in nodes.items()}}
     if len(nodes) <= 1:
         return Outcome("ok", f"one NUMA node: nothing to place (pci {bus or '?'})", evidence)
@@ -148,11 +150,16 @@ def irqbalance(ctx: Context) -> Outcome:
         pids = [p for p, _ in parse.pgrep_list(out.stdout)]
         running = bool(pids)
     else:
-        ps = ctx.run(["ps", "auxwww"])  # a sosreport has ps output, not pgrep
-        if ps is None:
-            raise Skip("no process list here (pgrep missing, or a capture without it)")
-        pids = [int(l.split()[1]) for l in ps.stdout.splitlines()[1:]
-                if len(l.split()) > 10 and l.split()[10].rsplit("/", 1)[-1] == "irqbalance"]
+        # a sosreport has ps output, not pgrep: `ps auxwwwm` since sos 4.0, `ps auxwww` before
+        procs = []
+        for argv in (["ps", "auxwwwm"], ["ps", "auxwww"]):
+            ps = ctx.run(argv)
+            procs = parse.ps_processes(ps.stdout) if ps is not None and ps.ok else []
+            if procs:
+                break
+        if not procs:
+            raise no_data("no process list (pgrep, or ps auxwwwm / ps auxwww in a sosreport)")
+        pids = [pid for pid, cmd in procs if cmd.split()[0].rsplit("/", 1)[-1] == "irqbalance"]
         running = bool(pids)
     evidence = {"running": running, "pids": pids}
     if not running:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
+
 from offlab import netdev
 from offlab.doctor import parse
 from offlab.doctor.model import FixChange, Outcome
-from offlab.doctor.registry import Context, Skip, check
+from offlab.doctor.registry import Context, Skip, check, no_data
 
 BR_NF = "/proc/sys/net/bridge/bridge-nf-call-iptables"
 
@@ -19,7 +21,14 @@ NAPI_GUIDE = {
 
 
 def bridges(ctx: Context) -> list[str]:
+    if not ctx.links:
+        raise no_data("no interface list (ip -d -j link, ip -d address, /sys/class/net)")
     return [l["ifname"] for l in ctx.links if l.get("ifname") and ctx.is_bridge(l["ifname"])]
+
+
+def sysctls_readable(ctx: Context) -> bool:
+    """Whether this source shows /proc/sys at all (a sosreport: its sysctl -a); net.core.somaxconn always exists."""
+    return ctx.value("/proc/sys/net/core/somaxconn") is not None
 
 
 @check("bridge.netfilter", area="bridge", title="Bridge netfilter (bridge-nf-call-iptables)", tier="aggressive",
@@ -32,6 +41,8 @@ def bridge_netfilter(ctx: Context) -> Outcome:
     if not brs:
         return Outcome("ok", "no Linux bridges here" + (f" (bridge-nf-call-iptables={value})" if value else ""),
                        evidence)
+    if value is None and not sysctls_readable(ctx):
+        raise no_data(f"{BR_NF} (no sysctl values here: sos_commands/kernel/sysctl_-a in a sosreport)")
     if value is None:
         return Outcome("ok", f"br_netfilter not loaded: frames on {', '.join(brs)} skip iptables", evidence)
     if value.strip() == "0":
@@ -79,9 +90,20 @@ def _count(ctx: Context, attempts: list[tuple[list[str], str]]) -> tuple[int | N
         if style == "save":
             return parse.count_save_rules(out.stdout), " ".join(argv)
         if style == "nft":
-            return parse.count_nft_rules(out.stdout), " ".join(argv)
+            return parse.count_nft_rules(parse.strip_nft_handles(out.stdout)), " ".join(argv)
         return parse.count_list_rules(out.stdout), " ".join(argv)
     return None, None
+
+
+def _xtables_in_nft(ctx: Context, listed_with: str | None) -> set[str]:
+    """Which of iptables/ip6tables/ebtables the nft ruleset already holds (the tables their -nft variants make)."""
+    if not listed_with:
+        return set()
+    out = ctx.run(listed_with.split())
+    text = out.stdout if out is not None else ""
+    families = {"ip": "iptables", "ip6": "ip6tables", "bridge": "ebtables"}
+    found = re.findall(r"^table (ip|ip6|bridge) (?:filter|nat|mangle|raw|security|broute)\b", text, re.M)
+    return {families[f] for f in found}
 
 
 @check("firewall.rules", area="firewall", title="iptables / ebtables / nftables rules", tier="aggressive",
@@ -94,7 +116,7 @@ def firewall_rules(ctx: Context) -> Outcome:
         "iptables": [(["iptables-save"], "save"), (["iptables", "-vnxL"], "list")],
         "ip6tables": [(["ip6tables-save"], "save"), (["ip6tables", "-vnxL"], "list")],
         "ebtables": [(["ebtables-save"], "save"), (["ebtables", "-t", "filter", "-L"], "list")],
-        "nft": [(["nft", "list", "ruleset"], "nft")],
+        "nft": [(["nft", "list", "ruleset"], "nft"), (["nft", "-a", "list", "ruleset"], "nft")],  # sos 4: -a
     }
     for tool, attempts in plans.items():
         n, how = _count(ctx, attempts)
@@ -107,9 +129,12 @@ def firewall_rules(ctx: Context) -> Outcome:
         if tables:
             return Outcome("warn", f"iptables tables loaded ({', '.join(tables)}) but no tool to list their rules",
                            evidence, fix="apt-get install iptables nftables, then rerun")
-        raise Skip("no iptables, ip6tables, ebtables or nft here to list rules (and no legacy tables loaded)")
-    total = sum(counts.values())
-    shown = ", ".join(f"{t} {n}" for t, n in counts.items())
+        raise no_data("no iptables, ip6tables, ebtables or nft here to list rules (and no legacy tables loaded)")
+    # iptables-nft (RHEL 8+, Debian 10+) keeps iptables' rules as nft tables: they are in the nft count already
+    nft_backed = sorted(_xtables_in_nft(ctx, sources.get("nft")) & {t for t in counts if t != "nft"})
+    evidence["counted_in_nft"] = nft_backed
+    total = sum(n for t, n in counts.items() if t not in nft_backed)
+    shown = ", ".join(f"{t} {n}" + (" (in nft)" if t in nft_backed else "") for t, n in counts.items())
     if total == 0:
         return Outcome("ok", f"no rules ({shown})", evidence)
     fix = []
@@ -135,7 +160,7 @@ def napi_sysctls(ctx: Context) -> Outcome:
     for key in NAPI_GUIDE:
         values[key] = ctx.int_value("/proc/sys/" + key.replace(".", "/"))
     if all(v is None for v in values.values()):
-        raise Skip("net.core NAPI sysctls not readable here")
+        raise no_data("net.core NAPI sysctls (/proc/sys/net/core; sos_commands/kernel/sysctl_-a in a sosreport)")
     low = {k: v for k, v in values.items() if v is not None and v < NAPI_GUIDE[k]}
     evidence = {"values": values, "guide": NAPI_GUIDE}
     if not low:
@@ -152,8 +177,11 @@ def napi_sysctls(ctx: Context) -> Outcome:
 def softnet(ctx: Context) -> Outcome:
     snaps = ctx.src.sample("/proc/net/softnet_stat", ctx.sample_seconds)
     if not snaps:
-        raise Skip("/proc/net/softnet_stat not readable")
-    first = netdev.parse_softnet(snaps[0][1])
+        raise no_data("/proc/net/softnet_stat")
+    try:
+        first = netdev.parse_softnet(snaps[0][1])
+    except ValueError:  # not hex rows: a damaged copy
+        raise no_data("/proc/net/softnet_stat holds no hex counter rows") from None
     boot = {"processed": sum(r.processed for r in first), "dropped": sum(r.dropped for r in first),
             "time_squeeze": sum(r.time_squeeze for r in first)}
     if len(snaps) < 2:
