@@ -95,7 +95,7 @@ pub fn run(o: &RrServerOpts) -> Result<Value, Failure> {
     let (udp, listener, local) = bind_both(o)?;
     let _ = udp.set_timeout(libc::SO_RCVTIMEO, WAKE_NS);
     let _ = listener.set_timeout(libc::SO_RCVTIMEO, WAKE_NS);
-    let _ = udp.set_buffer(4 << 20, libc::SO_RCVBUFFORCE, libc::SO_RCVBUF);
+    let _ = udp.size_buffer(sys::Buffer::Receive, 4 << 20);
     let max_udp = if o.bind.is_ipv6() { crate::args::MAX_PAYLOAD_V6 } else { crate::args::MAX_PAYLOAD_V4 };
     let shared = Arc::new(Shared {
         done: AtomicBool::new(false),
