@@ -59,6 +59,8 @@ def value(metric: str, v: float | None, half_width: float | None = None) -> str:
 def _fixed_like(x: float, like: str) -> str:
     """x with as many decimals as `like`; one significant digit when that would show a spread as 0."""
     decimals = len(like.split(".")[1]) if "." in like else 0
+    if x < 1e-9:  # identical values whose mean picked up float rounding: no spread at all
+        x = 0.0
     if x > 0 and round(x, decimals) == 0:
         return _num(x, 1)
     return f"{x:.{decimals}f}"
