@@ -8,9 +8,14 @@ PY    := $(VENV)/bin/python
 PYTHON ?= /usr/bin/python3
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
-.PHONY: demo test install deps clean
+.PHONY: demo test install deps guest clean
 
-install: deps $(VENV)/.installed
+install: deps $(VENV)/.installed guest
+
+# The guest image (Debian cloud kernel + busybox initramfs, docs/vm.md): built once, cached by the
+# hash of its inputs, so this is a cache check when nothing changed.
+guest: $(VENV)/.installed
+	@$(VENV)/bin/offlab vm image >/dev/null
 
 deps:
 	@scripts/install-deps
