@@ -11,7 +11,7 @@ mod rr;
 mod rr_args;
 mod rr_server;
 mod rr_wire;
-mod rtt;
+mod histogram;
 mod rx;
 mod stats;
 mod sys;

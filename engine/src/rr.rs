@@ -13,7 +13,7 @@ use std::net::SocketAddr;
 use crate::json::{Obj, Value};
 use crate::rr_args::{Proto, RrOpts};
 use crate::rr_wire::{self, decode, encode, Io, RrHeader, FLAG_CLOSE, HEADER_LEN};
-use crate::rtt::RttHistogram;
+use crate::histogram::Histogram;
 use crate::sys::{self, Socket};
 use crate::Failure;
 
@@ -23,9 +23,9 @@ const CLOCK_SAMPLES: usize = 20_000;
 const START_DELAY_NS: u64 = 20_000_000;
 
 struct Flow {
-    rtt: RttHistogram,
+    rtt: Histogram,
     /// RTT from the moment the request was actually sent (= `rtt` in closed loop).
-    service: RttHistogram,
+    service: Histogram,
     transactions: u64,
     lost: u64,
     unsent: u64,
@@ -44,8 +44,8 @@ struct Flow {
 impl Flow {
     fn new(highest_ns: u64) -> Flow {
         Flow {
-            rtt: RttHistogram::new(highest_ns),
-            service: RttHistogram::new(highest_ns),
+            rtt: Histogram::new(highest_ns),
+            service: Histogram::new(highest_ns),
             transactions: 0,
             lost: 0,
             unsent: 0,
@@ -170,18 +170,7 @@ fn flow(o: &RrOpts, id: u32, dest: SocketAddr, udp: Option<Socket>, plan: Plan, 
     let mut conn: Option<Socket> = None;
     if o.proto == Proto::Tcp {
         // The persistent connection is set up before timing starts.
-        match rr_wire::connect_tcp(&dest, plan.start) {
-            Ok(s) => {
-                f.connects += 1;
-                conn = Some(s)
-            }
-            Err(e) => {
-                f.connect_failures += 1;
-                if let Io::Err(e) = e {
-                    f.error(e);
-                }
-            }
-        }
+        conn = connect(&dest, plan.start, f);
     }
     crate::pacing::wait_until(plan.start);
     let mut k: u64 = 0;
@@ -235,18 +224,7 @@ fn flow(o: &RrOpts, id: u32, dest: SocketAddr, udp: Option<Socket>, plan: Plan, 
             Proto::Udp => udp_transaction(udp.as_ref().unwrap(), &req, &mut resp, &h, deadline, f),
             Proto::Tcp => {
                 if conn.is_none() {
-                    match rr_wire::connect_tcp(&dest, deadline) {
-                        Ok(s) => {
-                            f.connects += 1;
-                            conn = Some(s)
-                        }
-                        Err(e) => {
-                            f.connect_failures += 1;
-                            if let Io::Err(e) = e {
-                                f.error(e);
-                            }
-                        }
-                    }
+                    conn = connect(&dest, deadline, f);
                 }
                 let r = match conn.as_ref() {
                     Some(c) => tcp_transaction(c, &req, &mut resp[..o.response_size], &h, deadline, f),
@@ -257,26 +235,16 @@ fn flow(o: &RrOpts, id: u32, dest: SocketAddr, udp: Option<Socket>, plan: Plan, 
                 }
                 r
             }
-            Proto::TcpCrr => match rr_wire::connect_tcp(&dest, deadline) {
-                Ok(c) => {
-                    f.connects += 1;
-                    let r = tcp_transaction(&c, &req, &mut resp[..o.response_size], &h, deadline, f);
-                    if r.is_some() {
-                        // Wait for the server's FIN (after the RTT is taken), so the
-                        // server closes first and keeps the TIME_WAIT.
-                        let mut b = [0u8; 1];
-                        let _ = rr_wire::read_exact(&c, &mut b, deadline.max(sys::mono_ns() + 1_000_000));
-                    }
-                    r
+            Proto::TcpCrr => connect(&dest, deadline, f).and_then(|c| {
+                let r = tcp_transaction(&c, &req, &mut resp[..o.response_size], &h, deadline, f);
+                if r.is_some() {
+                    // Wait for the server's FIN (after the RTT is taken), so the
+                    // server closes first and keeps the TIME_WAIT.
+                    let mut b = [0u8; 1];
+                    let _ = rr_wire::read_exact(&c, &mut b, deadline.max(sys::mono_ns() + 1_000_000));
                 }
-                Err(e) => {
-                    f.connect_failures += 1;
-                    if let Io::Err(e) = e {
-                        f.error(e);
-                    }
-                    None
-                }
-            },
+                r
+            }),
         };
         f.transactions_total += 1;
         match got {
@@ -301,6 +269,23 @@ fn flow(o: &RrOpts, id: u32, dest: SocketAddr, udp: Option<Socket>, plan: Plan, 
 }
 
 /// Sends the request and waits for its response; returns the receive time.
+/// A TCP connection to the server, counted as a connect or a failure (with its errno).
+fn connect(dest: &SocketAddr, deadline: u64, f: &mut Flow) -> Option<Socket> {
+    match rr_wire::connect_tcp(dest, deadline) {
+        Ok(s) => {
+            f.connects += 1;
+            Some(s)
+        }
+        Err(e) => {
+            f.connect_failures += 1;
+            if let Io::Err(e) = e {
+                f.error(e);
+            }
+            None
+        }
+    }
+}
+
 fn udp_transaction(s: &Socket, req: &[u8], resp: &mut [u8], h: &RrHeader, deadline: u64, f: &mut Flow) -> Option<u64> {
     // SAFETY: `req` is borrowed for the call, pointer and length from it.
     let r = unsafe { libc::send(s.fd, req.as_ptr() as *const libc::c_void, req.len(), 0) };
@@ -381,8 +366,8 @@ fn report(
     clk: (u64, u64, u64),
 ) -> Value {
     let highest_ns = (o.histogram_max * 1e9) as u64;
-    let mut rtt = RttHistogram::new(highest_ns);
-    let mut service = RttHistogram::new(highest_ns);
+    let mut rtt = Histogram::new(highest_ns);
+    let mut service = Histogram::new(highest_ns);
     let mut errors: BTreeMap<String, u64> = BTreeMap::new();
     let sum = |g: &dyn Fn(&Flow) -> u64| flows.iter().map(g).sum::<u64>();
     for f in flows {
@@ -425,7 +410,7 @@ fn report(
         .opt_f("max_us", if service.n > 0 { Some(service.max as f64 / 1e3) } else { None });
     let mut hist = Obj::new();
     hist.s("unit", "ns")
-        .u("sub_buckets_per_octave", crate::rtt::SUB)
+        .u("sub_buckets_per_octave", crate::histogram::SUB)
         .u("highest_trackable_ns", highest_ns)
         .u("overflow", rtt.overflow)
         .set(

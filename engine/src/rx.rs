@@ -8,9 +8,14 @@ use crate::args::RxOpts;
 use crate::gro;
 use crate::header::{self, Decoded, FLAG_END};
 use crate::json::{Obj, Value};
-use crate::stats::{Histogram, Jitter, SeqKind, SeqTracker};
+use crate::histogram::Histogram;
+use crate::stats::{Jitter, SeqKind, SeqTracker};
 use crate::sys::{self, Buffer, Socket, SOL_UDP, UDP_GRO};
+
 use crate::Failure;
+
+/// One-way latencies are kept over the histogram's whole range: a skewed clock must not overflow.
+const LATENCY_HIGHEST_NS: u64 = 1 << 62;
 
 /// Room for any UDP datagram and for a UDP_GRO buffer (at most 64 KiB).
 const BUF_LEN: usize = 65536;
@@ -73,7 +78,7 @@ impl Counters {
             end_seen_at: 0,
             seq: SeqTracker::new(SEQ_WINDOW),
             jitter: Jitter::default(),
-            latency: Histogram::new(),
+            latency: Histogram::new(LATENCY_HIGHEST_NS),
             lat_run: 0,
             lat_run_n: 0,
             recv_errors: BTreeMap::new(),

@@ -60,14 +60,13 @@ def zero_loss_search(lab, w, max_loss: float, low: float, high: float, steps: in
     if not 0 < low < high:
         raise BadInput(f"search bounds: need 0 < low ({low:g} pps) < high ({high:g} pps)")
     trials: list[Trial] = []
-    samples: dict[int, object] = {}
+    samples: list = []  # the measured sample of each trial, in the same order
 
     def run(rate: float, phase: str) -> Trial:
         s = trial(lab, dataclasses.replace(w, rate=f"{int(rate)}pps"), capture)
-        tr = _trial(s, phase, rate, max_loss)
-        trials.append(tr)
-        samples[len(trials) - 1] = s
-        return tr
+        trials.append(_trial(s, phase, rate, max_loss))
+        samples.append(s)
+        return trials[-1]
 
     best: Trial | None = None  # highest achieved rate that passed
     fail_at: float | None = None  # lowest achieved rate that failed

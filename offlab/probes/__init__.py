@@ -41,7 +41,7 @@ class Snapshot:
     netdev: dict[str, dict[str, dict[str, int]]]
     snmp: dict[str, dict[str, dict[str, int]]]
     softnet: dict[int, dict[str, int]]
-    guest_stat: dict[str, dict[str, dict[str, int]]] = None  # role → /proc/stat of a guest or remote host
+    guest_stat: dict[str, dict[str, dict[str, int]]] | None = None  # role → /proc/stat of a host with its own kernel
 
 
 class ProbeSession:
@@ -51,11 +51,14 @@ class ProbeSession:
         self.lab = lab
         self.readers = {}
         self.pids: dict[str, int] = {}  # role → pid of the process under test (client, server)
-        # Hosts with a kernel of their own (a guest, an SSH host): their CPU is read from their /proc/stat.
-        self.own_kernel = {role: lab.host(role) for role in lab.hosts if not lab.host(role).shares_kernel}
+        hosts = {role: lab.host(role) for role in lab.hosts}
+        # Hosts with a kernel of their own (a guest, an SSH host) are read in one command per snapshot
+        # (their counters and /proc/stat, see _Remote); the others through their net_reader.
+        self.own_kernel = {role: h for role, h in hosts.items() if not h.shares_kernel}
         try:
-            for role in lab.hosts:
-                self.readers[role] = lab.host(role).net_reader()
+            for role, host in hosts.items():
+                if role not in self.own_kernel:
+                    self.readers[role] = host.net_reader()
         except BaseException:
             self.close()
             raise
@@ -79,8 +82,6 @@ class ProbeSession:
         # all its files, all of them at once, while this machine's files are read.
         remote = {role: _Remote(host) for role, host in self.own_kernel.items()}
         for role, reader in self.readers.items():
-            if role in remote:
-                continue
             try:
                 netdev[role] = parse_net_dev(reader.read("dev"))
                 if role in ("client", "server", "router"):

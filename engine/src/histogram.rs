@@ -1,14 +1,14 @@
-//! Round-trip-time histogram, HDR style: log-linear buckets (exact below
-//! 2 * SUB ns, then SUB buckets per power of two, so a bucket is at most
-//! 1/SUB = 0.78 % wide), a highest trackable value fixed up front, and an
-//! explicit overflow count instead of a panic. Flows record into their own
-//! histogram; the report merges them.
+//! The engine's one histogram of nanosecond values (rx's one-way latency, rr's
+//! round trips), HDR style: log-linear buckets (exact below 2 * SUB ns, then
+//! SUB buckets per power of two, so a bucket is at most 1/SUB = 0.78 % wide),
+//! a highest trackable value fixed up front, and an explicit overflow count
+//! instead of a panic. Flows record into their own histogram; reports merge them.
 
 pub const SUB_BITS: u32 = 7;
 pub const SUB: u64 = 1 << SUB_BITS;
 
 #[derive(Debug, Clone)]
-pub struct RttHistogram {
+pub struct Histogram {
     counts: Vec<u64>,
     /// Highest value a bucket holds; larger values only count in `overflow`.
     pub highest_ns: u64,
@@ -47,11 +47,11 @@ fn bucket_high(i: usize) -> u64 {
     bucket_low(i + 1) - 1
 }
 
-impl RttHistogram {
+impl Histogram {
     /// `highest_ns` must be at least 1 and below 2^62 (146 years).
-    pub fn new(highest_ns: u64) -> RttHistogram {
+    pub fn new(highest_ns: u64) -> Histogram {
         let highest_ns = highest_ns.clamp(1, 1 << 62);
-        RttHistogram {
+        Histogram {
             counts: vec![0; index(highest_ns) + 1],
             highest_ns,
             n: 0,
@@ -66,19 +66,28 @@ impl RttHistogram {
     /// (and in min/max/mean, which stay exact).
     #[inline]
     pub fn record(&mut self, v: u64) {
-        if v > self.highest_ns {
-            self.overflow += 1;
-        } else {
-            self.counts[index(v)] += 1;
+        self.record_n(v, 1)
+    }
+
+    /// Records `v` `n` times (the datagrams of one GRO buffer share a value).
+    #[inline]
+    pub fn record_n(&mut self, v: u64, n: u64) {
+        if n == 0 {
+            return;
         }
-        self.n += 1;
-        self.sum += v as u128;
+        if v > self.highest_ns {
+            self.overflow += n;
+        } else {
+            self.counts[index(v)] += n;
+        }
+        self.n += n;
+        self.sum += v as u128 * n as u128;
         self.min = self.min.min(v);
         self.max = self.max.max(v);
     }
 
     /// Adds another histogram of the same range.
-    pub fn merge(&mut self, o: &RttHistogram) {
+    pub fn merge(&mut self, o: &Histogram) {
         if o.counts.len() > self.counts.len() {
             self.counts.resize(o.counts.len(), 0);
             self.highest_ns = self.highest_ns.max(o.highest_ns);
@@ -139,7 +148,7 @@ mod tests {
 
     #[test]
     fn small_values_are_exact() {
-        let mut h = RttHistogram::new(1_000_000);
+        let mut h = Histogram::new(1_000_000);
         for v in 1..=100u64 {
             h.record(v);
         }
@@ -153,7 +162,7 @@ mod tests {
     #[test]
     fn large_values_are_within_one_bucket() {
         // 1000 values 10..10000 us: p50 = 5000 us, p90 = 9000 us, by hand.
-        let mut h = RttHistogram::new(60_000_000_000);
+        let mut h = Histogram::new(60_000_000_000);
         for i in 1..=1000u64 {
             h.record(i * 10_000);
         }
@@ -183,8 +192,28 @@ mod tests {
     }
 
     #[test]
+    fn record_n_equals_n_records() {
+        let mut a = Histogram::new(1_000_000);
+        let mut b = Histogram::new(1_000_000);
+        a.record_n(5_000, 3);
+        a.record_n(7, 0);
+        for _ in 0..3 {
+            b.record(5_000);
+        }
+        assert_eq!((a.n, a.min, a.max, a.mean()), (b.n, b.min, b.max, b.mean()));
+        assert_eq!(a.percentile(50.0), b.percentile(50.0));
+    }
+
+    #[test]
+    fn empty_histogram_has_no_percentiles() {
+        let h = Histogram::new(1_000);
+        assert_eq!(h.percentile(50.0), None);
+        assert_eq!(h.mean(), None);
+    }
+
+    #[test]
     fn values_above_the_range_overflow_without_panic() {
-        let mut h = RttHistogram::new(1_000);
+        let mut h = Histogram::new(1_000);
         h.record(500);
         h.record(5_000);
         h.record(u64::MAX);
@@ -196,9 +225,9 @@ mod tests {
 
     #[test]
     fn merge_equals_recording_everything_in_one() {
-        let mut a = RttHistogram::new(1_000_000);
-        let mut b = RttHistogram::new(1_000_000);
-        let mut all = RttHistogram::new(1_000_000);
+        let mut a = Histogram::new(1_000_000);
+        let mut b = Histogram::new(1_000_000);
+        let mut all = Histogram::new(1_000_000);
         for v in [10u64, 200, 3_000, 40_000] {
             a.record(v);
             all.record(v);
@@ -215,7 +244,7 @@ mod tests {
 
     #[test]
     fn empty_has_no_percentiles() {
-        let h = RttHistogram::new(1_000);
+        let h = Histogram::new(1_000);
         assert_eq!((h.percentile(50.0), h.mean(), h.buckets().len()), (None, None, 0));
     }
 }
