@@ -179,3 +179,53 @@ def make_sweep_run(store: Store, *, rounds: int = 3, seed: int = 11, sizes=(64, 
                               None if st == 1 else "throughput interval 7.1 % of the mean after 10 rounds (target 5 %)")
     store.set_run_status(run, "done")
     return run, ids
+
+
+PPS_PLAN_TEXT = """\
+name: pps
+topology: {kind: router}
+axes:
+  rps:
+    off: {settings: {"router:to-client": {rps: "0"}}}
+    on: {settings: {"router:to-client": {rps: "3"}}}
+    all: {settings: {"router:to-client": {rps: "ff"}}}
+workload: {tool: engine, protocol: udp, size: 64, duration: 1, search_low: 10kpps, search_high: 3Mpps}
+repeat: {min: 2, max: 4, level: 95, width: 20, metric: pps}
+baseline: {rps: "off"}
+"""
+
+
+def search_of(found: int | None, ceiling: int | None, fail_at: int | None) -> dict:
+    """A zero-loss search record in the shape offlab.experiment.search writes."""
+    trials = [{"phase": "search", "target_pps": 3_000_000, "achieved_pps": 292_353.0, "received_pps": 125_000.0,
+               "sent": 292_353, "received": 125_700, "loss": 0.57, "passed": False, "generator_limited": True},
+              {"phase": "search", "target_pps": 10_000, "achieved_pps": 10_000.0, "received_pps": 10_000.0,
+               "sent": 10_000, "received": 10_000, "loss": 0.0, "passed": True, "generator_limited": False},
+              {"phase": "confirm", "target_pps": 126_000, "achieved_pps": 125_300.0, "received_pps": 125_300.0,
+               "sent": 125_300, "received": 125_300, "loss": 0.0, "passed": True, "generator_limited": False}]
+    verdict = (f"{found / 1e3:.1f} kpps offered at ≤ 0 % loss (confirmed); loss exceeded the threshold at "
+               f"{fail_at} pps") if found else "no rate met ≤ 0 % loss"
+    return {"max_loss": 0.0, "low_pps": 10_000, "high_pps": 3_000_000, "confirm": 1, "trials": trials,
+            "found_pps": found, "received_pps": found, "generator_limited": False,
+            "generator_ceiling_pps": ceiling, "lowest_failing_pps": fail_at, "verdict": verdict}
+
+
+def make_pps_run(store: Store, *, seed: int = 5) -> tuple[int, dict[str, int]]:
+    """The pps suite's shape: a zero-loss search per sample, no loss in any baseline sample (so the
+    comparison carries long notes), and one cell that failed after measuring (it must show no figures)."""
+    rng = random.Random(seed)
+    plan = {"name": "pps", "axes": {"rps": ["off", "on", "all"]}, "baseline": {"rps": "off"},
+            "repeat": {"min": 2, "max": 4, "level": 95, "width": 20}}
+    env = {**ENV, "plan_text": PPS_PLAN_TEXT, "ipv6": False, "numa_node": None}
+    run = store.create_run("pps", PPS_PLAN_TEXT, plan, seed, env, {"rps": "off"}, plan["repeat"])
+    cells = [{"key": f"rps={v}", "params": {"rps": v}, "settings": {}} for v in ("off", "on", "all")]
+    ids = store.add_cells(run, cells)
+    for c, rate in zip(cells, (58_900, 125_300, 77_700)):
+        for rnd in range(2):
+            s = sample(rng, payload=64, mtu=1500, gso=False, throughput_bps=rate * 64 * 8, loss=0.0, spread=0.05)
+            s["search"] = search_of(int(rate * rng.uniform(0.97, 1.03)), None, int(rate * 1.05))
+            store.add_sample(run, ids[c["key"]], rnd, s, metrics_of(s))
+        store.set_cell_status(ids[c["key"]], "done")
+    store.set_cell_status(ids["rps=all"], "failed", "offlab-engine rx exited 1: bind: address in use")
+    store.set_run_status(run, "done")
+    return run, ids

@@ -181,7 +181,9 @@ def test_failed_cells_are_flagged_and_a_dead_path_fails_the_gate(store):
     statuses = {"mtu=1400": ("failed", "no data crossed the path (throughput 0)")}
     run = matrix_run(store, {"mtu": ["1500", "1400"]}, dead, {"mtu": "1500"}, statuses)
     (row,) = compare.compare_run(store, run, metrics=("throughput_bps",))
-    assert row.verdict == "slower" and row.change_pct == pytest.approx(-100.0)
+    # A failed cell shows no figures (not "−100 %" as if measured), only why; it still fails the gate.
+    assert row.verdict == "failed" and row.change_pct is None and row.mean_cell is None
+    assert row.cell_reason == "no data crossed the path (throughput 0)"
     assert "cell: failed" in row.flags
     assert compare.fail_if_slower(rows=[row], pct=50) == [row]
     cid = store.add_cells(run, [{"key": "mtu=1300", "params": {"mtu": "1300"}}])["mtu=1300"]

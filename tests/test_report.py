@@ -16,7 +16,7 @@ from conftest import offlab_cli
 from offlab import report
 from offlab.errors import BadInput
 from offlab.store import Store
-from synthetic_results import make_sweep_run, make_uso_run
+from synthetic_results import make_pps_run, make_sweep_run, make_uso_run
 
 CHROMIUM = "/usr/bin/chromium"
 
@@ -100,7 +100,9 @@ def test_size_sweep_axis_becomes_line_charts(sweep):
     html = sweep["html"]
     assert "throughput against size" in html
     # confidence not reached is flagged next to the comparison and listed with its detail
-    assert "⚠ cell: confidence not reached" in html
+    # (the row carries ⚠ and a footnote number; the note itself is a footnote under the table)
+    assert re.search(r'⚠</span><sup class="fn">\d+</sup>', html)
+    assert "<li>cell: confidence not reached</li>" in html
     assert "throughput interval 7.1 % of the mean after 10 rounds" in html
 
 
@@ -158,3 +160,92 @@ def test_report_renders_in_headless_chromium(store, tmp_path):
     blue = (np.abs(px.astype(int) - (0, 114, 178)).sum(axis=2) < 30).mean()
     assert blue > 0.002
     shutil.rmtree(tmp_path / "profile", ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def pps(tmp_path_factory) -> dict:
+    """The pps suite's shape (searches, no loss in the baseline, a cell that failed after measuring)."""
+    d = tmp_path_factory.mktemp("pps")
+    with Store.open(d / "offlab.db") as s:
+        run, _ = make_pps_run(s)
+        page = report.write_report(s, run, d / "pps.html")
+    return {"db": str(d / "offlab.db"), "run": run, "page": page, "html": page.read_text(), "dir": d}
+
+
+def _section(html: str, start: str, end: str) -> str:
+    return html[html.index(f'id="{start}"'):html.index(f'id="{end}"')]
+
+
+def _row(html: str, key: str) -> str:
+    """The text of the table row whose first cell is `key`."""
+    m = re.search(r"<tr[^>]*>\s*<td>" + re.escape(key) + r"(?:<details>.*?</details>)?</td>(.*?)</tr>", html, re.S)
+    assert m, f"no row {key}"
+    return re.sub(r"<[^>]+>", " ", m.group(1))
+
+
+def test_failed_cell_shows_why_and_no_figures_in_report_show_and_compare(pps):
+    # The failed cell measured two samples (≈ 40 Mbit/s, 100 % client CPU) before failing: none is a result.
+    html = pps["html"]
+    row = _row(_section(html, "cells", "charts"), "rps=all")
+    assert "no figures" in row and "bind: address in use" in row
+    assert not re.search(r"bit/s|pps|\d %", row), row
+    summary = _section(html, "summary", "cells")
+    assert "rps=all" not in summary.split("<table class=\"matrix\">")[-1].split("</table>")[0]
+    cpu = _section(html, "cpu", "attention")
+    assert "rps=all" not in cpu
+    shown = offlab_cli("results", "show", str(pps["run"]), "--db", pps["db"], env={"COLUMNS": "200"})
+    assert shown.returncode == 0, shown.stderr
+    line = next(l for l in shown.stdout.splitlines() if l.strip().startswith("rps=all"))
+    assert not re.search(r"bit/s|pps|%", line), line
+    assert "failed: rps=all: offlab-engine rx exited 1: bind: address in use" in shown.stdout
+    compared = offlab_cli("compare", str(pps["run"]), "--db", pps["db"], env={"COLUMNS": "200"})
+    assert compared.returncode == 0, compared.stderr
+    assert "failed: rps=all (baseline rps=off): offlab-engine rx exited 1: bind: address in use" in compared.stdout
+    assert "rps=all vs" not in compared.stdout
+
+
+def test_zero_loss_headline_with_trials_is_in_the_report_and_the_terminal(pps):
+    summary = _section(pps["html"], "summary", "cells")
+    assert re.search(r'class="headline">\d+\.\d kpps</span>\s*<br><span class="note">≤ 0 % loss', summary)
+    assert "loss exceeded the threshold at" in summary
+    # the trials: target vs what the generator really offered
+    assert "<th class=\"num\">target pps</th><th class=\"num\">offered pps</th>" in summary
+    assert ">3000000</td>" in summary and ">292353</td>" in summary and "generator-limited" in summary
+    shown = offlab_cli("results", "show", str(pps["run"]), "--db", pps["db"], env={"COLUMNS": "200"})
+    assert re.search(r"rps=on round \d: \d+\.\d kpps at ≤ 0 % loss", shown.stdout), shown.stdout
+    assert "3000k→292k 57 % gen-limited" in shown.stdout
+    assert "rps=all round" not in shown.stdout  # a failed cell's search is no headline either
+
+
+def test_environment_section_is_grouped_without_the_plan_or_pythons_words(pps):
+    env = _section(pps["html"], "environment", "plan")
+    text = re.sub(r"<[^>]+>", " ", env)
+    assert "False" not in text and "None" not in text
+    assert "search_low" not in text  # the plan has its own section
+    assert "<h3>versions</h3>" in env and "<h3>machine</h3>" in env
+    assert re.search(r"<th>ipv6</th><td>no</td>", env) and re.search(r"<th>numa_node</th><td>not recorded</td>", env)
+    assert report.env_text(True) == "yes" and report.env_text(None) == "not recorded"
+
+
+@pytest.mark.skipif(not os.access(CHROMIUM, os.X_OK), reason="chromium is not installed")
+def test_summary_table_fits_a_1400_px_window(pps):
+    """Layout measured by a real browser: no table of the report is wider than the page at 1400 px."""
+    probe = pps["dir"] / "probe.html"
+    # The report has no script; this copy gets one that measures the laid-out page into the title.
+    measure = ("<script>const w = document.documentElement.clientWidth; const wide = [];"
+               "for (const t of document.querySelectorAll('section table')) {"
+               "  const r = t.getBoundingClientRect(); if (r.right > w + 1 || t.parentElement.scrollWidth > "
+               "  t.parentElement.clientWidth + 1) wide.push(t.className + ':' + Math.round(r.width)); }"
+               "document.title = 'WIDE[' + wide.join(',') + ']';</script>")
+    probe.write_text(pps["html"].replace("</body>", measure + "</body>"))
+    argv = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-sync",
+            "--disable-background-networking", "--disable-component-update",
+            f"--user-data-dir={pps['dir'] / 'profile'}", "--window-size=1400,1000", "--dump-dom", f"file://{probe}"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=90)
+    shutil.rmtree(pps["dir"] / "profile", ignore_errors=True)
+    title = re.search(r"<title>(.*?)</title>", done.stdout)
+    assert title and title.group(1).startswith("WIDE["), done.stderr[-1500:]
+    assert title.group(1) == "WIDE[]", f"tables wider than a 1400 px window: {title.group(1)}"
+    # long notes of the comparison are numbered footnotes under it, not text inside its columns
+    summary = _section(pps["html"], "summary", "cells")
+    assert '<ol class="footnotes">' in summary and "<li>baseline mean is 0: change in absolute terms (diff)</li>" in summary

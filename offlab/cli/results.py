@@ -156,14 +156,17 @@ def print_captures(store, run_id: int) -> None:
 
 def print_searches(store, run_id: int) -> None:
     """The zero-loss headline of each searched sample, with its trials (offered vs achieved)."""
-    keys = {c["id"]: c["key"] for c in store.cells(run_id)}
-    searched = [s for s in store.samples(run_id) if (s["sample"] or {}).get("search")]
-    if not searched:
+    from offlab.report import searches
+
+    found = searches(store.cells(run_id), store.samples(run_id))
+    if not found:
         return
     out.print("[bold]zero-loss search[/bold] (target → achieved offered pps, loss; ✓ met the criterion)")
-    for s in searched:
-        z = s["sample"]["search"]
-        out.print(f"  {escape(keys.get(s['cell_id'], '?'))} round {s['round']}: {escape(z.get('verdict', ''))}")
+    for z in found:
+        rate = (f"{z['found_pps'] / 1e3:.1f} kpps at {z['criterion']}" if z.get("found_pps") is not None
+                else f"no rate met {z['criterion']}") + (" (generator-limited)" if z.get("generator_limited") else "")
+        out.print(f"  {escape(z['cell'])} round {z['round']}: [bold]{escape(rate)}[/bold]")
+        out.print(f"    {escape(z.get('verdict', ''))}")
         trials = z.get("trials") or []
         line = ", ".join(_trial_text(t) for t in trials)
         out.print(f"    [dim]{escape(line)}[/dim]")
@@ -195,9 +198,10 @@ def _print_run(run: dict, cells: list[dict], cis: dict, level: float) -> None:
 
 
 def _cells_table(cells: list[dict], cis: dict, level: float) -> None:
+    from offlab.report import NO_FIGURES
     from offlab.report import format as fmt
 
-    present = [m for m in HEADLINE if any(m in cis[c["id"]] for c in cells)]
+    present = [m for m in HEADLINE if any(m in cis[c["id"]] for c in cells if c["status"] not in NO_FIGURES)]
     t = Table(box=None)
     t.add_column("cell", no_wrap=True)
     t.add_column("status")
@@ -205,8 +209,10 @@ def _cells_table(cells: list[dict], cis: dict, level: float) -> None:
     for m in present:
         t.add_column(fmt.short(m), justify="right")
     for c in cells:
-        t.add_row(escape(c["key"]), c["status"].replace("_", " "), str(c["n_samples"]),
-                  *(fmt.ci(m, cis[c["id"]].get(m)) for m in present))
+        # A failed cell shows why it failed (below), never the figures it took before failing.
+        figures = ["–"] * len(present) if c["status"] in NO_FIGURES else [fmt.ci(m, cis[c["id"]].get(m))
+                                                                           for m in present]
+        t.add_row(escape(c["key"]), c["status"].replace("_", " "), str(c["n_samples"]), *figures)
     out.print(t)
     for c in cells:
         if c["reason"]:
@@ -257,6 +263,10 @@ def compare_cmd(
     if failed:
         for r in failed:
             against = r.baseline if r.run == r.baseline_run else f"run {r.baseline_run}"
+            if r.change_pct is None:
+                typer.echo(f"offlab: {r.cell}: failed ({r.cell_reason or 'no reason recorded'}): no {r.label} "
+                           f"to compare with {against}", err=True)
+                continue
             typer.echo(f"offlab: {r.cell}: {r.label} {r.change_pct:+.1f} % vs {against} "
                        f"[{r.change_low_pct:+.1f}, {r.change_high_pct:+.1f}]: slower by more than "
                        f"{fail_if_slower:g} %", err=True)
@@ -325,8 +335,8 @@ def _print_rows(rows) -> None:
         out.print("nothing to compare: no cell has measured values on both sides")
     for g in aside:
         r0 = g[0]
-        why = r0.cell_reason if r0.verdict == compare.SKIPPED else r0.baseline_reason \
-            if r0.verdict == compare.BASELINE_SKIPPED else "; ".join(r0.flags)
+        why = r0.cell_reason if r0.verdict in (compare.SKIPPED, compare.FAILED) else r0.baseline_reason \
+            if r0.verdict in (compare.BASELINE_SKIPPED, compare.BASELINE_FAILED) else "; ".join(r0.flags)
         out.print(f"[yellow]{r0.verdict}[/yellow]: {escape(r0.cell)}"
                   + (f" (baseline {escape(r0.baseline)})" if r0.baseline else "")
                   + (f": {escape(why)}" if why else ""))

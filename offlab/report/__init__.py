@@ -14,6 +14,9 @@ from offlab.report import format as fmt
 from offlab.stats import CI, is_improvement, mean_ci
 from offlab.store import Store
 
+# A cell with this status shows why, never figures: what it measured before failing is not a result.
+NO_FIGURES = ("failed",)
+
 # Offload features shown in the environment table even when every interface agrees.
 OFFLOAD_FEATURES = ("tx-checksumming", "scatter-gather", "tcp-segmentation-offload", "generic-segmentation-offload",
                     "generic-receive-offload", "large-receive-offload", "tx-udp-segmentation", "rx-gro-list",
@@ -68,7 +71,7 @@ def _label(params: dict, axes: list[str]) -> str:
 def _cell_cis(cells: list[dict], values: dict, metrics: list[str], level: float) -> dict[int, dict[str, CI]]:
     out = {}
     for c in cells:
-        vals = values.get(c["id"], {})
+        vals = values.get(c["id"], {}) if c["status"] not in NO_FIGURES else {}
         out[c["id"]] = {m: mean_ci(vals[m], level) for m in metrics if vals.get(m)}
     return out
 
@@ -82,7 +85,7 @@ def _metric_charts(cells, cis, metrics, lay: Layout) -> list[dict]:
         for c in cells:
             p = {k: str(v) for k, v in c["params"].items()}
             ci = cis[c["id"]].get(metric)
-            note = "skipped" if c["status"] == "skipped" else (None if ci else "no data")
+            note = c["status"] if c["status"] in ("skipped", *NO_FIGURES) else (None if ci else "no data")
             if ci is None and note == "no data" and c["n_samples"]:
                 continue  # the metric does not apply to this cell (pps of TCP)
             hue = p.get(lay.hue, "") if lay.hue else ""
@@ -109,7 +112,10 @@ def _metric_charts(cells, cis, metrics, lay: Layout) -> list[dict]:
 def _cpu_split(cells: list[dict], samples: list[dict]) -> list[tuple[str, dict]]:
     """(cell key, {side: {part: mean %}}) for cells with CPU figures."""
     per_cell: dict[int, list[dict]] = {}
+    shown = {c["id"] for c in cells if c["status"] not in NO_FIGURES}
     for s in samples:
+        if s["cell_id"] not in shown:
+            continue
         cpu = ((s["sample"] or {}).get("probes") or {}).get("cpu") or {}
         per_cell.setdefault(s["cell_id"], []).append(cpu)
     out = []
@@ -131,8 +137,9 @@ def _cpu_split(cells: list[dict], samples: list[dict]) -> list[tuple[str, dict]]
 def _captures(cells: list[dict], samples: list[dict]) -> list[dict]:
     """The first capture of each cell (the wire does not change between rounds of one cell)."""
     first: dict[int, dict] = {}
+    shown = {c["id"] for c in cells if c["status"] not in NO_FIGURES}
     for s in samples:
-        cap = (s["sample"] or {}).get("capture")
+        cap = (s["sample"] or {}).get("capture") if s["cell_id"] in shown else None
         if cap and s["cell_id"] not in first:
             first[s["cell_id"]] = {**cap, "round": s["round"]}
     return [{"cell": c["key"], **first[c["id"]]} for c in cells if c["id"] in first]
@@ -177,27 +184,88 @@ def offload_table(env: dict, plan_text: str) -> dict | None:
             "mtus": [i.get("mtu") for _, i in ifaces]}
 
 
+def env_text(v) -> str:
+    """A fact as people read it: on/off for flags, "not recorded" for a missing value, never Python's words."""
+    if v is None:
+        return "not recorded"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    return str(v)
+
+
+# Facts that have a section of their own (the plan) or a table of their own (interfaces, offloads).
+ENV_ELSEWHERE = ("plan_text", "plan", "hosts", "interfaces", "features")
+
+
 def env_items(env: dict) -> list[tuple[str, str]]:
-    """Scalar facts of the environment as (dotted.key, value); interface lists stay in the offload table."""
+    """Scalar facts of the environment as (dotted.key, value); interface lists stay in the offload table
+    and the plan in its own section."""
     out = []
 
     def walk(obj, prefix: str, depth: int) -> None:
         if isinstance(obj, dict):
             for k, v in obj.items():
-                if k in ("hosts", "interfaces", "features") and isinstance(v, (dict, list)):
+                if k in ENV_ELSEWHERE and (depth == 0 or isinstance(v, (dict, list))):
                     continue
                 walk(v, f"{prefix}.{k}" if prefix else str(k), depth + 1)
         elif isinstance(obj, list):
             if all(not isinstance(v, (dict, list)) for v in obj):
-                out.append((prefix, ", ".join(str(v) for v in obj)))
+                if obj:
+                    out.append((prefix, ", ".join(env_text(v) for v in obj)))
             elif depth < 3:
                 for i, v in enumerate(obj):
                     walk(v, f"{prefix}[{i}]", depth + 1)
-        elif obj is not None:
-            out.append((prefix, str(obj)))
+        else:
+            out.append((prefix, env_text(obj)))
 
     walk(env or {}, "", 0)
     return out
+
+
+def env_groups(env: dict) -> list[dict]:
+    """The environment's facts grouped by their first key (machine, versions, sysctls, each lab)."""
+    groups: dict[str, list[tuple[str, str]]] = {}
+    for key, value in env_items(env):
+        head, dot, rest = key.partition(".")
+        if not dot:
+            groups.setdefault("machine", []).append((key, value))
+        else:
+            groups.setdefault(head, []).append((rest, value))
+    return [{"title": title, "items": items} for title, items in groups.items()]
+
+
+def searches(cells: list[dict], samples: list[dict]) -> list[dict]:
+    """Zero-loss search results, one per searched sample: the headline sentence and its trials."""
+    keys = {c["id"]: c["key"] for c in cells}
+    status = {c["id"]: c["status"] for c in cells}
+    order = {c["id"]: i for i, c in enumerate(cells)}
+    out = []
+    for s in sorted(samples, key=lambda s: (order.get(s["cell_id"], 0), s["round"], s["id"])):
+        z = (s["sample"] or {}).get("search")
+        if not z or status.get(s["cell_id"]) in NO_FIGURES:
+            continue
+        out.append({"cell": keys.get(s["cell_id"], "?"), "round": s["round"], **z,
+                    "criterion": f"≤ {100 * z.get('max_loss', 0):g} % loss"})
+    return out
+
+
+def footnoted(rows: list[dict]) -> tuple[list[dict], list[str]]:
+    """Long flags of the comparison rows become numbered footnotes, so no note widens a column."""
+    notes: list[str] = []
+
+    def ref(text: str) -> int:
+        if text not in notes:
+            notes.append(text)
+        return notes.index(text) + 1
+
+    for r in rows:
+        r["notes"] = [ref(f) for f in r.pop("flags")]
+        for c in r["cells"]:
+            if c and c["flags"]:
+                c["notes"] = [ref(f) for f in c["flags"].split("; ")]
+            elif c:
+                c["notes"] = []
+    return rows, notes
 
 
 def _comparison_matrix(rows: list[Row], metrics: list[str]) -> dict:
@@ -231,7 +299,8 @@ def _comparison_matrix(rows: list[Row], metrics: list[str]) -> dict:
             })
         out.append({"cell": r0.cell, "baseline": r0.baseline, "mine": mine, "theirs": theirs, "shared": shared,
                     "flags": common, "cells": cells})
-    return {"metrics": [fmt.short(m) for m in metrics], "rows": out}
+    rows, notes = footnoted(out)
+    return {"metrics": [fmt.short(m) for m in metrics], "rows": rows, "notes": notes}
 
 
 def build_report(store: Store, run_id: int, *, baseline: dict | None = None,
@@ -263,7 +332,7 @@ def build_report(store: Store, run_id: int, *, baseline: dict | None = None,
         thr = ci_map.get("throughput_bps")
         cell_table.append({
             "key": c["key"], "status": c["status"], "reason": c["reason"], "n": c["n_samples"],
-            "values": [fmt.ci(m, ci_map.get(m)) for m in present],
+            "values": None if c["status"] in NO_FIGURES else [fmt.ci(m, ci_map.get(m)) for m in present],
             "width_pct": None if thr is None or thr.width_pct is None else f"{thr.width_pct:.1f} %",
             "settings": c["settings"],
         })
@@ -303,7 +372,8 @@ def build_report(store: Store, run_id: int, *, baseline: dict | None = None,
         "unconfident": [c for c in cells if c["status"] == "confidence_not_reached"],
         "failed": [c for c in cells if c["status"] == "failed"],
         "unmeasured": [c for c in cells if c["status"] in ("pending", "running") and not c["n_samples"]],
-        "env_items": env_items(env),
+        "env_groups": env_groups(env),
+        "searches": searches(cells, samples),
         "offloads": offload_table(env, run.get("plan_text") or ""),
     }
     return _render(context)

@@ -115,7 +115,7 @@ def _check_metrics(metrics: Sequence[str]) -> None:
 def _cell_unusable(cell: dict, values: dict[str, list[float]], baseline: bool) -> str | None:
     if cell["status"] == "skipped":
         return BASELINE_SKIPPED if baseline else SKIPPED
-    if cell["status"] == "failed" and not values:
+    if cell["status"] == "failed":  # what it measured before failing is not a figure to compare
         return BASELINE_FAILED if baseline else FAILED
     if not values:
         return BASELINE_NOT_MEASURED if baseline else NOT_MEASURED
@@ -261,6 +261,7 @@ def _missing_rows(cell: dict, metrics: Sequence[str], level: float, why: str, ru
 def fail_if_slower(rows: Sequence[Row], pct: float, metrics: Sequence[str] = RATE_METRICS) -> list[Row]:
     """Rows significantly slower than their baseline by more than `pct` %.
 
+    A failed cell fails the gate (it shows no figures, so it cannot be shown not to be slower).
     Rates (throughput_bps, pps): the interval lies below 1 and the change is below −pct %.
     A lower-is-better metric named in `metrics` counts by its inverse (work per unit of cost):
     significantly higher, with baseline/cell below 1 − pct/100 (service demand +25 % is 20 % slower).
@@ -268,6 +269,9 @@ def fail_if_slower(rows: Sequence[Row], pct: float, metrics: Sequence[str] = RAT
     out = []
     limit = 1.0 - pct / 100.0
     for r in rows:
+        if r.metric in metrics and r.verdict == FAILED:
+            out.append(r)  # a cell that failed has no figure, and no figure cannot pass a speed gate
+            continue
         if r.metric not in metrics or r.ratio is None or r.low is None:
             continue
         if r.better == "higher":
