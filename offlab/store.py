@@ -20,8 +20,13 @@ from typing import Any, Iterator
 
 from offlab import __version__
 from offlab.errors import BadInput, EnvironmentProblem
+from offlab.state import owner_alive
 
 SCHEMA_VERSION = 1
+
+# A "running" run whose lock names no live process, or that has no lock this long after it started
+# (the runner takes the lock right after creating the run), died without saying so (kill -9).
+NO_LOCK_GRACE_S = 60.0
 
 RUN_STATUSES = ("running", "done", "interrupted", "failed", "budget_exhausted")
 CELL_STATUSES = ("pending", "running", "done", "confidence_not_reached", "skipped", "failed", "interrupted")
@@ -378,11 +383,56 @@ class Store:
             raise self._no_run(run_id)
         return row
 
+    def run_lock_path(self, run_id: int) -> Path:
+        """The run's one-writer flock (offlab.experiment.runner.run_lock): beside the database."""
+        return Path(f"{self.path}.locks") / f"run-{run_id}.lock"
+
+    def _dead_note(self, run_id: int, started_at: str) -> str | None:
+        """Why a run stored as "running" is not running any more; None when its process is alive."""
+        try:
+            holder = json.loads(self.run_lock_path(run_id).read_text() or "{}")
+        except FileNotFoundError:
+            holder = None
+        except (OSError, ValueError):
+            return None  # unreadable: claim nothing
+        if isinstance(holder, dict) and holder.get("pid") is not None:
+            if owner_alive(holder):
+                return None
+            who = f"its process (pid {holder['pid']})"
+        else:
+            try:
+                age = (datetime.now(timezone.utc) - datetime.strptime(started_at, "%Y-%m-%dT%H:%M:%S.%fZ")
+                       .replace(tzinfo=timezone.utc)).total_seconds()
+            except ValueError:
+                return None
+            if age < NO_LOCK_GRACE_S:
+                return None  # just created: its runner is about to take the lock
+            who = "its process"
+        return f"interrupted: {who} ended without finishing the run; resume with `offlab run --resume {run_id}`"
+
+    def _settle(self, run_id: int, status: str, note: str | None, started_at: str) -> tuple[str, str | None]:
+        """(status, note) as they really are: a "running" run whose process is gone is "interrupted",
+        written back when the database is writable (only while still "running": a resume wins)."""
+        if status != "running":
+            return status, note
+        dead = self._dead_note(run_id, started_at)
+        if dead is None:
+            return status, note
+        if not self.read_only:
+            try:
+                with self._tx() as c:
+                    c.execute("UPDATE runs SET status = 'interrupted', note = ? WHERE id = ? AND status = 'running'",
+                              (dead, run_id))
+            except EnvironmentProblem:
+                pass  # a read-only or full database: still shown as interrupted
+        return "interrupted", dead
+
     def get_run(self, run_id: int) -> dict:
         """Everything about a run: plan (text and parsed), env, baseline, repeat, seed, status, times."""
         r = self._run_row(run_id)
+        status, note = self._settle(run_id, r["status"], r["note"], r["started_at"])
         return {
-            "id": r["id"], "name": r["name"], "status": r["status"], "note": r["note"],
+            "id": r["id"], "name": r["name"], "status": status, "note": note,
             "started_at": r["started_at"], "finished_at": r["finished_at"],
             "offlab_version": r["offlab_version"], "seed": r["seed"],
             "plan_text": r["plan_text"], "plan": self._json(r["plan"], "plan", run_id),
@@ -397,8 +447,12 @@ class Store:
             "(SELECT count(*) FROM cells c WHERE c.run_id = r.id), "
             "(SELECT count(*) FROM samples s WHERE s.run_id = r.id) "
             "FROM runs r ORDER BY r.id").fetchall()
-        return [{"id": i, "name": n, "status": s, "note": note, "started": st, "finished": fi,
-                 "cells": nc, "samples": ns} for i, n, s, note, st, fi, nc, ns in rows]
+        out = []
+        for i, n, s, note, st, fi, nc, ns in rows:
+            s, note = self._settle(i, s, note, st)
+            out.append({"id": i, "name": n, "status": s, "note": note, "started": st, "finished": fi,
+                        "cells": nc, "samples": ns})
+        return out
 
     def cells(self, run_id: int) -> list[dict]:
         """The run's cells in plan order, each with its sample count."""

@@ -152,9 +152,13 @@ def _run_plans(plans: list[Plan], store: Store, as_json: bool, report_dir: Path 
 def _finish(store: Store, runner: Runner, as_json: bool, report_dir: Path | None = None) -> dict:
     try:
         run_id = runner.run()
-    except KeyboardInterrupt:
-        out.print(f"[yellow]interrupted: settings restored, labs removed; "
-                  f"resume with `offlab run --resume {runner.run_id}`[/yellow]")
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: exit 130 either way (README, docs/results.md)
+        if runner.run_id is None:
+            out.print("[yellow]interrupted before the run was stored (while its labs were built): settings "
+                      "restored, labs removed; nothing to resume, run the plan again[/yellow]")
+        else:
+            out.print(f"[yellow]interrupted: settings restored, labs removed; "
+                      f"resume with `offlab run --resume {runner.run_id}`[/yellow]")
         raise typer.Exit(130) from None
     summary = {"run_id": run_id, "name": runner.plan.name, "status": store.get_run(run_id)["status"]}
     if report_dir is not None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import random
-from pathlib import Path
 import signal
 import time
 from dataclasses import dataclass, field
@@ -69,7 +68,7 @@ def run_lock(store: Store, run_id: int) -> FlockFile:
     Beside the database (not in the state directory) because two state directories may
     share one database, and it is the database's run that must have one writer.
     """
-    lock = FlockFile(Path(f"{store.path}.locks") / f"run-{run_id}.lock")
+    lock = FlockFile(store.run_lock_path(run_id))
     holder = lock.acquire({**me(), "run": run_id})
     if holder is not None:
         pid = holder.get("pid", "?")
