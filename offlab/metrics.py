@@ -3,6 +3,7 @@ each is taken from a measured sample (offlab.experiment.measure.Sample.to_dict()
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable
 
@@ -14,10 +15,21 @@ class Metric:
     unit: str
     better: str  # "higher" | "lower"
     get: Callable[[dict], float | None]
+    low: float = 0.0  # the possible range: a value outside it is impossible, never a figure
+    high: float | None = None
+
+    def possible(self, v: float) -> bool:
+        return math.isfinite(v) and v >= self.low and (self.high is None or v <= self.high)
 
 
 def _cpu(side: str, part: str) -> Callable[[dict], float | None]:
     return lambda s: (s["probes"]["cpu"].get(side) or {}).get(part)
+
+
+# Beyond any path offlab measures (a 400 Gbit/s link carries ≤ 0.6 Gpps of minimum frames): a figure
+# above these is a counter that wrapped or went negative, like iperf3 3.12's "9223109178 Gpps".
+MAX_BPS = 1e13
+MAX_PPS = 1e10
 
 
 def _sd(side: str) -> Callable[[dict], float | None]:
@@ -25,19 +37,20 @@ def _sd(side: str) -> Callable[[dict], float | None]:
 
 
 METRICS: dict[str, Metric] = {m.name: m for m in [
-    Metric("throughput_bps", "throughput", "bit/s", "higher", lambda s: s["traffic"]["throughput_bps"]),
-    Metric("pps", "datagrams received per second", "pps", "higher", lambda s: s["traffic"].get("pps")),
-    Metric("loss", "loss", "fraction", "lower", lambda s: s["traffic"].get("loss")),
+    Metric("throughput_bps", "throughput", "bit/s", "higher", lambda s: s["traffic"]["throughput_bps"],
+           high=MAX_BPS),
+    Metric("pps", "datagrams received per second", "pps", "higher", lambda s: s["traffic"].get("pps"), high=MAX_PPS),
+    Metric("loss", "loss", "fraction", "lower", lambda s: s["traffic"].get("loss"), high=1.0),
     Metric("retransmits", "TCP retransmits", "segments", "lower", lambda s: s["traffic"].get("retransmits")),
     Metric("jitter_us", "jitter", "µs", "lower", lambda s: s["traffic"].get("jitter_us")),
-    Metric("cpu_client_busy", "client CPU busy", "%", "lower", _cpu("client", "busy")),
-    Metric("cpu_client_user", "client CPU user", "%", "lower", _cpu("client", "user")),
-    Metric("cpu_client_system", "client CPU system", "%", "lower", _cpu("client", "system")),
-    Metric("cpu_client_softirq", "client CPU softirq", "%", "lower", _cpu("client", "softirq")),
-    Metric("cpu_server_busy", "server CPU busy", "%", "lower", _cpu("server", "busy")),
-    Metric("cpu_server_user", "server CPU user", "%", "lower", _cpu("server", "user")),
-    Metric("cpu_server_system", "server CPU system", "%", "lower", _cpu("server", "system")),
-    Metric("cpu_server_softirq", "server CPU softirq", "%", "lower", _cpu("server", "softirq")),
+    Metric("cpu_client_busy", "client CPU busy", "%", "lower", _cpu("client", "busy"), high=100.0),
+    Metric("cpu_client_user", "client CPU user", "%", "lower", _cpu("client", "user"), high=100.0),
+    Metric("cpu_client_system", "client CPU system", "%", "lower", _cpu("client", "system"), high=100.0),
+    Metric("cpu_client_softirq", "client CPU softirq", "%", "lower", _cpu("client", "softirq"), high=100.0),
+    Metric("cpu_server_busy", "server CPU busy", "%", "lower", _cpu("server", "busy"), high=100.0),
+    Metric("cpu_server_user", "server CPU user", "%", "lower", _cpu("server", "user"), high=100.0),
+    Metric("cpu_server_system", "server CPU system", "%", "lower", _cpu("server", "system"), high=100.0),
+    Metric("cpu_server_softirq", "server CPU softirq", "%", "lower", _cpu("server", "softirq"), high=100.0),
     Metric("sd_client_us_per_kib", "client service demand", "µs/KiB", "lower", _sd("client")),
     Metric("sd_server_us_per_kib", "server service demand", "µs/KiB", "lower", _sd("server")),
     Metric("sd_total_us_per_kib", "service demand (whole system)", "µs/KiB", "lower", _sd("total")),
@@ -47,14 +60,24 @@ METRICS: dict[str, Metric] = {m.name: m for m in [
 HEADLINE = ("throughput_bps", "pps", "loss", "cpu_client_busy", "cpu_server_busy", "sd_total_us_per_kib")
 
 
-def metrics_of(sample: dict) -> dict[str, float]:
-    """Every metric the sample has a value for."""
+def _values(sample: dict) -> dict[str, float]:
     out = {}
     for name, m in METRICS.items():
         try:
             v = m.get(sample)
         except (KeyError, TypeError):
             v = None
-        if v is not None:
+        if v is not None and not isinstance(v, bool):
             out[name] = float(v)
     return out
+
+
+def metrics_of(sample: dict) -> dict[str, float]:
+    """Every metric the sample has a possible value for; an impossible one is no figure
+    (offlab.experiment.witnesses notes it on the sample)."""
+    return {name: v for name, v in _values(sample).items() if METRICS[name].possible(v)}
+
+
+def impossible(sample: dict) -> dict[str, float]:
+    """The metrics whose value lies outside their possible range (negative, loss > 100 %, ...)."""
+    return {name: v for name, v in _values(sample).items() if not METRICS[name].possible(v)}

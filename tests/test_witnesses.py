@@ -62,3 +62,21 @@ def test_gso_or_gro_counts_super_packets_so_the_kernel_cannot_witness_loss():
                 {"OutDatagrams": 1000}, {"InDatagrams": 44000}, {"gso": True})
     assert witnesses.kernel_loss(s["probes"], s["workload"]) == (None, None, None)
     assert all(c["check"] != "loss" for c in witnesses.cross_check(s)["checks"])
+
+
+def test_every_displayed_metric_is_bounded_and_an_impossible_one_is_a_note_not_a_figure():
+    from offlab.metrics import HEADLINE, METRICS, metrics_of
+
+    # the vxlan run's comparison table: "pps 9223109178 Gpps" and "-1.34 kpps", a CPU above 100 %
+    s = _sample({"datagrams_sent": 27497, "datagrams_received": 27000, "loss": 0.018, "pps": 9.223109178e18,
+                 "throughput_bps": -1.0}, {"OutDatagrams": 27497}, {"InDatagrams": 27000})
+    s["probes"]["cpu"] = {"client": {"busy": 100.4, "user": -0.5}, "server": {"busy": 40.0}}
+    s["service_demand_us_per_kib"] = {"total": -3.0, "client": 2.0}
+    got = metrics_of(s)
+    assert got == {"loss": 0.018, "cpu_server_busy": 40.0, "sd_client_us_per_kib": 2.0}
+    notes = witnesses.out_of_range(s)
+    assert len(notes) == 5 and all("outside its possible range" in n for n in notes)
+    assert any(n.startswith("datagrams received per second 9.22311e+18 pps") for n in notes)
+    # every headline metric has a range (a rate an upper bound too, a share ≤ 100 %)
+    assert all(METRICS[m].low == 0.0 for m in HEADLINE)
+    assert all(METRICS[m].high is not None for m in HEADLINE if METRICS[m].unit in ("bit/s", "pps", "%", "fraction"))

@@ -119,6 +119,7 @@ def measure(lab: LabState, w: Workload, capture: CaptureRequest | None = None) -
     sample.notes += witnesses.bound(sample.traffic)
     sample.consistency = witnesses.cross_check(d)
     sample.loss_attribution = witnesses.attribute_loss(d)
+    sample.notes += witnesses.out_of_range(sample.to_dict())
     return sample
 
 

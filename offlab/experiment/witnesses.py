@@ -12,6 +12,8 @@ Pure functions over `Sample.to_dict()`-shaped dicts, so they are tested on numbe
 
 from __future__ import annotations
 
+from offlab.metrics import METRICS, impossible
+
 # Loss fractions from the tool and from the kernel differ by the window's edges: iperf3 counts its
 # whole test, the kernel counters only the window after warm-up (seen here: 2.9 % vs 0.8 % at
 # 4096 B, 5 Gbit/s offered). Beyond five percentage points the witnesses disagree.
@@ -35,6 +37,12 @@ def bound(traffic: dict) -> list[str]:
     if sent is not None and received is not None and received > sent > 0 and traffic.get("tool") == "iperf3":
         notes.append(f"the tool reported {received} received of {sent} sent")
     return notes
+
+
+def out_of_range(sample: dict) -> list[str]:
+    """A note per metric whose value is impossible (it is then stored as no figure, see metrics_of)."""
+    return [f"{METRICS[name].label} {value:.6g} {METRICS[name].unit} is outside its possible range: not a figure"
+            for name, value in impossible(sample).items()]
 
 
 def kernel_loss(probes: dict, workload: dict | None = None) -> tuple[float | None, int | None, int | None]:
