@@ -19,7 +19,8 @@ class Metric:
     high: float | None = None
 
     def possible(self, v: float) -> bool:
-        return math.isfinite(v) and v >= self.low and (self.high is None or v <= self.high)
+        # 1e-9: a share computed as 100 − idle may come out as 100.00000000000001
+        return math.isfinite(v) and v >= self.low - 1e-9 and (self.high is None or v <= self.high * (1 + 1e-9))
 
 
 def _cpu(side: str, part: str) -> Callable[[dict], float | None]:

@@ -8,9 +8,11 @@ from typing import Optional
 
 import typer
 from offlab.cli.console import console
+from rich.markup import escape
 from rich.table import Table
 
 from offlab.errors import BadInput
+from offlab.report import format as fmt
 from offlab.names import IFNAME_RE
 
 MAX_FRAMES = 1_000_000  # the same bound as a plan's capture.frames
@@ -146,11 +148,8 @@ def print_sample(s: Sample) -> None:
     if s.capture:
         c = s.capture
         out.print(f"  wire        {c['host']}:{c['iface']} {c['frames']} frames: {c['verdict']}")
-    if s.loss_attribution:
-        la = s.loss_attribution
-        where = "; ".join(f"{p['where']} {p['count']} ({100 * p['share']:.0f} %)" for p in la["places"][:5])
-        out.print(f"  lost        {la['lost']} datagrams: {where or 'no counter explains them'}"
-                  + (f"; {la['unexplained']} unexplained" if la["places"] and la["unexplained"] else ""))
+    for line in fmt.loss_lines(s.loss_attribution):
+        out.print(f"  {escape(line)}")
     if s.consistency and s.consistency["status"] != "consistent":
         for c in s.consistency["checks"]:
             if not c["ok"]:

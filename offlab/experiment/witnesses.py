@@ -104,44 +104,109 @@ def _server_rx_bytes(probes: dict) -> int | None:
     return sum(found) if found else None
 
 
-def attribute_loss(sample: dict) -> dict | None:
-    """Where the lost datagrams died, from counter deltas on every host, with each one's share."""
+# Where a datagram can die, per host, as counted by its kernel: (group, counter, what it means).
+IP_DROPS = (("InHdrErrors", "bad IP header"), ("InAddrErrors", "not for this host and not forwarded"),
+            ("InDiscards", "IP input discards"), ("OutDiscards", "IP output discards"),
+            ("OutNoRoutes", "no route"), ("ReasmFails", "fragment reassembly failed"))
+UDP_DROPS = (("RcvbufErrors", "socket receive buffer full"), ("NoPorts", "no socket on the port"),
+             ("InCsumErrors", "bad UDP checksum"), ("InErrors", "other UDP input errors"))
+DEVICE_DROPS = (("rx_dropped", "dropped on receive"), ("tx_dropped", "dropped on transmit"),
+                ("rx_errors", "receive errors"), ("tx_errors", "transmit errors"),
+                ("rx_fifo", "receive overruns"), ("tx_fifo", "transmit overruns"))
+
+
+def _lost(sample: dict) -> tuple[int | None, str | None, int | None]:
+    """(lost, where the count comes from, sent) over the counters' own window: the kernel's sender and
+    receiver counts where they witness datagrams, else the tool's (its whole run, warm-up included)."""
     traffic, probes = sample["traffic"], sample["probes"]
-    if sample["workload"].get("protocol") != "udp":
-        return None
     _, k_sent, k_got = kernel_loss(probes, sample["workload"])
-    lost = (k_sent - k_got) if k_sent is not None and k_got is not None else None
-    if lost is None and traffic.get("datagrams_sent") is not None and traffic.get("datagrams_received") is not None:
-        lost = traffic["datagrams_sent"] - traffic["datagrams_received"]
+    if k_sent is not None and k_got is not None:
+        source = "client Udp OutDatagrams − server Udp InDatagrams"
+        if traffic.get("tool") != "engine":
+            # Without IP_RECVERR a send its qdisc dropped "succeeds" but counts in SndbufErrors, not OutDatagrams.
+            refused = ((probes.get("snmp") or {}).get("client") or {}).get("Udp", {}).get("SndbufErrors", 0)
+            if refused:
+                k_sent += refused
+                source = "client Udp OutDatagrams + SndbufErrors − server Udp InDatagrams"
+        return k_sent - k_got, source, k_sent
+    sent, got = traffic.get("datagrams_sent"), traffic.get("datagrams_received")
+    if sent is not None and got is not None and 0 <= got <= sent:
+        return sent - got, f"{traffic.get('tool')} sent − received, whole run", sent
+    return None, None, None
+
+
+def attribute_loss(sample: dict) -> dict | None:
+    """Where the lost datagrams died, hop by hop, from counter deltas, with the share each explains.
+
+    Sender queue (qdisc) drops; every lab interface's drops and errors; softnet backlog drops; a
+    router's IP discards, no-route and address errors; the receiver's IP discards and UDP errors
+    (receive buffer, no socket on the port, checksum). Places can overlap (a backlog drop counts in
+    softnet and in the device's rx_dropped), so shares are each count / lost and `unexplained` is
+    what no place covers.
+    """
+    traffic, probes, w = sample["traffic"], sample["probes"], sample["workload"]
+    if w.get("protocol") != "udp":
+        return None
+    lost, source, sent = _lost(sample)
     if not lost or lost <= 0:
         return None
-    places: list[tuple[str, int]] = []
-    for role, snmp in (probes.get("snmp") or {}).items():
-        udp, ip = snmp.get("Udp", {}), snmp.get("Ip", {})
-        # InErrors already counts RcvbufErrors and InCsumErrors: only the rest is its own place.
-        other = udp.get("InErrors", 0) - udp.get("RcvbufErrors", 0) - udp.get("InCsumErrors", 0)
-        counts = {**udp, "InErrors": max(0, other)}
-        for key, what in (("RcvbufErrors", "socket receive buffer full"), ("InErrors", "other UDP input errors"),
-                          ("NoPorts", "no socket on the port"), ("InCsumErrors", "bad UDP checksum"),
-                          ("SndbufErrors", "socket send buffer full")):
-            if role == "server" or key == "SndbufErrors":
-                if counts.get(key):
-                    places.append((f"{role} Udp {key} ({what})", counts[key]))
-        for key, what in (("InDiscards", "IP input discards"), ("ReasmFails", "fragment reassembly failed")):
-            if ip.get(key):
-                places.append((f"{role} Ip {key} ({what})", ip[key]))
+    places: list[dict] = []
+    not_lost: list[dict] = []
+
+    def place(host: str, where: str, what: str, n: int, layer: str) -> None:
+        if n and n > 0:
+            places.append({"host": host, "where": where, "what": what, "count": n, "layer": layer})
+
+    # A sender with IP_RECVERR (the engine) sees its qdisc's drops as ENOBUFS and sends again: not loss.
+    retried = (traffic.get("errors") or {}).get("ENOBUFS", 0) if traffic.get("tool") == "engine" else 0
+    for name, q in (probes.get("qdisc") or {}).items():
+        host = name.split(":", 1)[0]
+        if host == "client" and traffic.get("tool") == "engine":
+            if q.get("drops"):
+                not_lost.append({"where": f"{name} qdisc ({q.get('kind')})", "count": q["drops"],
+                                 "what": f"refused by the sender's queue and sent again (ENOBUFS {retried})"})
+            continue
+        place(host, f"{name} qdisc ({q.get('kind')}) drops", "queue full or over its rate", q.get("drops", 0),
+              "queue")
+    rx_dropped = 0
     for name, d in (probes.get("interfaces") or {}).items():
-        for key in ("rx_dropped", "tx_dropped"):
-            if d.get(key):
-                places.append((f"{name} {key}", d[key]))
-    softnet = sum(v.get("dropped", 0) for v in (probes.get("softnet") or {}).values())
-    if softnet:
-        places.append(("softnet backlog dropped", softnet))
-    explained = sum(n for _, n in places)
+        host = name.split(":", 1)[0]
+        for key, what in DEVICE_DROPS:
+            place(host, f"{name} {key}", what, d.get(key, 0), "device")
+        rx_dropped += d.get("rx_dropped", 0)
+    backlog = sum(v.get("dropped", 0) for v in (probes.get("softnet") or {}).values())
+    place("machine", "softnet backlog dropped", "per-CPU input backlog full (netdev_max_backlog)", backlog, "softnet")
+    for role, snmp in (probes.get("snmp") or {}).items():
+        ip, udp = snmp.get("Ip", {}), snmp.get("Udp", {})
+        for key, what in IP_DROPS:
+            # The sender's own IP OutDiscards are its qdisc drops again (or a send the app saw fail).
+            if role == "client" and key == "OutDiscards":
+                continue
+            place(role, f"{role} Ip {key}", what, ip.get(key, 0), "ip")
+        if role == "server":
+            # InErrors already counts RcvbufErrors and InCsumErrors: only the rest is its own place.
+            other = udp.get("InErrors", 0) - udp.get("RcvbufErrors", 0) - udp.get("InCsumErrors", 0)
+            for key, what in UDP_DROPS:
+                place(role, f"{role} Udp {key}", what, other if key == "InErrors" else udp.get(key, 0), "udp")
+        if role == "client" and traffic.get("tool") != "engine":
+            queue = sum(q.get("drops", 0) for n, q in (probes.get("qdisc") or {}).items() if n.startswith("client:"))
+            # Without IP_RECVERR a send the qdisc dropped returns success and counts in SndbufErrors.
+            place(role, f"{role} Udp SndbufErrors", "send dropped before the wire (send buffer or queue full)",
+                  max(0, udp.get("SndbufErrors", 0) - queue), "udp")
+    # A backlog drop also counts as the receiving device's rx_dropped: count it once.
+    overlap = min(backlog, rx_dropped)
+    explained = sum(p["count"] for p in places) - overlap
+    for p in places:
+        # tc and /proc are read a few ms apart: a place that explains everything may count a few more.
+        p["share"] = min(1.0, p["count"] / lost)
+    order = {"client": 0, "switch": 1, "router": 2, "machine": 3, "server": 4}
+    places.sort(key=lambda p: (order.get(p["host"], 2), -p["count"]))
     return {
-        "lost": lost,
-        "places": [{"where": w, "count": n, "share": n / lost} for w, n in sorted(places, key=lambda p: -p[1])],
+        "lost": lost, "lost_source": source, "sent": sent,
+        "places": places,
+        "explained": min(lost, explained),
         "unexplained": max(0, lost - explained),
+        "not_lost": not_lost,
     }
 
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from offlab.netdev import parse_softnet
 from offlab.errors import EnvironmentProblem, OfflabError
-from offlab.probes import counters, cpu
+from offlab.probes import counters, cpu, qdisc
 
 WATCHED_THREADS = ("ksoftirqd/", "vhost-")
 
@@ -28,7 +28,9 @@ def parse_net_dev(text: str) -> dict[str, dict[str, int]]:
             continue
         out[name.strip()] = {
             "rx_bytes": cols[0], "rx_packets": cols[1], "rx_errors": cols[2], "rx_dropped": cols[3],
+            "rx_fifo": cols[4], "rx_frame": cols[5],
             "tx_bytes": cols[8], "tx_packets": cols[9], "tx_errors": cols[10], "tx_dropped": cols[11],
+            "tx_fifo": cols[12], "tx_carrier": cols[14],
         }
     return out
 
@@ -42,6 +44,7 @@ class Snapshot:
     snmp: dict[str, dict[str, dict[str, int]]]
     softnet: dict[int, dict[str, int]]
     guest_stat: dict[str, dict[str, dict[str, int]]] | None = None  # role → /proc/stat of a host with its own kernel
+    qdisc: dict[str, dict[str, dict] | None] = field(default_factory=dict)  # role → root qdisc counters per dev
 
 
 class ProbeSession:
@@ -81,6 +84,8 @@ class ProbeSession:
         # A host with a kernel of its own answers over a channel (tens of ms): one command each for
         # all its files, all of them at once, while this machine's files are read.
         remote = {role: _Remote(host) for role, host in self.own_kernel.items()}
+        # tc is a command, not a file: one per namespace, all at once, while the files are read.
+        tc = {role: _Async(qdisc.read, self.lab.host(role)) for role in self.readers}
         for role, reader in self.readers.items():
             try:
                 netdev[role] = parse_net_dev(reader.read("dev"))
@@ -101,12 +106,14 @@ class ProbeSession:
         stat = cpu.parse_proc_stat(_read("/proc/stat"))
         softnet = {r.cpu: {"processed": r.processed, "dropped": r.dropped, "time_squeeze": r.time_squeeze}
                    for r in parse_softnet(_read("/proc/net/softnet_stat"))}
+        qdiscs = {role: a.result() for role, a in tc.items()}
         for role, r in remote.items():
-            dev, snmp_text, stat_text = r.result(self.lab.name, role)
+            dev, snmp_text, stat_text, tc_text = r.result(self.lab.name, role)
             netdev[role] = parse_net_dev(dev)
             snmp[role] = counters.parse_snmp(snmp_text)
             guest_stat[role] = cpu.parse_proc_stat(stat_text)
-        return Snapshot(t, stat, procs, netdev, snmp, softnet, guest_stat)
+            qdiscs[role] = qdisc.parse_tc(tc_text) if tc_text.strip() else None
+        return Snapshot(t, stat, procs, netdev, snmp, softnet, guest_stat, qdiscs)
 
     def result(self, a: Snapshot, b: Snapshot, *, client_cpu: int | None, server_cpu: int | None) -> dict:
         window = b.t - a.t
@@ -155,11 +162,14 @@ class ProbeSession:
             "interfaces": interfaces,
             "snmp": {role: counters.delta(a.snmp[role], b.snmp[role]) for role in b.snmp if role in a.snmp},
             "softnet": {c: counters.delta(a.softnet[c], v) for c, v in b.softnet.items() if c in a.softnet},
+            "qdisc": {f"{role}:{dev}": d for role in b.qdisc
+                      for dev, d in qdisc.delta(a.qdisc.get(role), b.qdisc[role]).items()},
         }
 
 
 _SEP = "@@offlab-probe@@"
-_REMOTE_READ = f"cat /proc/net/dev; echo {_SEP}; cat /proc/net/snmp; echo {_SEP}; cat /proc/stat"
+_REMOTE_READ = (f"cat /proc/net/dev; echo {_SEP}; cat /proc/net/snmp; echo {_SEP}; cat /proc/stat; echo {_SEP}; "
+                f"{' '.join(qdisc.TC_SHOW)} 2>/dev/null")
 
 
 class _Remote:
@@ -176,13 +186,29 @@ class _Remote:
         except OfflabError as exc:
             self.error = exc
 
-    def result(self, lab: str, role: str) -> tuple[str, str, str]:
+    def result(self, lab: str, role: str) -> tuple[str, str, str, str]:
         self.thread.join(timeout=35)
         parts = self.out.split(_SEP + "\n")
-        if self.error is not None or len(parts) != 3:
+        if self.error is not None or len(parts) != 4:
             raise EnvironmentProblem(f"lab {lab}: the counters of host {role} cannot be read"
                                      + (f": {self.error}" if self.error else ""))
-        return parts[0], parts[1], parts[2]
+        return parts[0], parts[1], parts[2], parts[3]
+
+
+class _Async:
+    """fn(*args) on a thread; `result()` waits for it (None if it did not finish in time)."""
+
+    def __init__(self, fn, *args) -> None:
+        self.value = None
+        self.thread = threading.Thread(target=self._run, args=(fn, *args), daemon=True)
+        self.thread.start()
+
+    def _run(self, fn, *args) -> None:
+        self.value = fn(*args)
+
+    def result(self, timeout: float = 15.0):
+        self.thread.join(timeout=timeout)
+        return self.value
 
 
 def service_demand(busy_pct: float, window_s: float, kib: float) -> float | None:

@@ -6,7 +6,9 @@ from __future__ import annotations
 SNMP_KEEP = {
     "Udp": ("InDatagrams", "OutDatagrams", "NoPorts", "InErrors", "RcvbufErrors", "SndbufErrors", "InCsumErrors"),
     "Tcp": ("InSegs", "OutSegs", "RetransSegs", "InErrs", "InCsumErrors"),
-    "Ip": ("ReasmReqds", "ReasmOKs", "ReasmFails", "FragOKs", "FragCreates", "FragFails", "InDiscards"),
+    "Ip": ("InReceives", "InHdrErrors", "InAddrErrors", "ForwDatagrams", "InDiscards", "InDelivers", "OutRequests",
+           "OutDiscards", "OutNoRoutes", "ReasmReqds", "ReasmOKs", "ReasmFails", "FragOKs", "FragCreates",
+           "FragFails"),
 }
 
 

@@ -96,3 +96,42 @@ def change(row) -> str:
             text += f" [{signed(row.diff_low * scale, 3)}, {signed(row.diff_high * scale, 3)}]"
         return text
     return "–"
+
+
+def loss_lines(la: dict | None) -> list[str]:
+    """Loss attribution (offlab.experiment.witnesses.attribute_loss) as lines people read:
+    'router:oltrq2 qdisc (tbf) drops 27410 (98 %): queue full or over its rate'."""
+    if not la:
+        return []
+    head = f"lost {la['lost']} of {la['sent']} datagrams ({la['lost_source']})"
+    if not la["places"]:
+        head += ": no counter explains them"
+    lines = [head] + [f"  {p['where']} {p['count']} ({100 * p['share']:.0f} %): {p['what']}" for p in la["places"]]
+    if la["places"] and la["unexplained"]:
+        lines.append(f"  unexplained {la['unexplained']} ({100 * la['unexplained'] / la['lost']:.0f} %)")
+    lines += [f"  not loss: {n['where']} {n['count']}: {n['what']}" for n in la.get("not_lost", [])]
+    return lines
+
+
+def merge_attributions(found: list[dict]) -> dict | None:
+    """The attributions of a cell's samples summed: lost, each place's count and share of the total."""
+    found = [a for a in found if a]
+    if not found:
+        return None
+    lost = sum(a["lost"] for a in found)
+    places: dict[str, dict] = {}
+    for a in found:
+        for p in a["places"]:
+            q = places.setdefault(p["where"], {**p, "count": 0})
+            q["count"] += p["count"]
+    not_lost: dict[str, dict] = {}
+    for a in found:
+        for n in a.get("not_lost", []):
+            q = not_lost.setdefault(n["where"], {**n, "count": 0})
+            q["count"] += n["count"]
+    for p in places.values():
+        p["share"] = min(1.0, p["count"] / lost)
+    sources = sorted({a["lost_source"] for a in found})
+    return {"lost": lost, "sent": sum(a["sent"] or 0 for a in found), "lost_source": ", ".join(sources),
+            "places": list(places.values()), "unexplained": sum(a["unexplained"] for a in found),
+            "not_lost": list(not_lost.values()), "samples": len(found)}
