@@ -224,6 +224,12 @@ def make_pps_run(store: Store, *, seed: int = 5) -> tuple[int, dict[str, int]]:
         for rnd in range(2):
             s = sample(rng, payload=64, mtu=1500, gso=False, throughput_bps=rate * 64 * 8, loss=0.0, spread=0.05)
             s["search"] = search_of(int(rate * rng.uniform(0.97, 1.03)), None, int(rate * 1.05))
+            if c["key"] == "rps=off":  # the router's queue dropped most of what was lost
+                s["loss_attribution"] = {
+                    "lost": 120, "lost_source": "client Udp OutDatagrams − server Udp InDatagrams", "sent": 60000,
+                    "places": [{"host": "router", "where": "router:olr2 qdisc (pfifo) drops", "count": 100,
+                                "what": "queue full or over its rate", "layer": "queue", "share": 100 / 120}],
+                    "explained": 100, "unexplained": 20, "not_lost": []}
             store.add_sample(run, ids[c["key"]], rnd, s, metrics_of(s))
         store.set_cell_status(ids[c["key"]], "done")
     store.set_cell_status(ids["rps=all"], "failed", "offlab-engine rx exited 1: bind: address in use")

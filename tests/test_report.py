@@ -249,3 +249,14 @@ def test_summary_table_fits_a_1400_px_window(pps):
     # long notes of the comparison are numbered footnotes under it, not text inside its columns
     summary = _section(pps["html"], "summary", "cells")
     assert '<ol class="footnotes">' in summary and "<li>baseline mean is 0: change in absolute terms (diff)</li>" in summary
+
+
+def test_where_the_loss_went_is_in_the_report_and_results_show(pps):
+    loss = _section(pps["html"], "loss", "attention")
+    text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", loss))
+    # two samples of rps=off, 120 lost each: the router's queue explains 200 of 240
+    assert "240 of 120000" in text and "router:olr2 qdisc (pfifo) drops 200 83 %" in text
+    assert "unexplained 40 17 %" in text
+    shown = offlab_cli("results", "show", str(pps["run"]), "--db", pps["db"], env={"COLUMNS": "200"})
+    assert "lost 240 of 120000 datagrams (client Udp OutDatagrams − server Udp InDatagrams)" in shown.stdout
+    assert "router:olr2 qdisc (pfifo) drops 200 (83 %): queue full or over its rate" in shown.stdout

@@ -95,6 +95,7 @@ def show_cmd(
     with _open(db) as store:
         print_searches(store, run_id)
         print_captures(store, run_id)
+        print_losses(store, run_id)
 
 
 def _samples_csv(run: dict, cells: list[dict], samples: list[dict]) -> None:
@@ -126,6 +127,7 @@ def print_comparison(store, run_id: int) -> None:
             _print_rows(compare.compare_run(store, run_id))
             print_searches(store, run_id)
             print_captures(store, run_id)
+            print_losses(store, run_id)
             return
         except BadInput as exc:
             out.print(f"[yellow]{escape(str(exc))}[/yellow]")
@@ -136,6 +138,7 @@ def print_comparison(store, run_id: int) -> None:
     _cells_table(cells, cis, level)
     print_searches(store, run_id)
     print_captures(store, run_id)
+    print_losses(store, run_id)
 
 
 def print_captures(store, run_id: int) -> None:
@@ -152,6 +155,21 @@ def print_captures(store, run_id: int) -> None:
     for cid, cap in sorted(seen.items(), key=lambda kv: keys.get(kv[0], "")):
         out.print(f"  {escape(keys.get(cid, '?'))}: {cap['host']}:{cap['iface']} {cap['frames']} frames: "
                   f"{escape(cap['verdict'])}")
+
+
+def print_losses(store, run_id: int) -> None:
+    """Where each cell's lost datagrams died (its samples' attributions summed)."""
+    from offlab.report import format as fmt
+    from offlab.report import losses
+
+    found = losses(store.cells(run_id), store.samples(run_id))
+    if not found:
+        return
+    out.print("[bold]where the loss went[/bold] (counters before and after on every hop; share of the lost)")
+    for la in found:
+        out.print(f"  {escape(la['cell'])}:")
+        for line in fmt.loss_lines(la):
+            out.print(f"    {escape(line)}")
 
 
 def print_searches(store, run_id: int) -> None:

@@ -249,6 +249,21 @@ def searches(cells: list[dict], samples: list[dict]) -> list[dict]:
     return out
 
 
+def losses(cells: list[dict], samples: list[dict]) -> list[dict]:
+    """Per cell with lost datagrams, where they died: its samples' attributions summed."""
+    per_cell: dict[int, list[dict]] = {}
+    for s in samples:
+        la = (s["sample"] or {}).get("loss_attribution")
+        if la:
+            per_cell.setdefault(s["cell_id"], []).append(la)
+    out = []
+    for c in cells:
+        merged = fmt.merge_attributions(per_cell.get(c["id"], [])) if c["status"] not in NO_FIGURES else None
+        if merged:
+            out.append({"cell": c["key"], **merged})
+    return out
+
+
 def footnoted(rows: list[dict]) -> tuple[list[dict], list[str]]:
     """Long flags of the comparison rows become numbered footnotes, so no note widens a column."""
     notes: list[str] = []
@@ -374,6 +389,7 @@ def build_report(store: Store, run_id: int, *, baseline: dict | None = None,
         "unmeasured": [c for c in cells if c["status"] in ("pending", "running") and not c["n_samples"]],
         "env_groups": env_groups(env),
         "searches": searches(cells, samples),
+        "losses": losses(cells, samples),
         "offloads": offload_table(env, run.get("plan_text") or ""),
     }
     return _render(context)
