@@ -148,6 +148,8 @@ def print_sample(s: Sample) -> None:
     if s.capture:
         c = s.capture
         out.print(f"  wire        {c['host']}:{c['iface']} {c['frames']} frames: {c['verdict']}")
+    for seg in s.segmentation or []:
+        out.print(f"  segments    {escape(seg['line'])}")
     for line in fmt.loss_lines(s.loss_attribution):
         out.print(f"  {escape(line)}")
     if s.consistency and s.consistency["status"] != "consistent":

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from offlab.errors import BadInput
 from offlab.lab.model import LabState
-from offlab.probes import ProbeSession, service_demand, system_service_demand
+from offlab.probes import ProbeSession, mtus, service_demand, system_service_demand
 from offlab.probes.cpu import NOTABLE_STEAL_PCT
 from offlab.experiment import witnesses
 from offlab.probes.capture import Capture, CaptureSummary, read_pcap, summarize
@@ -48,6 +48,7 @@ class Sample:
     search: dict | None = None  # zero-loss search steps, when the sample came from one
     consistency: dict | None = None  # second witnesses for the headline figures (offlab.experiment.witnesses)
     loss_attribution: dict | None = None  # where lost datagrams died, from counters
+    segmentation: list[dict] | None = None  # packets vs bytes per interface and direction, against its MTU
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -95,6 +96,7 @@ def measure(lab: LabState, w: Workload, capture: CaptureRequest | None = None) -
             raise window["error"]
         probe = probes.result(window["a"], window["b"], client_cpu=w.client_cpu, server_cpu=w.server_cpu)
         cap = window.get("capture")
+    probe["mtus"] = mtus(lab)
     kib = traffic.throughput_bps * probe["window_s"] / 8 / 1024
     sd = {side: service_demand(probe["cpu"][side]["busy"], probe["window_s"], kib)
           for side in ("client", "server") if side in probe["cpu"]}
@@ -119,6 +121,7 @@ def measure(lab: LabState, w: Workload, capture: CaptureRequest | None = None) -
     sample.notes += witnesses.bound(sample.traffic)
     sample.consistency = witnesses.cross_check(d)
     sample.loss_attribution = witnesses.attribute_loss(d)
+    sample.segmentation = witnesses.segmentation(probe, probe["mtus"])
     sample.notes += witnesses.out_of_range(sample.to_dict())
     return sample
 

@@ -157,17 +157,17 @@ def attribute_loss(sample: dict) -> dict | None:
         if n and n > 0:
             places.append({"host": host, "where": where, "what": what, "count": n, "layer": layer})
 
-    # A sender with IP_RECVERR (the engine) sees its qdisc's drops as ENOBUFS and sends again: not loss.
+    # A sender with IP_RECVERR (the engine) sees a send its qdisc refused as ENOBUFS and sends again: not
+    # loss. A queue that segments a GSO send and drops part of it says nothing to the sender: loss.
+    # (ENOBUFS counts refused sends over the whole run; with GSO one send carries several datagrams.)
     retried = (traffic.get("errors") or {}).get("ENOBUFS", 0) if traffic.get("tool") == "engine" else 0
     for name, q in (probes.get("qdisc") or {}).items():
-        host = name.split(":", 1)[0]
-        if host == "client" and traffic.get("tool") == "engine":
-            if q.get("drops"):
-                not_lost.append({"where": f"{name} qdisc ({q.get('kind')})", "count": q["drops"],
-                                 "what": f"refused by the sender's queue and sent again (ENOBUFS {retried})"})
-            continue
-        place(host, f"{name} qdisc ({q.get('kind')}) drops", "queue full or over its rate", q.get("drops", 0),
-              "queue")
+        host, drops = name.split(":", 1)[0], q.get("drops", 0)
+        if host == "client" and retried and drops:
+            not_lost.append({"where": f"{name} qdisc ({q.get('kind')})", "count": min(drops, retried),
+                             "what": "sends the queue refused (ENOBUFS), sent again by the engine"})
+            drops -= min(drops, retried)
+        place(host, f"{name} qdisc ({q.get('kind')}) drops", "queue full or over its rate", drops, "queue")
     rx_dropped = 0
     for name, d in (probes.get("interfaces") or {}).items():
         host = name.split(":", 1)[0]
@@ -208,6 +208,37 @@ def attribute_loss(sample: dict) -> dict | None:
         "unexplained": max(0, lost - explained),
         "not_lost": not_lost,
     }
+
+
+# An Ethernet frame of a full MTU is MTU + 14 bytes as /proc/net/dev counts it (no FCS, no VLAN tag).
+ETH_HEADER = 14
+# Fewer packets than this on an interface in one direction say nothing about segmentation (ARP, ACKs).
+SEGMENTATION_MIN_PACKETS = 20
+
+
+def segmentation(probes: dict, mtus: dict[str, int]) -> list[dict]:
+    """Per lab interface and direction: packets, bytes, average packet size against the MTU, and what
+    that proves. A veth (or a tap into a guest) counts a GSO/GRO super-packet as one packet, so an
+    average above MTU + 14 on a hop is the proof that super-packets crossed it unsegmented, even where
+    a capture on the sender is ambiguous (tcpdump there sees super-packets before segmentation)."""
+    out = []
+    for name, d in (probes.get("interfaces") or {}).items():
+        mtu = mtus.get(name)
+        for way in ("tx", "rx"):
+            packets, size = d.get(f"{way}_packets") or 0, d.get(f"{way}_bytes") or 0
+            if packets < SEGMENTATION_MIN_PACKETS:
+                continue
+            avg = size / packets
+            if mtu is None:
+                verdict = "MTU unknown: no verdict"
+            elif avg > mtu + ETH_HEADER:
+                verdict = "super-packets: not segmented on this hop"
+            else:
+                verdict = f"wire-size packets (≤ MTU {mtu} + {ETH_HEADER})"
+            out.append({"interface": name, "direction": way, "packets": packets, "bytes": size,
+                        "avg_bytes": round(avg, 1), "mtu": mtu, "verdict": verdict,
+                        "line": f"{name} {way}: {packets} pkts of avg {avg:.0f} B ({verdict})"})
+    return out
 
 
 def _pct(x: float | None) -> str:

@@ -211,6 +211,28 @@ class _Async:
         return self.value
 
 
+_MTUS = 'for d in /sys/class/net/*; do echo "${d##*/} $(cat "$d/mtu")"; done'
+
+
+def mtus(lab) -> dict[str, int]:
+    """"role:iface" → MTU of every interface of every lab host, read once after the window (sysfs, so a
+    guest's busybox answers too); a host that cannot say is left out."""
+    def read(host) -> dict[str, int]:
+        try:
+            res = host.run(["sh", "-c", _MTUS], check=False, timeout=10)
+        except OfflabError:
+            return {}
+        out = {}
+        for line in res.stdout.splitlines() if res.ok else []:
+            name, _, mtu = line.partition(" ")
+            if mtu.strip().isdigit() and name != "lo":
+                out[name] = int(mtu)
+        return out
+
+    tasks = {role: _Async(read, lab.host(role)) for role in lab.hosts}
+    return {f"{role}:{name}": mtu for role, t in tasks.items() for name, mtu in (t.result() or {}).items()}
+
+
 def service_demand(busy_pct: float, window_s: float, kib: float) -> float | None:
     """CPU µs per KiB transferred for one CPU's busy share (the per-side split)."""
     if kib <= 0 or window_s <= 0:
