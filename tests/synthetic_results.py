@@ -224,6 +224,11 @@ def make_pps_run(store: Store, *, seed: int = 5) -> tuple[int, dict[str, int]]:
         for rnd in range(2):
             s = sample(rng, payload=64, mtu=1500, gso=False, throughput_bps=rate * 64 * 8, loss=0.0, spread=0.05)
             s["search"] = search_of(int(rate * rng.uniform(0.97, 1.03)), None, int(rate * 1.05))
+            s["segmentation"] = [{"interface": "client:olr0", "direction": "tx", "packets": 1512,
+                                  "bytes": 1512 * 63880, "avg_bytes": 63880.0, "mtu": 1500,
+                                  "verdict": "super-packets: not segmented on this hop",
+                                  "line": "client:olr0 tx: 1512 pkts of avg 63880 B (super-packets: not segmented "
+                                          "on this hop)"}]
             if c["key"] == "rps=off":  # the router's queue dropped most of what was lost
                 s["loss_attribution"] = {
                     "lost": 120, "lost_source": "client Udp OutDatagrams − server Udp InDatagrams", "sent": 60000,

@@ -260,3 +260,12 @@ def test_where_the_loss_went_is_in_the_report_and_results_show(pps):
     shown = offlab_cli("results", "show", str(pps["run"]), "--db", pps["db"], env={"COLUMNS": "200"})
     assert "lost 240 of 120000 datagrams (client Udp OutDatagrams − server Udp InDatagrams)" in shown.stdout
     assert "router:olr2 qdisc (pfifo) drops 200 (83 %): queue full or over its rate" in shown.stdout
+
+
+def test_segmentation_by_counters_is_in_the_report_and_results_show(pps):
+    seg = _section(pps["html"], "segments", "attention")
+    text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", seg))
+    assert "client:olr0 tx 1512 63880 B 1500 super-packets: not segmented on this hop" in text
+    assert "rps=all" not in text  # failed: no figures
+    shown = offlab_cli("results", "show", str(pps["run"]), "--db", pps["db"], env={"COLUMNS": "200"})
+    assert "client:olr0 tx: 1512 pkts of avg 63880 B (super-packets: not segmented on this hop)" in shown.stdout

@@ -158,11 +158,21 @@ def print_captures(store, run_id: int) -> None:
 
 
 def print_losses(store, run_id: int) -> None:
-    """Where each cell's lost datagrams died (its samples' attributions summed)."""
+    """Segmentation by counters per cell, and where each cell's lost datagrams died."""
     from offlab.report import format as fmt
     from offlab.report import losses
 
-    found = losses(store.cells(run_id), store.samples(run_id))
+    from offlab.report import segmentations
+
+    samples = store.samples(run_id)
+    segs = segmentations(store.cells(run_id), samples)
+    if segs:
+        out.print("[bold]segmentation by counters[/bold] (first sample of each cell: packets vs bytes per hop)")
+        for c in segs:
+            out.print(f"  {escape(c['cell'])}:")
+            for h in c["hops"]:
+                out.print(f"    {escape(h['line'])}")
+    found = losses(store.cells(run_id), samples)
     if not found:
         return
     out.print("[bold]where the loss went[/bold] (counters before and after on every hop; share of the lost)")

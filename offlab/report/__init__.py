@@ -264,6 +264,17 @@ def losses(cells: list[dict], samples: list[dict]) -> list[dict]:
     return out
 
 
+def segmentations(cells: list[dict], samples: list[dict]) -> list[dict]:
+    """Per cell, the segmentation lines of its first sample that has them (packets vs bytes per hop)."""
+    first: dict[int, list[dict]] = {}
+    for s in samples:
+        seg = (s["sample"] or {}).get("segmentation")
+        if seg and s["cell_id"] not in first:
+            first[s["cell_id"]] = seg
+    return [{"cell": c["key"], "hops": first[c["id"]]} for c in cells
+            if c["id"] in first and c["status"] not in NO_FIGURES]
+
+
 def footnoted(rows: list[dict]) -> tuple[list[dict], list[str]]:
     """Long flags of the comparison rows become numbered footnotes, so no note widens a column."""
     notes: list[str] = []
@@ -390,6 +401,7 @@ def build_report(store: Store, run_id: int, *, baseline: dict | None = None,
         "env_groups": env_groups(env),
         "searches": searches(cells, samples),
         "losses": losses(cells, samples),
+        "segmentations": segmentations(cells, samples),
         "offloads": offload_table(env, run.get("plan_text") or ""),
     }
     return _render(context)
