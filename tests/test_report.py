@@ -269,3 +269,15 @@ def test_segmentation_by_counters_is_in_the_report_and_results_show(pps):
     assert "rps=all" not in text  # failed: no figures
     shown = offlab_cli("results", "show", str(pps["run"]), "--db", pps["db"], env={"COLUMNS": "200"})
     assert "client:olr0 tx: 1512 pkts of avg 63880 B (super-packets: not segmented on this hop)" in shown.stdout
+
+
+def test_loss_attribution_stored_by_an_older_offlab_still_reads():
+    from offlab.report import format as fmt
+
+    old = {"lost": 40, "places": [{"where": "server Udp RcvbufErrors (socket receive buffer full)", "count": 30,
+                                   "share": 0.75}], "unexplained": 10}
+    merged = fmt.merge_attributions([old, old])
+    assert merged["lost"] == 80 and merged["places"][0]["count"] == 60
+    assert fmt.loss_lines(merged) == ["lost 80 datagrams",
+                                      "  server Udp RcvbufErrors (socket receive buffer full) 60 (75 %)",
+                                      "  unexplained 20 (25 %)"]

@@ -103,10 +103,13 @@ def loss_lines(la: dict | None) -> list[str]:
     'router:oltrq2 qdisc (tbf) drops 27410 (98 %): queue full or over its rate'."""
     if not la:
         return []
-    head = f"lost {la['lost']} of {la['sent']} datagrams ({la['lost_source']})"
+    # Samples stored before offlab recorded the source and the sent count still read.
+    of = f" of {la['sent']}" if la.get("sent") else ""
+    head = f"lost {la['lost']}{of} datagrams" + (f" ({la['lost_source']})" if la.get("lost_source") else "")
     if not la["places"]:
         head += ": no counter explains them"
-    lines = [head] + [f"  {p['where']} {p['count']} ({100 * p['share']:.0f} %): {p['what']}" for p in la["places"]]
+    lines = [head] + [f"  {p['where']} {p['count']} ({100 * p['share']:.0f} %)" + (f": {p['what']}" if p.get("what") else "")
+                      for p in la["places"]]
     if la["places"] and la["unexplained"]:
         lines.append(f"  unexplained {la['unexplained']} ({100 * la['unexplained'] / la['lost']:.0f} %)")
     lines += [f"  not loss: {n['where']} {n['count']}: {n['what']}" for n in la.get("not_lost", [])]
@@ -131,7 +134,7 @@ def merge_attributions(found: list[dict]) -> dict | None:
             q["count"] += n["count"]
     for p in places.values():
         p["share"] = min(1.0, p["count"] / lost)
-    sources = sorted({a["lost_source"] for a in found})
-    return {"lost": lost, "sent": sum(a["sent"] or 0 for a in found), "lost_source": ", ".join(sources),
+    sources = sorted({a["lost_source"] for a in found if a.get("lost_source")})
+    return {"lost": lost, "sent": sum(a.get("sent") or 0 for a in found), "lost_source": ", ".join(sources),
             "places": list(places.values()), "unexplained": sum(a["unexplained"] for a in found),
             "not_lost": list(not_lost.values()), "samples": len(found)}
