@@ -138,6 +138,48 @@ def _captures(cells: list[dict], samples: list[dict]) -> list[dict]:
     return [{"cell": c["key"], **first[c["id"]]} for c in cells if c["id"] in first]
 
 
+# Cells drawn over time at most; the rest are listed as not drawn (the rows stay in the database).
+MAX_SERIES_CHARTS = 40
+
+
+def _series_of(sample: dict) -> list[tuple[str, dict]]:
+    """(part, series) with rows for each part of a sample that has per-interval series: its first one
+    (the receiver's for a stream, the client's for rr)."""
+    out = []
+    for part, sub in (sample or {}).items():
+        if isinstance(sub, dict) and isinstance(sub.get("series"), list):
+            first = next((s for s in sub["series"] if isinstance(s, dict) and s.get("rows")), None)
+            if first and "t_s" in (first.get("columns") or []):
+                out.append((part, first))
+    return out
+
+
+def _series_charts(cells: list[dict], samples: list[dict]) -> dict:
+    """Per cell (and part), every round's series overlaid: the charts, and the cells left undrawn."""
+    from offlab.report import charts
+
+    per_cell: dict[tuple[int, str], list[tuple[str, dict]]] = {}
+    for s in samples:
+        for part, series in _series_of(s["sample"]):
+            per_cell.setdefault((s["cell_id"], part), []).append((f"round {s['round']}", series))
+    out, undrawn = [], []
+    for c in cells:
+        for (cid, part), rounds in per_cell.items():
+            if cid != c["id"]:
+                continue
+            if len(out) >= MAX_SERIES_CHARTS:
+                undrawn.append(c["key"])
+                continue
+            svg, grouped = charts.over_time(rounds)
+            first = rounds[0][1]
+            every = first.get("interval_s")
+            out.append({"cell": c["key"], "part": part, "svg": svg, "source": first.get("source", "?"),
+                        "interval": f"{every * 1000:g} ms" if every else "its own interval",
+                        "grouped": grouped, "rounds": len(rounds),
+                        "dropped": sum(s.get("intervals_dropped") or 0 for _, s in rounds)})
+    return {"charts": out, "undrawn": list(dict.fromkeys(undrawn))}
+
+
 def _walk_interfaces(obj, path: tuple = ()) -> list[tuple[str, dict]]:
     """(host:iface, interface dict) for every interface dict with a `features` map in env."""
     found = []
@@ -269,7 +311,7 @@ def build_report(store: Store, run_id: int, *, baseline: dict | None = None,
         })
     captures = _captures(cells, samples)
     cpu = _cpu_split(cells, samples)
-    charts_ctx = {"metrics": [], "cpu": None, "frames": None}
+    charts_ctx = {"metrics": [], "cpu": None, "frames": None, "series": _series_charts(cells, samples)}
     if present:
         charts_ctx["metrics"] = _metric_charts(cells, cis, present, lay)
     if cpu:

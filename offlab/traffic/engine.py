@@ -16,6 +16,7 @@ from typing import Iterator
 from offlab.errors import ToolMissing
 from offlab.hosts import Host, which
 from offlab.traffic import TrafficResult, Workload
+from offlab.traffic import series as intervals
 from offlab.traffic.iperf3 import TrafficFailed
 from offlab.hosts.process import cpu_on as _cpu, pinned, stop
 
@@ -45,7 +46,8 @@ def engine_on(host: Host) -> str:
 
 def rx_argv(w: Workload, bind: str, port: int, ready: str, run_id: int, exe: str | None = None) -> list[str]:
     argv = [exe or engine_path(), "rx", "--bind", bind, "--port", str(port), "--ready-file", ready,
-            "--run-id", str(run_id), "--duration", f"{w.warmup + w.duration + 5:g}", "--idle-timeout", "1"]
+            "--run-id", str(run_id), "--duration", f"{w.warmup + w.duration + 5:g}", "--idle-timeout", "1",
+            "--interval", str(intervals.interval_ms(w.warmup + w.duration))]
     if w.gro:
         argv.append("--gro")
     if w.batch:
@@ -57,7 +59,8 @@ def rx_argv(w: Workload, bind: str, port: int, ready: str, run_id: int, exe: str
 
 def tx_argv(w: Workload, dest: str, port: int, run_id: int, exe: str | None = None) -> list[str]:
     argv = [exe or engine_path(), "tx", "--dest", dest, "--port", str(port), "--size", str(w.size or 1472),
-            "--duration", f"{w.warmup + w.duration:g}", "--run-id", str(run_id)]
+            "--duration", f"{w.warmup + w.duration:g}", "--run-id", str(run_id),
+            "--interval", str(intervals.interval_ms(w.warmup + w.duration))]
     if w.gso:
         argv.append("--gso")
     if w.batch:
@@ -89,6 +92,8 @@ def parse(rx: dict, tx: dict, w: Workload) -> TrafficResult:
         latency_us=rx.get("latency_us"),
         window_s=rx.get("window_s"),
         errors=dict(tx.get("errors") or {}),
+        series=[s for s in (intervals.from_engine(rx, "offlab-engine rx", w.warmup),
+                            intervals.from_engine(tx, "offlab-engine tx", w.warmup)) if s],
         raw={"rx": rx, "tx": tx},
     )
 
