@@ -173,6 +173,27 @@ def test_report_draws_one_over_time_chart_per_cell_with_the_rounds(tmp_path):
     assert "offlab-engine rx, every\n  100 ms, 2 round(s)" in html
 
 
+RR_DOC = {"series": {"interval_s": 0.1, "t_from": "window_start", "intervals_dropped": 0,
+                     "columns": ["t_s", "dur_s", "warmup", "transactions", "lost", "tps", "rtt_p50_us", "rtt_p99_us",
+                                 "rtt_max_us"],
+                     "rows": [[-0.1, 0.1, True, 100, 0, 1000, 900.0, 1500.0, 1900.0],
+                              [0.0, 0.1, False, 500, 0, 5000, 210.0, 230.0, 240.0],
+                              [0.1, 0.1, False, 0, 1, 0, None, None, None]]}}
+
+
+def test_rr_series_keep_their_rows_and_get_a_round_trip_panel(tmp_path):
+    from offlab.report import build_report
+
+    s = S.from_engine(RR_DOC, "offlab-engine rr")
+    assert s["columns"] == RR_DOC["series"]["columns"] and s["rows"] == RR_DOC["series"]["rows"]  # no shift
+    with Store.open(tmp_path / "o.db") as st:
+        run, cell = _run(st)
+        st.add_sample(run, cell, 1, {"traffic": {"throughput_bps": 1.0}, "rr": {"series": [s]}}, {"throughput_bps": 1.0})
+        assert st.samples(run)[0]["sample"]["rr"]["series"] == [s]
+        html = build_report(st, run)
+    assert "all (rr): offlab-engine rr" in html and "round trip" in html and "transactions per second" in html
+
+
 # -- real traffic ---------------------------------------------------------------------------------------
 
 @pytest.fixture

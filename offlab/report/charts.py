@@ -267,6 +267,8 @@ def over_time(rounds: list[tuple[str, dict]]) -> tuple[str, int]:
                 xs = [r[ti] for r in rows]
                 ys = [None if r[ci] is None else r[ci] / div for r in rows]
                 xs, ys, k = _thin(xs, ys, SERIES_POINTS)
+                if rows and di is not None and rows[-1][di]:
+                    xs, ys = xs + [rows[-1][ti] + rows[-1][di]], ys + [ys[-1]]  # the last step has a width
                 grouped = max(grouped, k)
                 tag = c.removeprefix("rtt_").removesuffix("_us")
                 ax.plot(xs, [float("nan") if y is None else y for y in ys], linestyle=style, linewidth=1.1,
