@@ -37,7 +37,7 @@ def measure_cmd(
     ipv6: bool = typer.Option(False, "--ipv6", help="Use the lab's IPv6 addresses."),
     capture: Optional[str] = typer.Option(None, "--capture", help="HOST[:IFACE] to capture on (IFACE may be to-<host>)."),
     frames: int = typer.Option(2000, "--frames", help="Frames to capture."),
-    as_json: bool = typer.Option(False, "--json", help="Print the sample as JSON."),
+    as_json: bool = typer.Option(False, "--json", help="Print the sample as JSON (with its per-interval series)."),
     workload: str = typer.Option("stream", "--workload", help="stream | rr (request/response with offlab-engine)."),
     request_size: int = typer.Option(64, "--request-size", help="rr: bytes per request."),
     response_size: int = typer.Option(64, "--response-size", help="rr: bytes per response."),
