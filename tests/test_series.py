@@ -242,7 +242,8 @@ def test_a_real_engine_stream_has_intervals_that_sum_to_its_totals_and_a_report_
 
 @requires_root
 @pytest.mark.network
-def test_a_real_rr_has_window_intervals_that_sum_to_its_transactions(veth_lab):
+def test_a_real_rr_has_window_intervals_that_sum_to_its_transactions_and_a_report_chart(veth_lab, tmp_path):
+    from offlab.report import build_report
     from offlab.traffic import rr
 
     r = rr.run_lab(veth_lab, rr.RrWorkload(protocol="udp", rate=2000, duration=1.0, warmup=0.3))
@@ -254,6 +255,11 @@ def test_a_real_rr_has_window_intervals_that_sum_to_its_transactions(veth_lab):
     assert sum(x["lost"] for x in window) == r.lost
     assert all(x["rtt_p50_us"] <= x["rtt_p99_us"] <= x["rtt_max_us"] for x in window if x["transactions"])
     assert max(x["rtt_max_us"] for x in window if x["transactions"]) == pytest.approx(r.rtt_max_us, rel=1e-6)
+    with Store.open(tmp_path / "o.db") as st:
+        run, cell = _run(st)
+        st.add_sample(run, cell, 1, {"traffic": {"throughput_bps": 0.0}, "rr": r.to_dict()}, {})
+        html = build_report(st, run)
+    assert html.count('<figure class="series"') == 1 and "all (rr): offlab-engine rr" in html
 
 
 @requires_root

@@ -44,10 +44,13 @@ def engine_on(host: Host) -> str:
     return engine_path() if host.shares_kernel else ENGINE
 
 
-def rx_argv(w: Workload, bind: str, port: int, ready: str, run_id: int, exe: str | None = None) -> list[str]:
+def rx_argv(w: Workload, bind: str, port: int, ready: str, run_id: int, exe: str | None = None,
+            interval_ms: int | None = None) -> list[str]:
+    """`interval_ms`: the series' interval (default: offlab.traffic.series.interval_ms of the run, 0 = none)."""
+    every = intervals.interval_ms(w.warmup + w.duration) if interval_ms is None else interval_ms
     argv = [exe or engine_path(), "rx", "--bind", bind, "--port", str(port), "--ready-file", ready,
             "--run-id", str(run_id), "--duration", f"{w.warmup + w.duration + 5:g}", "--idle-timeout", "1",
-            "--interval", str(intervals.interval_ms(w.warmup + w.duration))]
+            "--interval", str(every)]
     if w.gro:
         argv.append("--gro")
     if w.batch:
@@ -57,10 +60,11 @@ def rx_argv(w: Workload, bind: str, port: int, ready: str, run_id: int, exe: str
     return argv
 
 
-def tx_argv(w: Workload, dest: str, port: int, run_id: int, exe: str | None = None) -> list[str]:
+def tx_argv(w: Workload, dest: str, port: int, run_id: int, exe: str | None = None,
+            interval_ms: int | None = None) -> list[str]:
+    every = intervals.interval_ms(w.warmup + w.duration) if interval_ms is None else interval_ms
     argv = [exe or engine_path(), "tx", "--dest", dest, "--port", str(port), "--size", str(w.size or 1472),
-            "--duration", f"{w.warmup + w.duration:g}", "--run-id", str(run_id),
-            "--interval", str(intervals.interval_ms(w.warmup + w.duration))]
+            "--duration", f"{w.warmup + w.duration:g}", "--run-id", str(run_id), "--interval", str(every)]
     if w.gso:
         argv.append("--gso")
     if w.batch:
@@ -98,12 +102,14 @@ def parse(rx: dict, tx: dict, w: Workload) -> TrafficResult:
     )
 
 
-def run(client: Host, server: Host, server_addr: str, w: Workload, *, on_started=None) -> TrafficResult:
+def run(client: Host, server: Host, server_addr: str, w: Workload, *, on_started=None,
+        interval_ms: int | None = None) -> TrafficResult:
     port = random.randint(20000, 60000)
     run_id = random.randint(1, 2**32 - 1)
     with _ready_dir(server) as tmp:
         ready = f"{tmp}/ready"
-        rx = server.spawn(pinned(rx_argv(w, server_addr, port, ready, run_id, engine_on(server)), _cpu(server, w.server_cpu)),
+        rx = server.spawn(pinned(rx_argv(w, server_addr, port, ready, run_id, engine_on(server), interval_ms),
+                                 _cpu(server, w.server_cpu)),
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         tx = None
         try:
@@ -113,7 +119,8 @@ def run(client: Host, server: Host, server_addr: str, w: Workload, *, on_started
                     err = rx.stderr.read().strip() if rx.poll() is not None else "not ready in time"
                     raise TrafficFailed(f"offlab-engine rx on {server.name} did not start: {err}")
                 time.sleep(0.01)
-            tx = client.spawn(pinned(tx_argv(w, server_addr, port, run_id, engine_on(client)), _cpu(client, w.client_cpu)),
+            tx = client.spawn(pinned(tx_argv(w, server_addr, port, run_id, engine_on(client), interval_ms),
+                                     _cpu(client, w.client_cpu)),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             if on_started:
                 on_started(tx.pid, rx.pid)
