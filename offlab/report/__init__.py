@@ -142,15 +142,17 @@ def _captures(cells: list[dict], samples: list[dict]) -> list[dict]:
 MAX_SERIES_CHARTS = 40
 
 
-def _series_of(sample: dict) -> list[tuple[str, dict]]:
-    """(part, series) with rows for each part of a sample that has per-interval series: its first one
-    (the receiver's for a stream, the client's for rr)."""
+def _series_of(sample: dict) -> list[tuple[str, dict, dict | None]]:
+    """(part, series, sender's series or None) for each part of a sample that has per-interval series: its
+    first one (the receiver's for an engine stream, the client's for rr), and the engine sender's beside it."""
     out = []
     for part, sub in (sample or {}).items():
         if isinstance(sub, dict) and isinstance(sub.get("series"), list):
-            first = next((s for s in sub["series"] if isinstance(s, dict) and s.get("rows")), None)
-            if first and "t_s" in (first.get("columns") or []):
-                out.append((part, first))
+            drawn = [s for s in sub["series"] if isinstance(s, dict) and s.get("rows")
+                     and "t_s" in (s.get("columns") or [])]
+            if drawn:
+                sent = next((s for s in drawn[1:] if str(s.get("source", "")).endswith(" tx")), None)
+                out.append((part, drawn[0], sent))
     return out
 
 
@@ -158,10 +160,10 @@ def _series_charts(cells: list[dict], samples: list[dict]) -> dict:
     """Per cell (and part), every round's series overlaid: the charts, and the cells left undrawn."""
     from offlab.report import charts
 
-    per_cell: dict[tuple[int, str], list[tuple[str, dict]]] = {}
+    per_cell: dict[tuple[int, str], list[tuple[str, dict, dict | None]]] = {}
     for s in samples:
-        for part, series in _series_of(s["sample"]):
-            per_cell.setdefault((s["cell_id"], part), []).append((f"round {s['round']}", series))
+        for part, series, sent in _series_of(s["sample"]):
+            per_cell.setdefault((s["cell_id"], part), []).append((f"round {s['round']}", series, sent))
     out, undrawn = [], []
     for c in cells:
         for (cid, part), rounds in per_cell.items():
@@ -170,13 +172,14 @@ def _series_charts(cells: list[dict], samples: list[dict]) -> dict:
             if len(out) >= MAX_SERIES_CHARTS:
                 undrawn.append(c["key"])
                 continue
-            svg, grouped = charts.over_time(rounds)
+            svg, grouped = charts.over_time([(n, s) for n, s, _ in rounds], [(n, t) for n, _, t in rounds])
             first = rounds[0][1]
             every = first.get("interval_s")
             out.append({"cell": c["key"], "part": part, "svg": svg, "source": first.get("source", "?"),
                         "interval": f"{every * 1000:g} ms" if every else "its own interval",
                         "grouped": grouped, "rounds": len(rounds),
-                        "dropped": sum(s.get("intervals_dropped") or 0 for _, s in rounds)})
+                        "sent": any(t for _, _, t in rounds),
+                        "dropped": sum(s.get("intervals_dropped") or 0 for _, s, _ in rounds)})
     return {"charts": out, "undrawn": list(dict.fromkeys(undrawn))}
 
 

@@ -232,9 +232,12 @@ def _thin(xs: list[float], ys: list[float | None], n: int) -> tuple[list[float],
     return ox, oy, k
 
 
-def over_time(rounds: list[tuple[str, dict]]) -> tuple[str, int]:
+def over_time(rounds: list[tuple[str, dict]], sent: list[tuple[str, dict]] | None = None) -> tuple[str, int]:
     """One cell's per-interval series, a line per round (overlaid), a panel per figure (throughput, pps,
-    transactions/s, RTT p50/p99/max); the warm-up (t < 0) shaded. The SVG and the intervals per point."""
+    transactions/s, RTT p50/p99/max); the warm-up (t < 0) shaded. `sent`: the sender's series of the same
+    rounds (same order), drawn dotted in the round's colour on the rate panels, so loss shows as a gap.
+    The SVG and the intervals per point."""
+    sent = sent or []
     panels = []
     for label, unit, cols in SERIES_PANELS:
         present = [(c, style) for c, style in cols if any(c in s["columns"] for _, s in rounds)]
@@ -246,16 +249,20 @@ def over_time(rounds: list[tuple[str, dict]]) -> tuple[str, int]:
     t_min = min((r[s["columns"].index("t_s")] for _, s in rounds for r in s["rows"]), default=0.0)
     for ax, (label, unit, cols) in zip(axes, panels):
         _style(ax)
-        values = [r[s["columns"].index(c)] for _, s in rounds for c, _ in cols if c in s["columns"]
+        values = [r[s["columns"].index(c)] for _, s in rounds + [x for x in sent if x[1]] for c, _ in cols if c in s["columns"]
                   for r in s["rows"] if r[s["columns"].index(c)] is not None]
         div, prefix = 1.0, ""
         if unit in ("bit/s", "pps", "tps"):
             top = max(values, default=0)
             div, prefix = next(((d, p) for d, p in ((1e9, "G"), (1e6, "M"), (1e3, "k")) if top >= d), (1.0, ""))
-        for ri, (name, s) in enumerate(rounds):
+        lines = [(ri, name, s, None) for ri, (name, s) in enumerate(rounds)]
+        if len(cols) == 1:
+            lines += [(ri, f"{name} sent", s, ":") for ri, (name, s) in enumerate(sent) if s]
+        for ri, name, s, dotted in lines:
             colour = PALETTE[ri % len(PALETTE)]
             ti = s["columns"].index("t_s")
             for c, style in cols:
+                style = dotted or style
                 if c not in s["columns"]:
                     continue
                 ci = s["columns"].index(c)
@@ -278,7 +285,7 @@ def over_time(rounds: list[tuple[str, dict]]) -> tuple[str, int]:
             ax.axvspan(t_min, 0, color="#eeeeee", zorder=0)
         ax.set_ylabel(f"{label}\n({prefix}{unit})", fontsize=8)
         ax.set_ylim(bottom=0)
-        if len(rounds) > 1 or len(cols) > 1:
+        if len(lines) > 1 or len(cols) > 1:
             ax.legend(fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     axes[-1].set_xlabel("seconds from the start of the measured window (shaded: warm-up)", fontsize=8)
     return to_svg(fig), grouped
