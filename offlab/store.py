@@ -304,6 +304,9 @@ class Store:
                                f"{', '.join(sorted(foreign)[:5])}): pass --db PATH to another file")
         if version == SCHEMA_VERSION:
             return
+        if version > 0 and not os.access(self.path, os.W_OK):
+            # Another user's file or a read-only file system: Store.open reads it as it is, unmigrated.
+            raise sqlite3.OperationalError("attempt to write a readonly database")
         with self._tx():
             # Re-read inside the write lock: another process may have migrated meanwhile.
             version = self.schema_version()

@@ -4,6 +4,7 @@ same shape, stored one row per interval, shown over time in the report and on th
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from offlab.store import Store
 from offlab.traffic import Workload, iperf3
 from offlab.traffic import series as S
 from tests.conftest import offlab_cli, requires_root
+from tests.test_non_root import shared_dir  # noqa: F401 (a fixture)
 
 FIX = Path(__file__).parent / "fixtures" / "iperf3"
 
@@ -145,18 +147,18 @@ def test_an_old_database_is_migrated_and_its_samples_still_read(tmp_path):
         assert sid == 2
 
 
-def test_an_old_read_only_database_opens_without_series(tmp_path):
-    _old_database(tmp_path / "old.db")
-    (tmp_path / "old.db").chmod(0o444)
-    tmp_path.chmod(0o555)
-    try:
-        with Store.open(tmp_path / "old.db", create=False) as st:
-            if not st.read_only:
-                pytest.skip("root writes read-only files: nothing to check")
-            assert st.schema_version() == 1
-            assert st.samples(1)[0]["sample"]["traffic"] == {"throughput_bps": 5.0}
-    finally:
-        tmp_path.chmod(0o755)
+@pytest.mark.skipif(os.geteuid() != 0, reason="switches to the nobody user")
+def test_an_old_database_another_user_cannot_write_still_shows_its_results(shared_dir):
+    from tests.test_non_root import as_nobody
+
+    db = shared_dir / "old.db"
+    _old_database(db)
+    db.chmod(0o644)  # root's file: nobody reads it, cannot migrate it
+    res = as_nobody("results", "show", "1", "--db", str(db), "--json")
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["samples"][0]["sample"] == {"traffic": {"throughput_bps": 5.0}}
+    with Store.open(db) as st:  # as root it migrates
+        assert st.schema_version() == store_mod.SCHEMA_VERSION
 
 
 # -- the report -----------------------------------------------------------------------------------------
