@@ -44,13 +44,16 @@ def engine_on(host: Host) -> str:
     return engine_path() if host.shares_kernel else ENGINE
 
 
+def _every(w: Workload, interval_ms: int | None) -> int:
+    """The series' interval in ms: as asked (0 = none), else offlab.traffic.series.interval_ms of the run."""
+    return intervals.interval_ms(w.warmup + w.duration) if interval_ms is None else interval_ms
+
+
 def rx_argv(w: Workload, bind: str, port: int, ready: str, run_id: int, exe: str | None = None,
             interval_ms: int | None = None) -> list[str]:
-    """`interval_ms`: the series' interval (default: offlab.traffic.series.interval_ms of the run, 0 = none)."""
-    every = intervals.interval_ms(w.warmup + w.duration) if interval_ms is None else interval_ms
     argv = [exe or engine_path(), "rx", "--bind", bind, "--port", str(port), "--ready-file", ready,
             "--run-id", str(run_id), "--duration", f"{w.warmup + w.duration + 5:g}", "--idle-timeout", "1",
-            "--interval", str(every)]
+            "--interval", str(_every(w, interval_ms))]
     if w.gro:
         argv.append("--gro")
     if w.batch:
@@ -62,9 +65,9 @@ def rx_argv(w: Workload, bind: str, port: int, ready: str, run_id: int, exe: str
 
 def tx_argv(w: Workload, dest: str, port: int, run_id: int, exe: str | None = None,
             interval_ms: int | None = None) -> list[str]:
-    every = intervals.interval_ms(w.warmup + w.duration) if interval_ms is None else interval_ms
     argv = [exe or engine_path(), "tx", "--dest", dest, "--port", str(port), "--size", str(w.size or 1472),
-            "--duration", f"{w.warmup + w.duration:g}", "--run-id", str(run_id), "--interval", str(every)]
+            "--duration", f"{w.warmup + w.duration:g}", "--run-id", str(run_id),
+            "--interval", str(_every(w, interval_ms))]
     if w.gso:
         argv.append("--gso")
     if w.batch:
