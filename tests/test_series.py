@@ -277,3 +277,31 @@ def test_measure_json_shows_the_series_and_the_terminal_one_line(veth_lab):
     assert res.returncode == 0, res.stderr
     line = next(l for l in res.stdout.splitlines() if "over time" in l)
     assert "per 100 ms, 10 intervals of the window: min" in line and "(offlab-engine rx)" in line
+
+
+@requires_root
+@pytest.mark.network
+def test_a_sender_paused_for_350_ms_shows_as_empty_intervals(veth_lab):
+    import signal
+    import threading
+    import time
+
+    from offlab.traffic import engine
+
+    def pause(tx_pid: int, rx_pid: int) -> None:  # noqa: ARG001
+        def later() -> None:
+            time.sleep(0.6)
+            os.kill(tx_pid, signal.SIGSTOP)  # our own sender, by its pid
+            try:
+                time.sleep(0.35)
+            finally:
+                os.kill(tx_pid, signal.SIGCONT)
+        threading.Thread(target=later, daemon=True).start()
+
+    w = Workload(tool="engine", protocol="udp", size=1472, rate="10kpps", duration=1.5, warmup=0.2).check()
+    r = engine.run(veth_lab.client, veth_lab.server, veth_lab.entry("server").address, w, on_started=pause)
+    rx = S.as_dicts(r.series[0])
+    empty = [x["t_s"] for x in rx if x["datagrams"] == 0]
+    assert len(empty) >= 2, [x["datagrams"] for x in rx]  # 350 ms without a datagram: 2 or 3 whole intervals
+    assert all(abs(b - a - 0.1) < 1e-6 for a, b in zip(empty, empty[1:]))  # one stretch
+    assert sum(x["datagrams"] for x in rx) == r.datagrams_received
