@@ -8,6 +8,7 @@ columns are TEXT that SQLite's json_extract() reads.
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import os
@@ -127,22 +128,33 @@ SERIES_VALUES = ("dur_s", "warmup", "bytes", "bps", "datagrams", "pps", "lost", 
                  "transactions", "tps", "rtt_p50_us", "rtt_p99_us", "rtt_max_us")
 
 
+def series_holders(sample: dict | None, depth: int = 3) -> Iterator[tuple[str, dict]]:
+    """(dotted part, dict) for every dict with a `series` list within `depth` levels of the sample:
+    ("traffic", sample["traffic"]), ("rr.loaded", sample["rr"]["loaded"]), ..."""
+    if not isinstance(sample, dict) or depth == 0:
+        return
+    for key, sub in sample.items():
+        if isinstance(sub, dict):
+            if isinstance(sub.get("series"), list):
+                yield str(key), sub
+            for part, inner in series_holders(sub, depth - 1):
+                yield f"{key}.{part}", inner
+
+
 def _split_series(sample: dict) -> tuple[dict, list[tuple[str, dict]]]:
-    """The sample without its series' rows (each series keeps its header and `rows_in`), and
-    (part, series) for every `series` list found one level down (sample["traffic"]["series"], ...)."""
+    """A copy of the sample without its series' rows (each series keeps its header and `rows_in`), and
+    (part, series) for every series in it."""
     found: list[tuple[str, dict]] = []
-    out = dict(sample)
-    for part, sub in sample.items():
-        if not isinstance(sub, dict) or not isinstance(sub.get("series"), list):
-            continue
+    out = copy.deepcopy(sample)
+    for part, holder in series_holders(out):
         headers = []
-        for s in sub["series"]:
+        for s in holder["series"]:
             if isinstance(s, dict) and isinstance(s.get("rows"), list):
                 found.append((part, s))
                 headers.append({k: v for k, v in s.items() if k != "rows"} | {"rows_in": "sample_series"})
             else:
                 headers.append(s)
-        out[part] = dict(sub, series=headers)
+        holder["series"] = headers
     return out, found
 
 
@@ -163,12 +175,8 @@ def _series_rows(sample_id: int, cell_id: int, run_id: int, part: str, s: dict) 
 
 def _join_series(sample: dict | None, rows: dict[tuple[str, str], list[dict]]) -> None:
     """Puts the rows of sample_series back into the series headers the sample kept."""
-    if not isinstance(sample, dict):
-        return
-    for part, sub in sample.items():
-        if not isinstance(sub, dict) or not isinstance(sub.get("series"), list):
-            continue
-        for s in sub["series"]:
+    for part, holder in list(series_holders(sample)):
+        for s in holder["series"]:
             if isinstance(s, dict) and s.pop("rows_in", None) == "sample_series":
                 cols = s.get("columns") or []
                 s["rows"] = [[d.get(c) for c in cols] for d in rows.get((part, str(s.get("source") or "?")), [])]

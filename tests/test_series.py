@@ -123,6 +123,24 @@ def test_series_rows_go_to_their_own_table_and_come_back_as_measured(tmp_path):
         assert "rows" not in stored["traffic"]["series"][0]
 
 
+def test_series_two_levels_down_are_stored_and_drawn_too(tmp_path):
+    # rr-under-load keeps its probes as sample["rr"]["idle"] and sample["rr"]["loaded"].
+    from offlab.report import build_report
+
+    rr = S.from_engine(RR_DOC, "offlab-engine rr")
+    sample = {"traffic": {"throughput_bps": 1.0, "series": [SERIES]}, "rr": {"idle": {"series": [rr]},
+                                                                             "loaded": {"series": [rr]}}}
+    with Store.open(tmp_path / "o.db") as st:
+        run, cell = _run(st)
+        sid = st.add_sample(run, cell, 1, sample, {"throughput_bps": 1.0})
+        assert st.samples(run)[0]["sample"] == sample
+        parts = st.conn.execute("SELECT DISTINCT part FROM sample_series WHERE sample_id = ? ORDER BY part",
+                                (sid,)).fetchall()
+        assert parts == [("rr.idle",), ("rr.loaded",), ("traffic",)]
+        html = build_report(st, run)
+    assert html.count('<figure class="series"') == 3 and "all (rr.loaded): offlab-engine rr" in html
+
+
 def _old_database(path: Path) -> None:
     """A database as the offlab before series wrote it: schema version 1, one sample."""
     conn = sqlite3.connect(path, isolation_level=None)

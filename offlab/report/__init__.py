@@ -12,7 +12,7 @@ from offlab.errors import BadInput, EnvironmentProblem
 from offlab.metrics import HEADLINE, METRICS
 from offlab.report import format as fmt
 from offlab.stats import CI, is_improvement, mean_ci
-from offlab.store import Store
+from offlab.store import Store, series_holders
 
 # Offload features shown in the environment table even when every interface agrees.
 OFFLOAD_FEATURES = ("tx-checksumming", "scatter-gather", "tcp-segmentation-offload", "generic-segmentation-offload",
@@ -146,13 +146,12 @@ def _series_of(sample: dict) -> list[tuple[str, dict, dict | None]]:
     """(part, series, sender's series or None) for each part of a sample that has per-interval series: its
     first one (the receiver's for an engine stream, the client's for rr), and the engine sender's beside it."""
     out = []
-    for part, sub in (sample or {}).items():
-        if isinstance(sub, dict) and isinstance(sub.get("series"), list):
-            drawn = [s for s in sub["series"] if isinstance(s, dict) and s.get("rows")
-                     and "t_s" in (s.get("columns") or [])]
-            if drawn:
-                sent = next((s for s in drawn[1:] if str(s.get("source", "")).endswith(" tx")), None)
-                out.append((part, drawn[0], sent))
+    for part, holder in series_holders(sample):
+        drawn = [s for s in holder["series"] if isinstance(s, dict) and s.get("rows")
+                 and "t_s" in (s.get("columns") or [])]
+        if drawn:
+            sent = next((s for s in drawn[1:] if str(s.get("source", "")).endswith(" tx")), None)
+            out.append((part, drawn[0], sent))
     return out
 
 
