@@ -8,6 +8,7 @@ columns are TEXT that SQLite's json_extract() reads.
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import os
@@ -22,7 +23,10 @@ from offlab import __version__
 from offlab.errors import BadInput, EnvironmentProblem
 from offlab.state import owner_alive
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+
+# Versions this offlab reads without migrating (a read-only file): 1 lacks only sample_series.
+READABLE_VERSIONS = (1, SCHEMA_VERSION)
 
 # A "running" run whose lock names no live process, or that has no lock this long after it started
 # (the runner takes the lock right after creating the run), died without saying so (kill -9).
@@ -94,7 +98,93 @@ MIGRATIONS: dict[int, list[str]] = {
             JOIN cells c ON c.id = m.cell_id
             JOIN runs r ON r.id = m.run_id""",
     ],
+    # Per-interval rows of each sample (issue #12): one row per interval, a column per figure.
+    2: [
+        """CREATE TABLE sample_series (
+            sample_id    INTEGER NOT NULL REFERENCES samples(id) ON DELETE CASCADE,
+            cell_id      INTEGER NOT NULL REFERENCES cells(id) ON DELETE CASCADE,
+            run_id       INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+            part         TEXT NOT NULL,
+            source       TEXT NOT NULL,
+            i            INTEGER NOT NULL,
+            t_s          REAL NOT NULL,
+            dur_s        REAL,
+            warmup       INTEGER NOT NULL DEFAULT 0,
+            bytes        INTEGER,
+            bps          REAL,
+            datagrams    INTEGER,
+            pps          REAL,
+            lost         INTEGER,
+            reordered    INTEGER,
+            retransmits  INTEGER,
+            transactions INTEGER,
+            tps          REAL,
+            rtt_p50_us   REAL,
+            rtt_p99_us   REAL,
+            rtt_max_us   REAL,
+            PRIMARY KEY (sample_id, part, source, i)
+        ) WITHOUT ROWID""",
+        "CREATE INDEX sample_series_cell ON sample_series(cell_id)",
+    ],
 }
+
+# The figures a series row can hold: sample_series's columns after t_s, in order (offlab.traffic.series).
+SERIES_VALUES = ("dur_s", "warmup", "bytes", "bps", "datagrams", "pps", "lost", "reordered", "retransmits",
+                 "transactions", "tps", "rtt_p50_us", "rtt_p99_us", "rtt_max_us")
+
+
+def series_holders(sample: dict | None, depth: int = 3) -> Iterator[tuple[str, dict]]:
+    """(dotted part, dict) for every dict with a `series` list within `depth` levels of the sample:
+    ("traffic", sample["traffic"]), ("rr.loaded", sample["rr"]["loaded"]), ..."""
+    if not isinstance(sample, dict) or depth == 0:
+        return
+    for key, sub in sample.items():
+        if isinstance(sub, dict):
+            if isinstance(sub.get("series"), list):
+                yield str(key), sub
+            for part, inner in series_holders(sub, depth - 1):
+                yield f"{key}.{part}", inner
+
+
+def _split_series(sample: dict) -> tuple[dict, list[tuple[str, dict]]]:
+    """A copy of the sample without its series' rows (each series keeps its header and `rows_in`), and
+    (part, series) for every series in it."""
+    found: list[tuple[str, dict]] = []
+    out = copy.deepcopy(sample)
+    for part, holder in series_holders(out):
+        headers = []
+        for s in holder["series"]:
+            if isinstance(s, dict) and isinstance(s.get("rows"), list):
+                found.append((part, s))
+                headers.append({k: v for k, v in s.items() if k != "rows"} | {"rows_in": "sample_series"})
+            else:
+                headers.append(s)
+        holder["series"] = headers
+    return out, found
+
+
+def _series_rows(sample_id: int, cell_id: int, run_id: int, part: str, s: dict) -> list[tuple]:
+    cols = list(s.get("columns") or [])
+    if "t_s" not in cols:
+        return []
+    idx = {c: cols.index(c) for c in cols}
+    rows = []
+    for i, r in enumerate(s["rows"]):
+        vals = []
+        for name in SERIES_VALUES:
+            v = r[idx[name]] if name in idx and idx[name] < len(r) else None
+            vals.append(int(bool(v)) if name == "warmup" else _clean(v))
+        rows.append((sample_id, cell_id, run_id, part, str(s.get("source") or "?"), i, r[idx["t_s"]], *vals))
+    return rows
+
+
+def _join_series(sample: dict | None, rows: dict[tuple[str, str], list[dict]]) -> None:
+    """Puts the rows of sample_series back into the series headers the sample kept."""
+    for part, holder in list(series_holders(sample)):
+        for s in holder["series"]:
+            if isinstance(s, dict) and s.pop("rows_in", None) == "sample_series":
+                cols = s.get("columns") or []
+                s["rows"] = [[d.get(c) for c in cols] for d in rows.get((part, str(s.get("source") or "?")), [])]
 
 
 def default_db_path() -> Path:
@@ -188,7 +278,7 @@ class Store:
                                        check_same_thread=False, timeout=10.0)
                 store = cls(conn, path)
                 store.read_only = True
-                if store.schema_version() != SCHEMA_VERSION:
+                if store.schema_version() not in READABLE_VERSIONS:
                     raise EnvironmentProblem(
                         f"{path} has schema version {store.schema_version()} and is read-only, so this offlab "
                         f"(version {SCHEMA_VERSION}) cannot migrate it: make it writable ({why})")
@@ -227,6 +317,9 @@ class Store:
                                f"{', '.join(sorted(foreign)[:5])}): pass --db PATH to another file")
         if version == SCHEMA_VERSION:
             return
+        if version > 0 and not os.access(self.path, os.W_OK):
+            # Another user's file or a read-only file system: Store.open reads it as it is, unmigrated.
+            raise sqlite3.OperationalError("attempt to write a readonly database")
         with self._tx():
             # Re-read inside the write lock: another process may have migrated meanwhile.
             version = self.schema_version()
@@ -337,7 +430,9 @@ class Store:
 
     def add_sample(self, run_id: int, cell_id: int, round_no: int, sample: dict, metrics: dict[str, float],
                    requested_vs_actual: list[dict] | None = None) -> int:
-        """Store one measured sample and its metrics, committed before returning; the sample id."""
+        """Store one measured sample and its metrics, committed before returning; the sample id.
+        Per-interval series go to sample_series, one row per interval; the sample keeps their headers."""
+        sample, found = _split_series(sample)
         with self._tx() as c:
             row = c.execute("SELECT run_id FROM cells WHERE id = ?", (cell_id,)).fetchone()
             if row is None or row[0] != run_id:
@@ -348,6 +443,11 @@ class Store:
                 (run_id, cell_id, round_no, now_utc(), _dumps(sample),
                  None if requested_vs_actual is None else _dumps(requested_vs_actual)))
             sample_id = int(cur.lastrowid)
+            for part, s in found:
+                c.executemany(
+                    f"INSERT OR REPLACE INTO sample_series(sample_id, cell_id, run_id, part, source, i, t_s, "
+                    f"{', '.join(SERIES_VALUES)}) VALUES ({', '.join('?' * (7 + len(SERIES_VALUES)))})",
+                    _series_rows(sample_id, cell_id, run_id, part, s))
             c.executemany(
                 "INSERT INTO metrics(sample_id, cell_id, run_id, name, value) VALUES (?, ?, ?, ?, ?)",
                 [(sample_id, cell_id, run_id, name, float(v)) for name, v in metrics.items()
@@ -479,10 +579,29 @@ class Store:
         for sid, name, value in self.conn.execute(
                 f"SELECT sample_id, name, value FROM metrics WHERE {where} ORDER BY sample_id, name", args):
             metrics.setdefault(sid, {})[name] = value
-        return [{"id": sid, "cell_id": cid, "round": rnd, "created_at": at, "metrics": metrics.get(sid, {}),
-                 "sample": self._json(s, "sample", run_id, "sample", sid),
-                 "requested_vs_actual": self._json(rva, "requested_vs_actual", run_id, "sample", sid)}
-                for sid, cid, rnd, at, s, rva in rows]
+        series = self._series(where, args)
+        out = []
+        for sid, cid, rnd, at, s, rva in rows:
+            sample = self._json(s, "sample", run_id, "sample", sid)
+            _join_series(sample, series.get(sid, {}))
+            out.append({"id": sid, "cell_id": cid, "round": rnd, "created_at": at, "metrics": metrics.get(sid, {}),
+                        "sample": sample,
+                        "requested_vs_actual": self._json(rva, "requested_vs_actual", run_id, "sample", sid)})
+        return out
+
+    def _series(self, where: str, args: list) -> dict[int, dict[tuple[str, str], list[dict]]]:
+        """sample id → (part, source) → rows as {column: value}, in time order."""
+        out: dict[int, dict[tuple[str, str], list[dict]]] = {}
+        names = ("t_s",) + SERIES_VALUES
+        if self.schema_version() < 2:
+            return out  # an old database opened read-only: no series were stored then
+        for row in self.conn.execute(
+                f"SELECT sample_id, part, source, {', '.join(names)} FROM sample_series WHERE {where} "
+                f"ORDER BY sample_id, part, source, i", args):
+            d = dict(zip(names, row[3:]))
+            d["warmup"] = bool(d["warmup"])
+            out.setdefault(row[0], {}).setdefault((row[1], row[2]), []).append(d)
+        return out
 
     def metric_values(self, run_id: int, cell_id: int, metric: str) -> list[float]:
         """One metric's values in a cell, in the order measured."""

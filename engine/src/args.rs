@@ -3,6 +3,7 @@
 use std::net::IpAddr;
 
 use crate::header::HEADER_LEN;
+use crate::series::{DEFAULT_INTERVAL_MS, MAX_INTERVAL_MS};
 
 pub const DEFAULT_PORT: u16 = 5300;
 pub const DEFAULT_SIZE: usize = 1472;
@@ -51,6 +52,8 @@ pub struct RxOpts {
     pub run_id: Option<u32>,
     pub cpu: Option<usize>,
     pub ignore_end: bool,
+    /// Per-interval rows every this many ms; 0 = none.
+    pub interval_ms: u64,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -70,6 +73,8 @@ pub struct TxOpts {
     pub sndbuf: u64,
     pub run_id: Option<u32>,
     pub no_end: bool,
+    /// Per-interval rows every this many ms; 0 = none.
+    pub interval_ms: u64,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -112,6 +117,8 @@ usage: offlab-engine rx [options]
   --run-id ID          accept only this run id (default: the first one seen)
   --cpu N              pin to CPU N
   --ignore-end         keep running after the sender's END marker
+  --interval MS        per-interval rows (series) every MS ms from the first datagram, 0 = none
+                       (default 100)
 A line \"offlab-engine: ready ADDR PORT\" is also printed on stderr once bound.
 Stops on --duration, --idle-timeout, the sender's END marker, SIGINT or SIGTERM.
 ";
@@ -133,6 +140,7 @@ usage: offlab-engine tx --dest ADDR [options]
   --sndbuf BYTES       SO_SNDBUFFORCE (SO_SNDBUF if not permitted); 0 = kernel default (default 0)
   --run-id ID          u32 run id carried in every datagram (default random)
   --no-end             do not send END markers after the run
+  --interval MS        per-interval rows (series) every MS ms from the start, 0 = none (default 100)
 ";
 
 pub fn parse(argv: &[String]) -> Result<Command, ArgError> {
@@ -203,6 +211,7 @@ fn parse_rx(argv: &[String]) -> Result<Command, ArgError> {
         run_id: None,
         cpu: None,
         ignore_end: false,
+        interval_ms: DEFAULT_INTERVAL_MS,
     };
     let mut a = Args { argv, i: 0 };
     while let Some((name, inline)) = a.next_opt() {
@@ -233,6 +242,7 @@ fn parse_rx(argv: &[String]) -> Result<Command, ArgError> {
                 no_value(&name, &inline)?;
                 o.ignore_end = true
             }
+            "--interval" => o.interval_ms = parse_interval(&a.value(&name, inline)?)?,
             other => return err(unknown(other, "rx")),
         }
     }
@@ -253,6 +263,7 @@ fn parse_tx(argv: &[String]) -> Result<Command, ArgError> {
     let mut sndbuf = 0u64;
     let mut run_id = None;
     let mut no_end = false;
+    let mut interval_ms = DEFAULT_INTERVAL_MS;
     let mut a = Args { argv, i: 0 };
     while let Some((name, inline)) = a.next_opt() {
         match name.as_str() {
@@ -280,6 +291,7 @@ fn parse_tx(argv: &[String]) -> Result<Command, ArgError> {
                 no_value(&name, &inline)?;
                 no_end = true
             }
+            "--interval" => interval_ms = parse_interval(&a.value(&name, inline)?)?,
             other => return err(unknown(other, "tx")),
         }
     }
@@ -338,6 +350,7 @@ fn parse_tx(argv: &[String]) -> Result<Command, ArgError> {
         sndbuf,
         run_id,
         no_end,
+        interval_ms,
     }))
 }
 
@@ -346,6 +359,18 @@ pub(crate) fn unknown(opt: &str, cmd: &str) -> String {
         format!("unknown option '{}' for {} (see offlab-engine {} --help)", opt, cmd, cmd)
     } else {
         format!("unexpected argument '{}' for {} (options start with --)", opt, cmd)
+    }
+}
+
+/// `--interval MS`: whole milliseconds, 0 (no series) .. 60000.
+pub fn parse_interval(v: &str) -> Result<u64, ArgError> {
+    let t = v.strip_suffix("ms").unwrap_or(v);
+    match t.parse::<u64>() {
+        Ok(n) if n <= MAX_INTERVAL_MS => Ok(n),
+        _ => err(format!(
+            "--interval '{}': must be whole milliseconds 0..{} (0 = no per-interval rows; e.g. 100)",
+            v, MAX_INTERVAL_MS
+        )),
     }
 }
 
@@ -594,6 +619,18 @@ mod tests {
         assert!(tx("tx --dest 10.200.1.2 --gso=1").unwrap_err().0.contains("takes no value"));
         assert!(rx("rx --batch").unwrap_err().0.contains("needs a value"));
         assert!(parse(&argv("tcp")).unwrap_err().0.contains("rx or tx"));
+    }
+
+    #[test]
+    fn interval_defaults_to_100_ms_and_0_turns_it_off() {
+        assert_eq!(tx("tx --dest 10.200.1.2").unwrap().interval_ms, 100);
+        assert_eq!(rx("rx").unwrap().interval_ms, 100);
+        assert_eq!(tx("tx --dest 10.200.1.2 --interval 0").unwrap().interval_ms, 0);
+        assert_eq!(rx("rx --interval=250ms").unwrap().interval_ms, 250);
+        for bad in ["-1", "0.5", "60001", "x"] {
+            let e = tx(&format!("tx --dest 10.200.1.2 --interval {}", bad)).unwrap_err();
+            assert!(e.0.starts_with("--interval") && e.0.contains("0..60000"), "{}", e.0);
+        }
     }
 
     #[test]

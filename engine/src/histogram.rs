@@ -86,6 +86,18 @@ impl Histogram {
         self.max = self.max.max(v);
     }
 
+    /// Empties it, keeping its range (and its memory).
+    pub fn clear(&mut self) {
+        for c in self.counts.iter_mut() {
+            *c = 0;
+        }
+        self.n = 0;
+        self.overflow = 0;
+        self.sum = 0;
+        self.min = u64::MAX;
+        self.max = 0;
+    }
+
     /// Adds another histogram of the same range.
     pub fn merge(&mut self, o: &Histogram) {
         if o.counts.len() > self.counts.len() {
@@ -240,6 +252,17 @@ mod tests {
         assert_eq!((a.n, a.overflow, a.min, a.max, a.mean()), (all.n, all.overflow, all.min, all.max, all.mean()));
         assert_eq!(a.buckets(), all.buckets());
         assert_eq!(a.percentile(50.0), all.percentile(50.0));
+    }
+
+    #[test]
+    fn clear_forgets_everything() {
+        let mut h = Histogram::new(1_000);
+        h.record(10);
+        h.record(5_000);
+        h.clear();
+        assert_eq!((h.n, h.overflow, h.buckets().len(), h.percentile(50.0)), (0, 0, 0, None));
+        h.record(7);
+        assert_eq!((h.min, h.max, h.mean()), (7, 7, Some(7.0)));
     }
 
     #[test]

@@ -13,6 +13,7 @@ mod rr_server;
 mod rr_wire;
 mod histogram;
 mod rx;
+mod series;
 mod stats;
 mod sys;
 mod tx;

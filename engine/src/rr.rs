@@ -9,11 +9,13 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use crate::json::{Obj, Value};
 use crate::rr_args::{Proto, RrOpts};
 use crate::rr_wire::{self, decode, encode, Io, RrHeader, FLAG_CLOSE, HEADER_LEN};
 use crate::histogram::Histogram;
+use crate::series::{self, RrSeries};
 use crate::sys::{self, Socket};
 use crate::Failure;
 
@@ -136,6 +138,11 @@ pub fn run(o: &RrOpts) -> Result<Value, Failure> {
     let start_wall = sys::realtime_ns() + START_DELAY_NS;
     let warm_end = start + (o.warmup * 1e9) as u64;
     let end = warm_end + (o.duration * 1e9) as u64;
+    let intervals = if o.interval_ms > 0 {
+        Some(Arc::new(RrSeries::new(o.interval_ms * 1_000_000, start, warm_end, end, o.flows, highest_ns)))
+    } else {
+        None
+    };
     let mut handles = Vec::new();
     for (i, sock) in udp.into_iter().enumerate() {
         let plan = Plan {
@@ -147,23 +154,29 @@ pub fn run(o: &RrOpts) -> Result<Value, Failure> {
             timeout_ns: (o.timeout * 1e9) as u64,
         };
         let o2 = o.clone();
+        let rows = intervals.clone();
         handles.push(std::thread::spawn(move || {
             if let Some(cpu) = o2.cpu {
                 let _ = sys::pin_cpu(cpu);
             }
             let mut f = Flow::new(highest_ns);
-            flow(&o2, i as u32, dest, sock, plan, &mut f);
+            flow(&o2, i as u32, dest, sock, plan, &mut f, rows.as_deref());
             f
         }));
     }
     let flows: Vec<Flow> = handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Flow::new(highest_ns))).collect();
     let stop = sys::mono_ns();
     let stop_reason = if sys::stop_requested() { "signal" } else { "duration" };
-    Ok(report(o, &dest, &flows, start, start_wall, warm_end, end, stop, stop_reason, (clk_min, clk_p50, clk_p99)))
+    let mut out = report(o, &dest, &flows, start, start_wall, warm_end, end, stop, stop_reason, (clk_min, clk_p50, clk_p99));
+    if let Value::Obj(fields) = &mut out {
+        fields.push(("series".to_string(), intervals.map_or(Value::Null, |s| series_json(&s))));
+    }
+    Ok(out)
 }
 
 /// Runs one flow's transactions until the window ends.
-fn flow(o: &RrOpts, id: u32, dest: SocketAddr, udp: Option<Socket>, plan: Plan, f: &mut Flow) {
+fn flow(o: &RrOpts, id: u32, dest: SocketAddr, udp: Option<Socket>, plan: Plan, f: &mut Flow, rows: Option<&RrSeries>) {
+    let mut interval = rows.map(|r| r.flow(id as usize));
     let flags = if o.proto == Proto::TcpCrr { FLAG_CLOSE } else { 0 };
     let mut req = vec![0u8; o.request_size];
     let mut resp = vec![0u8; o.response_size.max(65536)];
@@ -247,6 +260,9 @@ fn flow(o: &RrOpts, id: u32, dest: SocketAddr, udp: Option<Socket>, plan: Plan, 
             }),
         };
         f.transactions_total += 1;
+        if let (Some(r), Some(i)) = (rows, interval.as_mut()) {
+            r.record(i, due, got.map(|t| t.saturating_sub(due)));
+        }
         match got {
             Some(t) => {
                 if counted {
@@ -266,6 +282,34 @@ fn flow(o: &RrOpts, id: u32, dest: SocketAddr, udp: Option<Socket>, plan: Plan, 
         }
         k += 1;
     }
+    if let (Some(r), Some(i)) = (rows, interval.as_mut()) {
+        r.finish(i);
+    }
+}
+
+/// Rows aligned on the window's start: t_s < 0 (and `warmup` true) before it, excluded from
+/// the totals as those transactions are; the other rows sum to `transactions` and `lost`.
+fn series_json(s: &RrSeries) -> Value {
+    let rows = s
+        .rows()
+        .into_iter()
+        .map(|(idx, t, len, r)| {
+            let us = |v: Option<u64>| v.map_or(Value::Null, |x| Value::F64(x as f64 / 1e3));
+            Value::Arr(vec![
+                Value::F64(t as f64 / 1e9),
+                Value::F64(len as f64 / 1e9),
+                Value::Bool(idx < 0),
+                Value::U64(r.transactions),
+                Value::U64(r.lost),
+                series::per_s(r.transactions as f64, len),
+                us(r.p50),
+                us(r.p99),
+                us(r.max),
+            ])
+        })
+        .collect();
+    let cols = ["t_s", "dur_s", "warmup", "transactions", "lost", "tps", "rtt_p50_us", "rtt_p99_us", "rtt_max_us"];
+    series::to_json(s.iv, "window_start", Some(s.window_start()), s.dropped, &cols, rows)
 }
 
 /// Sends the request and waits for its response; returns the receive time.
@@ -391,7 +435,8 @@ fn report(
         .f("warmup_s", o.warmup)
         .f("timeout_s", o.timeout)
         .f("histogram_max_s", o.histogram_max)
-        .opt_u("cpu", o.cpu.map(|c| c as u64));
+        .opt_u("cpu", o.cpu.map(|c| c as u64))
+        .u("interval_ms", o.interval_ms);
     let mut pace = Obj::new();
     match o.rate {
         Some(r) => {

@@ -53,6 +53,8 @@ pub struct RrOpts {
     /// Highest RTT the histogram holds, seconds.
     pub histogram_max: f64,
     pub cpu: Option<usize>,
+    /// Per-interval rows every this many ms; 0 = none.
+    pub interval_ms: u64,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -83,6 +85,8 @@ usage: offlab-engine rr --dest ADDR [options]
   --histogram-max S      highest RTT the histogram holds, >= --timeout, <= 3600
                          (default warmup + duration + timeout + 1: every RTT fits)
   --cpu N                pin every flow to CPU N
+  --interval MS          per-interval rows (series) every MS ms, aligned on the window's start,
+                         0 = none (default 100)
 RTTs come from CLOCK_MONOTONIC; one JSON object on stdout (SCHEMA.md).
 ";
 
@@ -139,6 +143,7 @@ pub fn parse_rr(argv: &[String]) -> Result<Command, ArgError> {
     let mut timeout = 1.0;
     let mut hist_max: Option<f64> = None;
     let mut cpu = None;
+    let mut interval_ms = crate::series::DEFAULT_INTERVAL_MS;
     let mut a = Args { argv, i: 0 };
     while let Some((name, inline)) = a.next_opt() {
         match name.as_str() {
@@ -167,6 +172,7 @@ pub fn parse_rr(argv: &[String]) -> Result<Command, ArgError> {
                 hist_max = Some(parse_seconds("--histogram-max", &a.value(&name, inline)?, false)?)
             }
             "--cpu" => cpu = Some(parse_int("--cpu", &a.value(&name, inline)?, 0, 4095)? as usize),
+            "--interval" => interval_ms = crate::args::parse_interval(&a.value(&name, inline)?)?,
             other => return Err(ArgError(unknown(other, "rr"))),
         }
     }
@@ -234,6 +240,7 @@ pub fn parse_rr(argv: &[String]) -> Result<Command, ArgError> {
         timeout,
         histogram_max,
         cpu,
+        interval_ms,
     }))
 }
 
@@ -343,5 +350,7 @@ mod tests {
         assert!(rr("rr --dest 10.200.1.2 --flows 0").unwrap_err().0.contains("1..256"));
         assert!(rr("rr --dest 10.200.1.2 --timeout 0").unwrap_err().0.contains("--timeout"));
         assert!(rr("rr --dest 10.200.1.2 --bogus").unwrap_err().0.contains("--bogus"));
+        assert!(rr("rr --dest 10.200.1.2 --interval -5").unwrap_err().0.contains("--interval"));
+        assert_eq!(rr("rr --dest 10.200.1.2 --interval 50").unwrap().interval_ms, 50);
     }
 }

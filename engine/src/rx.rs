@@ -9,6 +9,7 @@ use crate::gro;
 use crate::header::{self, Decoded, FLAG_END};
 use crate::json::{Obj, Value};
 use crate::histogram::Histogram;
+use crate::series::{self, Deltas};
 use crate::stats::{Jitter, SeqKind, SeqTracker};
 use crate::sys::{self, Buffer, Socket, SOL_UDP, UDP_GRO};
 
@@ -138,6 +139,12 @@ impl Counters {
         }
     }
 
+    /// What the per-interval rows count, cumulative: datagrams, bytes, lost, reordered, duplicates.
+    #[inline]
+    fn cumulative(&self) -> [u64; 5] {
+        [self.datagrams, self.bytes, self.seq.lost(), self.seq.reordered, self.seq.duplicates]
+    }
+
     /// Puts the pending run of equal latencies into the histogram.
     fn flush(&mut self) {
         self.latency.record_n(self.lat_run, self.lat_run_n);
@@ -229,6 +236,8 @@ pub fn run(o: &RxOpts) -> Result<Value, Failure> {
         u64::MAX
     };
     let idle_ns = (o.idle_timeout * 1e9) as u64;
+    // Rows from the first data datagram; a call's datagrams count in the interval of its return.
+    let mut intervals = if o.interval_ms > 0 { Some(Deltas::new(o.interval_ms * 1_000_000, 5)) } else { None };
     let stop_reason;
     loop {
         if sys::stop_requested() {
@@ -280,6 +289,7 @@ pub fn run(o: &RxOpts) -> Result<Value, Failure> {
             }
         } else {
             c.calls += 1;
+            let before = if intervals.is_some() { c.cumulative() } else { [0; 5] };
             for (i, m) in msgs.iter().enumerate().take(n as usize) {
                 let len = m.msg_len as usize;
                 if m.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 {
@@ -297,6 +307,16 @@ pub fn run(o: &RxOpts) -> Result<Value, Failure> {
                 for seg_len in gro::segments(buf.len(), gso) {
                     c.record(&buf[off..off + seg_len], now);
                     off += seg_len;
+                }
+            }
+            // Only calls that brought data move the rows on: no empty rows after the last datagram.
+            if let Some(d) = intervals.as_mut() {
+                if c.datagrams > before[0] {
+                    if d.started() {
+                        d.tick(now, &before);
+                    } else {
+                        d.start(c.first_rx);
+                    }
                 }
             }
         }
@@ -320,7 +340,37 @@ pub fn run(o: &RxOpts) -> Result<Value, Failure> {
     let end = sys::mono_ns();
     c.socket_drops = socket_drops(&sock);
     c.flush();
-    Ok(report(o, &local, rcvbuf, &c, start, start_wall, end, stop_reason))
+    if let Some(d) = intervals.as_mut() {
+        d.finish(c.last_rx, &c.cumulative());
+    }
+    let mut out = report(o, &local, rcvbuf, &c, start, start_wall, end, stop_reason);
+    if let Value::Obj(fields) = &mut out {
+        fields.push(("series".to_string(), intervals.map_or(Value::Null, |d| series_json(&d))));
+    }
+    Ok(out)
+}
+
+/// The receiver's rows, from the first data datagram: `lost` is the change of `lost` (missing
+/// below the highest seq), negative when late datagrams fill older gaps; the rows sum to the totals.
+fn series_json(d: &Deltas) -> Value {
+    let rows = d
+        .rows()
+        .map(|(t, len, c)| {
+            Value::Arr(vec![
+                Value::F64(t as f64 / 1e9),
+                Value::F64(len as f64 / 1e9),
+                Value::U64(c[0] as u64),
+                Value::U64(c[1] as u64),
+                series::per_s((c[1] * 8) as f64, len),
+                series::per_s(c[0] as f64, len),
+                Value::F64(c[2] as f64),
+                Value::U64(c[3] as u64),
+                Value::U64(c[4] as u64),
+            ])
+        })
+        .collect();
+    let cols = ["t_s", "dur_s", "datagrams", "bytes", "bps", "pps", "lost", "reordered", "duplicates"];
+    series::to_json(d.iv_ns(), "first_rx", d.origin(), d.dropped, &cols, rows)
 }
 
 /// Tells a driver the socket is bound: a line on stderr and, if asked, a file
@@ -365,7 +415,8 @@ fn report(
         .opt_s("ready_file", o.ready_file.as_deref())
         .opt_u("run_id", o.run_id.map(|r| r as u64))
         .opt_u("cpu", o.cpu.map(|x| x as u64))
-        .b("ignore_end", o.ignore_end);
+        .b("ignore_end", o.ignore_end)
+        .u("interval_ms", o.interval_ms);
 
     let window_ns = c.last_rx.saturating_sub(c.first_rx);
     let window_s = window_ns as f64 / 1e9;

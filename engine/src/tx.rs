@@ -8,6 +8,7 @@ use crate::args::TxOpts;
 use crate::header::{self, Header, FLAG_END, HEADER_LEN};
 use crate::json::{Obj, Value};
 use crate::pacing::{self, Pacer};
+use crate::series::{self, Deltas};
 use crate::sys::{self, Buffer, Socket, SOL_UDP, UDP_SEGMENT};
 use crate::Failure;
 
@@ -106,6 +107,11 @@ pub fn run(o: &TxOpts) -> Result<Value, Failure> {
     let start_wall = sys::realtime_ns();
     let end = start + (o.duration * 1e9) as u64;
     let mut pacer = target_pps.map(|p| Pacer::new(start, p));
+    // Counters per interval: datagrams accepted, failed calls.
+    let mut intervals = if o.interval_ms > 0 { Some(Deltas::new(o.interval_ms * 1_000_000, 2)) } else { None };
+    if let Some(d) = intervals.as_mut() {
+        d.start(start);
+    }
 
     let mut seq: u64 = 0; // next seq = datagrams sent so far
     let mut calls: u64 = 0;
@@ -145,6 +151,9 @@ pub fn run(o: &TxOpts) -> Result<Value, Failure> {
             p.note_lag(now, seq);
             let due_msgs = (p.due_count(now, seq) + segs as u64 - 1) / segs as u64;
             n_msgs = (due_msgs as usize).min(batch);
+        }
+        if let Some(d) = intervals.as_mut() {
+            d.tick(now, &[seq, failed_calls]);
         }
         // A failed send did not use its seqs: they are stamped again next time.
         for (m, b) in bufs.iter_mut().enumerate().take(n_msgs) {
@@ -218,6 +227,9 @@ pub fn run(o: &TxOpts) -> Result<Value, Failure> {
             dest, why, seq, hint
         )));
     }
+    if let Some(d) = intervals.as_mut() {
+        d.finish(stop, &[seq, failed_calls]);
+    }
     let end_markers = if o.no_end { 0 } else { send_end_markers(&sock, run_id, seq, stop) };
 
     let elapsed_s = (stop - start) as f64 / 1e9;
@@ -233,7 +245,8 @@ pub fn run(o: &TxOpts) -> Result<Value, Failure> {
         .opt_u("cpu", o.cpu.map(|c| c as u64))
         .u("sndbuf_bytes", o.sndbuf)
         .opt_u("run_id", o.run_id.map(|r| r as u64))
-        .b("no_end", o.no_end);
+        .b("no_end", o.no_end)
+        .u("interval_ms", o.interval_ms);
     let mut errs = Obj::new();
     let mut by_name: BTreeMap<String, u64> = BTreeMap::new();
     for (e, n) in &errors {
@@ -285,8 +298,30 @@ pub fn run(o: &TxOpts) -> Result<Value, Failure> {
         .obj("pacing", pace)
         .obj("errors", errs)
         .u("errors_total", failed_calls)
-        .u("end_markers_sent", end_markers);
+        .u("end_markers_sent", end_markers)
+        .set("series", intervals.map_or(Value::Null, |d| series_json(&d, o.size as u64)));
     Ok(out.into_value())
+}
+
+/// The sender's rows: what the kernel accepted per interval, from the start of sending.
+fn series_json(d: &Deltas, size: u64) -> Value {
+    let rows = d
+        .rows()
+        .map(|(t, len, c)| {
+            let (dg, failed) = (c[0], c[1]);
+            Value::Arr(vec![
+                Value::F64(t as f64 / 1e9),
+                Value::F64(len as f64 / 1e9),
+                Value::U64(dg as u64),
+                Value::U64(dg as u64 * size),
+                series::per_s((dg as u64 * size * 8) as f64, len),
+                series::per_s(dg as f64, len),
+                Value::U64(failed as u64),
+            ])
+        })
+        .collect();
+    let cols = ["t_s", "dur_s", "datagrams", "bytes", "bps", "pps", "failed_calls"];
+    series::to_json(d.iv_ns(), "start", d.origin(), d.dropped, &cols, rows)
 }
 
 /// Reads and discards queued ICMP errors (RECVERR keeps them on the socket

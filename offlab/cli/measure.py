@@ -39,7 +39,7 @@ def measure_cmd(
     ipv6: bool = typer.Option(False, "--ipv6", help="Use the lab's IPv6 addresses."),
     capture: Optional[str] = typer.Option(None, "--capture", help="HOST[:IFACE] to capture on (IFACE may be to-<host>)."),
     frames: int = typer.Option(2000, "--frames", help="Frames to capture."),
-    as_json: bool = typer.Option(False, "--json", help="Print the sample as JSON."),
+    as_json: bool = typer.Option(False, "--json", help="Print the sample as JSON (with its per-interval series)."),
     workload: str = typer.Option("stream", "--workload", help="stream | rr (request/response with offlab-engine)."),
     request_size: int = typer.Option(64, "--request-size", help="rr: bytes per request."),
     response_size: int = typer.Option(64, "--response-size", help="rr: bytes per response."),
@@ -67,6 +67,7 @@ def measure_cmd(
         else:
             for line in res.summary_lines():
                 out.print(line)
+            _print_series(res.series, "rtt_p99_us", lambda v: f"{v:.1f} µs", "rtt p99")
         return
     # Every value is checked before the lab is even read, so no child tool starts on a bad one.
     w = Workload(tool=tool, protocol=proto or default_protocol(tool), size=size, gso=gso, gro=gro, batch=batch, rate=rate,
@@ -105,6 +106,14 @@ def _si(v: float | None, unit: str) -> str:
     return f"{v:.0f} {unit}"
 
 
+def _print_series(series: list[dict], col: str, fmt, label: str) -> None:
+    """One line: the first series' `col` per interval over the window as a sparkline, min and max."""
+    from offlab.traffic.series import summary
+
+    if series:
+        out.print(f"  {label:<11} " + summary(series[0], col, fmt), markup=False, highlight=False)
+
+
 def print_sample(s: Sample) -> None:
     t, p, w = s.traffic, s.probes, s.workload
     what = f"{w['tool']} {w['protocol']}" + (f" {w['size']} B" if w["size"] else "") + \
@@ -119,6 +128,7 @@ def print_sample(s: Sample) -> None:
                   + (f", jitter {t['jitter_us']:.1f} µs" if t.get("jitter_us") is not None else ""))
     if t.get("retransmits") is not None:
         out.print(f"  retransmits {t['retransmits']}")
+    _print_series(t.get("series") or [], "bps", lambda v: _si(v, "bit/s"), "over time")
     if t.get("errors"):
         out.print(f"  send errors {t['errors']}")
     sd = s.service_demand_us_per_kib

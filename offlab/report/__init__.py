@@ -12,7 +12,7 @@ from offlab.errors import BadInput, EnvironmentProblem
 from offlab.metrics import HEADLINE, METRICS
 from offlab.report import format as fmt
 from offlab.stats import CI, is_improvement, mean_ci
-from offlab.store import Store
+from offlab.store import Store, series_holders
 
 # A cell with this status shows why, never figures: what it measured before failing is not a result.
 NO_FIGURES = ("failed",)
@@ -143,6 +143,50 @@ def _captures(cells: list[dict], samples: list[dict]) -> list[dict]:
         if cap and s["cell_id"] not in first:
             first[s["cell_id"]] = {**cap, "round": s["round"]}
     return [{"cell": c["key"], **first[c["id"]]} for c in cells if c["id"] in first]
+
+
+# Cells drawn over time at most; the rest are listed as not drawn (the rows stay in the database).
+MAX_SERIES_CHARTS = 40
+
+
+def _series_of(sample: dict) -> list[tuple[str, dict, dict | None]]:
+    """(part, series, sender's series or None) for each part of a sample that has per-interval series: its
+    first one (the receiver's for an engine stream, the client's for rr), and the engine sender's beside it."""
+    out = []
+    for part, holder in series_holders(sample):
+        drawn = [s for s in holder["series"] if isinstance(s, dict) and s.get("rows")
+                 and "t_s" in (s.get("columns") or [])]
+        if drawn:
+            sent = next((s for s in drawn[1:] if str(s.get("source", "")).endswith(" tx")), None)
+            out.append((part, drawn[0], sent))
+    return out
+
+
+def _series_charts(cells: list[dict], samples: list[dict]) -> dict:
+    """Per cell (and part), every round's series overlaid: the charts, and the cells left undrawn."""
+    from offlab.report import charts
+
+    per_cell: dict[tuple[int, str], list[tuple[str, dict, dict | None]]] = {}
+    for s in samples:
+        for part, series, sent in _series_of(s["sample"]):
+            per_cell.setdefault((s["cell_id"], part), []).append((f"round {s['round']}", series, sent))
+    out, undrawn = [], []
+    for c in cells:
+        for (cid, part), rounds in per_cell.items():
+            if cid != c["id"]:
+                continue
+            if len(out) >= MAX_SERIES_CHARTS:
+                undrawn.append(c["key"])
+                continue
+            svg, grouped = charts.over_time([(n, s) for n, s, _ in rounds], [(n, t) for n, _, t in rounds])
+            first = rounds[0][1]
+            every = first.get("interval_s")
+            out.append({"cell": c["key"], "part": part, "svg": svg, "source": first.get("source", "?"),
+                        "interval": f"{every * 1000:g} ms" if every else "its own interval",
+                        "grouped": grouped, "rounds": len(rounds),
+                        "sent": any(t for _, _, t in rounds),
+                        "dropped": sum(s.get("intervals_dropped") or 0 for _, s, _ in rounds)})
+    return {"charts": out, "undrawn": list(dict.fromkeys(undrawn))}
 
 
 def _walk_interfaces(obj, path: tuple = ()) -> list[tuple[str, dict]]:
@@ -364,7 +408,7 @@ def build_report(store: Store, run_id: int, *, baseline: dict | None = None,
         })
     captures = _captures(cells, samples)
     cpu = _cpu_split(cells, samples)
-    charts_ctx = {"metrics": [], "cpu": None, "frames": None}
+    charts_ctx = {"metrics": [], "cpu": None, "frames": None, "series": _series_charts(cells, samples)}
     if present:
         charts_ctx["metrics"] = _metric_charts(cells, cis, present, lay)
     if cpu:

@@ -205,3 +205,87 @@ def frame_histograms(captures: list[tuple[str, dict]]) -> str:
     for side in ("top", "right", "bottom", "left"):
         ax.spines[side].set_visible(False)
     return to_svg(fig)
+
+
+# Panels of the over-time chart: (label, unit, columns drawn as (column, style)). A panel is drawn when
+# a series of the cell has one of its columns.
+SERIES_PANELS = (
+    ("throughput", "bit/s", (("bps", "-"),)),
+    ("datagrams per second", "pps", (("pps", "-"),)),
+    ("transactions per second", "tps", (("tps", "-"),)),
+    ("round trip", "µs", (("rtt_p50_us", "-"), ("rtt_p99_us", "--"), ("rtt_max_us", ":"))),
+)
+# Points per line at most: longer series are averaged over consecutive intervals (the caption says so).
+SERIES_POINTS = 600
+
+
+def _thin(xs: list[float], ys: list[float | None], n: int) -> tuple[list[float], list[float | None], int]:
+    """At most `n` points: means over groups of consecutive intervals; the group size."""
+    if len(xs) <= n:
+        return xs, ys, 1
+    k = -(-len(xs) // n)
+    ox, oy = [], []
+    for i in range(0, len(xs), k):
+        got = [y for y in ys[i:i + k] if y is not None]
+        ox.append(xs[i])
+        oy.append(sum(got) / len(got) if got else None)
+    return ox, oy, k
+
+
+def over_time(rounds: list[tuple[str, dict]], sent: list[tuple[str, dict]] | None = None) -> tuple[str, int]:
+    """One cell's per-interval series, a line per round (overlaid), a panel per figure (throughput, pps,
+    transactions/s, RTT p50/p99/max); the warm-up (t < 0) shaded. `sent`: the sender's series of the same
+    rounds (same order), drawn dotted in the round's colour on the rate panels, so loss shows as a gap.
+    The SVG and the intervals per point."""
+    sent = sent or []
+    panels = []
+    for label, unit, cols in SERIES_PANELS:
+        present = [(c, style) for c, style in cols if any(c in s["columns"] for _, s in rounds)]
+        if present:
+            panels.append((label, unit, present))
+    fig = _figure(9.0, 0.6 + 1.7 * max(1, len(panels)))
+    axes = fig.subplots(max(1, len(panels)), 1, sharex=True, squeeze=False)[:, 0]
+    grouped = 1
+    t_min = min((r[s["columns"].index("t_s")] for _, s in rounds for r in s["rows"]), default=0.0)
+    for ax, (label, unit, cols) in zip(axes, panels):
+        _style(ax)
+        values = [r[s["columns"].index(c)] for _, s in rounds + [x for x in sent if x[1]] for c, _ in cols if c in s["columns"]
+                  for r in s["rows"] if r[s["columns"].index(c)] is not None]
+        div, prefix = 1.0, ""
+        if unit in ("bit/s", "pps", "tps"):
+            top = max(values, default=0)
+            div, prefix = next(((d, p) for d, p in ((1e9, "G"), (1e6, "M"), (1e3, "k")) if top >= d), (1.0, ""))
+        lines = [(ri, name, s, None) for ri, (name, s) in enumerate(rounds)]
+        if len(cols) == 1:
+            lines += [(ri, f"{name} sent", s, ":") for ri, (name, s) in enumerate(sent) if s]
+        for ri, name, s, dotted in lines:
+            colour = PALETTE[ri % len(PALETTE)]
+            ti = s["columns"].index("t_s")
+            for c, style in cols:
+                style = dotted or style
+                if c not in s["columns"]:
+                    continue
+                ci = s["columns"].index(c)
+                di = s["columns"].index("dur_s") if "dur_s" in s["columns"] else None
+                iv = s.get("interval_s") or 0
+                # A rate over a sliver (the clipped last interval) is noise, not a stall: not drawn.
+                rows = [r for r in s["rows"] if not (unit in ("bit/s", "pps", "tps") and di is not None
+                                                      and r[di] is not None and r[di] < iv / 2)]
+                xs = [r[ti] for r in rows]
+                ys = [None if r[ci] is None else r[ci] / div for r in rows]
+                xs, ys, k = _thin(xs, ys, SERIES_POINTS)
+                if rows and di is not None and rows[-1][di]:
+                    xs, ys = xs + [rows[-1][ti] + rows[-1][di]], ys + [ys[-1]]  # the last step has a width
+                grouped = max(grouped, k)
+                tag = c.removeprefix("rtt_").removesuffix("_us")
+                ax.plot(xs, [float("nan") if y is None else y for y in ys], linestyle=style, linewidth=1.1,
+                        color=colour, drawstyle="steps-post",
+                        label=f"{name} {tag}" if len(cols) > 1 else name)
+        if t_min < 0:
+            ax.axvspan(t_min, 0, color="#eeeeee", zorder=0)
+        ax.set_ylabel(f"{label}\n({prefix}{unit})", fontsize=8)
+        ax.set_ylim(bottom=0)
+        if len(lines) > 1 or len(cols) > 1:
+            ax.legend(fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    axes[-1].set_xlabel("seconds from the start of the measured window (shaded: warm-up)", fontsize=8)
+    return to_svg(fig), grouped

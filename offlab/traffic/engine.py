@@ -16,6 +16,7 @@ from typing import Iterator
 from offlab.errors import ToolMissing
 from offlab.hosts import Host, which
 from offlab.traffic import TrafficResult, Workload
+from offlab.traffic import series as intervals
 from offlab.traffic.iperf3 import TrafficFailed
 from offlab.hosts.process import cpu_on as _cpu, pinned, stop
 
@@ -43,9 +44,16 @@ def engine_on(host: Host) -> str:
     return engine_path() if host.shares_kernel else ENGINE
 
 
-def rx_argv(w: Workload, bind: str, port: int, ready: str, run_id: int, exe: str | None = None) -> list[str]:
+def _every(w: Workload, interval_ms: int | None) -> int:
+    """The series' interval in ms: as asked (0 = none), else offlab.traffic.series.interval_ms of the run."""
+    return intervals.interval_ms(w.warmup + w.duration) if interval_ms is None else interval_ms
+
+
+def rx_argv(w: Workload, bind: str, port: int, ready: str, run_id: int, exe: str | None = None,
+            interval_ms: int | None = None) -> list[str]:
     argv = [exe or engine_path(), "rx", "--bind", bind, "--port", str(port), "--ready-file", ready,
-            "--run-id", str(run_id), "--duration", f"{w.warmup + w.duration + 5:g}", "--idle-timeout", "1"]
+            "--run-id", str(run_id), "--duration", f"{w.warmup + w.duration + 5:g}", "--idle-timeout", "1",
+            "--interval", str(_every(w, interval_ms))]
     if w.gro:
         argv.append("--gro")
     if w.batch:
@@ -55,9 +63,11 @@ def rx_argv(w: Workload, bind: str, port: int, ready: str, run_id: int, exe: str
     return argv
 
 
-def tx_argv(w: Workload, dest: str, port: int, run_id: int, exe: str | None = None) -> list[str]:
+def tx_argv(w: Workload, dest: str, port: int, run_id: int, exe: str | None = None,
+            interval_ms: int | None = None) -> list[str]:
     argv = [exe or engine_path(), "tx", "--dest", dest, "--port", str(port), "--size", str(w.size or 1472),
-            "--duration", f"{w.warmup + w.duration:g}", "--run-id", str(run_id)]
+            "--duration", f"{w.warmup + w.duration:g}", "--run-id", str(run_id),
+            "--interval", str(_every(w, interval_ms))]
     if w.gso:
         argv.append("--gso")
     if w.batch:
@@ -89,16 +99,20 @@ def parse(rx: dict, tx: dict, w: Workload) -> TrafficResult:
         latency_us=rx.get("latency_us"),
         window_s=rx.get("window_s"),
         errors=dict(tx.get("errors") or {}),
+        series=[s for s in (intervals.from_engine(rx, "offlab-engine rx", w.warmup),
+                            intervals.from_engine(tx, "offlab-engine tx", w.warmup)) if s],
         raw={"rx": rx, "tx": tx},
     )
 
 
-def run(client: Host, server: Host, server_addr: str, w: Workload, *, on_started=None) -> TrafficResult:
+def run(client: Host, server: Host, server_addr: str, w: Workload, *, on_started=None,
+        interval_ms: int | None = None) -> TrafficResult:
     port = random.randint(20000, 60000)
     run_id = random.randint(1, 2**32 - 1)
     with _ready_dir(server) as tmp:
         ready = f"{tmp}/ready"
-        rx = server.spawn(pinned(rx_argv(w, server_addr, port, ready, run_id, engine_on(server)), _cpu(server, w.server_cpu)),
+        rx = server.spawn(pinned(rx_argv(w, server_addr, port, ready, run_id, engine_on(server), interval_ms),
+                                 _cpu(server, w.server_cpu)),
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         tx = None
         try:
@@ -108,7 +122,8 @@ def run(client: Host, server: Host, server_addr: str, w: Workload, *, on_started
                     err = rx.stderr.read().strip() if rx.poll() is not None else "not ready in time"
                     raise TrafficFailed(f"offlab-engine rx on {server.name} did not start: {err}")
                 time.sleep(0.01)
-            tx = client.spawn(pinned(tx_argv(w, server_addr, port, run_id, engine_on(client)), _cpu(client, w.client_cpu)),
+            tx = client.spawn(pinned(tx_argv(w, server_addr, port, run_id, engine_on(client), interval_ms),
+                                     _cpu(client, w.client_cpu)),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             if on_started:
                 on_started(tx.pid, rx.pid)

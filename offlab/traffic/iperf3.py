@@ -10,6 +10,7 @@ import subprocess
 from offlab.errors import EnvironmentProblem
 from offlab.hosts import Host, require_tool
 from offlab.traffic import TrafficResult, Workload
+from offlab.traffic import series as intervals
 from offlab.traffic.rate import parse_rate
 from offlab.hosts.process import cpu_on as _cpu, pinned, stop, wait_listening
 
@@ -20,7 +21,8 @@ class TrafficFailed(EnvironmentProblem):
 
 def client_argv(w: Workload, server: str, port: int) -> list[str]:
     # -O adds its seconds before the -t seconds; iperf3 omits them from every figure.
-    argv = ["iperf3", "-c", server, "-p", str(port), "-J", "-t", str(math.ceil(w.duration))]
+    argv = ["iperf3", "-c", server, "-p", str(port), "-J", "-t", str(math.ceil(w.duration)),
+            "-i", f"{interval_s(w):g}"]
     if w.warmup:
         argv += ["-O", str(math.ceil(w.warmup))]
     # iperf3 reads a rate it does not understand as unlimited, so it gets only a number from
@@ -43,6 +45,11 @@ def client_argv(w: Workload, server: str, port: int) -> list[str]:
     return argv
 
 
+def interval_s(w: Workload) -> float:
+    """iperf3's report interval: 0.1 s (it takes fractions), longer for long runs like the engine's."""
+    return intervals.interval_ms(w.warmup + w.duration) / 1000
+
+
 def parse(doc: dict, w: Workload) -> TrafficResult:
     """iperf3 -J client output → TrafficResult. Raises TrafficFailed on iperf3's own error."""
     if doc.get("error"):
@@ -60,6 +67,9 @@ def parse(doc: dict, w: Workload) -> TrafficResult:
         tool_cpu=end.get("cpu_utilization_percent"),
         raw=doc,
     )
+    s = intervals.from_iperf3(doc, interval_s(w))
+    if s:
+        res.series.append(s)
     if w.protocol == "udp":
         # The receiver's view: packets is what was expected from sequence numbers.
         expected = int(received.get("packets", 0))

@@ -20,6 +20,7 @@ from offlab.errors import BadInput
 from offlab.hosts import Host
 from offlab.hosts.process import pinned, stop
 from offlab.traffic import UDP_MAX_PAYLOAD
+from offlab.traffic import series as intervals
 from offlab.traffic.engine import _ready_dir, engine_on
 from offlab.traffic.iperf3 import TrafficFailed
 
@@ -121,6 +122,7 @@ class RrResult:
     responses_received: int
     errors: dict = field(default_factory=dict)
     kernel_check: dict | None = None  # client interface packets vs transactions
+    series: list = field(default_factory=list)  # per-interval rows (offlab.traffic.series)
     server: dict | None = None  # the rr-server's own counts
     client_pid: int | None = None
     server_pid: int | None = None
@@ -167,7 +169,7 @@ def client_argv(w: RrWorkload, dest: str, port: int, exe: str) -> list[str]:
     argv = [exe, "rr", "--dest", dest, "--port", str(port), "--proto", w.protocol,
             "--request-size", str(w.request_size), "--response-size", str(w.response_size),
             "--flows", str(w.flows), "--duration", f"{w.duration:g}", "--warmup", f"{w.warmup:g}",
-            "--timeout", f"{w.timeout:g}"]
+            "--timeout", f"{w.timeout:g}", "--interval", str(intervals.interval_ms(w.warmup + w.duration))]
     if w.rate:
         argv += ["--rate", f"{w.rate:g}"]
     return argv
@@ -185,7 +187,8 @@ def parse(doc: dict) -> RrResult:
                                "rtt_p99_9_us", "rtt_max_us")},
         rtt_histogram=doc["rtt_histogram"], service_rtt=doc["service_rtt"], timing_overhead=doc["timing_overhead"],
         transactions_total=doc["transactions_total"], requests_sent=doc["requests_sent"],
-        responses_received=doc["responses_received"], errors=dict(doc.get("errors") or {}), raw={"client": doc},
+        responses_received=doc["responses_received"], errors=dict(doc.get("errors") or {}),
+        series=[s for s in (intervals.from_engine(doc, "offlab-engine rr"),) if s], raw={"client": doc},
     )
 
 
