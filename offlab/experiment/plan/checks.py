@@ -57,6 +57,8 @@ def check_knob(err: PlanErrors, path: tuple, kind: str, target: str, key: Any, v
     from offlab.knobs.registry import knob_class
     from offlab.knobs.sysctl import Sysctl
     from offlab.knobs.bridge import BridgeNf
+    from offlab.knobs.napi import NAPI_KEYS, NapiParam
+    from offlab.knobs.sysctl import RANGES
     from offlab.names import check_mtu
 
     role, ref = target.partition(":")[0], target.partition(":")[2] or None
@@ -72,6 +74,10 @@ def check_knob(err: PlanErrors, path: tuple, kind: str, target: str, key: Any, v
                                                          "; `ethtool -k` lists the features"))
         if not (isinstance(value, bool) or value in ("on", "off")):
             err.fail(path, f"feature {key} must be on or off, got {value!r}")
+    if key in RANGES or cls is NapiParam:
+        lo, hi = RANGES.get(key) or (0, NAPI_KEYS[key][1])
+        if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+            err.fail(path, f"{key} takes an integer {lo}..{hi}, got {value!r}")
     if role == "machine":
         if cls is not Sysctl:
             err.fail(path, f"'machine' takes host-wide sysctls only (net.*, kernel.*, vm.*), not {key!r}")
