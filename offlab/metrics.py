@@ -24,6 +24,28 @@ def _sd(side: str) -> Callable[[dict], float | None]:
     return lambda s: s["service_demand_us_per_kib"].get(side)
 
 
+def _rr(phase: str, field: str) -> Callable[[dict], float | None]:
+    """A figure of the request/response probe: phase "idle" (alone) or "loaded" (beside the stream)."""
+    return lambda s: ((s.get("rr") or {}).get(phase) or {}).get(field)
+
+
+# Whole round trips (sockperf prints half), idle and under load; lower is better.
+RR_METRICS = [
+    Metric("rtt_p50_us", "rtt p50 idle", "µs", "lower", _rr("idle", "rtt_p50_us")),
+    Metric("rtt_p99_us", "rtt p99 idle", "µs", "lower", _rr("idle", "rtt_p99_us")),
+    Metric("rtt_p99_9_us", "rtt p99.9 idle", "µs", "lower", _rr("idle", "rtt_p99_9_us")),
+    Metric("rtt_mean_us", "rtt mean idle", "µs", "lower", _rr("idle", "rtt_mean_us")),
+    Metric("transactions_per_s", "transactions/s idle", "tps", "higher", _rr("idle", "transactions_per_s")),
+    Metric("cpu_us_per_transaction", "CPU per transaction idle", "µs", "lower",
+           _rr("idle", "cpu_us_per_transaction")),
+    Metric("loaded_rtt_p50_us", "rtt p50 under load", "µs", "lower", _rr("loaded", "rtt_p50_us")),
+    Metric("loaded_rtt_p99_us", "rtt p99 under load", "µs", "lower", _rr("loaded", "rtt_p99_us")),
+    Metric("loaded_rtt_p99_9_us", "rtt p99.9 under load", "µs", "lower", _rr("loaded", "rtt_p99_9_us")),
+    Metric("loaded_rtt_mean_us", "rtt mean under load", "µs", "lower", _rr("loaded", "rtt_mean_us")),
+    Metric("loaded_transactions_per_s", "transactions/s under load", "tps", "higher",
+           _rr("loaded", "transactions_per_s")),
+]
+
 METRICS: dict[str, Metric] = {m.name: m for m in [
     Metric("throughput_bps", "throughput", "bit/s", "higher", lambda s: s["traffic"]["throughput_bps"]),
     Metric("pps", "datagrams received per second", "pps", "higher", lambda s: s["traffic"].get("pps")),
@@ -41,10 +63,12 @@ METRICS: dict[str, Metric] = {m.name: m for m in [
     Metric("sd_client_us_per_kib", "client service demand", "µs/KiB", "lower", _sd("client")),
     Metric("sd_server_us_per_kib", "server service demand", "µs/KiB", "lower", _sd("server")),
     Metric("sd_total_us_per_kib", "service demand (whole system)", "µs/KiB", "lower", _sd("total")),
+    *RR_METRICS,
 ]}
 
 # The metrics a comparison reports by default, in this order.
-HEADLINE = ("throughput_bps", "pps", "loss", "cpu_client_busy", "cpu_server_busy", "sd_total_us_per_kib")
+HEADLINE = ("throughput_bps", "pps", "loss", "cpu_client_busy", "cpu_server_busy", "sd_total_us_per_kib",
+            "rtt_p50_us", "rtt_p99_us", "loaded_rtt_p50_us", "loaded_rtt_p99_us", "transactions_per_s")
 
 
 def metrics_of(sample: dict) -> dict[str, float]:

@@ -247,6 +247,8 @@ def compare_cmd(
     failed = compare.fail_if_slower(rows, fail_if_slower) if fail_if_slower is not None else []
     if as_json:
         _json({"runs": runs, "rows": [r.to_dict() for r in rows],
+               "trade_offs": [{"cell": g[0].cell, "baseline": g[0].baseline, "text": compare.trade_off(g)}
+                              for g in compare.by_cell(rows) if compare.trade_off(g)],
                "fail_if_slower": None if fail_if_slower is None else
                {"pct": fail_if_slower, "failed": [{"cell": r.cell, "metric": r.metric, "change_pct": r.change_pct}
                                                   for r in failed]}})
@@ -302,6 +304,8 @@ def _print_rows(rows) -> None:
             mine, theirs, shared = compare.difference(r0.params, r0.baseline_params)
             title = (f"{escape(shared)}: " if shared else "") + f"[bold]{escape(mine)}[/bold] vs {escape(theirs)}"
         flags = "".join(f"  [yellow]⚠ {escape(f)}[/yellow]" for f in common[id(r0)])
+        both = compare.trade_off(g)
+        flags += f"  [bold yellow]{escape(both)}[/bold yellow]" if both else ""
         out.print(("\n" if gi else "") + title + flags)
         t = Table(box=None, show_header=gi == 0, padding=(0, 1))
         for name, width, justify in COLUMNS:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from offlab import __version__
-from offlab.report.compare import Row, axes_of, by_cell, compare_run, difference, sentence
+from offlab.report.compare import Row, axes_of, by_cell, compare_run, difference, sentence, trade_off
 from offlab.errors import BadInput, EnvironmentProblem
 from offlab.metrics import HEADLINE, METRICS
 from offlab.report import format as fmt
@@ -229,8 +229,9 @@ def _comparison_matrix(rows: list[Row], metrics: list[str]) -> dict:
                 "verdict": r.verdict,
                 "flags": "; ".join(f for f in r.flags if f not in common),
             })
+        both = trade_off(group)
         out.append({"cell": r0.cell, "baseline": r0.baseline, "mine": mine, "theirs": theirs, "shared": shared,
-                    "flags": common, "cells": cells})
+                    "flags": common + ([both] if both else []), "cells": cells})
     return {"metrics": [fmt.short(m) for m in metrics], "rows": out}
 
 

@@ -126,6 +126,14 @@ def check_cell(err: PlanErrors, cell: Cell, blame: Callable[[str, str], tuple]) 
         cell.workload.traffic(ipv6=topo.ipv6).check()
     except BadWorkload as exc:
         err.fail(blame("workload", exc.field), f"{exc.why} (got {exc.value})")
+    if cell.workload.kind != "stream":
+        from offlab.experiment.plan.models import RR_FIELDS
+
+        try:
+            cell.workload.rr_workload(ipv6=topo.ipv6).check()
+        except BadWorkload as exc:
+            plan_name = {v: k for k, v in RR_FIELDS.items()}.get(exc.field, exc.field)
+            err.fail(blame("workload", plan_name), f"{exc.why} (got {exc.value})")
 
 
 def required_tools(plan: Plan) -> list[str]:
@@ -134,7 +142,8 @@ def required_tools(plan: Plan) -> list[str]:
     kinds = {c.topology.kind for c in plan.cells}
     if "ovs" in kinds:
         tools += ["ovsdb-server", "ovs-vswitchd", "ovs-vsctl", "ovsdb-tool"]
-    used = {c.workload.tool for c in plan.cells}
+    used = {c.workload.tool for c in plan.cells if c.workload.kind != "rr"}
+    used |= {"engine" for c in plan.cells if c.workload.kind != "stream"}
     if "iperf3" in used:
         tools += ["iperf3", "ss"]
     if "engine" in used:
