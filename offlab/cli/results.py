@@ -292,8 +292,8 @@ def _print_rows(rows) -> None:
     from offlab.stats import is_improvement
 
     groups = compare.by_cell(rows)
-    shown = [g for g in groups if g[0].compared]
-    aside = [g for g in groups if not g[0].compared]
+    shown = [g for g in groups if compare.any_compared(g)]
+    aside = [g for g in groups if not compare.any_compared(g)]
     common = {id(g[0]): [f for f in g[0].flags if all(f in r.flags for r in g)] for g in shown}
     with_notes = any(f not in common[id(g[0])] for g in shown for r in g for f in r.flags)
     for gi, g in enumerate(shown):

@@ -297,7 +297,7 @@ def sentence(rows: Sequence[Row]) -> str:
     else:
         mine, theirs, shared = difference(r0.params, r0.baseline_params)
         head = (f"{shared}: " if shared else "") + f"{mine} vs {theirs}"
-    if not r0.compared:
+    if not any_compared(rows):
         return f"{head}: {r0.verdict}" + (f" ({r0.cell_reason})" if r0.cell_reason else "")
     sig, nsd = [], []
     for r in rows:
@@ -337,6 +337,12 @@ def trade_off(rows: Sequence[Row]) -> str | None:
 
 def _signed(x: float) -> str:
     return f"+{x:.1f}" if x >= 0 else f"\u2212{-x:.1f}"
+
+
+def any_compared(rows: Sequence[Row]) -> bool:
+    """A cell's rows are worth a table when any metric has a statistical verdict (its throughput may
+    have none while its round trips do)."""
+    return any(r.compared for r in rows)
 
 
 def by_cell(rows: Sequence[Row]) -> list[list[Row]]:

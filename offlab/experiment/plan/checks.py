@@ -83,6 +83,9 @@ def check_knob(err: PlanErrors, path: tuple, kind: str, target: str, key: Any, v
             err.fail(path, f"'machine' takes host-wide sysctls only (net.*, kernel.*, vm.*), not {key!r}")
         return
     if cls is Sysctl:
+        if key in RANGES:  # the machine-wide ones offlab's suites vary: no namespace has them
+            err.fail(path, f"{key} is host-wide (no network namespace has it): write it under machine, "
+                           f"e.g. settings: {{machine: {{{key}: {value}}}}}")
         if ref is not None:
             err.fail(path, f"{key} is a sysctl of {role}'s namespace, not of an interface: write {role} "
                            f"without :{ref}")
