@@ -84,6 +84,10 @@ def measure_cmd(
     # Every value is checked before the lab is even read, so no child tool starts on a bad one.
     w = Workload(tool=tool, protocol=proto or default_protocol(tool), size=size, gso=gso, gro=gro, batch=batch, rate=rate,
                  streams=streams, duration=duration, warmup=warmup, ipv6=ipv6).check()
+    if rw is not None:
+        from offlab.experiment.measure import check_under_load
+
+        check_under_load(w)
     if not 1 <= frames <= MAX_FRAMES:
         raise BadInput(f"--frames {frames}: 1..{MAX_FRAMES}")
     if capture is not None:

@@ -210,14 +210,20 @@ def cpu_per_transaction(probe: dict, tps: float) -> float | None:
     return probe["cpu"]["system"]["busy_s"] * 1e6 / n if n > 0 else None
 
 
-def measure_rr_under_load(lab: LabState, w: Workload, rw: rr_driver.RrWorkload,
-                          capture: CaptureRequest | None = None) -> Sample:
-    """flent's RRUL idea on one path: the RR probe alone first (idle), then the stream `w` with the
-    same probe running beside it (loaded). One sample: the stream's throughput and both sets of rtt."""
+def check_under_load(w: Workload) -> Workload:
+    """The stream of rr-under-load: a valid workload long enough to hold the loaded probe."""
     w.check()
     if w.duration <= 2 * LOADED_END_MARGIN_S:
         raise BadInput(f"--duration {w.duration:g}: rr-under-load needs more than {2 * LOADED_END_MARGIN_S:g} s "
                        f"(the RR probe ends {LOADED_END_MARGIN_S:g} s before the stream)")
+    return w
+
+
+def measure_rr_under_load(lab: LabState, w: Workload, rw: rr_driver.RrWorkload,
+                          capture: CaptureRequest | None = None) -> Sample:
+    """flent's RRUL idea on one path: the RR probe alone first (idle), then the stream `w` with the
+    same probe running beside it (loaded). One sample: the stream's throughput and both sets of rtt."""
+    check_under_load(w)
     idle = measure_rr(lab, rw)
     loaded_w = dataclasses.replace(rw, warmup=w.warmup, duration=w.duration - LOADED_END_MARGIN_S)
     got: dict = {}
