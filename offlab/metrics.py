@@ -29,21 +29,17 @@ def _rr(phase: str, field: str) -> Callable[[dict], float | None]:
     return lambda s: ((s.get("rr") or {}).get(phase) or {}).get(field)
 
 
-# Whole round trips (sockperf prints half), idle and under load; lower is better.
+# Whole round trips (sockperf prints half), lower is better: rtt_p50_us ... (the probe alone) and
+# loaded_rtt_p50_us ... (beside the stream), from sample["rr"]["idle"] / ["loaded"].
+RR_PHASES = (("idle", "", "idle"), ("loaded", "loaded_", "under load"))
+RR_QUANTITIES = (("p50", "p50"), ("p99", "p99"), ("p99_9", "p99.9"), ("mean", "mean"))
 RR_METRICS = [
-    Metric("rtt_p50_us", "rtt p50 idle", "µs", "lower", _rr("idle", "rtt_p50_us")),
-    Metric("rtt_p99_us", "rtt p99 idle", "µs", "lower", _rr("idle", "rtt_p99_us")),
-    Metric("rtt_p99_9_us", "rtt p99.9 idle", "µs", "lower", _rr("idle", "rtt_p99_9_us")),
-    Metric("rtt_mean_us", "rtt mean idle", "µs", "lower", _rr("idle", "rtt_mean_us")),
-    Metric("transactions_per_s", "transactions/s idle", "tps", "higher", _rr("idle", "transactions_per_s")),
+    *(Metric(f"{prefix}rtt_{q}_us", f"rtt {label} {when}", "µs", "lower", _rr(phase, f"rtt_{q}_us"))
+      for phase, prefix, when in RR_PHASES for q, label in RR_QUANTITIES),
+    *(Metric(f"{prefix}transactions_per_s", f"transactions/s {when}", "tps", "higher",
+             _rr(phase, "transactions_per_s")) for phase, prefix, when in RR_PHASES),
     Metric("cpu_us_per_transaction", "CPU per transaction idle", "µs", "lower",
            _rr("idle", "cpu_us_per_transaction")),
-    Metric("loaded_rtt_p50_us", "rtt p50 under load", "µs", "lower", _rr("loaded", "rtt_p50_us")),
-    Metric("loaded_rtt_p99_us", "rtt p99 under load", "µs", "lower", _rr("loaded", "rtt_p99_us")),
-    Metric("loaded_rtt_p99_9_us", "rtt p99.9 under load", "µs", "lower", _rr("loaded", "rtt_p99_9_us")),
-    Metric("loaded_rtt_mean_us", "rtt mean under load", "µs", "lower", _rr("loaded", "rtt_mean_us")),
-    Metric("loaded_transactions_per_s", "transactions/s under load", "tps", "higher",
-           _rr("loaded", "transactions_per_s")),
 ]
 
 METRICS: dict[str, Metric] = {m.name: m for m in [

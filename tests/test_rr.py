@@ -130,3 +130,39 @@ def test_bad_rr_input_is_exit_2_through_the_real_cli(veth_lab, args, named):
     res = offlab_cli("measure", veth_lab.name, *workload, "--duration", "1", *args)
     assert res.returncode == 2, res.stdout + res.stderr
     assert named in res.stdout + res.stderr and "Traceback" not in res.stderr
+
+
+RR_PLAN = """\
+name: rr-test
+topology: {kind: veth}
+axes:
+  gro:
+    "off": {features: {server: {gro: off}}}
+    "on": {features: {server: {gro: on}}}
+workload: {kind: rr-under-load, tool: engine, protocol: udp, size: 1472, rate: 200M, duration: 1, warmup: 0.3}
+repeat: {min: 2, max: 2, level: 95, width: 50, metric: loaded_rtt_p50_us}
+baseline: {gro: "off"}
+seed: 3
+"""
+
+
+def test_a_run_of_rr_under_load_stores_both_round_trips_and_compares_them_lower_is_better(tmp_path, clean_machine):
+    from offlab.experiment.plan import load_plan
+    from offlab.experiment.runner import Runner
+    from offlab.report.compare import compare_run
+    from offlab.store import Store
+
+    store = Store.open(tmp_path / "r.db")
+    run_id = Runner(load_plan(RR_PLAN, "rr-test.yaml"), store).run()
+    assert store.get_run(run_id)["status"] == "done"
+    samples = store.samples(run_id)
+    assert len(samples) == 4
+    for s in samples:
+        m = s["metrics"]
+        assert {"throughput_bps", "rtt_p50_us", "rtt_p99_us", "loaded_rtt_p50_us", "loaded_rtt_p99_us",
+                "cpu_us_per_transaction"} <= set(m)
+        assert m["loaded_rtt_p99_us"] == s["sample"]["rr"]["loaded"]["rtt_p99_us"]
+        assert s["sample"]["workload"]["kind"] == "rr-under-load"
+    rows = {r.metric: r for r in compare_run(store, run_id, metrics=("throughput_bps", "loaded_rtt_p99_us"))}
+    assert rows["loaded_rtt_p99_us"].better == "lower" and rows["loaded_rtt_p99_us"].n_cell == 2
+    assert rows["throughput_bps"].mean_cell > 0

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from offlab.errors import BadInput
-from offlab.knobs.base import Knob, Plan, as_int
+from offlab.knobs.base import FileKnob, Plan, as_int
 
 # The kernel stores gro_flush_timeout as an unsigned long of ns; past a second it is a typo, not a plan.
 MAX_FLUSH_NS = 1_000_000_000
@@ -22,7 +22,7 @@ MAX_DEFER = 2**31 - 1
 NAPI_KEYS = {"gro_flush_timeout": ("ns", MAX_FLUSH_NS), "napi_defer_hard_irqs": ("polls", MAX_DEFER)}
 
 
-class NapiParam(Knob):
+class NapiParam(FileKnob):
     kind = "napi"
 
     @property
@@ -36,13 +36,3 @@ class NapiParam(Knob):
         if not self.host.exists(self.path):
             raise BadInput(f"{self.label}: this kernel has no {self.path}")
         return str(as_int(f"{self.label} ({unit})", value, 0, top))
-
-    def snapshot(self) -> str:
-        return self.host.read(self.path).strip()
-
-    def apply(self, value: str) -> None:
-        self.host.write(self.path, value + "\n")
-
-    def restore(self, snap: str) -> None:
-        if self.snapshot() != snap:
-            self.apply(snap)
