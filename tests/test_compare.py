@@ -202,3 +202,46 @@ def test_print_comparison_after_a_run_handles_runs_without_baseline(store, capsy
     results.print_comparison(store, without)
     printed = capsys.readouterr().out
     assert "payload=8972,offload=on" in printed and "Gbit/s" in printed
+
+
+def coalescing(params) -> dict[str, list[float]]:
+    """GRO on: more throughput, a worse p99 under load; the idle p50 does not move."""
+    on = params["gro"] == "on"
+    return {"throughput_bps": [(8e9 if on else 5e9) * f for f in (0.99, 1.0, 1.01)],
+            "rtt_p50_us": [40.0, 41.0, 40.5],
+            "loaded_rtt_p99_us": [(900.0 if on else 300.0) * f for f in (0.97, 1.0, 1.03)]}
+
+
+def test_latency_is_lower_is_better_and_a_faster_cell_with_a_worse_p99_says_both(store):
+    run = matrix_run(store, {"gro": ["off", "on"]}, coalescing, {"gro": "off"})
+    rows = compare.compare_run(store, run, metrics=("throughput_bps", "rtt_p50_us", "loaded_rtt_p99_us"))
+    by = {r.metric: r for r in rows}
+    assert by["throughput_bps"].verdict == "faster" and by["throughput_bps"].improved is True
+    assert by["loaded_rtt_p99_us"].better == "lower"
+    assert by["loaded_rtt_p99_us"].verdict == "higher (worse)" and by["loaded_rtt_p99_us"].improved is False
+    assert by["rtt_p50_us"].verdict == "no significant difference"
+    assert compare.trade_off(rows) == "faster, but rtt p99 under load worse"
+    assert compare.sentence(rows).endswith("— faster, but rtt p99 under load worse")
+
+
+def test_no_trade_off_is_claimed_when_throughput_and_latency_agree_or_nothing_is_significant(store):
+    run = matrix_run(store, {"gro": ["off", "on"]},
+                     lambda p: {"throughput_bps": [5e9, 5.01e9, 4.99e9],
+                                "loaded_rtt_p99_us": [(100.0 if p["gro"] == "on" else 300.0) * f
+                                                      for f in (0.97, 1.0, 1.03)]}, {"gro": "off"})
+    rows = compare.compare_run(store, run, metrics=("throughput_bps", "loaded_rtt_p99_us"))
+    assert {r.metric: r.verdict for r in rows}["loaded_rtt_p99_us"] == "lower (better)"
+    assert compare.trade_off(rows) is None
+
+
+def test_compare_cli_shows_both_verdicts_and_the_trade_off(store, tmp_path):
+    run = matrix_run(store, {"gro": ["off", "on"]}, coalescing, {"gro": "off"})
+    store.close()
+    res = offlab_cli("compare", str(run), "--db", str(tmp_path / "offlab.db"), "--metric", "throughput_bps",
+                     "--metric", "loaded_rtt_p99_us")
+    assert res.returncode == 0, res.stderr
+    assert "faster, but rtt p99 under load worse" in res.stdout
+    assert "faster" in res.stdout and "higher (worse)" in res.stdout
+    js = json.loads(offlab_cli("compare", str(run), "--db", str(tmp_path / "offlab.db"), "--json").stdout)
+    assert js["trade_offs"] == [{"cell": "gro=on", "baseline": "gro=off",
+                                 "text": "faster, but rtt p99 under load worse"}]

@@ -76,6 +76,40 @@ def test_measure_cli_prints_percentiles_and_the_histogram_as_json(veth_lab):
     d = json.loads(res.stdout)
     assert d["transactions"] > 0 and d["rtt_p50_us"] <= d["rtt_p99_us"] <= d["rtt_max_us"]
     assert d["rtt_histogram"]["buckets"] and d["kernel_check"]["status"].startswith("consistent")
+    # CPU over the same window: pinned sides, the whole system, and CPU per transaction from it.
+    assert d["cpu"]["client"]["cpu"] == "cpu0" and d["cpu"]["server"]["cpu"] == "cpu1"
+    assert 0 < d["cpu"]["client"]["busy"] <= 100 + 1e-6 and d["cpu"]["system"]["busy_s"] > 0
+    assert d["cpu_us_per_transaction"] == pytest.approx(
+        d["cpu"]["system"]["busy_s"] * 1e6 / (d["transactions_per_s"] * d["probes"]["window_s"]))
+    # The probes' interface counters over the window agree with the engine: 2 packets a transaction.
+    client_if = next(v for k, v in d["probes"]["interfaces"].items() if k.startswith("client:"))
+    per = (client_if["rx_packets"] + client_if["tx_packets"]) / (d["transactions_per_s"] * d["probes"]["window_s"])
+    assert per == pytest.approx(2.0, rel=0.1)
+
+
+def test_rr_under_load_reports_throughput_with_idle_and_loaded_round_trips(veth_lab):
+    res = offlab_cli("measure", veth_lab.name, "--workload", "rr-under-load", "--tool", "iperf3", "--proto", "tcp",
+                     "--duration", "2", "--warmup", "1", "--json")
+    assert res.returncode == 0, res.stderr
+    d = json.loads(res.stdout)
+    assert d["workload"]["kind"] == "rr-under-load" and d["traffic"]["throughput_bps"] > 1e8
+    idle, loaded = d["rr"]["idle"], d["rr"]["loaded"]
+    assert idle["transactions"] > 100 and loaded["transactions"] > 10
+    assert idle["kernel_check"]["status"].startswith("consistent")
+    # Under load the client interface also carries the stream: no packet check is claimed there.
+    assert loaded["kernel_check"] is None
+    assert loaded["window_s"] == pytest.approx(1.8, abs=0.3)
+    for phase in (idle, loaded):
+        assert phase["rtt_p50_us"] <= phase["rtt_p99_us"] <= phase["rtt_max_us"]
+    assert d["rr"]["loaded_over_idle"]["rtt_p99_us"] == pytest.approx(loaded["rtt_p99_us"] / idle["rtt_p99_us"])
+    assert any("measured alone just before the stream" in n for n in d["notes"])
+    from offlab.metrics import metrics_of
+    m = metrics_of(d)
+    assert m["loaded_rtt_p99_us"] == loaded["rtt_p99_us"] and m["rtt_p50_us"] == idle["rtt_p50_us"]
+    assert m["throughput_bps"] == d["traffic"]["throughput_bps"]
+    text = offlab_cli("measure", veth_lab.name, "--workload", "rr-under-load", "--duration", "1", "--warmup", "0.2")
+    assert text.returncode == 0, text.stderr
+    assert "idle (just before)" in text.stdout and "under load" in text.stdout and "throughput" in text.stdout
 
 
 @pytest.mark.parametrize("args, named", [
@@ -85,8 +119,50 @@ def test_measure_cli_prints_percentiles_and_the_histogram_as_json(veth_lab):
     (["--rate", "fast"], "--rate"),
     (["--rate", "5M"], "--rate"),
     (["--proto", "sctp"], "--proto"),
+    (["--workload", "ping"], "--workload 'ping': choose stream, rr or rr-under-load"),
+    (["--workload", "rr-under-load", "--request-size", "0"], "--request-size 0"),
+    (["--workload", "rr-under-load", "--rr-proto", "icmp"], "--rr-proto 'icmp'"),
+    (["--workload", "rr-under-load", "--tool", "engine", "--duration", "0.3"],
+     "--duration 0.3: rr-under-load needs more than 0.4 s"),
 ])
 def test_bad_rr_input_is_exit_2_through_the_real_cli(veth_lab, args, named):
-    res = offlab_cli("measure", veth_lab.name, "--workload", "rr", "--duration", "1", *args)
+    workload = [] if "--workload" in args else ["--workload", "rr"]
+    res = offlab_cli("measure", veth_lab.name, *workload, "--duration", "1", *args)
     assert res.returncode == 2, res.stdout + res.stderr
     assert named in res.stdout + res.stderr and "Traceback" not in res.stderr
+
+
+RR_PLAN = """\
+name: rr-test
+topology: {kind: veth}
+axes:
+  gro:
+    "off": {features: {server: {gro: off}}}
+    "on": {features: {server: {gro: on}}}
+workload: {kind: rr-under-load, tool: engine, protocol: udp, size: 1472, rate: 200M, duration: 1, warmup: 0.3}
+repeat: {min: 2, max: 2, level: 95, width: 50, metric: loaded_rtt_p50_us}
+baseline: {gro: "off"}
+seed: 3
+"""
+
+
+def test_a_run_of_rr_under_load_stores_both_round_trips_and_compares_them_lower_is_better(tmp_path, clean_machine):
+    from offlab.experiment.plan import load_plan
+    from offlab.experiment.runner import Runner
+    from offlab.report.compare import compare_run
+    from offlab.store import Store
+
+    store = Store.open(tmp_path / "r.db")
+    run_id = Runner(load_plan(RR_PLAN, "rr-test.yaml"), store).run()
+    assert store.get_run(run_id)["status"] == "done"
+    samples = store.samples(run_id)
+    assert len(samples) == 4
+    for s in samples:
+        m = s["metrics"]
+        assert {"throughput_bps", "rtt_p50_us", "rtt_p99_us", "loaded_rtt_p50_us", "loaded_rtt_p99_us",
+                "cpu_us_per_transaction"} <= set(m)
+        assert m["loaded_rtt_p99_us"] == s["sample"]["rr"]["loaded"]["rtt_p99_us"]
+        assert s["sample"]["workload"]["kind"] == "rr-under-load"
+    rows = {r.metric: r for r in compare_run(store, run_id, metrics=("throughput_bps", "loaded_rtt_p99_us"))}
+    assert rows["loaded_rtt_p99_us"].better == "lower" and rows["loaded_rtt_p99_us"].n_cell == 2
+    assert rows["throughput_bps"].mean_cell > 0

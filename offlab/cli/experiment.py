@@ -216,8 +216,13 @@ class _Progress:
         elif kind == "sampled":
             self.done += 1
             m = info["metrics"]
-            text = (f"round {info['round'] + 1} {info['cell']}: {m.get('throughput_bps', 0) / 1e9:.2f} Gbit/s"
-                    + (f", loss {100 * m['loss']:.3f} %" if "loss" in m else ""))
+            text = (f"round {info['round'] + 1} {info['cell']}: "
+                    + (f"{m['throughput_bps'] / 1e9:.2f} Gbit/s" if "throughput_bps" in m else "")
+                    + (f", loss {100 * m['loss']:.3f} %" if "loss" in m else "")
+                    + (f", rtt p50/p99 idle {m['rtt_p50_us']:.0f}/{m['rtt_p99_us']:.0f} µs" if "rtt_p99_us" in m
+                       else "")
+                    + (f", loaded {m['loaded_rtt_p50_us']:.0f}/{m['loaded_rtt_p99_us']:.0f} µs"
+                       if "loaded_rtt_p99_us" in m else "")).replace(": , ", ": ")
             if self.bar:
                 # The total grows when a cell needs more repetitions than the minimum.
                 self.bar.update(self.task, completed=self.done, total=self.done + info["remaining_min"])

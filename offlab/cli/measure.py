@@ -40,45 +40,64 @@ def measure_cmd(
     capture: Optional[str] = typer.Option(None, "--capture", help="HOST[:IFACE] to capture on (IFACE may be to-<host>)."),
     frames: int = typer.Option(2000, "--frames", help="Frames to capture."),
     as_json: bool = typer.Option(False, "--json", help="Print the sample as JSON (with its per-interval series)."),
-    workload: str = typer.Option("stream", "--workload", help="stream | rr (request/response with offlab-engine)."),
+    workload: str = typer.Option("stream", "--workload", help="stream | rr (request/response with offlab-engine) | "
+                                                             "rr-under-load (rr alone, then rr beside the stream)."),
     request_size: int = typer.Option(64, "--request-size", help="rr: bytes per request."),
     response_size: int = typer.Option(64, "--response-size", help="rr: bytes per response."),
     flows: int = typer.Option(1, "--flows", help="rr: parallel flows."),
     rr_timeout: float = typer.Option(1.0, "--timeout", help="rr: seconds before a transaction counts as lost."),
+    rr_proto: str = typer.Option("udp", "--rr-proto", help="rr-under-load: the probe's udp | tcp | tcp-crr "
+                                                           "(--proto is the stream's)."),
+    rr_rate: Optional[str] = typer.Option(None, "--rr-rate", help="rr-under-load: the probe's transactions/s "
+                                                                  "(default: closed loop)."),
 ) -> None:
     """Run one measurement in a lab: throughput, pps, loss, CPU per side, service demand, wire proof."""
     from offlab.traffic import Workload, default_protocol
+    from offlab.traffic import rr
 
-    if workload != "stream":
+    if workload not in ("stream", "rr", "rr-under-load"):
+        raise BadInput(f"--workload {workload!r}: choose stream, rr or rr-under-load")
+    if workload == "rr":
         # --rate is transactions/s here; --proto also takes tcp-crr.
+        from offlab.experiment.measure import measure_rr
         from offlab.lab import LabState, hold
-        from offlab.traffic import rr
 
-        if workload != "rr":
-            raise BadInput(f"--workload {workload!r}: choose stream or rr")
         rw = rr.RrWorkload(protocol=proto or "udp", request_size=request_size, response_size=response_size,
                            flows=flows, rate=rr.parse_tps(rate), duration=duration, warmup=warmup,
-                           timeout=rr_timeout, ipv6=ipv6)
+                           timeout=rr_timeout, ipv6=ipv6).check()
         state = LabState.load(lab)
         with hold(lab, "offlab measure --workload rr"):
-            res = rr.run_lab(state, rw)
+            sample = measure_rr(state, rw)
+        res = sample.rr["idle"]
         if as_json:
-            typer.echo(json.dumps(res.to_dict(), indent=2, default=str))
+            typer.echo(json.dumps({**res, "probes": sample.probes, "notes": sample.notes}, indent=2, default=str))
         else:
-            for line in res.summary_lines():
+            for line in rr.RrResult(**{k: res[k] for k in rr.RrResult.__dataclass_fields__ if k in res}).summary_lines():
                 out.print(line)
-            _print_series(res.series, "rtt_p99_us", lambda v: f"{v:.1f} µs", "rtt p99")
+            _print_series(res.get("series") or [], "rtt_p99_us", lambda v: f"{v:.1f} µs", "rtt p99")
+            out.print(_rr_cpu_line(res))
         return
+    rw = None
+    if workload == "rr-under-load":
+        if rr_proto not in ("udp", "tcp", "tcp-crr"):
+            raise BadInput(f"--rr-proto {rr_proto!r}: the probe is udp, tcp or tcp-crr (--proto is the stream's)")
+        rw = rr.RrWorkload(protocol=rr_proto, request_size=request_size, response_size=response_size, flows=flows,
+                           rate=rr.parse_tps(rr_rate), duration=duration, warmup=warmup, timeout=rr_timeout,
+                           ipv6=ipv6).check()
     # Every value is checked before the lab is even read, so no child tool starts on a bad one.
     w = Workload(tool=tool, protocol=proto or default_protocol(tool), size=size, gso=gso, gro=gro, batch=batch, rate=rate,
                  streams=streams, duration=duration, warmup=warmup, ipv6=ipv6).check()
+    if rw is not None:
+        from offlab.experiment.measure import check_under_load
+
+        check_under_load(w)
     if not 1 <= frames <= MAX_FRAMES:
         raise BadInput(f"--frames {frames}: 1..{MAX_FRAMES}")
     if capture is not None:
         role, _, iface = capture.partition(":")
         if not re.fullmatch(r"[a-z][a-z0-9]{0,15}", role) or (iface and not IFNAME_RE.fullmatch(iface)):
             raise BadInput(f"--capture {capture!r}: write HOST[:IFACE], e.g. server or switch:to-server")
-    from offlab.experiment.measure import CaptureRequest, measure
+    from offlab.experiment.measure import CaptureRequest, measure, measure_rr_under_load
     from offlab.lab import LabState, hold
 
     state = LabState.load(lab)
@@ -90,11 +109,40 @@ def measure_cmd(
         cap = CaptureRequest(role, iface or None, frames)
         state.resolve_iface(role, iface or None)  # fail before any traffic
     with hold(lab, "offlab measure"):  # `lab down` refuses the lab meanwhile (issue #14, item 8)
-        sample = measure(state, w, cap)
+        sample = measure(state, w, cap) if rw is None else measure_rr_under_load(state, w, rw, cap)
     if as_json:
         typer.echo(json.dumps(sample.to_dict(), indent=2, default=str))
     else:
         print_sample(sample)
+        if sample.rr:
+            print_rr_under_load(sample.rr)
+
+
+def _rr_cpu_line(res: dict) -> str:
+    c = res.get("cpu") or {}
+    sides = "  ".join(f"{side} {c[side]['cpu']} {c[side]['busy']:.0f} % busy" for side in ("client", "server")
+                      if side in c)
+    per = res.get("cpu_us_per_transaction")
+    return f"  cpu          {sides}; {'-' if per is None else f'{per:.1f}'} µs CPU per transaction (whole system)"
+
+
+def print_rr_under_load(rr: dict) -> None:
+    """Idle vs loaded round trips side by side, with the factor."""
+    idle, loaded, x = rr["idle"], rr["loaded"], rr["loaded_over_idle"]
+    t = Table("rtt (whole round trip)", "idle (just before)", "under load", "× idle", box=None)
+    for key, label in (("rtt_p50_us", "p50"), ("rtt_p90_us", "p90"), ("rtt_p99_us", "p99"),
+                       ("rtt_p99_9_us", "p99.9"), ("rtt_max_us", "max"), ("rtt_mean_us", "mean")):
+        f = x.get(key)
+        t.add_row(label, _us(idle.get(key)), _us(loaded.get(key)), "-" if f is None else f"{f:.1f}")
+    t.add_row("transactions/s", f"{idle['transactions_per_s']:.0f}", f"{loaded['transactions_per_s']:.0f}", "")
+    t.add_row("lost", str(idle["lost"]), str(loaded["lost"]), "")
+    out.print(f"  rr {idle['protocol']} {idle['request_size']}/{idle['response_size']} B, {idle['flows']} flow(s):")
+    out.print(t)
+    out.print(_rr_cpu_line(idle).replace("cpu         ", "idle cpu    "))
+
+
+def _us(v: float | None) -> str:
+    return "-" if v is None else f"{v:.1f} µs"
 
 
 def _si(v: float | None, unit: str) -> str:

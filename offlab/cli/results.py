@@ -281,6 +281,8 @@ def compare_cmd(
     failed = compare.fail_if_slower(rows, fail_if_slower) if fail_if_slower is not None else []
     if as_json:
         _json({"runs": runs, "rows": [r.to_dict() for r in rows],
+               "trade_offs": [{"cell": g[0].cell, "baseline": g[0].baseline, "text": compare.trade_off(g)}
+                              for g in compare.by_cell(rows) if compare.trade_off(g)],
                "fail_if_slower": None if fail_if_slower is None else
                {"pct": fail_if_slower, "failed": [{"cell": r.cell, "metric": r.metric, "change_pct": r.change_pct}
                                                   for r in failed]}})
@@ -328,8 +330,8 @@ def _print_rows(rows) -> None:
     from offlab.stats import is_improvement
 
     groups = compare.by_cell(rows)
-    shown = [g for g in groups if g[0].compared]
-    aside = [g for g in groups if not g[0].compared]
+    shown = [g for g in groups if compare.any_compared(g)]
+    aside = [g for g in groups if not compare.any_compared(g)]
     common = {id(g[0]): [f for f in g[0].flags if all(f in r.flags for r in g)] for g in shown}
     with_notes = any(f not in common[id(g[0])] for g in shown for r in g for f in r.flags)
     for gi, g in enumerate(shown):
@@ -340,6 +342,8 @@ def _print_rows(rows) -> None:
             mine, theirs, shared = compare.difference(r0.params, r0.baseline_params)
             title = (f"{escape(shared)}: " if shared else "") + f"[bold]{escape(mine)}[/bold] vs {escape(theirs)}"
         flags = "".join(f"  [yellow]⚠ {escape(f)}[/yellow]" for f in common[id(r0)])
+        both = compare.trade_off(g)
+        flags += f"  [bold yellow]{escape(both)}[/bold yellow]" if both else ""
         out.print(("\n" if gi else "") + title + flags)
         t = Table(box=None, show_header=gi == 0, padding=(0, 1))
         for name, width, justify in COLUMNS:

@@ -8,6 +8,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from offlab.errors import BadInput
 from offlab.lab.model import LabState
@@ -18,6 +19,7 @@ from offlab.probes.capture import Capture, CaptureSummary, read_pcap, summarize
 from offlab.traffic import TrafficResult, Workload
 from offlab.traffic import engine as engine_driver
 from offlab.traffic import iperf3 as iperf3_driver
+from offlab.traffic import rr as rr_driver
 
 # Probes stop this much before the sender does, so the second snapshot is still inside traffic.
 END_MARGIN_S = 0.05
@@ -49,6 +51,7 @@ class Sample:
     consistency: dict | None = None  # second witnesses for the headline figures (offlab.experiment.witnesses)
     loss_attribution: dict | None = None  # where lost datagrams died, from counters
     segmentation: list[dict] | None = None  # packets vs bytes per interface and direction, against its MTU
+    rr: dict | None = None  # request/response: {"idle": ..., "loaded": ... (rr-under-load only)}
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -59,8 +62,12 @@ class Sample:
         return self.traffic["throughput_bps"]
 
 
-def measure(lab: LabState, w: Workload, capture: CaptureRequest | None = None) -> Sample:
-    """Run `w` from client to server of `lab` with all probes, and return the sample."""
+def measure(lab: LabState, w: Workload, capture: CaptureRequest | None = None, *,
+            alongside: Callable[[], None] | None = None) -> Sample:
+    """Run `w` from client to server of `lab` with all probes, and return the sample.
+
+    `alongside` runs on a thread from the moment the traffic starts, and is waited for before
+    the sample is made (rr-under-load's probe)."""
     w.ipv6 = w.ipv6 and bool(lab.entry("server").address6)
     w.check()
     server_entry = lab.entry("server")
@@ -73,9 +80,13 @@ def measure(lab: LabState, w: Workload, capture: CaptureRequest | None = None) -
     with ProbeSession(lab) as probes, tempfile.TemporaryDirectory(prefix="offlab-cap-") as tmp:
         window: dict = {}
         probe_thread: threading.Thread | None = None
+        side_thread: threading.Thread | None = None
 
         def on_started(client_pid: int, server_pid: int) -> None:
-            nonlocal probe_thread
+            nonlocal probe_thread, side_thread
+            if alongside is not None:
+                side_thread = threading.Thread(target=alongside, daemon=True)
+                side_thread.start()
             # A pid in a guest or on an SSH host is not a process of this machine's /proc.
             if lab.client.shares_kernel:
                 probes.watch("client", client_pid)
@@ -92,6 +103,8 @@ def measure(lab: LabState, w: Workload, capture: CaptureRequest | None = None) -
         traffic: TrafficResult = driver.run(lab.client, lab.server, server_addr, w_run, on_started=on_started)
         if probe_thread is not None:
             probe_thread.join(timeout=10)
+        if side_thread is not None:
+            side_thread.join(timeout=w.duration + 60)
         if "error" in window:
             raise window["error"]
         probe = probes.result(window["a"], window["b"], client_cpu=w.client_cpu, server_cpu=w.server_cpu)
@@ -155,3 +168,89 @@ def _mtu(lab: LabState, role: str, iface: str) -> int:
     from offlab import netdev
 
     return int(netdev.link(lab.host(role), iface)["mtu"])
+
+
+# The loaded RR probe ends this long before the stream does, so it never sees the stream stop.
+LOADED_END_MARGIN_S = 0.2
+
+
+def measure_rr(lab: LabState, rw: rr_driver.RrWorkload) -> Sample:
+    """One request/response sample with CPU, interface and softnet probes over its window (after warm-up)."""
+    rw.ipv6 = rw.ipv6 and bool(lab.entry("server").address6)
+    rw.check()
+    started_at = time.time()
+    with ProbeSession(lab) as probes:
+        window: dict = {}
+        probe_thread: threading.Thread | None = None
+
+        def on_started(client_pid: int, server_pid: int) -> None:
+            nonlocal probe_thread
+            if lab.client.shares_kernel:
+                probes.watch("client", client_pid)
+            if lab.server.shares_kernel:
+                probes.watch("server", server_pid)
+            probe_thread = threading.Thread(target=_window, args=(probes, rw, None, None, lab, "", window),
+                                            daemon=True)
+            probe_thread.start()
+
+        result = rr_driver.run_lab(lab, rw, on_started=on_started)
+        if probe_thread is not None:
+            probe_thread.join(timeout=10)
+        if "error" in window:
+            raise window["error"]
+        probe = probes.result(window["a"], window["b"], client_cpu=rw.client_cpu, server_cpu=rw.server_cpu)
+    idle = result.to_dict()
+    idle["cpu"] = {k: v for k, v in probe["cpu"].items() if k != "per_cpu"}
+    idle["cpu_us_per_transaction"] = cpu_per_transaction(probe, result.transactions_per_s)
+    notes = [f"rr kernel check: {result.kernel_check['status']}"] if result.kernel_check else []
+    return Sample(lab=lab.name, topology=lab.topology, workload={"kind": "rr", **rw.to_dict()},
+                  started_at=started_at, traffic={}, probes=probe, service_demand_us_per_kib={}, notes=notes,
+                  rr={"idle": idle})
+
+
+def cpu_per_transaction(probe: dict, tps: float) -> float | None:
+    """The whole system's CPU µs per transaction over the probe window (both ends share this kernel)."""
+    n = tps * probe["window_s"]
+    return probe["cpu"]["system"]["busy_s"] * 1e6 / n if n > 0 else None
+
+
+def check_under_load(w: Workload) -> Workload:
+    """The stream of rr-under-load: a valid workload long enough to hold the loaded probe."""
+    w.check()
+    if w.duration <= 2 * LOADED_END_MARGIN_S:
+        raise BadInput(f"--duration {w.duration:g}: rr-under-load needs more than {2 * LOADED_END_MARGIN_S:g} s "
+                       f"(the RR probe ends {LOADED_END_MARGIN_S:g} s before the stream)")
+    return w
+
+
+def measure_rr_under_load(lab: LabState, w: Workload, rw: rr_driver.RrWorkload,
+                          capture: CaptureRequest | None = None) -> Sample:
+    """flent's RRUL idea on one path: the RR probe alone first (idle), then the stream `w` with the
+    same probe running beside it (loaded). One sample: the stream's throughput and both sets of rtt."""
+    check_under_load(w)
+    idle = measure_rr(lab, rw)
+    loaded_w = dataclasses.replace(rw, warmup=w.warmup, duration=w.duration - LOADED_END_MARGIN_S)
+    got: dict = {}
+
+    def probe() -> None:
+        try:
+            got["result"] = rr_driver.run_lab(lab, loaded_w, count_packets=False)
+        except Exception as exc:  # handed to this thread's caller
+            got["error"] = exc
+
+    sample = measure(lab, w, capture, alongside=probe)
+    if "error" in got:
+        raise got["error"]
+    if "result" not in got:
+        raise rr_driver.TrafficFailed("the loaded RR probe did not finish with the stream")
+    loaded = got["result"].to_dict()
+    base = idle.rr["idle"]
+    sample.workload = {"kind": "rr-under-load", **sample.workload, "rr": rw.to_dict()}
+    sample.rr = {"idle": base, "loaded": loaded, "loaded_over_idle": {
+        k: (loaded[k] / base[k] if loaded.get(k) and base.get(k) else None)
+        for k in ("rtt_p50_us", "rtt_p99_us", "rtt_p99_9_us", "rtt_mean_us")}}
+    sample.notes.append(f"rr idle: measured alone just before the stream ({base['window_s']:.1f} s window); rr "
+                        f"loaded: the same probe beside the {w.tool} {w.protocol} stream on the same path and CPUs")
+    if loaded["transactions"] == 0:
+        sample.notes.append("under load no RR transaction was answered: the stream starved the probe")
+    return sample

@@ -26,7 +26,7 @@ from offlab.knobs import Change, Terminated, Transaction, knob_for
 from offlab.knobs.lease import Lease, take
 from offlab.knobs.target import target_for
 from offlab.lab.model import LabState
-from offlab.experiment.measure import CaptureRequest, measure
+from offlab.experiment.measure import CaptureRequest, measure, measure_rr, measure_rr_under_load
 from offlab.lab.hold import Hold
 from offlab.metrics import metrics_of
 from offlab.state import FlockFile, me
@@ -275,17 +275,24 @@ class Runner:
                 c = self.plan.capture
                 cap = CaptureRequest(c.host, c.iface, c.frames)
             spec = cell.workload
-            if spec.search_max_loss is not None:
+            if spec.kind == "rr":
+                sample = measure_rr(lab, spec.rr_workload(ipv6=cell.topology.ipv6)).to_dict()
+            elif spec.kind == "rr-under-load":
+                sample = measure_rr_under_load(lab, w, spec.rr_workload(ipv6=cell.topology.ipv6), cap).to_dict()
+            elif spec.search_max_loss is not None:
                 sample = zero_loss_search(lab, w, spec.search_max_loss, parse_pps(spec.search_low),
                                           parse_pps(spec.search_high), spec.search_steps, cap).to_dict()
             else:
                 sample = measure(lab, w, cap).to_dict()
             # Read again at the end of the window: the values really in force while it was measured.
             sample["in_force"] = tx.in_force()
-        if sample["traffic"]["throughput_bps"] == 0:
+        if sample["traffic"].get("throughput_bps") == 0:
             cs.status = "failed"
             cs.reason = ("no data crossed the path (throughput 0): the path is broken, "
                          "e.g. an MTU lowered on one hop drops every full-size frame")
+        elif sample.get("rr") and sample["rr"]["idle"]["transactions"] == 0:
+            cs.status = "failed"
+            cs.reason = "no request/response transaction was answered: the path or the peer is down"
         sample["knobs"] = [o.to_dict() for o in outcomes]
         metrics = metrics_of(sample)
         self.store.add_sample(self.run_id, cs.cell_id, rnd, sample, metrics, sample["knobs"])

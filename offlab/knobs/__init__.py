@@ -6,7 +6,8 @@
         ...
 
 Knobs: ethtool features (kernel or short names), mtu, txqueuelen, channels.*,
-ring.*, coalesce.*, rps / xps masks, qdisc, per-bridge nf_call_*, sysctls.
+ring.*, coalesce.*, rps / xps masks, qdisc, per-bridge nf_call_*, gro_flush_timeout /
+napi_defer_hard_irqs, sysctls.
 See docs/knobs.md.
 """
 

@@ -120,6 +120,24 @@ class Knob:
         return {"kind": self.kind, "key": self.key, **self.target.to_dict()}
 
 
+class FileKnob(Knob):
+    """A setting that is one file's text (under /sys or /proc): read it, write it, put it back."""
+
+    @property
+    def path(self) -> str:
+        raise NotImplementedError
+
+    def snapshot(self) -> str:
+        return self.host.read(self.path).strip()
+
+    def apply(self, value: str) -> None:
+        self.host.write(self.path, value + "\n")
+
+    def restore(self, snap: str) -> None:
+        if self.snapshot() != snap:
+            self.host.write(self.path, snap + "\n")
+
+
 # ---- helpers shared by the knobs ----------------------------------------
 
 def as_bool(label: str, value: Any) -> bool:

@@ -10,12 +10,12 @@ from __future__ import annotations
 from typing import Any
 
 from offlab.errors import BadInput
-from offlab.knobs.base import Knob, Plan, as_bool, onoff
+from offlab.knobs.base import FileKnob, Plan, as_bool, onoff
 
 BRIDGE_NF_KEYS = ("nf_call_iptables", "nf_call_ip6tables", "nf_call_arptables")
 
 
-class BridgeNf(Knob):
+class BridgeNf(FileKnob):
     kind = "bridge_nf"
 
     @property
@@ -31,15 +31,8 @@ class BridgeNf(Knob):
             raise BadInput(f"{self.label}: {self.iface} is not a bridge; {self.key} is a per-bridge setting")
         return onoff(flag)
 
-    def snapshot(self) -> str:
-        return self.host.read(self.path).strip()
-
     def show(self, snap: str) -> str:
         return onoff(snap == "1")
 
     def apply(self, value: str) -> None:
-        self.host.write(self.path, "1\n" if value == "on" else "0\n")
-
-    def restore(self, snap: str) -> None:
-        if self.snapshot() != snap:
-            self.host.write(self.path, snap + "\n")
+        super().apply("1" if value == "on" else "0")

@@ -1,4 +1,4 @@
-"""Which knob a key names: `mtu`, `channels.rx`, `rps.0`, `qdisc`, a sysctl, or a feature."""
+"""Which knob a key names: `mtu`, `channels.rx`, `rps.0`, `qdisc`, `gro_flush_timeout`, a sysctl, or a feature."""
 
 from __future__ import annotations
 
@@ -8,13 +8,14 @@ from offlab.knobs.bridge import BRIDGE_NF_KEYS, BridgeNf
 from offlab.knobs.ethtool_params import Channels, Coalesce, Ring
 from offlab.knobs.features import Feature
 from offlab.knobs.link import Mtu, TxQueueLen
+from offlab.knobs.napi import NAPI_KEYS, NapiParam
 from offlab.knobs.qdisc import Qdisc
 from offlab.knobs.queues import QueueMask
 from offlab.knobs.sysctl import Sysctl, is_sysctl_key
 from offlab.knobs.target import Target
 
 KINDS: dict[str, type[Knob]] = {k.kind: k for k in (Feature, Mtu, TxQueueLen, Channels, Ring, Coalesce,
-                                                    QueueMask, Sysctl, BridgeNf, Qdisc)}
+                                                    QueueMask, Sysctl, BridgeNf, Qdisc, NapiParam)}
 PREFIXED = {"channels": Channels, "ring": Ring, "coalesce": Coalesce}
 
 
@@ -31,6 +32,8 @@ def knob_class(key: str) -> type[Knob]:
         return Qdisc
     if key in BRIDGE_NF_KEYS:
         return BridgeNf
+    if key in NAPI_KEYS:
+        return NapiParam
     base, dot, _ = key.partition(".")
     if base in ("rps", "xps") and (dot or key == base):
         return QueueMask

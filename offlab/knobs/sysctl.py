@@ -24,6 +24,9 @@ from offlab.knobs.base import Knob, Plan
 SYSCTL_RE = re.compile(r"^(net|kernel|vm)(\.[A-Za-z0-9_:@/-]{1,64}){1,8}$")
 WORD_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 INT_RE = re.compile(r"^-?[0-9]{1,19}$")
+# Ranges the kernel enforces (proc_dointvec_minmax) for sysctls offlab's suites vary: checked before
+# anything changes, so a typo is exit 2 rather than a write the kernel refuses mid-run.
+RANGES = {"net.core.busy_poll": (0, 2**31 - 1), "net.core.busy_read": (0, 2**31 - 1)}
 
 
 def is_sysctl_key(key: str) -> bool:
@@ -60,7 +63,8 @@ class Sysctl(Knob):
                 raise BadInput(
                     f"{self.key} is host-wide (only the machine's initial network namespace can set it; "
                     f"a namespace sees it read-only or not at all): setting it from {where} would change "
-                    f"the whole machine, so offlab refuses; set it on the machine explicitly if you mean to"
+                    f"the whole machine, so offlab refuses; set it on the machine explicitly if you mean to "
+                    f"(a plan: settings: {{machine: {{{self.key}: VALUE}}}})"
                 )
             if self.host.exists(path):
                 raise BadInput(f"{self.key} is read-only in {where}")
@@ -93,6 +97,9 @@ class Sysctl(Knob):
             if len(words) != len(now) or not all(INT_RE.fullmatch(w) for w in words):
                 raise BadInput(f"{self.label}: expected {len(now)} integer(s) like the current {current!r}, "
                                f"got {value!r}")
+            lo, hi = RANGES.get(self.key, (None, None))
+            if lo is not None and not lo <= int(words[0]) <= hi:
+                raise BadInput(f"{self.label}: {words[0]} is out of range {lo}..{hi} (µs)")
         elif not all(WORD_RE.fullmatch(w) for w in words) or len(words) > 8:
             raise BadInput(f"{self.label}: refusing value {value!r} (letters, digits, _ . : - only)")
         return " ".join(words)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from offlab import __version__
-from offlab.report.compare import Row, axes_of, by_cell, compare_run, difference, sentence
+from offlab.report.compare import Row, any_compared, axes_of, by_cell, compare_run, difference, sentence, trade_off
 from offlab.errors import BadInput, EnvironmentProblem
 from offlab.metrics import HEADLINE, METRICS
 from offlab.report import format as fmt
@@ -343,7 +343,7 @@ def _comparison_matrix(rows: list[Row], metrics: list[str]) -> dict:
     out = []
     for group in by_cell(rows):
         r0 = group[0]
-        if not r0.compared:
+        if not any_compared(group):
             continue
         if r0.run != r0.baseline_run:
             mine, theirs, shared = f"run {r0.run}", f"run {r0.baseline_run}", r0.cell
@@ -367,8 +367,9 @@ def _comparison_matrix(rows: list[Row], metrics: list[str]) -> dict:
                 "verdict": r.verdict,
                 "flags": "; ".join(f for f in r.flags if f not in common),
             })
+        both = trade_off(group)
         out.append({"cell": r0.cell, "baseline": r0.baseline, "mine": mine, "theirs": theirs, "shared": shared,
-                    "flags": common, "cells": cells})
+                    "flags": common + ([both] if both else []), "cells": cells})
     rows, notes = footnoted(out)
     return {"metrics": [fmt.short(m) for m in metrics], "rows": rows, "notes": notes}
 
@@ -431,7 +432,7 @@ def build_report(store: Store, run_id: int, *, baseline: dict | None = None,
         },
         "baseline": base, "baseline_text": ",".join(f"{k}={v}" for k, v in (base or {}).items()),
         "compare_error": compare_error,
-        "sentences": [sentence(g) for g in by_cell(rows) if g[0].compared],
+        "sentences": [sentence(g) for g in by_cell(rows) if any_compared(g)],
         "comparison": _comparison_matrix(rows, present),
         "metric_labels": [fmt.short(m) for m in present],
         "cell_table": cell_table,

@@ -301,7 +301,7 @@ def sentence(rows: Sequence[Row]) -> str:
     else:
         mine, theirs, shared = difference(r0.params, r0.baseline_params)
         head = (f"{shared}: " if shared else "") + f"{mine} vs {theirs}"
-    if not r0.compared:
+    if not any_compared(rows):
         return f"{head}: {r0.verdict}" + (f" ({r0.cell_reason})" if r0.cell_reason else "")
     sig, nsd = [], []
     for r in rows:
@@ -315,11 +315,38 @@ def sentence(rows: Sequence[Row]) -> str:
     text += f" ({r0.level:g} % CI)"
     if sig and nsd:
         text += "; no significant difference in " + ", ".join(nsd)
+    both = trade_off(rows)
+    if both:
+        text += f" — {both}"
     return text
+
+
+# Round-trip times: lower is better; a cell can be faster in throughput and worse here.
+LATENCY_METRICS = tuple(name for name in METRICS if "rtt_" in name)
+
+
+def trade_off(rows: Sequence[Row]) -> str | None:
+    """"faster, but rtt p99 under load worse" when one cell's throughput and latency verdicts point
+    opposite ways (both significant); None when they agree or either is not significant."""
+    rate = next((r for r in rows if r.metric == "throughput_bps" and r.verdict in (stats.FASTER, stats.SLOWER)),
+                None)
+    if rate is None:
+        return None
+    against = [r.label for r in rows if r.metric in LATENCY_METRICS and r.improved is not None
+               and r.improved != rate.improved]
+    if not against:
+        return None
+    return f"{rate.verdict}, but {', '.join(against)} {'worse' if rate.improved else 'better'}"
 
 
 def _signed(x: float) -> str:
     return f"+{x:.1f}" if x >= 0 else f"\u2212{-x:.1f}"
+
+
+def any_compared(rows: Sequence[Row]) -> bool:
+    """A cell's rows are worth a table when any metric has a statistical verdict (its throughput may
+    have none while its round trips do)."""
+    return any(r.compared for r in rows)
 
 
 def by_cell(rows: Sequence[Row]) -> list[list[Row]]:

@@ -13,7 +13,11 @@ MINUS = "\u2212"
 SHORT = {"throughput_bps": "throughput", "pps": "pps", "loss": "loss", "retransmits": "retransmits",
          "jitter_us": "jitter", "cpu_client_busy": "client CPU", "cpu_server_busy": "server CPU",
          "sd_client_us_per_kib": "client µs/KiB", "sd_server_us_per_kib": "server µs/KiB",
-         "sd_total_us_per_kib": "service demand"}
+         "sd_total_us_per_kib": "service demand", "rtt_p50_us": "p50 idle", "rtt_p99_us": "p99 idle",
+         "rtt_p99_9_us": "p99.9 idle", "rtt_mean_us": "rtt mean idle", "transactions_per_s": "tps idle",
+         "loaded_rtt_p50_us": "p50 loaded", "loaded_rtt_p99_us": "p99 loaded", "loaded_rtt_p99_9_us": "p99.9 loaded",
+         "loaded_rtt_mean_us": "rtt mean loaded", "loaded_transactions_per_s": "tps loaded",
+         "cpu_us_per_transaction": "CPU µs/transaction"}
 
 
 def short(metric: str) -> str:

@@ -19,7 +19,7 @@ from typing import Literal
 from offlab.errors import BadInput
 from offlab.hosts import Host
 from offlab.hosts.process import pinned, stop
-from offlab.traffic import UDP_MAX_PAYLOAD
+from offlab.traffic import UDP_MAX_PAYLOAD, BadWorkload
 from offlab.traffic import series as intervals
 from offlab.traffic.engine import _ready_dir, engine_on
 from offlab.traffic.iperf3 import TrafficFailed
@@ -66,25 +66,26 @@ class RrWorkload:
     ipv6: bool = False
 
     def check(self) -> "RrWorkload":
-        """Bad values become one-line errors naming the CLI option."""
+        """Bad values become one-line errors naming the CLI option (BadWorkload: plans name the field)."""
         if self.protocol not in ("udp", "tcp", "tcp-crr"):
-            raise BadInput(f"--proto {self.protocol!r}: for --workload rr choose udp, tcp or tcp-crr")
+            raise BadWorkload("protocol", self.protocol, "for request/response choose udp, tcp or tcp-crr")
         limit = UDP_MAX_PAYLOAD[6 if self.ipv6 else 4] if self.protocol == "udp" else TCP_MAX_MESSAGE
-        for name, v in (("--request-size", self.request_size), ("--response-size", self.response_size)):
-            if not HEADER_LEN <= v <= limit:
-                raise BadInput(f"{name} {v}: a {self.protocol} request/response here is {HEADER_LEN}..{limit} bytes "
-                               f"(the engine's header takes {HEADER_LEN})")
+        for name in ("request_size", "response_size"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or not HEADER_LEN <= v <= limit:
+                raise BadWorkload(name, v, f"a {self.protocol} request/response here is {HEADER_LEN}..{limit} bytes "
+                                           f"(the engine's header takes {HEADER_LEN})")
         if not 1 <= self.flows <= MAX_FLOWS:
-            raise BadInput(f"--flows {self.flows}: 1..{MAX_FLOWS}")
+            raise BadWorkload("flows", self.flows, f"1..{MAX_FLOWS}")
         if self.rate is not None and self.rate / self.flows > MAX_TPS_PER_FLOW:
-            raise BadInput(f"--rate {self.rate:.0f}: at most {MAX_TPS_PER_FLOW} transactions/s per flow; "
-                           f"use --flows {int(-(-self.rate // MAX_TPS_PER_FLOW))} or more")
+            raise BadWorkload("rate", f"{self.rate:.0f}", f"at most {MAX_TPS_PER_FLOW} transactions/s per flow; "
+                                                          f"use --flows {int(-(-self.rate // MAX_TPS_PER_FLOW))} or more")
         if not 0 < self.duration <= 3600:
-            raise BadInput(f"--duration {self.duration}: 0 < seconds ≤ 3600")
+            raise BadWorkload("duration", self.duration, "0 < seconds ≤ 3600")
         if not 0 <= self.warmup < 600:
-            raise BadInput(f"--warmup {self.warmup}: 0 ≤ seconds < 600")
+            raise BadWorkload("warmup", self.warmup, "0 ≤ seconds < 600")
         if not 0.001 <= self.timeout <= 60:
-            raise BadInput(f"--timeout {self.timeout}: 0.001 ≤ seconds ≤ 60")
+            raise BadWorkload("timeout", self.timeout, "0.001 ≤ seconds ≤ 60")
         return self
 
     def to_dict(self) -> dict:
@@ -277,14 +278,17 @@ def run(client: Host, server: Host, server_addr: str, w: RrWorkload, *, client_i
             stop(srv)
 
 
-def run_lab(lab, w: RrWorkload) -> RrResult:
-    """rr from the lab's client to its server (a `LabState`), with the client uplink's counters."""
+def run_lab(lab, w: RrWorkload, *, count_packets: bool = True, on_started=None) -> RrResult:
+    """rr from the lab's client to its server (a `LabState`), with the client uplink's counters
+    (not with `count_packets=False`: under load a stream shares that interface)."""
     entry = lab.entry("server")
     addr = entry.address6 if w.ipv6 else entry.address
     if not addr:
         raise BadInput(f"lab {lab.name} has no {'IPv6 ' if w.ipv6 else ''}address for the server")
-    try:
-        iface = lab.resolve_iface("client")
-    except BadInput:
-        iface = None  # several uplinks: no single interface to count on
-    return run(lab.client, lab.server, addr, w, client_iface=iface)
+    iface = None
+    if count_packets:
+        try:
+            iface = lab.resolve_iface("client")
+        except BadInput:
+            iface = None  # several uplinks: no single interface to count on
+    return run(lab.client, lab.server, addr, w, client_iface=iface, on_started=on_started)

@@ -9,12 +9,12 @@ from typing import Any
 
 from offlab.experiment.plan.checks import check_cell, check_knob, check_target
 from offlab.experiment.plan.errors import PlanErrors
-from offlab.experiment.plan.models import AxisValue, Cell, Plan, TopologySpec, WorkloadSpec
+from offlab.experiment.plan.models import RR_FIELDS, AxisValue, Cell, Plan, TopologySpec, WorkloadSpec
 from offlab.traffic import Workload
 
 TOPOLOGY_KEYS = ("mtu", "underlay_mtu", "vni", "port", "ipv6")
 WORKLOAD_KEYS = (*(f for f in Workload.__dataclass_fields__ if f != "ipv6"),
-                 "search_max_loss", "search_low", "search_high", "search_steps")
+                 "search_max_loss", "search_low", "search_high", "search_steps", "kind", *RR_FIELDS)
 # Flat shorthands an axis value may use, as in DESIGN.md's `{udp_payload: 1472, mtu: 1500}`.
 FLAT_ALIASES = {"udp_payload": ("workload", "size"), "message_size": ("workload", "size"),
                 "socket_buffer": ("workload", "sndbuf+rcvbuf")}

@@ -57,6 +57,8 @@ def check_knob(err: PlanErrors, path: tuple, kind: str, target: str, key: Any, v
     from offlab.knobs.registry import knob_class
     from offlab.knobs.sysctl import Sysctl
     from offlab.knobs.bridge import BridgeNf
+    from offlab.knobs.napi import NAPI_KEYS, NapiParam
+    from offlab.knobs.sysctl import RANGES
     from offlab.names import check_mtu
 
     role, ref = target.partition(":")[0], target.partition(":")[2] or None
@@ -72,11 +74,18 @@ def check_knob(err: PlanErrors, path: tuple, kind: str, target: str, key: Any, v
                                                          "; `ethtool -k` lists the features"))
         if not (isinstance(value, bool) or value in ("on", "off")):
             err.fail(path, f"feature {key} must be on or off, got {value!r}")
+    if key in RANGES or cls is NapiParam:
+        lo, hi = RANGES.get(key) or (0, NAPI_KEYS[key][1])
+        if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+            err.fail(path, f"{key} takes an integer {lo}..{hi}, got {value!r}")
     if role == "machine":
         if cls is not Sysctl:
             err.fail(path, f"'machine' takes host-wide sysctls only (net.*, kernel.*, vm.*), not {key!r}")
         return
     if cls is Sysctl:
+        if key in RANGES:  # the machine-wide ones offlab's suites vary: no namespace has them
+            err.fail(path, f"{key} is host-wide (no network namespace has it): write it under machine, "
+                           f"e.g. settings: {{machine: {{{key}: {value}}}}}")
         if ref is not None:
             err.fail(path, f"{key} is a sysctl of {role}'s namespace, not of an interface: write {role} "
                            f"without :{ref}")
@@ -120,6 +129,14 @@ def check_cell(err: PlanErrors, cell: Cell, blame: Callable[[str, str], tuple]) 
         cell.workload.traffic(ipv6=topo.ipv6).check()
     except BadWorkload as exc:
         err.fail(blame("workload", exc.field), f"{exc.why} (got {exc.value})")
+    if cell.workload.kind != "stream":
+        from offlab.experiment.plan.models import RR_FIELDS
+
+        try:
+            cell.workload.rr_workload(ipv6=topo.ipv6).check()
+        except BadWorkload as exc:
+            plan_name = {v: k for k, v in RR_FIELDS.items()}.get(exc.field, exc.field)
+            err.fail(blame("workload", plan_name), f"{exc.why} (got {exc.value})")
 
 
 def required_tools(plan: Plan) -> list[str]:
@@ -128,7 +145,8 @@ def required_tools(plan: Plan) -> list[str]:
     kinds = {c.topology.kind for c in plan.cells}
     if "ovs" in kinds:
         tools += ["ovsdb-server", "ovs-vswitchd", "ovs-vsctl", "ovsdb-tool"]
-    used = {c.workload.tool for c in plan.cells}
+    used = {c.workload.tool for c in plan.cells if c.workload.kind != "rr"}
+    used |= {"engine" for c in plan.cells if c.workload.kind != "stream"}
     if "iperf3" in used:
         tools += ["iperf3", "ss"]
     if "engine" in used:

@@ -13,7 +13,7 @@ from offlab.experiment.plan.errors import PlanErrors
 from offlab.experiment.plan.models import CaptureSpec, Plan, RepeatSpec, TopologySpec, WorkloadSpec
 
 TOP_KEYS = {"name", "description", "topology", "axes", "only", "exclude", "workload", "repeat", "baseline",
-            "capture", "budget", "seed", "warmup"}
+            "capture", "budget", "seed", "warmup", "quick"}
 
 
 def load_plan(text: str, source: str = "<plan>", *, quick: bool = False) -> Plan:
@@ -56,10 +56,34 @@ def load_plan(text: str, source: str = "<plan>", *, quick: bool = False) -> Plan
         err.fail(("only",) if only else ("axes",), "the filters leave no cell to run")
     if baseline and not any(matches(c.params, baseline) for c in plan.cells):
         err.fail(("baseline",), f"baseline {fmt(baseline)} matches no cell")
+    # A plan's own `quick:` (only / repeat) says which cells decide its question in a few minutes;
+    # it is checked on every load, so a full run cannot carry a quick section that would fail.
+    quick_only, quick_repeat = _quick(err, data.get("quick"), axes, plan)
     if quick:
-        plan.repeat = RepeatSpec(min=1, max=2, level=plan.repeat.level, width=max(plan.repeat.width, 20),
-                                 metric=plan.repeat.metric)
+        if quick_only:
+            plan.cells = [c for c in plan.cells if any(matches(c.params, f) for f in quick_only)]
+        plan.repeat = quick_repeat or RepeatSpec(min=1, max=2, level=plan.repeat.level,
+                                                 width=max(plan.repeat.width, 20), metric=plan.repeat.metric)
     return plan
+
+
+def _quick(err: PlanErrors, raw: Any, axes: dict, plan: Plan) -> tuple[list[dict[str, str]], RepeatSpec | None]:
+    if raw is None:
+        return [], None
+    if not isinstance(raw, dict) or set(map(str, raw)) - {"only", "repeat"}:
+        err.fail(("quick",), "quick takes only (cells) and repeat, e.g. quick: {only: [{gro: on}], repeat: {min: 2}}")
+    only = parse_filters(err, raw.get("only") or [], "quick", axes)
+    cells = [c for c in plan.cells if any(matches(c.params, f) for f in only)] if only else plan.cells
+    if not cells:
+        err.fail(("quick", "only"), "quick.only leaves no cell to run")
+    if plan.baseline and not any(matches(c.params, plan.baseline) for c in cells):
+        err.fail(("quick", "only"), f"quick.only leaves out the baseline {fmt(plan.baseline)}")
+    repeat = None
+    if raw.get("repeat") is not None:
+        if not isinstance(raw["repeat"], dict):
+            err.fail(("quick", "repeat"), "quick.repeat is a mapping like repeat")
+        repeat = err.model(RepeatSpec, {**plan.repeat.model_dump(), **raw["repeat"]}, ("quick", "repeat"))
+    return only, repeat
 
 
 def load_plan_file(path: str, *, quick: bool = False) -> Plan:

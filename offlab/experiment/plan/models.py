@@ -33,7 +33,15 @@ class TopologySpec(Strict):
     kernel_version: str | None = None
 
 
+# Plan fields of the request/response probe → RrWorkload's fields (offlab.traffic.rr).
+RR_FIELDS = {"rr_protocol": "protocol", "request_size": "request_size", "response_size": "response_size",
+             "rr_flows": "flows", "rr_rate": "rate", "rr_timeout": "timeout"}
+
+
 class WorkloadSpec(Strict):
+    # stream: the stream alone; rr: the request/response probe alone; rr-under-load: the probe alone,
+    # then beside the stream (offlab.experiment.measure.measure_rr_under_load).
+    kind: Literal["stream", "rr", "rr-under-load"] = "stream"
     tool: Literal["iperf3", "engine"] = "iperf3"
     protocol: Literal["tcp", "udp"] | None = None  # None: traffic.default_protocol(tool)
     size: int | None = None
@@ -54,11 +62,26 @@ class WorkloadSpec(Strict):
     search_low: str = "10kpps"
     search_high: str = "2Mpps"
     search_steps: int = Field(8, ge=2, le=20)
+    # The request/response probe (kind rr / rr-under-load); ranges are RrWorkload.check's.
+    rr_protocol: Literal["udp", "tcp", "tcp-crr"] = "udp"
+    request_size: int = 64
+    response_size: int = 64
+    rr_flows: int = 1
+    rr_rate: float | None = None  # transactions/s; None: closed loop
+    rr_timeout: float = 1.0
 
     def traffic(self, ipv6: bool) -> Workload:
         """The traffic part, for one measurement."""
-        fields = {k: v for k, v in self.model_dump().items() if not k.startswith("search_")}
+        fields = {k: v for k, v in self.model_dump().items()
+                  if not k.startswith("search_") and k != "kind" and k not in RR_FIELDS}
         return Workload(**fields, ipv6=ipv6)
+
+    def rr_workload(self, ipv6: bool):
+        """The request/response probe, timed like the stream (warm-up, duration, CPUs)."""
+        from offlab.traffic.rr import RrWorkload
+
+        return RrWorkload(**{RR_FIELDS[k]: getattr(self, k) for k in RR_FIELDS}, duration=self.duration,
+                          warmup=self.warmup, client_cpu=self.client_cpu, server_cpu=self.server_cpu, ipv6=ipv6)
 
     @field_validator("rate", mode="before")
     @classmethod
@@ -85,6 +108,8 @@ class WorkloadSpec(Strict):
 
     @model_validator(mode="after")
     def _search(self) -> "WorkloadSpec":
+        if self.search_max_loss is not None and self.kind != "stream":
+            raise ValueError(f"a zero-loss search measures a stream, not kind {self.kind}")
         if self.search_max_loss is not None and self.tool != "engine":
             raise ValueError("a zero-loss search needs tool: engine (it counts every datagram)")
         if parse_pps(self.search_low) >= parse_pps(self.search_high):
