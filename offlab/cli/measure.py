@@ -8,6 +8,7 @@ from typing import Optional
 
 import typer
 from offlab.cli.console import console
+from rich.markup import escape
 from rich.table import Table
 
 from offlab.errors import BadInput
@@ -151,6 +152,8 @@ def print_sample(s: Sample) -> None:
         where = "; ".join(f"{p['where']} {p['count']} ({100 * p['share']:.0f} %)" for p in la["places"][:5])
         out.print(f"  lost        {la['lost']} datagrams: {where or 'no counter explains them'}"
                   + (f"; {la['unexplained']} unexplained" if la["places"] and la["unexplained"] else ""))
+        if la.get("receiver_absent"):
+            out.print(f"  [bold red]no receiver[/bold red] {escape(la['receiver_absent'])}")
     if s.consistency and s.consistency["status"] != "consistent":
         for c in s.consistency["checks"]:
             if not c["ok"]:

@@ -96,6 +96,7 @@ class TrafficResult:
     window_s: float | None = None  # receive window the throughput is over
     tool_cpu: dict | None = None  # the tool's own CPU figures, for comparison only
     errors: dict = field(default_factory=dict)  # errno name → count (engine tx)
+    receiver_stop: str | None = None  # why the receiver stopped (engine: end | idle | duration | signal)
     client_pid: int | None = None
     server_pid: int | None = None
     raw: dict = field(default_factory=dict)
