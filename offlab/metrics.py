@@ -58,3 +58,8 @@ def metrics_of(sample: dict) -> dict[str, float]:
         if v is not None:
             out[name] = float(v)
     return out
+
+
+# Shown wherever a figure from an emulated guest appears (issue 10): TCG emulates the guest's CPU, so
+# ratios between cells of one run keep their direction, but no figure says anything about real hardware.
+TCG_MARK = "TCG: directions only, not absolute figures"
