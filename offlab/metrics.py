@@ -102,3 +102,8 @@ def metrics_of(sample: dict) -> dict[str, float]:
 def impossible(sample: dict) -> dict[str, float]:
     """The metrics whose value lies outside their possible range (negative, loss > 100 %, ...)."""
     return {name: v for name, v in _values(sample).items() if not METRICS[name].possible(v)}
+
+
+# Shown wherever a figure from an emulated guest appears (issue 10): TCG emulates the guest's CPU, so
+# ratios between cells of one run keep their direction, but no figure says anything about real hardware.
+TCG_MARK = "TCG: directions only, not absolute figures"

@@ -50,6 +50,7 @@ def test_only_and_exclude_filter_cells():
 @pytest.mark.parametrize("name, seeds", [
     ("uso", ["Seed 000"]), ("gro-gso", ["Seed 001"]), ("vxlan", ["Seed 003"]), ("jumbo", ["Seed 004"]),
     ("pps", ["Seed 002"]), ("quick", ["seed 000", "seed 001", "seed 004"]),
+    ("uso-vm", ["Seed 000"]), ("gro-gso-vm", ["Seed 001"]),
 ])
 def test_every_builtin_suite_is_valid_and_names_its_seed(name, seeds):
     plans = suites.plans(name)
@@ -57,6 +58,22 @@ def test_every_builtin_suite_is_valid_and_names_its_seed(name, seeds):
     description = suites.description(name)
     for seed in seeds:
         assert seed in description, description[:200]
+
+
+def test_every_builtin_suite_validates_in_full_and_quick():
+    for name in suites.names():
+        for quick in (False, True):
+            assert all(p.cells for p in suites.plans(name, quick=quick)), name
+
+
+def test_gro_gso_vm_boots_one_guest_per_nic_and_compares_each_direction_with_tso():
+    p = suites.plans("gro-gso-vm", quick=True)[0]
+    nics = {c.lab_key: c.topology.nic for c in p.cells}
+    assert sorted(map(str, nics.values())) == sorted(map(str, [
+        {"host_tso4": "on", "guest_tso4": "on"}, {"host_tso4": "off", "guest_tso4": "off"},
+        {"csum": "off", "guest_csum": "off"}]))  # three guests, however many cells
+    assert {c.workload.reverse for c in p.cells} == {False, True}
+    assert p.baseline == {"placement": "tso", "tap": "negotiated"}
 
 
 def test_quick_mode_shortens_repetitions():

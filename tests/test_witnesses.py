@@ -80,3 +80,23 @@ def test_every_displayed_metric_is_bounded_and_an_impossible_one_is_a_note_not_a
     # every headline metric has a range (a rate an upper bound too, a share ≤ 100 %)
     assert all(METRICS[m].low == 0.0 for m in HEADLINE)
     assert all(METRICS[m].high is not None for m in HEADLINE if METRICS[m].unit in ("bit/s", "pps", "%", "fraction"))
+
+
+def test_datagrams_that_found_no_socket_blame_the_harness_not_the_path():
+    # Measured here (docs/vm.md, the USO finding): a guest sending with USO to a port where the
+    # receiver had stopped — server UdpNoPorts counts one per 44-segment super-packet, the sender
+    # gets ECONNREFUSED from the ICMP port-unreachable replies.
+    s = _sample({"tool": "engine", "datagrams_sent": 213048, "datagrams_received": 0, "loss": 1.0,
+                 "errors": {"ECONNREFUSED": 3}, "receiver_stop": "idle"},
+                {"OutDatagrams": 4844}, {"InDatagrams": 0, "NoPorts": 4844}, {"gso": True, "size": 1472})
+    la = witnesses.attribute_loss(s)
+    assert la["lost"] == 213048
+    assert "no socket listened" in la["receiver_absent"] and "harness race" in la["receiver_absent"]
+    assert "super-packet" in la["receiver_absent"] and "ECONNREFUSED ×3" in la["receiver_absent"]
+    assert "stopped on idle" in la["receiver_absent"]
+
+
+def test_the_end_markers_own_noports_is_not_an_absent_receiver():
+    s = _sample({"tool": "engine", "datagrams_sent": 1000, "datagrams_received": 990, "loss": 0.01,
+                 "receiver_stop": "end"}, {"OutDatagrams": 1000}, {"InDatagrams": 990, "NoPorts": 1})
+    assert witnesses.attribute_loss(s)["receiver_absent"] is None

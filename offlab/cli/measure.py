@@ -210,6 +210,8 @@ def print_sample(s: Sample) -> None:
         out.print(f"  segments    {escape(seg['line'])}")
     for line in fmt.loss_lines(s.loss_attribution):
         out.print(f"  {escape(line)}")
+    if s.loss_attribution and s.loss_attribution.get("receiver_absent"):
+        out.print(f"  [bold red]no receiver[/bold red] {escape(s.loss_attribution['receiver_absent'])}")
     if s.consistency and s.consistency["status"] != "consistent":
         for c in s.consistency["checks"]:
             if not c["ok"]:

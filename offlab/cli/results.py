@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -14,7 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from offlab.errors import BadInput
-from offlab.metrics import HEADLINE, METRICS
+from offlab.metrics import HEADLINE, METRICS, TCG_MARK
 
 out = console()
 
@@ -209,6 +210,7 @@ def _trial_text(t: dict) -> str:
 
 def _print_run(run: dict, cells: list[dict], cis: dict, level: float) -> None:
     from offlab.report import env_items
+    from offlab.report.compare import emulated
 
     rep = run.get("repeat") or {}
     out.print(f"[bold]run {run['id']}: {escape(run['name'])}[/bold]  {run['status']}"
@@ -219,10 +221,17 @@ def _print_run(run: dict, cells: list[dict], cis: dict, level: float) -> None:
               f"≤ {rep.get('width', '?')} % of the mean" + (
                   f"; baseline {escape(','.join(f'{k}={v}' for k, v in run['baseline'].items()))}"
                   if run["baseline"] else ""))
+    _print_emulated(emulated(run))
     facts = [(k, v) for k, v in env_items(run.get("env") or {}) if k.count(".") <= 1][:10]
     for k, v in facts:
         out.print(f"  [dim]{escape(k)}[/dim] {escape(v)}")
     _cells_table(cells, cis, level)
+
+
+def _print_emulated(guests: list[str]) -> None:
+    """The TCG mark, once, in bold: figures from an emulated guest give directions only."""
+    if guests:
+        out.print(f"  [bold yellow]{TCG_MARK}[/bold yellow] (emulated: {escape(', '.join(guests))})")
 
 
 def _cells_table(cells: list[dict], cis: dict, level: float) -> None:
@@ -329,6 +338,9 @@ def _print_rows(rows) -> None:
     from offlab.report import format as fmt
     from offlab.stats import is_improvement
 
+    if any(TCG_MARK in r.flags for r in rows):
+        out.print(f"[bold yellow]{TCG_MARK}[/bold yellow] (a guest of these runs ran emulated)")
+        rows = [dataclasses.replace(r, flags=[f for f in r.flags if f != TCG_MARK]) for r in rows]
     groups = compare.by_cell(rows)
     shown = [g for g in groups if compare.any_compared(g)]
     aside = [g for g in groups if not compare.any_compared(g)]

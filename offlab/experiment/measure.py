@@ -12,6 +12,7 @@ from typing import Callable
 
 from offlab.errors import BadInput
 from offlab.lab.model import LabState
+from offlab.metrics import TCG_MARK
 from offlab.probes import ProbeSession, mtus, service_demand, system_service_demand
 from offlab.probes.cpu import NOTABLE_STEAL_PCT
 from offlab.experiment import witnesses
@@ -52,6 +53,7 @@ class Sample:
     loss_attribution: dict | None = None  # where lost datagrams died, from counters
     segmentation: list[dict] | None = None  # packets vs bytes per interface and direction, against its MTU
     rr: dict | None = None  # request/response: {"idle": ..., "loaded": ... (rr-under-load only)}
+    guests: dict | None = None  # role → how that guest ran (accel, vhost, QEMU, kernel): TCG marks the sample emulated
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -127,9 +129,14 @@ def measure(lab: LabState, w: Workload, capture: CaptureRequest | None = None, *
                      f"these CPUs; expect noise")
     if any(max(d["rx_avg_bytes"] or 0, d["tx_avg_bytes"] or 0) > lab.mtu + 14 for d in probe["interfaces"].values()):
         notes.append(VETH_NOTE)
+    guests = {role: {k: e.guest.get(k) for k in ("accel", "vhost", "qemu_version", "kernel_release")}
+              for role, e in lab.hosts.items() if e.guest}
+    if any(g["accel"] == "tcg" for g in guests.values()):
+        notes.append(f"{TCG_MARK}: {', '.join(r for r, g in guests.items() if g['accel'] == 'tcg')} ran under "
+                     f"TCG (an emulated CPU)")
     sample = Sample(lab=lab.name, topology=lab.topology, workload=w.to_dict(), started_at=started_at,
                     traffic=traffic.to_dict(), probes=probe, service_demand_us_per_kib=sd,
-                    capture=cap.to_dict() if cap else None, notes=notes)
+                    capture=cap.to_dict() if cap else None, notes=notes, guests=guests or None)
     d = {"traffic": sample.traffic, "probes": probe, "workload": sample.workload}
     sample.notes += witnesses.bound(sample.traffic)
     sample.consistency = witnesses.cross_check(d)

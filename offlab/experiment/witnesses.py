@@ -20,6 +20,9 @@ from offlab.metrics import METRICS, impossible
 LOSS_TOLERANCE = 0.05
 # Throughput against pps × datagram size: the two come from the same receiver count.
 RATE_TOLERANCE = 0.10
+# offlab-engine's sender ends with two END markers; the second may reach a receiver that has
+# already stopped on the first: up to this many UdpNoPorts on the server are the harness's own.
+END_MARKER_NOPORTS = 2
 
 
 def bound(traffic: dict) -> list[str]:
@@ -207,7 +210,33 @@ def attribute_loss(sample: dict) -> dict | None:
         "explained": min(lost, explained),
         "unexplained": max(0, lost - explained),
         "not_lost": not_lost,
+        "receiver_absent": receiver_absent(sample),
     }
+
+
+def receiver_absent(sample: dict) -> str | None:
+    """Why datagrams found no receiver, when the counters say they did not: the harness's fault, not the path's.
+
+    A receiver that listens on its port gets no UdpNoPorts but the END marker's; more means the
+    datagrams arrived while nothing listened (the receiver had stopped — idle timeout after a
+    stalled sender, its deadline passed before a slow sender began — or a wrong port). The sender
+    then sees ECONNREFUSED from the ICMP port-unreachable replies. With UDP_SEGMENT the receiving
+    kernel counts a super-packet that finds no socket once, so NoPorts × segments ≈ datagrams.
+    """
+    traffic, probes, w = sample["traffic"], sample["probes"], sample["workload"]
+    noports = ((probes.get("snmp") or {}).get("server") or {}).get("Udp", {}).get("NoPorts", 0) or 0
+    refused = (traffic.get("errors") or {}).get("ECONNREFUSED", 0)
+    if noports <= END_MARKER_NOPORTS and not refused:
+        return None
+    stop = traffic.get("receiver_stop")
+    seen = [f"server Udp NoPorts +{noports}" + (" (one per UDP_SEGMENT super-packet)" if w.get("gso") else "")]
+    if refused:
+        seen.append(f"sender ECONNREFUSED ×{refused}")
+    if stop and stop != "end":
+        seen.append(f"receiver stopped on {stop}, not on the sender's END marker")
+    return (f"{', '.join(seen)}: datagrams reached the server while no socket listened on the port — "
+            f"the receiver was not running (stopped early or not yet started, a harness race) or the port was "
+            f"wrong; this is not loss on the path")
 
 
 # An Ethernet frame of a full MTU is MTU + 14 bytes as /proc/net/dev counts it (no FCS, no VLAN tag).

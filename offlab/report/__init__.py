@@ -7,9 +7,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from offlab import __version__
-from offlab.report.compare import Row, any_compared, axes_of, by_cell, compare_run, difference, sentence, trade_off
+from offlab.report.compare import (Row, any_compared, axes_of, by_cell, compare_run, difference, emulated, sentence,
+                                  trade_off)
 from offlab.errors import BadInput, EnvironmentProblem
-from offlab.metrics import HEADLINE, METRICS
+from offlab.metrics import HEADLINE, METRICS, TCG_MARK
 from offlab.report import format as fmt
 from offlab.stats import CI, is_improvement, mean_ci
 from offlab.store import Store, series_holders
@@ -349,7 +350,8 @@ def _comparison_matrix(rows: list[Row], metrics: list[str]) -> dict:
             mine, theirs, shared = f"run {r0.run}", f"run {r0.baseline_run}", r0.cell
         else:
             mine, theirs, shared = difference(r0.params, r0.baseline_params)
-        common = [f for f in r0.flags if all(f in r.flags for r in group)]
+        # The TCG mark is the report's banner, once, not a flag on every row.
+        common = [f for f in r0.flags if all(f in r.flags for r in group) and f != TCG_MARK]
         by_metric = {r.metric: r for r in group}
         cells = []
         for m in metrics:
@@ -365,7 +367,7 @@ def _comparison_matrix(rows: list[Row], metrics: list[str]) -> dict:
                 "title": f"{fmt.value(m, r.mean_baseline)} (n={r.n_baseline}) → {fmt.value(m, r.mean_cell)} "
                          f"(n={r.n_cell}): {r.verdict}",
                 "verdict": r.verdict,
-                "flags": "; ".join(f for f in r.flags if f not in common),
+                "flags": "; ".join(f for f in r.flags if f not in common and f != TCG_MARK),
             })
         both = trade_off(group)
         out.append({"cell": r0.cell, "baseline": r0.baseline, "mine": mine, "theirs": theirs, "shared": shared,
@@ -423,6 +425,7 @@ def build_report(store: Store, run_id: int, *, baseline: dict | None = None,
     env = run.get("env") or {}
     context = {
         "run": run, "level": level, "width": width, "version": __version__,
+        "emulated": emulated(run, samples), "tcg_mark": TCG_MARK,
         "counts": {
             "cells": len(cells), "samples": len(samples),
             "done": sum(c["status"] == "done" for c in cells),

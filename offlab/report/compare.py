@@ -12,7 +12,7 @@ from typing import Iterable, Sequence
 
 from offlab import stats
 from offlab.errors import BadInput
-from offlab.metrics import HEADLINE, METRICS
+from offlab.metrics import HEADLINE, METRICS, TCG_MARK
 from offlab.store import Store
 
 # Verdicts of rows that could not be compared (beside the statistical ones in offlab.stats).
@@ -187,6 +187,33 @@ def _fill(row: Row, a: list[float], b: list[float], level: float) -> None:
     row.improved = stats.is_improvement(row.verdict)
 
 
+def emulated(run: dict, samples: Sequence[dict] = ()) -> list[str]:
+    """Guests of a run that ran emulated (TCG), as "lab:role (tcg, QEMU v)"; empty if none did.
+
+    From the run's environment (every lab's hosts as `lab show` describes them) and from each
+    sample's own record of its guests, so a run whose environment lacks them is still marked.
+    """
+    found: dict[str, str] = {}
+    for lab in ((run.get("env") or {}).get("labs") or []):
+        for role, host in (lab.get("hosts") or {}).items():
+            g = host.get("guest") or {}
+            if g.get("accel") == "tcg":
+                found[f"{lab.get('name')}:{role}"] = f"tcg, QEMU {g.get('qemu_version') or '?'}"
+    for s in samples:
+        for role, g in ((s.get("sample") or {}).get("guests") or {}).items():
+            if g.get("accel") == "tcg":
+                found.setdefault(f"{(s.get('sample') or {}).get('lab')}:{role}",
+                                 f"tcg, QEMU {g.get('qemu_version') or '?'}")
+    return [f"{who} ({how})" for who, how in sorted(found.items())]
+
+
+def _mark_emulated(rows: list[Row], *runs: dict) -> list[Row]:
+    if any(emulated(r) for r in runs):
+        for row in rows:
+            row.flags.append(TCG_MARK)
+    return rows
+
+
 def compare_run(store: Store, run_id: int, baseline: dict | None = None,
                 metrics: Sequence[str] = HEADLINE, level: float | None = None) -> list[Row]:
     """Every cell of a run against its baseline cell; `baseline` overrides the run's own."""
@@ -218,7 +245,7 @@ def compare_run(store: Store, run_id: int, baseline: dict | None = None,
         bcell = by_params.get(_key(target))
         rows += compare_cells(cell, bcell, values.get(cell["id"], {}),
                               values.get(bcell["id"], {}) if bcell else {}, metrics, level, run_id, run_id)
-    return rows
+    return _mark_emulated(rows, run)
 
 
 def compare_runs(store: Store, run_a: int, run_b: int, metrics: Sequence[str] = HEADLINE,
@@ -245,7 +272,7 @@ def compare_runs(store: Store, run_a: int, run_b: int, metrics: Sequence[str] = 
     for key, cell in cells_a.items():
         if key not in keys_b:
             rows += _missing_rows(cell, metrics, level, f"not in run {run_b}", run_b, run_a)
-    return rows
+    return _mark_emulated(rows, ra, rb)
 
 
 def _missing_rows(cell: dict, metrics: Sequence[str], level: float, why: str, run: int, base_run: int) -> list[Row]:

@@ -97,6 +97,7 @@ class TrafficResult:
     tool_cpu: dict | None = None  # the tool's own CPU figures, for comparison only
     errors: dict = field(default_factory=dict)  # errno name → count (engine tx)
     series: list = field(default_factory=list)  # per-interval rows (offlab.traffic.series), the receiver's first
+    receiver_stop: str | None = None  # why the receiver stopped (engine: end | idle | duration | signal)
     client_pid: int | None = None
     server_pid: int | None = None
     raw: dict = field(default_factory=dict)

@@ -1,0 +1,82 @@
+"""Guest measurements that show direction: where TCP segmentation happened, and a gro-gso-vm cell.
+
+Real TCG guests, real taps. No speeds are asserted (TCG on a shared 2-core host): the proof is the
+tap's bytes per packet — a super-packet crosses it whole (~64 KB) only when the guest may hand
+TSO super-packets to virtio-net.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import yaml
+
+from offlab.experiment import suites
+from offlab.experiment.plan import load_plan
+from offlab.experiment.runner import Runner
+from offlab.metrics import TCG_MARK
+from offlab.store import Store
+from tests.conftest import requires_root
+
+pytestmark = [
+    requires_root,
+    pytest.mark.network,
+    pytest.mark.skipif(shutil.which("qemu-system-x86_64") is None,
+                       reason="QEMU is not installed (scripts/install-deps installs it)"),
+]
+
+FRAME_1500 = 1500 + 14
+
+
+def _tap_rx_avg(sample: dict, tap: str) -> float:
+    return sample["probes"]["interfaces"][f"server:{tap}"]["rx_avg_bytes"]
+
+
+def test_guest_tso_carries_super_packets_over_the_tap_and_the_sample_records_its_guest(lab_name, clean_machine):
+    from offlab import lab as labs
+    from offlab.experiment.measure import measure
+    from offlab.knobs import Change, Transaction
+    from offlab.traffic import Workload
+
+    lab = labs.up("vm", lab_name)
+    try:
+        tap = lab.hosts["client"].guest["tap"]
+        w = dict(tool="iperf3", protocol="tcp", duration=1.0, warmup=0.5)
+        on = measure(lab, Workload(**w)).to_dict()
+        with Transaction(label="test guest tso off") as tx:
+            tx.apply([Change(lab.client, k, "off", "eth0", lab) for k in ("tso", "gso")])
+            off = measure(lab, Workload(**w)).to_dict()
+    finally:
+        labs.down(lab.name, force=True)
+    assert on["traffic"]["throughput_bps"] > 0 and off["traffic"]["throughput_bps"] > 0
+    assert _tap_rx_avg(on, tap) > 4 * FRAME_1500  # TSO super-packets crossed virtio-net and the tap whole
+    assert _tap_rx_avg(off, tap) <= FRAME_1500  # the guest segmented: MSS-sized frames on the tap
+    guest = on["guests"]["client"]
+    assert guest["accel"] in ("tcg", "kvm") and guest["vhost"] is False and guest["qemu_version"]
+    assert any(TCG_MARK in n for n in on["notes"]) == (guest["accel"] == "tcg")
+
+
+def test_a_gro_gso_vm_cell_boots_its_guest_with_host_tso4_off(tmp_path, clean_machine):
+    """QEMU host_tso4=off reaches the device: the guest cannot do TSO, the tap sees MSS-sized frames."""
+    data = yaml.safe_load(suites.text("gro-gso-vm"))
+    data.update(only=[{"placement": "kernel-gso-gro", "direction": "guest-to-host"}],
+                workload={**data["workload"], "duration": 1, "warmup": 0.5},
+                repeat={"min": 1, "max": 1, "level": 95, "width": 200}, seed=3)
+    data.pop("baseline")
+    plan = load_plan(yaml.safe_dump(data, sort_keys=False), "gro-gso-vm-cell.yaml")
+    store = Store.open(tmp_path / "r.db")
+    run_id = Runner(plan, store).run()
+    (cell,) = store.cells(run_id)
+    (s,) = store.samples(run_id)
+    sample = s["sample"]
+    assert cell["status"] in ("done", "confidence_not_reached"), cell["reason"]
+    (lab,) = store.get_run(run_id)["env"]["labs"]
+    guest = lab["hosts"]["client"]
+    assert guest["guest"]["nic_properties"] == {"host_tso4": "off", "guest_tso4": "off"}
+    eth0 = guest["interfaces"][0]
+    assert eth0["features"]["tx-tcp-segmentation"] is False and "tx-tcp-segmentation" in eth0["fixed"]
+    tap = guest["guest"]["tap"]
+    assert sample["traffic"]["throughput_bps"] > 0
+    assert _tap_rx_avg(sample, tap) <= FRAME_1500
+    store.close()
