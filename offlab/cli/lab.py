@@ -31,7 +31,7 @@ labs.on_down(_forget_journalled)
 
 @app.command("up")
 def up_cmd(
-    topology: str = typer.Argument(..., help="veth | bridge | vxlan | router | ovs | vm"),
+    topology: str = typer.Argument(..., help="veth | bridge | vxlan | router | ovs | vm | vm-router | vm-pair"),
     name: Optional[str] = typer.Option(None, "--name", "-n", help="Lab name (default: the topology)."),
     mtu: int = typer.Option(1500, "--mtu", help="MTU of every host-facing link (the overlay MTU for vxlan)."),
     ipv6: bool = typer.Option(False, "--ipv6", help="Also address hosts from fd00:200::/48."),

@@ -161,7 +161,7 @@ class Runner:
         for i, key in enumerate(dict.fromkeys(c.lab_key for c in self.plan.cells)):
             topo = next(c.topology for c in self.plan.cells if c.lab_key == key)
             options = {k: v for k, v in (("underlay_mtu", topo.underlay_mtu), ("vni", topo.vni),
-                                         ("port", topo.port), ("nic", topo.nic or None),
+                                         ("port", topo.port), ("nic", topo.nic or None), ("guest_cpus", topo.guest_cpus),
                                          ("kernel_version", topo.kernel_version)) if v is not None}
             self.on_event("lab", {"topology": topo.kind, "mtu": topo.mtu})
             self.labs[key] = labs.up(topo.kind, f"{prefix}{chr(97 + i)}", mtu=topo.mtu, ipv6=topo.ipv6,
