@@ -176,7 +176,8 @@ def _print_lab(lab: labs.LabState, as_json: bool) -> None:
     from offlab.knobs import pending_changes
 
     info = describe(lab)
-    info["changes"] = pending_changes({e.netns: role for role, e in lab.hosts.items() if e.netns and not e.guest})
+    info["changes"] = pending_changes({e.netns: role for role, e in lab.hosts.items() if e.netns and not e.guest},
+                                      lab.name)
     if as_json:
         typer.echo(json.dumps(info, indent=2))
         return
