@@ -22,7 +22,7 @@ from offlab.mtu.calc import VXLAN_OVERHEAD
 from offlab.names import MTU_MAX, check_lab_name, check_mtu
 from offlab.state import state_dir
 
-__all__ = ["up", "down", "down_all", "on_down", "list_labs", "health", "removed", "hold", "holders", "LabState",
+__all__ = ["up", "down", "down_all", "GUEST_TOPOLOGIES", "on_down", "list_labs", "health", "removed", "hold", "holders", "LabState",
            "LabBuildFailed", "LabInUse", "TOPOLOGIES"]
 
 
