@@ -8,30 +8,14 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
-from tests.conftest import REPO, TEST_TAG, netns_names, offlab_cli, requires_root, root_links
-
-pytestmark = [
-    requires_root,
-    pytest.mark.network,
-    pytest.mark.skipif(shutil.which("qemu-system-x86_64") is None,
-                       reason="QEMU is not installed (scripts/install-deps installs it)"),
-]
-
-
-def qemu_running(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
+from tests.conftest import REPO, TEST_TAG, netns_names, offlab_cli, root_links
+from tests.test_lab_vm import kill_9_once_qemu_is_recorded, pytestmark, qemu_running  # noqa: F401 (pytestmark)
 
 
 @pytest.fixture(scope="module")
@@ -141,11 +125,11 @@ def test_vm_router_forwards_traffic_both_ways_through_the_guest(router):
     for reverse in (False, True):
         before = _forwarded(name)
         s = measure(lab, Workload(tool="iperf3", protocol="tcp", duration=1, warmup=0.3, reverse=reverse))
-        assert s.traffic.throughput_bps > 0
+        assert s.traffic["throughput_bps"] > 0
         # TCP's segments in one direction and its ACKs in the other all cross the guest's forwarding
         assert _forwarded(name) - before > 100
     s = measure(lab, Workload(tool="engine", protocol="udp", duration=1, warmup=0.3, rate="20Mbit"))
-    assert s.traffic.datagrams_received > 0 and s.traffic.loss is not None
+    assert s.traffic["datagrams_received"] > 0 and s.traffic["loss"] is not None
 
 
 def test_static_hosts_and_interfaces_match_the_built_vm_router_and_vm_pair(router, pair):
@@ -216,22 +200,7 @@ def test_lab_down_drops_the_journal_entries_of_its_guests(module_state):
 
 def test_lab_down_after_kill_9_of_vm_router_up_stops_qemu_and_removes_every_namespace(module_state):
     name = f"t{TEST_TAG}k"[:10]
-    proc = subprocess.Popen([sys.executable, "-m", "offlab", "lab", "up", "vm-router", "--name", name],
-                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    path = module_state / "labs" / f"{name}.json"
-    deadline = time.monotonic() + 120
-    pid = None
-    while pid is None:
-        assert time.monotonic() < deadline, "QEMU was never recorded in the lab file"
-        try:
-            daemons = json.loads(path.read_text()).get("daemons", [])
-            pid = daemons[0]["pid"] if daemons else None
-        except (OSError, ValueError):
-            pass
-        time.sleep(0.1)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
-    assert qemu_running(pid)
+    pid = kill_9_once_qemu_is_recorded("vm-router", name, module_state)
     res = offlab_cli("lab", "down", name)
     assert res.returncode == 0, res.stderr
     assert "qemu-system-x86_64" in res.stdout and res.stdout.count("removed namespace") == 3
@@ -273,10 +242,10 @@ def test_vm_pair_carries_traffic_guest_to_guest_both_ways(pair):
         before = tap_rx()
         s = measure(lab, Workload(tool="iperf3", protocol="tcp", duration=1, warmup=0.3, reverse=reverse))
         after = tap_rx()
-        assert s.traffic.throughput_bps > 0
+        assert s.traffic["throughput_bps"] > 0
         sender = "server" if reverse else "client"
         receiver = "client" if reverse else "server"
         # the sender's data and the receiver's ACKs: the sender's tap carries more bytes, both carry packets
         assert after[sender] - before[sender] > 100 and after[receiver] - before[receiver] > 10
     s = measure(lab, Workload(tool="engine", protocol="udp", duration=1, warmup=0.3, rate="10Mbit"))
-    assert s.traffic.datagrams_received > 0
+    assert s.traffic["datagrams_received"] > 0
