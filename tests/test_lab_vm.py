@@ -60,10 +60,11 @@ def test_lab_up_vm_show_exec_measure_down(lab_name, clean_machine):
     assert not any(n.startswith(f"ol-{lab_name}-") for n in netns_names())
 
 
-def test_lab_down_after_kill_9_during_boot_stops_qemu(lab_name, clean_machine, state_dir):
-    proc = subprocess.Popen([sys.executable, "-m", "offlab", "lab", "up", "vm", "--name", lab_name],
+def kill_9_once_qemu_is_recorded(topology: str, name: str, state_dir) -> int:
+    """Start `offlab lab up TOPOLOGY`, kill -9 it once its first QEMU is in the lab file; QEMU's pid."""
+    proc = subprocess.Popen([sys.executable, "-m", "offlab", "lab", "up", topology, "--name", name],
                             cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    path = state_dir / "labs" / f"{lab_name}.json"
+    path = state_dir / "labs" / f"{name}.json"
     deadline = time.monotonic() + 120
     pid = None
     while pid is None:  # QEMU is recorded as soon as it exists, before the boot is waited for
@@ -77,6 +78,11 @@ def test_lab_down_after_kill_9_during_boot_stops_qemu(lab_name, clean_machine, s
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     assert qemu_running(pid)
+    return pid
+
+
+def test_lab_down_after_kill_9_during_boot_stops_qemu(lab_name, clean_machine, state_dir):
+    pid = kill_9_once_qemu_is_recorded("vm", lab_name, state_dir)
     res = offlab_cli("lab", "down", lab_name)
     assert res.returncode == 0, res.stderr
     assert "qemu-system-x86_64" in res.stdout

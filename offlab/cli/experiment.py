@@ -230,6 +230,8 @@ class _Progress:
             else:
                 eta = info["remaining_min"] * (time.monotonic() - self.t0) / self.done
                 self._line(f"  {text}" + (f"  (ETA ≥ {eta:.0f} s)" if info["remaining_min"] else ""))
+        elif kind == "restart":
+            self._line(f"guest restart: lab {info['lab']} up with other QEMU properties (guest boot {info['boots']} of this run)")
         elif kind == "skipped":
             self._line(f"  {info['cell']}: skipped — {info['reason']}")
         elif kind in ("done", "budget", "interrupted"):

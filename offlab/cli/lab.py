@@ -31,20 +31,37 @@ labs.on_down(_forget_journalled)
 
 @app.command("up")
 def up_cmd(
-    topology: str = typer.Argument(..., help="veth | bridge | vxlan | router | ovs | vm"),
+    topology: str = typer.Argument(..., help="veth | bridge | vxlan | router | ovs | vm | vm-router | vm-pair"),
     name: Optional[str] = typer.Option(None, "--name", "-n", help="Lab name (default: the topology)."),
     mtu: int = typer.Option(1500, "--mtu", help="MTU of every host-facing link (the overlay MTU for vxlan)."),
     ipv6: bool = typer.Option(False, "--ipv6", help="Also address hosts from fd00:200::/48."),
     vni: Optional[int] = typer.Option(None, "--vni", help="vxlan: VXLAN network identifier (default 4242)."),
     port: Optional[int] = typer.Option(None, "--port", help="vxlan: UDP destination port (default 4789)."),
     underlay_mtu: Optional[int] = typer.Option(None, "--underlay-mtu", help="vxlan: underlay MTU (default MTU + 50)."),
+    nic: list[str] = typer.Option([], "--nic", help="vm, vm-router, vm-pair: a virtio-net-pci property of every "
+                                                  "guest NIC as PROP=VALUE (repeatable), or queues=N (multiqueue)."),
+    guest_cpus: Optional[int] = typer.Option(None, "--guest-cpus", help="vm, vm-router, vm-pair: vCPUs per guest (default 1)."),
     as_json: bool = typer.Option(False, "--json", help="Print the lab as JSON."),
 ) -> None:
-    """Build a lab of network namespaces and check that client reaches server."""
+    """Build a lab of network namespaces (and QEMU guests) and check that client reaches server."""
     check_up_options(name, mtu, ipv6)
     options = {k: v for k, v in (("vni", vni), ("port", port), ("underlay_mtu", underlay_mtu)) if v is not None}
+    if (nic or guest_cpus is not None) and topology not in labs.GUEST_TOPOLOGIES:
+        raise BadInput(f"--nic and --guest-cpus are for guest topologies ({', '.join(labs.GUEST_TOPOLOGIES)}), "
+                       f"not {topology}")
+    if nic:
+        options["nic"] = dict(_nic_option(item) for item in nic)
+    if guest_cpus is not None:
+        options["guest_cpus"] = guest_cpus
     lab = labs.up(topology, name, mtu=mtu, ipv6=ipv6, options=options)
     _print_lab(lab, as_json)
+
+
+def _nic_option(item: str) -> tuple[str, str | int]:
+    prop, eq, value = item.partition("=")
+    if not eq or not prop or not value:
+        raise BadInput(f"--nic {item!r}: write PROP=VALUE, e.g. --nic rx_queue_size=1024 or --nic queues=2")
+    return prop, int(value) if value.isdigit() else value
 
 
 def check_up_options(name: str | None, mtu: int, ipv6: bool) -> None:
@@ -176,7 +193,8 @@ def _print_lab(lab: labs.LabState, as_json: bool) -> None:
     from offlab.knobs import pending_changes
 
     info = describe(lab)
-    info["changes"] = pending_changes({e.netns: role for role, e in lab.hosts.items() if e.netns and not e.guest})
+    info["changes"] = pending_changes({e.netns: role for role, e in lab.hosts.items() if e.netns and not e.guest},
+                                      lab.name)
     if as_json:
         typer.echo(json.dumps(info, indent=2))
         return

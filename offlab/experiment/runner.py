@@ -89,6 +89,9 @@ class Runner:
         self.lock: FlockFile | None = None
         self.holds: list[Hold] = []
         self.leases: list[Lease] = []
+        # Cells whose guests differ in boot-time QEMU properties: one guest lab up at a time (see _lab_for).
+        self.one_guest_at_a_time = False
+        self.guest_boots: list[dict] = []
 
     # ---- entry points -------------------------------------------------
     @classmethod
@@ -154,19 +157,55 @@ class Runner:
 
     # ---- steps ---------------------------------------------------------
     def _build_labs(self) -> None:
-        """One lab per distinct topology the cells need, all up for the whole run."""
+        """One lab per distinct topology the cells need, all up for the whole run; but guests that
+        differ in boot-time properties run one at a time (each idle TCG guest would eat CPU)."""
+        keys = list(dict.fromkeys(c.lab_key for c in self.plan.cells))
+        self.one_guest_at_a_time = len(keys) > 1 and all(c.topology.kind in labs.GUEST_TOPOLOGIES
+                                                         for c in self.plan.cells)
+        for key in keys[:1] if self.one_guest_at_a_time else keys:
+            self._lab_up(key)
+
+    def _lab_up(self, key: str) -> LabState:
         # OFFLAB_LAB_PREFIX lets parallel sessions (and tests) keep their labs apart.
         prefix = os.environ.get("OFFLAB_LAB_PREFIX") or f"x{os.getpid() % 100000}"
-        for i, key in enumerate(dict.fromkeys(c.lab_key for c in self.plan.cells)):
-            topo = next(c.topology for c in self.plan.cells if c.lab_key == key)
-            options = {k: v for k, v in (("underlay_mtu", topo.underlay_mtu), ("vni", topo.vni),
-                                         ("port", topo.port), ("nic", topo.nic or None),
-                                         ("kernel_version", topo.kernel_version)) if v is not None}
-            self.on_event("lab", {"topology": topo.kind, "mtu": topo.mtu})
-            self.labs[key] = labs.up(topo.kind, f"{prefix}{chr(97 + i)}", mtu=topo.mtu, ipv6=topo.ipv6,
-                                     options=options)
-            # Held for the whole run: `lab down` in this state dir refuses it (naming us) unless --force.
-            self.holds.append(Hold(self.labs[key].name, self._what()))
+        i = list(dict.fromkeys(c.lab_key for c in self.plan.cells)).index(key)
+        topo = next(c.topology for c in self.plan.cells if c.lab_key == key)
+        options = {k: v for k, v in (("underlay_mtu", topo.underlay_mtu), ("vni", topo.vni),
+                                     ("port", topo.port), ("nic", topo.nic or None), ("guest_cpus", topo.guest_cpus),
+                                     ("kernel_version", topo.kernel_version)) if v is not None}
+        self.on_event("lab", {"topology": topo.kind, "mtu": topo.mtu})
+        self.labs[key] = labs.up(topo.kind, f"{prefix}{chr(97 + i)}", mtu=topo.mtu, ipv6=topo.ipv6,
+                                 options=options)
+        # Held for the whole run: `lab down` in this state dir refuses it (naming us) unless --force.
+        self.holds.append(Hold(self.labs[key].name, self._what()))
+        if topo.kind in labs.GUEST_TOPOLOGIES:
+            self.guest_boots.append({"boot": len(self.guest_boots) + 1, "lab": self.labs[key].name,
+                                     "nic": dict(topo.nic), "guest_cpus": topo.guest_cpus})
+        return self.labs[key]
+
+    def _lab_for(self, key: str) -> LabState:
+        """The cell's lab; with one guest at a time, the guest up now is replaced (a restart, recorded)."""
+        if key in self.labs:
+            return self.labs[key]
+        for old in list(self.labs):
+            lab = self.labs.pop(old)
+            for h in [h for h in self.holds if h.path.name.startswith(f"{lab.name}.hold-")]:
+                h.release()
+                self.holds.remove(h)
+            labs.down(lab.name, force=True)
+        lab = self._lab_up(key)
+        self.on_event("restart", {"boots": len(self.guest_boots), "lab": lab.name})
+        return lab
+
+    def _order(self, order: list[CellState], rnd: int) -> list[CellState]:
+        """The round's shuffled order; with one guest at a time, grouped by guest, the one up now first,
+        so each guest boots at most once a round."""
+        random.Random(self.seed * 1009 + rnd).shuffle(order)
+        if not self.one_guest_at_a_time:
+            return order
+        keys = list(dict.fromkeys(c.cell.lab_key for c in order))
+        keys.sort(key=lambda k: k not in self.labs)  # stable: the rest keep their shuffled order
+        return [c for k in keys for c in order if c.cell.lab_key == k]
 
     def _lease_machine_settings(self) -> None:
         """Hold every machine-wide setting the plan changes for the whole run, not only per sample:
@@ -213,7 +252,7 @@ class Runner:
             order = [c for c in self.cells if c.active]
             if not order:
                 break
-            random.Random(self.seed * 1009 + rnd).shuffle(order)
+            order = self._order(order, rnd)
             self.on_event("round", {"round": rnd, "cells": len(order)})
             for cs in order:
                 if rnd in cs.rounds_done or not cs.active:
@@ -243,7 +282,7 @@ class Runner:
         self.store.set_cell_status(cs.cell_id, cs.status, cs.reason)
 
     def _sample(self, cs: CellState, rnd: int) -> None:
-        cell, lab = cs.cell, self.labs[cs.cell.lab_key]
+        cell, lab = cs.cell, self._lab_for(cs.cell.lab_key)
         self.on_event("sample", {"cell": cell.key, "round": rnd})
         try:
             self._sample_in(cs, rnd, lab)
@@ -294,6 +333,9 @@ class Runner:
             cs.status = "failed"
             cs.reason = "no request/response transaction was answered: the path or the peer is down"
         sample["knobs"] = [o.to_dict() for o in outcomes]
+        if self.guest_boots:  # which boot of the guest took it, and how many boots the run has made so far
+            sample["guest_boot"] = {**next(b for b in reversed(self.guest_boots) if b["lab"] == lab.name),
+                                    "boots_so_far": len(self.guest_boots)}
         metrics = metrics_of(sample)
         self.store.add_sample(self.run_id, cs.cell_id, rnd, sample, metrics, sample["knobs"])
         cs.rounds_done.add(rnd)

@@ -227,17 +227,34 @@ def remove_if_done(path: Path) -> bool:
     return True
 
 
+def in_guest_of(entry: Entry, labs: set[str]) -> bool:
+    """An entry for a guest of one of these labs: a guest's settings live in its kernel, which ends
+    with its QEMU, and its QEMU runs in a namespace of its lab."""
+    ref = entry.data.get("host")
+    return isinstance(ref, dict) and ref.get("kind") == "guest" and entry.data.get("lab") in labs
+
+
+def _labs_of(namespaces: set[str]) -> set[str]:
+    """The labs whose namespaces (`ol-<lab>-<host>`, offlab.names.netns_name) these are."""
+    return {parts[1] for parts in (ns.split("-") for ns in namespaces) if len(parts) == 3 and parts[0] == "ol"}
+
+
 def forget_namespaces(namespaces: list[str]) -> list[str]:
-    """Drop entries that target these namespaces (their interfaces die with them); returns what was dropped."""
+    """Drop entries that target these namespaces (their interfaces die with them) or the guests their
+    lab ran in them; returns what was dropped."""
     gone = set(namespaces)
     dropped: list[str] = []
     if not gone or not journal_dir().exists():
         return dropped
+    labs = _labs_of(gone)
     with dir_lock():
         for view in all_journals():
             for entry in view.open_entries:
                 if entry.data.get("netns") in gone:
                     mark(entry, "dropped", "namespace removed by lab down")
+                    dropped.append(entry.describe())
+                elif in_guest_of(entry, labs):
+                    mark(entry, "dropped", "guest stopped by lab down")
                     dropped.append(entry.describe())
             if not view.alive:
                 remove_if_done(view.path)

@@ -6,7 +6,8 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from offlab.errors import OfflabError
-from offlab.knobs.journal import Entry, all_journals, dir_lock, forget_namespaces, journal_dir, mark, remove_if_done
+from offlab.knobs.journal import (Entry, all_journals, dir_lock, forget_namespaces, in_guest_of, journal_dir, mark,
+                                  remove_if_done)
 from offlab.knobs.registry import knob_from_entry
 from offlab.knobs.target import Target, netns_exists
 
@@ -104,28 +105,30 @@ def restore_pending(list_only: bool = False, *, force: bool = False) -> list[str
     return restore_report(list_only=list_only, force=force).lines
 
 
-def list_pending(namespaces: Iterable[str] | None = None) -> list[Entry]:
-    """Journalled changes not yet restored, newest first; only those in `namespaces` if given."""
+def list_pending(namespaces: Iterable[str] | None = None, lab: str | None = None) -> list[Entry]:
+    """Journalled changes not yet restored, newest first; only those in `namespaces` (and in the
+    guests of `lab`) if given."""
     wanted = set(namespaces) if namespaces is not None else None
     out = []
     for view in all_journals():
         pid = view.owner["pid"] if view.alive else None
         for e in view.open_entries:
-            if wanted is None or e.data.get("netns") in wanted:
+            if wanted is None or e.data.get("netns") in wanted or (lab and in_guest_of(e, {lab})):
                 e.held_by = pid
                 out.append(e)
     return _newest_first(out)
 
 
-def pending_changes(role_of: dict[str, str]) -> list[dict]:
-    """Open journal entries in the namespaces of `role_of` (netns → host role), as `lab show` lists them."""
-    return [{"host": role_of.get(e.data.get("netns"), e.data.get("netns")), "iface": e.data.get("iface"),
-             "key": e.data.get("key"), "value": e.data.get("value"), "original": e.data.get("original_text"),
-             "journal": e.journal.name, "held_by": e.held_by}
-            for e in list_pending(role_of)]
+def pending_changes(role_of: dict[str, str], lab: str | None = None) -> list[dict]:
+    """Open journal entries in the namespaces of `role_of` (netns → host role) and in the guests of
+    `lab`, as `lab show` lists them."""
+    return [{"host": role_of.get(e.data.get("netns"), e.data.get("netns") or e.data.get("role")),
+             "iface": e.data.get("iface"), "key": e.data.get("key"), "value": e.data.get("value"),
+             "original": e.data.get("original_text"), "journal": e.journal.name, "held_by": e.held_by}
+            for e in list_pending(role_of, lab)]
 
 
 def forget_lab_namespaces(namespaces: list[str]) -> list[str]:
     """`lab down`'s hook: drop the entries of namespaces that went with the lab; lines for its report."""
     dropped = forget_namespaces(namespaces)
-    return [f"{len(dropped)} journalled setting(s) of its namespaces (they went with them)"] if dropped else []
+    return [f"{len(dropped)} journalled setting(s) of its namespaces and guests (they went with them)"] if dropped else []

@@ -17,11 +17,12 @@ from offlab.lab.hold import hold, holders
 from offlab.lab.model import TOPOLOGIES, LabState
 from offlab.lab.ovs import alive, stop_daemon
 from offlab.lab.topologies import BUILDERS
+from offlab.lab.vm import GUEST_TOPOLOGIES, check_guest_options
 from offlab.mtu.calc import VXLAN_OVERHEAD
 from offlab.names import MTU_MAX, check_lab_name, check_mtu
 from offlab.state import state_dir
 
-__all__ = ["up", "down", "down_all", "on_down", "list_labs", "health", "removed", "hold", "holders", "LabState",
+__all__ = ["up", "down", "down_all", "GUEST_TOPOLOGIES", "on_down", "list_labs", "health", "removed", "hold", "holders", "LabState",
            "LabBuildFailed", "LabInUse", "TOPOLOGIES"]
 
 
@@ -32,6 +33,8 @@ class LabInUse(EnvironmentProblem):
 TOOLS_BY_TOPOLOGY = {
     "ovs": ("ovsdb-server", "ovs-vswitchd", "ovs-vsctl", "ovsdb-tool"),
     "vm": ("qemu-system-x86_64",),
+    "vm-router": ("qemu-system-x86_64",),
+    "vm-pair": ("qemu-system-x86_64",),
 }
 
 
@@ -40,6 +43,8 @@ def _check_request(topology: str, name: str, mtu: int, options: dict) -> None:
         raise BadInput(f"unknown topology {topology!r}: choose one of {', '.join(TOPOLOGIES)}")
     check_lab_name(name)
     check_mtu(mtu)
+    if topology in GUEST_TOPOLOGIES:
+        check_guest_options(options)
     if topology == "vxlan":
         under = options.get("underlay_mtu")
         if under is not None:
@@ -59,7 +64,7 @@ def _check_request(topology: str, name: str, mtu: int, options: dict) -> None:
 def up(topology: str, name: str | None = None, *, mtu: int = 1500, ipv6: bool = False,
        options: dict | None = None) -> LabState:
     """Build a lab; on failure tear down what was built and raise naming the step."""
-    name = name or topology[:10]
+    name = name or topology.replace("-", "")[:10]
     options = dict(options or {})
     _check_request(topology, name, mtu, options)
     if not is_root():

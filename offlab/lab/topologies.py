@@ -13,7 +13,7 @@ from offlab.lab.build import Builder
 from offlab.lab.model import Interface
 from offlab.lab.ovs import Ovs
 from offlab.mtu.calc import VXLAN_OVERHEAD
-from offlab.lab.vm import vm
+from offlab.lab.vm import vm, vm_pair, vm_router
 
 CLIENT4, SERVER4 = "10.200.1.1/24", "10.200.1.2/24"
 CLIENT6, SERVER6 = "fd00:200:0:1::1/64", "fd00:200:0:1::2/64"
@@ -115,4 +115,6 @@ BUILDERS: dict[str, Callable[[Builder, int], None]] = {
     "vxlan": vxlan,
     "ovs": ovs,
     "vm": vm,
+    "vm-router": vm_router,
+    "vm-pair": vm_pair,
 }

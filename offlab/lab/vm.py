@@ -1,20 +1,33 @@
 """Guest topologies: a QEMU guest is a lab host like a namespace.
 
-QEMU runs inside a lab namespace and creates its tap there; it is recorded as a lab daemon
+QEMU runs inside a lab namespace and creates its taps there; it is recorded as a lab daemon
 (pid + start time) the moment it exists, before the boot is waited for, so `lab down` stops it
 even after offlab was killed with -9 (and removing the namespace kills what is left in it).
+A tap may then move to another lab namespace (vm-router's two ends): it stays QEMU's, and it
+vanishes with QEMU or with that namespace, never returning to the machine's own.
+
+Topology options (`lab.options`, from a plan's `topology:`): `nic` — virtio-net-pci properties
+for every NIC of every guest, plus `queues`; `guest_cpus` — vCPUs per guest; `kernel_version`.
 """
 
 from __future__ import annotations
 
-from offlab.lab.build import Builder
-from offlab.lab.model import Daemon, HostEntry, Interface
+from offlab.errors import BadInput
+from offlab.hosts import Host
+from offlab.lab.build import Builder, LabBuildFailed
+from offlab.lab.model import Adjustment, Daemon, HostEntry, Interface
 from offlab.names import link_name, netns_name
 from offlab.state import ensure_dir, state_dir
 
 CLIENT4, SERVER4 = "10.200.1.1/24", "10.200.1.2/24"
 CLIENT6, SERVER6 = "fd00:200:0:1::1/64", "fd00:200:0:1::2/64"
+# vm-router: the client's subnet and the server's, the guest .254 / ::fe on each (as `router`)
+ROUTER_C4, ROUTER_C6 = "10.200.1.254/24", "fd00:200:0:1::fe/64"
+ROUTER_S4, ROUTER_S6 = "10.200.2.254/24", "fd00:200:0:2::fe/64"
+BEHIND4, BEHIND6 = "10.200.2.2/24", "fd00:200:0:2::2/64"
 QEMU_DAEMON = "qemu-system-x86_64"  # /proc/PID/comm shows its first 15 characters
+MAX_GUEST_CPUS = 8
+FORWARD_WHY = "the guest routes between its two virtio-net NICs (seed 002's VM-as-router)"
 
 
 def vm(b: Builder, mtu: int) -> None:
@@ -23,57 +36,167 @@ def vm(b: Builder, mtu: int) -> None:
     The server namespace plays the hypervisor host: the bridge (virbr0's role) holds the tap and
     the server's address, so traffic between client and server crosses virtio-net and the tap.
     """
-    opts = b.lab.options
     b.host("server")
     br = b.bridge("server", "br0", [], mtu=mtu)
     b.address("server", br, SERVER4, SERVER6, reach=True)
     tap = link_name(b.lab.name, 0)
-    guest = boot_guest(b, "client", "server", tap, properties=opts.get("nic", {}),
-                       kernel_version=opts.get("kernel_version"))
-    with b.step(f"tap {tap} on br0 in server"):
-        b.ip("server", "link", "set", tap, "mtu", str(mtu))
-        b.ip("server", "link", "set", tap, "master", br)
-        b.ip("server", "link", "set", tap, "up")
-        b.lab.hosts["server"].interfaces.append(Interface(tap, "tap", peer_host="client", role="port"))
-        b.lab.save()
-    with b.step("guest eth0 up with its address"):
-        guest.run(["ip", "link", "set", "eth0", "mtu", str(mtu), "up"])
-        guest.run(["ip", "addr", "add", CLIENT4, "dev", "eth0"])
-        entry = b.lab.hosts["client"]
-        entry.address = CLIENT4.split("/")[0]
-        if b.lab.ipv6:
-            guest.run(["ip", "addr", "add", CLIENT6, "dev", "eth0", "nodad"])
-            entry.address6 = CLIENT6.split("/")[0]
-        b.lab.save()
+    guest = boot_guest(b, "client", "server", [tap], peers=["server"])
+    tap_onto_bridge(b, tap, "server", "server", peer="client", mtu=mtu)
+    guest_address(b, "client", guest, "eth0", CLIENT4, CLIENT6, mtu=mtu, reach=True)
 
 
-def boot_guest(b: Builder, role: str, where: str, tap: str, *, properties: dict,
-               kernel_version: str | None = None, timeout: float = 120.0):
-    """Boot a guest for `role` with one virtio-net NIC on `tap` (created by QEMU in `where`)."""
+def vm_router(b: Builder, mtu: int) -> None:
+    """[client: br0 ─ tap] ─ virtio-net ─ [router (guest): eth0 · ip_forward · eth1] ─ virtio-net ─ [tap ─ br0: server]
+
+    Seed 002's router: a guest forwarding between two virtio-net NICs. Each end namespace plays
+    a hypervisor host whose bridge holds a tap and the host's address; QEMU runs in the router
+    namespace and its two taps move to the ends.
+    """
+    for role in ("client", "router", "server"):
+        b.host(role)
+    taps = [link_name(b.lab.name, 0), link_name(b.lab.name, 1)]
+    guest = boot_guest(b, "router", "router", taps, peers=["client", "server"])
+    for role, tap, cidr4, cidr6 in (("client", taps[0], CLIENT4, CLIENT6), ("server", taps[1], BEHIND4, BEHIND6)):
+        b.bridge(role, "br0", [], mtu=mtu)
+        tap_onto_bridge(b, tap, "router", role, peer="router", mtu=mtu)
+        b.address(role, "br0", cidr4, cidr6, reach=True)
+    guest_address(b, "router", guest, "eth0", ROUTER_C4, ROUTER_C6, mtu=mtu, reach=False)
+    guest_address(b, "router", guest, "eth1", ROUTER_S4, ROUTER_S6, mtu=mtu, reach=False)
+    guest_sysctl(b, "router", guest, "net.ipv4.ip_forward", "1", FORWARD_WHY)
+    if b.lab.ipv6:
+        guest_sysctl(b, "router", guest, "net.ipv6.conf.all.forwarding", "1", FORWARD_WHY)
+    b.default_route("client", ROUTER_C4.split("/")[0], ROUTER_C6.split("/")[0])
+    b.default_route("server", ROUTER_S4.split("/")[0], ROUTER_S6.split("/")[0])
+
+
+def vm_pair(b: Builder, mtu: int) -> None:
+    """[client (guest): eth0] ─ virtio-net ─ tap ─ [switch: br0] ─ tap ─ virtio-net ─ [server (guest): eth0]
+
+    The classic guest-to-guest test: two guests on one Linux bridge of one hypervisor host (the
+    switch namespace, where both QEMUs run); traffic never leaves the bridge.
+    """
+    b.host("switch")
+    b.bridge("switch", "br0", [], mtu=mtu)
+    for i, (role, cidr4, cidr6) in enumerate((("client", CLIENT4, CLIENT6), ("server", SERVER4, SERVER6))):
+        tap = link_name(b.lab.name, i)
+        guest = boot_guest(b, role, "switch", [tap], peers=["switch"])
+        tap_onto_bridge(b, tap, "switch", "switch", peer=role, mtu=mtu)
+        guest_address(b, role, guest, "eth0", cidr4, cidr6, mtu=mtu, reach=True)
+
+
+# ---- parts ---------------------------------------------------------------------------------
+def guest_cpus(options: dict) -> int:
+    cpus = options.get("guest_cpus", 1)
+    if isinstance(cpus, bool) or not isinstance(cpus, int) or not 1 <= cpus <= MAX_GUEST_CPUS:
+        raise BadInput(f"guest_cpus {cpus!r}: a whole number of vCPUs from 1 to {MAX_GUEST_CPUS}")
+    return cpus
+
+
+def boot_guest(b: Builder, role: str, where: str, taps: list[str], *, peers: list[str],
+               timeout: float = 120.0) -> Host:
+    """Boot the guest `role` with one virtio-net NIC per tap (QEMU creates them in `where`).
+
+    NIC i is the guest's eth<i> (q35 gives the devices PCI slots in command-line order; checked
+    by MAC once it is up) and faces `peers[i]`.
+    """
     from offlab.vm import image as vm_image
     from offlab.vm import qemu
 
+    opts = b.lab.options
+    nics = [qemu.Nic.from_options(tap, qemu.mac_for(b.lab.name, role, tap), opts.get("nic", {})) for tap in taps]
+    cpus = guest_cpus(opts)
     with b.step(f"guest image for {role}"):
-        image = vm_image.build(kernel_version)
+        image = vm_image.build(opts.get("kernel_version"))
     rundir = ensure_dir(state_dir() / "vm" / b.lab.name)
     b.lab.rundir = str(rundir)
     b.lab.save()
     ns = netns_name(b.lab.name, where)
-    nic = qemu.Nic(tap, qemu.mac_for(b.lab.name, role, tap), qemu.check_nic_properties(properties))
 
     def record(pid: int, start_time: int) -> None:
         b.lab.daemons.append(Daemon(QEMU_DAEMON, pid, ns, start_time))
         b.lab.save()
 
     with b.step(f"boot guest {role} (QEMU in {ns})"):
-        guest = qemu.boot(image, b.lab.host(where), rundir, name=role, nics=[nic], timeout=timeout,
+        guest = qemu.boot(image, b.lab.host(where), rundir, name=role, nics=nics, smp=cpus, timeout=timeout,
                           lab=b.lab.name, role=role, on_started=record)
+    described = [{"iface": f"eth{i}", "tap": n.tap, "mac": n.mac, "queues": n.queues, "properties": n.properties}
+                 for i, n in enumerate(nics)]
     b.lab.hosts[role] = HostEntry(
         netns=ns,
-        interfaces=[Interface("eth0", "virtio-net", peer_host=where)],
+        interfaces=[Interface(f"eth{i}", "virtio-net", peer_host=peer) for i, peer in enumerate(peers)],
         guest={"ref": guest.host().ref(), "accel": guest.accel, "qemu_version": guest.qemu_version,
-               "kernel_release": guest.kernel_release, "vhost": False, "tap": tap,
-               "nic_properties": nic.properties, "ready_seconds": guest.ready_seconds},
+               "kernel_release": guest.kernel_release, "vhost": False, "cpus": cpus, "memory_mb": 512,
+               "tap": nics[0].tap, "nic_properties": nics[0].properties, "nics": described,
+               "ready_seconds": guest.ready_seconds},
     )
     b.lab.save()
-    return guest.host()
+    host = guest.host()
+    with b.step(f"guest {role}'s NICs by MAC"):
+        _check_nic_order(host, nics)
+    return host
+
+
+def _check_nic_order(host: Host, nics: list) -> None:
+    import json
+
+    by_mac = {l.get("address"): l["ifname"] for l in json.loads(host.run(["ip", "-j", "link", "show"]).stdout)}
+    for i, nic in enumerate(nics):
+        if by_mac.get(nic.mac) != f"eth{i}":
+            raise LabBuildFailed(f"the guest's NIC on tap {nic.tap} (MAC {nic.mac}) is "
+                                 f"{by_mac.get(nic.mac, 'missing')}, not eth{i}")
+
+
+def tap_onto_bridge(b: Builder, tap: str, made_in: str, role: str, *, peer: str, mtu: int) -> None:
+    """Move QEMU's tap from `made_in` to `role` (if they differ), onto its br0, up at `mtu`."""
+    with b.step(f"tap {tap} on br0 in {role}"):
+        if made_in != role:
+            b.ip(made_in, "link", "set", tap, "netns", b.lab.hosts[role].netns)
+        b.ip(role, "link", "set", tap, "mtu", str(mtu))
+        b.ip(role, "link", "set", tap, "master", "br0")
+        b.ip(role, "link", "set", tap, "up")
+        b.lab.hosts[role].interfaces.append(Interface(tap, "tap", peer_host=peer, role="port"))
+        b.lab.save()
+
+
+def guest_address(b: Builder, role: str, guest: Host, iface: str, cidr4: str, cidr6: str, *,
+                  mtu: int, reach: bool) -> None:
+    """A guest NIC up at `mtu` with its addresses; `reach` marks them as the way others reach it."""
+    with b.step(f"guest {role} {iface} up with {cidr4}"):
+        guest.run(["ip", "link", "set", iface, "mtu", str(mtu), "up"])
+        guest.run(["ip", "addr", "add", cidr4, "dev", iface])
+        entry = b.lab.hosts[role]
+        if reach:
+            entry.address = cidr4.split("/")[0]
+        if b.lab.ipv6:
+            guest.run(["ip", "addr", "add", cidr6, "dev", iface, "nodad"])
+            if reach:
+                entry.address6 = cidr6.split("/")[0]
+        b.lab.save()
+
+
+def guest_sysctl(b: Builder, role: str, guest: Host, key: str, value: str, why: str) -> None:
+    """A sysctl the topology needs in a guest, recorded (with why) in the lab file before it is set.
+
+    It needs no restore: the guest's kernel, and the setting with it, ends with the lab.
+    """
+    with b.step(f"sysctl {key}={value} in guest {role}"):
+        b.lab.adjustments.append(Adjustment(role, "", key, value, why))
+        b.lab.save()
+        guest.run(["sysctl", "-q", "-w", f"{key}={value}"])
+        got = guest.read(f"/proc/sys/{key.replace('.', '/')}").strip()
+        if got != value:
+            raise LabBuildFailed(f"{key} reads {got} in guest {role} after setting {value}")
+
+
+GUEST_TOPOLOGIES = ("vm", "vm-router", "vm-pair")
+
+
+def check_guest_options(options: dict) -> None:
+    """BadInput (exit 2) for a guest option that is wrong, before anything is built."""
+    from offlab.vm import qemu
+
+    nic = options.get("nic", {})
+    if not isinstance(nic, dict):
+        raise BadInput(f"nic {nic!r}: a mapping of virtio-net-pci properties, e.g. {{rx_queue_size: 1024}}")
+    qemu.Nic.from_options("tap0", "52:54:00:00:00:00", nic)
+    guest_cpus(options)

@@ -79,19 +79,52 @@ def check_nic_properties(props: dict[str, object]) -> dict[str, str]:
     return out
 
 
+MAX_QUEUES = 8
+
+
 @dataclass
 class Nic:
-    """A virtio-net NIC on a tap in the namespace QEMU runs in (QEMU creates the tap if absent)."""
+    """A virtio-net NIC on a tap in the namespace QEMU runs in (QEMU creates the tap if absent).
+
+    `queues` > 1 is a multiqueue NIC: `-netdev tap,queues=N` and the device's `mq=on,vectors=2N+2`
+    (one vector per rx and tx queue, one for config, one for the control queue).
+    """
 
     tap: str
     mac: str
     properties: dict[str, str] = field(default_factory=dict)
+    queues: int = 1
 
     def __post_init__(self) -> None:
         if not IFNAME_RE.fullmatch(self.tap):
             raise BadInput(f"invalid tap name {self.tap!r}")
         if not MAC_RE.fullmatch(self.mac):
             raise BadInput(f"invalid MAC address {self.mac!r}")
+        if isinstance(self.queues, bool) or not isinstance(self.queues, int) or not 1 <= self.queues <= MAX_QUEUES:
+            raise BadInput(f"virtio-net queues={self.queues!r}: a whole number from 1 to {MAX_QUEUES}")
+
+    @classmethod
+    def from_options(cls, tap: str, mac: str, options: dict[str, object]) -> "Nic":
+        """A NIC from a topology's `nic` options: virtio-net-pci properties plus `queues`."""
+        props = dict(options)
+        queues = props.pop("queues", 1)
+        if isinstance(queues, str) and queues.isdigit():
+            queues = int(queues)
+        nic = cls(tap, mac, {}, queues)  # queues checked before it shapes the properties
+        if nic.queues > 1:
+            props.setdefault("mq", True)
+            props.setdefault("vectors", 2 * nic.queues + 2)
+        nic.properties = check_nic_properties(props)
+        return nic
+
+    def argv(self, i: int) -> list[str]:
+        netdev = f"tap,id=n{i},ifname={self.tap},script=no,downscript=no,vhost=off"
+        if self.queues > 1:
+            netdev += f",queues={self.queues}"
+        props = check_nic_properties(self.properties)
+        return ["-netdev", netdev,
+                "-device", ",".join([f"virtio-net-pci,netdev=n{i},mac={self.mac}",
+                                     *(f"{k}={v}" for k, v in props.items())])]
 
 
 def mac_for(*parts: str) -> str:
@@ -143,10 +176,7 @@ def command(image: Image, *, socket: str, console: str, nics: list[Nic] = (), me
             "-chardev", f"socket,path={socket},server=on,wait=off,id=c0",
             "-device", "virtserialport,chardev=c0,name=ctl"]
     for i, nic in enumerate(nics):
-        props = check_nic_properties(nic.properties)
-        argv += ["-netdev", f"tap,id=n{i},ifname={nic.tap},script=no,downscript=no,vhost=off",
-                 "-device", ",".join([f"virtio-net-pci,netdev=n{i},mac={nic.mac}",
-                                      *(f"{k}={v}" for k, v in props.items())])]
+        argv += nic.argv(i)
     return argv
 
 

@@ -22,7 +22,7 @@ class Strict(BaseModel):
 
 
 class TopologySpec(Strict):
-    kind: Literal["veth", "bridge", "vxlan", "router", "ovs", "vm"]
+    kind: Literal["veth", "bridge", "vxlan", "router", "ovs", "vm", "vm-router", "vm-pair"]
     mtu: int = Field(1500, ge=68, le=65535)
     ipv6: bool = False
     underlay_mtu: int | None = Field(None, ge=68, le=65535)
@@ -31,6 +31,7 @@ class TopologySpec(Strict):
     # vm: QEMU virtio-net device properties (boot-time: cells that differ here get their own guest)
     nic: dict[str, str | int | bool] = {}
     kernel_version: str | None = None
+    guest_cpus: int | None = Field(None, ge=1, le=8)  # vCPUs per guest (boot-time, like nic)
 
 
 # Plan fields of the request/response probe → RrWorkload's fields (offlab.traffic.rr).

@@ -41,6 +41,14 @@ HOSTS: dict[str, dict[str, tuple[StaticIface, ...]]] = {
     # the guest is the client; the server namespace holds the tap and the bridge (virbr0's role)
     "vm": {"client": (StaticIface("virtio-net", "eth0", "server"),),
            "server": (StaticIface("tap", None, "client"), _BRIDGE)},
+    # the guest routes; each end namespace holds its tap on a bridge with its address
+    "vm-router": {"client": (StaticIface("tap", None, "router"), _BRIDGE),
+                  "router": (StaticIface("virtio-net", "eth0", "client"), StaticIface("virtio-net", "eth1", "server")),
+                  "server": (StaticIface("tap", None, "router"), _BRIDGE)},
+    # two guests, their taps on one bridge in the switch namespace
+    "vm-pair": {"client": (StaticIface("virtio-net", "eth0", "switch"),),
+                "switch": (StaticIface("tap", None, "client"), StaticIface("tap", None, "server"), _BRIDGE),
+                "server": (StaticIface("virtio-net", "eth0", "switch"),)},
 }
 
 
