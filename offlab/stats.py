@@ -177,3 +177,105 @@ def _verdict(value: float | None, low: float | None, high: float | None, no_chan
 def is_improvement(v: str) -> bool | None:
     """True for a verdict that is good news, False for bad news, None for neither."""
     return {FASTER: True, LOWER: True, SLOWER: False, HIGHER: False}.get(v)
+
+
+# ---- deciding a comparison while looking after every round ---------------------------------
+#
+# A confidence sequence by alpha spending: look k (k = 1, 2, ...) uses a Fieller interval at
+# level 1 − α_k with α_k = α / (k (k + 1)). Since Σ α_k = α, the chance that ANY look's interval
+# misses the true ratio is at most α (the union bound), however many looks are taken and
+# whenever one stops. So every interval of the sequence holds at once, they may be intersected,
+# and a verdict read off any of them is wrong with probability at most α.
+
+EQUIVALENT = "equivalent"
+UNDECIDED = "undecided"
+
+
+def look_alpha(alpha: float, look: int) -> float:
+    """The error the k-th look may spend: α / (k (k + 1)); the looks together spend at most α."""
+    if look < 1:
+        raise ValueError("looks count from 1")
+    return alpha / (look * (look + 1))
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One look at a comparison b/a: the running interval and what it decides."""
+
+    verdict: str  # faster | slower | lower (better) | higher (worse) | equivalent | undecided
+    ratio: float | None
+    low: float | None  # the running (intersected) interval on the ratio; None when unbounded so far
+    high: float | None
+    look: int
+    level: float  # % of this look's own interval, e.g. 97.5 at look 1 of a 95 % sequence
+    n_a: int
+    n_b: int
+
+    @property
+    def decided(self) -> bool:
+        return self.verdict != UNDECIDED
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def sequential_decision(a_values: Sequence[float], b_values: Sequence[float], look: int, level: float = 95.0,
+                        equivalence_pct: float | None = 5.0, better: str = "higher",
+                        previous: tuple[float | None, float | None] | None = None) -> Decision:
+    """Look `look` at b/a: Fieller's interval at level 1 − α/(k(k+1)), intersected with `previous`.
+
+    Significant when the running interval excludes 1; equivalent when it lies inside
+    [1 − m, 1 + m], m = equivalence_pct / 100; else undecided.
+    """
+    alpha = 1 - level / 100
+    look_level = 100 * (1 - look_alpha(alpha, look))
+    r = ratio_ci(a_values, b_values, look_level)
+    low = max(r.low, 0.0) if r.low is not None else None  # every compared metric is ≥ 0
+    high = r.high
+    if previous is not None and previous[0] is not None:
+        low = previous[0] if low is None else max(low, previous[0])
+        high = previous[1] if high is None else min(high, previous[1])
+    verdict = UNDECIDED
+    if r.ratio is not None and low is not None and high is not None:
+        word = _verdict(r.ratio, low, high, 1.0, better)
+        if word != NO_DIFFERENCE:
+            verdict = word
+        elif equivalence_pct is not None and 1 - equivalence_pct / 100 <= low and high <= 1 + equivalence_pct / 100:
+            verdict = EQUIVALENT
+    return Decision(verdict, r.ratio, low, high, look, look_level, len(a_values), len(b_values))
+
+
+def rounds_to_decide(a_values: Sequence[float], b_values: Sequence[float], look: int, level: float = 95.0,
+                     equivalence_pct: float | None = 5.0, limit: int = 1000) -> int | None:
+    """More rounds (one value per side each) the comparison would need at the noise seen so far.
+
+    On the log scale the ratio's standard error is about √((cv_a² + cv_b²) / n); a verdict comes
+    when the half-width t·se is below the distance from ln r to "no change" (significance) or to
+    the nearer equivalence bound (equivalence). None: no estimate (fewer than two values on a
+    side, a zero mean) or more than `limit` rounds.
+    """
+    na, nb = len(a_values), len(b_values)
+    if na < 2 or nb < 2:
+        return None
+    ma, mb = math.fsum(a_values) / na, math.fsum(b_values) / nb
+    if ma <= 0 or mb <= 0:
+        return None
+    cv2 = (math.fsum((v - ma) ** 2 for v in a_values) / (na - 1) / ma ** 2
+           + math.fsum((v - mb) ** 2 for v in b_values) / (nb - 1) / mb ** 2)
+    lr = math.log(mb / ma)
+    target = abs(lr)
+    if equivalence_pct is not None:
+        m = equivalence_pct / 100
+        target = max(target, min(math.log(1 + m) - lr, lr - math.log(1 - m)))
+    if target <= 0:
+        return None
+    if cv2 == 0:
+        return 0
+    alpha = 1 - level / 100
+    n0 = min(na, nb)
+    for extra in range(0, limit + 1):
+        n = n0 + extra
+        t = t_quantile(1 - look_alpha(alpha, look + extra) / 2, max(2 * n - 2, 1))
+        if t * math.sqrt(cv2 / n) < target:
+            return extra
+    return None
