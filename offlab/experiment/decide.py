@@ -1,10 +1,10 @@
 """Which cells a round still needs when the run repeats comparisons until they are decided.
 
 A comparison is a cell against its baseline cell on the plan's repeat metric. Its verdict is
-replayed from the (round, value) history of both sides with offlab.stats.sequential_decision
-(one look per round in which the cell got a value), so it is the same after a resume. A cell
-is sampled while a comparison it belongs to is undecided; the headline comparisons' cells go
-first in each round, so a time budget is spent on them before the rest.
+replayed from the (round, value) history of both sides with offlab.stats.sequential_decision on
+the pairs measured in the same round (one look per new pair), so it is the same after a resume. A cell
+is sampled while a comparison it belongs to is undecided; under a time budget the headline
+comparisons' cells go first in each round, so the budget is spent on them before the rest.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from offlab.experiment.plan import Cell, Plan
 from offlab.experiment.plan.axes import matches
 from offlab.experiment.plan.load import baseline_key
 from offlab.metrics import METRICS
-from offlab.stats import UNDECIDED, Decision, rounds_to_decide, sequential_decision
+from offlab.stats import MIN_PAIRS, UNDECIDED, Decision, rounds_to_decide, sequential_decision
 
 ESTIMATE_LIMIT = 1000  # rounds; beyond it "undetermined" says "more than"
 Point = tuple[int, float]  # (round, value of the repeat metric)
@@ -51,15 +51,21 @@ class Comparison:
         return self.cell.status in ("skipped", "failed") or self.base.status in ("skipped", "failed")
 
 
+def pairs(a: list[Point], b: list[Point]) -> tuple[list[float], list[float]]:
+    """The values of both sides in the rounds both were measured, in round order."""
+    av, bv = dict(a), dict(b)
+    both = sorted(set(av) & set(bv))
+    return [av[r] for r in both], [bv[r] for r in both]
+
+
 def replay(a: list[Point], b: list[Point], n0: int, level: float, equivalence: float | None,
            better: str) -> Decision | None:
-    """The decision after every look so far: a look after each round in which b got a value and
-    both sides have at least n0 values; it stops at the first decided look."""
+    """The decision after every look so far: a look at each new pair once there are at least
+    max(n0, MIN_PAIRS) pairs; it stops at the first decided look."""
+    pa, pb = pairs(a, b)
     decision, previous, look = None, None, 0
-    for rnd in sorted({r for r, _ in b}):
-        av, bv = [v for r, v in a if r <= rnd], [v for r, v in b if r <= rnd]
-        if min(len(av), len(bv)) < max(n0, 2):
-            continue
+    for n in range(max(n0, MIN_PAIRS), len(pa) + 1):
+        av, bv = pa[:n], pb[:n]
         look += 1
         decision = sequential_decision(av, bv, look, level, equivalence, better, previous)
         previous = (decision.low, decision.high)
@@ -116,14 +122,17 @@ class Decider:
         return bool(open_), any(c.headline for c in open_)
 
     def order(self, rnd: int, seed: int) -> list[Side]:
-        """This round's cells: headline ones first, then the rest; within each group one seeded
-        shuffle per pair of rounds, reversed in the second (A B … B A), so a drift of the machine
-        that is linear over the pair weighs every cell alike."""
+        """This round's cells. One seeded shuffle serves two rounds, the second reversed (A B … B A),
+        so a drift of the machine that is linear over the pair weighs every cell alike. Under a
+        budget, the headline comparisons' cells go first (each group reversed on its own), so the
+        budget is spent on them before the rest."""
         base = list(self.cells)
         random.Random(seed * 1009 + rnd // 2).shuffle(base)
         if rnd % 2:
             base.reverse()
         needed = [(cs, *self._needs(cs)) for cs in base]
+        if not self.plan.budget_s:
+            return [cs for cs, need, _ in needed if need]
         first = [cs for cs, need, head in needed if need and head]
         rest = [cs for cs, need, head in needed if need and not head]
         return first + rest
@@ -146,21 +155,20 @@ class Decider:
         return [self.describe(c) for c in self.comparisons]
 
     def describe(self, c: Comparison) -> dict:
-        a = [v for _, v in c.base.history]
-        b = [v for _, v in c.cell.history]
+        a, b = pairs(c.base.history, c.cell.history)
         d = c.decision
         out = {"cell": c.cell.cell.key, "baseline": c.base.cell.key, "headline": c.headline,
                "verdict": d.verdict if d else UNDECIDED, "ratio": d.ratio if d else None,
                "low": d.low if d else None, "high": d.high if d else None, "looks": d.look if d else 0,
-               "n_cell": d.n_b if d and d.decided else len(b), "n_baseline": d.n_a if d and d.decided else len(a), "cv_cell_pct": cv_pct(b), "cv_baseline_pct": cv_pct(a),
+               "pairs": d.n if d and d.decided else len(a), "cv_cell_pct": cv_pct(b), "cv_baseline_pct": cv_pct(a),
+               "cv_ratio_pct": cv_pct([y / x for x, y in zip(a, b) if x > 0]),
                "steal_pct": max(c.steal_pct) if c.steal_pct else None, "level": self.level,
                "equivalence_pct": self.equivalence, "metric": self.plan.repeat.metric,
                "needs_rounds": None, "needs_minutes": None, "moot": c.moot}
         if c.moot or (d is not None and d.decided):
             return out
-        extra = rounds_to_decide(a, b, (d.look if d else 0) + 1, self.level, self.equivalence, ESTIMATE_LIMIT)
+        extra = rounds_to_decide(a, b, d.look if d else 0, self.level, self.equivalence, ESTIMATE_LIMIT)
         if extra is not None:
-            extra = max(extra, 1)
             per_round = self._mean_seconds(c.cell) + self._mean_seconds(c.base)
             out["needs_rounds"], out["needs_minutes"] = extra, extra * per_round / 60
         return out
@@ -175,16 +183,17 @@ class Decider:
 
 def reason(d: dict) -> str:
     """The cell's reason line for a comparison's outcome."""
-    noise = f"cv {_pct(d['cv_cell_pct'])} / baseline {_pct(d['cv_baseline_pct'])}"
+    noise = (f"noise: ratio cv {_pct(d['cv_ratio_pct'])}, cell {_pct(d['cv_cell_pct'])}, "
+             f"baseline {_pct(d['cv_baseline_pct'])}")
     if d["steal_pct"] is not None and d["steal_pct"] >= 1:
         noise += f", CPU steal up to {d['steal_pct']:.1f} %"
-    rounds = f"{d['n_cell']}/{d['n_baseline']} samples"
+    rounds = f"{d['pairs']} rounds"
     if d["verdict"] != UNDECIDED:
         return (f"decided {d['verdict']} ({d['level']:g} % over every look, {rounds}, {noise})")
     if d["needs_minutes"] is not None:
         return (f"undetermined: needs ~{max(d['needs_minutes'], 0.1):.1f} more minutes at this noise "
                 f"(~{d['needs_rounds']} more rounds; {rounds}, {noise})")
-    if min(d["n_cell"], d["n_baseline"]) >= 2:
+    if d["pairs"] >= 2:
         return f"undetermined after {rounds}: more than {ESTIMATE_LIMIT} more rounds at this noise ({noise})"
     return f"undetermined after {rounds}: too few samples to estimate what it needs"
 
