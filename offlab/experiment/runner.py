@@ -246,16 +246,18 @@ class Runner:
         rep, started = self.plan.repeat, time.monotonic()
         self.decider = dec = Decider(self.plan, self.cells)
         for rnd in range(rep.max):
-            order = [cs for cs in dec.order(rnd, self.seed) if rnd not in cs.rounds_done]
+            order = dec.order(rnd, self.seed)
             if not order:
                 break
+            order = [cs for cs in order if rnd not in cs.rounds_done]  # measured before a resume
             self.on_event("round", {"round": rnd, "cells": len(order)})
             for position, cs in enumerate(order):
                 if not cs.active:
                     continue
                 if self.plan.budget_s and time.monotonic() - started > self.plan.budget_s:
-                    self._conclude(f"time budget of {self.plan.budget_s:g} s used up")
-                    self.store.set_run_status(self.run_id, "budget_exhausted", self._note())
+                    why = f"time budget of {self.plan.budget_s:g} s used up"
+                    self._conclude(why)
+                    self.store.set_run_status(self.run_id, "budget_exhausted", why)
                     self.on_event("budget", {"run_id": self.run_id})
                     return
                 t0 = time.monotonic()
