@@ -177,3 +177,119 @@ def _verdict(value: float | None, low: float | None, high: float | None, no_chan
 def is_improvement(v: str) -> bool | None:
     """True for a verdict that is good news, False for bad news, None for neither."""
     return {FASTER: True, LOWER: True, SLOWER: False, HIGHER: False}.get(v)
+
+
+# ---- deciding a comparison while looking after every round ---------------------------------
+#
+# A confidence sequence by alpha spending: look k (k = 1, 2, ...) uses an interval on the ratio at
+# level 1 − α_k with α_k = α / (k (k + 1)). Since Σ α_k = α, the chance that ANY look's interval
+# misses the true ratio is at most α (the union bound), however many looks are taken and
+# whenever one stops. So every interval of the sequence holds at once, they may be intersected,
+# and a verdict read off any of them is wrong with probability at most α.
+#
+# The interval is on the ratio of cell to baseline measured in the same round (paired): a shared
+# machine's load that comes and goes moves both samples of a round together and cancels in their
+# ratio, and the pairs are independent whatever the variances of the two sides.
+
+EQUIVALENT = "equivalent"
+UNDECIDED = "undecided"
+MIN_PAIRS = 3  # a paired interval needs 2 degrees of freedom to be worth a look (t(0.9875, 1) = 25)
+
+
+def look_alpha(alpha: float, look: int) -> float:
+    """The error the k-th look may spend: α / (k (k + 1)); the looks together spend at most α."""
+    if look < 1:
+        raise ValueError("looks count from 1")
+    return alpha / (look * (look + 1))
+
+
+def paired_ratio_ci(a_values: Sequence[float], b_values: Sequence[float], level: float = 99.0) -> Ratio:
+    """Ratio b/a from pairs (a_i, b_i) measured together: exp of the mean of ln(b_i / a_i), with
+    the Student-t interval exp(d̄ ± t(n − 1)·s_d/√n). A value ≤ 0 has no logarithm: no ratio."""
+    n = len(a_values)
+    if n == 0 or n != len(b_values):
+        raise ValueError("paired_ratio_ci needs the same number of values on both sides")
+    if min(a_values) <= 0 or min(b_values) <= 0:
+        return Ratio(None, None, None)
+    d = [math.log(b / a) for a, b in zip(a_values, b_values)]
+    mean = math.fsum(d) / n
+    if n < 2:
+        return Ratio(math.exp(mean), None, None)
+    sd = math.sqrt(math.fsum((x - mean) ** 2 for x in d) / (n - 1))
+    hw = t_quantile(1 - (1 - level / 100) / 2, n - 1) * sd / math.sqrt(n)
+    return Ratio(math.exp(mean), math.exp(mean - hw), math.exp(mean + hw), n - 1)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One look at a comparison b/a: the running interval and what it decides."""
+
+    verdict: str  # faster | slower | lower (better) | higher (worse) | equivalent | undecided
+    ratio: float | None
+    low: float | None  # the running (intersected) interval on the ratio
+    high: float | None
+    look: int
+    level: float  # % of this look's own interval, e.g. 97.5 at look 1 of a 95 % sequence
+    n: int  # pairs
+
+    @property
+    def decided(self) -> bool:
+        return self.verdict != UNDECIDED
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def sequential_decision(a_values: Sequence[float], b_values: Sequence[float], look: int, level: float = 95.0,
+                        equivalence_pct: float | None = 5.0, better: str = "higher",
+                        previous: tuple[float | None, float | None] | None = None) -> Decision:
+    """Look `look` at pairs (a_i, b_i): paired_ratio_ci at level 1 − α/(k(k+1)), intersected with
+    `previous`. Significant when the running interval excludes 1; equivalent when it lies inside
+    [1 − m, 1 + m], m = equivalence_pct / 100; else undecided.
+    """
+    alpha = 1 - level / 100
+    look_level = 100 * (1 - look_alpha(alpha, look))
+    r = paired_ratio_ci(a_values, b_values, look_level)
+    low, high = r.low, r.high
+    if previous is not None and previous[0] is not None and low is not None:
+        low, high = max(low, previous[0]), min(high, previous[1])
+    verdict = UNDECIDED
+    if r.ratio is not None and low is not None and high is not None:
+        word = _verdict(r.ratio, low, high, 1.0, better)
+        if word != NO_DIFFERENCE:
+            verdict = word
+        elif equivalence_pct is not None and 1 - equivalence_pct / 100 <= low and high <= 1 + equivalence_pct / 100:
+            verdict = EQUIVALENT
+    return Decision(verdict, r.ratio, low, high, look, look_level, len(a_values))
+
+
+def rounds_to_decide(a_values: Sequence[float], b_values: Sequence[float], looks_done: int, level: float = 95.0,
+                     equivalence_pct: float | None = 5.0, limit: int = 1000) -> int | None:
+    """More rounds (pairs) an undecided comparison would need at the noise of its pairs so far.
+
+    A verdict comes when a later look's half-width t(n − 1)·s_d/√n on the log scale falls below
+    the distance from ln(ratio) to 0 (significance) or to the nearer equivalence bound
+    (equivalence), at that look's level. None: fewer than two pairs, a value ≤ 0, or more than
+    `limit` rounds.
+    """
+    n0 = len(a_values)
+    if n0 < 2 or n0 != len(b_values) or min(a_values) <= 0 or min(b_values) <= 0:
+        return None
+    d = [math.log(b / a) for a, b in zip(a_values, b_values)]
+    mean = math.fsum(d) / n0
+    sd = math.sqrt(math.fsum((x - mean) ** 2 for x in d) / (n0 - 1))
+    target = abs(mean)
+    if equivalence_pct is not None:
+        m = equivalence_pct / 100
+        target = max(target, min(math.log(1 + m) - mean, mean - math.log(1 - m)))
+    if target <= 0:
+        return None
+    alpha = 1 - level / 100
+    for extra in range(1, limit + 1):
+        n = n0 + extra
+        if n < MIN_PAIRS:
+            continue
+        look = looks_done + n - max(n0, MIN_PAIRS - 1)
+        if t_quantile(1 - look_alpha(alpha, look) / 2, n - 1) * sd / math.sqrt(n) < target:
+            return extra
+    return None

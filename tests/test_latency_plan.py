@@ -29,10 +29,10 @@ def test_latency_suite_is_the_full_matrix_and_quick_runs_the_deciding_cells():
     busy = next(c for c in full.cells if c.params["busy"] == "on")
     assert ("machine", "net.core.busy_poll", 50) in busy.changes
     [quick] = suites.plans("latency", quick=True)
-    assert [c.params for c in quick.cells] == [
+    assert sorted(map(str, (c.params for c in quick.cells))) == sorted(map(str, [
         {"gro": "off", "napi": "off", "busy": "off"}, {"gro": "on", "napi": "off", "busy": "off"},
-        {"gro": "on", "napi": "off", "busy": "on"}, {"gro": "on", "napi": "on", "busy": "off"}]
-    assert (quick.repeat.min, quick.repeat.max) == (3, 3)
+        {"gro": "on", "napi": "off", "busy": "on"}, {"gro": "on", "napi": "on", "busy": "off"}]))
+    assert len(quick.headline) == 3 and quick.budget_s
     assert "Issue #12" in suites.description("latency") and "seed 002" in suites.description("latency")
 
 
@@ -53,9 +53,6 @@ def test_a_request_response_plan_needs_the_engine_and_builds_the_probe_from_the_
     ("gro_flush_timeout: 20000", "napi_defer_hard_irqs: 2147483648", "napi_defer_hard_irqs takes an integer"),
     ("gro_flush_timeout: 20000", "net.core.busy_poll: 50",
      "net.core.busy_poll is host-wide (no network namespace has it): write it under machine"),
-    ('baseline: {gro: "off"}', 'baseline: {gro: "off"}\nquick: {only: [{gro: "on"}]}',
-     "quick.only leaves out the baseline"),
-    ('baseline: {gro: "off"}', 'baseline: {gro: "off"}\nquick: {cells: 2}', "quick takes only (cells) and repeat"),
 ])
 def test_bad_latency_plans_name_the_field(old, new, needle):
     assert old in PLAN

@@ -76,9 +76,11 @@ def test_gro_gso_vm_boots_one_guest_per_nic_and_compares_each_direction_with_tso
     assert p.baseline == {"placement": "tso", "tap": "negotiated"}
 
 
-def test_quick_mode_shortens_repetitions():
+def test_quick_mode_decides_the_headline_within_a_budget_and_shortens_the_width_rule():
     p = suites.plans("uso", quick=True)[0]
-    assert (p.repeat.min, p.repeat.max) == (1, 2)
+    assert p.budget_s == 120 and p.shape_rounds == 2 and p.headline
+    w = load_plan(suites.text("uso").replace("width: 10}", "width: 10, until: width}"), "uso", quick=True)
+    assert (w.repeat.min, w.repeat.max, w.repeat.width) == (1, 2, 20) and w.budget_s is None
 
 
 BAD = [

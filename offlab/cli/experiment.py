@@ -14,6 +14,12 @@ from offlab.cli.console import console
 # commands that use it, so that `offlab lab down` does not pay for it at start-up.
 
 out = console(stderr=True)
+QUICK_HELP = ("The headline comparisons first, decided within 2 minutes (or --budget), and 2 rounds of the "
+              "other cells to show the shape; plans without a baseline: 1–2 repetitions, wide interval.")
+BUDGET_HELP = ("Time for measuring, e.g. 90s, 2m, 1h: rounds go to undecided comparisons (headline first); "
+               "what is left undetermined says how many more minutes it would need.")
+UNTIL_HELP = ("decided: repeat each comparison with the baseline until faster, slower or equivalent; "
+              "width: repeat each cell until its interval is repeat.width % wide (netperf -I, the old rule).")
 suite_app = typer.Typer(help="Built-in suites that reproduce the seed documents.", no_args_is_help=True)
 
 
@@ -27,7 +33,9 @@ def run_cmd(
     plan: Optional[Path] = typer.Argument(None, help="Plan file (YAML)."),
     db: Optional[Path] = typer.Option(None, "--db", help="SQLite database (default: see README)."),
     resume: Optional[int] = typer.Option(None, "--resume", help="Continue an interrupted run."),
-    quick: bool = typer.Option(False, "--quick", help="1–2 repetitions per cell, wide interval."),
+    quick: bool = typer.Option(False, "--quick", help=QUICK_HELP),
+    budget: Optional[str] = typer.Option(None, "--budget", help=BUDGET_HELP),
+    until: Optional[str] = typer.Option(None, "--until", help=UNTIL_HELP),
     validate: bool = typer.Option(False, "--validate", help="Only check the plan and list its cells."),
     as_json: bool = typer.Option(False, "--json", help="Print the run summary as JSON."),
 ) -> None:
@@ -44,6 +52,7 @@ def run_cmd(
     if plan is not None:
         # The plan is judged before the database is opened, so --validate needs none.
         p = load_plan_file(str(plan), quick=quick)
+        _override([p], budget, until)
         if validate:
             _validate_tools(p)
             _print_cells(p)
@@ -57,6 +66,21 @@ def run_cmd(
         return
     _ready([p], "offlab run")  # before the database: a non-root user's first error should be root
     _run_plans([p], Store.open(db or default_db_path()), as_json)
+
+
+def _override(plans: list[Plan], budget: str | None, until: str | None) -> None:
+    """--budget (shared out over the plans of a suite as they run) and --until, over the plans' own."""
+    from offlab.errors import BadInput
+    from offlab.experiment.plan.load import parse_budget
+
+    if until is not None and until not in ("decided", "width"):
+        raise BadInput(f"--until {until!r}: choose decided or width")
+    seconds = parse_budget(budget, "--budget") if budget is not None else None
+    for p in plans:
+        if until is not None:
+            p.repeat = p.repeat.model_copy(update={"until": until})
+        if seconds is not None:
+            p.budget_s = seconds / len(plans)
 
 
 def _ready(plans: list[Plan], what: str) -> None:
@@ -111,7 +135,9 @@ def suite_show(name: str) -> None:
 @suite_app.command("run")
 def suite_run(
     name: str,
-    quick: bool = typer.Option(False, "--quick", help="1–2 repetitions per cell, wide interval."),
+    quick: bool = typer.Option(False, "--quick", help=QUICK_HELP),
+    budget: Optional[str] = typer.Option(None, "--budget", help=BUDGET_HELP),
+    until: Optional[str] = typer.Option(None, "--until", help=UNTIL_HELP),
     db: Optional[Path] = typer.Option(None, "--db"),
     report_dir: Optional[Path] = typer.Option(None, "--report-dir", help="Write an HTML report per run here."),
     as_json: bool = typer.Option(False, "--json"),
@@ -121,6 +147,7 @@ def suite_run(
     from offlab.store import Store, default_db_path
 
     plans = suite_lib.plans(name, quick=quick)
+    _override(plans, budget, until)
     _ready(plans, "offlab suite run")
     _run_plans(plans, Store.open(db or default_db_path()), as_json, report_dir)
 
@@ -161,6 +188,8 @@ def _finish(store: Store, runner: Runner, as_json: bool, report_dir: Path | None
                       f"resume with `offlab run --resume {runner.run_id}`[/yellow]")
         raise typer.Exit(130) from None
     summary = {"run_id": run_id, "name": runner.plan.name, "status": store.get_run(run_id)["status"]}
+    if runner.decider is not None:
+        summary["decisions"] = runner.decisions
     if report_dir is not None:
         from offlab.report import write_report
 
@@ -172,15 +201,49 @@ def _finish(store: Store, runner: Runner, as_json: bool, report_dir: Path | None
         from offlab.cli.results import print_comparison
 
         print_comparison(store, run_id)  # lists skipped / failed cells with their reasons too
+        _print_decisions(runner)
         if "report" in summary:
             typer.echo(f"report: {summary['report']}")
         typer.echo(f"run {run_id} ({runner.plan.name}) {summary['status']}: offlab results show {run_id}")
     return summary
 
 
+def _print_decisions(runner: Runner) -> None:
+    """The headline verdicts as the sequential rule decided them, then a count of the others."""
+    from offlab.experiment.decide import reason
+
+    if runner.decider is None or not runner.decisions:
+        return
+    rep = runner.plan.repeat
+    head = [d for d in runner.decisions if d["headline"] and not d["moot"]]
+    rest = [d for d in runner.decisions if not d["headline"] and not d["moot"]]
+    typer.echo(f"headline verdicts ({rep.metric}; {rep.level:g} % confidence over every look, "
+               f"equivalent = within ±{rep.equivalence:g} %):")
+    for d in head:
+        typer.echo(f"  {d['cell']} vs {d['baseline']}: {_ratio_text(d)}{reason(d)}")
+    if rest:
+        decided = sum(d["verdict"] != "undecided" for d in rest)
+        typer.echo(f"other comparisons: {decided} of {len(rest)} decided (offlab results show {runner.run_id})")
+
+
+def _ratio_text(d: dict) -> str:
+    if d["ratio"] is None:
+        return ""
+    interval = f" [{d['low']:.3g}, {d['high']:.3g}]" if d["low"] is not None and d["high"] is not None else ""
+    return f"×{d['ratio']:.3g}{interval}: "
+
+
 def _print_cells(p: Plan) -> None:
-    typer.echo(f"# {p.name}: {len(p.cells)} cells, repeat {p.repeat.min}..{p.repeat.max} at "
-               f"{p.repeat.level:g} % ±{p.repeat.width / 2:g} %, baseline {p.baseline}")
+    rep = p.repeat
+    if rep.rule(p.baseline is not None) == "decided":
+        rule = (f"each comparison repeated {rep.min}..{rep.max} times until decided at {rep.level:g} % "
+                f"(equivalent within ±{rep.equivalence:g} %)")
+    else:
+        rule = f"repeat {rep.min}..{rep.max} at {rep.level:g} % ±{rep.width / 2:g} %"
+    budget = f", budget {p.budget_s:g} s" if p.budget_s else ""
+    typer.echo(f"# {p.name}: {len(p.cells)} cells, {rule}{budget}, baseline {p.baseline}")
+    if p.headline:
+        typer.echo(f"  headline: {', '.join(','.join(f'{k}={v}' for k, v in h.items()) for h in p.headline)}")
     for c in p.cells:
         typer.echo(f"  {c.key}")
 
@@ -234,6 +297,19 @@ class _Progress:
             self._line(f"guest restart: lab {info['lab']} up with other QEMU properties (guest boot {info['boots']} of this run)")
         elif kind == "skipped":
             self._line(f"  {info['cell']}: skipped — {info['reason']}")
+        elif kind == "decisions":
+            comps = info["comparisons"]
+            decided = sum(d["verdict"] != "undecided" for d in comps)
+            steal = max((d["steal_pct"] or 0 for d in comps), default=0)
+            open_cv = [max(x for x in (d["cv_cell_pct"], d["cv_baseline_pct"]) if x is not None)
+                       for d in comps if d["verdict"] == "undecided" and not d["moot"]
+                       and (d["cv_cell_pct"] is not None or d["cv_baseline_pct"] is not None)]
+            text = f"round {info['round'] + 1}: {decided} of {len(comps)} comparisons decided"
+            if open_cv:
+                text += f"; noisiest undecided cv {max(open_cv):.1f} %"
+            if steal >= 1:
+                text += f"; CPU steal up to {steal:.1f} %"
+            self._line(text)
         elif kind in ("done", "budget", "interrupted"):
             if self.bar:
                 self.bar.stop()

@@ -1,4 +1,5 @@
-"""The matrix runner: rounds of shuffled cells until each cell's confidence target is met.
+"""The matrix runner: rounds of shuffled cells until each comparison with the baseline is decided
+(offlab.experiment.decide), or, in a plan without a baseline, until each cell's interval is narrow.
 
 Inside a round the cells run in a shuffled order (seeded, recorded), so the slow
 drift of a noisy machine spreads over every cell instead of biasing one. Each
@@ -18,6 +19,8 @@ from typing import Callable
 
 from offlab import lab as labs
 from offlab.errors import BadInput, EnvironmentProblem, NotRoot, OfflabError
+from offlab.experiment import decide
+from offlab.experiment.decide import Decider
 from offlab.experiment.env import environment
 from offlab.experiment.plan import Cell, Plan, RepeatSpec, load_plan
 from offlab.experiment.search import parse_pps, zero_loss_search
@@ -30,7 +33,7 @@ from offlab.experiment.measure import CaptureRequest, measure, measure_rr, measu
 from offlab.lab.hold import Hold
 from offlab.metrics import metrics_of
 from offlab.state import FlockFile, me
-from offlab.stats import converged
+from offlab.stats import UNDECIDED, converged
 from offlab.store import Store
 
 SYSCTL_PREFIXES = ("net.", "kernel.", "vm.")
@@ -44,6 +47,7 @@ class CellState:
     reason: str | None = None
     rounds_done: set[int] = field(default_factory=set)
     values: list[float] = field(default_factory=list)
+    history: list[tuple[int, float]] = field(default_factory=list)  # (round, value of repeat.metric)
 
     @property
     def active(self) -> bool:
@@ -92,6 +96,8 @@ class Runner:
         # Cells whose guests differ in boot-time QEMU properties: one guest lab up at a time (see _lab_for).
         self.one_guest_at_a_time = False
         self.guest_boots: list[dict] = []
+        self.decider: Decider | None = None
+        self.decisions: list[dict] = []  # every comparison's outcome, once the run ends
 
     # ---- entry points -------------------------------------------------
     @classmethod
@@ -243,10 +249,14 @@ class Runner:
                     cs.rounds_done.add(s["round"])
                     if metric in s["metrics"]:
                         cs.values.append(s["metrics"][metric])
+                        cs.history.append((s["round"], s["metrics"][metric]))
             self.cells.append(cs)
         self.on_event("run", {"run_id": self.run_id, "cells": len(self.cells), "seed": self.seed})
 
     def _rounds(self) -> None:
+        if self.plan.repeat.rule(self.plan.baseline is not None) == "decided":
+            self._rounds_until_decided()
+            return
         rep, started = self.plan.repeat, time.monotonic()
         for rnd in range(rep.max):
             order = [c for c in self.cells if c.active]
@@ -269,6 +279,59 @@ class Runner:
         self.store.set_run_status(self.run_id, "done")
         self.on_event("done", {"run_id": self.run_id})
 
+    def _rounds_until_decided(self) -> None:
+        """Rounds until every comparison is decided, `repeat.max` rounds, or the budget is spent."""
+        rep, started = self.plan.repeat, time.monotonic()
+        self.decider = dec = Decider(self.plan, self.cells)
+        for rnd in range(rep.max):
+            order = dec.order(rnd, self.seed)
+            if not order:
+                break
+            order = [cs for cs in order if rnd not in cs.rounds_done]  # measured before a resume
+            self.on_event("round", {"round": rnd, "cells": len(order)})
+            for position, cs in enumerate(order):
+                if not cs.active:
+                    continue
+                if self.plan.budget_s and time.monotonic() - started > self.plan.budget_s:
+                    why = f"time budget of {self.plan.budget_s:g} s used up"
+                    self._conclude(why)
+                    self.store.set_run_status(self.run_id, "budget_exhausted", why)
+                    self.on_event("budget", {"run_id": self.run_id})
+                    return
+                t0 = time.monotonic()
+                steal = self._sample(cs, rnd, position)
+                dec.record(cs, time.monotonic() - t0, steal)
+            dec.refresh()
+            self.on_event("decisions", {"round": rnd, "comparisons": dec.summary()})
+        self._conclude(f"{rep.max} rounds")
+        self.store.set_run_status(self.run_id, "done", self._note())
+        self.on_event("done", {"run_id": self.run_id})
+
+    def _conclude(self, why: str) -> None:
+        """Each cell's status from its comparisons: decided → done, else confidence not reached
+        with what it would still need."""
+        dec = self.decider
+        dec.refresh()
+        self.decisions = dec.summary()
+        for d in self.decisions:
+            cs = next(c for c in self.cells if c.cell.key == d["cell"])
+            if not cs.active:
+                continue
+            decided = d["verdict"] != UNDECIDED
+            cs.status, cs.reason = ("done" if decided else "confidence_not_reached"), decide.reason(d)
+            if not decided and d["needs_minutes"] is None:
+                cs.reason += f"; stopped: {why}"
+            self.store.set_cell_status(cs.cell_id, cs.status, cs.reason)
+        for cs in self.cells:
+            if cs.active and cs.rounds_done:
+                cs.status = "done"
+                self.store.set_cell_status(cs.cell_id, "done", None)
+
+    def _note(self) -> str:
+        head = [d for d in self.decisions if d["headline"] and not d["moot"]]
+        decided = sum(d["verdict"] != UNDECIDED for d in head)
+        return f"{decided} of {len(head)} headline comparisons decided"
+
     def _judge(self, cs: CellState, rep: RepeatSpec) -> None:
         n = len(cs.values)
         if n >= rep.min and converged(cs.values, rep.level, rep.width):
@@ -281,11 +344,12 @@ class Runner:
             return
         self.store.set_cell_status(cs.cell_id, cs.status, cs.reason)
 
-    def _sample(self, cs: CellState, rnd: int) -> None:
+    def _sample(self, cs: CellState, rnd: int, position: int | None = None) -> float | None:
+        """Measure one sample of a cell; returns the CPU steal % of its window where measured."""
         cell, lab = cs.cell, self._lab_for(cs.cell.lab_key)
         self.on_event("sample", {"cell": cell.key, "round": rnd})
         try:
-            self._sample_in(cs, rnd, lab)
+            return self._sample_in(cs, rnd, lab, position)
         except (OfflabError, OSError, ValueError, KeyError) as exc:
             gone = labs.removed(lab)
             if gone is None:
@@ -297,7 +361,7 @@ class Runner:
                              f"({gone}); the samples measured so far are kept: "
                              f"`offlab run --resume {self.run_id}` continues") from None
 
-    def _sample_in(self, cs: CellState, rnd: int, lab: LabState) -> None:
+    def _sample_in(self, cs: CellState, rnd: int, lab: LabState, position: int | None = None) -> float | None:
         cell = cs.cell
         changes = [self._change(lab, t, k, v) for t, k, v in cell.changes]
         with Transaction(label=f"run {self.run_id} cell {cell.key}") as tx:
@@ -307,7 +371,7 @@ class Runner:
                 cs.status, cs.reason = "skipped", f"cannot test here: {reason}"
                 self.store.set_cell_status(cs.cell_id, "skipped", cs.reason)
                 self.on_event("skipped", {"cell": cell.key, "reason": cs.reason})
-                return
+                return None
             w = cell.workload.traffic(ipv6=cell.topology.ipv6)
             cap = None
             if self.plan.capture and (self.plan.capture.rounds == "all" or rnd == 0):
@@ -336,6 +400,8 @@ class Runner:
         if self.guest_boots:  # which boot of the guest took it, and how many boots the run has made so far
             sample["guest_boot"] = {**next(b for b in reversed(self.guest_boots) if b["lab"] == lab.name),
                                     "boots_so_far": len(self.guest_boots)}
+        if position is not None:
+            sample["round_position"] = position  # where in its round it ran: the interleaving, recorded
         metrics = metrics_of(sample)
         self.store.add_sample(self.run_id, cs.cell_id, rnd, sample, metrics, sample["knobs"])
         cs.rounds_done.add(rnd)
@@ -344,9 +410,11 @@ class Runner:
             self.on_event("skipped", {"cell": cell.key, "reason": cs.reason})
         if self.plan.repeat.metric in metrics:
             cs.values.append(metrics[self.plan.repeat.metric])
+            cs.history.append((rnd, metrics[self.plan.repeat.metric]))
         rep = self.plan.repeat
         remaining = sum(max(rep.min - len(c.rounds_done), 0) for c in self.cells if c.active)
         self.on_event("sampled", {"cell": cell.key, "round": rnd, "metrics": metrics, "remaining_min": remaining})
+        return ((sample.get("probes") or {}).get("cpu") or {}).get("system", {}).get("steal_pct")
 
     @staticmethod
     def _change(lab: LabState, target: str, key: str, value) -> Change:

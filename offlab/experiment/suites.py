@@ -40,7 +40,7 @@ def plans(name: str, *, quick: bool = False) -> list[Plan]:
     out = []
     for i, part in enumerate(data["include"]):
         base, _ = yamlio.load(text(part["suite"]), f"suite {part['suite']}")
-        for key in ("only", "exclude", "repeat", "budget"):
+        for key in ("only", "exclude", "repeat", "budget", "headline", "quick"):
             if key in part:
                 base[key] = part[key]
         effective = yaml.safe_dump(base, sort_keys=False, allow_unicode=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from offlab.errors import BadInput
 from offlab.experiment import yamlio
 from offlab.experiment.plan import topology as static
 from offlab.experiment.plan.axes import expand, fmt, matches, parse_axes, parse_filters
@@ -13,7 +14,8 @@ from offlab.experiment.plan.errors import PlanErrors
 from offlab.experiment.plan.models import CaptureSpec, Plan, RepeatSpec, TopologySpec, WorkloadSpec
 
 TOP_KEYS = {"name", "description", "topology", "axes", "only", "exclude", "workload", "repeat", "baseline",
-            "capture", "budget", "seed", "warmup", "quick"}
+            "capture", "budget", "seed", "warmup", "headline", "quick"}
+QUICK_BUDGET_S = 120.0  # --quick with no budget of its own: about two minutes of measuring
 
 
 def load_plan(text: str, source: str = "<plan>", *, quick: bool = False) -> Plan:
@@ -44,46 +46,51 @@ def load_plan(text: str, source: str = "<plan>", *, quick: bool = False) -> Plan
     baseline = data.get("baseline")
     if baseline is not None:
         baseline = parse_filters(err, [baseline], "baseline", axes)[0]
+    headline = parse_filters(err, data.get("headline") or [], "headline", axes)
+    quick_cells = parse_filters(err, data.get("quick") or [], "quick", axes)
+    if headline and baseline is None:
+        err.fail(("headline",), "headline names comparisons with the baseline: give the plan a baseline")
     budget = _budget(err, data.get("budget"))
     seed = data.get("seed")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         err.fail(("seed",), "seed must be an integer")
     plan = Plan(source=source, text=text, name=name, description=str(data.get("description") or ""),
                 topology=topology, workload=workload, repeat=repeat, axes=axes, only=only, exclude=exclude,
-                baseline=baseline, capture=capture, budget_s=budget, seed=seed)
+                baseline=baseline, capture=capture, budget_s=budget, seed=seed, headline=headline,
+                quick=quick_cells)
     plan.cells = expand(plan, err, value_paths)
     if not plan.cells:
         err.fail(("only",) if only else ("axes",), "the filters leave no cell to run")
     if baseline and not any(matches(c.params, baseline) for c in plan.cells):
         err.fail(("baseline",), f"baseline {fmt(baseline)} matches no cell")
-    # A plan's own `quick:` (only / repeat) says which cells decide its question in a few minutes;
-    # it is checked on every load, so a full run cannot carry a quick section that would fail.
-    quick_only, quick_repeat = _quick(err, data.get("quick"), axes, plan)
+    if headline and not any(matches(c.params, h) and c.params != {**c.params, **baseline}
+                            for c in plan.cells for h in headline):
+        err.fail(("headline",), f"headline {', '.join(map(fmt, headline))} names no compared cell")
     if quick:
-        if quick_only:
-            plan.cells = [c for c in plan.cells if any(matches(c.params, f) for f in quick_only)]
-        plan.repeat = quick_repeat or RepeatSpec(min=1, max=2, level=plan.repeat.level,
-                                                 width=max(plan.repeat.width, 20), metric=plan.repeat.metric)
+        _quicken(plan)
     return plan
 
 
-def _quick(err: PlanErrors, raw: Any, axes: dict, plan: Plan) -> tuple[list[dict[str, str]], RepeatSpec | None]:
-    if raw is None:
-        return [], None
-    if not isinstance(raw, dict) or set(map(str, raw)) - {"only", "repeat"}:
-        err.fail(("quick",), "quick takes only (cells) and repeat, e.g. quick: {only: [{gro: on}], repeat: {min: 2}}")
-    only = parse_filters(err, raw.get("only") or [], "quick", axes)
-    cells = [c for c in plan.cells if any(matches(c.params, f) for f in only)] if only else plan.cells
-    if not cells:
-        err.fail(("quick", "only"), "quick.only leaves no cell to run")
-    if plan.baseline and not any(matches(c.params, plan.baseline) for c in cells):
-        err.fail(("quick", "only"), f"quick.only leaves out the baseline {fmt(plan.baseline)}")
-    repeat = None
-    if raw.get("repeat") is not None:
-        if not isinstance(raw["repeat"], dict):
-            err.fail(("quick", "repeat"), "quick.repeat is a mapping like repeat")
-        repeat = err.model(RepeatSpec, {**plan.repeat.model_dump(), **raw["repeat"]}, ("quick", "repeat"))
-    return only, repeat
+def _quicken(plan: Plan) -> None:
+    """--quick. Deciding plans: the headline comparisons first, decided as usual but within
+    QUICK_BUDGET_S unless the plan has a budget; other cells (those `quick` names, else all)
+    get two rounds, enough to show the shape. Width plans: 1–2 rounds, a 20 % wide interval."""
+    rep = plan.repeat
+    if rep.rule(plan.baseline is not None) == "width":
+        plan.repeat = rep.model_copy(update={"min": 1, "max": 2, "width": max(rep.width, 20)})
+        return
+    plan.repeat = rep.model_copy(update={"min": 2, "max": max(rep.max, 2)})
+    plan.shape_rounds = 2
+    plan.budget_s = plan.budget_s or QUICK_BUDGET_S
+    if plan.quick:
+        wanted = [c for c in plan.cells if any(matches(c.params, f) for f in plan.headline + plan.quick)]
+        keys = {c.key for c in wanted} | {baseline_key(c.params, plan.baseline) for c in wanted}
+        plan.cells = [c for c in plan.cells if c.key in keys]
+
+
+def baseline_key(params: dict[str, str], baseline: dict[str, str]) -> str:
+    """The key of the cell a cell is compared with: its params with the baseline's values."""
+    return ",".join(f"{a}={v}" for a, v in {**params, **baseline}.items())
 
 
 def load_plan_file(path: str, *, quick: bool = False) -> Plan:
@@ -109,9 +116,18 @@ def _capture(err: PlanErrors, raw: Any, kind: str) -> CaptureSpec | None:
 def _budget(err: PlanErrors, raw: Any) -> float | None:
     if raw is None:
         return None
+    try:
+        return parse_budget(raw)
+    except BadInput as exc:
+        err.fail(("budget",), str(exc))
+
+
+def parse_budget(raw: Any, what: str = "budget") -> float:
+    """Seconds from 600, "600", "90s", "10m" or "2h"; BadInput names `what`."""
     if isinstance(raw, (int, float)) and not isinstance(raw, bool) and 0 < raw < float("inf"):
         return float(raw)
-    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*(s|m|h)", str(raw))
-    if not m or float(m.group(1)) <= 0:
-        err.fail(("budget",), "budget is seconds (600) or a duration like 90s, 10m, 2h")
-    return float(m.group(1)) * {"s": 1, "m": 60, "h": 3600}[m.group(2)]
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*(s|m|h)?", str(raw).strip())
+    seconds = float(m.group(1)) * {"s": 1, "m": 60, "h": 3600, None: 1}[m.group(2)] if m else 0
+    if not 0 < seconds <= 366 * 86400:
+        raise BadInput(f"{what} is seconds (600) or a duration like 90s, 10m, 2h, not {str(raw)[:40]!r}")
+    return seconds

@@ -124,6 +124,15 @@ class RepeatSpec(Strict):
     level: float = Field(99.0, gt=50, lt=100)
     width: float = Field(5.0, gt=0, le=200)
     metric: str = "throughput_bps"
+    # decided: repeat each comparison with the baseline until it is decided (offlab.stats'
+    # sequential_decision); width: repeat each cell until its interval is `width` % (netperf -I).
+    # None: decided when the plan has a baseline, else width.
+    until: Literal["decided", "width"] | None = None
+    equivalence: float = Field(5.0, gt=0, lt=100)  # ± % within which a comparison is "equivalent"
+
+    def rule(self, has_baseline: bool) -> str:
+        """The stopping rule in force: `until` as written, else decided when there is a baseline."""
+        return self.until or ("decided" if has_baseline else "width")
 
     @field_validator("metric")
     @classmethod
@@ -190,6 +199,11 @@ class Plan:
     budget_s: float | None
     seed: int | None
     cells: list[Cell] = field(default_factory=list)
+    # Comparisons that decide the suite's headline: filters on the compared (non-baseline) cell.
+    # Empty: every comparison is a headline one.
+    headline: list[dict[str, str]] = field(default_factory=list)
+    quick: list[dict[str, str]] = field(default_factory=list)  # --quick: cells run besides the headline's
+    shape_rounds: int | None = None  # --quick: rounds of a cell outside the headline comparisons
 
     def to_dict(self) -> dict:
         return {
@@ -198,5 +212,5 @@ class Plan:
             "axes": {a: {n: v.model_dump() for n, v in vals.items()} for a, vals in self.axes.items()},
             "only": self.only, "exclude": self.exclude, "baseline": self.baseline,
             "capture": self.capture.model_dump() if self.capture else None, "budget_s": self.budget_s,
-            "seed": self.seed,
+            "seed": self.seed, "headline": self.headline, "quick": self.quick, "shape_rounds": self.shape_rounds,
         }
