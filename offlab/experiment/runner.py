@@ -80,8 +80,9 @@ def run_lock(store: Store, run_id: int) -> FlockFile:
 
 class Runner:
     def __init__(self, plan: Plan, store: Store, *, run_id: int | None = None,
-                 on_event: Callable[[str, dict], None] | None = None) -> None:
+                 on_event: Callable[[str, dict], None] | None = None, lab: LabState | None = None) -> None:
         self.plan, self.store = plan, store
+        self.given_lab = lab  # a lab that exists already (fan-out over SSH host pairs): used, never removed
         self.run_id = run_id
         self.on_event = on_event or (lambda kind, info: None)
         self.labs: dict[str, LabState] = {}
@@ -142,7 +143,8 @@ class Runner:
             for h in self.holds:
                 h.release()
             for lab in self.labs.values():
-                labs.down(lab.name, force=True)
+                if lab is not self.given_lab:
+                    labs.down(lab.name, force=True)
             if self.lock is not None:
                 self.lock.release()
 
@@ -158,6 +160,10 @@ class Runner:
         """One lab per distinct topology the cells need, all up for the whole run."""
         # OFFLAB_LAB_PREFIX lets parallel sessions (and tests) keep their labs apart.
         prefix = os.environ.get("OFFLAB_LAB_PREFIX") or f"x{os.getpid() % 100000}"
+        if self.given_lab is not None:
+            self.labs = {c.lab_key: self.given_lab for c in self.plan.cells}
+            self.holds.append(Hold(self.given_lab.name, self._what()))
+            return
         for i, key in enumerate(dict.fromkeys(c.lab_key for c in self.plan.cells)):
             topo = next(c.topology for c in self.plan.cells if c.lab_key == key)
             options = {k: v for k, v in (("underlay_mtu", topo.underlay_mtu), ("vni", topo.vni),
