@@ -202,7 +202,7 @@ def parse(data: object, source: str) -> Inventory:
         try:
             parse_pair(pair, inv)
         except BadInput as exc:
-            raise BadInput(f"{source}: pairs[{n}]: {str(exc).removeprefix('--pair ')}") from None
+            raise BadInput(f"{source}: pairs[{n}]: {str(exc).removeprefix('--pair ').replace(source + ': ', '')}") from None
     return inv
 
 
