@@ -191,8 +191,9 @@ with Transaction("controller") as tx:
 
 def test_controller_killed_mid_run_the_remote_restores_alone(pair, inv, state_dir, lab_name):
     from offlab import lab
+    from offlab.lab import hosts as hosts_lab
 
-    lab.hosts.up(lab_name, str(inv), "a:t1,b:t1")
+    hosts_lab.up(lab_name, str(inv), "a:t1,b:t1")
     try:
         before = (feature(pair.b.ns, "t1"), mtu(pair.b.ns, "t1"), sysctl(pair.b.ns, "net.ipv4.tcp_ecn"))
         assert before[:2] == (False, 1500) and before[2] != "1"
@@ -203,6 +204,12 @@ def test_controller_killed_mid_run_the_remote_restores_alone(pair, inv, state_di
         finally:
             proc.send_signal(signal.SIGKILL)
             proc.wait(timeout=10)
+            # Its ssh masters outlive it (for ControlPersist seconds, documented): ended here by pid,
+            # so the machines' sshd is left as found.
+            ps = subprocess.run(["ps", "-ww", "-eo", "pid=,args="], capture_output=True, text=True).stdout
+            for line in ps.splitlines():
+                if f"{state_dir}/ssh/{proc.pid}." in line and ("[mux]" in line or "ControlMaster=yes" in line):
+                    os.kill(int(line.split()[0]), signal.SIGTERM)
         assert (feature(pair.b.ns, "t1"), mtu(pair.b.ns, "t1"), sysctl(pair.b.ns, "net.ipv4.tcp_ecn")) == (True, 1400, "1")
         # On the remote machine alone: no ssh, no offlab, no controller; only sh and its tools.
         restore = f"{pair.remote_dir('b')}/restore.sh"
