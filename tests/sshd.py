@@ -111,19 +111,27 @@ def start(tmp: Path, prefix: str, subnet: int = 222) -> Sshd:
         ]) + "\n")
         # sshd's privilege separation directory; made if absent, never removed (the system's own).
         os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
-        log = open(d / "sshd.log", "w")
-        s.proc = NetnsHost(s.server_ns).spawn([SSHD, "-D", "-e", "-f", str(conf)], stdout=log,
-                                              stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        log.close()
-        deadline = time.monotonic() + 10
-        while "Server listening" not in (d / "sshd.log").read_text():
-            if s.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"sshd did not start: {(d / 'sshd.log').read_text()}")
-            time.sleep(0.02)
+        s.proc = _start_sshd(s.server_ns, conf, d / "sshd.log")
     except BaseException:
         stop(s)
         raise
     return s
+
+
+def _start_sshd(ns: str, conf: Path, log_path: Path) -> subprocess.Popen:
+    """sshd in `ns` with the namespace's spawn (stopped later by pid), once it says it listens."""
+    with open(log_path, "w") as log:
+        proc = NetnsHost(ns).spawn([SSHD, "-D", "-e", "-f", str(conf)], stdout=log,
+                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    deadline = time.monotonic() + 10
+    while "Server listening" not in log_path.read_text():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=5)
+            raise RuntimeError(f"sshd did not start: {log_path.read_text()}")
+        time.sleep(0.02)
+    return proc
 
 
 def stop(s: Sshd) -> list[str]:
@@ -132,13 +140,22 @@ def stop(s: Sshd) -> list[str]:
     Returns what had to be killed beyond the listener (should be empty: the masters closed cleanly).
     """
     close_all()
-    if s.proc is not None and s.proc.poll() is None:
-        s.proc.terminate()
+    leftovers = _end_sshd(s.proc, s)
+    for ns in (s.client_ns, s.server_ns):
+        if netns_exists(ns):
+            LOCAL.run(["ip", "netns", "del", ns], check=False)
+    return leftovers
+
+
+def _end_sshd(proc: subprocess.Popen | None, s: Sshd) -> list[str]:
+    """Stop the listener by pid, wait for its sessions to end; kill (and name) those that do not."""
+    if proc is not None and proc.poll() is None:
+        proc.terminate()
         try:
-            s.proc.wait(timeout=5)
+            proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
-            s.proc.kill()
-            s.proc.wait(timeout=5)
+            proc.kill()
+            proc.wait(timeout=5)
     leftovers = []
     deadline = time.monotonic() + 3
     while netns_exists(s.server_ns) and (pids := s.sshd_pids()):
@@ -151,9 +168,6 @@ def stop(s: Sshd) -> list[str]:
                     pass
             break
         time.sleep(0.05)
-    for ns in (s.client_ns, s.server_ns):
-        if netns_exists(ns):
-            LOCAL.run(["ip", "netns", "del", ns], check=False)
     return leftovers
 
 
@@ -243,15 +257,7 @@ def start_pair(tmp: Path, prefix: str, subnet: int = 230, links: int = 1) -> Ssh
                 f"AuthorizedKeysFile {d / 'authorized_keys'}", f"PidFile {d / f'sshd-{side}.pid'}",
                 "PermitRootLogin prohibit-password", "UsePAM no", "StrictModes no",
             ]) + "\n")
-            log_path = d / f"sshd-{side}.log"
-            with open(log_path, "w") as log:
-                m.proc = NetnsHost(m.ns).spawn([SSHD, "-D", "-e", "-f", str(conf)], stdout=log,
-                                               stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-            deadline = time.monotonic() + 10
-            while "Server listening" not in log_path.read_text():
-                if m.proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"sshd did not start: {log_path.read_text()}")
-                time.sleep(0.02)
+            m.proc = _start_sshd(m.ns, conf, d / f"sshd-{side}.log")
     except BaseException:
         stop_pair(p)
         raise
@@ -263,25 +269,7 @@ def stop_pair(p: SshdPair) -> list[str]:
     close_all()
     leftovers = []
     for m in (p.a, p.b):
-        if m.proc is not None and m.proc.poll() is None:
-            m.proc.terminate()
-            try:
-                m.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                m.proc.kill()
-                m.proc.wait(timeout=5)
-        probe = Sshd(p.dir, p.controller, m.ns, "", "")
-        deadline = time.monotonic() + 3
-        while netns_exists(m.ns) and (pids := probe.sshd_pids()):
-            if time.monotonic() > deadline:
-                for pid in pids:
-                    leftovers.append(f"sshd pid {pid}")
-                    try:
-                        os.kill(pid, 9)
-                    except ProcessLookupError:
-                        pass
-                break
-            time.sleep(0.05)
+        leftovers += _end_sshd(m.proc, Sshd(p.dir, p.controller, m.ns, "", ""))
     for ns in (p.controller, p.a.ns, p.b.ns):
         if netns_exists(ns):
             LOCAL.run(["ip", "netns", "del", ns], check=False)

@@ -303,4 +303,6 @@ def test_a_host_that_dies_mid_run_keeps_the_samples_and_names_the_host(pair, inv
     assert res.returncode == 0, res.stdout + res.stderr
     res = cli(state_dir, "lab", "down", "--all")
     assert res.returncode == 0, res.stdout + res.stderr
-    assert feature(pair.b.ns, "t1") is False and not Path(pair.remote_dir("b")).exists()
+    assert feature(pair.b.ns, "t1") is False
+    left = [str(p) for p in Path(pair.remote_dir("b")).rglob("*")]
+    assert not Path(pair.remote_dir("b")).exists(), (res.stdout, left)

@@ -190,7 +190,7 @@ def _local_engine() -> str | None:
 
 def teardown(lab: LabState) -> list[str]:
     """`lab down` of a hosts lab: nothing of the hosts is removed; only the engine offlab copied."""
-    removed = []
+    removed, failed = [], []
     copied = lab.options.get("copied") or {}
     for role, bindir in copied.items():
         entry = lab.hosts.get(role)
@@ -202,8 +202,8 @@ def teardown(lab: LabState) -> list[str]:
             remote_journal.forget(host, host.remote_dir, f"lab-{lab.name}-{role}-engine")
             removed.append(f"{host.name}:{bindir} (the engine offlab copied there)")
         except (EnvironmentProblem, CommandFailed) as exc:
-            removed.append(f"nothing on {host.name} yet: {exc} — its {host.remote_dir}/restore.sh removes "
-                           f"{bindir}, or `offlab lab down {lab.name}` again once it answers")
+            failed.append(f"{bindir} is still on {host.name} ({exc}): `offlab lab down {lab.name}` again once it "
+                          f"answers, or `sh {host.remote_dir}/restore.sh` there")
     for role, entry in lab.hosts.items():
         if entry.ref is not None:
             try:
@@ -211,6 +211,8 @@ def teardown(lab: LabState) -> list[str]:
                 remote_journal.tidy(host, host.remote_dir)
             except (EnvironmentProblem, CommandFailed):
                 pass  # unreachable: its journal stays there, as it should
+    if failed:  # the lab's state file stays, so a later `lab down` still knows what to remove
+        raise EnvironmentProblem(f"lab down {lab.name}: " + "; ".join(failed))
     return removed
 
 
