@@ -31,7 +31,8 @@ from typing import Iterable
 import yaml
 
 from offlab.errors import BadInput
-from offlab.hosts.ssh import DEFAULT_CONNECT_TIMEOUT, TARGET_RE, USER_RE, SshHost, check_ssh_args
+from offlab.hosts.ssh import (DEFAULT_CONNECT_TIMEOUT, DEFAULT_REMOTE_DIR, REMOTE_PATH_RE, TARGET_RE, USER_RE,
+                              SshHost, check_ssh_args)
 from offlab.names import check_ifname
 
 MAX_BYTES = 1 << 20  # an inventory of thousands of hosts fits; a runaway file does not
@@ -141,11 +142,13 @@ class InventoryHost:
     interfaces: tuple[TestInterface, ...] = ()
     allow_management_traffic: bool = False
     groups: tuple[str, ...] = ()
+    remote_dir: str = DEFAULT_REMOTE_DIR
 
     def ssh_host(self) -> SshHost:
         return SshHost(self.target, user=self.user, port=self.port, identity=self.identity,
                        ssh_args=list(self.ssh_args), become=self.become, config=self.ssh_config,
-                       via_netns=self.via_netns, connect_timeout=self.connect_timeout, name=self.name)
+                       via_netns=self.via_netns, connect_timeout=self.connect_timeout, name=self.name,
+                       remote_dir=self.remote_dir)
 
     def interface(self, name: str) -> TestInterface | None:
         return next((i for i in self.interfaces if i.name == name), None)
@@ -155,6 +158,7 @@ class InventoryHost:
                 "identity": self.identity, "become": self.become, "ssh_args": list(self.ssh_args),
                 "ssh_config": self.ssh_config, "via_netns": self.via_netns,
                 "allow_management_traffic": self.allow_management_traffic, "groups": list(self.groups),
+                "remote_dir": self.remote_dir,
                 "interfaces": [{"name": i.name, "addresses": list(i.addresses)} for i in self.interfaces]}
 
 
@@ -163,6 +167,7 @@ class Inventory:
     source: str
     format: str  # "offlab" | "ansible"
     hosts: dict[str, InventoryHost] = field(default_factory=dict)
+    pairs: list[str] = field(default_factory=list)  # "A:IF,B:IF": the client and server ends `run --inventory` uses
 
     def host(self, name: str) -> InventoryHost:
         if name not in self.hosts:
@@ -193,12 +198,17 @@ def parse(data: object, source: str) -> Inventory:
     if not inv.hosts:
         raise BadInput(f"{source}: no hosts in the inventory")
     _check_addresses(inv)
+    for n, pair in enumerate(inv.pairs):
+        try:
+            parse_pair(pair, inv)
+        except BadInput as exc:
+            raise BadInput(f"{source}: pairs[{n}]: {str(exc).removeprefix('--pair ').replace(source + ': ', '')}") from None
     return inv
 
 
 def _is_offlab(data: dict) -> bool:
     hosts = data.get("hosts")
-    if not set(data) <= {"version", "defaults", "hosts"} or not isinstance(hosts, dict):
+    if not set(data) <= {"version", "defaults", "hosts", "pairs"} or not isinstance(hosts, dict):
         return False
     # An Ansible group that happens to be called "hosts" has only hosts/children/vars in it.
     return not (hosts and set(hosts) <= {"hosts", "children", "vars"})
@@ -206,7 +216,7 @@ def _is_offlab(data: dict) -> bool:
 
 # ---- offlab's format ------------------------------------------------------------------------
 _OFFLAB_KEYS = {"ssh", "user", "port", "identity_file", "sudo", "ssh_args", "ssh_config", "via_netns",
-                "connect_timeout", "interfaces", "allow_management_traffic"}
+                "connect_timeout", "interfaces", "allow_management_traffic", "remote_dir"}
 
 
 def _parse_offlab(data: dict, source: str) -> Inventory:
@@ -219,7 +229,7 @@ def _parse_offlab(data: dict, source: str) -> Inventory:
     if bad:
         raise BadInput(f"{source}: defaults: unknown key {sorted(bad)[0]!r} "
                        f"(known: {', '.join(sorted(_OFFLAB_KEYS - {'ssh', 'interfaces'}))})")
-    inv = Inventory(source, "offlab")
+    inv = Inventory(source, "offlab", pairs=_pairs(data.get("pairs"), f"{source}: pairs"))
     for name, entry in data["hosts"].items():
         where = f"{source}: host {name!r}"
         _check_host_name(name, source)
@@ -241,14 +251,14 @@ def _parse_offlab(data: dict, source: str) -> Inventory:
             connect_timeout=v.get("connect_timeout", DEFAULT_CONNECT_TIMEOUT),
             interfaces=_interfaces(v.get("interfaces"), f"{where}: interfaces"),
             allow=_bool(v.get("allow_management_traffic", False), f"{where}: allow_management_traffic"),
-            groups=())
+            groups=(), remote_dir=v.get("remote_dir", DEFAULT_REMOTE_DIR))
     return inv
 
 
 # ---- Ansible's format -------------------------------------------------------------------------
 _GROUP_KEYS = {"hosts", "children", "vars"}
 _OFFLAB_VARS = {"offlab_interfaces", "offlab_allow_management_traffic", "offlab_ssh_config",
-                "offlab_via_netns", "offlab_connect_timeout"}
+                "offlab_via_netns", "offlab_connect_timeout", "offlab_remote_dir", "offlab_pairs"}
 
 
 @dataclass
@@ -305,7 +315,7 @@ def _parse_ansible(data: dict, source: str) -> Inventory:
         group(name, body, None if name == "all" else "all", ())
 
     depth = _depths(groups)
-    inv = Inventory(source, "ansible")
+    inv = Inventory(source, "ansible", pairs=_pairs(groups["all"].vars.get("offlab_pairs"), f"{source}: all: vars: offlab_pairs"))
     for host in order:
         direct = [g for g in groups.values() if host in g.hosts]
         member: set[str] = set()
@@ -418,13 +428,14 @@ def _ansible_host(name: str, v: dict, groups: list[str], source: str) -> Invento
         connect_timeout=get("offlab_connect_timeout") or DEFAULT_CONNECT_TIMEOUT,
         interfaces=_interfaces(get("offlab_interfaces"), f"{where}: offlab_interfaces"),
         allow=_bool(get("offlab_allow_management_traffic") or False, f"{where}: offlab_allow_management_traffic"),
-        groups=tuple(groups))
+        groups=tuple(groups), remote_dir=get("offlab_remote_dir") or DEFAULT_REMOTE_DIR)
 
 
 # ---- shared checks ----------------------------------------------------------------------------------
 def _host(name: str, where: str, *, target: object, user: object, port: object, identity: object,
           become: bool, ssh_args: object, ssh_config: object, via_netns: object, connect_timeout: object,
-          interfaces: tuple[TestInterface, ...], allow: bool, groups: tuple[str, ...]) -> InventoryHost:
+          interfaces: tuple[TestInterface, ...], allow: bool, groups: tuple[str, ...],
+          remote_dir: object = DEFAULT_REMOTE_DIR) -> InventoryHost:
     if not isinstance(target, str) or not TARGET_RE.fullmatch(target):
         raise BadInput(f"{where}: ssh target {target!r} is not a host name or an address")
     if user is not None and (not isinstance(user, str) or not USER_RE.fullmatch(user)):
@@ -441,6 +452,8 @@ def _host(name: str, where: str, *, target: object, user: object, port: object, 
     if not isinstance(ssh_args, list) or not all(isinstance(a, str) for a in ssh_args):
         raise BadInput(f"{where}: ssh_args: a list of strings (or one string of options)")
     check_ssh_args(ssh_args, f"{where}: ssh_args")
+    if not isinstance(remote_dir, str) or not REMOTE_PATH_RE.fullmatch(remote_dir) or "/../" in remote_dir + "/":
+        raise BadInput(f"{where}: remote_dir {remote_dir!r}: an absolute path (default {DEFAULT_REMOTE_DIR})")
     if allow is False:
         mgmt = _ip(target)
         for iface in interfaces:
@@ -449,7 +462,18 @@ def _host(name: str, where: str, *, target: object, user: object, port: object, 
                                f"traffic would share the management link; set allow_management_traffic: true "
                                f"if you mean it")
     return InventoryHost(name, target, user, port, identity, become, tuple(ssh_args), ssh_config, via_netns,
-                         connect_timeout, interfaces, allow, groups)
+                         connect_timeout, interfaces, allow, groups, remote_dir)
+
+
+def _pairs(value: object, where: str) -> list[str]:
+    """`pairs:`: a list of "CLIENT:IF,SERVER:IF" (checked against the hosts once they are read)."""
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(p, str) for p in value):
+        raise BadInput(f"{where}: a list such as [\"left:ens1f0,right:ens1f0\"]")
+    if len(set(value)) != len(value):
+        raise BadInput(f"{where}: a pair is listed twice")
+    return list(value)
 
 
 def _interfaces(value: object, where: str) -> tuple[TestInterface, ...]:
@@ -547,3 +571,14 @@ def parse_pair(text: str, inv: Inventory) -> list[tuple[InventoryHost, str]]:
     if out[0][0].name == out[1][0].name and out[0][1] == out[1][1]:
         raise BadInput(f"--pair {text!r}: both ends are the same interface")
     return out
+
+
+def pairs_of(inv: Inventory) -> list[str]:
+    """The host pairs of an inventory: its `pairs:`, else its two hosts when each has one test interface."""
+    if inv.pairs:
+        return list(inv.pairs)
+    hosts = list(inv.hosts.values())
+    if len(hosts) == 2 and all(len(h.interfaces) == 1 for h in hosts):
+        return [f"{hosts[0].name}:{hosts[0].interfaces[0].name},{hosts[1].name}:{hosts[1].interfaces[0].name}"]
+    raise BadInput(f"{inv.source}: which hosts face each other? declare `pairs: [\"A:IF,B:IF\"]` "
+                   f"(offlab_pairs in an Ansible inventory's all: vars) or give --pair A:IF,B:IF")

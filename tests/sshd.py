@@ -111,19 +111,27 @@ def start(tmp: Path, prefix: str, subnet: int = 222) -> Sshd:
         ]) + "\n")
         # sshd's privilege separation directory; made if absent, never removed (the system's own).
         os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
-        log = open(d / "sshd.log", "w")
-        s.proc = NetnsHost(s.server_ns).spawn([SSHD, "-D", "-e", "-f", str(conf)], stdout=log,
-                                              stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        log.close()
-        deadline = time.monotonic() + 10
-        while "Server listening" not in (d / "sshd.log").read_text():
-            if s.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"sshd did not start: {(d / 'sshd.log').read_text()}")
-            time.sleep(0.02)
+        s.proc = _start_sshd(s.server_ns, conf, d / "sshd.log")
     except BaseException:
         stop(s)
         raise
     return s
+
+
+def _start_sshd(ns: str, conf: Path, log_path: Path) -> subprocess.Popen:
+    """sshd in `ns` with the namespace's spawn (stopped later by pid), once it says it listens."""
+    with open(log_path, "w") as log:
+        proc = NetnsHost(ns).spawn([SSHD, "-D", "-e", "-f", str(conf)], stdout=log,
+                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    deadline = time.monotonic() + 10
+    while "Server listening" not in log_path.read_text():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=5)
+            raise RuntimeError(f"sshd did not start: {log_path.read_text()}")
+        time.sleep(0.02)
+    return proc
 
 
 def stop(s: Sshd) -> list[str]:
@@ -132,13 +140,22 @@ def stop(s: Sshd) -> list[str]:
     Returns what had to be killed beyond the listener (should be empty: the masters closed cleanly).
     """
     close_all()
-    if s.proc is not None and s.proc.poll() is None:
-        s.proc.terminate()
+    leftovers = _end_sshd(s.proc, s)
+    for ns in (s.client_ns, s.server_ns):
+        if netns_exists(ns):
+            LOCAL.run(["ip", "netns", "del", ns], check=False)
+    return leftovers
+
+
+def _end_sshd(proc: subprocess.Popen | None, s: Sshd) -> list[str]:
+    """Stop the listener by pid, wait for its sessions to end; kill (and name) those that do not."""
+    if proc is not None and proc.poll() is None:
+        proc.terminate()
         try:
-            s.proc.wait(timeout=5)
+            proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
-            s.proc.kill()
-            s.proc.wait(timeout=5)
+            proc.kill()
+            proc.wait(timeout=5)
     leftovers = []
     deadline = time.monotonic() + 3
     while netns_exists(s.server_ns) and (pids := s.sshd_pids()):
@@ -151,9 +168,6 @@ def stop(s: Sshd) -> list[str]:
                     pass
             break
         time.sleep(0.05)
-    for ns in (s.client_ns, s.server_ns):
-        if netns_exists(ns):
-            LOCAL.run(["ip", "netns", "del", ns], check=False)
     return leftovers
 
 
@@ -163,3 +177,100 @@ def mux_processes(s: Sshd) -> list[str]:
     out = subprocess.run(["ps", "-ww", "-eo", "pid=,args="], capture_output=True, text=True).stdout
     return [l.strip() for l in out.splitlines()
             if ("[mux]" in l or "ControlMaster=yes" in l) and f"{s.dir}/" in l]
+
+
+@dataclass
+class Machine:
+    """One stand-in remote machine of a pair: a namespace with its own sshd on its management address."""
+
+    ns: str
+    ssh_ip: str
+    proc: subprocess.Popen | None = None
+
+
+@dataclass
+class SshdPair:
+    """Two stand-in machines `a` and `b` reached from a controller namespace `c`, and test links between them.
+
+    c:mgta ─ a:mgmt (10.200.S.1/.2) and c:mgtb ─ b:mgmt (10.200.S+1.1/.2) carry ssh only; a:tN ─ b:tN
+    (10.200.S+1+N.1/.2, N = 1..links) are the test links, like NIC ports cabled to each other.
+    Each machine keeps offlab's remote files in its own directory (`remote_dir`): the two "machines"
+    share this machine's filesystem, a real pair would not.
+    """
+
+    dir: Path
+    controller: str
+    a: Machine
+    b: Machine
+    subnet: int
+    links: int
+    port: int = PORT
+
+    def test_ip(self, side: str, n: int) -> str:
+        return f"10.200.{self.subnet + 1 + n}.{1 if side == 'a' else 2}"
+
+    def remote_dir(self, side: str) -> str:
+        return str(self.dir / f"remote-{side}")
+
+    def inventory(self, **host_extra) -> dict:
+        """An offlab inventory of both machines, every test link declared and paired a:tN,b:tN."""
+        hosts = {}
+        for side, m in (("a", self.a), ("b", self.b)):
+            hosts[side] = {"ssh": m.ssh_ip, "user": "root", "port": self.port, "identity_file": str(self.dir / "userkey"),
+                           "ssh_args": ["-o", f"UserKnownHostsFile={self.dir / 'known_hosts'}",
+                                        "-o", "StrictHostKeyChecking=yes"],
+                           "ssh_config": "/dev/null", "via_netns": self.controller, "connect_timeout": 5,
+                           "remote_dir": self.remote_dir(side),
+                           "interfaces": [{"name": f"t{n}", "addresses": [f"{self.test_ip(side, n)}/24"]}
+                                          for n in range(1, self.links + 1)]}
+            hosts[side].update(host_extra.get(side, {}))
+        return {"hosts": hosts, "pairs": [f"a:t{n},b:t{n}" for n in range(1, self.links + 1)]}
+
+
+def start_pair(tmp: Path, prefix: str, subnet: int = 230, links: int = 1) -> SshdPair:
+    """Namespaces `<prefix>-c`, `-a`, `-b`; an sshd in `a` and in `b` (one key pair for both); `links` test links."""
+    d = tmp / "sshd-pair"
+    d.mkdir(mode=0o700)
+    p = SshdPair(d, f"{prefix}-c", Machine(f"{prefix}-a", f"10.200.{subnet}.2"),
+                 Machine(f"{prefix}-b", f"10.200.{subnet + 1}.2"), subnet, links)
+    made: list[str] = []
+    try:
+        for ns in (p.controller, p.a.ns, p.b.ns):
+            LOCAL.run(["ip", "netns", "add", ns])
+            made.append(ns)
+        _veth(p.controller, "mgta", f"10.200.{subnet}.1", p.a.ns, "mgmt", p.a.ssh_ip)
+        _veth(p.controller, "mgtb", f"10.200.{subnet + 1}.1", p.b.ns, "mgmt", p.b.ssh_ip)
+        for n in range(1, links + 1):
+            _veth(p.a.ns, f"t{n}", p.test_ip("a", n), p.b.ns, f"t{n}", p.test_ip("b", n))
+        for key in ("hostkey", "userkey"):
+            LOCAL.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"offlab-test-{key}", "-f", str(d / key)])
+        (d / "authorized_keys").write_text((d / "userkey.pub").read_text())
+        os.chmod(d / "authorized_keys", 0o600)
+        host_pub = (d / "hostkey.pub").read_text().split()
+        (d / "known_hosts").write_text("".join(f"[{m.ssh_ip}]:{p.port} {host_pub[0]} {host_pub[1]}\n"
+                                               for m in (p.a, p.b)))
+        os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
+        for side, m in (("a", p.a), ("b", p.b)):
+            conf = d / f"sshd_config-{side}"
+            conf.write_text("\n".join([
+                f"ListenAddress {m.ssh_ip}", f"Port {p.port}", f"HostKey {d / 'hostkey'}",
+                f"AuthorizedKeysFile {d / 'authorized_keys'}", f"PidFile {d / f'sshd-{side}.pid'}",
+                "PermitRootLogin prohibit-password", "UsePAM no", "StrictModes no",
+            ]) + "\n")
+            m.proc = _start_sshd(m.ns, conf, d / f"sshd-{side}.log")
+    except BaseException:
+        stop_pair(p)
+        raise
+    return p
+
+
+def stop_pair(p: SshdPair) -> list[str]:
+    """Close our masters, stop both sshds and their sessions by pid, delete the namespaces; what had to be killed."""
+    close_all()
+    leftovers = []
+    for m in (p.a, p.b):
+        leftovers += _end_sshd(m.proc, Sshd(p.dir, p.controller, m.ns, "", ""))
+    for ns in (p.controller, p.a.ns, p.b.ns):
+        if netns_exists(ns):
+            LOCAL.run(["ip", "netns", "del", ns], check=False)
+    return leftovers

@@ -75,6 +75,16 @@ class Case:
         return [a.format(plan=tmp / f"{self.id}.yaml", tmp=tmp, db=tmp / f"{self.id}.db") for a in argv]
 
 
+HOSTS_UP = ["lab", "up", "hosts", "--name", "zz", "--inventory", "{plan}"]
+INVENTORY = textwrap.dedent("""\
+    hosts:
+      a:
+        ssh: 192.0.2.1
+        interfaces: [{name: e0, addresses: [198.51.100.1/24]}]
+      b:
+        ssh: 192.0.2.2
+        interfaces: [{name: e0, addresses: [198.51.100.2/24]}]
+    """)
 MEASURE = ["measure", "nolab"]  # the lab does not exist: each value must be refused before it is looked up
 
 CASES = [
@@ -223,6 +233,34 @@ CASES = [
     Case("results-bad-json-row", 2, "column env of run 1 in", argv=["results", "show", "1", "--db", "{db}"],
          db=("INSERT INTO runs(name, status, started_at, offlab_version, seed, plan_text, plan, env, repeat) "
              "VALUES ('t', 'done', '2026-01-01T00:00:00.000Z', '0', 1, 'name: t', '{}', '{not json', '{}')", ())),
+    # ---- 10. labs over existing machines: the inventory and --pair, refused before anything connects ----
+    Case("lab-up-hosts-no-inventory", 2, "lab up hosts needs --inventory FILE", argv=["lab", "up", "hosts"]),
+    Case("lab-up-veth-with-pair", 2, "--inventory, --pair and --allow-management-traffic are for `lab up hosts`",
+         argv=["lab", "up", "veth", "--name", "zz", "--pair", "a:e0,b:e0"]),
+    Case("hosts-inventory-unknown-key", 2, "host 'a': unknown key 'sshh'", argv=[*HOSTS_UP],
+         plan=INVENTORY.replace("ssh: 192.0.2.1", "sshh: 192.0.2.1")),
+    Case("hosts-pair-unknown-host", 2, "no host 'c' in the inventory (hosts: a, b)", argv=[*HOSTS_UP, "--pair", "a:e0,c:e0"],
+         plan=INVENTORY),
+    Case("hosts-pair-hostile-iface", 2, "--pair: invalid interface name", argv=[*HOSTS_UP, "--pair", "a:e0;reboot,b:e0"],
+         plan=INVENTORY),
+    Case("hosts-pair-same-port", 2, "both ends are the same interface", argv=[*HOSTS_UP, "--pair", "a:e0,a:e0"],
+         plan=INVENTORY),
+    Case("hosts-test-address-is-ssh-address", 2, "host 'a': interface 'e0': test address 192.0.2.1 is the SSH address",
+         argv=[*HOSTS_UP], plan=INVENTORY.replace("198.51.100.1/24", "192.0.2.1/24")),
+    Case("hosts-duplicate-address", 2, "address 198.51.100.1 is also declared by a:e0", argv=[*HOSTS_UP],
+         plan=INVENTORY.replace("198.51.100.2/24", "198.51.100.1/24")),
+    Case("hosts-which-pair", 2, "which hosts face each other? declare `pairs:", argv=[*HOSTS_UP],
+         plan=INVENTORY + "  c: {ssh: 192.0.2.3, interfaces: [{name: e0, addresses: [198.51.100.3/24]}]}\n"),
+    Case("hosts-no-test-interface", 2, "which hosts face each other", argv=[*HOSTS_UP],
+         plan=INVENTORY.replace("    interfaces: [{name: e0, addresses: [198.51.100.2/24]}]\n", "")),
+    Case("hosts-pairs-unknown-host", 2, "pairs[0]: no host 'z'", argv=[*HOSTS_UP],
+         plan="pairs: ['a:e0,z:e0']\n" + INVENTORY),
+    Case("hosts-remote-dir-relative", 2, "host 'a': remote_dir 'tmp/x': an absolute path", argv=[*HOSTS_UP],
+         plan=INVENTORY.replace("ssh: 192.0.2.1", "ssh: 192.0.2.1\n    remote_dir: tmp/x")),
+    Case("run-pair-without-inventory", 2, "--pair with `offlab run` needs --inventory FILE",
+         argv=["run", "{plan}", "--pair", "a:e0,b:e0"], plan=PLAN),
+    Case("run-inventory-plan-not-veth", 2, "a plan run with --inventory runs on two existing hosts",
+         argv=["run", "{plan}", "--inventory", "/nonexistent.yml"], plan=PLAN),
 ]
 
 

@@ -178,6 +178,23 @@ def test_spawned_remote_process_is_stopped_by_pid(host):
 
 
 @requires_root
+def test_spawned_remote_process_ends_on_sigint(host):
+    # A background job of a non-interactive shell starts with SIGINT ignored; the launcher resets it,
+    # so `stop` (SIGINT first) ends a server the way Ctrl-C would, without falling back to SIGKILL.
+    from offlab.hosts.process import stop
+
+    proc = host.spawn(["sleep", "30"])
+    ignored = int(host.run(["awk", "/^SigIgn/ {print $2}", f"/proc/{proc.pid}/status"]).stdout, 16)
+    assert ignored & (1 << (2 - 1)) == 0 and ignored & (1 << (3 - 1)) == 0  # SIGINT, SIGQUIT not ignored
+    proc.send_signal(2)
+    assert proc.wait(timeout=10) == 130  # ended by SIGINT itself, as the runner records it
+    proc.cleanup()
+    proc = host.spawn(["sleep", "30"])
+    stop(proc, grace=5)
+    assert proc.returncode == 130
+
+
+@requires_root
 def test_command_timeout_is_bounded_and_ends_the_remote_command_too(host):
     host.run(["true"])
     marker = f"{40 + os.getpid() % 1000 / 1000:.3f}"  # a sleep no one else runs
@@ -553,7 +570,7 @@ def test_hosts_check_cli_bad_inventory_is_exit_2(tmp_path):
     res = offlab_cli("hosts", "check", str(path))
     assert res.returncode == 2
     assert res.stderr.strip() == f"offlab: error: {path}: host 'h1': unknown key 'sshport' (known: " \
-        "allow_management_traffic, connect_timeout, identity_file, interfaces, port, ssh, ssh_args, " \
+        "allow_management_traffic, connect_timeout, identity_file, interfaces, port, remote_dir, ssh, ssh_args, " \
         "ssh_config, sudo, user, via_netns)"
 
 

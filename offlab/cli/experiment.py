@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import typer
 from offlab.cli.console import console
@@ -38,8 +38,15 @@ def run_cmd(
     until: Optional[str] = typer.Option(None, "--until", help=UNTIL_HELP),
     validate: bool = typer.Option(False, "--validate", help="Only check the plan and list its cells."),
     as_json: bool = typer.Option(False, "--json", help="Print the run summary as JSON."),
+    inventory: Optional[Path] = typer.Option(None, "--inventory", help="Run the plan on SSH host pairs at once "
+                                                                        "(one run per pair; docs/remote.md)."),
+    pair: List[str] = typer.Option([], "--pair", help="With --inventory: CLIENT:IF,SERVER:IF, repeatable "
+                                                      "(default: the inventory's pairs)."),
 ) -> None:
     """Run a plan: every cell, repeated until its confidence target is met; results in SQLite."""
+    if inventory is not None or pair:
+        _fan_out(plan, inventory, pair, db, quick, as_json, resume, validate)
+        return
     from offlab.errors import BadInput
     from offlab.experiment.plan import check_tools, load_plan_file
     from offlab.experiment.runner import Runner
@@ -81,6 +88,35 @@ def _override(plans: list[Plan], budget: str | None, until: str | None) -> None:
             p.repeat = p.repeat.model_copy(update={"until": until})
         if seconds is not None:
             p.budget_s = seconds / len(plans)
+
+
+def _fan_out(plan, inventory, pairs, db, quick: bool, as_json: bool, resume, validate: bool) -> None:
+    """`run PLAN --inventory FILE`: the plan on every host pair at once, then the pairs side by side."""
+    from offlab.errors import BadInput, EnvironmentProblem
+    from offlab.experiment.fanout import fan_out
+    from offlab.store import default_db_path
+
+    if inventory is None:
+        raise BadInput("--pair with `offlab run` needs --inventory FILE")
+    if plan is None or resume is not None or validate:
+        raise BadInput("--inventory runs a PLAN file (not --resume or --validate)")
+    _need_root("offlab run --inventory")
+    db_path = str(db or default_db_path())
+    runs = fan_out(str(plan), str(inventory), db_path, list(pairs) or None, quick=quick,
+                   on_line=(lambda line: None) if as_json else out.print)
+    if as_json:
+        typer.echo(json.dumps({"db": db_path, "pairs": [r.to_dict() for r in runs]}, indent=2))
+    else:
+        for r in runs:
+            typer.echo(f"{r.pair}: " + (f"run {r.run_id}" if r.rc == 0 else f"failed: {r.error}")
+                       + (f" (samples kept in run {r.run_id})" if r.rc != 0 and r.run_id else ""))
+        done = [str(r.run_id) for r in runs if r.run_id is not None]
+        if len(done) > 1:
+            typer.echo(f"side by side: offlab compare {' '.join(done)}" + (f" --db {db}" if db else ""))
+    failed = [r for r in runs if r.rc != 0]
+    if failed:
+        raise EnvironmentProblem(f"{len(failed)} of {len(runs)} pair(s) failed: " + "; ".join(
+            f"{r.pair}: {r.error or f'exit {r.rc}'}" for r in failed))
 
 
 def _ready(plans: list[Plan], what: str) -> None:

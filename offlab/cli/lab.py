@@ -29,9 +29,23 @@ def _forget_journalled(namespaces: list[str]) -> list[str]:
 labs.on_down(_forget_journalled)
 
 
+def _restore_on_hosts(lab: labs.LabState) -> list[str]:
+    """A lab over existing machines: its journalled settings go back (nothing is removed to take them)."""
+    from offlab.knobs.restore import restore_lab
+
+    report = restore_lab(lab.name)
+    if report.failed:
+        raise EnvironmentProblem(f"lab down {lab.name}: {report.failed[0]} (the journal is kept: "
+                                 f"`offlab restore` retries once the host answers)")
+    return [line.replace("restored ", "journalled setting, put back: ", 1) for line in report.lines]
+
+
+labs.on_down_hosts(_restore_on_hosts)
+
+
 @app.command("up")
 def up_cmd(
-    topology: str = typer.Argument(..., help="veth | bridge | vxlan | router | ovs | vm | vm-router | vm-pair"),
+    topology: str = typer.Argument(..., help="veth | bridge | vxlan | router | ovs | vm | vm-router | vm-pair | hosts"),
     name: Optional[str] = typer.Option(None, "--name", "-n", help="Lab name (default: the topology)."),
     mtu: int = typer.Option(1500, "--mtu", help="MTU of every host-facing link (the overlay MTU for vxlan)."),
     ipv6: bool = typer.Option(False, "--ipv6", help="Also address hosts from fd00:200::/48."),
@@ -42,8 +56,24 @@ def up_cmd(
                                                   "guest NIC as PROP=VALUE (repeatable), or queues=N (multiqueue)."),
     guest_cpus: Optional[int] = typer.Option(None, "--guest-cpus", help="vm, vm-router, vm-pair: vCPUs per guest (default 1)."),
     as_json: bool = typer.Option(False, "--json", help="Print the lab as JSON."),
+    inventory: Optional[str] = typer.Option(None, "--inventory", help="hosts: the inventory of the machines."),
+    pair: Optional[str] = typer.Option(None, "--pair", help="hosts: CLIENT:IF,SERVER:IF (default: the "
+                                                           "inventory's first pair)."),
+    allow_management: bool = typer.Option(False, "--allow-management-traffic",
+                                          help="hosts: allow a test address that is the SSH address."),
 ) -> None:
-    """Build a lab of network namespaces (and QEMU guests) and check that client reaches server."""
+    """Build a lab of network namespaces (and QEMU guests) and check that client reaches server; `hosts`: a lab over
+    existing machines of an inventory (nothing is created there)."""
+    if topology == "hosts":
+        from offlab.lab import hosts as hosts_lab
+
+        if inventory is None:
+            raise BadInput("lab up hosts needs --inventory FILE (docs/remote.md)")
+        check_up_options(name, 1500, False)
+        _print_lab(hosts_lab.up(name or "hosts", inventory, pair, allow_management=allow_management), as_json)
+        return
+    if inventory is not None or pair is not None or allow_management:
+        raise BadInput(f"--inventory, --pair and --allow-management-traffic are for `lab up hosts`, not {topology}")
     check_up_options(name, mtu, ipv6)
     options = {k: v for k, v in (("vni", vni), ("port", port), ("underlay_mtu", underlay_mtu)) if v is not None}
     if (nic or guest_cpus is not None) and topology not in labs.GUEST_TOPOLOGIES:

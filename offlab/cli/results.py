@@ -259,7 +259,7 @@ def _cells_table(cells: list[dict], cis: dict, level: float) -> None:
 
 def compare_cmd(
     runs: List[int] = typer.Argument(..., help="RUN_ID (each cell against its baseline cell), or RUN_A RUN_B "
-                                               "(the same cells, B against A)."),
+                                               "[RUN_C ...] (the same cells, each against A: host pairs side by side)."),
     baseline: List[str] = typer.Option([], "--baseline", help="AXIS=VALUE, repeatable: overrides the run's "
                                                               "baseline, e.g. --baseline offload=off."),
     metric: List[str] = typer.Option([], "--metric", help="Metric to compare, repeatable (default: the headline "
@@ -275,9 +275,7 @@ def compare_cmd(
     from offlab.report import compare
 
     _one_format(as_json, as_csv)
-    if len(runs) not in (1, 2):
-        raise BadInput(f"compare takes RUN_ID or RUN_A RUN_B, not {len(runs)} run ids")
-    if len(runs) == 2 and baseline:
+    if len(runs) >= 2 and baseline:
         raise BadInput("--baseline applies to one run; with RUN_A RUN_B every cell is compared with the same cell of A")
     if fail_if_slower is not None and fail_if_slower < 0:
         raise BadInput(f"--fail-if-slower {fail_if_slower:g}: a percentage ≥ 0")
@@ -285,8 +283,8 @@ def compare_cmd(
     with _open(db) as store:
         if len(runs) == 1:
             rows = compare.compare_run(store, runs[0], compare.parse_assignments(baseline) or None, metrics)
-        else:
-            rows = compare.compare_runs(store, runs[0], runs[1], metrics)
+        else:  # RUN_A RUN_B [RUN_C ...]: each against the first (e.g. the host pairs of `run --inventory`)
+            rows = compare.compare_many(store, runs, metrics)
     failed = compare.fail_if_slower(rows, fail_if_slower) if fail_if_slower is not None else []
     if as_json:
         _json({"runs": runs, "rows": [r.to_dict() for r in rows],

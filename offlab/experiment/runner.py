@@ -83,8 +83,9 @@ def run_lock(store: Store, run_id: int) -> FlockFile:
 
 class Runner:
     def __init__(self, plan: Plan, store: Store, *, run_id: int | None = None,
-                 on_event: Callable[[str, dict], None] | None = None) -> None:
+                 on_event: Callable[[str, dict], None] | None = None, lab: LabState | None = None) -> None:
         self.plan, self.store = plan, store
+        self.given_lab = lab  # a lab that exists already (fan-out over SSH host pairs): used, never removed
         self.run_id = run_id
         self.on_event = on_event or (lambda kind, info: None)
         self.labs: dict[str, LabState] = {}
@@ -150,7 +151,8 @@ class Runner:
             for h in self.holds:
                 h.release()
             for lab in self.labs.values():
-                labs.down(lab.name, force=True)
+                if lab is not self.given_lab:
+                    labs.down(lab.name, force=True)
             if self.lock is not None:
                 self.lock.release()
 
@@ -165,6 +167,10 @@ class Runner:
     def _build_labs(self) -> None:
         """One lab per distinct topology the cells need, all up for the whole run; but guests that
         differ in boot-time properties run one at a time (each idle TCG guest would eat CPU)."""
+        if self.given_lab is not None:
+            self.labs = {c.lab_key: self.given_lab for c in self.plan.cells}
+            self.holds.append(Hold(self.given_lab.name, self._what()))
+            return
         keys = list(dict.fromkeys(c.lab_key for c in self.plan.cells))
         self.one_guest_at_a_time = len(keys) > 1 and all(c.topology.kind in labs.GUEST_TOPOLOGIES
                                                          for c in self.plan.cells)

@@ -19,7 +19,13 @@ from offlab.hosts.base import Host, Process
 
 # Runs "$@" with stdout/stderr to files in $D, records its pid, then its exit code; each file
 # appears whole (written to a temp name, then renamed), so a reader never sees half a number.
-_INNER = ('D=$1; shift; "$@" >"$D/out" 2>"$D/err" </dev/null & '
+# A job a non-interactive shell puts in the background starts with SIGINT and SIGQUIT ignored,
+# and no shell can undo that for its children (POSIX), so `stop`'s SIGINT would do nothing:
+# coreutils' `env --default-signal` (8.31+) resets them, else perl (Debian's perl-base is essential).
+_DEFAULT_SIGNALS = ('if env --default-signal=INT,QUIT true 2>/dev/null; then set -- env --default-signal=INT,QUIT "$@"; '
+                    'elif command -v perl >/dev/null 2>&1; then '
+                    'set -- perl -e \'$SIG{INT}=$SIG{QUIT}="DEFAULT"; exec {$ARGV[0]} @ARGV or exit 127\' "$@"; fi; ')
+_INNER = ('D=$1; shift; ' + _DEFAULT_SIGNALS + '"$@" >"$D/out" 2>"$D/err" </dev/null & '
           'echo $! >"$D/pid.t"; mv "$D/pid.t" "$D/pid"; wait $!; echo $? >"$D/rc.t"; mv "$D/rc.t" "$D/rc"')
 # Detaches the runner from the command channel (setsid, all fds away) and waits for the pid file.
 _OUTER = ('D=$1; setsid sh -c ' + shlex.quote(_INNER) + ' sh "$@" >/dev/null 2>&1 </dev/null & '

@@ -32,10 +32,14 @@ from offlab.hosts.process import RemoteProcess
 SSH_ERROR = 255  # ssh's own exit code for "could not connect / authenticate / lost the connection"
 CONTROL_PERSIST = 60  # seconds an idle master outlives its last client (bounds a leftover after kill -9)
 DEFAULT_CONNECT_TIMEOUT = 10
+# Where offlab keeps its files on an SSH host: the remote journal of settings and a copied engine.
+# /run is a tmpfs: a reboot resets every setting offlab changed, and clears their journal with them.
+DEFAULT_REMOTE_DIR = "/run/offlab-remote"
 REMOTE_GRACE = 2  # seconds the remote `timeout` waits past the local one, then again before SIGKILL
 
 TARGET_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:%-]{0,252}$")  # a host name or an IP literal
 NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:@%-]{0,200}$")  # an inventory name or user@target:port
+REMOTE_PATH_RE = re.compile(r"^/[A-Za-z0-9_.+/-]{1,200}$")
 USER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}$")
 ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 # ssh options that take a value (ssh(1) SYNOPSIS); anything else in ssh_args must be a flag.
@@ -182,6 +186,8 @@ class SshHost(Host):
         via_netns: str | None = None,
         connect_timeout: int = DEFAULT_CONNECT_TIMEOUT,
         name: str | None = None,
+        remote_dir: str = DEFAULT_REMOTE_DIR,
+        tools: dict[str, str] | None = None,
     ) -> None:
         if not isinstance(target, str) or not TARGET_RE.fullmatch(target):
             raise BadInput(f"invalid ssh target {target!r}: a host name or an IP address")
@@ -194,6 +200,15 @@ class SshHost(Host):
                 raise BadInput(f"invalid {what} {path!r}")
         if isinstance(connect_timeout, bool) or not isinstance(connect_timeout, int) or not 1 <= connect_timeout <= 600:
             raise BadInput(f"invalid connect timeout {connect_timeout!r}: 1..600 seconds")
+        if not isinstance(remote_dir, str) or not REMOTE_PATH_RE.fullmatch(remote_dir) or "/../" in remote_dir + "/":
+            raise BadInput(f"invalid remote directory {remote_dir!r}: an absolute path of letters, digits and _ . - /")
+        tools = dict(tools or {})
+        for tool, path in tools.items():
+            if not isinstance(tool, str) or not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", tool) \
+                    or not isinstance(path, str) or not REMOTE_PATH_RE.fullmatch(path):
+                raise BadInput(f"invalid remote tool path {tool!r}: {path!r}")
+        self.remote_dir = remote_dir
+        self.tools = tools  # tool name → its path on the host (an engine offlab copied there)
         self.target = target
         self.user = user
         self.port = port
@@ -212,8 +227,8 @@ class SshHost(Host):
     def _key(self) -> str:
         """One master per distinct connection (what ssh's %C hashes, plus our own options)."""
         r = self.ref()
-        r.pop("name", None)
-        r.pop("become", None)
+        for k in ("name", "become", "remote_dir", "tools"):
+            r.pop(k, None)
         return hashlib.sha1(json.dumps(r, sort_keys=True).encode()).hexdigest()[:16]
 
     def _control_path(self) -> Path:
@@ -256,6 +271,7 @@ class SshHost(Host):
         argv = [str(a) for a in argv]
         if not argv:
             raise BadInput("empty command")
+        argv = self.with_tool(argv)
         if env:
             bad = [k for k in env if not ENV_RE.fullmatch(k)]
             if bad:
@@ -268,6 +284,10 @@ class SshHost(Host):
         if self.become:
             argv = ["sudo", "-n", "--", *argv]
         return argv
+
+    def with_tool(self, argv: list[str]) -> list[str]:
+        """argv with its program replaced by the host's own path for it, when offlab put it there."""
+        return [self.tools[argv[0]], *argv[1:]] if argv and argv[0] in self.tools else list(argv)
 
     # ---- the master connection ---------------------------------------------
     def connect(self) -> None:
@@ -368,7 +388,7 @@ class SshHost(Host):
 
     def spawn(self, argv: Sequence[str], **popen_kwargs) -> RemoteProcess:
         """A detached process on the host; its output goes to files there (`popen_kwargs` are ignored)."""
-        return RemoteProcess(self, argv, text=popen_kwargs.get("text", True))
+        return RemoteProcess(self, self.with_tool([str(a) for a in argv]), text=popen_kwargs.get("text", True))
 
     def interactive(self, argv: Sequence[str]) -> int:
         remote = self._remote_argv(argv, None)
@@ -406,7 +426,7 @@ class SshHost(Host):
         return {"kind": self.kind, "name": self.name, "target": self.target, "user": self.user,
                 "port": self.port, "identity": self.identity, "ssh_args": list(self.ssh_args),
                 "become": self.become, "config": self.config, "via_netns": self.via_netns,
-                "connect_timeout": self.connect_timeout}
+                "connect_timeout": self.connect_timeout, "remote_dir": self.remote_dir, "tools": dict(self.tools)}
 
     def alive(self) -> bool:
         try:
@@ -428,7 +448,7 @@ class SshHost(Host):
 
 def _from_ref(ref: dict) -> SshHost:
     known = {"kind", "name", "target", "user", "port", "identity", "ssh_args", "become", "config",
-             "via_netns", "connect_timeout"}
+             "via_netns", "connect_timeout", "remote_dir", "tools"}
     extra = set(ref) - known
     if extra:
         raise BadInput(f"unknown field(s) {sorted(extra)} in an ssh host reference")
@@ -438,7 +458,8 @@ def _from_ref(ref: dict) -> SshHost:
     return SshHost(ref.get("target"), user=ref.get("user"), port=ref.get("port"), identity=ref.get("identity"),
                    ssh_args=ssh_args, become=bool(ref.get("become")), config=ref.get("config"),
                    via_netns=ref.get("via_netns"), name=ref.get("name"),
-                   connect_timeout=ref.get("connect_timeout", DEFAULT_CONNECT_TIMEOUT))
+                   connect_timeout=ref.get("connect_timeout", DEFAULT_CONNECT_TIMEOUT),
+                   remote_dir=ref.get("remote_dir", DEFAULT_REMOTE_DIR), tools=ref.get("tools") or {})
 
 
 register_kind("ssh", _from_ref)

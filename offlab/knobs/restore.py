@@ -100,6 +100,20 @@ def restore_report(*, list_only: bool = False, force: bool = False) -> Report:
     return report
 
 
+def restore_lab(name: str) -> Report:
+    """Put back the settings journalled on lab `name` by processes that are gone (or `lab set`): `lab down`
+    of a lab over existing machines, where nothing is removed that could take them along."""
+    report = Report()
+    if not journal_dir().exists():
+        return report
+    with dir_lock():
+        views = [v for v in all_journals() if not v.alive]
+        restore_entries([e for v in views for e in v.open_entries if e.data.get("lab") == name], report)
+        for view in views:
+            remove_if_done(view.path)
+    return report
+
+
 def restore_pending(list_only: bool = False, *, force: bool = False) -> list[str]:
     """Put back every journalled setting whose process is gone (or was released); human lines."""
     return restore_report(list_only=list_only, force=force).lines

@@ -154,6 +154,17 @@ def on_down(hook: Callable[[list[str]], list[str]]) -> None:
         _ON_DOWN.append(hook)
 
 
+# Called by `down` first with a lab over existing machines (`hosts`): nothing of it is removed, so
+# the settings journalled on it must be put back instead (cli: the knobs restore them).
+_ON_DOWN_HOSTS: list[Callable[[LabState], list[str]]] = []
+
+
+def on_down_hosts(hook: Callable[[LabState], list[str]]) -> None:
+    """Have `down` call `hook(lab)` for a lab over existing machines, before anything else."""
+    if hook not in _ON_DOWN_HOSTS:
+        _ON_DOWN_HOSTS.append(hook)
+
+
 def down(name: str, *, force: bool = False) -> list[str]:
     """Remove everything this state directory made for a lab; idempotent; returns what it removed.
 
@@ -199,6 +210,12 @@ def down(name: str, *, force: bool = False) -> list[str]:
                        f"namespace {ns} belongs to {who}; offlab leaves it alone"
                        + (f" (OFFLAB_STATE_DIR={who} offlab lab down {name})" if who.startswith("/") else ""))
     removed: list[str] = []
+    if lab is not None and lab.topology == "hosts":
+        from offlab.lab import hosts as hosts_lab
+
+        for hosts_hook in _ON_DOWN_HOSTS:
+            removed += hosts_hook(lab)
+        removed += hosts_lab.teardown(lab)
     if lab is not None:
         for d in reversed(lab.daemons):
             if d.netns is None or d.netns in ours:

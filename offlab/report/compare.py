@@ -275,6 +275,12 @@ def compare_runs(store: Store, run_a: int, run_b: int, metrics: Sequence[str] = 
     return _mark_emulated(rows, ra, rb)
 
 
+def compare_many(store: Store, runs: Sequence[int], metrics: Sequence[str] = HEADLINE,
+                 level: float | None = None) -> list[Row]:
+    """Several runs side by side (host pairs of one fan-out, a fleet of alike machines): each against the first."""
+    return [row for other in runs[1:] for row in compare_runs(store, runs[0], other, metrics, level)]
+
+
 def _missing_rows(cell: dict, metrics: Sequence[str], level: float, why: str, run: int, base_run: int) -> list[Row]:
     out = []
     for name in metrics:

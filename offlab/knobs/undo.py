@@ -1,0 +1,79 @@
+"""The journal's copy on the SSH host itself: each change on an SSH host, as the commands that undo it.
+
+Registered with the journal (journal.on_record): when a change on an SSH host is journalled here,
+the exact commands that put its original back are written on that host too, before the change is
+made (offlab.hosts.remote_journal), so `sh <remote_dir>/restore.sh` run there alone restores it
+even when this controller died with SIGKILL. When the controller restores it itself, the copy goes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from offlab.errors import CommandFailed, EnvironmentProblem
+from offlab.hosts import from_ref
+from offlab.hosts import remote_journal
+from offlab.knobs import journal
+from offlab.knobs.ethtool_params import _EthtoolParam
+from offlab.knobs.registry import knob_from_entry
+
+
+def undo_argvs(entry: dict) -> list[list[str]] | None:
+    """The commands that put the entry's original back with only ip/ethtool/sh; None when offlab itself
+    is needed (an OVS port, a qdisc tree, an RPS mask)."""
+    kind, iface, snap = entry.get("kind"), entry.get("iface"), entry.get("original")
+    if kind == "feature" and isinstance(snap, dict):
+        args = [a for name, (_, requested, fixed) in snap.items() if not fixed
+                for a in (name, "on" if requested else "off")]
+        return [["ethtool", "-K", iface, *args]] if args else []
+    if kind == "mtu" and isinstance(snap, dict) and "mtu_request" not in snap:
+        return [["ip", "link", "set", "dev", iface, "mtu", str(int(snap["mtu"]))]]
+    if kind == "txqueuelen":
+        return [["ip", "link", "set", "dev", iface, "txqueuelen", str(int(snap))]]
+    if kind == "sysctl" and isinstance(snap, str):
+        path = knob_from_entry(entry).path
+        return [["sh", "-c", 'printf "%s\\n" "$1" >"$2"', "sh", snap, path]]
+    knob = knob_from_entry(entry)
+    if isinstance(knob, _EthtoolParam) and snap is not None:
+        return [["ethtool", knob.set_flag, iface, knob.param, str(snap)]]
+    return None
+
+
+def _ssh_host(entry: dict):
+    ref = entry.get("host")
+    if not isinstance(ref, dict) or ref.get("kind") != "ssh":
+        return None
+    return from_ref(ref)
+
+
+def _name(path: Path, seq: int) -> str:
+    return f"{path.stem}-{seq}"
+
+
+def on_record(path: Path, record: dict) -> None:
+    """A change on an SSH host is about to be made: its undo goes to the host first."""
+    host = _ssh_host(record)
+    if host is None:
+        return
+    where = f"{record.get('iface') or '-'} {record.get('key')}"
+    title = f"{where}: {record.get('value')} → back to {record.get('original_text')}"
+    argvs = undo_argvs(record)
+    if argvs is None:
+        # Said, not skipped: the host's restore.sh then names what only `offlab restore` can put back.
+        argvs = [["sh", "-c", 'echo "$1" >&2; exit 1', "sh",
+                  f"{where}: only `offlab restore` on the controller can put this back"]]
+    remote_journal.record(host, host.remote_dir, _name(path, record["seq"]), title, argvs)
+
+
+def on_mark(path: Path, data: dict, seq: int, op: str) -> None:
+    """The controller restored (or dropped) the change: the host's copy goes."""
+    host = _ssh_host(data)
+    if host is None:
+        return
+    try:
+        remote_journal.forget(host, host.remote_dir, _name(path, seq))
+    except (EnvironmentProblem, CommandFailed):
+        pass  # unreachable now: the script left there restores the same original, harmlessly
+
+
+journal.on_record(on_record, on_mark)

@@ -1,0 +1,308 @@
+"""Labs over existing machines (`lab up hosts`), the journal kept on the remote host, and fan-out.
+
+Two stand-in machines `a` and `b` (namespaces, each with its own sshd) reached from a controller
+namespace, joined by three test links t1..t3 (tests/sshd.py `start_pair`). Everything goes through
+the real `offlab` command or the real library over real ssh; nothing is mocked.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from offlab.errors import EnvironmentProblem
+from offlab.hosts import NetnsHost
+from tests import sshd as sshd_mod
+from tests.conftest import OUR_NAMESPACES, REPO, netns_names, offlab_cli, requires_root
+
+pytestmark = requires_root
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    if os.geteuid() != 0:
+        pytest.skip("needs root for network namespaces")
+    before = netns_names()
+    p = sshd_mod.start_pair(tmp_path_factory.mktemp("rl"), f"{OUR_NAMESPACES[0]}rl", links=3)
+    try:
+        yield p
+    finally:
+        leftovers = sshd_mod.stop_pair(p)
+        assert not leftovers, f"sshd sessions had to be killed: {leftovers}"
+        assert not {n for n in netns_names() - before if n.startswith(OUR_NAMESPACES)}, "namespaces left"
+
+
+@pytest.fixture
+def inv(pair, tmp_path, state_dir):
+    path = tmp_path / "inventory.yml"
+    path.write_text(json.dumps(pair.inventory()))  # JSON is YAML
+    return path
+
+
+def cli(state_dir, *args, timeout: float = 240) -> subprocess.CompletedProcess:
+    return offlab_cli(*args, env={"OFFLAB_STATE_DIR": str(state_dir)}, timeout=timeout)
+
+
+def feature(ns: str, iface: str, name: str = "generic-receive-offload") -> bool:
+    out = NetnsHost(ns).run(["ethtool", "--json", "-k", iface]).stdout
+    return json.loads(out)[0][name]["active"]
+
+
+def mtu(ns: str, iface: str) -> int:
+    return json.loads(NetnsHost(ns).run(["ip", "-j", "link", "show", "dev", iface]).stdout)[0]["mtu"]
+
+
+def sysctl(ns: str, key: str) -> str:
+    return NetnsHost(ns).read("/proc/sys/" + key.replace(".", "/")).strip()
+
+
+def back_up(pair, side: str) -> None:
+    """The management link of `side` up again, and answering."""
+    m = getattr(pair, side)
+    NetnsHost(m.ns).run(["ip", "link", "set", "mgmt", "up"])
+    for _ in range(20):
+        if NetnsHost(pair.controller).run(["ping", "-c1", "-W1", m.ssh_ip], check=False).ok:
+            return
+
+
+def test_lab_up_hosts_measure_and_down_leave_the_machines_as_found(pair, inv, state_dir, lab_name):
+    res = cli(state_dir, "lab", "up", "hosts", "--inventory", str(inv), "--pair", "a:t1,b:t1", "--name", lab_name, "--json")
+    assert res.returncode == 0, res.stderr
+    info = json.loads(res.stdout)
+    assert info["topology"] == "hosts"
+    assert info["hosts"]["client"]["kind"] == "ssh" and info["hosts"]["server"]["address"] == pair.test_ip("b", 1)
+    assert [i["name"] for i in info["hosts"]["server"]["interfaces"]] == ["t1"]
+    # The engine was missing there: copied into the host's private directory, journalled there first.
+    engine_dir = Path(pair.remote_dir("b")) / f"engine-{lab_name}"
+    assert (engine_dir / "offlab-engine").is_file()
+    assert any(p.name.endswith(f"lab-{lab_name}-server-engine.sh") for p in (Path(pair.remote_dir("b")) / "undo").iterdir())
+    # `lab exec` runs on the remote machine, not here.
+    res = cli(state_dir, "lab", "exec", lab_name, "server", "--", "ip", "netns", "identify")
+    assert res.returncode == 0 and res.stdout.strip() == pair.b.ns, res.stderr
+    assert feature(pair.b.ns, "t1") is False
+    res = cli(state_dir, "lab", "set", lab_name, "server", "t1", "gro=on")
+    assert res.returncode == 0 and feature(pair.b.ns, "t1") is True, res.stderr
+    undo = [p.read_text() for p in (Path(pair.remote_dir("b")) / "undo").iterdir() if "engine" not in p.name]
+    assert undo == ["# offlab: t1 gro: on → back to off\nethtool -K t1 rx-gro off\n"]
+    res = cli(state_dir, "measure", lab_name, "--tool", "engine", "--duration", "1", "--json")
+    assert res.returncode == 0, res.stderr
+    sample = json.loads(res.stdout)
+    assert sample["traffic"]["throughput_bps"] > 0 and sample["traffic"]["datagrams_received"] > 0
+    res = cli(state_dir, "lab", "down", lab_name)
+    assert res.returncode == 0, res.stderr
+    assert "journalled setting, put back: " in res.stdout and feature(pair.b.ns, "t1") is False
+    for side in ("a", "b"):  # nothing of offlab's is left on the machines
+        assert not Path(pair.remote_dir(side)).exists(), list(Path(pair.remote_dir(side)).rglob("*"))
+
+
+def test_pair_named_on_the_command_line_takes_its_addresses_from_the_hosts(pair, tmp_path, state_dir, lab_name):
+    bare = pair.inventory()
+    for h in bare["hosts"].values():
+        h.pop("interfaces")
+    del bare["pairs"]
+    path = tmp_path / "bare.yml"
+    path.write_text(json.dumps(bare))
+    res = cli(state_dir, "lab", "up", "hosts", "--inventory", str(path), "--pair", "a:t2,b:t2", "--name", lab_name, "--json")
+    assert res.returncode == 0, res.stderr
+    hosts = json.loads(res.stdout)["hosts"]
+    assert (hosts["client"]["address"], hosts["server"]["address"]) == (pair.test_ip("a", 2), pair.test_ip("b", 2))
+    assert cli(state_dir, "lab", "down", lab_name).returncode == 0
+
+
+def test_ports_that_would_cut_the_user_off_are_refused_in_one_line(pair, inv, tmp_path, state_dir, lab_name):
+    def up(*args, inventory=inv):
+        res = cli(state_dir, "lab", "up", "hosts", "--inventory", str(inventory), "--name", lab_name, *args)
+        assert "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
+        assert not (state_dir / "labs" / f"{lab_name}.json").exists()  # nothing claimed
+        return res.returncode, res.stderr
+
+    rc, err = up("--pair", "a:mgmt,b:t1")
+    assert rc == 2 and "host a (client): mgmt carries the SSH session (10.200.230.2)" in err, err
+    res = cli(state_dir, "lab", "up", "hosts", "--inventory", str(inv), "--name", lab_name, "--pair", "a:mgmt,b:t1",
+              "--allow-management-traffic")  # the user said so explicitly
+    assert res.returncode == 0, res.stderr
+    assert cli(state_dir, "lab", "down", lab_name).returncode == 0
+    b = NetnsHost(pair.b.ns)
+    b.run(["ip", "route", "add", "default", "via", pair.test_ip("a", 3), "dev", "t3"])
+    try:
+        rc, err = up("--pair", "a:t3,b:t3")
+        assert rc == 2 and "host b (server): t3 carries the default route" in err, err
+    finally:
+        b.run(["ip", "route", "del", "default"])
+    rc, err = up("--pair", "a:nope,b:t1")
+    assert rc == 2 and "host a (client): no interface 'nope' (it has: " in err, err
+    # Two ends with one address (read from the hosts: no declared addresses to catch it earlier).
+    bare = pair.inventory()
+    for h in bare["hosts"].values():
+        h.pop("interfaces")
+    del bare["pairs"]
+    (tmp_path / "bare.yml").write_text(json.dumps(bare))
+    for side in ("a", "b"):
+        NetnsHost(getattr(pair, side).ns).run(["ip", "addr", "add", "10.200.239.9/32", "dev", "t2"])
+    try:
+        rc, err = up("--pair", "a:t2,b:t2", inventory=tmp_path / "bare.yml")
+        assert rc == 2 and "both ends have address 10.200.239.9" in err, err
+    finally:
+        for side in ("a", "b"):
+            NetnsHost(getattr(pair, side).ns).run(["ip", "addr", "del", "10.200.239.9/32", "dev", "t2"])
+    # A declared address the host does not have: the host is not as the inventory says (exit 3).
+    wrong = pair.inventory()
+    wrong["hosts"]["b"]["interfaces"][0]["addresses"] = ["10.200.239.2/24"]
+    (tmp_path / "wrong.yml").write_text(json.dumps(wrong))
+    rc, err = up(inventory=tmp_path / "wrong.yml")
+    assert rc == 3 and "host b (server): t1: declared address 10.200.239.2 is not configured there" in err, err
+    # An unreachable host: exit 3 naming it and ssh's own reason.
+    dead = pair.inventory(b={"port": 2299})
+    (tmp_path / "dead.yml").write_text(json.dumps(dead))
+    rc, err = up(inventory=tmp_path / "dead.yml")
+    assert rc == 3 and "ssh host b: connecting failed (ssh exit 255)" in err and "Connection refused" in err, err
+
+
+def test_a_non_root_login_without_sudo_is_refused_naming_the_host():
+    from offlab.inventory import InventoryHost
+    from offlab.lab.hosts import Facts, check_end
+
+    facts = Facts("x86_64", 1000, None, None, {"e0": {"ifname": "e0", "addr_info": []}}, set())
+    with pytest.raises(EnvironmentProblem, match=r"host h \(client\): logged in as uid 1000 without sudo"):
+        check_end("client", InventoryHost("h", "192.0.2.1"), "e0", facts, False)
+
+
+CONTROLLER = """
+import sys, time
+from offlab import lab
+from offlab.knobs import Change, Transaction
+l = lab.LabState.load(sys.argv[1])
+with Transaction("controller") as tx:
+    tx.apply([Change(l.server, "gro", "on", "t1", l), Change(l.server, "mtu", 1400, "t1", l),
+              Change(l.server, "net.ipv4.tcp_ecn", "1", None, l)])
+    print("applied", flush=True)
+    time.sleep(120)
+"""
+
+
+def test_controller_killed_mid_run_the_remote_restores_alone(pair, inv, state_dir, lab_name):
+    from offlab import lab
+    from offlab.lab import hosts as hosts_lab
+
+    hosts_lab.up(lab_name, str(inv), "a:t1,b:t1")
+    try:
+        before = (feature(pair.b.ns, "t1"), mtu(pair.b.ns, "t1"), sysctl(pair.b.ns, "net.ipv4.tcp_ecn"))
+        assert before[:2] == (False, 1500) and before[2] != "1"
+        proc = subprocess.Popen([sys.executable, "-c", CONTROLLER, lab_name], cwd=REPO, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env={**os.environ, "OFFLAB_STATE_DIR": str(state_dir)})
+        try:
+            assert proc.stdout.readline().strip() == "applied", proc.stderr.read() if proc.poll() is not None else ""
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=10)
+            # Its ssh masters outlive it (for ControlPersist seconds, documented): ended here by pid,
+            # so the machines' sshd is left as found.
+            ps = subprocess.run(["ps", "-ww", "-eo", "pid=,args="], capture_output=True, text=True).stdout
+            for line in ps.splitlines():
+                if f"{state_dir}/ssh/{proc.pid}." in line and ("[mux]" in line or "ControlMaster=yes" in line):
+                    os.kill(int(line.split()[0]), signal.SIGTERM)
+        assert (feature(pair.b.ns, "t1"), mtu(pair.b.ns, "t1"), sysctl(pair.b.ns, "net.ipv4.tcp_ecn")) == (True, 1400, "1")
+        # On the remote machine alone: no ssh, no offlab, no controller; only sh and its tools.
+        restore = f"{pair.remote_dir('b')}/restore.sh"
+        res = NetnsHost(pair.b.ns).run(["sh", restore], check=False)
+        assert res.rc == 0, res.stderr
+        assert res.stdout.splitlines()[:3] == ["restored: - net.ipv4.tcp_ecn: 1 → back to " + before[2],
+                                               "restored: t1 mtu: 1400 → back to 1500",
+                                               "restored: t1 gro: on → back to off"]
+        assert (feature(pair.b.ns, "t1"), mtu(pair.b.ns, "t1"), sysctl(pair.b.ns, "net.ipv4.tcp_ecn")) == before
+        # The controller's own journal still says what it changed; replaying it finds the originals in place.
+        res = cli(state_dir, "restore")
+        assert res.returncode == 0 and "restored server:t1 gro = off" not in res.stderr, res.stdout + res.stderr
+        assert not list((state_dir / "journal").glob("*.journal"))
+    finally:
+        lab.down(lab_name, force=True)
+    assert not Path(pair.remote_dir("b")).exists()
+
+
+PLAN = """
+name: pairs
+topology: {kind: veth}
+workload: {tool: iperf3, protocol: tcp, duration: 1, warmup: 0.3}
+axes:
+  gro:
+    "off": {settings: {server:to-client: {gro: false}}}
+    "on": {settings: {server:to-client: {gro: true}}}
+repeat: {min: %d, max: %d, level: 95, width: 50}
+"""
+
+
+def test_fan_out_runs_one_plan_on_three_pairs_and_compare_sets_them_side_by_side(pair, inv, tmp_path, state_dir):
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(PLAN % (1, 1))
+    db = tmp_path / "results.db"
+    res = cli(state_dir, "run", str(plan), "--inventory", str(inv), "--db", str(db), "--json", timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    out = json.loads(res.stdout)
+    assert [r["pair"] for r in out["pairs"]] == ["a:t1,b:t1", "a:t2,b:t2", "a:t3,b:t3"]
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute("SELECT r.name, COUNT(s.id) FROM runs r LEFT JOIN samples s ON s.run_id = r.id "
+                            "GROUP BY r.id ORDER BY r.name").fetchall()
+    assert rows == [("pairs @ a:t1,b:t1", 2), ("pairs @ a:t2,b:t2", 2), ("pairs @ a:t3,b:t3", 2)]
+    ids = [str(r["run_id"]) for r in out["pairs"]]
+    res = cli(state_dir, "compare", *ids, "--db", str(db), "--json")
+    assert res.returncode == 0, res.stderr
+    compared = {(r["run"], r["baseline_run"]) for r in json.loads(res.stdout)["rows"]}
+    assert compared == {(int(ids[1]), int(ids[0])), (int(ids[2]), int(ids[0]))}
+    assert feature(pair.b.ns, "t1") is False
+    assert not list((state_dir / "labs").glob("*.json")) and not Path(pair.remote_dir("b")).exists()
+
+
+def test_a_host_that_dies_mid_run_keeps_the_samples_and_names_the_host(pair, inv, tmp_path, state_dir):
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(PLAN % (6, 6))
+    db = tmp_path / "results.db"
+
+    def kill_b_after_first_sample() -> None:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            try:
+                with sqlite3.connect(db) as conn:
+                    if conn.execute("SELECT COUNT(*) FROM samples").fetchone()[0] >= 1:
+                        break
+            except sqlite3.Error:
+                pass
+            time.sleep(0.3)
+        # What a crashed machine looks like: its end of our sessions gone, and no answer any more.
+        NetnsHost(pair.b.ns).run(["ip", "link", "set", "mgmt", "down"])
+        probe = sshd_mod.Sshd(pair.dir, pair.controller, pair.b.ns, "", "")
+        for pid in probe.sshd_pids() - {pair.b.proc.pid}:
+            os.kill(pid, signal.SIGKILL)
+
+    killer = threading.Thread(target=kill_b_after_first_sample)
+    killer.start()
+    try:
+        res = cli(state_dir, "run", str(plan), "--inventory", str(inv), "--pair", "a:t1,b:t1", "--db", str(db),
+                  timeout=600)
+    finally:
+        killer.join()
+        back_up(pair, "b")
+    assert res.returncode == 3, res.stdout + res.stderr
+    # Named, whichever step met the dead host first: a command (ssh's own error) or the next cell's settings.
+    assert "a:t1,b:t1: failed: offlab: error: " in res.stdout and "samples kept in run 1" in res.stdout, res.stdout
+    assert "ssh host b: " in res.stdout or "host 'b' is not reachable" in res.stdout, res.stdout
+    assert "Traceback" not in res.stderr
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT COUNT(*) FROM samples WHERE run_id = 1").fetchone()[0] >= 1
+        assert conn.execute("SELECT status FROM runs WHERE id = 1").fetchone()[0] == "failed"
+    # Once b answers again, the journal (kept, since b could not be restored then) puts it back.
+    res = cli(state_dir, "restore")
+    assert res.returncode == 0, res.stdout + res.stderr
+    res = cli(state_dir, "lab", "down", "--all")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert feature(pair.b.ns, "t1") is False
+    left = [str(p) for p in Path(pair.remote_dir("b")).rglob("*")]
+    assert not Path(pair.remote_dir("b")).exists(), (res.stdout, left)
