@@ -31,18 +31,25 @@ labs.on_down(_forget_journalled)
 
 @app.command("up")
 def up_cmd(
-    topology: str = typer.Argument(..., help="veth | bridge | vxlan | router | ovs | vm"),
+    topology: str = typer.Argument(..., help="veth | bridge | vxlan | router | ovs | vm | dpdk"),
     name: Optional[str] = typer.Option(None, "--name", "-n", help="Lab name (default: the topology)."),
     mtu: int = typer.Option(1500, "--mtu", help="MTU of every host-facing link (the overlay MTU for vxlan)."),
     ipv6: bool = typer.Option(False, "--ipv6", help="Also address hosts from fd00:200::/48."),
     vni: Optional[int] = typer.Option(None, "--vni", help="vxlan: VXLAN network identifier (default 4242)."),
     port: Optional[int] = typer.Option(None, "--port", help="vxlan: UDP destination port (default 4789)."),
     underlay_mtu: Optional[int] = typer.Option(None, "--underlay-mtu", help="vxlan: underlay MTU (default MTU + 50)."),
+    pmd: Optional[str] = typer.Option(None, "--pmd", help="dpdk: testpmd's ports, tap (default) or af_packet "
+                                                          "(over veths; cannot show GRO/GSO)."),
+    testpmd_cpu: Optional[int] = typer.Option(None, "--testpmd-cpu",
+                                              help="dpdk: the CPU testpmd polls on (default: the last one)."),
     as_json: bool = typer.Option(False, "--json", help="Print the lab as JSON."),
 ) -> None:
     """Build a lab of network namespaces and check that client reaches server."""
     check_up_options(name, mtu, ipv6)
-    options = {k: v for k, v in (("vni", vni), ("port", port), ("underlay_mtu", underlay_mtu)) if v is not None}
+    if topology != "dpdk" and (pmd is not None or testpmd_cpu is not None):
+        raise BadInput("--pmd and --testpmd-cpu are options of the dpdk topology only")
+    options = {k: v for k, v in (("vni", vni), ("port", port), ("underlay_mtu", underlay_mtu),
+                                 ("pmd", pmd), ("cpu", testpmd_cpu)) if v is not None}
     lab = labs.up(topology, name, mtu=mtu, ipv6=ipv6, options=options)
     _print_lab(lab, as_json)
 

@@ -12,7 +12,9 @@ from typing import Callable
 from offlab.errors import BadInput, EnvironmentProblem, NotRoot, OfflabError
 from offlab.hosts import LOCAL, is_root, require_tool
 from offlab.lab import owner
+from offlab.dpdk import remove_runtime
 from offlab.lab.build import Builder, LabBuildFailed
+from offlab.lab.dpdk import check_options as check_dpdk_options
 from offlab.lab.hold import hold, holders
 from offlab.lab.model import TOPOLOGIES, LabState
 from offlab.lab.ovs import alive, stop_daemon
@@ -32,6 +34,7 @@ class LabInUse(EnvironmentProblem):
 TOOLS_BY_TOPOLOGY = {
     "ovs": ("ovsdb-server", "ovs-vswitchd", "ovs-vsctl", "ovsdb-tool"),
     "vm": ("qemu-system-x86_64",),
+    "dpdk": ("dpdk-testpmd", "stdbuf"),
 }
 
 
@@ -40,6 +43,8 @@ def _check_request(topology: str, name: str, mtu: int, options: dict) -> None:
         raise BadInput(f"unknown topology {topology!r}: choose one of {', '.join(TOPOLOGIES)}")
     check_lab_name(name)
     check_mtu(mtu)
+    if topology == "dpdk":
+        check_dpdk_options(options, mtu)
     if topology == "vxlan":
         under = options.get("underlay_mtu")
         if under is not None:
@@ -199,6 +204,8 @@ def down(name: str, *, force: bool = False) -> list[str]:
             if d.netns is None or d.netns in ours:
                 stop_daemon(d, netns_inode=owner.inode(d.netns) if d.netns else None)
                 removed.append(f"{d.name} (pid {d.pid})")
+                if d.runtime_dir and remove_runtime(d.runtime_dir):
+                    removed.append(f"DPDK runtime directory {d.runtime_dir}")
     for ns in ours:
         _kill_processes_in(ns)
     for ns in ours:

@@ -13,6 +13,7 @@ from offlab.lab.build import Builder
 from offlab.lab.model import Interface
 from offlab.lab.ovs import Ovs
 from offlab.mtu.calc import VXLAN_OVERHEAD
+from offlab.lab.dpdk import dpdk
 from offlab.lab.vm import vm
 
 CLIENT4, SERVER4 = "10.200.1.1/24", "10.200.1.2/24"
@@ -115,4 +116,5 @@ BUILDERS: dict[str, Callable[[Builder, int], None]] = {
     "vxlan": vxlan,
     "ovs": ovs,
     "vm": vm,
+    "dpdk": dpdk,
 }
