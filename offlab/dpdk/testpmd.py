@@ -39,6 +39,7 @@ STATE_FILE = "testpmd.json"
 INSTALL = "apt-get install dpdk-dev"
 START_TIMEOUT = 90.0
 COMMAND_TIMEOUT = 20.0
+DESCRIPTORS = 512
 
 
 class TestpmdNoAnswer(EnvironmentProblem):
@@ -70,7 +71,10 @@ class Info:
     ports: list[Port]
     pid: int = 0
     start_time: int = 0
-    tso_segsz: dict[str, int] = field(default_factory=dict)  # per port, as the last `tso set` answered
+    # What testpmd shows only while in use: the values offlab last set (testpmd's defaults until then).
+    tso_segsz: dict[str, int] = field(default_factory=dict)  # per port; 0: TSO off
+    gro_flush: int = 1  # GRO_DEFAULT_FLUSH_CYCLES
+    gso_segsz: int = 1514  # RTE_ETHER_MAX_LEN - RTE_ETHER_CRC_LEN
 
     @classmethod
     def from_dict(cls, d: dict) -> "Info":
@@ -185,7 +189,9 @@ class Testpmd:
         self.fifo.unlink(missing_ok=True)
         os.mkfifo(self.fifo, 0o600)
         argv = ["stdbuf", "-oL", "-eL", DAEMON, f"--lcores=0@{cpu},1@{cpu}", "--no-huge", "-m", str(memory_mb),
-                "--no-pci", f"--file-prefix={prefix}", *[f"--vdev={p.vdev}" for p in ports], "--", "-i"]
+                "--no-pci", f"--file-prefix={prefix}", *[f"--vdev={p.vdev}" for p in ports], "--", "-i",
+                # explicit ring sizes (DPDK's fallback), so a changed descriptor count can be put back exactly
+                f"--rxd={DESCRIPTORS}", f"--txd={DESCRIPTORS}"]
         # Read-write: testpmd itself holds a writer, so it never reads end-of-file between commands.
         stdin = os.open(self.fifo, os.O_RDWR)
         try:
@@ -351,6 +357,14 @@ class Testpmd:
             for addr in addrs:
                 LOCAL.run(["ip", "-n", p.home, "addr", "add", addr[0], "dev", p.iface, *addr[1:]], timeout=10)
             LOCAL.run(["ip", "-n", p.home, "link", "set", p.iface, "up"], timeout=10)
+
+    def remember(self, name: str, per_port: dict[str, object]) -> None:
+        """Record a value testpmd will not show back while unused (see Info)."""
+        if name == "tso_segsz":
+            self.info.tso_segsz.update({k: int(v) for k, v in per_port.items()})
+        elif name in ("gro_flush", "gso_segsz"):
+            setattr(self.info, name, int(next(iter(per_port.values()))))
+        self.save()
 
     def send_taps_home(self) -> None:
         """After start: each tap goes to its home namespace, link up (addresses are the lab's job)."""
