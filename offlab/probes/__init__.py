@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 from offlab.netdev import parse_softnet
 from offlab.errors import EnvironmentProblem, OfflabError
-from offlab.probes import counters, cpu
+from offlab.dpdk import Testpmd
+from offlab.probes import counters, cpu, dpdk_ports
 
 WATCHED_THREADS = ("ksoftirqd/", "vhost-")
 
@@ -42,6 +43,7 @@ class Snapshot:
     snmp: dict[str, dict[str, dict[str, int]]]
     softnet: dict[int, dict[str, int]]
     guest_stat: dict[str, dict[str, dict[str, int]]] | None = None  # role → /proc/stat of a host with its own kernel
+    testpmd_ports: dict[int, dict[str, int]] | None = None  # a dpdk lab's testpmd port counters
 
 
 class ProbeSession:
@@ -55,6 +57,7 @@ class ProbeSession:
         # Hosts with a kernel of their own (a guest, an SSH host) are read in one command per snapshot
         # (their counters and /proc/stat, see _Remote); the others through their net_reader.
         self.own_kernel = {role: h for role, h in hosts.items() if not h.shares_kernel}
+        self.testpmd = Testpmd.for_lab(lab.name) if lab.topology.startswith("dpdk") else None
         try:
             for role, host in hosts.items():
                 if role not in self.own_kernel:
@@ -98,6 +101,7 @@ class ProbeSession:
             if ticks:
                 procs[pid] = ticks
         t = time.monotonic()
+        ports = dpdk_ports.read(self.testpmd) if self.testpmd is not None else None
         stat = cpu.parse_proc_stat(_read("/proc/stat"))
         softnet = {r.cpu: {"processed": r.processed, "dropped": r.dropped, "time_squeeze": r.time_squeeze}
                    for r in parse_softnet(_read("/proc/net/softnet_stat"))}
@@ -106,7 +110,7 @@ class ProbeSession:
             netdev[role] = parse_net_dev(dev)
             snmp[role] = counters.parse_snmp(snmp_text)
             guest_stat[role] = cpu.parse_proc_stat(stat_text)
-        return Snapshot(t, stat, procs, netdev, snmp, softnet, guest_stat)
+        return Snapshot(t, stat, procs, netdev, snmp, softnet, guest_stat, ports)
 
     def result(self, a: Snapshot, b: Snapshot, *, client_cpu: int | None, server_cpu: int | None) -> dict:
         window = b.t - a.t
@@ -155,6 +159,8 @@ class ProbeSession:
             "interfaces": interfaces,
             "snmp": {role: counters.delta(a.snmp[role], b.snmp[role]) for role in b.snmp if role in a.snmp},
             "softnet": {c: counters.delta(a.softnet[c], v) for c, v in b.softnet.items() if c in a.softnet},
+            **({"testpmd": dpdk_ports.result(a.testpmd_ports, b.testpmd_ports)}
+               if a.testpmd_ports is not None and b.testpmd_ports is not None else {}),
         }
 
 
