@@ -202,17 +202,23 @@ class Testpmd:
             os.close(stdin)
         info.pid = proc.pid
         info.start_time = process_start_time(proc.pid) or 0
-        self.save()
-        if on_started is not None:
-            on_started(proc.pid, info.start_time, str(runtime))
-        deadline = time.monotonic() + timeout
-        while PROMPT not in self._read_from(0):
-            if proc.poll() is not None:
-                raise EnvironmentProblem(f"dpdk-testpmd exited (rc {proc.returncode}) before it was ready: "
-                                         f"{self.last_lines()}")
-            if time.monotonic() > deadline:
-                raise TestpmdNoAnswer(f"dpdk-testpmd did not prompt within {timeout:g} s: {self.last_lines()}")
-            time.sleep(0.1)
+        try:
+            self.save()
+            if on_started is not None:
+                on_started(proc.pid, info.start_time, str(runtime))
+            deadline = time.monotonic() + timeout
+            while PROMPT not in self._read_from(0):
+                if proc.poll() is not None:
+                    raise EnvironmentProblem(f"dpdk-testpmd exited (rc {proc.returncode}) before it was ready: "
+                                             f"{self.last_lines()}")
+                if time.monotonic() > deadline:
+                    raise TestpmdNoAnswer(f"dpdk-testpmd did not prompt within {timeout:g} s: {self.last_lines()}")
+                time.sleep(0.1)
+        except BaseException:
+            self.stop()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=5)
+            raise
         return self
 
     def alive(self) -> bool:
@@ -258,7 +264,11 @@ class Testpmd:
         with self.session():
             if not self.alive():
                 raise TestpmdNoAnswer(f"dpdk-testpmd (pid {self.info.pid}) is not running: {self.last_lines()}")
-            start = self.log.stat().st_size
+            # A late answer (to a command that timed out) may still be arriving: let it end first.
+            start, idle_by = self._size(), time.monotonic() + min(timeout, 3.0)
+            while not self._read_from(max(0, start - len(PROMPT))).endswith(PROMPT) and time.monotonic() < idle_by:
+                time.sleep(0.02)
+                start = self._size()
             self._write(line)
             deadline = time.monotonic() + timeout
             while True:
