@@ -296,3 +296,39 @@ def test_lab_down_after_kill_9_of_lab_up_stops_testpmd_and_removes_its_runtime_d
     assert "dpdk-testpmd" in res.stdout and "DPDK runtime directory" in res.stdout
     assert not _running(daemon["pid"]) and not os.path.exists(daemon["runtime_dir"])
     assert not any(n.startswith(f"ol-{lab_name}-") for n in netns_names())
+
+
+# ---- plans -------------------------------------------------------------------------------------------
+
+PLAN = """
+name: t
+topology: {kind: dpdk}
+workload: {tool: iperf3, protocol: tcp, duration: 1}
+axes:
+  gro:
+    "off": {testpmd: {gro: off, gso: on, gso_segsz: 1414, csum: {ip: hw, tcp: hw}}}
+    "on": {testpmd: {gro: on, gro_flush: 2}}
+"""
+
+
+def test_a_plan_names_testpmd_settings_as_switch_settings():
+    from offlab.experiment.plan import load_plan
+
+    cells = {c.key: c for c in load_plan(PLAN, "t.yaml").cells}
+    assert set(cells["gro=off"].changes) == {("switch", "testpmd.gro", "off"), ("switch", "testpmd.gso", "on"),
+                                             ("switch", "testpmd.gso_segsz", 1414),
+                                             ("switch", "testpmd.csum.ip", "hw"), ("switch", "testpmd.csum.tcp", "hw")}
+    assert ("switch", "testpmd.gro_flush", 2) in cells["gro=on"].changes
+
+
+@pytest.mark.parametrize("old, new, fragment", [
+    ("kind: dpdk", "kind: bridge", "testpmd.gro is a setting of dpdk-testpmd: only a dpdk lab runs one, not bridge"),
+    ("gro_flush: 2", "gro_fluhs: 2", "unknown testpmd setting 'testpmd.gro_fluhs'"),
+])
+def test_a_plan_with_testpmd_settings_it_cannot_have_is_refused(old, new, fragment):
+    from offlab.errors import BadInput
+    from offlab.experiment.plan import load_plan
+
+    with pytest.raises(BadInput) as err:
+        load_plan(PLAN.replace(old, new), "t.yaml")
+    assert fragment in str(err.value)

@@ -22,7 +22,7 @@ class Strict(BaseModel):
 
 
 class TopologySpec(Strict):
-    kind: Literal["veth", "bridge", "vxlan", "router", "ovs", "vm"]
+    kind: Literal["veth", "bridge", "vxlan", "router", "ovs", "vm", "dpdk"]
     mtu: int = Field(1500, ge=68, le=65535)
     ipv6: bool = False
     underlay_mtu: int | None = Field(None, ge=68, le=65535)
@@ -31,6 +31,7 @@ class TopologySpec(Strict):
     # vm: QEMU virtio-net device properties (boot-time: cells that differ here get their own guest)
     nic: dict[str, str | int | bool] = {}
     kernel_version: str | None = None
+    pmd: Literal["tap", "af_packet"] | None = None  # dpdk: testpmd's ports (default tap)
 
 
 class WorkloadSpec(Strict):

@@ -41,6 +41,10 @@ HOSTS: dict[str, dict[str, tuple[StaticIface, ...]]] = {
     # the guest is the client; the server namespace holds the tap and the bridge (virbr0's role)
     "vm": {"client": (StaticIface("virtio-net", "eth0", "server"),),
            "server": (StaticIface("tap", None, "client"), _BRIDGE)},
+    # testpmd's tap ports live in the client and server; the switch namespace runs testpmd (its
+    # settings are `testpmd.*` of host switch). With --pmd af_packet they are veths: to-switch either way.
+    "dpdk": {"client": (StaticIface("tap", None, "switch"),), "switch": (),
+             "server": (StaticIface("tap", None, "switch"),)},
 }
 
 
