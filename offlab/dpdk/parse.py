@@ -24,22 +24,20 @@ def _blocks(text: str, head: re.Pattern) -> dict[int, str]:
     return out
 
 
+def _counters(text: str, head: re.Pattern, names: dict[str, str], tail: str) -> dict[int, dict[str, int]]:
+    """Per port, the counters `names` renames, read up to `tail` (what follows the port's counters)."""
+    return {port: {names[k]: int(v) for k, v in _PAIR.findall(block.split(tail, 1)[0]) if k in names}
+            for port, block in _blocks(text, head).items()}
+
+
 def port_stats(text: str) -> dict[int, dict[str, int]]:
     """`show port stats all` → {port: {rx_packets, rx_bytes, rx_errors, rx_missed, rx_nombuf, tx_...}}."""
-    out = {}
-    for port, block in _blocks(text, PORT_STATS_HEAD).items():
-        body = block.split("Throughput", 1)[0]
-        out[port] = {STAT_NAMES[k]: int(v) for k, v in _PAIR.findall(body) if k in STAT_NAMES}
-    return out
+    return _counters(text, PORT_STATS_HEAD, STAT_NAMES, "Throughput")
 
 
 def fwd_drops(text: str) -> dict[int, dict[str, int]]:
     """`show fwd stats all` → {port: {fwd_rx_dropped, fwd_tx_dropped}} (the totals block is skipped)."""
-    out = {}
-    for port, block in _blocks(text, FWD_HEAD).items():
-        body = block.split("Accumulated", 1)[0]
-        out[port] = {FWD_NAMES[k]: int(v) for k, v in _PAIR.findall(body) if k in FWD_NAMES}
-    return out
+    return _counters(text, FWD_HEAD, FWD_NAMES, "Accumulated")
 
 
 def gro(text: str) -> dict:
