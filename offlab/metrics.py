@@ -74,6 +74,10 @@ METRICS: dict[str, Metric] = {m.name: m for m in [
     Metric("sd_server_us_per_kib", "server service demand", "µs/KiB", "lower", _sd("server")),
     Metric("sd_total_us_per_kib", "service demand (whole system)", "µs/KiB", "lower", _sd("total")),
     *RR_METRICS,
+    # testpmd packets out per packet in, data direction: below the no-GRO figure = GRO merged (fewer is
+    # "better" only in that sense; GSO/TSO cells read it as how much was split)
+    Metric("testpmd_out_per_in", "testpmd packets out per packet in", "ratio", "lower",
+           lambda s: (s["probes"].get("testpmd") or {}).get("out_per_in")),
 ]}
 
 # The metrics a comparison reports by default, in this order.

@@ -27,6 +27,7 @@ PARTS = {
     "offlab.netdev": "netdev",  # the one parser of ip/ethtool/softnet, the one ovs-vsctl
     "offlab.mtu": "mtu",  # MTU arithmetic (the VXLAN overhead) and the path MTU probe
     "offlab.vm": "vm",
+    "offlab.dpdk": "dpdk",  # dpdk-testpmd as a daemon and its command line (lab, knobs and probes use it)
     "offlab.lab": "lab",
     "offlab.knobs": "knobs",
     "offlab.traffic": "traffic",
@@ -49,14 +50,15 @@ ALLOWED: dict[str, set[str]] = {
     "netdev": {"hosts", "base"},
     "mtu": {"hosts", *_LOW},
     "vm": {"hosts", "netdev", *_LOW},
-    "lab": {"vm", "hosts", "inventory", "netdev", "mtu", *_LOW},
-    "knobs": {"hosts", "netdev", "mtu", *_LOW},
+    "dpdk": {"hosts", *_LOW},
+    "lab": {"vm", "dpdk", "hosts", "inventory", "netdev", "mtu", *_LOW},
+    "knobs": {"hosts", "dpdk", "netdev", "mtu", *_LOW},
     "traffic": {"hosts", "netdev", *_LOW},
-    "probes": {"hosts", "netdev", *_LOW},
+    "probes": {"hosts", "dpdk", "netdev", *_LOW},
     "doctor": {"hosts", "inventory", "netdev", "mtu", *_LOW},
     "store": {*_LOW},
     "report": {"store", *_LOW},
-    "experiment": {"lab", "vm", "inventory", "knobs", "traffic", "probes", "netdev", "mtu", "hosts", "store", *_LOW},
+    "experiment": {"lab", "vm", "dpdk", "inventory", "knobs", "traffic", "probes", "netdev", "mtu", "hosts", "store", *_LOW},
     "cli": set(PARTS.values()),
 }
 

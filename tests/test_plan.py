@@ -239,7 +239,7 @@ def test_every_yaml_example_in_the_docs_is_a_valid_plan(where, text):
 
 @requires_root
 @pytest.mark.network
-@pytest.mark.parametrize("kind", ["veth", "bridge", "router", "vxlan", "ovs"])
+@pytest.mark.parametrize("kind", ["veth", "bridge", "router", "vxlan", "ovs", "dpdk"])
 def test_static_hosts_and_interfaces_match_the_built_lab(kind, lab_name, clean_machine):
     from offlab import lab as labs
     from offlab.experiment.plan import topology as static

@@ -195,6 +195,16 @@ def print_sample(s: Sample) -> None:
         ifs.add_row(name, str(d["rx_packets"]), f"{d['rx_avg_bytes'] or 0:.0f}", str(d["tx_packets"]),
                     f"{d['tx_avg_bytes'] or 0:.0f}", str(d["rx_dropped"] + d["tx_dropped"]))
     out.print(ifs)
+    tp = p.get("testpmd")
+    if tp:
+        for port, d in tp["ports"].items():
+            out.print(f"  testpmd     port {port}: rx {d.get('rx_packets', 0)} pkts {d.get('rx_bytes', 0)} B, "
+                      f"tx {d.get('tx_packets', 0)} pkts {d.get('tx_bytes', 0)} B, errors rx {d.get('rx_errors', 0)} "
+                      f"tx {d.get('tx_errors', 0)}, missed {d.get('rx_missed', 0)}, "
+                      f"fwd drops {d.get('fwd_tx_dropped', 0)}")
+        if tp["out_per_in"] is not None:
+            out.print(f"  testpmd     packets out per packet in ({tp['data_direction'].replace('>', ' → ')}): "
+                      f"{tp['out_per_in']:.3f}")
     for role, snmp in p["snmp"].items():
         udp = snmp.get("Udp", {})
         if udp.get("RcvbufErrors"):

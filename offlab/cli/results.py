@@ -97,6 +97,7 @@ def show_cmd(
         print_searches(store, run_id)
         print_captures(store, run_id)
         print_losses(store, run_id)
+        print_testpmd(store, run_id)
 
 
 def _samples_csv(run: dict, cells: list[dict], samples: list[dict]) -> None:
@@ -129,6 +130,7 @@ def print_comparison(store, run_id: int) -> None:
             print_searches(store, run_id)
             print_captures(store, run_id)
             print_losses(store, run_id)
+            print_testpmd(store, run_id)
             return
         except BadInput as exc:
             out.print(f"[yellow]{escape(str(exc))}[/yellow]")
@@ -140,6 +142,7 @@ def print_comparison(store, run_id: int) -> None:
     print_searches(store, run_id)
     print_captures(store, run_id)
     print_losses(store, run_id)
+    print_testpmd(store, run_id)
 
 
 def print_captures(store, run_id: int) -> None:
@@ -181,6 +184,27 @@ def print_losses(store, run_id: int) -> None:
         out.print(f"  {escape(la['cell'])}:")
         for line in fmt.loss_lines(la):
             out.print(f"    {escape(line)}")
+
+
+def print_testpmd(store, run_id: int) -> None:
+    """testpmd's packets out per packet in for each cell of a dpdk lab: what GRO merged, GSO split."""
+    keys = {c["id"]: c["key"] for c in store.cells(run_id)}
+    per_cell: dict[int, list[dict]] = {}
+    for s in store.samples(run_id):
+        tp = ((s["sample"] or {}).get("probes") or {}).get("testpmd")
+        if tp and tp.get("out_per_in") is not None:
+            per_cell.setdefault(s["cell_id"], []).append(tp)
+    if not per_cell:
+        return
+    out.print("[bold]testpmd port counters[/bold] (data direction; packets out per packet in, mean over samples)")
+    for cid, tps in sorted(per_cell.items(), key=lambda kv: keys.get(kv[0], "")):
+        ratio = sum(t["out_per_in"] for t in tps) / len(tps)
+        d = tps[0]["directions"][tps[0]["data_direction"]]
+        errors = sum(p.get("tx_errors", 0) + p.get("rx_errors", 0) + p.get("rx_missed", 0) + p.get("fwd_tx_dropped", 0)
+                     for t in tps for p in t["ports"].values())
+        out.print(f"  {escape(keys.get(cid, '?'))}: {ratio:.3f} out per in (first sample: {d['rx_packets']} in → "
+                  f"{d['tx_packets']} out, port {tps[0]['data_direction'].replace('>', ' → ')}); "
+                  f"errors/missed/drops {errors}")
 
 
 def print_searches(store, run_id: int) -> None:

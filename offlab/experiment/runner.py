@@ -37,6 +37,7 @@ from offlab.stats import UNDECIDED, converged
 from offlab.store import Store
 
 SYSCTL_PREFIXES = ("net.", "kernel.", "vm.")
+TESTPMD_PREFIX = "testpmd."
 
 
 @dataclass
@@ -184,7 +185,7 @@ class Runner:
         topo = next(c.topology for c in self.plan.cells if c.lab_key == key)
         options = {k: v for k, v in (("underlay_mtu", topo.underlay_mtu), ("vni", topo.vni),
                                      ("port", topo.port), ("nic", topo.nic or None), ("guest_cpus", topo.guest_cpus),
-                                     ("kernel_version", topo.kernel_version)) if v is not None}
+                                     ("kernel_version", topo.kernel_version), ("pmd", topo.pmd)) if v is not None}
         self.on_event("lab", {"topology": topo.kind, "mtu": topo.mtu})
         self.labs[key] = labs.up(topo.kind, f"{prefix}{chr(97 + i)}", mtu=topo.mtu, ipv6=topo.ipv6,
                                  options=options)
@@ -432,7 +433,7 @@ class Runner:
                 raise BadInput(f"'machine' takes host-wide sysctls only, not {key!r}")
             return Change(host=LOCAL, key=key, value=value)
         host = lab.host(role)
-        if key.startswith(SYSCTL_PREFIXES):
+        if key.startswith(SYSCTL_PREFIXES) or key.startswith(TESTPMD_PREFIX):  # no interface: the host's own
             return Change(host=host, key=key, value=value, lab=lab)
         return Change(host=host, key=key, value=value, iface=lab.resolve_iface(role, ref or None), lab=lab)
 

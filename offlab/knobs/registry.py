@@ -13,9 +13,10 @@ from offlab.knobs.qdisc import Qdisc
 from offlab.knobs.queues import QueueMask
 from offlab.knobs.sysctl import Sysctl, is_sysctl_key
 from offlab.knobs.target import Target
+from offlab.knobs.testpmd import TestpmdSetting, is_testpmd_key
 
 KINDS: dict[str, type[Knob]] = {k.kind: k for k in (Feature, Mtu, TxQueueLen, Channels, Ring, Coalesce,
-                                                    QueueMask, Sysctl, BridgeNf, Qdisc, NapiParam)}
+                                                    QueueMask, Sysctl, BridgeNf, Qdisc, NapiParam, TestpmdSetting)}
 PREFIXED = {"channels": Channels, "ring": Ring, "coalesce": Coalesce}
 
 
@@ -24,6 +25,8 @@ def knob_class(key: str) -> type[Knob]:
         raise BadInput(f"invalid setting name {key!r}")
     if is_sysctl_key(key):
         return Sysctl
+    if is_testpmd_key(key):
+        return TestpmdSetting
     if key == "mtu":
         return Mtu
     if key == "txqueuelen":
@@ -50,7 +53,8 @@ def knob_for(target: Target, key: str) -> Knob:
     if cls.needs_iface and target.iface is None:
         raise BadInput(f"{key} is a setting of an interface: name one (e.g. to-server)")
     if not cls.needs_iface and target.iface is not None:
-        raise BadInput(f"{key} is a sysctl, not a setting of {target.iface}: give no interface (- on the command line)")
+        what = "a setting of dpdk-testpmd" if cls is TestpmdSetting else "a sysctl"
+        raise BadInput(f"{key} is {what}, not a setting of {target.iface}: give no interface (- on the command line)")
     return cls(target, key)
 
 

@@ -12,7 +12,9 @@ from typing import Callable
 from offlab.errors import BadInput, EnvironmentProblem, NotRoot, OfflabError
 from offlab.hosts import LOCAL, is_root, require_tool
 from offlab.lab import owner
+from offlab.dpdk import remove_runtime
 from offlab.lab.build import Builder, LabBuildFailed
+from offlab.lab.dpdk import check_options as check_dpdk_options
 from offlab.lab.hold import hold, holders
 from offlab.lab.model import TOPOLOGIES, LabState
 from offlab.lab.ovs import alive, stop_daemon
@@ -35,6 +37,7 @@ TOOLS_BY_TOPOLOGY = {
     "vm": ("qemu-system-x86_64",),
     "vm-router": ("qemu-system-x86_64",),
     "vm-pair": ("qemu-system-x86_64",),
+    "dpdk": ("dpdk-testpmd", "stdbuf"),
 }
 
 
@@ -45,6 +48,8 @@ def _check_request(topology: str, name: str, mtu: int, options: dict) -> None:
     check_mtu(mtu)
     if topology in GUEST_TOPOLOGIES:
         check_guest_options(options)
+    if topology == "dpdk":
+        check_dpdk_options(options, mtu)
     if topology == "vxlan":
         under = options.get("underlay_mtu")
         if under is not None:
@@ -221,6 +226,8 @@ def down(name: str, *, force: bool = False) -> list[str]:
             if d.netns is None or d.netns in ours:
                 stop_daemon(d, netns_inode=owner.inode(d.netns) if d.netns else None)
                 removed.append(f"{d.name} (pid {d.pid})")
+                if d.runtime_dir and remove_runtime(d.runtime_dir):
+                    removed.append(f"DPDK runtime directory {d.runtime_dir}")
     for ns in ours:
         _kill_processes_in(ns)
     for ns in ours:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from offlab import netdev
+from offlab.dpdk import Testpmd
 from offlab.lab.model import LabState
 
 # The features worth a glance in the text view, by the short names people type.
@@ -57,7 +58,7 @@ def describe(lab: LabState, *, with_features: bool = True) -> dict:
         if entry.address6:
             h["address6"] = entry.address6
         hosts[role] = h
-    return {
+    out = {
         "name": lab.name,
         "topology": lab.topology,
         "mtu": lab.mtu,
@@ -68,3 +69,7 @@ def describe(lab: LabState, *, with_features: bool = True) -> dict:
         "daemons": [{"name": d.name, "pid": d.pid} for d in lab.daemons],
         "adjustments": [a.__dict__ for a in lab.adjustments],
     }
+    testpmd = Testpmd.for_lab(lab.name) if lab.topology == "dpdk" else None
+    if testpmd is not None:
+        out["testpmd"] = testpmd.describe()
+    return out

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 
 from offlab.netdev import parse_softnet
 from offlab.errors import EnvironmentProblem, OfflabError
-from offlab.probes import counters, cpu, qdisc
+from offlab.dpdk import Testpmd
+from offlab.probes import counters, cpu, dpdk_ports, qdisc
 
 WATCHED_THREADS = ("ksoftirqd/", "vhost-")
 
@@ -45,6 +46,7 @@ class Snapshot:
     softnet: dict[int, dict[str, int]]
     guest_stat: dict[str, dict[str, dict[str, int]]] | None = None  # role → /proc/stat of a host with its own kernel
     qdisc: dict[str, dict[str, dict] | None] = field(default_factory=dict)  # role → root qdisc counters per dev
+    testpmd_ports: dict[int, dict[str, int]] | None = None  # a dpdk lab's testpmd port counters
 
 
 class ProbeSession:
@@ -58,6 +60,7 @@ class ProbeSession:
         # Hosts with a kernel of their own (a guest, an SSH host) are read in one command per snapshot
         # (their counters and /proc/stat, see _Remote); the others through their net_reader.
         self.own_kernel = {role: h for role, h in hosts.items() if not h.shares_kernel}
+        self.testpmd = Testpmd.for_lab(lab.name) if lab.topology.startswith("dpdk") else None
         try:
             for role, host in hosts.items():
                 if role not in self.own_kernel:
@@ -103,6 +106,7 @@ class ProbeSession:
             if ticks:
                 procs[pid] = ticks
         t = time.monotonic()
+        ports = dpdk_ports.read(self.testpmd) if self.testpmd is not None else None
         stat = cpu.parse_proc_stat(_read("/proc/stat"))
         softnet = {r.cpu: {"processed": r.processed, "dropped": r.dropped, "time_squeeze": r.time_squeeze}
                    for r in parse_softnet(_read("/proc/net/softnet_stat"))}
@@ -113,7 +117,7 @@ class ProbeSession:
             snmp[role] = counters.parse_snmp(snmp_text)
             guest_stat[role] = cpu.parse_proc_stat(stat_text)
             qdiscs[role] = qdisc.parse_tc(tc_text) if tc_text.strip() else None
-        return Snapshot(t, stat, procs, netdev, snmp, softnet, guest_stat, qdiscs)
+        return Snapshot(t, stat, procs, netdev, snmp, softnet, guest_stat, qdiscs, ports)
 
     def result(self, a: Snapshot, b: Snapshot, *, client_cpu: int | None, server_cpu: int | None) -> dict:
         window = b.t - a.t
@@ -164,6 +168,8 @@ class ProbeSession:
             "softnet": {c: counters.delta(a.softnet[c], v) for c, v in b.softnet.items() if c in a.softnet},
             "qdisc": {f"{role}:{dev}": d for role in b.qdisc
                       for dev, d in qdisc.delta(a.qdisc.get(role), b.qdisc[role]).items()},
+            **({"testpmd": dpdk_ports.result(a.testpmd_ports, b.testpmd_ports)}
+               if a.testpmd_ports is not None and b.testpmd_ports is not None else {}),
         }
 
 

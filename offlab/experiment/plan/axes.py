@@ -12,7 +12,7 @@ from offlab.experiment.plan.errors import PlanErrors
 from offlab.experiment.plan.models import RR_FIELDS, AxisValue, Cell, Plan, TopologySpec, WorkloadSpec
 from offlab.traffic import Workload
 
-TOPOLOGY_KEYS = ("mtu", "underlay_mtu", "vni", "port", "ipv6")
+TOPOLOGY_KEYS = ("mtu", "underlay_mtu", "vni", "port", "ipv6", "pmd")
 WORKLOAD_KEYS = (*(f for f in Workload.__dataclass_fields__ if f != "ipv6"),
                  "search_max_loss", "search_low", "search_high", "search_steps", "kind", *RR_FIELDS)
 # Flat shorthands an axis value may use, as in DESIGN.md's `{udp_payload: 1472, mtu: 1500}`.
@@ -93,6 +93,20 @@ def _axis_value(err: PlanErrors, raw: Any, path: tuple, kind: str) -> AxisValue:
                 for k, v in kv.items():
                     check_knob(err, kpath + (target, k), kind, target, k, v, key)
                 out[key].setdefault(str(target), {}).update(kv)
+        elif key == "testpmd":
+            # `testpmd: {gro: on, csum: {tcp: hw}}` is shorthand for settings of host switch:
+            # testpmd.gro, testpmd.csum.tcp (a dpdk lab's testpmd)
+            if not isinstance(val, dict):
+                err.fail(kpath, "testpmd maps its settings to values, e.g. {gro: on, gso_segsz: 1448, csum: {tcp: hw}}")
+            flat = {}
+            for k, v in val.items():
+                if isinstance(v, dict):
+                    flat.update({f"testpmd.{k}.{sub}": subv for sub, subv in v.items()})
+                else:
+                    flat[f"testpmd.{k}"] = v
+            for k, v in flat.items():
+                check_knob(err, kpath + (k[len("testpmd."):],), kind, "switch", k, v, "settings")
+            out["settings"].setdefault("switch", {}).update(flat)
         elif key in FLAT_ALIASES:
             section, field_name = FLAT_ALIASES[key]
             for f in field_name.split("+"):
@@ -102,7 +116,7 @@ def _axis_value(err: PlanErrors, raw: Any, path: tuple, kind: str) -> AxisValue:
         elif key in WORKLOAD_KEYS:
             out["workload"][key] = val
         else:
-            err.unknown(kpath, key, {"workload", "topology", "features", "settings", *FLAT_ALIASES,
+            err.unknown(kpath, key, {"workload", "topology", "features", "settings", "testpmd", *FLAT_ALIASES,
                                      *TOPOLOGY_KEYS, *WORKLOAD_KEYS})
     if "kind" in out["topology"]:
         err.fail(path + ("topology", "kind"), "the topology kind is the plan's, not an axis value's: "

@@ -82,6 +82,16 @@ def check_knob(err: PlanErrors, path: tuple, kind: str, target: str, key: Any, v
         if cls is not Sysctl:
             err.fail(path, f"'machine' takes host-wide sysctls only (net.*, kernel.*, vm.*), not {key!r}")
         return
+    from offlab.knobs.testpmd import NAMES as TESTPMD_NAMES, TestpmdSetting
+
+    if cls is TestpmdSetting:
+        if kind != "dpdk":
+            err.fail(path, f"{key} is a setting of dpdk-testpmd: only a dpdk lab runs one, not {kind}")
+        if role != "switch" or ref is not None:
+            err.fail(path, f"{key} is a setting of the testpmd on host switch, not of {target}")
+        if key[len("testpmd."):] not in TESTPMD_NAMES:
+            err.fail(path, f"unknown testpmd setting {key!r}: use testpmd.{', testpmd.'.join(TESTPMD_NAMES)}")
+        return
     if cls is Sysctl:
         if key in RANGES:  # the machine-wide ones offlab's suites vary: no namespace has them
             err.fail(path, f"{key} is host-wide (no network namespace has it): write it under machine, "
@@ -145,6 +155,8 @@ def required_tools(plan: Plan) -> list[str]:
     kinds = {c.topology.kind for c in plan.cells}
     if "ovs" in kinds:
         tools += ["ovsdb-server", "ovs-vswitchd", "ovs-vsctl", "ovsdb-tool"]
+    if "dpdk" in kinds:
+        tools += ["dpdk-testpmd", "stdbuf"]
     used = {c.workload.tool for c in plan.cells if c.workload.kind != "rr"}
     used |= {"engine" for c in plan.cells if c.workload.kind != "stream"}
     if "iperf3" in used:

@@ -22,7 +22,7 @@ class Strict(BaseModel):
 
 
 class TopologySpec(Strict):
-    kind: Literal["veth", "bridge", "vxlan", "router", "ovs", "vm", "vm-router", "vm-pair"]
+    kind: Literal["veth", "bridge", "vxlan", "router", "ovs", "vm", "vm-router", "vm-pair", "dpdk"]
     mtu: int = Field(1500, ge=68, le=65535)
     ipv6: bool = False
     underlay_mtu: int | None = Field(None, ge=68, le=65535)
@@ -32,6 +32,7 @@ class TopologySpec(Strict):
     nic: dict[str, str | int | bool] = {}
     kernel_version: str | None = None
     guest_cpus: int | None = Field(None, ge=1, le=8)  # vCPUs per guest (boot-time, like nic)
+    pmd: Literal["tap", "af_packet"] | None = None  # dpdk: testpmd's ports (default tap)
 
 
 # Plan fields of the request/response probe → RrWorkload's fields (offlab.traffic.rr).

@@ -49,6 +49,10 @@ HOSTS: dict[str, dict[str, tuple[StaticIface, ...]]] = {
     "vm-pair": {"client": (StaticIface("virtio-net", "eth0", "switch"),),
                 "switch": (StaticIface("tap", None, "client"), StaticIface("tap", None, "server"), _BRIDGE),
                 "server": (StaticIface("virtio-net", "eth0", "switch"),)},
+    # testpmd's tap ports live in the client and server; the switch namespace runs testpmd (its
+    # settings are `testpmd.*` of host switch). With --pmd af_packet they are veths: to-switch either way.
+    "dpdk": {"client": (StaticIface("tap", None, "switch"),), "switch": (),
+             "server": (StaticIface("tap", None, "switch"),)},
 }
 
 

@@ -1,0 +1,429 @@
+"""dpdk-testpmd as a lab daemon, driven through its interactive command line.
+
+testpmd runs with `-i` and reads its commands from a FIFO in its run directory, opened read-write
+as its stdin: it never sees end-of-file, and any offlab process (a later `lab set`, a probe, a
+restore after kill -9) can write to it. Its output goes line-buffered (stdbuf) to a log; an answer
+is the text between the echoed command and the next `testpmd> ` prompt. Every command has a
+timeout: no answer → TestpmdNoAnswer (exit 3) with testpmd's last lines.
+
+Ports are vdev specs (net_tap, net_af_packet, net_vhost ...), so the dpdk-vm and ovs-dpdk labs can
+reuse this class. A tap port's kernel interface is created in testpmd's namespace and lives in a
+"home" namespace while forwarding; the tap PMD configures it by name, so every port stop/start
+moves it back first and home again afterwards, with its addresses (see `reconfigure`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import secrets
+import signal
+import subprocess
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator
+
+from offlab.dpdk import parse
+from offlab.errors import BadInput, EnvironmentProblem
+from offlab.hosts import LOCAL, NetnsHost, require_tool
+from offlab.state import read_json, state_dir, write_json_atomic
+
+DAEMON = "dpdk-testpmd"  # also its /proc/PID/comm
+PROMPT = "testpmd> "
+RUNTIME_ROOT = Path("/var/run/dpdk")
+OWNER_FILE = "offlab-owner"
+STATE_FILE = "testpmd.json"
+INSTALL = "apt-get install dpdk-dev"
+START_TIMEOUT = 90.0
+COMMAND_TIMEOUT = 20.0
+DESCRIPTORS = 512
+
+
+class TestpmdNoAnswer(EnvironmentProblem):
+    """testpmd did not answer a command in time, or is gone."""
+
+
+class TestpmdRefused(BadInput):
+    """testpmd answered a command with a refusal (a setting this DPDK or PMD lacks)."""
+
+
+@dataclass
+class Port:
+    index: int
+    vdev: str  # the --vdev argument, e.g. net_tap0,iface=oldemo0
+    pmd: str  # tap | af_packet | vhost
+    iface: str | None = None  # the kernel interface behind the port (a tap, or the veth af_packet binds)
+    home: str | None = None  # namespace the tap lives in while forwarding; None: testpmd's own
+
+
+@dataclass
+class Info:
+    """What `testpmd.json` in the run directory records: enough for any process to find testpmd again."""
+
+    netns: str
+    prefix: str  # --file-prefix: /var/run/dpdk/<prefix>
+    cpu: int
+    memory_mb: int
+    version: str
+    ports: list[Port]
+    pid: int = 0
+    start_time: int = 0
+    # What testpmd shows only while in use: the values offlab last set (testpmd's defaults until then).
+    tso_segsz: dict[str, int] = field(default_factory=dict)  # per port; 0: TSO off
+    gro_flush: int = 1  # GRO_DEFAULT_FLUSH_CYCLES
+    gso_segsz: int = 1514  # RTE_ETHER_MAX_LEN - RTE_ETHER_CRC_LEN
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Info":
+        return cls(**{**d, "ports": [Port(**p) for p in d["ports"]]})
+
+
+def version() -> str:
+    """DPDK's version, from the package (testpmd has no --version)."""
+    res = LOCAL.run(["dpkg-query", "-W", "-f", "${Version}", "dpdk-dev"], check=False, timeout=10)
+    return res.stdout.strip().split("-")[0] if res.ok and res.stdout.strip() else "unknown"
+
+
+def runtime_dir(prefix: str) -> Path:
+    return RUNTIME_ROOT / prefix
+
+
+def owner_mark(lab: str) -> str:
+    return f"offlab {state_dir()} lab {lab}\n"
+
+
+def remove_runtime(path: str | Path) -> bool:
+    """Remove a DPDK runtime directory, but only one offlab marked as its own (never another's)."""
+    path = Path(path)
+    if path.parent != RUNTIME_ROOT or not path.name:
+        return False
+    try:
+        mark = (path / OWNER_FILE).read_text()
+    except OSError:
+        return False
+    if not mark.startswith(f"offlab {state_dir()} "):
+        return False
+    for child in sorted(path.rglob("*"), reverse=True):
+        with contextlib.suppress(OSError):
+            child.rmdir() if child.is_dir() and not child.is_symlink() else child.unlink()
+    with contextlib.suppress(OSError):
+        path.rmdir()
+    return not path.exists()
+
+
+def rundir_for(lab: str) -> Path:
+    return state_dir() / "dpdk" / lab
+
+
+def process_start_time(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    rest = stat[stat.rindex(")") + 2:].split()
+    return None if rest[0] == "Z" else int(rest[19])
+
+
+class Testpmd:
+    """One running testpmd, found through its run directory."""
+
+    def __init__(self, rundir: Path, info: Info) -> None:
+        self.rundir = Path(rundir)
+        self.info = info
+        self._depth = 0
+        self._lock_fd: int | None = None
+
+    # ---- files -----------------------------------------------------------
+    @property
+    def fifo(self) -> Path:
+        return self.rundir / "cmd.fifo"
+
+    @property
+    def log(self) -> Path:
+        return self.rundir / "testpmd.log"
+
+    def save(self) -> None:
+        write_json_atomic(self.rundir / STATE_FILE, asdict(self.info))
+
+    @classmethod
+    def load(cls, rundir: Path) -> "Testpmd | None":
+        path = Path(rundir) / STATE_FILE
+        if not path.exists():
+            return None
+        try:
+            return cls(Path(rundir), Info.from_dict(read_json(path)))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise BadInput(f"testpmd state {path} is unreadable ({exc}): `offlab lab down --force` removes it") from None
+
+    @classmethod
+    def for_lab(cls, lab: str) -> "Testpmd | None":
+        return cls.load(rundir_for(lab))
+
+    # ---- life --------------------------------------------------------------
+    @classmethod
+    def start(cls, netns: str, rundir: Path, *, lab: str, ports: list[Port], cpu: int, memory_mb: int = 1024,
+              on_started: Callable[[int, int, str], None] | None = None, timeout: float = START_TIMEOUT) -> "Testpmd":
+        """Start testpmd in `netns` with `ports`, both its lcores on `cpu`; return once it prompts.
+
+        `on_started(pid, start_time, runtime_dir)` runs as soon as the process exists (a lab records it
+        before the wait). Its DPDK runtime directory is made and marked by offlab first; one that is
+        already there belongs to someone else and is refused, never reused or deleted.
+        """
+        require_tool(DAEMON)
+        require_tool("stdbuf")
+        prefix = f"offlab-{lab}-{secrets.token_hex(3)}"
+        runtime = runtime_dir(prefix)
+        try:
+            runtime.mkdir(parents=True, exist_ok=False)
+        except FileExistsError:
+            raise EnvironmentProblem(f"DPDK runtime directory {runtime} exists and is not offlab's: left alone; "
+                                     f"start again (a new prefix is drawn)") from None
+        (runtime / OWNER_FILE).write_text(owner_mark(lab))
+        rundir.mkdir(parents=True, exist_ok=True)
+        info = Info(netns=netns, prefix=prefix, cpu=cpu, memory_mb=memory_mb, version=version(), ports=ports,
+                    tso_segsz={str(p.index): 0 for p in ports})
+        self = cls(rundir, info)
+        self.fifo.unlink(missing_ok=True)
+        os.mkfifo(self.fifo, 0o600)
+        argv = ["stdbuf", "-oL", "-eL", DAEMON, f"--lcores=0@{cpu},1@{cpu}", "--no-huge", "-m", str(memory_mb),
+                "--no-pci", f"--file-prefix={prefix}", *[f"--vdev={p.vdev}" for p in ports], "--", "-i",
+                # explicit ring sizes (DPDK's fallback), so a changed descriptor count can be put back exactly
+                f"--rxd={DESCRIPTORS}", f"--txd={DESCRIPTORS}"]
+        # Read-write: testpmd itself holds a writer, so it never reads end-of-file between commands.
+        stdin = os.open(self.fifo, os.O_RDWR)
+        try:
+            with open(self.log, "w") as log:
+                proc = NetnsHost(netns).spawn(argv, stdin=stdin, stdout=log, stderr=subprocess.STDOUT,
+                                              start_new_session=True)
+        finally:
+            os.close(stdin)
+        info.pid = proc.pid
+        info.start_time = process_start_time(proc.pid) or 0
+        try:
+            self.save()
+            if on_started is not None:
+                on_started(proc.pid, info.start_time, str(runtime))
+            deadline = time.monotonic() + timeout
+            while PROMPT not in self._read_from(0):
+                if proc.poll() is not None:
+                    raise EnvironmentProblem(f"dpdk-testpmd exited (rc {proc.returncode}) before it was ready: "
+                                             f"{self.last_lines()}")
+                if time.monotonic() > deadline:
+                    raise TestpmdNoAnswer(f"dpdk-testpmd did not prompt within {timeout:g} s: {self.last_lines()}")
+                time.sleep(0.1)
+        except BaseException:
+            self.stop()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=5)
+            raise
+        return self
+
+    def alive(self) -> bool:
+        return self.info.pid > 0 and process_start_time(self.info.pid) == self.info.start_time
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """`quit` (ports closed, taps removed), then SIGTERM/SIGKILL by pid; the runtime directory goes."""
+        if self.alive():
+            with contextlib.suppress(OSError):
+                self._write("quit")
+            deadline = time.monotonic() + timeout
+            for sig in (None, signal.SIGTERM, signal.SIGKILL):
+                if sig is not None and self.alive():
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(self.info.pid, sig)
+                    deadline = time.monotonic() + 3
+                while self.alive() and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                if not self.alive():
+                    break
+        remove_runtime(runtime_dir(self.info.prefix))
+
+    # ---- the command line ----------------------------------------------------
+    @contextlib.contextmanager
+    def session(self) -> Iterator[None]:
+        """Hold testpmd's command line (across processes) for a sequence of commands."""
+        if self._depth == 0:
+            self._lock_fd = os.open(self.rundir / "cli.lock", os.O_CREAT | os.O_RDWR, 0o600)
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+        self._depth += 1
+        try:
+            yield
+        finally:
+            self._depth -= 1
+            if self._depth == 0 and self._lock_fd is not None:
+                os.close(self._lock_fd)
+                self._lock_fd = None
+
+    def command(self, line: str, timeout: float = COMMAND_TIMEOUT) -> str:
+        """Send one command and return its answer (without echo and prompt)."""
+        if "\n" in line or "\r" in line:
+            raise BadInput(f"a testpmd command is one line: {line!r}")
+        with self.session():
+            if not self.alive():
+                raise TestpmdNoAnswer(f"dpdk-testpmd (pid {self.info.pid}) is not running: {self.last_lines()}")
+            # A late answer (to a command that timed out) may still be arriving: let it end first.
+            start, idle_by = self._size(), time.monotonic() + min(timeout, 3.0)
+            while not self._read_from(max(0, start - len(PROMPT))).endswith(PROMPT) and time.monotonic() < idle_by:
+                time.sleep(0.02)
+                start = self._size()
+            self._write(line)
+            deadline = time.monotonic() + timeout
+            while True:
+                text = self._read_from(start)
+                echo = text.find(line)
+                if echo >= 0:
+                    end = text.find(PROMPT, echo + len(line))
+                    if end >= 0:
+                        return text[echo + len(line):end].strip("\r\n")
+                if not self.alive():
+                    raise TestpmdNoAnswer(f"dpdk-testpmd died on `{line}`: {self.last_lines()}")
+                if time.monotonic() > deadline:
+                    raise TestpmdNoAnswer(f"dpdk-testpmd did not answer `{line}` within {timeout:g} s: "
+                                          f"{self.last_lines()}")
+                time.sleep(0.01)
+
+    def checked(self, line: str, timeout: float = COMMAND_TIMEOUT) -> str:
+        """`command`, with a refusal (e.g. `TCP checksum offload is not supported by port 0`) raised."""
+        answer = self.command(line, timeout)
+        why = parse.refusal(answer)
+        if why:
+            raise TestpmdRefused(f"testpmd (DPDK {self.info.version}) refused `{line}`: {why}")
+        return answer
+
+    def _write(self, line: str) -> None:
+        fd = os.open(self.fifo, os.O_WRONLY | os.O_NONBLOCK)
+        try:
+            os.write(fd, (line + "\n").encode())
+        finally:
+            os.close(fd)
+
+    def _read_from(self, offset: int) -> str:
+        try:
+            with open(self.log, "rb") as f:
+                f.seek(offset)
+                return f.read().decode(errors="replace")
+        except OSError:
+            return ""
+
+    def last_lines(self, n: int = 4) -> str:
+        lines = [l.strip() for l in self._read_from(max(0, self._size() - 4096)).replace(PROMPT, "\n").splitlines()
+                 if l.strip()]
+        return " | ".join(lines[-n:]) or "(its log is empty)"
+
+    def _size(self) -> int:
+        try:
+            return self.log.stat().st_size
+        except OSError:
+            return 0
+
+    # ---- reconfiguring -------------------------------------------------------
+    def reconfigure(self, commands: list[str], *, port_stop: bool) -> list[str]:
+        """Run `commands` with forwarding stopped (and the ports stopped when `port_stop`); answers.
+
+        The tap PMD configures its kernel interface by name in testpmd's namespace, so before a port
+        stop the taps come back there, and afterwards go home again with their addresses and link up.
+        Forwarding is started again whatever happened.
+        """
+        answers = []
+        with self.session():
+            self.command("stop")
+            moved: list[tuple[Port, list[list[str]]]] = []
+            try:
+                if port_stop:
+                    moved = self._taps_back()
+                    self.checked("port stop all")
+                for line in commands:
+                    answers.append(self.checked(line))
+            finally:
+                try:
+                    if port_stop:
+                        self.checked("port start all", timeout=60)
+                        self._taps_home(moved)
+                finally:
+                    self.command("start")
+        return answers
+
+    def _taps_back(self) -> list[tuple[Port, list[list[str]]]]:
+        moved = []
+        for p in self.info.ports:
+            if p.pmd != "tap" or not p.home or p.home == self.info.netns:
+                continue
+            res = LOCAL.run(["ip", "-n", p.home, "-j", "addr", "show", "dev", p.iface], check=False, timeout=10)
+            addrs = []
+            if res.ok and res.stdout.strip():
+                for a in json.loads(res.stdout)[0].get("addr_info", []):
+                    if a.get("scope") == "global":
+                        addrs.append([a["local"] + f"/{a['prefixlen']}", *(["nodad"] if a.get("family") == "inet6" else [])])
+            LOCAL.run(["ip", "-n", p.home, "link", "set", p.iface, "netns", self.info.netns], timeout=10)
+            moved.append((p, addrs))
+        return moved
+
+    def _taps_home(self, moved: list[tuple[Port, list[list[str]]]]) -> None:
+        for p, addrs in moved:
+            LOCAL.run(["ip", "-n", self.info.netns, "link", "set", p.iface, "netns", p.home], timeout=10)
+            for addr in addrs:
+                LOCAL.run(["ip", "-n", p.home, "addr", "add", addr[0], "dev", p.iface, *addr[1:]], timeout=10)
+            LOCAL.run(["ip", "-n", p.home, "link", "set", p.iface, "up"], timeout=10)
+
+    def remember(self, name: str, per_port: dict[str, object]) -> None:
+        """Record a value testpmd will not show back while unused (see Info)."""
+        if name == "tso_segsz":
+            self.info.tso_segsz.update({k: int(v) for k, v in per_port.items()})
+        elif name in ("gro_flush", "gso_segsz"):
+            setattr(self.info, name, int(next(iter(per_port.values()))))
+        self.save()
+
+    def send_taps_home(self) -> None:
+        """After start: each tap goes to its home namespace, link up (addresses are the lab's job)."""
+        with self.session():
+            self._taps_home([(p, []) for p in self.info.ports if p.pmd == "tap" and p.home and p.home != self.info.netns])
+
+    # ---- reading -------------------------------------------------------------
+    def port_stats(self) -> dict[int, dict[str, int]]:
+        """Per port: rx/tx packets, bytes, errors, missed, nombuf, and forwarding drops."""
+        with self.session():
+            stats = parse.port_stats(self.command("show port stats all"))
+            for port, drops in parse.fwd_drops(self.command("show fwd stats all")).items():
+                stats.setdefault(port, {}).update(drops)
+        return stats
+
+    def settings(self) -> dict:
+        """What testpmd says is in force: fwd mode, burst, descriptors; GRO, GSO, checksum, TSO per port."""
+        with self.session():
+            rxtx = parse.rxtx(self.command("show config rxtx"))
+            ports = {}
+            for p in self.info.ports:
+                n = p.index
+                gro = parse.gro(self.command(f"show port {n} gro"))
+                gso = parse.gso(self.command(f"show port {n} gso"))
+                tx = parse.offloads(self.command(f"show port {n} tx_offload configuration"))
+                ports[n] = {
+                    "gro": gro, "gso": gso,
+                    "csum": {proto: ("hw" if flag in tx else "sw") for proto, flag in CSUM_FLAGS.items()},
+                    "tso_segsz": self.info.tso_segsz.get(str(n), 0) if "TCP_TSO" in tx else 0,
+                    "rxd": rxtx["ports"].get(n, {}).get("rxd"), "txd": rxtx["ports"].get(n, {}).get("txd"),
+                }
+        return {"fwd": rxtx["fwd"], "burst": rxtx["burst"], "ports": ports}
+
+    def capabilities(self, port: int) -> set[str]:
+        return parse.offloads(self.command(f"show port {port} tx_offload capabilities"))
+
+    def port_info(self, port: int) -> dict:
+        return parse.port_info(self.command(f"show port info {port}"))
+
+    def describe(self) -> dict:
+        """What `lab show --json` says about testpmd."""
+        out = {"pid": self.info.pid, "running": self.alive(), "version": self.info.version,
+               "file_prefix": self.info.prefix, "runtime_dir": str(runtime_dir(self.info.prefix)),
+               "cpu": self.info.cpu, "memory_mb": self.info.memory_mb, "rundir": str(self.rundir),
+               "ports": [asdict(p) for p in self.info.ports]}
+        if out["running"]:
+            out["settings"] = self.settings()
+        return out
+
+
+# `show port N tx_offload configuration` names → the protocol `csum set PROTO hw N` offloads.
+CSUM_FLAGS = {"ip": "IPV4_CKSUM", "udp": "UDP_CKSUM", "tcp": "TCP_CKSUM", "sctp": "SCTP_CKSUM"}

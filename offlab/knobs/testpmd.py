@@ -1,0 +1,178 @@
+"""dpdk-testpmd's settings as knobs: `testpmd.gro`, `testpmd.csum.tcp`, `testpmd.gso_segsz`, ...
+
+Each is read back from testpmd itself (`show config rxtx`, `show port N gro|gso`, `show port N
+tx_offload configuration`), journalled like any knob and put back exactly: a per-port setting is
+snapshotted per port. A value given once applies to every port. Stopping forwarding or the ports,
+and moving tap ports back into testpmd's namespace and home again, is the driver's job
+(`Testpmd.reconfigure`). A setting this DPDK or PMD lacks is refused before anything changes
+(BadInput, naming the setting, the PMD and the DPDK version).
+
+Three values testpmd only shows while in use (GRO flush cycles and GSO segment size while GRO/GSO
+is on, the TSO segment size while TSO is on) are otherwise the value offlab last set, recorded in
+testpmd's state file; testpmd's own defaults (1 cycle, 1514 B, 0) until then.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from offlab.dpdk import Testpmd
+from offlab.errors import BadInput
+from offlab.knobs.base import Knob, Plan, as_bool, as_int, onoff
+
+PREFIX = "testpmd."
+FWD_MODES = ("io", "mac", "macswap", "csum", "5tswap", "rxonly", "icmpecho")
+CSUM_PROTOS = {"ip": "IPV4_CKSUM", "udp": "UDP_CKSUM", "tcp": "TCP_CKSUM", "sctp": "SCTP_CKSUM"}
+PER_PORT = {"gro", "gso", "tso_segsz", *(f"csum.{p}" for p in CSUM_PROTOS)}
+# name → (lowest, highest) for the integer settings; testpmd's own limits (22.11 cmdline and config)
+RANGES = {"burst": (1, 512), "rxd": (16, 4096), "txd": (16, 4096), "gro_flush": (1, 4), "gso_segsz": (64, 1514),
+          "tso_segsz": (0, 9000)}
+TAP_TSO_MAX = 1500 - 66  # the tap PMD drops a TSO segment whose size + Ethernet/IPv4/TCP headers exceed MTU 1500
+NAMES = ("fwd", "burst", "rxd", "txd", "gro", "gro_flush", "gso", "gso_segsz", "tso_segsz",
+         *(f"csum.{p}" for p in CSUM_PROTOS))
+# Settings that need the ports stopped (and so the taps moved back) to take.
+PORT_STOP = {"rxd", "txd", "tso_segsz", *(f"csum.{p}" for p in CSUM_PROTOS)}
+
+
+def is_testpmd_key(key: str) -> bool:
+    return key.startswith(PREFIX)
+
+
+class TestpmdSetting(Knob):
+    kind = "testpmd"
+    needs_iface = False
+
+    @property
+    def name(self) -> str:
+        name = self.key[len(PREFIX):]
+        if name not in NAMES:
+            raise BadInput(f"unknown testpmd setting {self.key!r}: use testpmd.{', testpmd.'.join(NAMES)}")
+        return name
+
+    @property
+    def testpmd(self) -> Testpmd:
+        lab = self.target.lab
+        tp = Testpmd.for_lab(lab) if lab else None
+        if tp is None:
+            raise BadInput(f"{self.key}: lab {lab or '?'} runs no dpdk-testpmd (testpmd settings need a dpdk lab, "
+                           f"on its switch host)")
+        return tp
+
+    @property
+    def label(self) -> str:
+        return f"{self.target.where} {self.key}"
+
+    # ---- check -------------------------------------------------------------
+    def check(self, value: Any, plan: Plan) -> str:
+        name, tp = self.name, self.testpmd
+        if self.target.role not in (None, "switch") or self.target.netns != tp.info.netns:
+            raise BadInput(f"{self.key} is a setting of the testpmd on host switch, not of {self.target.where}")
+        if not tp.alive():
+            raise BadInput(f"{self.key}: dpdk-testpmd of lab {self.target.lab} is not running (`offlab lab list`)")
+        ver, pmds = tp.info.version, sorted({p.pmd for p in tp.info.ports})
+        if name == "fwd":
+            if value not in FWD_MODES:
+                raise BadInput(f"{self.key}: {value!r} is not a forwarding mode offlab drives; use one of "
+                               f"{', '.join(FWD_MODES)}")
+            return str(value)
+        if name in ("gro", "gso"):
+            on = as_bool(self.key, value)
+            if on and "af_packet" in pmds:
+                why = ("sets no mbuf packet type, so GRO merges nothing" if name == "gro" else
+                       "has no TX checksum offload, so GSO output keeps the super-packet's TCP checksum")
+                raise BadInput(f"{self.key}=on: the af_packet PMD {why} (DPDK {ver}); use `lab up dpdk --pmd tap`")
+            return onoff(on)
+        if name.startswith("csum."):
+            mode = str(value).lower()
+            if mode not in ("hw", "sw"):
+                raise BadInput(f"{self.key}: expected hw or sw, got {value!r}")
+            if mode == "hw":
+                self._need_capability(tp, CSUM_PROTOS[name[5:]])
+            return mode
+        n = as_int(self.key, value, *RANGES[name])
+        if name == "tso_segsz" and n:
+            self._need_capability(tp, "TCP_TSO")
+            if "tap" in pmds and n > TAP_TSO_MAX:
+                raise BadInput(f"{self.key}={n}: the tap PMD (DPDK {ver}) drops every TSO segment whose segment "
+                               f"size + 66 B of headers exceeds its MTU 1500; use at most {TAP_TSO_MAX}")
+        return str(n)
+
+    def _need_capability(self, tp: Testpmd, flag: str) -> None:
+        for p in tp.info.ports:
+            if flag not in tp.capabilities(p.index):
+                raise BadInput(f"{self.key}: port {p.index} ({p.pmd} PMD) has no {flag} TX offload in DPDK "
+                               f"{tp.info.version}: this setting cannot be tested here")
+
+    # ---- read --------------------------------------------------------------
+    def snapshot(self) -> Any:
+        name, tp = self.name, self.testpmd
+        s = tp.settings()
+        ports = s["ports"]
+        if name == "fwd":
+            return s["fwd"]
+        if name == "burst":
+            return s["burst"]
+        if name in ("rxd", "txd"):
+            return ports[min(ports)][name]
+        if name in ("gro", "gso"):
+            return {str(n): onoff(p[name]["on"]) for n, p in ports.items()}
+        if name == "gro_flush":
+            shown = [p["gro"]["flush"] for p in ports.values() if p["gro"]["on"] and p["gro"]["flush"]]
+            return shown[0] if shown else tp.info.gro_flush
+        if name == "gso_segsz":
+            shown = [p["gso"]["segsz"] for p in ports.values() if p["gso"]["on"] and p["gso"]["segsz"]]
+            return shown[0] if shown else tp.info.gso_segsz
+        if name == "tso_segsz":
+            return {str(n): p["tso_segsz"] for n, p in ports.items()}
+        return {str(n): p["csum"][name[5:]] for n, p in ports.items()}
+
+    def show(self, snap: Any) -> str:
+        if isinstance(snap, dict):
+            values = set(map(str, snap.values()))
+            return values.pop() if len(values) == 1 else " ".join(f"{n}:{v}" for n, v in sorted(snap.items()))
+        return str(snap)
+
+    def same(self, a: Any, b: Any) -> bool:
+        def norm(s: Any) -> Any:
+            return {str(k): str(v) for k, v in s.items()} if isinstance(s, dict) else str(s)
+        return norm(a) == norm(b)
+
+    # ---- change ------------------------------------------------------------
+    def apply(self, value: str) -> None:
+        tp = self.testpmd
+        self._set(tp, {str(p.index): value for p in tp.info.ports})
+
+    def restore(self, snap: Any) -> None:
+        if self.same(self.snapshot(), snap):
+            return
+        tp = self.testpmd
+        self._set(tp, snap if isinstance(snap, dict) else {str(p.index): snap for p in tp.info.ports})
+
+    def _set(self, tp: Testpmd, per_port: dict[str, Any]) -> None:
+        name = self.name
+        one = str(next(iter(per_port.values())))
+        if name == "fwd":
+            cmds = [f"set fwd {one}"]
+        elif name == "burst":
+            cmds = [f"set burst {one}"]
+        elif name in ("rxd", "txd"):
+            cmds = [f"port config all {name} {one}"]
+        elif name == "gro_flush":
+            cmds = [f"set gro flush {one}"]
+        elif name == "gso_segsz":
+            cmds = [f"set gso segsz {one}"]
+        elif name in ("gro", "gso"):
+            cmds = [f"set port {n} {name} {v}" for n, v in per_port.items()]
+        elif name == "tso_segsz":
+            cmds = [f"tso set {v} {n}" for n, v in per_port.items()]
+        else:
+            cmds = [f"csum set {name[5:]} {v} {n}" for n, v in per_port.items()]
+        tp.reconfigure(cmds, port_stop=name in PORT_STOP)
+        if name in ("gro_flush", "gso_segsz", "tso_segsz"):
+            tp.remember(name, per_port)
+
+    def gone(self) -> str | None:
+        tp = Testpmd.for_lab(self.target.lab) if self.target.lab else None
+        if tp is None or not tp.alive():
+            return "dpdk-testpmd gone: nothing to restore"
+        return None

@@ -1,0 +1,94 @@
+"""The `dpdk` topology: dpdk-testpmd forwarding between two namespaces (seed 001's forwarding hop).
+
+testpmd is a lab daemon: recorded (pid, start time, runtime directory) the moment it exists, so
+`lab down` stops it and removes /var/run/dpdk/<prefix> even after offlab was killed with -9.
+"""
+
+from __future__ import annotations
+
+import os
+
+from offlab.dpdk import Port, Testpmd
+from offlab.dpdk.testpmd import DAEMON, rundir_for
+from offlab.errors import BadInput
+from offlab.lab.build import Builder
+from offlab.lab.model import Daemon, Interface
+from offlab.names import link_name, netns_name
+from offlab.state import ensure_dir
+
+CLIENT4, SERVER4 = "10.200.1.1/24", "10.200.1.2/24"
+CLIENT6, SERVER6 = "fd00:200:0:1::1/64", "fd00:200:0:1::2/64"
+PMDS = ("tap", "af_packet")
+# The largest frame each PMD takes in DPDK 22.11 (show port info: 1522 tap, 1518 af_packet): MTU 1500.
+MAX_MTU = 1500
+AF_PACKET_CSUM_WHY = ("the af_packet PMD hands testpmd partial-checksum frames and io forwarding passes them "
+                      "on unchanged, so TCP is black-holed unless the senders checksum in software")
+
+
+def check_options(options: dict, mtu: int) -> None:
+    pmd = options.get("pmd", "tap")
+    if pmd not in PMDS:
+        raise BadInput(f"--pmd {pmd!r}: choose tap or af_packet")
+    if mtu != MAX_MTU:
+        raise BadInput(f"--mtu {mtu}: the dpdk lab's ports take at most {MAX_MTU} (DPDK 22.11 net_tap frames "
+                       f"≤ 1522 B, net_af_packet ≤ 1518 B); jumbo frames need vhost-user ports (dpdk-vm)")
+    cpu = options.get("cpu")
+    ncpu = os.cpu_count() or 1
+    if cpu is not None and (isinstance(cpu, bool) or not isinstance(cpu, int) or not 0 <= cpu < ncpu):
+        raise BadInput(f"--testpmd-cpu {cpu!r}: this machine has CPUs 0..{ncpu - 1}")
+
+
+def default_cpu() -> int:
+    """The last CPU: traffic pins the client to CPU 0 (and the server to 1), so on 2 CPUs testpmd
+    shares the server's; nothing on this machine can give it a CPU of its own."""
+    return (os.cpu_count() or 1) - 1
+
+
+def dpdk(b: Builder, mtu: int) -> None:
+    """client ─ tap ─ [switch: dpdk-testpmd] ─ tap ─ server        (--pmd tap, the default)
+    client ─ veth ─ [switch: testpmd on af_packet] ─ veth ─ server  (--pmd af_packet: no GRO/GSO)
+
+    The tap PMD creates its kernel taps in the switch namespace; they are moved to the client and
+    server and addressed there, and go back whenever testpmd reconfigures its ports.
+    """
+    opts = b.lab.options
+    check_options(opts, mtu)
+    pmd = opts.setdefault("pmd", "tap")
+    cpu = opts.setdefault("cpu", default_cpu())
+    b.host("client"), b.host("switch"), b.host("server")
+    ns = {role: netns_name(b.lab.name, role) for role in ("client", "switch", "server")}
+    if pmd == "af_packet":
+        c, sw_c = b.wire("client", "switch", mtu=mtu)
+        sw_s, s = b.wire("switch", "server", mtu=mtu)
+        ports = [Port(0, f"net_af_packet0,iface={sw_c}", pmd, sw_c), Port(1, f"net_af_packet1,iface={sw_s}", pmd, sw_s)]
+    else:
+        c, s = link_name(b.lab.name, 0), link_name(b.lab.name, 1)
+        ports = [Port(0, f"net_tap0,iface={c}", pmd, c, home=ns["client"]),
+                 Port(1, f"net_tap1,iface={s}", pmd, s, home=ns["server"])]
+    rundir = ensure_dir(rundir_for(b.lab.name))
+    b.lab.rundir = str(rundir)
+    b.lab.save()
+
+    def record(pid: int, start_time: int, runtime: str) -> None:
+        b.lab.daemons.append(Daemon(DAEMON, pid, ns["switch"], start_time, runtime_dir=runtime))
+        b.lab.save()
+
+    with b.step(f"start dpdk-testpmd ({pmd} ports) in {ns['switch']} on CPU {cpu}"):
+        tp = Testpmd.start(ns["switch"], rundir, lab=b.lab.name, ports=ports, cpu=cpu, on_started=record)
+    if pmd == "tap":
+        with b.step(f"tap ports {c} → client, {s} → server"):
+            tp.send_taps_home()
+            b.lab.hosts["client"].interfaces.append(Interface(c, "tap", peer_host="switch"))
+            b.lab.hosts["server"].interfaces.append(Interface(s, "tap", peer_host="switch"))
+            b.lab.save()
+    else:
+        for role, iface in (("client", c), ("server", s)):
+            b.ethtool_off(role, iface, "tx-checksumming", AF_PACKET_CSUM_WHY)
+    b.address("client", c, CLIENT4, CLIENT6, reach=True)
+    b.address("server", s, SERVER4, SERVER6, reach=True)
+    with b.step("testpmd: peers for mac/csum forwarding, start forwarding"):
+        # mac and csum forwarding rewrite the destination MAC to the port's peer: the far end's interface
+        for port, (role, iface) in zip(ports, (("client", c), ("server", s))):
+            mac = b.lab.host(role).read(f"/sys/class/net/{iface}/address").strip()
+            tp.checked(f"set eth-peer {port.index} {mac}")
+        tp.checked("start")
