@@ -91,3 +91,46 @@ def test_bad_bounds_are_bad_input():
 
     with pytest.raises(BadInput):
         zero_loss_search(None, W, 0.0, 3_000_000, 10_000, 5, trial=Dut(1, 1))
+
+
+class ShortAtLowRates(Dut):
+    """A sender that falls > 2 % short at low targets (timer granularity), in front of a DUT that loses."""
+
+    def __call__(self, lab, w: Workload, capture) -> FakeSample:
+        target = float(w.rate.removesuffix("pps"))
+        self.rates.append(target)
+        offered = target * 0.932 if target <= 2_000 else min(target, self.ceiling)
+        got = min(offered, self.capacity)
+        return FakeSample({"sent_pps": offered, "pps": got, "datagrams_sent": int(offered),
+                           "datagrams_received": int(got), "loss": (offered - got) / offered})
+
+
+def test_a_short_sender_at_the_low_bound_does_not_hide_a_lossy_device():
+    # vm-router, issue 10: the 1000 pps trial sent 932 pps and passed, the 81 kpps trial lost 87 %;
+    # the search once said "generator-limited, the device under test was not the bottleneck".
+    dut = ShortAtLowRates(capacity=1_500, ceiling=81_000)
+    s = zero_loss_search(None, W, 0.0, 1_000, 81_000, 8, trial=dut)
+    assert s.search["generator_limited"] is False
+    assert "not the bottleneck" not in s.search["verdict"]
+    assert s.search["lowest_failing_pps"] is not None
+
+
+class AlwaysShort(Dut):
+    """A loaded sender that offers 3 % less than asked at every rate: every trial is 'generator-limited'."""
+
+    def __call__(self, lab, w: Workload, capture) -> FakeSample:
+        target = float(w.rate.removesuffix("pps"))
+        self.rates.append(target)
+        offered = min(target * 0.97, self.ceiling)
+        got = min(offered, self.capacity)
+        return FakeSample({"sent_pps": offered, "pps": got, "datagrams_sent": int(offered),
+                           "datagrams_received": int(got), "loss": (offered - got) / offered})
+
+
+def test_a_failed_trial_whose_sender_also_fell_short_is_loss_not_a_ceiling():
+    # pps suite, issue 15: "no loss up to the generator's ceiling of 255571 pps" while the 256 k trial lost 35 %.
+    dut = AlwaysShort(capacity=180_000, ceiling=255_571)
+    s = zero_loss_search(None, W, 0.0, 10_000, 400_000, 10, trial=dut)
+    assert s.search["generator_limited"] is False
+    assert "not the bottleneck" not in s.search["verdict"] and "loss exceeded the threshold" in s.search["verdict"]
+    assert 170_000 <= s.search["found_pps"] <= 180_000

@@ -80,8 +80,8 @@ def zero_loss_search(lab, w, max_loss: float, low: float, high: float, steps: in
         if tr.passed:
             if best is None or offered > (best.achieved_pps or 0):
                 best = tr
-            if tr.generator_limited or fail_at is None:
-                break  # asking for more cannot offer more, or the highest rate asked passed
+            if fail_at is None:
+                break  # the highest rate asked passed (if its sender fell short, asking more cannot offer more)
         else:
             fail_at = offered if fail_at is None else min(fail_at, offered)
         if best is None:
@@ -100,13 +100,17 @@ def zero_loss_search(lab, w, max_loss: float, low: float, high: float, steps: in
     index = trials.index(chosen) if chosen is not None else len(trials) - 1
     sample = samples[index]
     found = chosen.achieved_pps if chosen is not None and confirmed else None
-    limited = bool(chosen is not None and (chosen.generator_limited or ceiling and found and found >= ceiling * 0.98))
+    # "The device under test was not the bottleneck" only when no trial showed the DUT losing: a
+    # trial that failed at an offered rate (whether or not its sender fell short too) is loss on the
+    # path, and a sender that fell short at the low bound says nothing about the DUT's ceiling.
+    limited = bool(chosen is not None and fail_at is None
+                   and (chosen.generator_limited or ceiling and found and found >= ceiling * 0.98))
     sample.search = {
         "max_loss": max_loss, "low_pps": low, "high_pps": high, "confirm": confirm,
         "trials": [t.to_dict() for t in trials],
         "found_pps": int(found) if found is not None else None,
         "received_pps": chosen.received_pps if found is not None else None,
-        "generator_limited": limited if found is not None else bool(ceiling),
+        "generator_limited": limited if found is not None else bool(ceiling and fail_at is None),
         "generator_ceiling_pps": int(ceiling) if ceiling else None,
         "lowest_failing_pps": int(fail_at) if fail_at is not None else None,
         "verdict": _verdict(found, limited, ceiling, fail_at, max_loss, low),
