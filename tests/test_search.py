@@ -7,6 +7,7 @@ min(target, its ceiling); the device loses what exceeds its capacity.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import pytest
@@ -93,43 +94,31 @@ def test_bad_bounds_are_bad_input():
         zero_loss_search(None, W, 0.0, 3_000_000, 10_000, 5, trial=Dut(1, 1))
 
 
-class ShortAtLowRates(Dut):
-    """A sender that falls > 2 % short at low targets (timer granularity), in front of a DUT that loses."""
+class ShortSender(Dut):
+    """A sender that offers `offer(target)` instead of the target, in front of a DUT that loses."""
+
+    def __init__(self, capacity: float, ceiling: float, offer) -> None:
+        super().__init__(capacity, ceiling)
+        self.offer = offer
 
     def __call__(self, lab, w: Workload, capture) -> FakeSample:
-        target = float(w.rate.removesuffix("pps"))
-        self.rates.append(target)
-        offered = target * 0.932 if target <= 2_000 else min(target, self.ceiling)
-        got = min(offered, self.capacity)
-        return FakeSample({"sent_pps": offered, "pps": got, "datagrams_sent": int(offered),
-                           "datagrams_received": int(got), "loss": (offered - got) / offered})
+        return super().__call__(lab, dataclasses.replace(w, rate=f"{self.offer(float(w.rate.removesuffix('pps')))}pps"),
+                                capture)
 
 
 def test_a_short_sender_at_the_low_bound_does_not_hide_a_lossy_device():
     # vm-router, issue 10: the 1000 pps trial sent 932 pps and passed, the 81 kpps trial lost 87 %;
     # the search once said "generator-limited, the device under test was not the bottleneck".
-    dut = ShortAtLowRates(capacity=1_500, ceiling=81_000)
+    dut = ShortSender(1_500, 81_000, lambda t: t * 0.932 if t <= 2_000 else t)  # timer granularity
     s = zero_loss_search(None, W, 0.0, 1_000, 81_000, 8, trial=dut)
     assert s.search["generator_limited"] is False
     assert "not the bottleneck" not in s.search["verdict"]
     assert s.search["lowest_failing_pps"] is not None
 
 
-class AlwaysShort(Dut):
-    """A loaded sender that offers 3 % less than asked at every rate: every trial is 'generator-limited'."""
-
-    def __call__(self, lab, w: Workload, capture) -> FakeSample:
-        target = float(w.rate.removesuffix("pps"))
-        self.rates.append(target)
-        offered = min(target * 0.97, self.ceiling)
-        got = min(offered, self.capacity)
-        return FakeSample({"sent_pps": offered, "pps": got, "datagrams_sent": int(offered),
-                           "datagrams_received": int(got), "loss": (offered - got) / offered})
-
-
 def test_a_failed_trial_whose_sender_also_fell_short_is_loss_not_a_ceiling():
     # pps suite, issue 15: "no loss up to the generator's ceiling of 255571 pps" while the 256 k trial lost 35 %.
-    dut = AlwaysShort(capacity=180_000, ceiling=255_571)
+    dut = ShortSender(180_000, 255_571, lambda t: t * 0.97)  # a loaded sender, 3 % short at every rate
     s = zero_loss_search(None, W, 0.0, 10_000, 400_000, 10, trial=dut)
     assert s.search["generator_limited"] is False
     assert "not the bottleneck" not in s.search["verdict"] and "loss exceeded the threshold" in s.search["verdict"]
