@@ -122,3 +122,28 @@ def veth_lab(lab_name, clean_machine):
         yield built
     finally:
         lab.down(lab_name)
+
+
+def kill_9_once_daemon_is_recorded(topology: str, name: str, state_dir, what: str, timeout: float = 120) -> dict:
+    """Start `offlab lab up TOPOLOGY --name NAME`, kill -9 it as soon as its first daemon (QEMU,
+    testpmd: recorded when it exists, before offlab waits for it) is in the lab file; that daemon."""
+    import json
+    import signal
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-m", "offlab", "lab", "up", topology, "--name", name],
+                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    path = state_dir / "labs" / f"{name}.json"
+    deadline = time.monotonic() + timeout
+    daemon = None
+    while daemon is None:
+        assert time.monotonic() < deadline, f"{what} was never recorded in the lab file"
+        try:
+            daemons = json.loads(path.read_text()).get("daemons", [])
+            daemon = daemons[0] if daemons else None
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    return daemon

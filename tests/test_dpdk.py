@@ -7,13 +7,11 @@ import json
 import os
 import signal
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, TEST_TAG, netns_names, offlab_cli, requires_root, root_links
+from tests.conftest import TEST_TAG, kill_9_once_daemon_is_recorded, netns_names, offlab_cli, root_links
 
 from offlab.dpdk import parse
 
@@ -275,21 +273,7 @@ def test_testpmd_that_fails_to_start_is_exit_3_and_leaves_nothing(dpdk_lab, monk
 
 @pytest.mark.skipif(not HAVE_TESTPMD or os.geteuid() != 0, reason="needs root and dpdk-testpmd")
 def test_lab_down_after_kill_9_of_lab_up_stops_testpmd_and_removes_its_runtime_dir(lab_name, clean_machine, state_dir):
-    proc = subprocess.Popen([sys.executable, "-m", "offlab", "lab", "up", "dpdk", "--name", lab_name], cwd=REPO,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    path = state_dir / "labs" / f"{lab_name}.json"
-    deadline = time.monotonic() + 60
-    daemon = None
-    while daemon is None:  # testpmd is recorded as soon as it exists, before its prompt is waited for
-        assert time.monotonic() < deadline, "testpmd was never recorded in the lab file"
-        try:
-            daemons = json.loads(path.read_text()).get("daemons", [])
-            daemon = daemons[0] if daemons else None
-        except (OSError, ValueError):
-            pass
-        time.sleep(0.05)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
+    daemon = kill_9_once_daemon_is_recorded("dpdk", lab_name, state_dir, "testpmd", timeout=60)
     assert _running(daemon["pid"]) and os.path.isdir(daemon["runtime_dir"])
     res = offlab_cli("lab", "down", lab_name)
     assert res.returncode == 0, res.stderr

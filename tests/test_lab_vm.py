@@ -3,16 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import signal
-import subprocess
-import sys
-import time
 
 import pytest
 
-from tests.conftest import REPO, netns_names, offlab_cli, requires_root
+from tests.conftest import kill_9_once_daemon_is_recorded, netns_names, offlab_cli, requires_root
 
 pytestmark = [
     requires_root,
@@ -62,21 +57,7 @@ def test_lab_up_vm_show_exec_measure_down(lab_name, clean_machine):
 
 def kill_9_once_qemu_is_recorded(topology: str, name: str, state_dir) -> int:
     """Start `offlab lab up TOPOLOGY`, kill -9 it once its first QEMU is in the lab file; QEMU's pid."""
-    proc = subprocess.Popen([sys.executable, "-m", "offlab", "lab", "up", topology, "--name", name],
-                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    path = state_dir / "labs" / f"{name}.json"
-    deadline = time.monotonic() + 120
-    pid = None
-    while pid is None:  # QEMU is recorded as soon as it exists, before the boot is waited for
-        assert time.monotonic() < deadline, "QEMU was never recorded in the lab file"
-        try:
-            daemons = json.loads(path.read_text()).get("daemons", [])
-            pid = daemons[0]["pid"] if daemons else None
-        except (OSError, ValueError):
-            pass
-        time.sleep(0.1)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
+    pid = kill_9_once_daemon_is_recorded(topology, name, state_dir, "QEMU")["pid"]
     assert qemu_running(pid)
     return pid
 
