@@ -316,3 +316,14 @@ def test_a_plan_with_testpmd_settings_it_cannot_have_is_refused(old, new, fragme
     with pytest.raises(BadInput) as err:
         load_plan(PLAN.replace(old, new), "t.yaml")
     assert fragment in str(err.value)
+
+
+@pytest.mark.skipif(not HAVE_TESTPMD or os.geteuid() != 0, reason="needs root and dpdk-testpmd")
+def test_offlab_restore_after_kill_9_of_lab_up_stops_testpmd_and_removes_its_runtime_dir(lab_name, clean_machine,
+                                                                                          state_dir):
+    daemon = kill_9_once_daemon_is_recorded("dpdk", lab_name, state_dir, "testpmd", timeout=60)
+    res = offlab_cli("restore")
+    assert res.returncode == 0, res.stderr
+    assert f"removed (lab {lab_name}, its `lab up` died)" in res.stdout and "dpdk-testpmd" in res.stdout
+    assert not _running(daemon["pid"]) and not os.path.exists(daemon["runtime_dir"])
+    assert not any(n.startswith(f"ol-{lab_name}-") for n in netns_names())

@@ -216,3 +216,11 @@ def test_lab_show_json_contract(lab_name, clean_machine, state_dir):
         assert res.returncode == 0 and "10.200.1.2/24" in res.stdout
     finally:
         labs.down(lab_name)
+
+
+def test_offlab_restore_leaves_a_lab_that_is_up_to_lab_down(veth_lab, state_dir):
+    # restore puts settings back and removes labs whose `lab up` died; a lab that is up is the user's
+    res = offlab_cli("restore")
+    assert res.returncode == 0, res.stderr
+    assert veth_lab.name not in res.stdout
+    assert (state_dir / "labs" / f"{veth_lab.name}.json").exists()

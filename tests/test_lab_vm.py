@@ -62,6 +62,18 @@ def kill_9_once_qemu_is_recorded(topology: str, name: str, state_dir) -> int:
     return pid
 
 
+def test_offlab_restore_after_kill_9_during_boot_stops_qemu_and_removes_the_lab(lab_name, clean_machine, state_dir):
+    pid = kill_9_once_qemu_is_recorded("vm", lab_name, state_dir)
+    listed = offlab_cli("restore", "--list")
+    assert f"would remove lab {lab_name}" in listed.stdout and qemu_running(pid)
+    res = offlab_cli("restore")
+    assert res.returncode == 0, res.stderr
+    assert f"removed (lab {lab_name}, its `lab up` died)" in res.stdout and "qemu-system-x86_64" in res.stdout
+    assert not qemu_running(pid)
+    assert not any(n.startswith(f"ol-{lab_name}-") for n in netns_names())
+    assert not (state_dir / "labs" / f"{lab_name}.json").exists()
+
+
 def test_lab_down_after_kill_9_during_boot_stops_qemu(lab_name, clean_machine, state_dir):
     pid = kill_9_once_qemu_is_recorded("vm", lab_name, state_dir)
     res = offlab_cli("lab", "down", lab_name)

@@ -15,7 +15,9 @@ def register(app: typer.Typer) -> None:
         force: bool = typer.Option(False, "--force",
                                    help="Also restore journals of processes that are still running."),
     ) -> None:
-        """Replay the settings journals newest first: every original value goes back, then the journal goes."""
+        """Replay the settings journals newest first: every original value goes back, then the journal goes;
+        then remove labs whose `lab up` was killed before they were up (their QEMU, testpmd, namespaces)."""
+        from offlab import lab as labs
         from offlab.knobs import restore_report
 
         if not list_only and not is_root():
@@ -23,6 +25,12 @@ def register(app: typer.Typer) -> None:
         report = restore_report(list_only=list_only, force=force)
         for line in report.lines:
             typer.echo(line)
+        for name in labs.abandoned():
+            if list_only:
+                typer.echo(f"would remove lab {name}: its `lab up` died before the lab was up")
+                continue
+            for what in labs.down(name, force=True):
+                typer.echo(f"removed (lab {name}, its `lab up` died): {what}")
         if report.failed:
             raise EnvironmentProblem(f"{len(report.failed)} setting(s) could not be restored; "
                                      f"their journal is kept for the next `offlab restore`")

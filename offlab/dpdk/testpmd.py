@@ -29,6 +29,7 @@ from typing import Callable, Iterator
 from offlab.dpdk import parse
 from offlab.errors import BadInput, EnvironmentProblem
 from offlab.hosts import LOCAL, NetnsHost, require_tool
+from offlab.hosts.process import process_start_time
 from offlab.state import read_json, state_dir, write_json_atomic
 
 DAEMON = "dpdk-testpmd"  # also its /proc/PID/comm
@@ -116,15 +117,6 @@ def remove_runtime(path: str | Path) -> bool:
 
 def rundir_for(lab: str) -> Path:
     return state_dir() / "dpdk" / lab
-
-
-def process_start_time(pid: int) -> int | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    rest = stat[stat.rindex(")") + 2:].split()
-    return None if rest[0] == "Z" else int(rest[19])
 
 
 class Testpmd:

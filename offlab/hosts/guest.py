@@ -27,7 +27,7 @@ from typing import Sequence
 
 from offlab.errors import BadInput, CommandFailed, CommandTimeout, EnvironmentProblem
 from offlab.hosts.base import DEFAULT_TIMEOUT, Host, Result, register_kind
-from offlab.hosts.process import RemoteProcess
+from offlab.hosts.process import RemoteProcess, process_start_time
 
 IDLE_CLOSE = 2.0
 CONNECT_TIMEOUT = 10.0
@@ -36,19 +36,6 @@ _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 class GuestGone(EnvironmentProblem):
     """The guest's QEMU is not running any more (or its channel closed)."""
-
-
-def process_start_time(pid: int) -> int | None:
-    """Start time of a process in clock ticks since boot (field 22 of /proc/PID/stat); None if gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            data = f.read()
-    except OSError:
-        return None
-    fields = data[data.rindex(")") + 2:].split()
-    if fields[0] in ("Z", "X"):  # a zombie is gone, it only waits to be reaped
-        return None
-    return int(fields[19])
 
 
 class _Pending:

@@ -155,3 +155,16 @@ def stop(proc: Process, grace: float = 2.0) -> None:
             stream.close()
     if isinstance(proc, RemoteProcess):
         proc.cleanup()
+
+
+def process_start_time(pid: int) -> int | None:
+    """Start time of a process in clock ticks since boot (field 22 of /proc/PID/stat); None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            data = f.read()
+    except OSError:
+        return None
+    fields = data[data.rindex(")") + 2:].split()
+    if fields[0] in ("Z", "X"):  # a zombie is gone, it only waits to be reaped
+        return None
+    return int(fields[19])

@@ -11,6 +11,7 @@ from typing import Callable
 
 from offlab.errors import BadInput, EnvironmentProblem, NotRoot, OfflabError
 from offlab.hosts import LOCAL, is_root, require_tool
+from offlab.hosts.process import process_start_time
 from offlab.lab import owner
 from offlab.dpdk import remove_runtime
 from offlab.lab.build import Builder, LabBuildFailed
@@ -77,7 +78,8 @@ def up(topology: str, name: str | None = None, *, mtu: int = 1500, ipv6: bool = 
     for tool in ("ip", "ethtool", *TOOLS_BY_TOPOLOGY.get(topology, ())):
         require_tool(tool)
     lab = LabState(name=name, topology=topology, mtu=mtu, ipv6=ipv6, options=options,
-                   owner=owner.owner_tag()[len(owner.PREFIX):])
+                   owner=owner.owner_tag()[len(owner.PREFIX):],
+                   builder={"pid": os.getpid(), "start_time": process_start_time(os.getpid())})
     _refuse_foreign(name)
     _claim(lab)
     try:
@@ -253,6 +255,17 @@ def _delete_namespace(ns: str) -> str:
         err = res.stderr.strip()
         time.sleep(0.1)
     raise EnvironmentProblem(f"could not remove namespace {ns}: {err}; run `offlab lab down` again")
+
+
+def abandoned() -> list[str]:
+    """Labs whose `lab up` died before the lab was up (kill -9 mid-build): their QEMU, testpmd and
+    namespaces belong to nobody now. A lab that is up is the user's until `lab down`."""
+    names = []
+    for lab in list_labs():
+        b = lab.builder
+        if lab.status != "up" and b.get("pid") and process_start_time(b["pid"]) != b.get("start_time"):
+            names.append(lab.name)
+    return names
 
 
 def down_all(*, force: bool = False) -> list[str]:

@@ -76,6 +76,7 @@ class LabState:
     adjustments: list[Adjustment] = field(default_factory=list)
     owner: str = ""  # the state directory that made it (see lab/owner.py)
     netns_inodes: dict[str, int] = field(default_factory=dict)  # namespace → its nsfs inode, once made
+    builder: dict = field(default_factory=dict)  # {"pid", "start_time"} of the `lab up` that builds it
 
     # ---- persistence -------------------------------------------------
     @staticmethod
@@ -118,6 +119,7 @@ class LabState:
             adjustments=[Adjustment(**a) for a in d.get("adjustments", [])],
             owner=d.get("owner", ""),
             netns_inodes={str(k): int(v) for k, v in d.get("netns_inodes", {}).items()},
+            builder=dict(d.get("builder") or {}),
         )
 
     @classmethod
