@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -293,7 +294,9 @@ def test_a_host_that_dies_mid_run_keeps_the_samples_and_names_the_host(pair, inv
     assert res.returncode == 3, res.stdout + res.stderr
     # Named, whichever step met the dead host first: a command (ssh's own error) or the next cell's settings.
     assert "a:t1,b:t1: failed: offlab: error: " in res.stdout and "samples kept in run 1" in res.stdout, res.stdout
-    assert "ssh host b: " in res.stdout or "host 'b' is not reachable" in res.stdout, res.stdout
+    # (a host whose link went down may also first show as a command that did not finish in time there)
+    assert ("ssh host b: " in res.stdout or "host 'b' is not reachable" in res.stdout
+            or re.search(r"did not finish within \d+ s in b\b", res.stdout)), res.stdout
     assert "Traceback" not in res.stderr
     with sqlite3.connect(db) as conn:
         assert conn.execute("SELECT COUNT(*) FROM samples WHERE run_id = 1").fetchone()[0] >= 1
