@@ -100,3 +100,16 @@ def test_the_end_markers_own_noports_is_not_an_absent_receiver():
     s = _sample({"tool": "engine", "datagrams_sent": 1000, "datagrams_received": 990, "loss": 0.01,
                  "receiver_stop": "end"}, {"OutDatagrams": 1000}, {"InDatagrams": 990, "NoPorts": 1})
     assert witnesses.attribute_loss(s)["receiver_absent"] is None
+
+
+def test_a_sender_short_of_the_asked_rate_is_said_to_be_generator_limited():
+    from offlab.experiment.witnesses import offered_short
+
+    note = offered_short({"rate": "100kpps"}, {"sent_pps": 61_000.0})
+    assert "61,000 pps of the 100,000 pps asked (39.0 % short)" in note and "generator-limited" in note
+    assert "bit/s" in offered_short({"rate": "1G"}, {"sent_bps": 5e8})
+    # within 2 %, unlimited, or nothing sent-side measured: no note
+    assert offered_short({"rate": "100kpps"}, {"sent_pps": 98_500.0}) is None
+    assert offered_short({"rate": None}, {"sent_pps": 10.0}) is None
+    assert offered_short({"rate": "0"}, {"sent_pps": 10.0}) is None
+    assert offered_short({"rate": "1G"}, {"sent_pps": 10.0}) is None

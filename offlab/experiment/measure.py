@@ -139,6 +139,9 @@ def measure(lab: LabState, w: Workload, capture: CaptureRequest | None = None, *
                     capture=cap.to_dict() if cap else None, notes=notes, guests=guests or None)
     d = {"traffic": sample.traffic, "probes": probe, "workload": sample.workload}
     sample.notes += witnesses.bound(sample.traffic)
+    short = witnesses.offered_short(sample.workload, sample.traffic)
+    if short:
+        sample.notes.append(short)
     sample.consistency = witnesses.cross_check(d)
     sample.loss_attribution = witnesses.attribute_loss(d)
     sample.segmentation = witnesses.segmentation(probe, probe["mtus"])

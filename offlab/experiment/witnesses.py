@@ -13,6 +13,7 @@ Pure functions over `Sample.to_dict()`-shaped dicts, so they are tested on numbe
 from __future__ import annotations
 
 from offlab.metrics import METRICS, impossible
+from offlab.traffic.rate import parse_rate
 
 # Loss fractions from the tool and from the kernel differ by the window's edges: iperf3 counts its
 # whole test, the kernel counters only the window after warm-up (seen here: 2.9 % vs 0.8 % at
@@ -272,3 +273,24 @@ def segmentation(probes: dict, mtus: dict[str, int]) -> list[dict]:
 
 def _pct(x: float | None) -> str:
     return "unknown" if x is None else f"{100 * x:.2f} %"
+
+
+OFFERED_SHORT = 0.02  # the zero-loss search's generator-limited threshold, for a single measure too
+
+
+def offered_short(workload: dict, traffic: dict) -> str | None:
+    """A note when the sender offered clearly less than the rate asked (its CPU, not the path, set the
+    rate), so a paced figure is never read as the rate that was asked for."""
+    if not workload.get("rate"):
+        return None
+    rate = parse_rate(workload["rate"])
+    if rate.pps is not None and traffic.get("sent_pps") is not None:
+        asked, got, unit = rate.pps, traffic["sent_pps"], "pps"
+    elif rate.bps is not None and traffic.get("sent_bps") is not None:
+        asked, got, unit = rate.bps, traffic["sent_bps"], "bit/s"
+    else:
+        return None
+    if got >= asked * (1 - OFFERED_SHORT):
+        return None
+    return (f"the sender offered {got:,.0f} {unit} of the {asked:,.0f} {unit} asked "
+            f"({(1 - got / asked) * 100:.1f} % short): generator-limited, not a property of the path")
