@@ -265,3 +265,48 @@ def test_a_port_in_a_lab_is_refused_for_another_and_lab_up_help_names_phys(ports
         lab.down(lab_name)
     res = offlab_cli("lab", "up", "--help")
     assert "phys" in res.stdout and "--ports" in res.stdout
+
+
+PLAN = """
+name: phys-gro
+topology: {kind: phys, ports: [%s, %s]}
+workload: {tool: iperf3, protocol: tcp, duration: 1, warmup: 0}
+axes:
+  gro:
+    "off": {settings: {server: {gro: false}}}
+    "on": {settings: {server: {gro: true}}}
+repeat: {min: 1, max: 1}
+"""
+
+
+def test_a_plan_runs_on_the_ports_and_gives_them_back(ports, tmp_path, state_dir):
+    before = {p: port_state(p) for p in ports}
+    plan = tmp_path / "phys.yaml"
+    plan.write_text(PLAN % ports)
+    db = str(tmp_path / "r.db")
+    res = cli(state_dir, "run", str(plan), "--db", db, "--json", timeout=300)
+    assert res.returncode == 0, res.stderr
+    run_id = json.loads(res.stdout)[0]["run_id"]
+    res = cli(state_dir, "results", "show", str(run_id), "--db", db, "--json")
+    shown = json.loads(res.stdout)
+    assert {c["key"]: c["n_samples"] for c in shown["cells"]} == {"gro=off": 1, "gro=on": 1}
+    assert all(s["metrics"]["throughput_bps"] > 0 for s in shown["samples"])
+    # The knob went to the server's port in its namespace, and was read back there.
+    on = next(s for s in shown["samples"] if s["requested_vs_actual"][0]["requested"] == "on")
+    assert on["requested_vs_actual"][0]["where"] == f"server:{ports[1]}" and on["requested_vs_actual"][0]["ok"]
+    for p in ports:
+        assert port_state(p) == before[p], p
+
+
+def test_a_phys_plan_that_varies_the_topology_or_names_no_ports_is_refused(tmp_path, state_dir):
+    bad = {"vary": "name: v\ntopology: {kind: phys, ports: [a0, b0]}\nworkload: {tool: iperf3}\naxes:\n"
+                   "  mtu:\n    small: {topology: {mtu: 1500}}\n    big: {topology: {mtu: 9000}}\n",
+           "none": "name: n\ntopology: {kind: phys}\nworkload: {tool: iperf3}\n",
+           "other": "name: o\ntopology: {kind: veth, ports: [a0, b0]}\nworkload: {tool: iperf3}\n"}
+    want = {"vary": "a phys plan has one pair of ports, so one lab", "none": "a phys lab needs ports: [IF1, IF2]",
+            "other": "ports applies to a phys lab only, not veth"}
+    for key, text in bad.items():
+        (tmp_path / f"{key}.yaml").write_text(text)
+        res = cli(state_dir, "run", str(tmp_path / f"{key}.yaml"), "--validate")
+        assert res.returncode == 2 and want[key] in res.stderr, res.stderr
+        assert len(res.stderr.strip().splitlines()) == 1
