@@ -25,7 +25,7 @@ from typing import Iterator
 
 from offlab import netdev
 from offlab.errors import BadInput, CommandFailed, EnvironmentProblem, OfflabError
-from offlab.hosts import LOCAL, Host, NetnsHost, netns_exists
+from offlab.hosts import LOCAL, Host, NetnsHost, netns_exists, require_tool
 from offlab.lab.build import Builder
 from offlab.lab.model import Interface, LabState
 from offlab.names import check_ifname
@@ -107,7 +107,10 @@ def _established() -> list[tuple[str, str, bool]]:
         local, remote = cols[2], cols[3]
         host, _, port = local.rpartition(":")
         ssh = port == "22" or '"sshd' in line
-        out.append((host.strip("[]").split("%")[0], remote, ssh))
+        host = host.strip("[]").split("%")[0]
+        if host.startswith("::ffff:") and "." in host:
+            host = host[len("::ffff:"):]  # an IPv4 peer on a dual-stack socket
+        out.append((host, remote, ssh))
     ssh_conn = os.environ.get("SSH_CONNECTION", "").split()
     if len(ssh_conn) == 4:
         out.append((ssh_conn[2], f"{ssh_conn[0]}:{ssh_conn[1]}", True))
@@ -331,6 +334,8 @@ def ifindex_note(lab: LabState) -> list[str]:
 
 def check_request(name: str, options: dict) -> None:
     """`lab up phys` options that can be checked before the lab is claimed (refusals: exit 2)."""
+    for tool in ("ip", "ethtool", "ss"):
+        require_tool(tool)
     try:
         check_ports(options.get("ports"), name)
     except CommandFailed as exc:
