@@ -41,6 +41,11 @@ def port_state(name: str) -> dict:
         "addresses": sorted(f"{a['local']}/{a['prefixlen']}" for a in link["addr_info"]
                             if not (a["family"] == "inet6" and a["scope"] == "link")),
         "features": sorted(l.strip() for l in feats.splitlines()[1:] if l.strip()),
+        "routes": [r for fam in ("-4", "-6") for r in ip_j(fam, "route", "show", "dev", name)
+                   if r.get("protocol") != "kernel"],
+        "conf": {f"{fam}/{key}": open(f"/proc/sys/net/{fam}/conf/{name}/{key}").read()
+                 for fam in ("ipv4", "ipv6") for key in sorted(os.listdir(f"/proc/sys/net/{fam}/conf/{name}"))
+                 if key != "stable_secret"},  # unreadable until set
     }
 
 
@@ -58,6 +63,11 @@ def ports(clean_machine):
         run("ethtool", "-K", a, "tso", "off")
         run("ethtool", "-K", b, "rx-udp-gro-forwarding", "on")
         run("ip", "link", "set", a, "up")  # b stays down: up/down state must come back too
+        # Dropped by any move to another namespace: routes through the port, its per-interface sysctls.
+        run("ip", "route", "add", f"10.200.{NET - 100}.0/24", "via", f"10.200.{NET}.9", "dev", a)
+        run("ip", "-6", "route", "add", f"fd00:200:{NET - 100:x}::/64", "via", f"fd00:200:{NET:x}::9", "dev", a)
+        run("sysctl", "-qw", f"net.ipv4.conf.{a}.arp_ignore=1", f"net.ipv6.conf.{a}.accept_ra=0",
+            f"net.ipv4.conf.{b}.rp_filter=2")
         yield a, b
     finally:
         for ns in netns_names():  # a stand-in stranded in a test namespace would outlive the test
@@ -93,6 +103,7 @@ def test_up_measure_knob_down_gives_the_ports_back_exactly(ports, lab_name, stat
     rec = json.loads((state_dir / "labs" / f"{lab_name}.json").read_text())["ports"][0]
     assert (rec["name"], rec["mtu"], rec["up"], rec["altnames"]) == (a, 1400, True, [phys_port("alt")])
     assert rec["features"]["tx-tcp-segmentation"] is False
+    assert rec["sysctls"]["ipv4/arp_ignore"] == "1" and len(rec["routes"]) == 2
 
     res = cli(state_dir, "measure", lab_name, "--tool", "iperf3", "--proto", "tcp", "--duration", "1",
               "--warmup", "0", "--json")
@@ -236,7 +247,10 @@ def test_bad_ports_are_refused_in_one_line_before_anything_changes(ports, lab_na
         assert f"port {b} is not in this machine's root network namespace (it is in namespace {other_ns}" in msg
     finally:
         subprocess.run(["ip", "-n", other_ns, "link", "set", b, "netns", "1"], check=True)
-    subprocess.run(["ip", "addr", "add", f"10.200.{NET}.2/24", "dev", b], check=True)  # a move drops addresses
+    # A move by hand drops what offlab's own move puts back: the address and the per-interface sysctl.
+    assert port_state(b) != before[b]
+    subprocess.run(["ip", "addr", "add", f"10.200.{NET}.2/24", "dev", b], check=True)
+    subprocess.run(["sysctl", "-qw", f"net.ipv4.conf.{b}.rp_filter=2"], check=True)
     assert {p: port_state(p) for p in ports} == before
 
 

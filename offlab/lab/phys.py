@@ -3,7 +3,8 @@
     [client: IF1] ─ the user's own cable ─ [server: IF2]
 
 Each port is recorded in the lab file before anything changes (name, ifindex, altnames, MAC,
-MTU, up/down, addresses, the ethtool features offlab may change, master, namespace), then moved
+MTU, up/down, addresses, the ethtool features offlab may change, routes through it, its
+net.ipv4/6.conf.IF.* sysctls, master, namespace), then moved
 into the lab's `client` / `server` namespace under its own name and addressed like every other
 lab. `give_back` moves it to this machine's namespace and puts every recorded value back; it runs
 before any namespace is removed, on every path (lab down, a failed or killed lab up, restore):
@@ -168,7 +169,45 @@ def snapshot(host: Host, name: str) -> dict:
         "dynamic": [f"{a['local']}/{a['prefixlen']}" for a in link.get("addr_info", []) if a.get("dynamic")],
         # Only what ethtool lets change (not [fixed], not a group header): what a knob could have moved.
         "features": {k: f.requested for k, f in feats.items() if f.requested is not None and not f.fixed},
+        # A move to another namespace drops these: routes through the port, its net.ipv4/6.conf.IF.*.
+        "routes": _routes(host, name),
+        "sysctls": _conf(host, name),
     }
+
+
+def _routes(host: Host, name: str) -> list[dict]:
+    """Routes of the main table through the port that the kernel does not make again by itself."""
+    out = []
+    for fam in ("-4", "-6"):
+        res = host.run(["ip", "-j", fam, "route", "show", "dev", name], check=False, timeout=10)
+        for r in json.loads(res.stdout) if res.ok and res.stdout.strip() else []:
+            if r.get("protocol") in ("kernel", "ra", "redirect") or r.get("type") in ("multicast", "local"):
+                continue
+            out.append({"family": fam, **{k: r[k] for k in ("dst", "gateway", "metric", "prefsrc", "scope",
+                                                            "protocol") if k in r}})
+    return out
+
+
+def _route_key(r: dict) -> tuple:
+    return r["family"], r["dst"], r.get("gateway"), r.get("metric")
+
+
+def _conf(host: Host, name: str) -> dict[str, str]:
+    """net.ipv4.conf.IF.* and net.ipv6.conf.IF.* that can be read and written ("ipv4/arp_ignore": "1")."""
+    out = {}
+    for fam in ("ipv4", "ipv6"):
+        d = f"/proc/sys/net/{fam}/conf/{name}"
+        if not os.path.isdir(d):
+            continue
+        for key in sorted(os.listdir(d)):
+            path = os.path.join(d, key)
+            if not os.access(path, os.W_OK) or not (os.stat(path).st_mode & 0o200):
+                continue  # read-only (mc_forwarding)
+            try:
+                out[f"{fam}/{key}"] = " ".join(host.read(path).split())
+            except OSError:
+                continue  # unreadable until set (ipv6 stable_secret)
+    return out
 
 
 def _ours_to_put_back(a: dict) -> bool:
@@ -244,7 +283,7 @@ def _give_back_one(lab: LabState, rec: dict) -> str:
     if problems:
         raise EnvironmentProblem(f"back in the root namespace but {'; '.join(problems)}")
     return f"port {name} (back in the root namespace: MTU {rec['mtu']}, {'up' if rec['up'] else 'down'}, " \
-           f"{len(rec['addresses'])} address(es), features as recorded)"
+           f"{len(rec['addresses'])} address(es), {len(rec.get('routes', []))} route(s), features and sysctls as recorded)"
 
 
 def _locate(lab: LabState, rec: dict) -> str | None:
@@ -269,10 +308,19 @@ def _same_port(host: Host, rec: dict) -> bool:
 
 
 def _put_back(rec: dict) -> None:
+    """MTU, per-interface sysctls, features, addresses, up/down, then routes (a route needs the port up)."""
     name = rec["name"]
     now = snapshot(LOCAL, name)
     if now["mtu"] != rec["mtu"]:
         LOCAL.run(["ip", "link", "set", "dev", name, "mtu", str(rec["mtu"])], timeout=10)
+    conf_now = _conf(LOCAL, name)
+    for key, value in rec.get("sysctls", {}).items():
+        if key in conf_now and conf_now[key] != value:
+            fam, leaf = key.split("/", 1)
+            try:
+                LOCAL.write(f"/proc/sys/net/{fam}/conf/{name}/{leaf}", value)
+            except OSError:
+                pass  # read back below: what did not take is named there
     wanted = {k: v for k, v in rec["features"].items() if now["features"].get(k) is not None
               and now["features"][k] != v}
     if wanted:
@@ -286,6 +334,16 @@ def _put_back(rec: dict) -> None:
             LOCAL.run(["ip", "addr", "add", *_addr_args(a), "dev", name], timeout=10)
     if now["up"] != rec["up"]:
         LOCAL.run(["ip", "link", "set", "dev", name, "up" if rec["up"] else "down"], timeout=10)
+    have_routes = {_route_key(r) for r in _routes(LOCAL, name)}
+    for r in rec.get("routes", []):
+        if _route_key(r) not in have_routes:
+            argv = ["ip", r["family"], "route", "add", r["dst"]]
+            argv += ["via", r["gateway"]] if r.get("gateway") else []
+            argv += ["dev", name]
+            for key, word in (("metric", "metric"), ("prefsrc", "src"), ("scope", "scope"), ("protocol", "proto")):
+                if r.get(key) is not None:
+                    argv += [word, str(r[key])]
+            LOCAL.run(argv, check=False, timeout=10)  # read back below
 
 
 def _addr_args(a: dict) -> list[str]:
@@ -317,6 +375,13 @@ def _differences(rec: dict, now: dict) -> list[str]:
     feats = [k for k, v in rec["features"].items() if now["features"].get(k, v) != v]
     if feats:
         out.append(f"features {', '.join(feats)} differ from the recorded ones")
+    want_r, have_r = {_route_key(r) for r in rec.get("routes", [])}, {_route_key(r) for r in now["routes"]}
+    if want_r - have_r:
+        out.append(f"routes {sorted(str(k[1]) for k in want_r - have_r)} did not come back")
+    conf = [k for k, v in rec.get("sysctls", {}).items() if now["sysctls"].get(k, v) != v]
+    if conf:
+        names = ", ".join("net.{}.conf.{}.{}".format(k.split("/")[0], now["name"], k.split("/", 1)[1]) for k in conf)
+        out.append(f"sysctls {names} differ from the recorded ones")
     return out
 
 
