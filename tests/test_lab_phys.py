@@ -324,3 +324,13 @@ def test_a_phys_plan_that_varies_the_topology_or_names_no_ports_is_refused(tmp_p
         res = cli(state_dir, "run", str(tmp_path / f"{key}.yaml"), "--validate")
         assert res.returncode == 2 and want[key] in res.stderr, res.stderr
         assert len(res.stderr.strip().splitlines()) == 1
+
+
+def test_the_leftover_check_ignores_only_another_runs_stand_in_ports():
+    from tests.conftest import _another_runs_phys_port
+
+    other = "1" if TEST_TAG != "1" else "2"
+    assert _another_runs_phys_port(f"ph{other}a") and _another_runs_phys_port(f"ph{other}br")
+    assert not _another_runs_phys_port(phys_port("a"))  # ours: still flagged when left behind
+    for link in ("pha", f"ph{other}", f"ph{other}abc", f"olt{other}0", "eth1", f"xph{other}a"):
+        assert not _another_runs_phys_port(link), link
