@@ -151,8 +151,9 @@ def _lock() -> Iterator[None]:
 
 
 # ---- what a port is, recorded before it moves -----------------------------------------------
-def snapshot(host: Host, name: str) -> dict:
-    """Everything `give_back` puts back (and checks), read from `host`."""
+def snapshot(name: str) -> dict:
+    """Everything `give_back` puts back (and checks), as the port is now in this namespace."""
+    host = LOCAL
     link = json.loads(host.run(["ip", "-d", "-j", "addr", "show", "dev", name], timeout=10).stdout)[0]
     feats = netdev.features(host, name)
     return {
@@ -170,8 +171,8 @@ def snapshot(host: Host, name: str) -> dict:
         # Only what ethtool lets change (not [fixed], not a group header): what a knob could have moved.
         "features": {k: f.requested for k, f in feats.items() if f.requested is not None and not f.fixed},
         # A move to another namespace drops these: routes through the port, its net.ipv4/6.conf.IF.*.
-        "routes": _routes(host, name),
-        "sysctls": _conf(host, name),
+        "routes": _routes(LOCAL, name),
+        "sysctls": _conf(name),
     }
 
 
@@ -192,8 +193,9 @@ def _route_key(r: dict) -> tuple:
     return r["family"], r["dst"], r.get("gateway"), r.get("metric")
 
 
-def _conf(host: Host, name: str) -> dict[str, str]:
-    """net.ipv4.conf.IF.* and net.ipv6.conf.IF.* that can be read and written ("ipv4/arp_ignore": "1")."""
+def _conf(name: str) -> dict[str, str]:
+    """This namespace's net.ipv4.conf.IF.* and net.ipv6.conf.IF.* that can be read and written
+    ("ipv4/arp_ignore": "1")."""
     out = {}
     for fam in ("ipv4", "ipv6"):
         d = f"/proc/sys/net/{fam}/conf/{name}"
@@ -204,7 +206,7 @@ def _conf(host: Host, name: str) -> dict[str, str]:
             if not os.access(path, os.W_OK) or not (os.stat(path).st_mode & 0o200):
                 continue  # read-only (mc_forwarding)
             try:
-                out[f"{fam}/{key}"] = " ".join(host.read(path).split())
+                out[f"{fam}/{key}"] = " ".join(LOCAL.read(path).split())
             except OSError:
                 continue  # unreadable until set (ipv6 stable_secret)
     return out
@@ -229,7 +231,7 @@ def phys(b: Builder, mtu: int) -> None:
         with b.step("check the ports"):
             names = check_ports(lab.options.get("ports"), lab.name)
         with b.step("record the ports"):
-            lab.ports = [snapshot(LOCAL, n) for n in names]
+            lab.ports = [snapshot(n) for n in names]
             lab.save()
         b.host("client"), b.host("server")
         for role, rec in zip(("client", "server"), lab.ports):
@@ -279,7 +281,7 @@ def _give_back_one(lab: LabState, rec: dict) -> str:
         NetnsHost(where).run(["ip", "link", "set", "dev", name, "down"], timeout=10)
         NetnsHost(where).run(["ip", "link", "set", "dev", name, "netns", str(os.getpid())], timeout=10)
     _put_back(rec)
-    problems = _differences(rec, snapshot(LOCAL, name))
+    problems = _differences(rec, snapshot(name))
     if problems:
         raise EnvironmentProblem(f"back in the root namespace but {'; '.join(problems)}")
     return f"port {name} (back in the root namespace: MTU {rec['mtu']}, {'up' if rec['up'] else 'down'}, " \
@@ -310,10 +312,10 @@ def _same_port(host: Host, rec: dict) -> bool:
 def _put_back(rec: dict) -> None:
     """MTU, per-interface sysctls, features, addresses, up/down, then routes (a route needs the port up)."""
     name = rec["name"]
-    now = snapshot(LOCAL, name)
+    now = snapshot(name)
     if now["mtu"] != rec["mtu"]:
         LOCAL.run(["ip", "link", "set", "dev", name, "mtu", str(rec["mtu"])], timeout=10)
-    conf_now = _conf(LOCAL, name)
+    conf_now = _conf(name)
     for key, value in rec.get("sysctls", {}).items():
         if key in conf_now and conf_now[key] != value:
             fam, leaf = key.split("/", 1)
