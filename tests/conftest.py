@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -81,6 +82,21 @@ os.environ["OFFLAB_LAB_PREFIX"] = f"x{TEST_TAG}"
 OUR_NAMESPACES = (f"ol-t{TEST_TAG}", f"ol-x{TEST_TAG}")
 
 
+PHYS_PORT_RE = re.compile(r"^ph(\d{1,4})[a-z]{1,2}$")
+
+
+def phys_port(suffix: str) -> str:
+    """A root link standing in for a NIC port in test_lab_phys (`ph<TEST_TAG><suffix>`)."""
+    return f"ph{TEST_TAG}{suffix}"
+
+
+def _another_runs_phys_port(link: str) -> bool:
+    """A stand-in port of ANOTHER test run (its test_lab_phys is running beside ours): not ours to flag.
+    Our own run's stand-ins, and every other new root link, are still flagged."""
+    m = PHYS_PORT_RE.fullmatch(link)
+    return bool(m) and m.group(1) != TEST_TAG
+
+
 @pytest.fixture
 def lab_name():
     """A lab name unique to this test run, so parallel sessions never collide."""
@@ -93,7 +109,7 @@ def clean_machine(state_dir):
     before_ns, before_links, before_procs = netns_names(), root_links(), our_processes()
     yield
     left_ns = {n for n in netns_names() - before_ns if n.startswith(OUR_NAMESPACES)}
-    left_links = root_links() - before_links
+    left_links = {l for l in root_links() - before_links if not _another_runs_phys_port(l)}
     left_procs = our_processes(exclude_netns=netns_names() - {n for n in left_ns}) - before_procs
     if (state_dir / "labs").exists():
         from offlab import lab

@@ -45,7 +45,8 @@ labs.on_down_hosts(_restore_on_hosts)
 
 @app.command("up")
 def up_cmd(
-    topology: str = typer.Argument(..., help="veth | bridge | vxlan | router | ovs | vm | vm-router | vm-pair | dpdk | hosts"),
+    topology: str = typer.Argument(..., help="veth | bridge | vxlan | router | ovs | vm | vm-router | vm-pair | dpdk | "
+                                                   "hosts | phys"),
     name: Optional[str] = typer.Option(None, "--name", "-n", help="Lab name (default: the topology)."),
     mtu: int = typer.Option(1500, "--mtu", help="MTU of every host-facing link (the overlay MTU for vxlan)."),
     ipv6: bool = typer.Option(False, "--ipv6", help="Also address hosts from fd00:200::/48."),
@@ -65,14 +66,20 @@ def up_cmd(
                                                            "inventory's first pair)."),
     allow_management: bool = typer.Option(False, "--allow-management-traffic",
                                           help="hosts: allow a test address that is the SSH address."),
+    ports: Optional[str] = typer.Option(None, "--ports", help="phys: IF1,IF2, two ports of this machine cabled to "
+                                                              "each other, lent to the lab as client and server "
+                                                              "and given back on lab down / restore."),
 ) -> None:
     """Build a lab of network namespaces (and QEMU guests) and check that client reaches server; `hosts`: a lab over
-    existing machines of an inventory (nothing is created there)."""
+    existing machines of an inventory (nothing is created there); `phys --ports IF1,IF2`: two ports of this machine
+    moved into the lab's namespaces and given back as they were (docs/phys.md)."""
     if topology == "hosts":
         from offlab.lab import hosts as hosts_lab
 
         if inventory is None:
             raise BadInput("lab up hosts needs --inventory FILE (docs/remote.md)")
+        if ports is not None:
+            raise BadInput("--ports is for `lab up phys`; a hosts lab names its ports with --pair A:IF,B:IF")
         check_up_options(name, 1500, False)
         _print_lab(hosts_lab.up(name or "hosts", inventory, pair, allow_management=allow_management), as_json)
         return
@@ -83,6 +90,11 @@ def up_cmd(
         raise BadInput("--pmd and --testpmd-cpu are options of the dpdk topology only")
     options = {k: v for k, v in (("vni", vni), ("port", port), ("underlay_mtu", underlay_mtu),
                                  ("pmd", pmd), ("cpu", testpmd_cpu)) if v is not None}
+    if (topology == "phys") != (ports is not None):
+        raise BadInput("lab up phys needs --ports IF1,IF2 (docs/phys.md)" if topology == "phys"
+                       else f"--ports is for `lab up phys`, not {topology}")
+    if ports is not None:
+        options["ports"] = [p.strip() for p in ports.split(",")]
     if (nic or guest_cpus is not None) and topology not in labs.GUEST_TOPOLOGIES:
         raise BadInput(f"--nic and --guest-cpus are for guest topologies ({', '.join(labs.GUEST_TOPOLOGIES)}), "
                        f"not {topology}")

@@ -16,7 +16,8 @@ def register(app: typer.Typer) -> None:
                                    help="Also restore journals of processes that are still running."),
     ) -> None:
         """Replay the settings journals newest first: every original value goes back, then the journal goes;
-        then remove labs whose `lab up` was killed before they were up (their QEMU, testpmd, namespaces)."""
+        then remove labs whose `lab up` was killed before they were up (their QEMU, testpmd, namespaces), and give
+        back the ports of phys labs that no live process uses (they are this machine's own)."""
         from offlab import lab as labs
         from offlab.knobs import restore_report
 
@@ -31,6 +32,12 @@ def register(app: typer.Typer) -> None:
                 continue
             for what in labs.down(name, force=True):
                 typer.echo(f"removed (lab {name}, its `lab up` died): {what}")
+        for name in labs.phys_in_use_by_nobody(force=force):
+            if list_only:
+                typer.echo(f"would give back the ports of phys lab {name} (and remove the lab)")
+                continue
+            for what in labs.down(name, force=True):
+                typer.echo(f"gave back (phys lab {name}): {what}")
         if report.failed:
             raise EnvironmentProblem(f"{len(report.failed)} setting(s) could not be restored; "
                                      f"their journal is kept for the next `offlab restore`")

@@ -39,6 +39,7 @@ TOOLS_BY_TOPOLOGY = {
     "vm-router": ("qemu-system-x86_64",),
     "vm-pair": ("qemu-system-x86_64",),
     "dpdk": ("dpdk-testpmd", "stdbuf"),
+    "phys": ("ss",),
 }
 
 
@@ -51,6 +52,12 @@ def _check_request(topology: str, name: str, mtu: int, options: dict) -> None:
         check_guest_options(options)
     if topology == "dpdk":
         check_dpdk_options(options, mtu)
+    if topology == "phys":
+        from offlab.lab import phys
+
+        phys.check_request(name, options)
+    elif "ports" in options:
+        raise BadInput(f"--ports is for `lab up phys`, not {topology}")
     if topology == "vxlan":
         under = options.get("underlay_mtu")
         if under is not None:
@@ -95,7 +102,11 @@ def up(topology: str, name: str | None = None, *, mtu: int = 1500, ipv6: bool = 
             lab.save()
         except OfflabError:
             pass  # e.g. a full disk: the older state file still lists everything built
-        down(name, force=True)
+        try:
+            down(name, force=True)
+        except OfflabError as undo:  # e.g. a phys port that would not come back: both must be said
+            raise LabBuildFailed(f"lab up {name}: step '{lab.step}' failed: {exc}; and undoing it failed: {undo}") \
+                from exc
         if isinstance(exc, OfflabError) and not isinstance(exc, LabBuildFailed):
             raise LabBuildFailed(f"lab up {name}: step '{lab.step}' failed: {exc}") from exc
         raise
@@ -217,11 +228,13 @@ def down(name: str, *, force: bool = False) -> list[str]:
                        f"namespace {ns} belongs to {who}; offlab leaves it alone"
                        + (f" (OFFLAB_STATE_DIR={who} offlab lab down {name})" if who.startswith("/") else ""))
     removed: list[str] = []
+    if lab is not None and lab.topology in ("hosts", "phys"):
+        # Interfaces that outlive the lab (an SSH host's port, a phys port): their settings go back first.
+        for hosts_hook in _ON_DOWN_HOSTS:
+            removed += hosts_hook(lab)
     if lab is not None and lab.topology == "hosts":
         from offlab.lab import hosts as hosts_lab
 
-        for hosts_hook in _ON_DOWN_HOSTS:
-            removed += hosts_hook(lab)
         removed += hosts_lab.teardown(lab)
     if lab is not None:
         for d in reversed(lab.daemons):
@@ -232,6 +245,13 @@ def down(name: str, *, force: bool = False) -> list[str]:
                     removed.append(f"DPDK runtime directory {d.runtime_dir}")
     for ns in ours:
         _kill_processes_in(ns)
+    if lab is not None and lab.ports:
+        from offlab.lab import phys
+
+        # Before any namespace goes: removing one would destroy a veth inside it. Raises (the lab
+        # file kept, namespaces kept) when a port does not come back as it was.
+        removed += phys.give_back(lab)
+        removed += phys.ifindex_note(lab)
     for ns in ours:
         removed.append(_delete_namespace(ns))
     for ns, who in foreign.items():
@@ -266,6 +286,13 @@ def abandoned() -> list[str]:
         if lab.status != "up" and b.get("pid") and process_start_time(b["pid"]) != b.get("start_time"):
             names.append(lab.name)
     return names
+
+
+def phys_in_use_by_nobody(*, force: bool = False) -> list[str]:
+    """Phys labs that are up and that no live run or measurement holds (any, with `force`): their ports
+    are this machine's own, which `offlab restore` gives back like every setting offlab changed."""
+    return [lab.name for lab in list_labs() if lab.topology == "phys" and lab.status == "up"
+            and (force or not holders(lab.name))]
 
 
 def down_all(*, force: bool = False) -> list[str]:

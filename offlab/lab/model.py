@@ -11,7 +11,7 @@ from offlab.hosts import Host, NetnsHost, from_ref
 from offlab.names import check_lab_name
 from offlab.state import read_state_json, state_dir, write_json_atomic
 
-TOPOLOGIES = ("veth", "bridge", "vxlan", "router", "ovs", "vm", "vm-router", "vm-pair", "dpdk")
+TOPOLOGIES = ("veth", "bridge", "vxlan", "router", "ovs", "vm", "vm-router", "vm-pair", "dpdk", "phys")
 # The kinds of interface that join a host to a neighbour: with one of them a host needs no interface named.
 UPLINK_KINDS = ("veth", "virtio-net", "tap", "nic")  # nic: an existing machine's test port (`hosts` labs)
 
@@ -77,6 +77,8 @@ class LabState:
     owner: str = ""  # the state directory that made it (see lab/owner.py)
     netns_inodes: dict[str, int] = field(default_factory=dict)  # namespace → its nsfs inode, once made
     builder: dict = field(default_factory=dict)  # {"pid", "start_time"} of the `lab up` that builds it
+    # `phys`: each port as it was before the lab took it (lab/phys.py), recorded before it moves.
+    ports: list[dict] = field(default_factory=list)
 
     # ---- persistence -------------------------------------------------
     @staticmethod
@@ -120,6 +122,7 @@ class LabState:
             owner=d.get("owner", ""),
             netns_inodes={str(k): int(v) for k, v in d.get("netns_inodes", {}).items()},
             builder=dict(d.get("builder") or {}),
+            ports=[dict(p) for p in d.get("ports", [])],
         )
 
     @classmethod

@@ -135,6 +135,11 @@ def check_cell(err: PlanErrors, cell: Cell, blame: Callable[[str, str], tuple]) 
         for key in VXLAN_ONLY:
             if getattr(topo, key) is not None:
                 err.fail(blame("topology", key), f"{key} applies to a vxlan lab only, not {topo.kind}")
+    if topo.kind == "phys" and (not topo.ports or len(topo.ports) != 2 or len(set(topo.ports)) != 2):
+        err.fail(blame("topology", "ports" if topo.ports else "kind"),
+                 "a phys lab needs ports: [IF1, IF2], two different ports of this machine cabled to each other")
+    elif topo.kind != "phys" and topo.ports is not None:
+        err.fail(blame("topology", "ports"), f"ports applies to a phys lab only, not {topo.kind}")
     try:
         cell.workload.traffic(ipv6=topo.ipv6).check()
     except BadWorkload as exc:
@@ -157,6 +162,8 @@ def required_tools(plan: Plan) -> list[str]:
         tools += ["ovsdb-server", "ovs-vswitchd", "ovs-vsctl", "ovsdb-tool"]
     if "dpdk" in kinds:
         tools += ["dpdk-testpmd", "stdbuf"]
+    if "phys" in kinds:
+        tools.append("ss")  # the refusal of a port that carries a connection
     used = {c.workload.tool for c in plan.cells if c.workload.kind != "rr"}
     used |= {"engine" for c in plan.cells if c.workload.kind != "stream"}
     if "iperf3" in used:

@@ -61,6 +61,9 @@ def load_plan(text: str, source: str = "<plan>", *, quick: bool = False) -> Plan
     plan.cells = expand(plan, err, value_paths)
     if not plan.cells:
         err.fail(("only",) if only else ("axes",), "the filters leave no cell to run")
+    if topology.kind == "phys" and len({c.lab_key for c in plan.cells}) > 1:
+        err.fail(("axes",), "a phys plan has one pair of ports, so one lab: vary its MTU or offloads with "
+                            "settings (e.g. settings: {client: {mtu: 9000}, server: {mtu: 9000}}), not with topology")
     if baseline and not any(matches(c.params, baseline) for c in plan.cells):
         err.fail(("baseline",), f"baseline {fmt(baseline)} matches no cell")
     if headline and not any(matches(c.params, h) and c.params != {**c.params, **baseline}

@@ -22,7 +22,7 @@ class Strict(BaseModel):
 
 
 class TopologySpec(Strict):
-    kind: Literal["veth", "bridge", "vxlan", "router", "ovs", "vm", "vm-router", "vm-pair", "dpdk"]
+    kind: Literal["veth", "bridge", "vxlan", "router", "ovs", "vm", "vm-router", "vm-pair", "dpdk", "phys"]
     mtu: int = Field(1500, ge=68, le=65535)
     ipv6: bool = False
     underlay_mtu: int | None = Field(None, ge=68, le=65535)
@@ -33,6 +33,7 @@ class TopologySpec(Strict):
     kernel_version: str | None = None
     guest_cpus: int | None = Field(None, ge=1, le=8)  # vCPUs per guest (boot-time, like nic)
     pmd: Literal["tap", "af_packet"] | None = None  # dpdk: testpmd's ports (default tap)
+    ports: list[str] | None = None  # phys: the two ports of this machine lent to the lab (client, server)
 
 
 # Plan fields of the request/response probe → RrWorkload's fields (offlab.traffic.rr).

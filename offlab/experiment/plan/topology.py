@@ -53,6 +53,8 @@ HOSTS: dict[str, dict[str, tuple[StaticIface, ...]]] = {
     # settings are `testpmd.*` of host switch). With --pmd af_packet they are veths: to-switch either way.
     "dpdk": {"client": (StaticIface("tap", None, "switch"),), "switch": (),
              "server": (StaticIface("tap", None, "switch"),)},
+    # two ports of this machine, each moved into its namespace under its own name (lab/phys.py)
+    "phys": {"client": (StaticIface("nic", None, "server"),), "server": (StaticIface("nic", None, "client"),)},
 }
 
 
