@@ -197,7 +197,9 @@ class Capture:
         require_tool("tcpdump")
         self.host, self.iface, self.pcap = host, check_ifname(iface), pcap
         # -Z root: tcpdump would otherwise drop to its own user and fail to write our file.
-        argv = ["tcpdump", "-i", iface, "-nn", "-s", str(snaplen), "-c", str(frames), "-U",
+        # --immediate-mode: without it libpcap hands frames over a ring block at a time, and the block
+        # still open when we stop tcpdump is lost — at a slow guest's rate, that was every frame.
+        argv = ["tcpdump", "-i", iface, "-nn", "-s", str(snaplen), "-c", str(frames), "-U", "--immediate-mode",
                 "-Z", "root", "-w", str(pcap)]
         self.proc = host.spawn(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
