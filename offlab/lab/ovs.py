@@ -33,8 +33,9 @@ class Ovs:
         return f"unix:{self.rundir}/db.sock"
 
     @classmethod
-    def start(cls, b) -> "Ovs":
-        for tool in ("ovsdb-tool", "ovsdb-server", "ovs-vswitchd", "ovs-vsctl"):
+    def start(cls, b, *, vswitchd: bool = True) -> "Ovs":
+        """The private ovsdb-server and (unless `vswitchd` is False: ovs-dpdk starts its own) ovs-vswitchd."""
+        for tool in ("ovsdb-tool", "ovsdb-server", "ovs-vsctl", *(("ovs-vswitchd",) if vswitchd else ())):
             require_tool(tool)
         schema = next((p for p in SCHEMA_CANDIDATES if os.path.exists(p)), None)
         if schema is None:
@@ -49,6 +50,8 @@ class Ovs:
                 f"{rundir}/conf.db", f"--remote=punix:{rundir}/db.sock",
             ])
             self.vsctl("--no-wait", "init")
+        if not vswitchd:
+            return self
         with b.step("start private ovs-vswitchd"):
             self._daemon("ovs-vswitchd", [self.db, "--disable-system-route"])
         return self

@@ -14,6 +14,7 @@ from offlab.lab.model import Interface
 from offlab.lab.ovs import Ovs
 from offlab.mtu.calc import VXLAN_OVERHEAD
 from offlab.lab.dpdk import dpdk
+from offlab.lab.ovs_dpdk import ovs_dpdk
 from offlab.lab.vm import vm, vm_pair, vm_router
 
 CLIENT4, SERVER4 = "10.200.1.1/24", "10.200.1.2/24"
@@ -119,4 +120,5 @@ BUILDERS: dict[str, Callable[[Builder, int], None]] = {
     "vm-router": vm_router,
     "vm-pair": vm_pair,
     "dpdk": dpdk,
+    "ovs-dpdk": ovs_dpdk,
 }
