@@ -103,6 +103,33 @@ def ovs_dpdk(b: Builder, mtu: int) -> None:
     b.address("server", s, SERVER4, SERVER6, reach=True)
 
 
+def rehome_taps(lab: LabState) -> list[str]:
+    """Send back to client and server any tap OVS re-created in the switch namespace (a dpdk port
+    that was detached and attached again, e.g. after a refused mtu_request was cleared), with the
+    lab's addresses and link up; the taps moved."""
+    from offlab.hosts import LOCAL
+
+    switch = lab.hosts["switch"].netns
+    here = {l["ifname"] for l in netdev.links(lab.host("switch"))}
+    moved = []
+    for role, (cidr4, cidr6) in (("client", (CLIENT4, CLIENT6)), ("server", (SERVER4, SERVER6))):
+        entry = lab.hosts[role]
+        for iface in entry.interfaces:
+            if iface.kind != "tap" or iface.name not in here:
+                continue
+            LOCAL.run(["ip", "-n", switch, "link", "set", iface.name, "netns", entry.netns])
+            LOCAL.run(["ip", "-n", entry.netns, "addr", "add", cidr4, "dev", iface.name])
+            if lab.ipv6:
+                LOCAL.run(["ip", "-n", entry.netns, "addr", "add", cidr6, "dev", iface.name, "nodad"])
+            LOCAL.run(["ip", "-n", entry.netns, "link", "set", iface.name, "up"])
+            moved.append(iface.name)
+    if moved:
+        # a re-created tap has a new MAC: the other end's neighbour entry would point at the old one
+        for role in ("client", "server"):
+            LOCAL.run(["ip", "-n", lab.hosts[role].netns, "neigh", "flush", "all"], check=False)
+    return moved
+
+
 def start_vswitchd(b: Builder, switch: Ovs, cpu: int) -> None:
     """Configure DPDK in the private database, then run ovs-vswitchd-dpdk until DPDK says it is up."""
     exe = require_vswitchd()
