@@ -45,7 +45,7 @@ labs.on_down_hosts(_restore_on_hosts)
 
 @app.command("up")
 def up_cmd(
-    topology: str = typer.Argument(..., help="veth | bridge | vxlan | router | ovs | vm | vm-router | vm-pair | dpdk | ovs-dpdk | hosts"),
+    topology: str = typer.Argument(..., help="veth | bridge | vxlan | router | ovs | vm | vm-router | vm-pair | dpdk | ovs-dpdk | ovs-dpdk-vm | hosts"),
     name: Optional[str] = typer.Option(None, "--name", "-n", help="Lab name (default: the topology)."),
     mtu: int = typer.Option(1500, "--mtu", help="MTU of every host-facing link (the overlay MTU for vxlan)."),
     ipv6: bool = typer.Option(False, "--ipv6", help="Also address hosts from fd00:200::/48."),
@@ -80,7 +80,7 @@ def up_cmd(
     if inventory is not None or pair is not None or allow_management:
         raise BadInput(f"--inventory, --pair and --allow-management-traffic are for `lab up hosts`, not {topology}")
     check_up_options(name, mtu, ipv6)
-    if topology not in ("dpdk", "ovs-dpdk") and (pmd is not None or testpmd_cpu is not None):
+    if topology not in ("dpdk", "ovs-dpdk", "ovs-dpdk-vm") and (pmd is not None or testpmd_cpu is not None):
         raise BadInput("--pmd and --testpmd-cpu are options of the dpdk and ovs-dpdk topologies only")
     options = {k: v for k, v in (("vni", vni), ("port", port), ("underlay_mtu", underlay_mtu),
                                  ("pmd", pmd), ("cpu", testpmd_cpu)) if v is not None}

@@ -17,6 +17,7 @@ from offlab.dpdk import remove_runtime
 from offlab.lab.build import Builder, LabBuildFailed
 from offlab.lab.dpdk import check_options as check_dpdk_options
 from offlab.lab.ovs_dpdk import check_options as check_ovs_dpdk_options, require_vswitchd
+from offlab.lab.ovs_dpdk import check_vm_options as check_ovs_dpdk_vm_options
 from offlab.lab.hold import hold, holders
 from offlab.lab.model import TOPOLOGIES, LabState
 from offlab.lab.ovs import alive, stop_daemon
@@ -41,6 +42,7 @@ TOOLS_BY_TOPOLOGY = {
     "vm-pair": ("qemu-system-x86_64",),
     "dpdk": ("dpdk-testpmd", "stdbuf"),
     "ovs-dpdk": ("ovsdb-server", "ovs-vsctl", "ovsdb-tool"),
+    "ovs-dpdk-vm": ("ovsdb-server", "ovs-vsctl", "ovsdb-tool", "qemu-system-x86_64"),
 }
 
 
@@ -55,6 +57,8 @@ def _check_request(topology: str, name: str, mtu: int, options: dict) -> None:
         check_dpdk_options(options, mtu)
     if topology == "ovs-dpdk":
         check_ovs_dpdk_options(options, mtu)
+    if topology == "ovs-dpdk-vm":
+        check_ovs_dpdk_vm_options(options, mtu)
     if topology == "vxlan":
         under = options.get("underlay_mtu")
         if under is not None:
@@ -81,7 +85,7 @@ def up(topology: str, name: str | None = None, *, mtu: int = 1500, ipv6: bool = 
         raise NotRoot("building a lab")
     for tool in ("ip", "ethtool", *TOOLS_BY_TOPOLOGY.get(topology, ())):
         require_tool(tool)
-    if topology == "ovs-dpdk":
+    if topology in ("ovs-dpdk", "ovs-dpdk-vm"):
         require_vswitchd()
     lab = LabState(name=name, topology=topology, mtu=mtu, ipv6=ipv6, options=options,
                    owner=owner.owner_tag()[len(owner.PREFIX):],

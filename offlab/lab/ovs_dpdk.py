@@ -40,6 +40,8 @@ INIT_TIMEOUT = 90.0
 # `show port info`): above MTU 1500 OVS refuses mtu_request and detaches the port until it is cleared.
 PORT_TYPES = {"tap": ("net_tap", 1522), "af_packet": ("net_af_packet", 1518)}
 MAX_MTU = 1500
+# vhost-user ports: OVS-DPDK's own limit (NETDEV_DPDK_MAX_PKT_LEN 9728 B frames), seed 004's 9710.
+VHOST_MAX_MTU = 9710
 
 
 def require_vswitchd() -> str:
@@ -63,6 +65,52 @@ def check_options(options: dict, mtu: int) -> None:
     ncpu = os.cpu_count() or 1
     if cpu is not None and (isinstance(cpu, bool) or not isinstance(cpu, int) or not 0 <= cpu < ncpu):
         raise BadInput(f"--testpmd-cpu {cpu!r}: the OVS PMD thread's CPU; this machine has CPUs 0..{ncpu - 1}")
+
+
+def check_vm_options(options: dict, mtu: int) -> None:
+    """What `lab up ovs-dpdk-vm` can refuse before anything exists (exit 2)."""
+    if "pmd" in options:
+        raise BadInput("--pmd: ovs-dpdk-vm's ports are vhost-user (dpdkvhostuser); --pmd is for ovs-dpdk")
+    if mtu > VHOST_MAX_MTU:
+        raise BadInput(f"--mtu {mtu}: OVS-DPDK's vhost-user ports take at most MTU {VHOST_MAX_MTU} "
+                       f"(frames ≤ 9728 B)")
+    check_options({k: v for k, v in options.items() if k == "cpu"}, MAX_MTU)
+
+
+def ovs_dpdk_vm(b: Builder, mtu: int) -> None:
+    """[client (guest): eth0] ─ vhost-user ─ [switch: OVS-DPDK br0] ─ vhost-user ─ [server (guest): eth0]
+
+    Seed 004's guest ↔ guest test: OVS serves a `dpdkvhostuser` socket per guest in its run
+    directory, with `mtu_request` = the lab's MTU (9000 works here, unlike tap and af_packet);
+    each QEMU (TCG, in the switch namespace) is its client, guest RAM shared memfd memory.
+    """
+    from offlab.lab.vm import CLIENT4 as GC4, CLIENT6 as GC6, SERVER4 as GS4, SERVER6 as GS6
+    from offlab.lab.vm import boot_guest, guest_address
+    from offlab.vm import qemu
+
+    opts = b.lab.options
+    check_vm_options(opts, mtu)
+    cpu = opts.setdefault("cpu", default_cpu())
+    b.host("switch")
+    switch = Ovs.start(b, vswitchd=False)
+    start_vswitchd(b, switch, cpu)
+    switch.add_bridge(BRIDGE)
+    with b.step(f"OVS bridge {BRIDGE} mtu_request={mtu}"):
+        switch.vsctl("set", "Interface", BRIDGE, f"mtu_request={mtu}")
+    for role, cidr4, cidr6 in (("client", GC4, GC6), ("server", GS4, GS6)):
+        port = f"vhu-{role}"
+        with b.step(f"OVS-DPDK vhost-user port {port} (mtu_request={mtu})"):
+            switch.vsctl("add-port", BRIDGE, port, "--", "set", "Interface", port, "type=dpdkvhostuser",
+                         f"mtu_request={mtu}")
+            b.lab.hosts["switch"].interfaces.append(Interface(port, "ovs-dpdk", peer_host=role, role="port"))
+            b.lab.save()
+            error = port_error(switch.vsctl, port)
+            if error:
+                raise EnvironmentProblem(f"OVS did not add {port}: {error}; {last_lines(switch.rundir)}")
+        sock = str(switch.rundir / port)
+        nic = qemu.VhostUserNic.from_options(sock, qemu.mac_for(b.lab.name, role, port), opts.get("nic", {}))
+        guest = boot_guest(b, role, "switch", [], peers=["switch"], nics=[nic], rundir=switch.rundir)
+        guest_address(b, role, guest, "eth0", cidr4, cidr6, mtu=mtu, reach=True)
 
 
 def ovs_dpdk(b: Builder, mtu: int) -> None:

@@ -14,7 +14,7 @@ from offlab.lab.model import Interface
 from offlab.lab.ovs import Ovs
 from offlab.mtu.calc import VXLAN_OVERHEAD
 from offlab.lab.dpdk import dpdk
-from offlab.lab.ovs_dpdk import ovs_dpdk
+from offlab.lab.ovs_dpdk import ovs_dpdk, ovs_dpdk_vm
 from offlab.lab.vm import vm, vm_pair, vm_router
 
 CLIENT4, SERVER4 = "10.200.1.1/24", "10.200.1.2/24"
@@ -121,4 +121,5 @@ BUILDERS: dict[str, Callable[[Builder, int], None]] = {
     "vm-pair": vm_pair,
     "dpdk": dpdk,
     "ovs-dpdk": ovs_dpdk,
+    "ovs-dpdk-vm": ovs_dpdk_vm,
 }
