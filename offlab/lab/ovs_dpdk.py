@@ -35,6 +35,10 @@ CLIENT4, SERVER4 = "10.200.1.1/24", "10.200.1.2/24"
 CLIENT6, SERVER6 = "fd00:200:0:1::1/64", "fd00:200:0:1::2/64"
 BRIDGE = "br0"
 MEMORY_MB = 1024
+# vhost-user ports at up to 9710: jumbo mbufs, and a run-time MTU change needs a second pool while
+# the first is in use (with 1024 MB and shared pools OVS logged `Failed to create mempool ... No
+# buffer space available` and dropped both vhost ports, which only a guest restart recovers)
+VHOST_MEMORY_MB = 2048
 INIT_TIMEOUT = 90.0
 # The largest frame each port type takes in DPDK 22.11 (OVS Interface status max_rx_pktlen, testpmd
 # `show port info`): above MTU 1500 OVS refuses mtu_request and detaches the port until it is cleared.
@@ -93,7 +97,7 @@ def ovs_dpdk_vm(b: Builder, mtu: int) -> None:
     cpu = opts.setdefault("cpu", default_cpu())
     b.host("switch")
     switch = Ovs.start(b, vswitchd=False)
-    start_vswitchd(b, switch, cpu)
+    start_vswitchd(b, switch, cpu, memory_mb=VHOST_MEMORY_MB, per_port_memory=True)
     switch.add_bridge(BRIDGE)
     with b.step(f"OVS bridge {BRIDGE} mtu_request={mtu}"):
         switch.vsctl("set", "Interface", BRIDGE, f"mtu_request={mtu}")
@@ -178,7 +182,8 @@ def rehome_taps(lab: LabState) -> list[str]:
     return moved
 
 
-def start_vswitchd(b: Builder, switch: Ovs, cpu: int) -> None:
+def start_vswitchd(b: Builder, switch: Ovs, cpu: int, *, memory_mb: int = MEMORY_MB,
+                   per_port_memory: bool = False) -> None:
     """Configure DPDK in the private database, then run ovs-vswitchd-dpdk until DPDK says it is up."""
     exe = require_vswitchd()
     prefix = f"offlab-{b.lab.name}-ovs{secrets.token_hex(2)}"
@@ -186,8 +191,10 @@ def start_vswitchd(b: Builder, switch: Ovs, cpu: int) -> None:
     mask = f"{1 << cpu:#x}"
     with b.step(f"configure DPDK (--no-huge --legacy-mem, prefix {prefix}, PMD on CPU {cpu})"):
         switch.vsctl("--no-wait", "set", "Open_vSwitch", ".", "other_config:dpdk-init=true",
-                     f"other_config:dpdk-extra=--no-huge -m {MEMORY_MB} --no-pci --legacy-mem --file-prefix={prefix}",
-                     f"other_config:dpdk-lcore-mask={mask}", f"other_config:pmd-cpu-mask={mask}")
+                     f"other_config:dpdk-extra=--no-huge -m {memory_mb} --no-pci --legacy-mem --file-prefix={prefix}",
+                     f"other_config:dpdk-lcore-mask={mask}", f"other_config:pmd-cpu-mask={mask}",
+                     # per port: pools sized to each port's queues, not OVS's shared 262144-mbuf pools
+                     f"other_config:per-port-memory={str(per_port_memory).lower()}")
     with b.step(f"start private {DAEMON} in {switch.host.netns}"):
         # Recorded before the runtime directory or the process exist: a kill -9 at any point leaves
         # a lab file that names both (pid 0 until the process is there; stop_daemon skips pid 0).
