@@ -349,3 +349,25 @@ def test_a_run_time_mtu_change_on_a_vhost_user_port_drops_bigger_frames_there(ju
         assert time.monotonic() < deadline, "vhu-server did not go back to 9000"
         time.sleep(0.2)
     assert _exec(jumbo_lab, "client", "ping", "-s", "8972", "-c", "2", "-W", "3", "10.200.1.2").returncode == 0
+
+
+def test_a_plan_names_the_ovs_dpdk_labs_and_their_hosts_interfaces():
+    from offlab.errors import BadInput
+    from offlab.experiment.plan import load_plan
+
+    plan = """
+name: t
+topology: {kind: KIND, mtu: MTU}
+workload: {tool: iperf3, protocol: tcp, duration: 2}
+axes:
+  gro:
+    "on": {features: {server: {gro: on}}}
+    "off": {features: {server: {gro: off}}}
+"""
+    for kind, mtu in (("ovs-dpdk", 1500), ("ovs-dpdk-vm", 9000)):
+        cells = load_plan(plan.replace("KIND", kind).replace("MTU", str(mtu)), "t.yaml").cells
+        assert [c.key for c in cells] == ["gro=on", "gro=off"] and cells[0].topology.kind == kind
+    with pytest.raises(BadInput) as err:
+        load_plan(plan.replace("KIND", "ovs-dpdk").replace("MTU", "1500").replace("server: {gro", "router: {gro"),
+                  "t.yaml")
+    assert "router" in str(err.value)

@@ -53,6 +53,13 @@ HOSTS: dict[str, dict[str, tuple[StaticIface, ...]]] = {
     # settings are `testpmd.*` of host switch). With --pmd af_packet they are veths: to-switch either way.
     "dpdk": {"client": (StaticIface("tap", None, "switch"),), "switch": (),
              "server": (StaticIface("tap", None, "switch"),)},
+    # OVS-DPDK's dpdk ports are no kernel interfaces; their taps (or veths) live in client and server
+    "ovs-dpdk": {"client": (StaticIface("tap", None, "switch"),), "switch": (StaticIface("ovs-internal", "br0"),),
+                 "server": (StaticIface("tap", None, "switch"),)},
+    # two guests on OVS-DPDK vhost-user ports
+    "ovs-dpdk-vm": {"client": (StaticIface("virtio-net", "eth0", "switch"),),
+                    "switch": (StaticIface("ovs-internal", "br0"),),
+                    "server": (StaticIface("virtio-net", "eth0", "switch"),)},
 }
 
 
