@@ -16,6 +16,7 @@ from pathlib import Path
 from offlab import netdev
 from offlab.errors import BadInput
 from offlab.hosts import NetnsHost, require_tool
+from offlab.hosts.process import process_start_time
 from offlab.lab.model import Daemon, Interface
 from offlab.state import ensure_dir, state_dir
 
@@ -66,7 +67,9 @@ class Ovs:
             f"--log-file={self.rundir}/{name}.log", "--detach", "--no-chdir",
         ])
         pid = int(pidfile.read_text().strip())
-        self.b.lab.daemons.append(Daemon(name=name, pid=pid, netns=self.host.netns))
+        # with its start time, so a pid reused after a crash is never taken for it
+        self.b.lab.daemons.append(Daemon(name=name, pid=pid, netns=self.host.netns,
+                                         start_time=process_start_time(pid)))
         self.b.lab.save()
 
     def vsctl(self, *args: str) -> str:
