@@ -371,3 +371,10 @@ axes:
         load_plan(plan.replace("KIND", "ovs-dpdk").replace("MTU", "1500").replace("server: {gro", "router: {gro"),
                   "t.yaml")
     assert "router" in str(err.value)
+
+
+def test_measure_refuses_a_capture_inside_a_guest_in_one_line(jumbo_lab):
+    res = offlab_cli("measure", jumbo_lab["name"], "--tool", "iperf3", "--duration", "1", "--capture", "server",
+                     env=jumbo_lab["env"])
+    assert res.returncode == 2 and "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1
+    assert "server is a QEMU guest" in res.stderr and f"offlab lab exec {jumbo_lab['name']} server -- tcpdump" in res.stderr

@@ -93,6 +93,11 @@ def _measure(lab: LabState, w: Workload, capture: CaptureRequest | None, *,
     if not server_addr:
         raise BadInput(f"lab {lab.name} has no {'IPv6 ' if w.ipv6 else ''}address for the server")
     cap_iface = lab.resolve_iface(capture.role, capture.iface) if capture else None
+    if capture and lab.entry(capture.role).guest:
+        # tcpdump would run (and write its pcap) inside the guest, where the probe cannot read it
+        raise BadInput(f"--capture {capture.role}: {capture.role} is a QEMU guest, where measure cannot capture; "
+                       f"run tcpdump there (`offlab lab exec {lab.name} {capture.role} -- tcpdump -nn -e -i "
+                       f"{cap_iface}`) or capture on a namespace host of the lab")
     driver = engine_driver if w.tool == "engine" else iperf3_driver
     started_at = time.time()
     with ProbeSession(lab) as probes, tempfile.TemporaryDirectory(prefix="offlab-cap-") as tmp:
