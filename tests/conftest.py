@@ -12,7 +12,7 @@ import sys
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-OUR_PROCESSES = ("iperf3", "offlab-engine", "ovs-vswitchd", "ovsdb-server", "tcpdump")
+OUR_PROCESSES = ("iperf3", "offlab-engine", "ovs-vswitchd", "ovs-vswitchd-dp", "ovsdb-server", "tcpdump")
 _counter = itertools.count()
 
 
@@ -39,12 +39,13 @@ def our_processes(exclude_netns: set[str] = frozenset()) -> set[int]:
         except OSError:
             pass
     root_ns = os.stat("/proc/self/ns/net").st_ino
-    out = subprocess.run(["ps", "-eo", "pid=,ppid=,comm="], capture_output=True, text=True).stdout
-    rows = [l.split(None, 2) for l in out.splitlines() if l.strip()]
-    parent = {int(pid): int(ppid) for pid, ppid, _ in rows}
+    out = subprocess.run(["ps", "-eo", "pid=,ppid=,stat=,comm="], capture_output=True, text=True).stdout
+    rows = [l.split(None, 3) for l in out.splitlines() if l.strip()]
+    parent = {int(pid): int(ppid) for pid, ppid, _, _ in rows}
     pids = set()
-    for pid, _, comm in rows:
-        if comm.strip() not in OUR_PROCESSES:
+    for pid, _, stat, comm in rows:
+        # A zombie has exited: a detached daemon's parent here may be a PID 1 that never reaps it.
+        if comm.strip() not in OUR_PROCESSES or stat.startswith("Z"):
             continue
         try:
             ns = os.stat(f"/proc/{pid}/ns/net").st_ino
@@ -140,9 +141,11 @@ def veth_lab(lab_name, clean_machine):
         lab.down(lab_name)
 
 
-def kill_9_once_daemon_is_recorded(topology: str, name: str, state_dir, what: str, timeout: float = 120) -> dict:
+def kill_9_once_daemon_is_recorded(topology: str, name: str, state_dir, what: str, timeout: float = 120,
+                                   daemon_name: str | None = None) -> dict:
     """Start `offlab lab up TOPOLOGY --name NAME`, kill -9 it as soon as its first daemon (QEMU,
-    testpmd: recorded when it exists, before offlab waits for it) is in the lab file; that daemon."""
+    testpmd: recorded when it exists, before offlab waits for it) is in the lab file; that daemon.
+    With `daemon_name`: once the daemon of that name has a pid (ovs-dpdk records ovsdb-server first)."""
     import json
     import signal
     import time
@@ -155,7 +158,8 @@ def kill_9_once_daemon_is_recorded(topology: str, name: str, state_dir, what: st
     while daemon is None:
         assert time.monotonic() < deadline, f"{what} was never recorded in the lab file"
         try:
-            daemons = json.loads(path.read_text()).get("daemons", [])
+            daemons = [d for d in json.loads(path.read_text()).get("daemons", [])
+                       if daemon_name is None or (d["name"] == daemon_name and d["pid"])]
             daemon = daemons[0] if daemons else None
         except (OSError, ValueError):
             pass

@@ -13,6 +13,8 @@ FIXTURES = Path(__file__).parent / "fixtures" / "doctor"
 
 # (fixture, check id, interface or None, status, text the summary must contain)
 EXPECTED = [
+    ("dpdk-host", "dpdk.runnable", None, "ok", "no hugepages reserved: offlab runs DPDK with --no-huge"),
+    ("dpdk-missing", "dpdk.runnable", None, "fail", "missing dpdk-testpmd, ovs-vswitchd-dpdk"),
     ("this-machine", "cpu.smt", None, "ok", "SMT not supported"),
     ("sos-centos7-kvm", "cpu.smt", None, "warn", "CPUs 0,4 share a core"),
     ("tuned-host", "cpu.governor", None, "ok", "performance on 8"),
@@ -135,6 +137,7 @@ def test_fixes_are_exact_commands_for_the_interface():
     assert sos[("nic.nocache-copy", "ens1f0")].fix == "ethtool -K ens1f0 tx-nocache-copy off"
     assert sos[("bridge.mtu", None)].fix == "ip link set vnic1.1 mtu 9000"
     assert sos[("bridge.netfilter", None)].fix == "sysctl -w net.bridge.bridge-nf-call-iptables=0"
+    assert findings("dpdk-missing")[("dpdk.runnable", None)].fix == "apt-get install dpdk-dev openvswitch-switch-dpdk"
     trap = findings("lab-ovs-trap")
     assert trap[("ovs.veth-csum", None)].fix == "ip netns exec ol-dfix-client ethtool -K oldfix0 tx off"
     assert trap[("mtu.path", None)].fix == "ip -n ol-dfix-server link set oldfix3 mtu 9000"

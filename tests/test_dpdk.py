@@ -327,3 +327,92 @@ def test_offlab_restore_after_kill_9_of_lab_up_stops_testpmd_and_removes_its_run
     assert f"removed (lab {lab_name}, its `lab up` died)" in res.stdout and "dpdk-testpmd" in res.stdout
     assert not _running(daemon["pid"]) and not os.path.exists(daemon["runtime_dir"])
     assert not any(n.startswith(f"ol-{lab_name}-") for n in netns_names())
+
+
+# ---- testpmd dying while it is used ------------------------------------------------------------------
+
+def _lab_pids(lab: str, role: str) -> list[str]:
+    return subprocess.run(["ip", "netns", "pids", f"ol-{lab}-{role}"], capture_output=True, text=True).stdout.split()
+
+
+@pytest.mark.skipif(not HAVE_TESTPMD or os.geteuid() != 0, reason="needs root and dpdk-testpmd")
+def test_testpmd_dying_mid_measure_fails_naming_it_and_the_lab_shows_broken_with_the_fix(lab_name, clean_machine,
+                                                                                         state_dir):
+    import sys
+    import time
+
+    from tests.conftest import REPO
+
+    res = offlab_cli("lab", "up", "dpdk", "--name", lab_name, "--json", timeout=180)
+    assert res.returncode == 0, res.stderr
+    tp = json.loads(res.stdout)["testpmd"]
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "offlab", "measure", lab_name, "--tool", "iperf3", "--proto",
+                                 "tcp", "--duration", "8"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+        time.sleep(3)
+        os.kill(tp["pid"], signal.SIGKILL)
+        _, err = proc.communicate(timeout=60)  # not the sender's 30 s grace: the daemon's death ends it
+        assert proc.returncode == 3, err
+        assert f"dpdk-testpmd (pid {tp['pid']}) of lab {lab_name} died: " in err and "Traceback" not in err
+        assert f"`offlab lab down {lab_name}`" in err
+        assert _lab_pids(lab_name, "client") == [] and _lab_pids(lab_name, "server") == []
+        listed = json.loads(offlab_cli("lab", "list", "--json").stdout)
+        row = next(r for r in listed if r["name"] == lab_name)
+        assert row["status"] == "broken" and f"dpdk-testpmd (pid {tp['pid']}) is not running" in row["why"]
+        assert row["fix"] == f"offlab lab down {lab_name}"
+    finally:
+        down = offlab_cli("lab", "down", lab_name)
+    assert down.returncode == 0, down.stderr
+    assert not os.path.exists(tp["runtime_dir"])
+
+
+DYING_PLAN = """
+name: testpmd-dies
+topology: {kind: dpdk}
+workload: {tool: iperf3, protocol: tcp, duration: 1, warmup: 0.5}
+repeat: {min: 6, max: 6}
+axes:
+  fwd:
+    io: {testpmd: {fwd: io}}
+"""
+
+
+@pytest.mark.skipif(not HAVE_TESTPMD or os.geteuid() != 0, reason="needs root and dpdk-testpmd")
+def test_testpmd_dying_mid_run_fails_the_run_and_keeps_the_samples_already_stored(tmp_path, clean_machine, state_dir):
+    import sys
+    import time
+
+    from offlab.store import Store
+    from tests.conftest import REPO
+
+    plan, db = tmp_path / "plan.yaml", tmp_path / "runs.db"
+    plan.write_text(DYING_PLAN)
+    proc = subprocess.Popen([sys.executable, "-m", "offlab", "run", str(plan), "--db", str(db)], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lab_file = state_dir / "labs" / f"{os.environ['OFFLAB_LAB_PREFIX']}a.json"
+    deadline = time.monotonic() + 240
+    store, run_id = None, None
+    while True:
+        assert proc.poll() is None, proc.communicate()[1]
+        assert time.monotonic() < deadline, "no sample was stored"
+        if db.exists():
+            store = store or Store.open(db)
+            runs = store.list_runs()
+            if runs and store.samples(runs[0]["id"]):
+                run_id = runs[0]["id"]
+                break
+        time.sleep(0.2)
+    daemon = json.loads(lab_file.read_text())["daemons"][0]
+    os.kill(daemon["pid"], signal.SIGKILL)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 3, err
+    # it dies mid-sample (the traffic fails) or between samples (the cell's testpmd setting finds it gone)
+    assert f"dpdk-testpmd (pid {daemon['pid']})" in err and " died: " in err and "Traceback" not in err
+    kept = store.samples(run_id)
+    assert 1 <= len(kept) < 6
+    run = store.get_run(run_id)
+    assert run["status"] == "failed" and "dpdk-testpmd (pid" in run["note"] and " died: " in run["note"]
+    # the run's own lab went with it: testpmd's runtime directory and the namespaces are gone
+    assert not _running(daemon["pid"]) and not os.path.exists(daemon["runtime_dir"])
+    assert not lab_file.exists()

@@ -130,6 +130,35 @@ def test_unknown_virtio_net_property_is_bad_input_naming_it_and_the_qemu_version
         qemu.check_nic_properties({"host_warp": True})
 
 
+def test_a_vhost_user_nic_is_a_chardev_client_and_gives_the_guest_shared_memfd_memory(image, tmp_path):
+    from offlab.errors import BadInput
+    from offlab.vm import qemu
+
+    sock = str(tmp_path / "vhost0.sock")
+    nic = qemu.VhostUserNic.from_options(sock, "52:54:00:66:00:02",
+                                         {"host_tso4": True, "guest_tso4": False, "csum": "on"})
+    assert nic.properties == {"host_tso4": "on", "guest_tso4": "off", "csum": "on"}
+    argv = qemu.command(image, socket=str(tmp_path / "c.sock"), console=str(tmp_path / "c.log"),
+                        nics=[qemu.Nic("olvutap0", "52:54:00:66:00:01"), nic], memory=768)
+    joined = " ".join(argv)
+    assert "-netdev tap,id=n0,ifname=olvutap0" in joined
+    assert f"-chardev socket,id=vu1,path={sock} -netdev vhost-user,id=n1,chardev=vu1" in joined
+    assert "virtio-net-pci,netdev=n1,mac=52:54:00:66:00:02,host_tso4=on,guest_tso4=off,csum=on" in joined
+    assert argv[argv.index("-m") + 1] == "768"  # the memfd size must equal -m
+    assert "-object memory-backend-memfd,id=mem,size=768M,share=on -numa node,memdev=mem" in joined
+    tap_only = qemu.command(image, socket="/x.sock", console="/x.log", nics=[qemu.Nic("olvutap0", "52:54:00:66:00:01")])
+    assert "memory-backend-memfd,id=mem" not in " ".join(tap_only)
+    multi = qemu.VhostUserNic.from_options(sock, "52:54:00:66:00:02", {"queues": 2})
+    assert "vhost-user,id=n0,chardev=vu0,queues=2" in " ".join(multi.argv(0))
+    assert multi.properties == {"mq": "on", "vectors": "6"}
+    with pytest.raises(BadInput, match="vhost-user socket"):
+        qemu.VhostUserNic(str(tmp_path / "a,server=on.sock"), "52:54:00:66:00:02")
+    with pytest.raises(BadInput, match="vhost-user socket"):
+        qemu.VhostUserNic("relative.sock", "52:54:00:66:00:02")
+    with pytest.raises(BadInput, match="host_warp"):
+        qemu.VhostUserNic.from_options(sock, "52:54:00:66:00:02", {"host_warp": True})
+
+
 # ---- the guest as a Host ----------------------------------------------------------------
 def test_guest_boots_in_a_private_namespace_with_its_nic_on_a_tap(booted, guest, netns):
     assert guest.alive() and not guest.shares_kernel

@@ -46,7 +46,7 @@ labs.on_down_hosts(_restore_on_hosts)
 @app.command("up")
 def up_cmd(
     topology: str = typer.Argument(..., help="veth | bridge | vxlan | router | ovs | vm | vm-router | vm-pair | dpdk | "
-                                                   "hosts | phys"),
+                                                   "ovs-dpdk | ovs-dpdk-vm | hosts | phys"),
     name: Optional[str] = typer.Option(None, "--name", "-n", help="Lab name (default: the topology)."),
     mtu: int = typer.Option(1500, "--mtu", help="MTU of every host-facing link (the overlay MTU for vxlan)."),
     ipv6: bool = typer.Option(False, "--ipv6", help="Also address hosts from fd00:200::/48."),
@@ -56,10 +56,11 @@ def up_cmd(
     nic: list[str] = typer.Option([], "--nic", help="vm, vm-router, vm-pair: a virtio-net-pci property of every "
                                                   "guest NIC as PROP=VALUE (repeatable), or queues=N (multiqueue)."),
     guest_cpus: Optional[int] = typer.Option(None, "--guest-cpus", help="vm, vm-router, vm-pair: vCPUs per guest (default 1)."),
-    pmd: Optional[str] = typer.Option(None, "--pmd", help="dpdk: testpmd's ports, tap (default) or af_packet "
-                                                          "(over veths; cannot show GRO/GSO)."),
+    pmd: Optional[str] = typer.Option(None, "--pmd", help="dpdk, ovs-dpdk: the DPDK ports, tap (default) or "
+                                                          "af_packet (over veths; cannot show GRO/GSO)."),
     testpmd_cpu: Optional[int] = typer.Option(None, "--testpmd-cpu",
-                                              help="dpdk: the CPU testpmd polls on (default: the last one)."),
+                                              help="dpdk: the CPU testpmd polls on; ovs-dpdk: the OVS PMD "
+                                                   "thread's (default: the last one)."),
     as_json: bool = typer.Option(False, "--json", help="Print the lab as JSON."),
     inventory: Optional[str] = typer.Option(None, "--inventory", help="hosts: the inventory of the machines."),
     pair: Optional[str] = typer.Option(None, "--pair", help="hosts: CLIENT:IF,SERVER:IF (default: the "
@@ -86,8 +87,8 @@ def up_cmd(
     if inventory is not None or pair is not None or allow_management:
         raise BadInput(f"--inventory, --pair and --allow-management-traffic are for `lab up hosts`, not {topology}")
     check_up_options(name, mtu, ipv6)
-    if topology != "dpdk" and (pmd is not None or testpmd_cpu is not None):
-        raise BadInput("--pmd and --testpmd-cpu are options of the dpdk topology only")
+    if topology not in ("dpdk", "ovs-dpdk", "ovs-dpdk-vm") and (pmd is not None or testpmd_cpu is not None):
+        raise BadInput("--pmd and --testpmd-cpu are options of the dpdk and ovs-dpdk topologies only")
     options = {k: v for k, v in (("vni", vni), ("port", port), ("underlay_mtu", underlay_mtu),
                                  ("pmd", pmd), ("cpu", testpmd_cpu)) if v is not None}
     if (topology == "phys") != (ports is not None):

@@ -64,7 +64,7 @@ def traced(fn: Callable[["Context"], Any]) -> property:
     return property(get)
 
 
-AREAS = ("platform", "cpu", "kernel", "kvm", "nic", "irq", "napi", "bridge", "firewall", "mtu", "ovs")
+AREAS = ("platform", "cpu", "kernel", "kvm", "nic", "irq", "napi", "bridge", "firewall", "mtu", "ovs", "dpdk")
 
 
 def check(id: str, *, area: str, title: str, why: str, tier: str | None = None,

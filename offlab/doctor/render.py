@@ -13,7 +13,7 @@ STYLE = {"ok": "green", "info": "cyan", "skip": "dim", "warn": "yellow", "fail":
 AREA_TITLES = {
     "platform": "Target rate", "cpu": "CPU", "kernel": "Kernel", "kvm": "KVM / vhost", "nic": "NIC",
     "irq": "Interrupts", "napi": "NAPI / softnet", "bridge": "Bridge", "firewall": "Firewall",
-    "mtu": "MTU", "ovs": "Open vSwitch",
+    "mtu": "MTU", "ovs": "Open vSwitch", "dpdk": "DPDK (testpmd, OVS-DPDK)",
 }
 
 

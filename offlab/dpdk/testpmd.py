@@ -301,8 +301,10 @@ class Testpmd:
             return ""
 
     def last_lines(self, n: int = 4) -> str:
-        lines = [l.strip() for l in self._read_from(max(0, self._size() - 4096)).replace(PROMPT, "\n").splitlines()
-                 if l.strip()]
+        # testpmd pads its tables with runs of blanks and frames them with "++++" banners: one line each
+        lines = [" ".join(l.split()).strip("+-= ") for l in
+                 self._read_from(max(0, self._size() - 4096)).replace(PROMPT, "\n").splitlines()]
+        lines = [l for l in lines if l]
         return " | ".join(lines[-n:]) or "(its log is empty)"
 
     def _size(self) -> int:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import os
+import signal
 import tempfile
 import threading
 import time
@@ -10,7 +13,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from offlab.errors import BadInput
+from offlab import lab as labs
+from offlab.errors import BadInput, OfflabError
 from offlab.lab.model import LabState
 from offlab.metrics import TCG_MARK
 from offlab.probes import ProbeSession, mtus, service_demand, system_service_demand
@@ -69,7 +73,19 @@ def measure(lab: LabState, w: Workload, capture: CaptureRequest | None = None, *
     """Run `w` from client to server of `lab` with all probes, and return the sample.
 
     `alongside` runs on a thread from the moment the traffic starts, and is waited for before
-    the sample is made (rr-under-load's probe)."""
+    the sample is made (rr-under-load's probe). A failure while a lab daemon (testpmd, OVS) is
+    dead is reported as that daemon's death, with its last lines: the traffic error is its symptom."""
+    try:
+        return _measure(lab, w, capture, alongside=alongside)
+    except (OfflabError, OSError) as exc:
+        died = labs.daemon_died(lab)
+        if died is not None:
+            raise died from exc
+        raise
+
+
+def _measure(lab: LabState, w: Workload, capture: CaptureRequest | None, *,
+             alongside: Callable[[], None] | None) -> Sample:
     w.ipv6 = w.ipv6 and bool(lab.entry("server").address6)
     w.check()
     server_entry = lab.entry("server")
@@ -77,6 +93,11 @@ def measure(lab: LabState, w: Workload, capture: CaptureRequest | None = None, *
     if not server_addr:
         raise BadInput(f"lab {lab.name} has no {'IPv6 ' if w.ipv6 else ''}address for the server")
     cap_iface = lab.resolve_iface(capture.role, capture.iface) if capture else None
+    if capture and lab.entry(capture.role).guest:
+        # tcpdump would run (and write its pcap) inside the guest, where the probe cannot read it
+        raise BadInput(f"--capture {capture.role}: {capture.role} is a QEMU guest, where measure cannot capture; "
+                       f"run tcpdump there (`offlab lab exec {lab.name} {capture.role} -- tcpdump -nn -e -i "
+                       f"{cap_iface}`) or capture on a namespace host of the lab")
     driver = engine_driver if w.tool == "engine" else iperf3_driver
     started_at = time.time()
     with ProbeSession(lab) as probes, tempfile.TemporaryDirectory(prefix="offlab-cap-") as tmp:
@@ -86,6 +107,8 @@ def measure(lab: LabState, w: Workload, capture: CaptureRequest | None = None, *
 
         def on_started(client_pid: int, server_pid: int) -> None:
             nonlocal probe_thread, side_thread
+            if lab.daemons and lab.client.shares_kernel:
+                threading.Thread(target=_watch_daemons, args=(lab, client_pid, traffic_done), daemon=True).start()
             if alongside is not None:
                 side_thread = threading.Thread(target=alongside, daemon=True)
                 side_thread.start()
@@ -102,7 +125,11 @@ def measure(lab: LabState, w: Workload, capture: CaptureRequest | None = None, *
         # and every snapshot there takes a round trip: it runs longer, so the window stays inside traffic.
         w_run = w if lab.client.shares_kernel and lab.server.shares_kernel else \
             dataclasses.replace(w, duration=w.duration + CHANNEL_MARGIN_S)
-        traffic: TrafficResult = driver.run(lab.client, lab.server, server_addr, w_run, on_started=on_started)
+        traffic_done = threading.Event()
+        try:
+            traffic: TrafficResult = driver.run(lab.client, lab.server, server_addr, w_run, on_started=on_started)
+        finally:
+            traffic_done.set()
         if probe_thread is not None:
             probe_thread.join(timeout=10)
         if side_thread is not None:
@@ -147,6 +174,19 @@ def measure(lab: LabState, w: Workload, capture: CaptureRequest | None = None, *
     sample.segmentation = witnesses.segmentation(probe, probe["mtus"])
     sample.notes += witnesses.out_of_range(sample.to_dict())
     return sample
+
+
+def _watch_daemons(lab: LabState, client_pid: int, done: threading.Event) -> None:
+    """A lab daemon (testpmd, ovs-vswitchd, QEMU) that dies mid-traffic takes the path with it and
+    the sender would wait out its timeout: end the sender (ours, by pid) so the cell fails now."""
+    while not done.wait(WATCH_INTERVAL_S):
+        if labs.daemon_died(lab) is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(client_pid, signal.SIGTERM)
+            return
+
+
+WATCH_INTERVAL_S = 0.5
 
 
 def _window(probes: ProbeSession, w: Workload, capture: CaptureRequest | None, cap_iface: str | None,

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from offlab.dpdk import Testpmd
+from offlab.dpdk.testpmd import TestpmdNoAnswer
 from offlab.errors import BadInput
 from offlab.knobs.base import Knob, Plan, as_bool, as_int, onoff
 
@@ -68,7 +69,9 @@ class TestpmdSetting(Knob):
         if self.target.role not in (None, "switch") or self.target.netns != tp.info.netns:
             raise BadInput(f"{self.key} is a setting of the testpmd on host switch, not of {self.target.where}")
         if not tp.alive():
-            raise BadInput(f"{self.key}: dpdk-testpmd of lab {self.target.lab} is not running (`offlab lab list`)")
+            # the machine changed under us, not the input: exit 3, with what testpmd last said
+            raise TestpmdNoAnswer(f"{self.key}: dpdk-testpmd (pid {tp.info.pid}) of lab {self.target.lab} died: "
+                                  f"{tp.last_lines()}; `offlab lab down {self.target.lab}` and `lab up` again")
         ver, pmds = tp.info.version, sorted({p.pmd for p in tp.info.ports})
         if name == "fwd":
             if value not in FWD_MODES:

@@ -16,6 +16,8 @@ from offlab.lab import owner
 from offlab.dpdk import remove_runtime
 from offlab.lab.build import Builder, LabBuildFailed
 from offlab.lab.dpdk import check_options as check_dpdk_options
+from offlab.lab.ovs_dpdk import check_options as check_ovs_dpdk_options, require_vswitchd
+from offlab.lab.ovs_dpdk import check_vm_options as check_ovs_dpdk_vm_options
 from offlab.lab.hold import hold, holders
 from offlab.lab.model import TOPOLOGIES, LabState
 from offlab.lab.ovs import alive, stop_daemon
@@ -25,7 +27,7 @@ from offlab.mtu.calc import VXLAN_OVERHEAD
 from offlab.names import MTU_MAX, check_lab_name, check_mtu
 from offlab.state import state_dir
 
-__all__ = ["up", "down", "down_all", "GUEST_TOPOLOGIES", "on_down", "list_labs", "health", "removed", "hold", "holders", "LabState",
+__all__ = ["up", "down", "daemon_died", "LabDaemonDied", "down_all", "GUEST_TOPOLOGIES", "on_down", "list_labs", "health", "removed", "hold", "holders", "LabState",
            "LabBuildFailed", "LabInUse", "TOPOLOGIES"]
 
 
@@ -40,6 +42,8 @@ TOOLS_BY_TOPOLOGY = {
     "vm-pair": ("qemu-system-x86_64",),
     "dpdk": ("dpdk-testpmd", "stdbuf"),
     "phys": ("ss",),
+    "ovs-dpdk": ("ovsdb-server", "ovs-vsctl", "ovsdb-tool"),
+    "ovs-dpdk-vm": ("ovsdb-server", "ovs-vsctl", "ovsdb-tool", "qemu-system-x86_64"),
 }
 
 
@@ -58,6 +62,10 @@ def _check_request(topology: str, name: str, mtu: int, options: dict) -> None:
         phys.check_request(name, options)
     elif "ports" in options:
         raise BadInput(f"--ports is for `lab up phys`, not {topology}")
+    if topology == "ovs-dpdk":
+        check_ovs_dpdk_options(options, mtu)
+    if topology == "ovs-dpdk-vm":
+        check_ovs_dpdk_vm_options(options, mtu)
     if topology == "vxlan":
         under = options.get("underlay_mtu")
         if under is not None:
@@ -84,6 +92,8 @@ def up(topology: str, name: str | None = None, *, mtu: int = 1500, ipv6: bool = 
         raise NotRoot("building a lab")
     for tool in ("ip", "ethtool", *TOOLS_BY_TOPOLOGY.get(topology, ())):
         require_tool(tool)
+    if topology in ("ovs-dpdk", "ovs-dpdk-vm"):
+        require_vswitchd()
     lab = LabState(name=name, topology=topology, mtu=mtu, ipv6=ipv6, options=options,
                    owner=owner.owner_tag()[len(owner.PREFIX):],
                    builder={"pid": os.getpid(), "start_time": process_start_time(os.getpid())})
@@ -351,10 +361,55 @@ def health(lab: LabState) -> str | None:
             problems.append(f"namespace {ns} is gone")
         elif not mine:
             problems.append(f"namespace {ns} belongs to {owner.owner_of(ns) or 'someone else'}")
-    problems += [f"{d.name} (pid {d.pid}) is not running" for d in lab.daemons if not alive(d.pid)]
+    problems += [f"{d.name} (pid {d.pid}) is not running" + (f" (its last lines: {words})" if words else "")
+                 for d, words in _dead_daemons(lab)]
     if lab.status != "up" and not problems:
         problems.append(f"status {lab.status} at step '{lab.step}'")
     return "; ".join(problems) or None
+
+
+class LabDaemonDied(EnvironmentProblem):
+    """A daemon the lab depends on (testpmd, ovs-vswitchd) died while the lab was in use."""
+
+
+def daemon_died(lab: LabState) -> LabDaemonDied | None:
+    """The error to raise when one of a lab's daemons is gone: it, its last lines, and the fix."""
+    dead = _dead_daemons(lab)
+    if not dead:
+        return None
+    d, words = dead[0]
+    return LabDaemonDied(f"{d.name} (pid {d.pid}) of lab {lab.name} died: {words or '(no log)'}; "
+                         f"`offlab lab down {lab.name}` and `offlab lab up {lab.topology} --name {lab.name}` "
+                         f"make it again")
+
+
+def _dead_daemons(lab: LabState) -> list[tuple]:
+    """(daemon, its last log lines or "") for every recorded daemon that is not running."""
+    dead = []
+    for d in lab.daemons:
+        if d.pid and alive(d.pid) and (d.start_time is None or process_start_time(d.pid) == d.start_time):
+            continue
+        dead.append((d, _last_words(lab, d.name)))
+    return dead
+
+
+def _last_words(lab: LabState, daemon: str) -> str:
+    """What a dead daemon last logged: testpmd's console, ovs-vswitchd's warnings and errors."""
+    try:
+        if daemon == "dpdk-testpmd":
+            from offlab.dpdk import Testpmd
+
+            tp = Testpmd.for_lab(lab.name)
+            return tp.last_lines() if tp is not None else ""
+        if daemon == "ovs-vswitchd-dpdk" and lab.rundir:
+            from pathlib import Path
+
+            from offlab.lab.ovs_dpdk import last_lines
+
+            return last_lines(Path(lab.rundir))
+    except (OfflabError, OSError):
+        return ""
+    return ""
 
 
 def _namespaces_named(lab: str) -> list[str]:

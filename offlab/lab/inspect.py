@@ -72,4 +72,8 @@ def describe(lab: LabState, *, with_features: bool = True) -> dict:
     testpmd = Testpmd.for_lab(lab.name) if lab.topology == "dpdk" else None
     if testpmd is not None:
         out["testpmd"] = testpmd.describe()
+    if lab.topology in ("ovs-dpdk", "ovs-dpdk-vm"):
+        from offlab.lab import ovs_dpdk
+
+        out["ovs"] = ovs_dpdk.describe(lab)
     return out

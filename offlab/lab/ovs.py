@@ -16,6 +16,7 @@ from pathlib import Path
 from offlab import netdev
 from offlab.errors import BadInput
 from offlab.hosts import NetnsHost, require_tool
+from offlab.hosts.process import process_start_time
 from offlab.lab.model import Daemon, Interface
 from offlab.state import ensure_dir, state_dir
 
@@ -33,8 +34,9 @@ class Ovs:
         return f"unix:{self.rundir}/db.sock"
 
     @classmethod
-    def start(cls, b) -> "Ovs":
-        for tool in ("ovsdb-tool", "ovsdb-server", "ovs-vswitchd", "ovs-vsctl"):
+    def start(cls, b, *, vswitchd: bool = True) -> "Ovs":
+        """The private ovsdb-server and (unless `vswitchd` is False: ovs-dpdk starts its own) ovs-vswitchd."""
+        for tool in ("ovsdb-tool", "ovsdb-server", "ovs-vsctl", *(("ovs-vswitchd",) if vswitchd else ())):
             require_tool(tool)
         schema = next((p for p in SCHEMA_CANDIDATES if os.path.exists(p)), None)
         if schema is None:
@@ -49,6 +51,8 @@ class Ovs:
                 f"{rundir}/conf.db", f"--remote=punix:{rundir}/db.sock",
             ])
             self.vsctl("--no-wait", "init")
+        if not vswitchd:
+            return self
         with b.step("start private ovs-vswitchd"):
             self._daemon("ovs-vswitchd", [self.db, "--disable-system-route"])
         return self
@@ -63,7 +67,9 @@ class Ovs:
             f"--log-file={self.rundir}/{name}.log", "--detach", "--no-chdir",
         ])
         pid = int(pidfile.read_text().strip())
-        self.b.lab.daemons.append(Daemon(name=name, pid=pid, netns=self.host.netns))
+        # with its start time, so a pid reused after a crash is never taken for it
+        self.b.lab.daemons.append(Daemon(name=name, pid=pid, netns=self.host.netns,
+                                         start_time=process_start_time(pid)))
         self.b.lab.save()
 
     def vsctl(self, *args: str) -> str:

@@ -15,6 +15,7 @@ from offlab.lab.ovs import Ovs
 from offlab.mtu.calc import VXLAN_OVERHEAD
 from offlab.lab.dpdk import dpdk
 from offlab.lab.phys import phys
+from offlab.lab.ovs_dpdk import ovs_dpdk, ovs_dpdk_vm
 from offlab.lab.vm import vm, vm_pair, vm_router
 
 CLIENT4, SERVER4 = "10.200.1.1/24", "10.200.1.2/24"
@@ -121,4 +122,6 @@ BUILDERS: dict[str, Callable[[Builder, int], None]] = {
     "vm-pair": vm_pair,
     "dpdk": dpdk,
     "phys": phys,
+    "ovs-dpdk": ovs_dpdk,
+    "ovs-dpdk-vm": ovs_dpdk_vm,
 }

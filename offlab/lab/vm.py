@@ -93,23 +93,27 @@ def guest_cpus(options: dict) -> int:
 
 
 def boot_guest(b: Builder, role: str, where: str, taps: list[str], *, peers: list[str],
-               timeout: float = 120.0) -> Host:
+               timeout: float = 120.0, nics: list | None = None, rundir=None) -> Host:
     """Boot the guest `role` with one virtio-net NIC per tap (QEMU creates them in `where`).
 
     NIC i is the guest's eth<i> (q35 gives the devices PCI slots in command-line order; checked
-    by MAC once it is up) and faces `peers[i]`.
+    by MAC once it is up) and faces `peers[i]`. `nics` (e.g. vhost-user NICs) replace the tap NICs;
+    `rundir` is the lab's run directory when the lab already has one (ovs-dpdk-vm: OVS's).
     """
     from offlab.vm import image as vm_image
     from offlab.vm import qemu
 
     opts = b.lab.options
-    nics = [qemu.Nic.from_options(tap, qemu.mac_for(b.lab.name, role, tap), opts.get("nic", {})) for tap in taps]
+    if nics is None:
+        nics = [qemu.Nic.from_options(tap, qemu.mac_for(b.lab.name, role, tap), opts.get("nic", {}))
+                for tap in taps]
     cpus = guest_cpus(opts)
     with b.step(f"guest image for {role}"):
         image = vm_image.build(opts.get("kernel_version"))
-    rundir = ensure_dir(state_dir() / "vm" / b.lab.name)
-    b.lab.rundir = str(rundir)
-    b.lab.save()
+    if rundir is None:
+        rundir = ensure_dir(state_dir() / "vm" / b.lab.name)
+        b.lab.rundir = str(rundir)
+        b.lab.save()
     ns = netns_name(b.lab.name, where)
 
     def record(pid: int, start_time: int) -> None:
@@ -119,14 +123,15 @@ def boot_guest(b: Builder, role: str, where: str, taps: list[str], *, peers: lis
     with b.step(f"boot guest {role} (QEMU in {ns})"):
         guest = qemu.boot(image, b.lab.host(where), rundir, name=role, nics=nics, smp=cpus, timeout=timeout,
                           lab=b.lab.name, role=role, on_started=record)
-    described = [{"iface": f"eth{i}", "tap": n.tap, "mac": n.mac, "queues": n.queues, "properties": n.properties}
+    described = [{"iface": f"eth{i}", "tap": getattr(n, "tap", None), "mac": n.mac, "queues": n.queues,
+                  "properties": n.properties, **({"vhost_user": n.socket} if hasattr(n, "socket") else {})}
                  for i, n in enumerate(nics)]
     b.lab.hosts[role] = HostEntry(
         netns=ns,
         interfaces=[Interface(f"eth{i}", "virtio-net", peer_host=peer) for i, peer in enumerate(peers)],
         guest={"ref": guest.host().ref(), "accel": guest.accel, "qemu_version": guest.qemu_version,
                "kernel_release": guest.kernel_release, "vhost": False, "cpus": cpus, "memory_mb": 512,
-               "tap": nics[0].tap, "nic_properties": nics[0].properties, "nics": described,
+               "tap": getattr(nics[0], "tap", None), "nic_properties": nics[0].properties, "nics": described,
                "ready_seconds": guest.ready_seconds},
     )
     b.lab.save()
@@ -142,7 +147,7 @@ def _check_nic_order(host: Host, nics: list) -> None:
     by_mac = {l.get("address"): l["ifname"] for l in json.loads(host.run(["ip", "-j", "link", "show"]).stdout)}
     for i, nic in enumerate(nics):
         if by_mac.get(nic.mac) != f"eth{i}":
-            raise LabBuildFailed(f"the guest's NIC on tap {nic.tap} (MAC {nic.mac}) is "
+            raise LabBuildFailed(f"the guest's NIC on {getattr(nic, 'tap', None) or nic.socket} (MAC {nic.mac}) is "
                                  f"{by_mac.get(nic.mac, 'missing')}, not eth{i}")
 
 
@@ -188,7 +193,7 @@ def guest_sysctl(b: Builder, role: str, guest: Host, key: str, value: str, why: 
             raise LabBuildFailed(f"{key} reads {got} in guest {role} after setting {value}")
 
 
-GUEST_TOPOLOGIES = ("vm", "vm-router", "vm-pair")
+GUEST_TOPOLOGIES = ("vm", "vm-router", "vm-pair", "ovs-dpdk-vm")
 
 
 def check_guest_options(options: dict) -> None:

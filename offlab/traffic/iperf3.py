@@ -101,7 +101,12 @@ def run(client: Host, server: Host, server_addr: str, w: Workload, *, on_started
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         if on_started:
             on_started(cli.pid, srv.pid)
-        out, err = cli.communicate(timeout=w.duration + w.warmup + 30)
+        limit = w.duration + w.warmup + 30
+        try:
+            out, err = cli.communicate(timeout=limit)
+        except subprocess.TimeoutExpired:
+            raise TrafficFailed(f"iperf3 client did not finish within {limit:g} s: the path from "
+                                f"{client.name} to {server_addr} stopped carrying its test") from None
         try:
             doc = json.loads(out)
         except json.JSONDecodeError:

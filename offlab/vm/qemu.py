@@ -2,7 +2,8 @@
 
 A guest is `qemu-system-x86_64 -machine q35` with no default devices, its console in a log
 file, the virtio-serial command channel (`offlab.hosts.guest`) and virtio-net NICs on taps
-(`vhost=off`: this kind of machine has no /dev/vhost-net). virtio-net properties are checked
+(`vhost=off`: this kind of machine has no /dev/vhost-net) or on vhost-user sockets (`VhostUserNic`,
+a DPDK port as backend, guest RAM then shared memfd memory). virtio-net properties are checked
 against what this QEMU has (`-device virtio-net-pci,help`). KVM is used only when a guest really
 boots with it within a bounded time (probed once, cached); otherwise TCG.
 """
@@ -106,25 +107,92 @@ class Nic:
     @classmethod
     def from_options(cls, tap: str, mac: str, options: dict[str, object]) -> "Nic":
         """A NIC from a topology's `nic` options: virtio-net-pci properties plus `queues`."""
-        props = dict(options)
-        queues = props.pop("queues", 1)
-        if isinstance(queues, str) and queues.isdigit():
-            queues = int(queues)
+        props, queues = _split_queues(options)
         nic = cls(tap, mac, {}, queues)  # queues checked before it shapes the properties
-        if nic.queues > 1:
-            props.setdefault("mq", True)
-            props.setdefault("vectors", 2 * nic.queues + 2)
-        nic.properties = check_nic_properties(props)
+        nic.properties = _with_mq(props, nic.queues)
         return nic
 
     def argv(self, i: int) -> list[str]:
         netdev = f"tap,id=n{i},ifname={self.tap},script=no,downscript=no,vhost=off"
         if self.queues > 1:
             netdev += f",queues={self.queues}"
-        props = check_nic_properties(self.properties)
-        return ["-netdev", netdev,
-                "-device", ",".join([f"virtio-net-pci,netdev=n{i},mac={self.mac}",
-                                     *(f"{k}={v}" for k, v in props.items())])]
+        return ["-netdev", netdev, "-device", _device(i, self.mac, self.properties)]
+
+
+# A vhost-user socket path goes into `-chardev socket,path=...`, where a comma ends the value.
+_SOCKET_PATH_RE = re.compile(r"^/[A-Za-z0-9_./+@-]+$")
+
+
+@dataclass
+class VhostUserNic:
+    """A virtio-net NIC whose backend is a vhost-user server on a unix socket (DPDK's net_vhost,
+    OVS-DPDK's dpdkvhostuser port); QEMU is the client and the server must exist before boot.
+
+    QEMU args: `-chardev socket,id=vuI,path=SOCKET -netdev vhost-user,id=nI,chardev=vuI
+    -device virtio-net-pci,netdev=nI,mac=MAC,PROP=VALUE...`. Any vhost-user NIC makes `command()`
+    back guest RAM with shared memfd memory (`-object memory-backend-memfd,id=mem,size=<memory>M,
+    share=on -numa node,memdev=mem`), which the backend maps; no hugepages needed.
+    `properties` are the tap NIC's (`host_tso4`, `guest_tso4`, `csum`, `guest_csum`, `mrg_rxbuf`,
+    ...), checked against this QEMU; `queues` > 1 adds `queues=N` and `mq=on,vectors=2N+2`.
+    Build one with `VhostUserNic.from_options(socket, mac, {"host_tso4": False, ...})`.
+    """
+
+    socket: str
+    mac: str
+    properties: dict[str, str] = field(default_factory=dict)
+    queues: int = 1
+
+    def __post_init__(self) -> None:
+        if not _SOCKET_PATH_RE.fullmatch(self.socket) or len(self.socket) > SOCKET_PATH_MAX:
+            raise BadInput(f"vhost-user socket {self.socket!r}: an absolute path of at most "
+                           f"{SOCKET_PATH_MAX} characters from [A-Za-z0-9_./+@-] (no commas)")
+        if not MAC_RE.fullmatch(self.mac):
+            raise BadInput(f"invalid MAC address {self.mac!r}")
+        if isinstance(self.queues, bool) or not isinstance(self.queues, int) or not 1 <= self.queues <= MAX_QUEUES:
+            raise BadInput(f"virtio-net queues={self.queues!r}: a whole number from 1 to {MAX_QUEUES}")
+
+    @classmethod
+    def from_options(cls, socket: str, mac: str, options: dict[str, object]) -> "VhostUserNic":
+        """A NIC from a topology's `nic` options: virtio-net-pci properties plus `queues`."""
+        props, queues = _split_queues(options)
+        nic = cls(socket, mac, {}, queues)
+        nic.properties = _with_mq(props, nic.queues)
+        return nic
+
+    def argv(self, i: int) -> list[str]:
+        netdev = f"vhost-user,id=n{i},chardev=vu{i}"
+        if self.queues > 1:
+            netdev += f",queues={self.queues}"
+        return ["-chardev", f"socket,id=vu{i},path={self.socket}", "-netdev", netdev,
+                "-device", _device(i, self.mac, self.properties)]
+
+
+def _split_queues(options: dict[str, object]) -> tuple[dict[str, object], object]:
+    props = dict(options)
+    queues = props.pop("queues", 1)
+    if isinstance(queues, str) and queues.isdigit():
+        queues = int(queues)
+    return props, queues
+
+
+def _with_mq(props: dict[str, object], queues: int) -> dict[str, str]:
+    if queues > 1:
+        props.setdefault("mq", True)
+        props.setdefault("vectors", 2 * queues + 2)
+    return check_nic_properties(props)
+
+
+def _device(i: int, mac: str, properties: dict[str, str]) -> str:
+    props = check_nic_properties(properties)
+    return ",".join([f"virtio-net-pci,netdev=n{i},mac={mac}", *(f"{k}={v}" for k, v in props.items())])
+
+
+def shared_memory_argv(nics: list, memory: int) -> list[str]:
+    """The memfd-backed guest RAM a vhost-user backend maps, if any NIC is vhost-user; else []."""
+    if not any(isinstance(n, VhostUserNic) for n in nics):
+        return []
+    return ["-object", f"memory-backend-memfd,id=mem,size={int(memory)}M,share=on",
+            "-numa", "node,memdev=mem"]
 
 
 def mac_for(*parts: str) -> str:
@@ -158,9 +226,9 @@ class Guest:
         return asdict(self)
 
 
-def command(image: Image, *, socket: str, console: str, nics: list[Nic] = (), memory: int = 512,
-            smp: int = 1, accel: str = "tcg", name: str = "guest") -> list[str]:
-    """The QEMU argv for one guest."""
+def command(image: Image, *, socket: str, console: str, nics: list[Nic | VhostUserNic] = (),
+            memory: int = 512, smp: int = 1, accel: str = "tcg", name: str = "guest") -> list[str]:
+    """The QEMU argv for one guest (memory in MiB; shared memfd RAM when a NIC is vhost-user)."""
     if accel not in ("tcg", "kvm"):
         raise BadInput(f"accelerator {accel!r}: choose tcg or kvm")
     if len(socket) > SOCKET_PATH_MAX:
@@ -174,7 +242,8 @@ def command(image: Image, *, socket: str, console: str, nics: list[Nic] = (), me
             "-append", "console=ttyS0 panic=-1",  # not quiet: the console tail explains a failed boot
             "-device", "virtio-serial",
             "-chardev", f"socket,path={socket},server=on,wait=off,id=c0",
-            "-device", "virtserialport,chardev=c0,name=ctl"]
+            "-device", "virtserialport,chardev=c0,name=ctl",
+            *shared_memory_argv(list(nics), memory)]
     for i, nic in enumerate(nics):
         argv += nic.argv(i)
     return argv
@@ -241,7 +310,7 @@ def _read(path: str) -> str:
 
 
 # ---- boot and stop -------------------------------------------------------------------
-def boot(image: Image, where: Host, rundir: str | Path, *, name: str, nics: list[Nic] = (),
+def boot(image: Image, where: Host, rundir: str | Path, *, name: str, nics: list[Nic | VhostUserNic] = (),
          memory: int = 512, smp: int = 1, accel: str = "auto", timeout: float = 60.0,
          lab: str | None = None, role: str | None = None,
          on_started: Callable[[int, int], None] | None = None) -> Guest:
@@ -354,5 +423,5 @@ def _reap(proc) -> None:
         pass
 
 
-__all__ = ["Guest", "Nic", "accelerator", "boot", "check_nic_properties", "command", "mac_for",
-           "nic_properties", "qemu_version", "stop"]
+__all__ = ["Guest", "Nic", "VhostUserNic", "accelerator", "boot", "check_nic_properties", "command",
+           "mac_for", "nic_properties", "qemu_version", "shared_memory_argv", "stop"]

@@ -1,3 +1,3 @@
 """Every doctor check; importing this package registers them in a fixed order."""
 
-from offlab.doctor.checks import platform, cpu, kernel, kvm, nic, placement, stack, paths, ovs  # noqa: F401
+from offlab.doctor.checks import platform, cpu, kernel, kvm, nic, placement, stack, paths, ovs, dpdk  # noqa: F401

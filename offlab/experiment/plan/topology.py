@@ -55,6 +55,13 @@ HOSTS: dict[str, dict[str, tuple[StaticIface, ...]]] = {
              "server": (StaticIface("tap", None, "switch"),)},
     # two ports of this machine, each moved into its namespace under its own name (lab/phys.py)
     "phys": {"client": (StaticIface("nic", None, "server"),), "server": (StaticIface("nic", None, "client"),)},
+    # OVS-DPDK's dpdk ports are no kernel interfaces; their taps (or veths) live in client and server
+    "ovs-dpdk": {"client": (StaticIface("tap", None, "switch"),), "switch": (StaticIface("ovs-internal", "br0"),),
+                 "server": (StaticIface("tap", None, "switch"),)},
+    # two guests on OVS-DPDK vhost-user ports
+    "ovs-dpdk-vm": {"client": (StaticIface("virtio-net", "eth0", "switch"),),
+                    "switch": (StaticIface("ovs-internal", "br0"),),
+                    "server": (StaticIface("virtio-net", "eth0", "switch"),)},
 }
 
 
