@@ -124,9 +124,11 @@ def veth_lab(lab_name, clean_machine):
         lab.down(lab_name)
 
 
-def kill_9_once_daemon_is_recorded(topology: str, name: str, state_dir, what: str, timeout: float = 120) -> dict:
+def kill_9_once_daemon_is_recorded(topology: str, name: str, state_dir, what: str, timeout: float = 120,
+                                   nth: int = 0) -> dict:
     """Start `offlab lab up TOPOLOGY --name NAME`, kill -9 it as soon as its first daemon (QEMU,
-    testpmd: recorded when it exists, before offlab waits for it) is in the lab file; that daemon."""
+    testpmd: recorded when it exists, before offlab waits for it) — or its `nth` — is in the lab
+    file; that daemon."""
     import json
     import signal
     import time
@@ -140,7 +142,7 @@ def kill_9_once_daemon_is_recorded(topology: str, name: str, state_dir, what: st
         assert time.monotonic() < deadline, f"{what} was never recorded in the lab file"
         try:
             daemons = json.loads(path.read_text()).get("daemons", [])
-            daemon = daemons[0] if daemons else None
+            daemon = daemons[nth] if len(daemons) > nth else None
         except (OSError, ValueError):
             pass
         time.sleep(0.05)

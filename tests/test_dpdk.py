@@ -306,7 +306,7 @@ def test_a_plan_names_testpmd_settings_as_switch_settings():
 
 
 @pytest.mark.parametrize("old, new, fragment", [
-    ("kind: dpdk", "kind: bridge", "testpmd.gro is a setting of dpdk-testpmd: only a dpdk lab runs one, not bridge"),
+    ("kind: dpdk", "kind: bridge", "testpmd.gro is a setting of dpdk-testpmd: only a dpdk or dpdk-vm lab runs one, not bridge"),
     ("gro_flush: 2", "gro_fluhs: 2", "unknown testpmd setting 'testpmd.gro_fluhs'"),
 ])
 def test_a_plan_with_testpmd_settings_it_cannot_have_is_refused(old, new, fragment):

@@ -39,6 +39,7 @@ TOOLS_BY_TOPOLOGY = {
     "vm-router": ("qemu-system-x86_64",),
     "vm-pair": ("qemu-system-x86_64",),
     "dpdk": ("dpdk-testpmd", "stdbuf"),
+    "dpdk-vm": ("dpdk-testpmd", "stdbuf", "qemu-system-x86_64"),
 }
 
 
@@ -49,8 +50,8 @@ def _check_request(topology: str, name: str, mtu: int, options: dict) -> None:
     check_mtu(mtu)
     if topology in GUEST_TOPOLOGIES:
         check_guest_options(options)
-    if topology == "dpdk":
-        check_dpdk_options(options, mtu)
+    if topology in ("dpdk", "dpdk-vm"):
+        check_dpdk_options(options, mtu, topology)
     if topology == "vxlan":
         under = options.get("underlay_mtu")
         if under is not None:

@@ -13,7 +13,7 @@ from offlab.lab.build import Builder
 from offlab.lab.model import Interface
 from offlab.lab.ovs import Ovs
 from offlab.mtu.calc import VXLAN_OVERHEAD
-from offlab.lab.dpdk import dpdk
+from offlab.lab.dpdk import dpdk, dpdk_vm
 from offlab.lab.vm import vm, vm_pair, vm_router
 
 CLIENT4, SERVER4 = "10.200.1.1/24", "10.200.1.2/24"
@@ -119,4 +119,5 @@ BUILDERS: dict[str, Callable[[Builder, int], None]] = {
     "vm-router": vm_router,
     "vm-pair": vm_pair,
     "dpdk": dpdk,
+    "dpdk-vm": dpdk_vm,
 }
