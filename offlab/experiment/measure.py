@@ -134,8 +134,8 @@ def measure(lab: LabState, w: Workload, capture: CaptureRequest | None = None, *
     for role, d in probe["snmp"].items():
         pruned = rcvq_pruned(d)
         if pruned:
-            notes.append(f"{RCVQ_MARK}: {role} pruned or collapsed its TCP receive queue ("
-                         + ", ".join(f"{k} {v}" for k, v in pruned.items())
+            notes.append(f"{RCVQ_MARK}: {role} hit its TCP receive-memory limit and pruned or collapsed its "
+                         f"receive queue (" + ", ".join(f"{k} {v}" for k, v in pruned.items())
                          + "): this measured its socket receive memory (tcp_rmem), not only the path")
     guests = {role: {k: e.guest.get(k) for k in ("accel", "vhost", "qemu_version", "kernel_release")}
               for role, e in lab.hosts.items() if e.guest}
