@@ -85,6 +85,13 @@ def test_lab_up_dpdk_vm_puts_a_guest_on_testpmds_vhost_user_port(vm_lab):
     # testpmd maps the guest's RAM: QEMU must run with shared memfd memory
     argv = Path(f"/proc/{shown['daemons'][1]['pid']}/cmdline").read_bytes().split(b"\0")
     assert b"memory-backend-memfd,id=mem,size=512M,share=on" in argv
+    # what plans are checked against before any lab exists is what was built
+    built = {role: sorted((i["kind"], None if i["name"].startswith("ol") else i["name"]) for i in h["interfaces"])
+             for role, h in shown["hosts"].items()}
+    from offlab.experiment.plan import topology as static
+
+    assert built == {role: sorted((i.kind, i.name) for i in ifaces)
+                     for role, ifaces in static.HOSTS["dpdk-vm"].items()}
     # the vhost-user link is up once the guest's virtio-net driver is bound
     res = _lab(vm_lab, "lab", "exec", vm_lab["name"], "client", "--", "ping", "-c", "2", "-W", "3", "10.200.1.2")
     assert res.returncode == 0, res.stdout + res.stderr
@@ -169,17 +176,20 @@ def test_bad_dpdk_vm_options_are_exit_2_before_anything_is_built(state_dir, lab_
 
 
 @needs_dpdk_vm
-def test_lab_down_after_kill_9_of_lab_up_stops_qemu_and_testpmd_and_removes_the_vhost_socket(
-        lab_name, clean_machine, state_dir):
+@pytest.mark.parametrize("cleanup", [("lab", "down"), ("restore",)], ids=["lab-down", "restore"])
+def test_after_kill_9_of_lab_up_qemu_testpmd_and_the_vhost_socket_are_removed(
+        cleanup, lab_name, clean_machine, state_dir):
     qemu = kill_9_once_daemon_is_recorded("dpdk-vm", lab_name, state_dir, "QEMU", timeout=240, nth=1)
     lab_file = json.loads((state_dir / "labs" / f"{lab_name}.json").read_text())
     testpmd = lab_file["daemons"][0]
     assert qemu["name"] == "qemu-system-x86_64" and testpmd["name"] == "dpdk-testpmd"
     assert _running(qemu["pid"]) and _running(testpmd["pid"]) and os.path.isdir(testpmd["runtime_dir"])
     rundir = Path(lab_file["rundir"])
-    res = offlab_cli("lab", "down", lab_name)
+    res = offlab_cli(*cleanup, *((lab_name,) if cleanup[0] == "lab" else ()))
     assert res.returncode == 0, res.stderr
     assert "qemu-system-x86_64" in res.stdout and "DPDK runtime directory" in res.stdout
+    if cleanup == ("restore",):
+        assert f"removed (lab {lab_name}, its `lab up` died)" in res.stdout
     _gone(lab_name, lab_file)
     assert not os.path.exists(testpmd["runtime_dir"]) and not (rundir / "vhost0.sock").exists()
     assert not rundir.exists()

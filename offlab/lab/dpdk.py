@@ -37,7 +37,8 @@ def check_options(options: dict, mtu: int, topology: str = "dpdk") -> None:
                        f"frames ≤ 1522 B), and so does the path through it")
     if mtu != MAX_MTU:
         raise BadInput(f"--mtu {mtu}: the dpdk lab's ports take at most {MAX_MTU} (DPDK 22.11 net_tap frames "
-                       f"≤ 1522 B, net_af_packet ≤ 1518 B); jumbo frames need vhost-user ports (dpdk-vm)")
+                       f"≤ 1522 B, net_af_packet ≤ 1518 B); jumbo frames need vhost-user ports at both ends "
+                       f"(dpdk-vm has a tap port too)")
     cpu = options.get("cpu")
     ncpu = os.cpu_count() or 1
     if cpu is not None and (isinstance(cpu, bool) or not isinstance(cpu, int) or not 0 <= cpu < ncpu):
