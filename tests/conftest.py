@@ -142,10 +142,11 @@ def veth_lab(lab_name, clean_machine):
 
 
 def kill_9_once_daemon_is_recorded(topology: str, name: str, state_dir, what: str, timeout: float = 120,
-                                   daemon_name: str | None = None) -> dict:
+                                   daemon_name: str | None = None, nth: int = 0) -> dict:
     """Start `offlab lab up TOPOLOGY --name NAME`, kill -9 it as soon as its first daemon (QEMU,
-    testpmd: recorded when it exists, before offlab waits for it) is in the lab file; that daemon.
-    With `daemon_name`: once the daemon of that name has a pid (ovs-dpdk records ovsdb-server first)."""
+    testpmd: recorded when it exists, before offlab waits for it) — or its `nth` — is in the lab
+    file; that daemon. With `daemon_name`: once the daemon of that name has a pid (ovs-dpdk records
+    ovsdb-server first)."""
     import json
     import signal
     import time
@@ -160,7 +161,7 @@ def kill_9_once_daemon_is_recorded(topology: str, name: str, state_dir, what: st
         try:
             daemons = [d for d in json.loads(path.read_text()).get("daemons", [])
                        if daemon_name is None or (d["name"] == daemon_name and d["pid"])]
-            daemon = daemons[0] if daemons else None
+            daemon = daemons[nth] if len(daemons) > nth else None
         except (OSError, ValueError):
             pass
         time.sleep(0.05)

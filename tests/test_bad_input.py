@@ -218,7 +218,7 @@ CASES = [
          argv=["lab", "up", "dpdk", "--name", "zz", "--pmd", "virtio"]),
     Case("lab-up-dpdk-jumbo", 2, "--mtu 9000: the dpdk lab's ports take at most 1500",
          argv=["lab", "up", "dpdk", "--name", "zz", "--mtu", "9000"]),
-    Case("lab-up-pmd-not-dpdk", 2, "--pmd and --testpmd-cpu are options of the dpdk and ovs-dpdk topologies only",
+    Case("lab-up-pmd-not-dpdk", 2, "--pmd is an option of the dpdk and ovs-dpdk topologies only",
          argv=["lab", "up", "veth", "--name", "zz", "--pmd", "tap"]),
     Case("lab-up-vni-0", 2, "--vni 0 is out of range", argv=["lab", "up", "vxlan", "--name", "zz", "--vni", "0"]),
     Case("lab-up-nic-no-value", 2, "--nic 'mq': write PROP=VALUE", argv=["lab", "up", "vm-router", "--name", "zz", "--nic", "mq"]),

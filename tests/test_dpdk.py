@@ -82,6 +82,12 @@ def test_out_per_in_takes_the_data_direction():
     r = result(before, after)
     assert r["data_direction"] == "0>1" and r["out_per_in"] == pytest.approx(1.15)
     assert r["directions"]["1>0"]["out_per_in"] == pytest.approx(1.0)
+    # GSO from a guest: 578 super-packets in on port 1, 1270 ACKs in on port 0 (a dpdk-vm run, DPDK GSO)
+    after = {0: {"rx_packets": 1270, "rx_bytes": 83820, "tx_packets": 9655, "tx_bytes": 14608015},
+             1: {"rx_packets": 578, "rx_bytes": 14478000, "tx_packets": 1270, "tx_bytes": 83820}}
+    before = {p: {k: 0 for k in d} for p, d in after.items()}
+    r = result(before, after)
+    assert r["data_direction"] == "1>0" and r["out_per_in"] == pytest.approx(9655 / 578)
 
 
 def test_a_runtime_dir_offlab_did_not_mark_is_never_removed(tmp_path, monkeypatch):
@@ -306,7 +312,7 @@ def test_a_plan_names_testpmd_settings_as_switch_settings():
 
 
 @pytest.mark.parametrize("old, new, fragment", [
-    ("kind: dpdk", "kind: bridge", "testpmd.gro is a setting of dpdk-testpmd: only a dpdk lab runs one, not bridge"),
+    ("kind: dpdk", "kind: bridge", "testpmd.gro is a setting of dpdk-testpmd: only a dpdk or dpdk-vm lab runs one, not bridge"),
     ("gro_flush: 2", "gro_fluhs: 2", "unknown testpmd setting 'testpmd.gro_fluhs'"),
 ])
 def test_a_plan_with_testpmd_settings_it_cannot_have_is_refused(old, new, fragment):

@@ -80,6 +80,17 @@ def test_snmp_fixture_keeps_the_counters_that_explain_loss():
     assert snmp["Ip"]["ReasmOKs"] > 0  # the 65507-byte datagrams were reassembled on the server
 
 
+def test_netstat_gives_the_receive_queue_prune_counters_and_a_moved_one_is_flagged():
+    text = (FIX / "proc" / "snmp_server").read_text() + (FIX / "proc" / "netstat_host").read_text()
+    snmp = counters.parse_snmp(text)
+    assert set(counters.SNMP_KEEP["TcpExt"]) <= set(snmp["TcpExt"]) and "Udp" in snmp
+    assert counters.rcvq_pruned(counters.delta(snmp, snmp)) == {}
+    # a guest receiving DPDK GRO's merged frames with the default tcp_rmem (notes/dpdk.md §6)
+    moved = {"TcpExt": {"PruneCalled": 106, "RcvPruned": 37, "TCPRcvCollapsed": 20680, "TCPRcvQDrop": 22}}
+    assert counters.rcvq_pruned(moved) == {"PruneCalled": 106, "RcvPruned": 37, "TCPRcvCollapsed": 20680}
+    assert counters.rcvq_pruned({"Tcp": {"InSegs": 5}}) == {}
+
+
 def test_softnet_fixture_per_cpu():
     rows = parse_softnet((FIX / "proc" / "softnet_stat").read_text())
     assert [r.cpu for r in rows] == [0, 1]

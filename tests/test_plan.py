@@ -51,6 +51,7 @@ def test_only_and_exclude_filter_cells():
     ("uso", ["Seed 000"]), ("gro-gso", ["Seed 001"]), ("vxlan", ["Seed 003"]), ("jumbo", ["Seed 004"]),
     ("pps", ["Seed 002"]), ("quick", ["seed 000", "seed 001", "seed 004"]),
     ("uso-vm", ["Seed 000"]), ("gro-gso-vm", ["Seed 001"]),
+    ("dpdk-gro", ["Seed 001", "+49 %", "+63 %"]), ("dpdk-gso", ["Seed 001", "+33 %", "+55 %"]),
 ])
 def test_every_builtin_suite_is_valid_and_names_its_seed(name, seeds):
     plans = suites.plans(name)
@@ -64,6 +65,22 @@ def test_every_builtin_suite_validates_in_full_and_quick():
     for name in suites.names():
         for quick in (False, True):
             assert all(p.cells for p in suites.plans(name, quick=quick)), name
+
+
+def test_dpdk_suites_carry_the_settings_a_cell_needs_and_boot_one_guest_per_host_tso4():
+    gro = suites.plans("dpdk-gro", quick=True)[0]
+    assert {c.topology.kind for c in gro.cells} == {"dpdk-vm"} and len({c.lab_key for c in gro.cells}) == 1
+    for c in gro.cells:  # every cell: csum forwarding, vhost-port TCP checksum hw, the guest's tcp_rmem set
+        assert {("switch", "testpmd.fwd", "csum"), ("switch", "testpmd.csum.tcp", "hw")} <= set(c.changes), c.key
+        assert any(k == "net.ipv4.tcp_rmem" for _, k, _ in c.changes), c.key
+    dpdk = next(c for c in gro.cells if c.params["gro"] == "dpdk-gro")
+    assert {("switch", "testpmd.gro", "on"), ("server", "gro", "off")} <= set(dpdk.changes)
+    gso = suites.plans("dpdk-gso", quick=True)[0]
+    assert {c.workload.reverse for c in gso.cells} == {True}  # the guest sends
+    assert sorted({str(c.topology.nic.get("host_tso4")) for c in gso.cells}) == ["off", "on"]
+    assert len({c.lab_key for c in gso.cells}) == 2
+    dpdk = next(c for c in gso.cells if c.params["gso"] == "dpdk-gso")
+    assert {("switch", "testpmd.gso", "0:on"), ("switch", "testpmd.csum.ip", "0:hw")} <= set(dpdk.changes)
 
 
 def test_gro_gso_vm_boots_one_guest_per_nic_and_compares_each_direction_with_tso():

@@ -46,20 +46,20 @@ labs.on_down_hosts(_restore_on_hosts)
 @app.command("up")
 def up_cmd(
     topology: str = typer.Argument(..., help="veth | bridge | vxlan | router | ovs | vm | vm-router | vm-pair | dpdk | "
-                                                   "ovs-dpdk | ovs-dpdk-vm | hosts | phys"),
+                                                   "dpdk-vm | ovs-dpdk | ovs-dpdk-vm | hosts | phys"),
     name: Optional[str] = typer.Option(None, "--name", "-n", help="Lab name (default: the topology)."),
     mtu: int = typer.Option(1500, "--mtu", help="MTU of every host-facing link (the overlay MTU for vxlan)."),
     ipv6: bool = typer.Option(False, "--ipv6", help="Also address hosts from fd00:200::/48."),
     vni: Optional[int] = typer.Option(None, "--vni", help="vxlan: VXLAN network identifier (default 4242)."),
     port: Optional[int] = typer.Option(None, "--port", help="vxlan: UDP destination port (default 4789)."),
     underlay_mtu: Optional[int] = typer.Option(None, "--underlay-mtu", help="vxlan: underlay MTU (default MTU + 50)."),
-    nic: list[str] = typer.Option([], "--nic", help="vm, vm-router, vm-pair: a virtio-net-pci property of every "
+    nic: list[str] = typer.Option([], "--nic", help="vm, vm-router, vm-pair, dpdk-vm: a virtio-net-pci property of every "
                                                   "guest NIC as PROP=VALUE (repeatable), or queues=N (multiqueue)."),
-    guest_cpus: Optional[int] = typer.Option(None, "--guest-cpus", help="vm, vm-router, vm-pair: vCPUs per guest (default 1)."),
+    guest_cpus: Optional[int] = typer.Option(None, "--guest-cpus", help="vm, vm-router, vm-pair, dpdk-vm, ovs-dpdk-vm: vCPUs per guest (default 1)."),
     pmd: Optional[str] = typer.Option(None, "--pmd", help="dpdk, ovs-dpdk: the DPDK ports, tap (default) or "
                                                           "af_packet (over veths; cannot show GRO/GSO)."),
     testpmd_cpu: Optional[int] = typer.Option(None, "--testpmd-cpu",
-                                              help="dpdk: the CPU testpmd polls on; ovs-dpdk: the OVS PMD "
+                                              help="dpdk, dpdk-vm: the CPU testpmd polls on; ovs-dpdk, ovs-dpdk-vm: the OVS PMD "
                                                    "thread's (default: the last one)."),
     as_json: bool = typer.Option(False, "--json", help="Print the lab as JSON."),
     inventory: Optional[str] = typer.Option(None, "--inventory", help="hosts: the inventory of the machines."),
@@ -87,8 +87,10 @@ def up_cmd(
     if inventory is not None or pair is not None or allow_management:
         raise BadInput(f"--inventory, --pair and --allow-management-traffic are for `lab up hosts`, not {topology}")
     check_up_options(name, mtu, ipv6)
-    if topology not in ("dpdk", "ovs-dpdk", "ovs-dpdk-vm") and (pmd is not None or testpmd_cpu is not None):
-        raise BadInput("--pmd and --testpmd-cpu are options of the dpdk and ovs-dpdk topologies only")
+    if topology not in ("dpdk", "ovs-dpdk") and pmd is not None:
+        raise BadInput("--pmd is an option of the dpdk and ovs-dpdk topologies only")
+    if topology not in ("dpdk", "dpdk-vm", "ovs-dpdk", "ovs-dpdk-vm") and testpmd_cpu is not None:
+        raise BadInput("--testpmd-cpu is an option of the dpdk, dpdk-vm, ovs-dpdk and ovs-dpdk-vm topologies only")
     options = {k: v for k, v in (("vni", vni), ("port", port), ("underlay_mtu", underlay_mtu),
                                  ("pmd", pmd), ("cpu", testpmd_cpu)) if v is not None}
     if (topology == "phys") != (ports is not None):

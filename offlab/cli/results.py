@@ -187,13 +187,18 @@ def print_losses(store, run_id: int) -> None:
 
 
 def print_testpmd(store, run_id: int) -> None:
-    """testpmd's packets out per packet in for each cell of a dpdk lab: what GRO merged, GSO split."""
+    """testpmd's packets out per packet in for each cell of a dpdk lab: what GRO merged, GSO split;
+    with a guest (dpdk-vm), its NIC's frames and IP packets, the CPU of testpmd, QEMU and the guest,
+    and the samples where a receiver pruned its receive queue."""
     keys = {c["id"]: c["key"] for c in store.cells(run_id)}
     per_cell: dict[int, list[dict]] = {}
+    stages: dict[int, list[dict]] = {}
     for s in store.samples(run_id):
-        tp = ((s["sample"] or {}).get("probes") or {}).get("testpmd")
+        sample = s["sample"] or {}
+        tp = (sample.get("probes") or {}).get("testpmd")
         if tp and tp.get("out_per_in") is not None:
             per_cell.setdefault(s["cell_id"], []).append(tp)
+            stages.setdefault(s["cell_id"], []).append(_guest_stages(sample))
     if not per_cell:
         return
     out.print("[bold]testpmd port counters[/bold] (data direction; packets out per packet in, mean over samples)")
@@ -205,6 +210,35 @@ def print_testpmd(store, run_id: int) -> None:
         out.print(f"  {escape(keys.get(cid, '?'))}: {ratio:.3f} out per in (first sample: {d['rx_packets']} in → "
                   f"{d['tx_packets']} out, port {tps[0]['data_direction'].replace('>', ' → ')}); "
                   f"errors/missed/drops {errors}")
+        st = stages.get(cid) or []
+        if st and st[0].get("guest"):
+            first, n = st[0], len(st)
+            mean = {k: sum(x[k] for x in st) / n for k in ("testpmd_cpu", "qemu_cpu", "guest_cpu")}
+            out.print(f"    guest {first['guest']}: eth0 rx {first['rx']} / tx {first['tx']} frames, IP packets in "
+                      f"{first['ip_in']} out {first['ip_out']} (first sample); CPU % (mean) testpmd "
+                      f"{mean['testpmd_cpu']:.0f}, QEMU {mean['qemu_cpu']:.0f}, guest {mean['guest_cpu']:.0f}")
+            pruned = [x["pruned"] for x in st if x["pruned"]]
+            if pruned:
+                out.print(f"    [yellow]receive queue pruned in {len(pruned)} of {n} samples[/yellow]: "
+                          + escape("; ".join(pruned)))
+
+
+def _guest_stages(sample: dict) -> dict:
+    """A dpdk-vm sample's guest side: its eth0 frames, IP packets, CPU; testpmd's and QEMU's CPU."""
+    from offlab.experiment.measure import RCVQ_MARK
+
+    probes = sample.get("probes") or {}
+    procs = probes.get("processes") or []
+    cpu = {name: sum(p["cpu_pct"] for p in procs if p["comm"].startswith(name)) for name in ("dpdk-testpmd", "qemu")}
+    guest = next((r for r, g in (sample.get("guests") or {}).items()), None)
+    eth = (probes.get("interfaces") or {}).get(f"{guest}:eth0") or {}
+    ip = ((probes.get("snmp") or {}).get(guest) or {}).get("Ip") or {}
+    own = ((probes.get("cpu") or {}).get(guest) or {})
+    return {"guest": guest, "rx": eth.get("rx_packets", 0), "tx": eth.get("tx_packets", 0),
+            "ip_in": ip.get("InReceives", 0), "ip_out": ip.get("OutRequests", 0),
+            "testpmd_cpu": cpu["dpdk-testpmd"], "qemu_cpu": cpu["qemu"], "guest_cpu": own.get("busy", 0) or 0,
+            "pruned": "; ".join(n.split(": ", 1)[1].split("):")[0] + ")" for n in sample.get("notes") or []
+                                if n.startswith(RCVQ_MARK))}
 
 
 def print_searches(store, run_id: int) -> None:

@@ -18,6 +18,7 @@ from offlab.errors import BadInput, OfflabError
 from offlab.lab.model import LabState
 from offlab.metrics import TCG_MARK
 from offlab.probes import ProbeSession, mtus, service_demand, system_service_demand
+from offlab.probes.counters import rcvq_pruned
 from offlab.probes.cpu import NOTABLE_STEAL_PCT
 from offlab.experiment import witnesses
 from offlab.probes.capture import Capture, CaptureSummary, read_pcap, summarize
@@ -28,6 +29,7 @@ from offlab.traffic import rr as rr_driver
 
 # Probes stop this much before the sender does, so the second snapshot is still inside traffic.
 END_MARGIN_S = 0.05
+RCVQ_MARK = "receive queue pruned"  # a sample's note that flags it (reports search for it)
 CHANNEL_MARGIN_S = 1.0
 
 VETH_NOTE = ("a veth counts a GSO/GRO super-packet once: an average near 64 KiB on a veth is the proof "
@@ -156,6 +158,12 @@ def _measure(lab: LabState, w: Workload, capture: CaptureRequest | None, *,
                      f"these CPUs; expect noise")
     if any(max(d["rx_avg_bytes"] or 0, d["tx_avg_bytes"] or 0) > lab.mtu + 14 for d in probe["interfaces"].values()):
         notes.append(VETH_NOTE)
+    for role, d in probe["snmp"].items():
+        pruned = rcvq_pruned(d)
+        if pruned:
+            notes.append(f"{RCVQ_MARK}: {role} hit its TCP receive-memory limit and pruned or collapsed its "
+                         f"receive queue (" + ", ".join(f"{k} {v}" for k, v in pruned.items())
+                         + "): this measured its socket receive memory (tcp_rmem), not only the path")
     guests = {role: {k: e.guest.get(k) for k in ("accel", "vhost", "qemu_version", "kernel_release")}
               for role, e in lab.hosts.items() if e.guest}
     if any(g["accel"] == "tcg" for g in guests.values()):

@@ -2,8 +2,9 @@
 
 Each is read back from testpmd itself (`show config rxtx`, `show port N gro|gso`, `show port N
 tx_offload configuration`), journalled like any knob and put back exactly: a per-port setting is
-snapshotted per port. A value given once applies to every port. Stopping forwarding or the ports,
-and moving tap ports back into testpmd's namespace and home again, is the driver's job
+snapshotted per port. A value given once applies to every port; `PORT:VALUE[,PORT:VALUE]` sets
+those ports only (e.g. `testpmd.csum.ip=0:hw` where port 1 lacks it). Stopping forwarding or the
+ports, and moving tap ports back into testpmd's namespace and home again, is the driver's job
 (`Testpmd.reconfigure`). A setting this DPDK or PMD lacks is refused before anything changes
 (BadInput, naming the setting, the PMD and the DPDK version).
 
@@ -72,7 +73,29 @@ class TestpmdSetting(Knob):
             # the machine changed under us, not the input: exit 3, with what testpmd last said
             raise TestpmdNoAnswer(f"{self.key}: dpdk-testpmd (pid {tp.info.pid}) of lab {self.target.lab} died: "
                                   f"{tp.last_lines()}; `offlab lab down {self.target.lab}` and `lab up` again")
-        ver, pmds = tp.info.version, sorted({p.pmd for p in tp.info.ports})
+        if name in PER_PORT and ":" in str(value):
+            ports = {str(p.index): p for p in tp.info.ports}
+            per_port = self._per_port(value)
+            for n in per_port:
+                if n not in ports:
+                    raise BadInput(f"{self.key}={value}: testpmd of lab {self.target.lab} has ports "
+                                   f"{', '.join(sorted(ports))}, not {n}")
+            return ",".join(f"{n}:{self._check_one(name, tp, v, [ports[n]])}" for n, v in sorted(per_port.items()))
+        return self._check_one(name, tp, value, tp.info.ports)
+
+    def _per_port(self, value: Any) -> dict[str, str]:
+        """`PORT:VALUE[,PORT:VALUE]` (one port's setting, the others left as they are) → {port: value}."""
+        out = {}
+        for part in str(value).replace(" ", "").split(","):
+            n, sep, v = part.partition(":")
+            if not sep or not n.isdigit() or not v:
+                raise BadInput(f"{self.key}={value}: write VALUE for every port, or PORT:VALUE[,PORT:VALUE] "
+                               f"(e.g. 0:hw)")
+            out[str(int(n))] = v
+        return out
+
+    def _check_one(self, name: str, tp: Testpmd, value: Any, ports: list) -> str:
+        ver, pmds = tp.info.version, sorted({p.pmd for p in ports})
         if name == "fwd":
             if value not in FWD_MODES:
                 raise BadInput(f"{self.key}: {value!r} is not a forwarding mode offlab drives; use one of "
@@ -90,18 +113,18 @@ class TestpmdSetting(Knob):
             if mode not in ("hw", "sw"):
                 raise BadInput(f"{self.key}: expected hw or sw, got {value!r}")
             if mode == "hw":
-                self._need_capability(tp, CSUM_PROTOS[name[5:]])
+                self._need_capability(tp, CSUM_PROTOS[name[5:]], ports)
             return mode
         n = as_int(self.key, value, *RANGES[name])
         if name == "tso_segsz" and n:
-            self._need_capability(tp, "TCP_TSO")
+            self._need_capability(tp, "TCP_TSO", ports)
             if "tap" in pmds and n > TAP_TSO_MAX:
                 raise BadInput(f"{self.key}={n}: the tap PMD (DPDK {ver}) drops every TSO segment whose segment "
                                f"size + 66 B of headers exceeds its MTU 1500; use at most {TAP_TSO_MAX}")
         return str(n)
 
-    def _need_capability(self, tp: Testpmd, flag: str) -> None:
-        for p in tp.info.ports:
+    def _need_capability(self, tp: Testpmd, flag: str, ports: list) -> None:
+        for p in ports:
             if flag not in tp.capabilities(p.index):
                 raise BadInput(f"{self.key}: port {p.index} ({p.pmd} PMD) has no {flag} TX offload in DPDK "
                                f"{tp.info.version}: this setting cannot be tested here")
@@ -135,6 +158,11 @@ class TestpmdSetting(Knob):
             return values.pop() if len(values) == 1 else " ".join(f"{n}:{v}" for n, v in sorted(snap.items()))
         return str(snap)
 
+    def satisfied(self, value: str, snap: Any) -> bool:
+        if isinstance(snap, dict) and ":" in value:
+            return all(str(snap.get(n)) == v for n, v in self._per_port(value).items())
+        return self.show(snap) == value
+
     def same(self, a: Any, b: Any) -> bool:
         def norm(s: Any) -> Any:
             return {str(k): str(v) for k, v in s.items()} if isinstance(s, dict) else str(s)
@@ -143,7 +171,7 @@ class TestpmdSetting(Knob):
     # ---- change ------------------------------------------------------------
     def apply(self, value: str) -> None:
         tp = self.testpmd
-        self._set(tp, {str(p.index): value for p in tp.info.ports})
+        self._set(tp, self._per_port(value) if ":" in value else {str(p.index): value for p in tp.info.ports})
 
     def restore(self, snap: Any) -> None:
         if self.same(self.snapshot(), snap):

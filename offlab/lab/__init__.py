@@ -41,6 +41,7 @@ TOOLS_BY_TOPOLOGY = {
     "vm-router": ("qemu-system-x86_64",),
     "vm-pair": ("qemu-system-x86_64",),
     "dpdk": ("dpdk-testpmd", "stdbuf"),
+    "dpdk-vm": ("dpdk-testpmd", "stdbuf", "qemu-system-x86_64"),
     "phys": ("ss",),
     "ovs-dpdk": ("ovsdb-server", "ovs-vsctl", "ovsdb-tool"),
     "ovs-dpdk-vm": ("ovsdb-server", "ovs-vsctl", "ovsdb-tool", "qemu-system-x86_64"),
@@ -54,8 +55,8 @@ def _check_request(topology: str, name: str, mtu: int, options: dict) -> None:
     check_mtu(mtu)
     if topology in GUEST_TOPOLOGIES:
         check_guest_options(options)
-    if topology == "dpdk":
-        check_dpdk_options(options, mtu)
+    if topology in ("dpdk", "dpdk-vm"):
+        check_dpdk_options(options, mtu, topology)
     if topology == "phys":
         from offlab.lab import phys
 

@@ -7,11 +7,12 @@ testpmd is a lab daemon: recorded (pid, start time, runtime directory) the momen
 from __future__ import annotations
 
 import os
+import time
 
 from offlab.dpdk import Port, Testpmd
 from offlab.dpdk.testpmd import DAEMON, rundir_for
 from offlab.errors import BadInput
-from offlab.lab.build import Builder
+from offlab.lab.build import Builder, LabBuildFailed
 from offlab.lab.model import Daemon, Interface
 from offlab.names import link_name, netns_name
 from offlab.state import ensure_dir
@@ -25,13 +26,19 @@ AF_PACKET_CSUM_WHY = ("the af_packet PMD hands testpmd partial-checksum frames a
                       "on unchanged, so TCP is black-holed unless the senders checksum in software")
 
 
-def check_options(options: dict, mtu: int) -> None:
+def check_options(options: dict, mtu: int, topology: str = "dpdk") -> None:
     pmd = options.get("pmd", "tap")
+    if topology == "dpdk-vm" and "pmd" in options:
+        raise BadInput("--pmd is an option of the dpdk topology; dpdk-vm's ports are a tap and a vhost-user port")
     if pmd not in PMDS:
         raise BadInput(f"--pmd {pmd!r}: choose tap or af_packet")
+    if mtu != MAX_MTU and topology == "dpdk-vm":
+        raise BadInput(f"--mtu {mtu}: the dpdk-vm lab's tap port takes at most {MAX_MTU} (DPDK 22.11 net_tap "
+                       f"frames ≤ 1522 B), and so does the path through it")
     if mtu != MAX_MTU:
         raise BadInput(f"--mtu {mtu}: the dpdk lab's ports take at most {MAX_MTU} (DPDK 22.11 net_tap frames "
-                       f"≤ 1522 B, net_af_packet ≤ 1518 B); jumbo frames need vhost-user ports (dpdk-vm)")
+                       f"≤ 1522 B, net_af_packet ≤ 1518 B); jumbo frames need vhost-user ports at both ends "
+                       f"(dpdk-vm has a tap port too)")
     cpu = options.get("cpu")
     ncpu = os.cpu_count() or 1
     if cpu is not None and (isinstance(cpu, bool) or not isinstance(cpu, int) or not 0 <= cpu < ncpu):
@@ -91,4 +98,59 @@ def dpdk(b: Builder, mtu: int) -> None:
         for port, (role, iface) in zip(ports, (("client", c), ("server", s))):
             mac = b.lab.host(role).read(f"/sys/class/net/{iface}/address").strip()
             tp.checked(f"set eth-peer {port.index} {mac}")
+        tp.checked("start")
+
+
+VHOST_SOCKET = "vhost0.sock"
+VHOST_LINK_TIMEOUT = 15.0
+
+
+def dpdk_vm(b: Builder, mtu: int) -> None:
+    """client ─ tap ─ [switch: dpdk-testpmd, port 0 net_tap · port 1 net_vhost] ─ vhost-user ─ [server (guest): eth0]
+
+    Seed 001's forwarding path: testpmd between a port and a VM. testpmd is the vhost-user server
+    (`--vdev net_vhost1,iface=SOCK,tso=1`), QEMU (in the switch namespace) the client, with shared
+    memfd guest RAM; the guest's virtio-net properties (host_tso4, guest_tso4, csum, ...) are the
+    `nic` option (`--nic PROP=VALUE`), boot-time like the vm labs'. Port 0's tap is moved to the client.
+    """
+    from offlab.lab.vm import boot_guest, guest_address
+
+    opts = b.lab.options
+    check_options(opts, mtu, "dpdk-vm")
+    cpu = opts.setdefault("cpu", default_cpu())
+    b.host("client"), b.host("switch")
+    ns = {role: netns_name(b.lab.name, role) for role in ("client", "switch")}
+    c = link_name(b.lab.name, 0)
+    rundir = ensure_dir(rundir_for(b.lab.name))
+    sock = str(rundir / VHOST_SOCKET)
+    # tso=1: the port offers HOST_TSO4/6, so a guest with host_tso4=on may hand it super-packets (DPDK GSO's input)
+    ports = [Port(0, f"net_tap0,iface={c}", "tap", c, home=ns["client"]),
+             Port(1, f"net_vhost1,iface={sock},queues=1,tso=1", "vhost", None)]
+    b.lab.rundir = str(rundir)
+    b.lab.save()
+
+    def record(pid: int, start_time: int, runtime: str) -> None:
+        b.lab.daemons.append(Daemon(DAEMON, pid, ns["switch"], start_time, runtime_dir=runtime))
+        b.lab.save()
+
+    with b.step(f"start dpdk-testpmd (tap port, vhost-user server {sock}) in {ns['switch']} on CPU {cpu}"):
+        tp = Testpmd.start(ns["switch"], rundir, lab=b.lab.name, ports=ports, cpu=cpu, on_started=record)
+    with b.step(f"tap port {c} → client"):
+        tp.send_taps_home()
+        b.lab.hosts["client"].interfaces.append(Interface(c, "tap", peer_host="switch"))
+        b.lab.save()
+    b.address("client", c, CLIENT4, CLIENT6, reach=True)
+    guest = boot_guest(b, "server", "switch", [], peers=["switch"], vhost_user=[sock], rundir=rundir)
+    with b.step("testpmd: the guest is connected (port 1 link up)"):
+        deadline = time.monotonic() + VHOST_LINK_TIMEOUT
+        while (link := tp.port_info(1).get("link")) != "up":
+            if time.monotonic() > deadline:
+                raise LabBuildFailed(f"testpmd's vhost-user port shows link {link} {VHOST_LINK_TIMEOUT:g} s after "
+                                     f"the guest booted: {tp.last_lines()}")
+            time.sleep(0.5)
+    guest_address(b, "server", guest, "eth0", SERVER4, SERVER6, mtu=mtu, reach=True)
+    with b.step("testpmd: peers for mac/csum forwarding, start forwarding"):
+        client_mac = b.lab.host("client").read(f"/sys/class/net/{c}/address").strip()
+        tp.checked(f"set eth-peer 0 {client_mac}")
+        tp.checked(f"set eth-peer 1 {b.lab.hosts['server'].guest['nics'][0]['mac']}")
         tp.checked("start")

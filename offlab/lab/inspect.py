@@ -69,7 +69,7 @@ def describe(lab: LabState, *, with_features: bool = True) -> dict:
         "daemons": [{"name": d.name, "pid": d.pid} for d in lab.daemons],
         "adjustments": [a.__dict__ for a in lab.adjustments],
     }
-    testpmd = Testpmd.for_lab(lab.name) if lab.topology == "dpdk" else None
+    testpmd = Testpmd.for_lab(lab.name) if lab.topology.startswith("dpdk") else None
     if testpmd is not None:
         out["testpmd"] = testpmd.describe()
     if lab.topology in ("ovs-dpdk", "ovs-dpdk-vm"):

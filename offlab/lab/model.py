@@ -11,8 +11,8 @@ from offlab.hosts import Host, NetnsHost, from_ref
 from offlab.names import check_lab_name
 from offlab.state import read_state_json, state_dir, write_json_atomic
 
-TOPOLOGIES = ("veth", "bridge", "vxlan", "router", "ovs", "vm", "vm-router", "vm-pair", "dpdk", "ovs-dpdk", "ovs-dpdk-vm",
-              "phys")
+TOPOLOGIES = ("veth", "bridge", "vxlan", "router", "ovs", "vm", "vm-router", "vm-pair", "dpdk", "dpdk-vm", "ovs-dpdk",
+              "ovs-dpdk-vm", "phys")
 # The kinds of interface that join a host to a neighbour: with one of them a host needs no interface named.
 UPLINK_KINDS = ("veth", "virtio-net", "tap", "nic")  # nic: an existing machine's test port (`hosts` labs)
 

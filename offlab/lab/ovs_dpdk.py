@@ -90,7 +90,6 @@ def ovs_dpdk_vm(b: Builder, mtu: int) -> None:
     """
     from offlab.lab.vm import CLIENT4 as GC4, CLIENT6 as GC6, SERVER4 as GS4, SERVER6 as GS6
     from offlab.lab.vm import boot_guest, guest_address
-    from offlab.vm import qemu
 
     opts = b.lab.options
     check_vm_options(opts, mtu)
@@ -112,8 +111,7 @@ def ovs_dpdk_vm(b: Builder, mtu: int) -> None:
             if error:
                 raise EnvironmentProblem(f"OVS did not add {port}: {error}; {last_lines(switch.rundir)}")
         sock = str(switch.rundir / port)
-        nic = qemu.VhostUserNic.from_options(sock, qemu.mac_for(b.lab.name, role, port), opts.get("nic", {}))
-        guest = boot_guest(b, role, "switch", [], peers=["switch"], nics=[nic], rundir=switch.rundir)
+        guest = boot_guest(b, role, "switch", [], peers=["switch"], vhost_user=[sock], rundir=switch.rundir)
         guest_address(b, role, guest, "eth0", cidr4, cidr6, mtu=mtu, reach=True)
 
 

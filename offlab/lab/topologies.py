@@ -13,7 +13,7 @@ from offlab.lab.build import Builder
 from offlab.lab.model import Interface
 from offlab.lab.ovs import Ovs
 from offlab.mtu.calc import VXLAN_OVERHEAD
-from offlab.lab.dpdk import dpdk
+from offlab.lab.dpdk import dpdk, dpdk_vm
 from offlab.lab.phys import phys
 from offlab.lab.ovs_dpdk import ovs_dpdk, ovs_dpdk_vm
 from offlab.lab.vm import vm, vm_pair, vm_router
@@ -121,6 +121,7 @@ BUILDERS: dict[str, Callable[[Builder, int], None]] = {
     "vm-router": vm_router,
     "vm-pair": vm_pair,
     "dpdk": dpdk,
+    "dpdk-vm": dpdk_vm,
     "phys": phys,
     "ovs-dpdk": ovs_dpdk,
     "ovs-dpdk-vm": ovs_dpdk_vm,

@@ -12,6 +12,8 @@ for every NIC of every guest, plus `queues`; `guest_cpus` — vCPUs per guest; `
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from offlab.errors import BadInput
 from offlab.hosts import Host
 from offlab.lab.build import Builder, LabBuildFailed
@@ -93,27 +95,29 @@ def guest_cpus(options: dict) -> int:
 
 
 def boot_guest(b: Builder, role: str, where: str, taps: list[str], *, peers: list[str],
-               timeout: float = 120.0, nics: list | None = None, rundir=None) -> Host:
-    """Boot the guest `role` with one virtio-net NIC per tap (QEMU creates them in `where`).
+               timeout: float = 120.0, vhost_user: list[str] = (), rundir: Path | None = None) -> Host:
+    """Boot the guest `role` with one virtio-net NIC per tap (QEMU creates them in `where`), or,
+    given `vhost_user` sockets instead, one vhost-user NIC per socket (its server must exist).
 
     NIC i is the guest's eth<i> (q35 gives the devices PCI slots in command-line order; checked
-    by MAC once it is up) and faces `peers[i]`. `nics` (e.g. vhost-user NICs) replace the tap NICs;
-    `rundir` is the lab's run directory when the lab already has one (ovs-dpdk-vm: OVS's).
+    by MAC once it is up) and faces `peers[i]`. `rundir`: where its files go (default vm/<lab>).
     """
     from offlab.vm import image as vm_image
     from offlab.vm import qemu
 
     opts = b.lab.options
-    if nics is None:
-        nics = [qemu.Nic.from_options(tap, qemu.mac_for(b.lab.name, role, tap), opts.get("nic", {}))
-                for tap in taps]
+    if vhost_user:
+        nics = [qemu.VhostUserNic.from_options(sock, qemu.mac_for(b.lab.name, role, Path(sock).name),
+                                               opts.get("nic", {})) for sock in vhost_user]
+    else:
+        nics = [qemu.Nic.from_options(tap, qemu.mac_for(b.lab.name, role, tap), opts.get("nic", {})) for tap in taps]
     cpus = guest_cpus(opts)
     with b.step(f"guest image for {role}"):
         image = vm_image.build(opts.get("kernel_version"))
     if rundir is None:
         rundir = ensure_dir(state_dir() / "vm" / b.lab.name)
-        b.lab.rundir = str(rundir)
-        b.lab.save()
+    b.lab.rundir = str(rundir)
+    b.lab.save()
     ns = netns_name(b.lab.name, where)
 
     def record(pid: int, start_time: int) -> None:
@@ -123,15 +127,14 @@ def boot_guest(b: Builder, role: str, where: str, taps: list[str], *, peers: lis
     with b.step(f"boot guest {role} (QEMU in {ns})"):
         guest = qemu.boot(image, b.lab.host(where), rundir, name=role, nics=nics, smp=cpus, timeout=timeout,
                           lab=b.lab.name, role=role, on_started=record)
-    described = [{"iface": f"eth{i}", "tap": getattr(n, "tap", None), "mac": n.mac, "queues": n.queues,
-                  "properties": n.properties, **({"vhost_user": n.socket} if hasattr(n, "socket") else {})}
+    described = [{"iface": f"eth{i}", **_backend(n), "mac": n.mac, "queues": n.queues, "properties": n.properties}
                  for i, n in enumerate(nics)]
     b.lab.hosts[role] = HostEntry(
         netns=ns,
         interfaces=[Interface(f"eth{i}", "virtio-net", peer_host=peer) for i, peer in enumerate(peers)],
         guest={"ref": guest.host().ref(), "accel": guest.accel, "qemu_version": guest.qemu_version,
                "kernel_release": guest.kernel_release, "vhost": False, "cpus": cpus, "memory_mb": 512,
-               "tap": getattr(nics[0], "tap", None), "nic_properties": nics[0].properties, "nics": described,
+               **_backend(nics[0]), "nic_properties": nics[0].properties, "nics": described,
                "ready_seconds": guest.ready_seconds},
     )
     b.lab.save()
@@ -141,13 +144,18 @@ def boot_guest(b: Builder, role: str, where: str, taps: list[str], *, peers: lis
     return host
 
 
+def _backend(nic) -> dict:
+    """A tap NIC's tap, or a vhost-user NIC's socket (`vhost` above is vhost-net, absent here)."""
+    return {"tap": nic.tap} if hasattr(nic, "tap") else {"vhost_user": nic.socket}
+
+
 def _check_nic_order(host: Host, nics: list) -> None:
     import json
 
     by_mac = {l.get("address"): l["ifname"] for l in json.loads(host.run(["ip", "-j", "link", "show"]).stdout)}
     for i, nic in enumerate(nics):
         if by_mac.get(nic.mac) != f"eth{i}":
-            raise LabBuildFailed(f"the guest's NIC on {getattr(nic, 'tap', None) or nic.socket} (MAC {nic.mac}) is "
+            raise LabBuildFailed(f"the guest's NIC on {next(iter(_backend(nic).values()))} (MAC {nic.mac}) is "
                                  f"{by_mac.get(nic.mac, 'missing')}, not eth{i}")
 
 
@@ -193,7 +201,7 @@ def guest_sysctl(b: Builder, role: str, guest: Host, key: str, value: str, why: 
             raise LabBuildFailed(f"{key} reads {got} in guest {role} after setting {value}")
 
 
-GUEST_TOPOLOGIES = ("vm", "vm-router", "vm-pair", "ovs-dpdk-vm")
+GUEST_TOPOLOGIES = ("vm", "vm-router", "vm-pair", "dpdk-vm", "ovs-dpdk-vm")
 
 
 def check_guest_options(options: dict) -> None:

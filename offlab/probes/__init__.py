@@ -93,7 +93,7 @@ class ProbeSession:
             try:
                 netdev[role] = parse_net_dev(reader.read("dev"))
                 if role in ("client", "server", "router"):
-                    snmp[role] = counters.parse_snmp(reader.read("snmp"))
+                    snmp[role] = counters.parse_snmp(reader.read("snmp") + reader.read("netstat"))
             except OSError as exc:
                 # The reader's anchor process dies with its namespace: the lab went away mid-window.
                 raise EnvironmentProblem(
@@ -174,7 +174,7 @@ class ProbeSession:
 
 
 _SEP = "@@offlab-probe@@"
-_REMOTE_READ = (f"cat /proc/net/dev; echo {_SEP}; cat /proc/net/snmp; echo {_SEP}; cat /proc/stat; echo {_SEP}; "
+_REMOTE_READ = (f"cat /proc/net/dev; echo {_SEP}; cat /proc/net/snmp /proc/net/netstat; echo {_SEP}; cat /proc/stat; echo {_SEP}; "
                 f"{' '.join(qdisc.TC_SHOW)} 2>/dev/null")
 
 

@@ -9,7 +9,18 @@ SNMP_KEEP = {
     "Ip": ("InReceives", "InHdrErrors", "InAddrErrors", "ForwDatagrams", "InDiscards", "InDelivers", "OutRequests",
            "OutDiscards", "OutNoRoutes", "ReasmReqds", "ReasmOKs", "ReasmFails", "FragOKs", "FragCreates",
            "FragFails"),
+    # /proc/net/netstat: a receiver that pruned or collapsed its receive queue measured its socket
+    # memory, not the path (notes/dpdk.md §6: DPDK GRO's big non-GSO frames in a guest with default tcp_rmem)
+    "TcpExt": ("PruneCalled", "RcvPruned", "TCPRcvCollapsed", "TCPRcvQDrop", "TCPWantZeroWindowAdv",
+               "TCPToZeroWindowAdv"),
 }
+RCVQ_PRUNED = ("PruneCalled", "RcvPruned", "TCPRcvCollapsed")
+
+
+def rcvq_pruned(snmp_delta: dict) -> dict[str, int]:
+    """The receive-queue prune/collapse counters that moved over the window ({} if none did)."""
+    ext = snmp_delta.get("TcpExt", {})
+    return {k: ext[k] for k in RCVQ_PRUNED if ext.get(k)}
 
 
 def parse_snmp(text: str) -> dict[str, dict[str, int]]:

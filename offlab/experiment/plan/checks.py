@@ -85,8 +85,8 @@ def check_knob(err: PlanErrors, path: tuple, kind: str, target: str, key: Any, v
     from offlab.knobs.testpmd import NAMES as TESTPMD_NAMES, TestpmdSetting
 
     if cls is TestpmdSetting:
-        if kind != "dpdk":
-            err.fail(path, f"{key} is a setting of dpdk-testpmd: only a dpdk lab runs one, not {kind}")
+        if kind not in ("dpdk", "dpdk-vm"):
+            err.fail(path, f"{key} is a setting of dpdk-testpmd: only a dpdk or dpdk-vm lab runs one, not {kind}")
         if role != "switch" or ref is not None:
             err.fail(path, f"{key} is a setting of the testpmd on host switch, not of {target}")
         if key[len("testpmd."):] not in TESTPMD_NAMES:
@@ -160,7 +160,7 @@ def required_tools(plan: Plan) -> list[str]:
     kinds = {c.topology.kind for c in plan.cells}
     if "ovs" in kinds:
         tools += ["ovsdb-server", "ovs-vswitchd", "ovs-vsctl", "ovsdb-tool"]
-    if "dpdk" in kinds:
+    if kinds & {"dpdk", "dpdk-vm"}:
         tools += ["dpdk-testpmd", "stdbuf"]
     if "phys" in kinds:
         tools.append("ss")  # the refusal of a port that carries a connection

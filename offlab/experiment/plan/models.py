@@ -22,8 +22,8 @@ class Strict(BaseModel):
 
 
 class TopologySpec(Strict):
-    kind: Literal["veth", "bridge", "vxlan", "router", "ovs", "vm", "vm-router", "vm-pair", "dpdk", "ovs-dpdk",
-                  "ovs-dpdk-vm", "phys"]
+    kind: Literal["veth", "bridge", "vxlan", "router", "ovs", "vm", "vm-router", "vm-pair", "dpdk", "dpdk-vm",
+                  "ovs-dpdk", "ovs-dpdk-vm", "phys"]
     mtu: int = Field(1500, ge=68, le=65535)
     ipv6: bool = False
     underlay_mtu: int | None = Field(None, ge=68, le=65535)

@@ -53,6 +53,9 @@ HOSTS: dict[str, dict[str, tuple[StaticIface, ...]]] = {
     # settings are `testpmd.*` of host switch). With --pmd af_packet they are veths: to-switch either way.
     "dpdk": {"client": (StaticIface("tap", None, "switch"),), "switch": (),
              "server": (StaticIface("tap", None, "switch"),)},
+    # testpmd between the client's tap (port 0) and a guest's vhost-user NIC (port 1); the guest is the server
+    "dpdk-vm": {"client": (StaticIface("tap", None, "switch"),), "switch": (),
+                "server": (StaticIface("virtio-net", "eth0", "switch"),)},
     # two ports of this machine, each moved into its namespace under its own name (lab/phys.py)
     "phys": {"client": (StaticIface("nic", None, "server"),), "server": (StaticIface("nic", None, "client"),)},
     # OVS-DPDK's dpdk ports are no kernel interfaces; their taps (or veths) live in client and server
