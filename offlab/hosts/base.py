@@ -164,6 +164,11 @@ class Host:
             raise CommandFailed(argv, proc.returncode, proc.stderr, self.name)
         return result
 
+    def stream(self, argv: Sequence[str], *, lifetime: float = 600.0) -> "subprocess.Popen | None":
+        """A process with stdin/stdout piped here that answers lines quickly, where this kind of host
+        offers one (an SSH host does; a namespace needs none, a guest's channel has none): None."""
+        return None
+
     def run_urgent(self, argv: Sequence[str], *, timeout: float = DEFAULT_TIMEOUT) -> Result:
         """Run a short read that must happen now, at a window's edge (a guest runs it ahead of its traffic)."""
         return self.run(argv, timeout=timeout)

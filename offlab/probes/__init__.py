@@ -12,6 +12,7 @@ two hosts knows how far apart their reads may have been (`reads`, `witnesses.ske
 
 from __future__ import annotations
 
+import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
@@ -79,24 +80,33 @@ class ProbeSession:
         self.samples: list[tuple[float, float, dict]] = []
         self._sampler: threading.Thread | None = None
         self._sampling = False
+        self.streams: dict[str, _Stream] = {}
         try:
             for role, host in hosts.items():
                 if role not in self.own_kernel:
                     self.readers[role] = host.net_reader()
-            calls = [_Async(self._exchange, role, host) for role, host in self.own_kernel.items()]
+                elif (proc := host.stream(["sh", "-c", _STREAM_READ], lifetime=lifetime)) is not None:
+                    self.streams[role] = _Stream(proc, host.name)
+            calls = [_Async(self._exchange, role) for role in self.own_kernel]
             for c in calls:
                 c.result(timeout=60)
         except BaseException:
             self.close()
             raise
 
-    def _exchange(self, role: str, host) -> None:
+    def _read_remote(self, role: str) -> str:
+        """One answer of _REMOTE_READ from a channel host: over its stream where it has one."""
+        if role in self.streams:
+            return self.streams[role].ask()
+        return self.own_kernel[role].run_urgent(["sh", "-c", _REMOTE_READ], timeout=30).stdout
+
+    def _exchange(self, role: str) -> None:
         """A few reads of the host's clock before the traffic: the quickest answers bound its offset."""
         for _ in range(CLOCK_EXCHANGES):
             t0 = time.monotonic()
             try:
-                up = host.run_urgent(["cat", "/proc/uptime"], timeout=20).stdout.split()
-            except OfflabError:
+                up = split_counter_files(self._read_remote(role).partition(_SEP + "\n")[0])["uptime"].split()
+            except (OfflabError, OSError):
                 return
             if up and _is_number(up[0]):
                 self.exchanges[role].append((t0, float(up[0]), time.monotonic()))
@@ -105,6 +115,8 @@ class ProbeSession:
         self._stop_sampling()
         for reader in self.readers.values():
             reader.close()
+        for stream in self.streams.values():
+            stream.close()
 
     # ---- this machine's counters, sampled while a channel host's read is under way ----------------
     # A channel host's counters are read when its command gets there (1–2.5 s after it was sent, seen
@@ -149,7 +161,7 @@ class ProbeSession:
         netdev, snmp, guest_stat = {}, {}, {}
         # A host with a kernel of its own answers over a channel (tens of ms): one command each for
         # all its files, all of them at once, while this machine's files are read.
-        remote = {role: _Remote(host) for role, host in self.own_kernel.items()}
+        remote = {role: _Remote(self._read_remote, role) for role in self.own_kernel}
         # tc is a command, not a file: one per namespace, all at once, while the files are read.
         tc = {role: _Async(qdisc.read, self.lab.host(role)) for role in self.readers}
         reads, clocks = {}, {}
@@ -367,11 +379,48 @@ def split_counter_files(text: str) -> dict[str, str]:
     return files
 
 
+# The same read, once per line on stdin, for a host that keeps a reader process (an SSH host's stream).
+_END = "@@offlab-end@@"
+_STREAM_READ = f"while read -r _; do {_REMOTE_READ}; echo {_END}; done"
+
+
+class _Stream:
+    """A reader process on a channel host: a line in, one _REMOTE_READ answer out (ends with _END)."""
+
+    def __init__(self, proc, name: str) -> None:
+        self.proc, self.name, self.lock = proc, name, threading.Lock()
+
+    def ask(self) -> str:
+        with self.lock:
+            try:
+                self.proc.stdin.write("\n")
+                self.proc.stdin.flush()
+            except OSError as exc:
+                raise OSError(f"the counter reader on {self.name} is gone: {exc}") from None
+            lines = []
+            while (line := self.proc.stdout.readline()) and line.rstrip("\n") != _END:
+                lines.append(line)
+            if not line:
+                raise OSError(f"the counter reader on {self.name} ended")
+            return "".join(lines)
+
+    def close(self) -> None:
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()  # our own ssh client, by its pid
+            self.proc.wait()
+
+
 class _Remote:
     """One snapshot's files of a host with its own kernel, read in one command on a thread, timed."""
 
-    def __init__(self, host) -> None:
-        self.host, self.out, self.error = host, "", None
+    def __init__(self, read, role: str) -> None:
+        self.read, self.role, self.out, self.error = read, role, "", None
         self.sent = self.answered = time.monotonic()
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
@@ -379,9 +428,9 @@ class _Remote:
     def _run(self) -> None:
         try:
             self.sent = time.monotonic()
-            self.out = self.host.run_urgent(["sh", "-c", _REMOTE_READ], timeout=30).stdout
+            self.out = self.read(self.role)
             self.answered = time.monotonic()
-        except OfflabError as exc:
+        except (OfflabError, OSError) as exc:
             self.error = exc
 
     def result(self, lab: str, role: str) -> tuple[dict[str, str], str]:
