@@ -340,3 +340,22 @@ def test_ssh_hosts_samples_state_the_skew_of_their_reads_and_still_flag_a_disagr
         assert witnesses.cross_check(d)["status"] == "inconsistent"
     finally:
         assert cli(state_dir, "lab", "down", lab_name).returncode == 0
+
+
+def test_lab_show_lists_the_pending_changes_of_each_ssh_host(pair, inv, state_dir, lab_name):
+    res = cli(state_dir, "lab", "up", "hosts", "--inventory", str(inv), "--pair", "a:t2,b:t2", "--name", lab_name)
+    assert res.returncode == 0, res.stderr
+    try:
+        assert json.loads(cli(state_dir, "lab", "show", lab_name, "--json").stdout)["changes"] == []
+        res = cli(state_dir, "lab", "set", lab_name, "server", "t2", "gro=on")
+        assert res.returncode == 0, res.stderr
+        res = cli(state_dir, "lab", "set", lab_name, "client", "t2", "mtu=1400")
+        assert res.returncode == 0, res.stderr
+        changes = json.loads(cli(state_dir, "lab", "show", lab_name, "--json").stdout)["changes"]
+        assert sorted((c["host"], c["iface"], c["key"], str(c["value"])) for c in changes) == \
+            [("client", "t2", "mtu", "1400"), ("server", "t2", "gro", "on")], changes
+        text = cli(state_dir, "lab", "show", lab_name).stdout
+        assert "journalled: server:t2 gro = on (was off;" in text and "journalled: client:t2 mtu = 1400" in text
+    finally:
+        assert cli(state_dir, "lab", "down", lab_name).returncode == 0
+    assert feature(pair.b.ns, "t2") is False and mtu(pair.a.ns, "t2") == 1500
