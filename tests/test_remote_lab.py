@@ -327,7 +327,8 @@ def test_ssh_hosts_samples_state_the_skew_of_their_reads_and_still_flag_a_disagr
         reads = clean.probes["reads"]
         assert set(reads) == {"client", "server"} and all("own_window_s" in r for r in reads.values())
         (check,) = [c for c in clean.consistency["checks"] if c["check"] == "loss"]
-        assert 0 < check["skew_s"] < 2 and "reads may be apart" in check["detail"]
+        # read over one stream per host: their reads far closer together than the window is long
+        assert 0 < check["skew_s"] < clean.probes["window_s"] / 4 and "reads may be apart" in check["detail"]
         # datagrams dying in the server's 4 KiB receive buffer: engine and kernel agree ...
         lossy = measure(lab, Workload(tool="engine", protocol="udp", size=1200, rate="20kpps", rcvbuf=4096,
                                       duration=2))
