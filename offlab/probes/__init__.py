@@ -4,10 +4,13 @@ A `ProbeSession` opens each lab host's `net_reader()` (for a namespace, an idle 
 process whose /proc/PID/net/* is read from here without spawning a command at the
 edges of the window), which keeps the two snapshots close to the instants they claim.
 A host with a kernel of its own (a guest, an SSH host) cannot be read from here: each
-snapshot starts one command per such host, all at once, before this machine's files are
-read, and that command reads all its counter files in one `cat`. Every host's read is
-timed (sent → answered, on this machine's clock), so a witness that compares counters of
-two hosts knows how far apart their reads may have been (`reads`, `witnesses.skew`).
+snapshot starts one read per such host, all at once, before this machine's files are
+read (its clock and all its counter files in one `awk`; an SSH host through a reader
+stream), and the snapshot does not wait for the answers (`settle` does). Every host's
+read is timed (sent → answered, on this machine's clock, narrowed by the host's own
+clock), and this machine's UDP/IP counters are sampled meanwhile, so a witness that
+compares two hosts uses counters read at the same instants and knows how far apart they
+may still be (`reads`, `aligned`, `witnesses.skew`; docs/results.md).
 """
 
 from __future__ import annotations
