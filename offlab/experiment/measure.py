@@ -94,14 +94,16 @@ def measure(lab: LabState, w: Workload, capture: CaptureRequest | None = None, *
                 probes.watch("client", client_pid)
             if lab.server.shares_kernel:
                 probes.watch("server", server_pid)
+            lead = 0.0 if w_run is w else CHANNEL_MARGIN_S
             probe_thread = threading.Thread(target=_window, args=(probes, w, capture, cap_iface, lab, tmp, window),
-                                            daemon=True)
+                                            kwargs={"lead": lead}, daemon=True)
             probe_thread.start()
 
         # A sender on a channel host (a guest's agent, SSH) starts a little after offlab hears of it,
-        # and every snapshot there takes a round trip: it runs longer, so the window stays inside traffic.
+        # and every snapshot there takes a round trip: the window starts CHANNEL_MARGIN_S later and
+        # the traffic runs that much longer at each end, so the window stays inside traffic.
         w_run = w if lab.client.shares_kernel and lab.server.shares_kernel else \
-            dataclasses.replace(w, duration=w.duration + CHANNEL_MARGIN_S)
+            dataclasses.replace(w, duration=w.duration + 2 * CHANNEL_MARGIN_S)
         traffic: TrafficResult = driver.run(lab.client, lab.server, server_addr, w_run, on_started=on_started)
         if probe_thread is not None:
             probe_thread.join(timeout=10)
@@ -122,8 +124,9 @@ def measure(lab: LabState, w: Workload, capture: CaptureRequest | None = None, *
         sd["total"] = system_service_demand(system["busy_s"], kib)
     notes = []
     if w_run is not w:
-        notes.append(f"traffic ran {CHANNEL_MARGIN_S:g} s longer than the window: a host here answers over a "
-                     f"channel, so the window was kept inside the traffic")
+        notes.append(f"traffic ran {2 * CHANNEL_MARGIN_S:g} s longer than the window, which began "
+                     f"{CHANNEL_MARGIN_S:g} s after the warm-up: a host here answers over a channel, so the "
+                     f"window was kept inside the traffic")
     if system["steal_pct"] >= NOTABLE_STEAL_PCT:
         notes.append(f"CPU steal {system['steal_pct']:.1f} % of the window: the hypervisor ran other work on "
                      f"these CPUs; expect noise")
@@ -147,11 +150,11 @@ def measure(lab: LabState, w: Workload, capture: CaptureRequest | None = None, *
 
 
 def _window(probes: ProbeSession, w: Workload, capture: CaptureRequest | None, cap_iface: str | None,
-            lab: LabState, tmp: str, out: dict) -> None:
-    """Warm-up, first snapshot (and capture start), the window, second snapshot."""
+            lab: LabState, tmp: str, out: dict, *, lead: float = 0.0) -> None:
+    """Warm-up (+ `lead`), first snapshot (and capture start), the window, second snapshot."""
     try:
-        t0 = time.monotonic()
-        time.sleep(w.warmup)
+        t0 = time.monotonic() + lead
+        time.sleep(w.warmup + lead)
         out["a"] = probes.snapshot()
         cap = None
         if capture:

@@ -169,10 +169,6 @@ class Host:
         offers one (an SSH host does; a namespace needs none, a guest's channel has none): None."""
         return None
 
-    def run_urgent(self, argv: Sequence[str], *, timeout: float = DEFAULT_TIMEOUT) -> Result:
-        """Run a short read that must happen now, at a window's edge (a guest runs it ahead of its traffic)."""
-        return self.run(argv, timeout=timeout)
-
     def spawn(self, argv: Sequence[str], **popen_kwargs) -> Process:
         """Start a long-running process here (a server, a probe); the caller owns it."""
         full = self.wrap([str(a) for a in argv])

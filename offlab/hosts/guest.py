@@ -76,7 +76,7 @@ class _Channel:
                 raise GuestGone(f"cannot reach the guest's channel {self.path}: {last}")
             time.sleep(0.05)
 
-    def call(self, cmd: str, stdin: bytes | None, timeout: float, *, urgent: bool = False) -> _Pending:
+    def call(self, cmd: str, stdin: bytes | None, timeout: float) -> _Pending:
         deadline = time.monotonic() + timeout
         with self.lock:
             if self.sock is None:
@@ -91,7 +91,7 @@ class _Channel:
         data = base64.b64encode(stdin).decode() if stdin else "-"
         try:
             with self.wlock:
-                sock.sendall(f"{'U' if urgent else 'Q'} {cid} {body} {data}\n".encode())
+                sock.sendall(f"Q {cid} {body} {data}\n".encode())
         except OSError as exc:
             self._drop(cid)
             raise GuestGone(f"the guest's channel {self.path} closed: {exc}") from exc
@@ -194,8 +194,7 @@ class GuestHost(Host):
 
     # ---- commands -------------------------------------------------------
     def run_bytes(self, argv: Sequence[str], *, timeout: float = DEFAULT_TIMEOUT,
-                  input: bytes | str | None = None, env: dict[str, str] | None = None,
-                  urgent: bool = False) -> tuple[int, bytes, bytes]:
+                  input: bytes | str | None = None, env: dict[str, str] | None = None) -> tuple[int, bytes, bytes]:
         """Run argv in the guest: (exit code, stdout bytes, stderr bytes), exactly."""
         argv = [str(a) for a in argv]
         if not argv:
@@ -210,7 +209,7 @@ class GuestHost(Host):
             raise GuestGone(f"guest {self.name} is not running (QEMU pid {self.pid} is gone)"
                             + self._console_tail())
         try:
-            pending = _channel(self.socket).call(shlex.join(argv), stdin, timeout, urgent=urgent)
+            pending = _channel(self.socket).call(shlex.join(argv), stdin, timeout)
         except TimeoutError:
             raise CommandTimeout(argv, timeout, self.name) from None
         if pending.error is not None:
@@ -225,17 +224,6 @@ class GuestHost(Host):
         result = Result(argv, rc, out.decode(errors="replace"), err.decode(errors="replace"),
                         time.monotonic() - start)
         if check and rc != 0:
-            raise CommandFailed(argv, rc, result.stderr, self.name)
-        return result
-
-    def run_urgent(self, argv: Sequence[str], *, timeout: float = DEFAULT_TIMEOUT) -> Result:
-        """Run argv at the agent's priority (nice −20), ahead of the traffic on the guest's vCPUs."""
-        argv = [str(a) for a in argv]
-        start = time.monotonic()
-        rc, out, err = self.run_bytes(argv, timeout=timeout, urgent=True)
-        result = Result(argv, rc, out.decode(errors="replace"), err.decode(errors="replace"),
-                        time.monotonic() - start)
-        if rc != 0:
             raise CommandFailed(argv, rc, result.stderr, self.name)
         return result
 

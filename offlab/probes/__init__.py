@@ -101,7 +101,7 @@ class ProbeSession:
         """One answer of _REMOTE_READ from a channel host: over its stream where it has one."""
         if role in self.streams:
             return self.streams[role].ask()
-        return self.own_kernel[role].run_urgent(["sh", "-c", _REMOTE_READ], timeout=30).stdout
+        return self.own_kernel[role].run(["sh", "-c", _REMOTE_READ], timeout=30).stdout
 
     def _exchange(self, role: str) -> None:
         """A few reads of the host's clock before the traffic: the quickest answers bound its offset."""

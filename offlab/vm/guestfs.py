@@ -4,7 +4,6 @@ The agent speaks the line protocol that `offlab.hosts.guest` speaks on the host 
 virtio-serial port named `ctl`:
 
     host → guest   Q <id> <base64 of the shell-quoted argv> <base64 of stdin, or ->
-                   U <id> ...                   the same, run at the agent's own priority (nice −20)
                    K <id>                       kill the process group of a running command
     guest → host   O <id> <base64 chunk of stdout>     (any number, in order)
                    E <id> <base64 chunk of stderr>
@@ -17,10 +16,9 @@ under TCG, so a job makes few (decode, setsid, base64 only for non-empty output,
 of up to 30,000 base64 characters goes as one line. A host that gave up on a command sends `K`; the late
 answer then carries an id nobody waits for and is dropped. The port reads EOF while no host is
 connected, hence the outer loop; commands never inherit fd 3, since the port opens exclusively.
-The agent runs at nice −20 and a `Q` command at 0 (`nice -n 20`), so its own plumbing is not
-starved by the traffic it is asked to measure; a `U` command (a counter snapshot at a window's
-edge) stays at −20: under TCG, with the sender busy on the vCPU, a snapshot at nice 0 took 2.5–4.5 s
-to answer instead of ~40 ms, and its counters no longer belonged to the window.
+Every command runs at the agent's own priority: running the agent at nice −20 (so that a counter
+read would overtake the traffic) let its plumbing take the vCPU from the traffic being measured,
+and on a loaded host did not make the reads answer sooner (the host's CPUs were the limit).
 Commands run under /bin/sh = dash, not busybox's shell, which would prefer its own `ip` and `tc`
 applets to the real iproute2 binaries whatever PATH says.
 """
@@ -67,7 +65,6 @@ while [ -z "$port" ]; do
   [ -n "$port" ] && [ -e "$port" ] || {{ port=; sleep 0.1; }}
 done
 exec 3<>"$port"
-if renice -n -20 -p $$ >/dev/null 2>&1; then lift=20; else lift=0; fi
 echo "READY $(cut -d' ' -f1 /proc/uptime) $port"
 
 # One line, one write(), when the answer fits a virtio-serial write (32 KiB): the shell's `read` takes
@@ -91,7 +88,7 @@ $3
 EOF
     in=$d.i
   fi
-  setsid nice -n "$4" /bin/sh -c "$cmd" <"$in" >"$d.o" 2>"$d.e" 3>&- &
+  setsid /bin/sh -c "$cmd" <"$in" >"$d.o" 2>"$d.e" 3>&- &
   echo $! >"$d.p"
   wait $!; rc=$?
   {{
@@ -107,8 +104,7 @@ while :; do
     jobs >/dev/null  # reaps finished jobs (a non-interactive ash does not on its own)
     case $id in ''|*[!0-9a-z]*) continue ;; esac
     case $t in
-      Q) job "$id" "$a" "$b" "$lift" & ;;
-      U) job "$id" "$a" "$b" 0 & ;;
+      Q) job "$id" "$a" "$b" & ;;
       K) p=$(cat "/run/agent/$id.p" 2>/dev/null) && kill -9 "-$p" 2>/dev/null ;;
     esac
   done
