@@ -25,6 +25,9 @@ from offlab.traffic import rr as rr_driver
 # Probes stop this much before the sender does, so the second snapshot is still inside traffic.
 END_MARGIN_S = 0.05
 CHANNEL_MARGIN_S = 1.0
+# How long a window with a channel host waits for its traffic to show on this machine's interfaces
+# (a guest's iperf3 took seconds to begin sending on a loaded machine); then it starts anyway.
+CHANNEL_START_WAIT_S = 10.0
 
 VETH_NOTE = ("a veth counts a GSO/GRO super-packet once: an average near 64 KiB on a veth is the proof "
              "that the super-packet crossed it unsegmented")
@@ -113,6 +116,7 @@ def measure(lab: LabState, w: Workload, capture: CaptureRequest | None = None, *
             raise window["error"]
         probe = probes.result(window["a"], window["b"], client_cpu=w.client_cpu, server_cpu=w.server_cpu)
         cap = window.get("capture")
+        late_start = window.get("late_start")
     probe["mtus"] = mtus(lab)
     kib = traffic.throughput_bps * probe["window_s"] / 8 / 1024
     sd = {side: service_demand(probe["cpu"][side]["busy"], probe["window_s"], kib)
@@ -127,6 +131,9 @@ def measure(lab: LabState, w: Workload, capture: CaptureRequest | None = None, *
         notes.append(f"traffic ran {2 * CHANNEL_MARGIN_S:g} s longer than the window, which began "
                      f"{CHANNEL_MARGIN_S:g} s after the warm-up: a host here answers over a channel, so the "
                      f"window was kept inside the traffic")
+    if late_start:
+        notes.append(f"no traffic showed on this machine's lab interfaces within {late_start:g} s of the warm-up: "
+                     f"the window began then, and may hold little of the traffic")
     if system["steal_pct"] >= NOTABLE_STEAL_PCT:
         notes.append(f"CPU steal {system['steal_pct']:.1f} % of the window: the hypervisor ran other work on "
                      f"these CPUs; expect noise")
@@ -151,10 +158,17 @@ def measure(lab: LabState, w: Workload, capture: CaptureRequest | None = None, *
 
 def _window(probes: ProbeSession, w: Workload, capture: CaptureRequest | None, cap_iface: str | None,
             lab: LabState, tmp: str, out: dict, *, lead: float = 0.0) -> None:
-    """Warm-up (+ `lead`), first snapshot (and capture start), the window, second snapshot."""
+    """Warm-up (+ `lead`, and for a channel host until traffic flows), first snapshot (and capture
+    start), the window, second snapshot."""
     try:
         t0 = time.monotonic() + lead
         time.sleep(w.warmup + lead)
+        if lead:
+            seen = probes.wait_for_traffic(CHANNEL_START_WAIT_S)
+            if seen or time.monotonic() > t0 + w.warmup + 0.1:
+                t0 = time.monotonic() - w.warmup  # the window starts when the traffic is seen to flow
+            if not seen and probes.readers:
+                out["late_start"] = CHANNEL_START_WAIT_S
         out["a"] = probes.snapshot()
         cap = None
         if capture:

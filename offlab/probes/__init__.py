@@ -157,6 +157,27 @@ class ProbeSession:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    def wait_for_traffic(self, timeout: float) -> bool:
+        """Wait until this machine's lab interfaces carry traffic (a look every 20 ms: 2 packets more
+        than the last look, or 20 more than the first), at most `timeout` s: a sender in a guest
+        starts sending well after offlab hears it started. True if traffic was seen; False (at once)
+        where no lab host is read from here."""
+        if not self.readers:
+            return False
+        deadline, first, last = time.monotonic() + timeout, None, None
+        while time.monotonic() < deadline:
+            try:
+                now = sum(d["rx_packets"] + d["tx_packets"] for r in self.readers.values()
+                          for name, d in parse_net_dev(r.read("dev")).items() if name != "lo")
+            except OSError:
+                return False
+            if last is not None and (now - last >= 2 or now - first >= 20):
+                return True
+            first = now if first is None else first
+            last = now
+            time.sleep(0.02)
+        return False
+
     def watch(self, role: str, pid: int) -> None:
         self.pids[role] = pid
 
