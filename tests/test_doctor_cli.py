@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -53,15 +52,13 @@ def one_line_error(res: subprocess.CompletedProcess, code: int, needle: str) -> 
 
 
 @needs_root
-def test_live_as_root_is_fast_and_its_json_validates(veth_lab):
+def test_live_as_root_json_validates(veth_lab):
+    # how long doctor takes is benchmarks/report_speed's (a ratio side by side), not a test's
     netns = veth_lab.entry("client").netns
-    start = time.monotonic()
     res = offlab_cli("doctor", "--netns", netns, "--json")
-    elapsed = time.monotonic() - start
     assert res.returncode == 0, res.stderr
     doc = json.loads(res.stdout)
     assert validate(doc) == []
-    assert elapsed < 10, f"doctor took {elapsed:.1f} s"
     assert doc["host"]["privileged"] is True and doc["host"]["source"] == "live"
     assert doc["host"]["netns"] == netns
     assert doc["sample_seconds"] == 1.0

@@ -309,3 +309,54 @@ def test_a_host_that_dies_mid_run_keeps_the_samples_and_names_the_host(pair, inv
     assert feature(pair.b.ns, "t1") is False
     left = [str(p) for p in Path(pair.remote_dir("b")).rglob("*")]
     assert not Path(pair.remote_dir("b")).exists(), (res.stdout, left)
+
+
+def test_ssh_hosts_samples_state_the_skew_of_their_reads_and_still_flag_a_disagreement(pair, inv, state_dir, lab_name):
+    from offlab import lab as labs
+    from offlab.experiment import witnesses
+    from offlab.experiment.measure import measure
+    from offlab.traffic import Workload
+
+    res = cli(state_dir, "lab", "up", "hosts", "--inventory", str(inv), "--pair", "a:t3,b:t3", "--name", lab_name)
+    assert res.returncode == 0, res.stderr
+    try:
+        lab = labs.LabState.load(lab_name)
+        clean = measure(lab, Workload(tool="engine", protocol="udp", size=1200, duration=2))
+        assert clean.consistency["status"] == "consistent", clean.consistency
+        # both ends answer over ssh: each read is timed and pinned by the host's own clock
+        reads = clean.probes["reads"]
+        assert set(reads) == {"client", "server"} and all("own_window_s" in r for r in reads.values())
+        (check,) = [c for c in clean.consistency["checks"] if c["check"] == "loss"]
+        # read over one stream per host: their reads far closer together than the window is long
+        assert 0 < check["skew_s"] < clean.probes["window_s"] / 4 and "reads may be apart" in check["detail"]
+        # datagrams dying in the server's 4 KiB receive buffer: engine and kernel agree ...
+        lossy = measure(lab, Workload(tool="engine", protocol="udp", size=1200, rate="20kpps", rcvbuf=4096,
+                                      duration=2))
+        (check,) = [c for c in lossy.consistency["checks"] if c["check"] == "loss"]
+        assert check["ok"] and check["kernel"] > 0.2, check
+        assert lossy.loss_attribution["places"][0]["where"] == "server Udp RcvbufErrors"
+        # ... and a tool that did not see that loss is contradicted by the kernel's counters
+        d = lossy.to_dict()
+        d["traffic"]["loss"] = 0.0
+        assert witnesses.cross_check(d)["status"] == "inconsistent"
+    finally:
+        assert cli(state_dir, "lab", "down", lab_name).returncode == 0
+
+
+def test_lab_show_lists_the_pending_changes_of_each_ssh_host(pair, inv, state_dir, lab_name):
+    res = cli(state_dir, "lab", "up", "hosts", "--inventory", str(inv), "--pair", "a:t2,b:t2", "--name", lab_name)
+    assert res.returncode == 0, res.stderr
+    try:
+        assert json.loads(cli(state_dir, "lab", "show", lab_name, "--json").stdout)["changes"] == []
+        res = cli(state_dir, "lab", "set", lab_name, "server", "t2", "gro=on")
+        assert res.returncode == 0, res.stderr
+        res = cli(state_dir, "lab", "set", lab_name, "client", "t2", "mtu=1400")
+        assert res.returncode == 0, res.stderr
+        changes = json.loads(cli(state_dir, "lab", "show", lab_name, "--json").stdout)["changes"]
+        assert sorted((c["host"], c["iface"], c["key"], str(c["value"])) for c in changes) == \
+            [("client", "t2", "mtu", "1400"), ("server", "t2", "gro", "on")], changes
+        text = cli(state_dir, "lab", "show", lab_name).stdout
+        assert "journalled: server:t2 gro = on (was off;" in text and "journalled: client:t2 mtu = 1400" in text
+    finally:
+        assert cli(state_dir, "lab", "down", lab_name).returncode == 0
+    assert feature(pair.b.ns, "t2") is False and mtu(pair.a.ns, "t2") == 1500

@@ -6,7 +6,6 @@ import os
 import re
 import shutil
 import subprocess
-import time
 from pathlib import Path
 
 import numpy as np
@@ -81,13 +80,12 @@ def test_report_shows_environment_offload_table_captures_and_plan(uso_html):
 
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory) -> dict:
-    """A 20-cell size sweep, its report written once, and how long that took."""
+    """A 20-cell size sweep, its report written once."""
     d = tmp_path_factory.mktemp("sweep")
     with Store.open(d / "offlab.db") as s:
         run, _ = make_sweep_run(s, rounds=3)
-        t0 = time.monotonic()
         out = report.write_report(s, run, d / "sweep.html")
-        return {"elapsed": time.monotonic() - t0, "path": out, "html": out.read_text(), "plan": s.get_run(run)["plan"]}
+        return {"path": out, "html": out.read_text(), "plan": s.get_run(run)["plan"]}
 
 
 def test_size_sweep_axis_becomes_line_charts(sweep):
@@ -106,11 +104,11 @@ def test_size_sweep_axis_becomes_line_charts(sweep):
     assert "throughput interval 7.1 % of the mean after 10 rounds" in html
 
 
-def test_twenty_cells_report_in_a_few_seconds(sweep):
+def test_twenty_cells_report_one_row_a_cell_in_one_file(sweep):
+    # how long a report takes is benchmarks/report_speed's (ratios side by side), not a test's
     html = sweep["html"]
     cells = html[html.index('id="cells"'):html.index('id="charts"')]
     assert len(re.findall(r"<td>size=\d+,gso=(?:on|off),streams=\d+<details>", cells)) == 20  # one row a cell
-    assert sweep["elapsed"] < 8, f"report took {sweep['elapsed']:.1f} s"
     assert sweep["path"].stat().st_size < 1_500_000
 
 

@@ -210,11 +210,15 @@ def test_a_timeout_kills_the_command_and_does_not_wedge_the_channel(guest):
 
 
 def test_threads_share_the_channel_and_a_slow_command_does_not_hold_up_a_fast_one(guest):
-    results: dict[int, str] = {}
-    slow = threading.Thread(target=lambda: guest.run(["sleep", "4"]))
+    # The slow command runs until this test releases it, after the fast ones: if the channel held
+    # them behind it they would never answer (a behaviour, not a time: the machine is shared).
+    marker = f"/tmp/offlab-release-{os.getpid()}"
+    slow_out: dict[str, str] = {}
+    slow = threading.Thread(target=lambda: slow_out.update(out=guest.run(
+        ["sh", "-c", f'while [ ! -e "$1" ]; do sleep 0.1; done; echo released', "sh", marker], timeout=180).stdout))
     slow.start()
     time.sleep(0.3)
-    start = time.monotonic()
+    results: dict[int, str] = {}
 
     def ask(i: int) -> None:
         results[i] = guest.run(["echo", str(i)]).stdout
@@ -223,11 +227,14 @@ def test_threads_share_the_channel_and_a_slow_command_does_not_hold_up_a_fast_on
     for t in threads:
         t.start()
     for t in threads:
-        t.join(30)
-    fast = time.monotonic() - start
-    slow.join(30)
+        t.join(120)
+    still_running = slow.is_alive()
+    guest.run(["touch", marker])
+    slow.join(120)
+    guest.run(["rm", "-f", marker])
     assert results == {i: f"{i}\n" for i in range(6)}
-    assert fast < 3.5, f"fast commands waited for the slow one ({fast:.1f} s)"
+    assert still_running, "the slow command ended before the fast ones answered: nothing was shown"
+    assert slow_out == {"out": "released\n"}
 
 
 def test_spawn_poll_wait_kill_of_a_long_process(guest):
@@ -305,11 +312,10 @@ def test_stopping_the_guest_leaves_no_qemu_socket_or_namespace(image, tmp_path):
         guest = qemu.boot(image, NetnsHost(ns), tmp_path, name="s", accel="tcg", timeout=BOOT_TIMEOUT)
         host = guest.host()
         assert host.alive()
-        start = time.monotonic()
         assert qemu.stop(guest.pid, guest.start_time, guest.socket)
-        assert time.monotonic() - start < 5  # powered off through the agent, not by SIGKILL
         assert process_start_time(guest.pid) is None and not host.alive()
         assert not Path(guest.socket).exists()
+        # powered off through the agent (the console says so), not killed
         with pytest.raises(EnvironmentProblem, match="is not running.*console: .*Power down") as exc:
             host.run(["true"])  # a guest that died: exit 3 with the tail of its console
         assert exc.value.exit_code == 3

@@ -206,9 +206,10 @@ def print_sample(s: Sample) -> None:
             out.print(f"  testpmd     packets out per packet in ({tp['data_direction'].replace('>', ' → ')}): "
                       f"{tp['out_per_in']:.3f}")
     for role, snmp in p["snmp"].items():
-        udp = snmp.get("Udp", {})
-        if udp.get("RcvbufErrors"):
-            out.print(f"  {role}: Udp RcvbufErrors +{udp['RcvbufErrors']} (receive buffer overflow explains loss)")
+        for group in ("Udp", "Udp6"):
+            udp = snmp.get(group, {})
+            if udp.get("RcvbufErrors"):
+                out.print(f"  {role}: {group} RcvbufErrors +{udp['RcvbufErrors']} (receive buffer overflow explains loss)")
     squeeze = sum(v["time_squeeze"] for v in p["softnet"].values())
     dropped = sum(v["dropped"] for v in p["softnet"].values())
     if squeeze or dropped:

@@ -31,6 +31,9 @@ from offlab.traffic import rr as rr_driver
 END_MARGIN_S = 0.05
 RCVQ_MARK = "receive queue pruned"  # a sample's note that flags it (reports search for it)
 CHANNEL_MARGIN_S = 1.0
+# How long a window with a channel host waits for its traffic to show on this machine's interfaces
+# (a guest's iperf3 took seconds to begin sending on a loaded machine); then it starts anyway.
+CHANNEL_START_WAIT_S = 10.0
 
 VETH_NOTE = ("a veth counts a GSO/GRO super-packet once: an average near 64 KiB on a veth is the proof "
              "that the super-packet crossed it unsegmented")
@@ -119,14 +122,16 @@ def _measure(lab: LabState, w: Workload, capture: CaptureRequest | None, *,
                 probes.watch("client", client_pid)
             if lab.server.shares_kernel:
                 probes.watch("server", server_pid)
+            lead = 0.0 if w_run is w else CHANNEL_MARGIN_S
             probe_thread = threading.Thread(target=_window, args=(probes, w, capture, cap_iface, lab, tmp, window),
-                                            daemon=True)
+                                            kwargs={"lead": lead}, daemon=True)
             probe_thread.start()
 
         # A sender on a channel host (a guest's agent, SSH) starts a little after offlab hears of it,
-        # and every snapshot there takes a round trip: it runs longer, so the window stays inside traffic.
+        # and every snapshot there takes a round trip: the window starts CHANNEL_MARGIN_S later and
+        # the traffic runs that much longer at each end, so the window stays inside traffic.
         w_run = w if lab.client.shares_kernel and lab.server.shares_kernel else \
-            dataclasses.replace(w, duration=w.duration + CHANNEL_MARGIN_S)
+            dataclasses.replace(w, duration=w.duration + 2 * CHANNEL_MARGIN_S)
         traffic_done = threading.Event()
         try:
             traffic: TrafficResult = driver.run(lab.client, lab.server, server_addr, w_run, on_started=on_started)
@@ -140,6 +145,7 @@ def _measure(lab: LabState, w: Workload, capture: CaptureRequest | None, *,
             raise window["error"]
         probe = probes.result(window["a"], window["b"], client_cpu=w.client_cpu, server_cpu=w.server_cpu)
         cap = window.get("capture")
+        late_start = window.get("late_start")
     probe["mtus"] = mtus(lab)
     kib = traffic.throughput_bps * probe["window_s"] / 8 / 1024
     sd = {side: service_demand(probe["cpu"][side]["busy"], probe["window_s"], kib)
@@ -151,8 +157,12 @@ def _measure(lab: LabState, w: Workload, capture: CaptureRequest | None, *,
         sd["total"] = system_service_demand(system["busy_s"], kib)
     notes = []
     if w_run is not w:
-        notes.append(f"traffic ran {CHANNEL_MARGIN_S:g} s longer than the window: a host here answers over a "
-                     f"channel, so the window was kept inside the traffic")
+        notes.append(f"traffic ran {2 * CHANNEL_MARGIN_S:g} s longer than the window, which began "
+                     f"{CHANNEL_MARGIN_S:g} s after the warm-up: a host here answers over a channel, so the "
+                     f"window was kept inside the traffic")
+    if late_start:
+        notes.append(f"no traffic showed on this machine's lab interfaces within {late_start:g} s of the warm-up: "
+                     f"the window began then, and may hold little of the traffic")
     if system["steal_pct"] >= NOTABLE_STEAL_PCT:
         notes.append(f"CPU steal {system['steal_pct']:.1f} % of the window: the hypervisor ran other work on "
                      f"these CPUs; expect noise")
@@ -198,11 +208,18 @@ WATCH_INTERVAL_S = 0.5
 
 
 def _window(probes: ProbeSession, w: Workload, capture: CaptureRequest | None, cap_iface: str | None,
-            lab: LabState, tmp: str, out: dict) -> None:
-    """Warm-up, first snapshot (and capture start), the window, second snapshot."""
+            lab: LabState, tmp: str, out: dict, *, lead: float = 0.0) -> None:
+    """Warm-up (+ `lead`, and for a channel host until traffic flows), first snapshot (and capture
+    start), the window, second snapshot."""
     try:
-        t0 = time.monotonic()
-        time.sleep(w.warmup)
+        t0 = time.monotonic() + lead
+        time.sleep(w.warmup + lead)
+        if lead:
+            seen = probes.wait_for_traffic(CHANNEL_START_WAIT_S)
+            if seen or time.monotonic() > t0 + w.warmup + 0.1:
+                t0 = time.monotonic() - w.warmup  # the window starts when the traffic is seen to flow
+            if not seen and probes.readers:
+                out["late_start"] = CHANNEL_START_WAIT_S
         out["a"] = probes.snapshot()
         cap = None
         if capture:

@@ -21,6 +21,28 @@ from offlab.traffic.rate import parse_rate
 LOSS_TOLERANCE = 0.05
 # Throughput against pps × datagram size: the two come from the same receiver count.
 RATE_TOLERANCE = 0.10
+# Each host's counters are read at some instant between a command's sending and its answer (see
+# offlab.probes): a namespace within microseconds, a guest over its channel or an SSH host a round
+# trip later (0.3–5 s for a guest under TCG on a loaded machine), narrowed by the host's own clock
+# where its offset is known. At each edge of the window, two hosts' reads may be up to the span of
+# their read intervals apart, and traffic flowing in that time is counted by one host only: every
+# witness that compares two hosts (or a host and the window) widens its tolerance by rate × skew,
+# the sum of the two edges' spans, and says so.
+
+
+def skew(probes: dict, *roles: str) -> float:
+    """Seconds by which the reads of `roles`' counters (role "window": this machine's reference instants)
+    may be apart, summed over the window's two edges."""
+    reads = probes.get("reads") or {}
+    total = 0.0
+    for edge in ("start", "end"):
+        spans = [[0.0, 0.0] if role == "window" else reads[role][edge]
+                 for role in roles if role == "window" or role in reads]
+        if len(spans) >= 2:
+            total += max(s[1] for s in spans) - min(s[0] for s in spans)
+    return total
+
+
 # offlab-engine's sender ends with two END markers; the second may reach a receiver that has
 # already stopped on the first: up to this many UdpNoPorts on the server are the harness's own.
 END_MARKER_NOPORTS = 2
@@ -49,6 +71,24 @@ def out_of_range(sample: dict) -> list[str]:
             for name, value in impossible(sample).items()]
 
 
+def loss_counters(probes: dict) -> tuple[dict, dict]:
+    """(snmp deltas, read times) for witnesses across hosts: where a channel host took part, the
+    local hosts' counters sampled when it read its own (offlab.probes `aligned`), else the window's."""
+    aligned = probes.get("aligned")
+    if aligned:
+        return aligned.get("snmp") or {}, {"reads": aligned.get("reads") or {}}
+    return probes.get("snmp") or {}, probes
+
+
+def udp_group(workload: dict | None) -> str:
+    """The kernel's UDP counters for the workload's family: /proc/net/snmp's Udp, or snmp6's Udp6."""
+    return "Udp6" if workload and workload.get("ipv6") else "Udp"
+
+
+def ip_group(workload: dict | None) -> str:
+    return "Ip6" if workload and workload.get("ipv6") else "Ip"
+
+
 def kernel_loss(probes: dict, workload: dict | None = None) -> tuple[float | None, int | None, int | None]:
     """(loss, sent, received) from the client's Udp OutDatagrams and the server's Udp InDatagrams.
 
@@ -57,9 +97,9 @@ def kernel_loss(probes: dict, workload: dict | None = None) -> tuple[float | Non
     """
     if workload and (workload.get("gro") or workload.get("gso")):
         return None, None, None
-    snmp = probes.get("snmp") or {}
-    out = (snmp.get("client") or {}).get("Udp", {}).get("OutDatagrams")
-    got = (snmp.get("server") or {}).get("Udp", {}).get("InDatagrams")
+    snmp, udp = loss_counters(probes)[0], udp_group(workload)
+    out = (snmp.get("client") or {}).get(udp, {}).get("OutDatagrams")
+    got = (snmp.get("server") or {}).get(udp, {}).get("InDatagrams")
     if not out or got is None:
         return None, out, got
     return max(0.0, min(1.0, (out - got) / out)), out, got
@@ -73,12 +113,22 @@ def cross_check(sample: dict) -> dict:
         k_loss, k_sent, k_got = kernel_loss(probes, w)
         t_loss = traffic.get("loss")
         if k_loss is not None:
-            ok = t_loss is not None and abs(t_loss - k_loss) <= LOSS_TOLERANCE
+            udp = udp_group(w)
+            apart = skew(loss_counters(probes)[1], "client", "server")
+            window = probes.get("window_s") or 0
+            rate = k_sent / window if window > 0 else 0.0
+            in_skew = rate * apart  # datagrams that may be counted by one host's reads and not the other's
+            tolerance = LOSS_TOLERANCE + in_skew / k_sent
+            ok = t_loss is not None and abs(t_loss - k_loss) <= tolerance
             checks.append({
                 "check": "loss", "ok": ok,
                 "tool": t_loss, "kernel": k_loss, "kernel_sent": k_sent, "kernel_received": k_got,
+                "skew_s": round(apart, 6), "tolerance": tolerance,
                 "detail": (f"loss {_pct(t_loss)} by {traffic.get('tool')}, {_pct(k_loss)} by the kernel "
-                           f"(client Udp OutDatagrams {k_sent}, server Udp InDatagrams {k_got})"),
+                           f"(client {udp} OutDatagrams {k_sent}, server {udp} InDatagrams {k_got}); "
+                           f"tolerance {_pct(tolerance)} = {_pct(LOSS_TOLERANCE)} + {in_skew:.0f} datagrams "
+                           f"that may have flowed in the {1000 * apart:.1f} ms the two hosts' reads may be apart "
+                           f"at the window's edges ({rate:.4g} pps × {1000 * apart:.1f} ms)"),
             })
             if t_loss is None:
                 # The tool's count was impossible: the kernel's sender/receiver counts are the best source.
@@ -94,11 +144,17 @@ def cross_check(sample: dict) -> dict:
     app_bytes = (traffic.get("throughput_bps") or 0) * probes.get("window_s", 0) / 8
     rx_bytes = _server_rx_bytes(probes)
     if app_bytes > 0 and rx_bytes is not None:
-        ok = app_bytes <= rx_bytes * 1.02
+        # The tool's throughput times this machine's window against the server's counters, read (on
+        # a channel host) up to `apart` away from the window's edges.
+        apart = skew(probes, "window", "server")
+        in_skew = (traffic.get("throughput_bps") or 0) / 8 * apart
+        ok = app_bytes <= rx_bytes * 1.02 + in_skew
         checks.append({"check": "application bytes ≤ interface bytes", "ok": ok, "application_bytes": app_bytes,
-                       "interface_bytes": rx_bytes,
+                       "interface_bytes": rx_bytes, "skew_s": round(apart, 6),
                        "detail": f"{app_bytes:.4g} B received by the application, {rx_bytes:.4g} B by the "
-                                 f"server's interfaces"})
+                                 f"server's interfaces; tolerance 2 % + {in_skew:.4g} B that may have flowed in "
+                                 f"the {1000 * apart:.1f} ms the server's reads may be away from the window's "
+                                 f"edges"})
     status = "consistent" if all(c["ok"] for c in checks) else "inconsistent"
     return {"status": status, "checks": checks}
 
@@ -112,6 +168,11 @@ def _server_rx_bytes(probes: dict) -> int | None:
 IP_DROPS = (("InHdrErrors", "bad IP header"), ("InAddrErrors", "not for this host and not forwarded"),
             ("InDiscards", "IP input discards"), ("OutDiscards", "IP output discards"),
             ("OutNoRoutes", "no route"), ("ReasmFails", "fragment reassembly failed"))
+IP6_DROPS = (("InHdrErrors", "bad IPv6 header"), ("InAddrErrors", "not for this host and not forwarded"),
+             ("InNoRoutes", "no route on input"), ("InTooBigErrors", "larger than the next hop's MTU"),
+             ("InTruncatedPkts", "truncated packet"), ("InDiscards", "IPv6 input discards"),
+             ("OutDiscards", "IPv6 output discards"), ("OutNoRoutes", "no route"),
+             ("ReasmFails", "fragment reassembly failed"))
 UDP_DROPS = (("RcvbufErrors", "socket receive buffer full"), ("NoPorts", "no socket on the port"),
              ("InCsumErrors", "bad UDP checksum"), ("InErrors", "other UDP input errors"))
 DEVICE_DROPS = (("rx_dropped", "dropped on receive"), ("tx_dropped", "dropped on transmit"),
@@ -125,13 +186,14 @@ def _lost(sample: dict) -> tuple[int | None, str | None, int | None]:
     traffic, probes = sample["traffic"], sample["probes"]
     _, k_sent, k_got = kernel_loss(probes, sample["workload"])
     if k_sent is not None and k_got is not None:
-        source = "client Udp OutDatagrams − server Udp InDatagrams"
+        udp = udp_group(sample["workload"])
+        source = f"client {udp} OutDatagrams − server {udp} InDatagrams"
         if traffic.get("tool") != "engine":
             # Without IP_RECVERR a send its qdisc dropped "succeeds" but counts in SndbufErrors, not OutDatagrams.
-            refused = ((probes.get("snmp") or {}).get("client") or {}).get("Udp", {}).get("SndbufErrors", 0)
+            refused = ((probes.get("snmp") or {}).get("client") or {}).get(udp, {}).get("SndbufErrors", 0)
             if refused:
                 k_sent += refused
-                source = "client Udp OutDatagrams + SndbufErrors − server Udp InDatagrams"
+                source = f"client {udp} OutDatagrams + SndbufErrors − server {udp} InDatagrams"
         return k_sent - k_got, source, k_sent
     sent, got = traffic.get("datagrams_sent"), traffic.get("datagrams_received")
     if sent is not None and got is not None and 0 <= got <= sent:
@@ -180,22 +242,24 @@ def attribute_loss(sample: dict) -> dict | None:
         rx_dropped += d.get("rx_dropped", 0)
     backlog = sum(v.get("dropped", 0) for v in (probes.get("softnet") or {}).values())
     place("machine", "softnet backlog dropped", "per-CPU input backlog full (netdev_max_backlog)", backlog, "softnet")
+    # IPv6 traffic dies in /proc/net/snmp6's counters (Ip6…, Udp6…), IPv4 in /proc/net/snmp's.
+    ig, ug = ip_group(w), udp_group(w)
     for role, snmp in (probes.get("snmp") or {}).items():
-        ip, udp = snmp.get("Ip", {}), snmp.get("Udp", {})
-        for key, what in IP_DROPS:
+        ip, udp = snmp.get(ig, {}), snmp.get(ug, {})
+        for key, what in (IP6_DROPS if ig == "Ip6" else IP_DROPS):
             # The sender's own IP OutDiscards are its qdisc drops again (or a send the app saw fail).
             if role == "client" and key == "OutDiscards":
                 continue
-            place(role, f"{role} Ip {key}", what, ip.get(key, 0), "ip")
+            place(role, f"{role} {ig} {key}", what, ip.get(key, 0), "ip")
         if role == "server":
             # InErrors already counts RcvbufErrors and InCsumErrors: only the rest is its own place.
             other = udp.get("InErrors", 0) - udp.get("RcvbufErrors", 0) - udp.get("InCsumErrors", 0)
             for key, what in UDP_DROPS:
-                place(role, f"{role} Udp {key}", what, other if key == "InErrors" else udp.get(key, 0), "udp")
+                place(role, f"{role} {ug} {key}", what, other if key == "InErrors" else udp.get(key, 0), "udp")
         if role == "client" and traffic.get("tool") != "engine":
             queue = sum(q.get("drops", 0) for n, q in (probes.get("qdisc") or {}).items() if n.startswith("client:"))
             # Without IP_RECVERR a send the qdisc dropped returns success and counts in SndbufErrors.
-            place(role, f"{role} Udp SndbufErrors", "send dropped before the wire (send buffer or queue full)",
+            place(role, f"{role} {ug} SndbufErrors", "send dropped before the wire (send buffer or queue full)",
                   max(0, udp.get("SndbufErrors", 0) - queue), "udp")
     # A backlog drop also counts as the receiving device's rx_dropped: count it once.
     overlap = min(backlog, rx_dropped)
@@ -207,12 +271,22 @@ def attribute_loss(sample: dict) -> dict | None:
     places.sort(key=lambda p: (order.get(p["host"], 2), -p["count"]))
     return {
         "lost": lost, "lost_source": source, "sent": sent,
+        # client and server reads up to skew_s apart: lost is known to ± this many datagrams
+        **_lost_uncertainty(probes, source, sent),
         "places": places,
         "explained": min(lost, explained),
         "unexplained": max(0, lost - explained),
         "not_lost": not_lost,
         "receiver_absent": receiver_absent(sample),
     }
+
+
+def _lost_uncertainty(probes: dict, source: str | None, sent: int | None) -> dict:
+    window = probes.get("window_s") or 0
+    if not source or not source.startswith("client") or not sent or window <= 0:
+        return {}
+    apart = skew(loss_counters(probes)[1], "client", "server")
+    return {"skew_s": round(apart, 6), "lost_uncertainty": round(sent / window * apart)}
 
 
 def receiver_absent(sample: dict) -> str | None:
@@ -225,12 +299,12 @@ def receiver_absent(sample: dict) -> str | None:
     kernel counts a super-packet that finds no socket once, so NoPorts × segments ≈ datagrams.
     """
     traffic, probes, w = sample["traffic"], sample["probes"], sample["workload"]
-    noports = ((probes.get("snmp") or {}).get("server") or {}).get("Udp", {}).get("NoPorts", 0) or 0
+    noports = ((probes.get("snmp") or {}).get("server") or {}).get(udp_group(w), {}).get("NoPorts", 0) or 0
     refused = (traffic.get("errors") or {}).get("ECONNREFUSED", 0)
     if noports <= END_MARKER_NOPORTS and not refused:
         return None
     stop = traffic.get("receiver_stop")
-    seen = [f"server Udp NoPorts +{noports}" + (" (one per UDP_SEGMENT super-packet)" if w.get("gso") else "")]
+    seen = [f"server {udp_group(w)} NoPorts +{noports}" + (" (one per UDP_SEGMENT super-packet)" if w.get("gso") else "")]
     if refused:
         seen.append(f"sender ECONNREFUSED ×{refused}")
     if stop and stop != "end":

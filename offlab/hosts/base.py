@@ -164,6 +164,11 @@ class Host:
             raise CommandFailed(argv, proc.returncode, proc.stderr, self.name)
         return result
 
+    def stream(self, argv: Sequence[str], *, lifetime: float = 600.0) -> "subprocess.Popen | None":
+        """A process with stdin/stdout piped here that answers lines quickly, where this kind of host
+        offers one (an SSH host does; a namespace needs none, a guest's channel has none): None."""
+        return None
+
     def spawn(self, argv: Sequence[str], **popen_kwargs) -> Process:
         """Start a long-running process here (a server, a probe); the caller owns it."""
         full = self.wrap([str(a) for a in argv])

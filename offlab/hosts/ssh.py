@@ -386,6 +386,16 @@ class SshHost(Host):
             raise CommandFailed(argv, rc, result.stderr, self.name)
         return result
 
+    def stream(self, argv: Sequence[str], *, lifetime: float = 600.0) -> subprocess.Popen:
+        """argv on the host with its stdin and stdout piped to this process (text, line-buffered), over
+        the master connection: a reader that answers a line in one network round trip, not one ssh
+        session per read. It ends when its stdin closes, and on the host after `lifetime` at most."""
+        remote = self._remote_argv(argv, None, lifetime)
+        self.connect()
+        local = self._local([*self._base(), "-T", "--", self.target, remote_command(remote)])
+        return subprocess.Popen(local, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                text=True, bufsize=1)
+
     def spawn(self, argv: Sequence[str], **popen_kwargs) -> RemoteProcess:
         """A detached process on the host; its output goes to files there (`popen_kwargs` are ignored)."""
         return RemoteProcess(self, self.with_tool([str(a) for a in argv]), text=popen_kwargs.get("text", True))

@@ -1,25 +1,26 @@
 """RPS and XPS CPU masks: /sys/class/net/IF/queues/rx-N/rps_cpus and tx-N/xps_cpus.
 
 `rps` / `xps` set every queue of the interface; `rps.N` / `xps.N` one queue.
-Masks are hex ("3" or "0x3"), and may not name CPUs this machine does not have.
+Masks are hex ("3" or "0x3"), and may not name CPUs the target host does not have (a guest has
+its own vCPUs: its /sys/devices/system/cpu/possible is read through its Host).
 """
 
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Any
 
 from offlab.errors import BadInput
+from offlab.hosts import LOCAL, Host
 from offlab.knobs.base import Knob, Plan
 
 MASK_RE = re.compile(r"^(0x)?([0-9a-fA-F]{1,64})$")
 QUEUE_RE = re.compile(r"^(rx|tx)-[0-9]{1,5}$")
 
 
-def possible_cpus() -> int:
-    """Number of CPU ids (highest possible CPU + 1), from /sys/devices/system/cpu/possible."""
-    text = Path("/sys/devices/system/cpu/possible").read_text().strip()
+def possible_cpus(host: Host = LOCAL) -> int:
+    """Number of CPU ids on `host` (highest possible CPU + 1), from its /sys/devices/system/cpu/possible."""
+    text = host.read("/sys/devices/system/cpu/possible").strip()
     return max(int(part.split("-")[-1]) for part in text.split(",")) + 1
 
 
@@ -64,9 +65,10 @@ class QueueMask(Knob):
             mask = int(MASK_RE.fullmatch(value.strip()).group(2), 16)
         else:
             raise BadInput(f"{self.label}: expected a hex CPU mask such as 3 or 0x3, got {value!r}")
-        cpus = possible_cpus()
+        cpus = possible_cpus(self.host)
         if mask >= 1 << cpus:
-            raise BadInput(f"{self.label}: mask {mask:#x} names CPUs this machine does not have "
+            where = "this machine" if self.host.shares_kernel else f"host {self.target.where.split(':')[0]}"
+            raise BadInput(f"{self.label}: mask {mask:#x} names CPUs {where} does not have "
                            f"({cpus} CPUs: at most {(1 << cpus) - 1:#x})")
         if not self.queues():
             what = f"queue {self.key.split('.')[0][0]}x-{self.index}" if self.index else "queues"

@@ -120,17 +120,24 @@ def restore_pending(list_only: bool = False, *, force: bool = False) -> list[str
 
 
 def list_pending(namespaces: Iterable[str] | None = None, lab: str | None = None) -> list[Entry]:
-    """Journalled changes not yet restored, newest first; only those in `namespaces` (and in the
-    guests of `lab`) if given."""
+    """Journalled changes not yet restored, newest first; only those in `namespaces` (and on the
+    guests and SSH hosts of `lab`) if given."""
     wanted = set(namespaces) if namespaces is not None else None
     out = []
     for view in all_journals():
         pid = view.owner["pid"] if view.alive else None
         for e in view.open_entries:
-            if wanted is None or e.data.get("netns") in wanted or (lab and in_guest_of(e, {lab})):
+            if wanted is None or e.data.get("netns") in wanted or (lab and in_guest_of(e, {lab})) \
+                    or (lab and _on_remote_host_of(e, lab)):
                 e.held_by = pid
                 out.append(e)
     return _newest_first(out)
+
+
+def _on_remote_host_of(entry: Entry, lab: str) -> bool:
+    """An entry for an SSH host of lab `lab` (a `hosts` lab: its settings live on that machine)."""
+    ref = entry.data.get("host")
+    return isinstance(ref, dict) and ref.get("kind") == "ssh" and entry.data.get("lab") == lab
 
 
 def pending_changes(role_of: dict[str, str], lab: str | None = None) -> list[dict]:

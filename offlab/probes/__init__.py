@@ -3,10 +3,19 @@
 A `ProbeSession` opens each lab host's `net_reader()` (for a namespace, an idle anchor
 process whose /proc/PID/net/* is read from here without spawning a command at the
 edges of the window), which keeps the two snapshots close to the instants they claim.
+A host with a kernel of its own (a guest, an SSH host) cannot be read from here: each
+snapshot starts one read per such host, all at once, before this machine's files are
+read (its clock and all its counter files in one `awk`; an SSH host through a reader
+stream), and the snapshot does not wait for the answers (`settle` does). Every host's
+read is timed (sent → answered, on this machine's clock, narrowed by the host's own
+clock), and this machine's UDP/IP counters are sampled meanwhile, so a witness that
+compares two hosts uses counters read at the same instants and knows how far apart they
+may still be (`reads`, `aligned`, `witnesses.skew`; docs/results.md).
 """
 
 from __future__ import annotations
 
+import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
@@ -47,6 +56,13 @@ class Snapshot:
     guest_stat: dict[str, dict[str, dict[str, int]]] | None = None  # role → /proc/stat of a host with its own kernel
     qdisc: dict[str, dict[str, dict] | None] = field(default_factory=dict)  # role → root qdisc counters per dev
     testpmd_ports: dict[int, dict[str, int]] | None = None  # a dpdk lab's testpmd port counters
+    # role → (sent, answered) on this machine's monotonic clock: the counters of that host were read
+    # at some instant in between (microseconds apart for a namespace, a round trip for a channel host).
+    reads: dict[str, tuple[float, float]] = field(default_factory=dict)
+    # role → that host's own clock (/proc/uptime, 10 ms steps) read by the same process just before its
+    # counters: the length of its window on its own clock, whatever the channel's delays.
+    clocks: dict[str, float] = field(default_factory=dict)
+    pending: dict = field(default_factory=dict, repr=False)  # role → a channel host's read still under way
 
 
 class ProbeSession:
@@ -61,23 +77,106 @@ class ProbeSession:
         # (their counters and /proc/stat, see _Remote); the others through their net_reader.
         self.own_kernel = {role: h for role, h in hosts.items() if not h.shares_kernel}
         self.testpmd = Testpmd.for_lab(lab.name) if lab.topology.startswith("dpdk") else None
+        # role → (sent, its clock, answered) of every exchange with a channel host: together they pin
+        # its clock against this machine's (see read_times).
+        self.exchanges: dict[str, list[tuple[float, float, float]]] = {role: [] for role in self.own_kernel}
+        self.samples: list[tuple[float, float, dict]] = []
+        self._sampler: threading.Thread | None = None
+        self._sampling = False
+        self.streams: dict[str, _Stream] = {}
         try:
             for role, host in hosts.items():
                 if role not in self.own_kernel:
                     self.readers[role] = host.net_reader()
+                elif (proc := host.stream(["sh", "-c", _STREAM_READ], lifetime=lifetime)) is not None:
+                    self.streams[role] = _Stream(proc, host.name)
+            calls = [_Async(self._exchange, role) for role in self.own_kernel]
+            for c in calls:
+                c.result(timeout=60)
         except BaseException:
             self.close()
             raise
 
+    def _read_remote(self, role: str) -> str:
+        """One answer of _REMOTE_READ from a channel host: over its stream where it has one."""
+        if role in self.streams:
+            return self.streams[role].ask()
+        return self.own_kernel[role].run(["sh", "-c", _REMOTE_READ], timeout=30).stdout
+
+    def _exchange(self, role: str) -> None:
+        """A few reads of the host's clock before the traffic: the quickest answers bound its offset."""
+        for _ in range(CLOCK_EXCHANGES):
+            t0 = time.monotonic()
+            try:
+                up = split_counter_files(self._read_remote(role).partition(_SEP + "\n")[0])["uptime"].split()
+            except (OfflabError, OSError):
+                return
+            if up and _is_number(up[0]):
+                self.exchanges[role].append((t0, float(up[0]), time.monotonic()))
+
     def close(self) -> None:
+        self._stop_sampling()
         for reader in self.readers.values():
             reader.close()
+        for stream in self.streams.values():
+            stream.close()
+
+    # ---- this machine's counters, sampled while a channel host's read is under way ----------------
+    # A channel host's counters are read when its command gets there (1–2.5 s after it was sent, seen
+    # under TCG on a loaded machine); this machine's are cheap to read at any instant. So from the
+    # first snapshot on, the UDP counters of every local role are sampled every SAMPLE_EVERY_S, and
+    # the cross-host witnesses compare the channel host's counters with the local ones read when it
+    # read its own (`aligned`), not with the local ones read at the window's edges.
+    def _start_sampling(self) -> None:
+        if self._sampler is not None or not self.own_kernel or not self.readers:
+            return
+        self._sampling = True
+        self._sampler = threading.Thread(target=self._sample, daemon=True)
+        self._sampler.start()
+
+    def _sample(self) -> None:
+        roles = [r for r in self.readers if r in ("client", "server", "router")]
+        while self._sampling and len(self.samples) < MAX_SAMPLES:
+            try:
+                t0 = time.monotonic()
+                snmp = {r: {**counters.parse_snmp(self.readers[r].read("snmp")), **_snmp6(self.readers[r])}
+                        for r in roles}
+                self.samples.append((t0, time.monotonic(), snmp))
+            except OSError:
+                return
+            time.sleep(SAMPLE_EVERY_S)
+
+    def _stop_sampling(self) -> None:
+        self._sampling = False
+        if self._sampler is not None:
+            self._sampler.join(timeout=5)
 
     def __enter__(self) -> "ProbeSession":
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+    def wait_for_traffic(self, timeout: float) -> bool:
+        """Wait until this machine's lab interfaces carry traffic (a look every 20 ms: 2 packets more
+        than the last look, or 20 more than the first), at most `timeout` s: a sender in a guest
+        starts sending well after offlab hears it started. True if traffic was seen; False (at once)
+        where no lab host is read from here."""
+        if not self.readers:
+            return False
+        deadline, first, last = time.monotonic() + timeout, None, None
+        while time.monotonic() < deadline:
+            try:
+                now = sum(d["rx_packets"] + d["tx_packets"] for r in self.readers.values()
+                          for name, d in parse_net_dev(r.read("dev")).items() if name != "lo")
+            except OSError:
+                return False
+            if last is not None and (now - last >= 2 or now - first >= 20):
+                return True
+            first = now if first is None else first
+            last = now
+            time.sleep(0.02)
+        return False
 
     def watch(self, role: str, pid: int) -> None:
         self.pids[role] = pid
@@ -86,14 +185,18 @@ class ProbeSession:
         netdev, snmp, guest_stat = {}, {}, {}
         # A host with a kernel of its own answers over a channel (tens of ms): one command each for
         # all its files, all of them at once, while this machine's files are read.
-        remote = {role: _Remote(host) for role, host in self.own_kernel.items()}
+        remote = {role: _Remote(self._read_remote, role) for role in self.own_kernel}
         # tc is a command, not a file: one per namespace, all at once, while the files are read.
         tc = {role: _Async(qdisc.read, self.lab.host(role)) for role in self.readers}
+        reads, clocks = {}, {}
         for role, reader in self.readers.items():
             try:
+                t0 = time.monotonic()
                 netdev[role] = parse_net_dev(reader.read("dev"))
                 if role in ("client", "server", "router"):
-                    snmp[role] = counters.parse_snmp(reader.read("snmp") + reader.read("netstat"))
+                    snmp[role] = {**counters.parse_snmp(reader.read("snmp") + reader.read("netstat")),
+                                  **_snmp6(reader)}
+                reads[role] = (t0, time.monotonic())
             except OSError as exc:
                 # The reader's anchor process dies with its namespace: the lab went away mid-window.
                 raise EnvironmentProblem(
@@ -106,20 +209,62 @@ class ProbeSession:
             if ticks:
                 procs[pid] = ticks
         t = time.monotonic()
+        self._start_sampling()
         ports = dpdk_ports.read(self.testpmd) if self.testpmd is not None else None
         stat = cpu.parse_proc_stat(_read("/proc/stat"))
         softnet = {r.cpu: {"processed": r.processed, "dropped": r.dropped, "time_squeeze": r.time_squeeze}
                    for r in parse_softnet(_read("/proc/net/softnet_stat"))}
         qdiscs = {role: a.result() for role, a in tc.items()}
-        for role, r in remote.items():
-            dev, snmp_text, stat_text, tc_text = r.result(self.lab.name, role)
-            netdev[role] = parse_net_dev(dev)
-            snmp[role] = counters.parse_snmp(snmp_text)
-            guest_stat[role] = cpu.parse_proc_stat(stat_text)
-            qdiscs[role] = qdisc.parse_tc(tc_text) if tc_text.strip() else None
-        return Snapshot(t, stat, procs, netdev, snmp, softnet, guest_stat, qdiscs, ports)
+        # The channel hosts' answers are not waited for here: a guest under TCG may take seconds to
+        # answer, and the window's other edge must still come on time. `settle` collects them.
+        return Snapshot(t, stat, procs, netdev, snmp, softnet, guest_stat, qdiscs, ports, reads, clocks,
+                        pending=remote)
+
+    def aligned(self, a: Snapshot, b: Snapshot) -> dict | None:
+        """The local roles' UDP/IP counters over the channel hosts' own windows (the samples nearest to
+        the instants they read theirs), with those hosts' counters: {"snmp": {role: delta}, "reads":
+        {role: {"start": [..], "end": [..]}}} in seconds from a.t / b.t, as `reads`."""
+        remote = [r for r in self.own_kernel if r in a.snmp and r in b.snmp]
+        if not remote or not self.samples:
+            return None
+        times = read_times(a, b, self.exchanges)
+        out_snmp = {r: counters.delta(a.snmp[r], b.snmp[r]) for r in remote}
+        out_reads = {r: times[r] for r in remote if r in times}
+        picked = []
+        for snap, edge in ((a, "start"), (b, "end")):
+            spans = [times[r][edge] for r in remote if r in times]
+            if not spans:
+                return None
+            instant = snap.t + (min(x[0] for x in spans) + max(x[1] for x in spans)) / 2
+            picked.append(_nearest(self.samples, instant))
+        (a0, a1, sa), (b0, b1, sb) = picked
+        for role in sa.keys() & sb.keys():
+            out_snmp[role] = counters.delta(sa[role], sb[role])
+            out_reads[role] = {"start": [round(a0 - a.t, 6), round(a1 - a.t, 6)],
+                               "end": [round(b0 - b.t, 6), round(b1 - b.t, 6)]}
+        return {"snmp": out_snmp, "reads": out_reads}
+
+    def settle(self, snap: Snapshot) -> Snapshot:
+        """Wait for the channel hosts' answers to `snap` and fold them in (done once)."""
+        for role, r in snap.pending.items():
+            files, tc_text = r.result(self.lab.name, role)
+            snap.netdev[role] = parse_net_dev(files["dev"])
+            snap.snmp[role] = {**counters.parse_snmp(files["snmp"] + files["netstat"]),
+                               **counters.parse_snmp6(files["snmp6"])}
+            snap.guest_stat[role] = cpu.parse_proc_stat(files["stat"])
+            snap.qdisc[role] = qdisc.parse_tc(tc_text) if tc_text.strip() else None
+            snap.reads[role] = (r.sent, r.answered)
+            uptime = files["uptime"].split()
+            if uptime and _is_number(uptime[0]):
+                snap.clocks[role] = float(uptime[0])
+                self.exchanges.setdefault(role, []).append((r.sent, float(uptime[0]), r.answered))
+        snap.pending = {}
+        return snap
 
     def result(self, a: Snapshot, b: Snapshot, *, client_cpu: int | None, server_cpu: int | None) -> dict:
+        self.settle(a)
+        self.settle(b)
+        self._stop_sampling()
         window = b.t - a.t
         hz = cpu.ticks_per_second()
         per_cpu = {name: cpu.cpu_split(a.stat[name], b.stat[name]) for name in b.stat if name in a.stat}
@@ -160,6 +305,8 @@ class ProbeSession:
                     interfaces[f"{role}:{ifname}"] = {**d, **counters.average_sizes(d)}
         return {
             "window_s": window,
+            "reads": read_times(a, b, self.exchanges),
+            **({"aligned": aligned} if (aligned := self.aligned(a, b)) else {}),
             "cpu": {"per_cpu": per_cpu, **sides, "system": cpu.system_time(a.stat, b.stat, hz),
                     **({"own_kernel": own} if own else {})},
             "processes": procs,
@@ -173,32 +320,158 @@ class ProbeSession:
         }
 
 
+def _snmp6(reader) -> dict[str, dict[str, int]]:
+    try:
+        return counters.parse_snmp6(reader.read("snmp6"))
+    except FileNotFoundError:  # IPv6 disabled in that namespace
+        return {}
+
+
+CLOCK_EXCHANGES = 3
+SAMPLE_EVERY_S = 0.01
+MAX_SAMPLES = 20000  # ~2 minutes of samples: a bound, never reached by a window and its reads
+UPTIME_STEP_S = 0.01  # /proc/uptime prints hundredths
+
+
+def _nearest(samples: list, instant: float):
+    return min(samples, key=lambda smp: abs((smp[0] + smp[1]) / 2 - instant)) if samples else None
+
+
+def clock_offset(exchanges: list[tuple[float, float, float]]) -> tuple[float, float] | None:
+    """Bounds of (host clock − this machine's monotonic clock) from exchanges (sent, clock, answered):
+    each says the clock was read in between, so every one bounds the offset; the tightest win."""
+    if not exchanges:
+        return None
+    low = max(u - t1 for t0, u, t1 in exchanges)
+    high = min(u + UPTIME_STEP_S - t0 for t0, u, t1 in exchanges)
+    return (low, high) if low <= high else None  # clocks that disagree with themselves: no claim
+
+
+def read_instant(sent: float, answered: float, clock: float | None, offset) -> tuple[float, float]:
+    """When a host's counters were read, on this machine's clock: between sending and answer, narrowed
+    by the host's own clock reading (taken by the same process just before) where its offset is known."""
+    if clock is None or offset is None:
+        return sent, answered
+    low, high = max(sent, clock - offset[1]), min(answered, clock + UPTIME_STEP_S - offset[0])
+    return (low, high) if low <= high else (sent, answered)
+
+
+def read_times(a: Snapshot, b: Snapshot, exchanges: dict | None = None) -> dict[str, dict]:
+    """role → {"start": [earliest, latest], "end": [...]}: when its counters were read, in seconds from
+    the window's reference instants (a.t, b.t) on this machine's clock; for a channel host also
+    "own_window_s", the window between its two reads on its own clock."""
+    out = {}
+    for role in a.reads.keys() & b.reads.keys():
+        offset = clock_offset((exchanges or {}).get(role, []))
+        ra = read_instant(*a.reads[role], a.clocks.get(role), offset)
+        rb = read_instant(*b.reads[role], b.clocks.get(role), offset)
+        out[role] = {"start": [round(x - a.t, 6) for x in ra], "end": [round(x - b.t, 6) for x in rb]}
+        if role in a.clocks and role in b.clocks:
+            out[role]["own_window_s"] = round(b.clocks[role] - a.clocks[role], 3)
+            out[role]["answered_s"] = [round(a.reads[role][1] - a.t, 3), round(b.reads[role][1] - b.t, 3)]
+    return out
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
 _SEP = "@@offlab-probe@@"
-_REMOTE_READ = (f"cat /proc/net/dev; echo {_SEP}; cat /proc/net/snmp /proc/net/netstat; echo {_SEP}; cat /proc/stat; echo {_SEP}; "
-                f"{' '.join(qdisc.TC_SHOW)} 2>/dev/null")
+# One process reads every counter file back to back, its own clock first (/proc/uptime), and sends
+# only the lines offlab keeps with single spaces: the answer crosses a guest's channel at a few KB a
+# second under TCG (6 KB took ~1.5 s here, a load of 7 on 2 cores). tc, a command, comes after.
+_REMOTE_READ = (
+    'set -- /proc/uptime /proc/net/dev /proc/net/snmp /proc/net/netstat; '
+    '[ -e /proc/net/snmp6 ] && set -- "$@" /proc/net/snmp6; '
+    "awk 'FNR==1{print \"@@\" FILENAME} "
+    "FILENAME ~ /snmp$/ && !/^(Ip|Tcp|Udp):/ {next} "
+    # /proc/net/netstat's TcpExt has ~120 columns: only those offlab keeps (names, then values)
+    "FILENAME ~ /netstat$/ {if (!/^TcpExt:/) next; if (!n) for (i = 2; i <= NF; i++) "
+    f"if ($i ~ /^({'|'.join(counters.SNMP_KEEP['TcpExt'])})$/) k[++n] = i; "
+    "l = $1; for (j = 1; j <= n; j++) l = l \" \" $(k[j]); print l; next} "
+    "FILENAME ~ /snmp6$/ && !/^(Ip6|Udp6)[A-Z]/ {next} "
+    "FILENAME ~ /\\/stat$/ && !/^cpu/ {next} {$1=$1; print}' \"$@\" /proc/stat; "
+    f"echo {_SEP}; {' '.join(qdisc.TC_SHOW)} 2>/dev/null")
+
+
+def split_counter_files(text: str) -> dict[str, str]:
+    """The answer of _REMOTE_READ before its tc part → {"uptime": ..., "dev": ..., "snmp": ..., "netstat": ...,
+    "snmp6": ..., "stat": ...} (a file the host lacks is "")."""
+    files = {name: "" for name in ("uptime", "dev", "snmp", "netstat", "snmp6", "stat")}
+    name = None
+    for line in text.splitlines(keepends=True):
+        if line.startswith("@@/proc/"):
+            name = line.strip().rsplit("/", 1)[1]
+        elif name in files:
+            files[name] += line
+    return files
+
+
+# The same read, once per line on stdin, for a host that keeps a reader process (an SSH host's stream).
+_END = "@@offlab-end@@"
+_STREAM_READ = f"while read -r _; do {_REMOTE_READ}; echo {_END}; done"
+
+
+class _Stream:
+    """A reader process on a channel host: a line in, one _REMOTE_READ answer out (ends with _END)."""
+
+    def __init__(self, proc, name: str) -> None:
+        self.proc, self.name, self.lock = proc, name, threading.Lock()
+
+    def ask(self) -> str:
+        with self.lock:
+            try:
+                self.proc.stdin.write("\n")
+                self.proc.stdin.flush()
+            except OSError as exc:
+                raise OSError(f"the counter reader on {self.name} is gone: {exc}") from None
+            lines = []
+            while (line := self.proc.stdout.readline()) and line.rstrip("\n") != _END:
+                lines.append(line)
+            if not line:
+                raise OSError(f"the counter reader on {self.name} ended")
+            return "".join(lines)
+
+    def close(self) -> None:
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()  # our own ssh client, by its pid
+            self.proc.wait()
 
 
 class _Remote:
-    """One snapshot's files of a host with its own kernel, read in one command on a thread."""
+    """One snapshot's files of a host with its own kernel, read in one command on a thread, timed."""
 
-    def __init__(self, host) -> None:
-        self.host, self.out, self.error = host, "", None
+    def __init__(self, read, role: str) -> None:
+        self.read, self.role, self.out, self.error = read, role, "", None
+        self.sent = self.answered = time.monotonic()
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
 
     def _run(self) -> None:
         try:
-            self.out = self.host.run(["sh", "-c", _REMOTE_READ], timeout=30).stdout
-        except OfflabError as exc:
+            self.sent = time.monotonic()
+            self.out = self.read(self.role)
+            self.answered = time.monotonic()
+        except (OfflabError, OSError) as exc:
             self.error = exc
 
-    def result(self, lab: str, role: str) -> tuple[str, str, str, str]:
+    def result(self, lab: str, role: str) -> tuple[dict[str, str], str]:
         self.thread.join(timeout=35)
-        parts = self.out.split(_SEP + "\n")
-        if self.error is not None or len(parts) != 4:
+        files, sep, tc_text = self.out.partition(_SEP + "\n")
+        if self.error is not None or not sep:
             raise EnvironmentProblem(f"lab {lab}: the counters of host {role} cannot be read"
                                      + (f": {self.error}" if self.error else ""))
-        return parts[0], parts[1], parts[2], parts[3]
+        return split_counter_files(files), tc_text
 
 
 class _Async:

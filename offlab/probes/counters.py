@@ -1,4 +1,5 @@
-"""Counters read before and after the window: interfaces, /proc/net/snmp (softnet_stat: offlab.netdev)."""
+"""Counters read before and after the window: interfaces, /proc/net/snmp and /proc/net/snmp6
+(softnet_stat: offlab.netdev)."""
 
 from __future__ import annotations
 
@@ -34,6 +35,30 @@ def parse_snmp(text: str) -> dict[str, dict[str, int]]:
             row = dict(zip(names.split(), values.split()))
             out[proto] = {k: int(row[k]) for k in SNMP_KEEP[proto] if k in row}
     return out
+
+
+# /proc/net/snmp6 ("Udp6InDatagrams 12"): kept under "Udp6" / "Ip6" with the IPv4 names, so the same
+# code reads either family. TCP has no snmp6 group: /proc/net/snmp's Tcp counts IPv6 segments too.
+SNMP6_KEEP = {
+    "Udp6": SNMP_KEEP["Udp"] + ("MemErrors",),
+    "Ip6": ("InReceives", "InHdrErrors", "InTooBigErrors", "InNoRoutes", "InAddrErrors", "InUnknownProtos",
+            "InTruncatedPkts", "InDiscards", "InDelivers", "OutForwDatagrams", "OutRequests", "OutDiscards",
+            "OutNoRoutes", "ReasmReqds", "ReasmOKs", "ReasmFails", "FragOKs", "FragFails", "FragCreates"),
+}
+
+
+def parse_snmp6(text: str) -> dict[str, dict[str, int]]:
+    """/proc/net/snmp6 (one "Name value" per line) → {"Udp6": {"InDatagrams": n, ...}, "Ip6": {...}}."""
+    out: dict[str, dict[str, int]] = {group: {} for group in SNMP6_KEEP}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) != 2 or not parts[1].isdigit():
+            continue
+        for group, keep in SNMP6_KEEP.items():
+            name = parts[0][len(group):] if parts[0].startswith(group) else None
+            if name in keep:
+                out[group][name] = int(parts[1])
+    return {group: values for group, values in out.items() if values}
 
 
 def delta(before: dict, after: dict) -> dict:

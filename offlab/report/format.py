@@ -117,6 +117,9 @@ def loss_lines(la: dict | None) -> list[str]:
     if la["places"] and la["unexplained"]:
         lines.append(f"  unexplained {la['unexplained']} ({100 * la['unexplained'] / la['lost']:.0f} %)")
     lines += [f"  not loss: {n['where']} {n['count']}: {n['what']}" for n in la.get("not_lost", [])]
+    if la.get("lost_uncertainty"):
+        lines.append(f"  ± {la['lost_uncertainty']} datagrams: the client's and the server's counters were read "
+                     f"up to {1000 * la['skew_s']:.1f} ms apart")
     return lines
 
 
