@@ -39,10 +39,14 @@ def check_options(options: dict, mtu: int, topology: str = "dpdk") -> None:
         raise BadInput(f"--mtu {mtu}: the dpdk lab's ports take at most {MAX_MTU} (DPDK 22.11 net_tap frames "
                        f"≤ 1522 B, net_af_packet ≤ 1518 B); jumbo frames need vhost-user ports at both ends "
                        f"(dpdk-vm has a tap port too)")
-    cpu = options.get("cpu")
+    check_cpu(options.get("cpu"))
+
+
+def check_cpu(cpu: object, whose: str = "") -> None:
+    """--testpmd-cpu: a CPU this machine has (`whose`: e.g. "the OVS PMD thread's CPU; ")."""
     ncpu = os.cpu_count() or 1
     if cpu is not None and (isinstance(cpu, bool) or not isinstance(cpu, int) or not 0 <= cpu < ncpu):
-        raise BadInput(f"--testpmd-cpu {cpu!r}: this machine has CPUs 0..{ncpu - 1}")
+        raise BadInput(f"--testpmd-cpu {cpu!r}: {whose}this machine has CPUs 0..{ncpu - 1}")
 
 
 def default_cpu() -> int:
@@ -72,16 +76,7 @@ def dpdk(b: Builder, mtu: int) -> None:
         c, s = link_name(b.lab.name, 0), link_name(b.lab.name, 1)
         ports = [Port(0, f"net_tap0,iface={c}", pmd, c, home=ns["client"]),
                  Port(1, f"net_tap1,iface={s}", pmd, s, home=ns["server"])]
-    rundir = ensure_dir(rundir_for(b.lab.name))
-    b.lab.rundir = str(rundir)
-    b.lab.save()
-
-    def record(pid: int, start_time: int, runtime: str) -> None:
-        b.lab.daemons.append(Daemon(DAEMON, pid, ns["switch"], start_time, runtime_dir=runtime))
-        b.lab.save()
-
-    with b.step(f"start dpdk-testpmd ({pmd} ports) in {ns['switch']} on CPU {cpu}"):
-        tp = Testpmd.start(ns["switch"], rundir, lab=b.lab.name, ports=ports, cpu=cpu, on_started=record)
+    tp = _start_testpmd(b, ns["switch"], ensure_dir(rundir_for(b.lab.name)), ports, cpu, f"{pmd} ports")
     if pmd == "tap":
         with b.step(f"tap ports {c} → client, {s} → server"):
             tp.send_taps_home()
@@ -126,15 +121,7 @@ def dpdk_vm(b: Builder, mtu: int) -> None:
     # tso=1: the port offers HOST_TSO4/6, so a guest with host_tso4=on may hand it super-packets (DPDK GSO's input)
     ports = [Port(0, f"net_tap0,iface={c}", "tap", c, home=ns["client"]),
              Port(1, f"net_vhost1,iface={sock},queues=1,tso=1", "vhost", None)]
-    b.lab.rundir = str(rundir)
-    b.lab.save()
-
-    def record(pid: int, start_time: int, runtime: str) -> None:
-        b.lab.daemons.append(Daemon(DAEMON, pid, ns["switch"], start_time, runtime_dir=runtime))
-        b.lab.save()
-
-    with b.step(f"start dpdk-testpmd (tap port, vhost-user server {sock}) in {ns['switch']} on CPU {cpu}"):
-        tp = Testpmd.start(ns["switch"], rundir, lab=b.lab.name, ports=ports, cpu=cpu, on_started=record)
+    tp = _start_testpmd(b, ns["switch"], rundir, ports, cpu, f"tap port, vhost-user server {sock}")
     with b.step(f"tap port {c} → client"):
         tp.send_taps_home()
         b.lab.hosts["client"].interfaces.append(Interface(c, "tap", peer_host="switch"))
@@ -154,3 +141,16 @@ def dpdk_vm(b: Builder, mtu: int) -> None:
         tp.checked(f"set eth-peer 0 {client_mac}")
         tp.checked(f"set eth-peer 1 {b.lab.hosts['server'].guest['nics'][0]['mac']}")
         tp.checked("start")
+
+
+def _start_testpmd(b: Builder, netns: str, rundir, ports: list, cpu: int, what: str) -> Testpmd:
+    """testpmd in `netns`, recorded as a lab daemon the moment it exists (before offlab waits for it)."""
+    b.lab.rundir = str(rundir)
+    b.lab.save()
+
+    def record(pid: int, start_time: int, runtime: str) -> None:
+        b.lab.daemons.append(Daemon(DAEMON, pid, netns, start_time, runtime_dir=runtime))
+        b.lab.save()
+
+    with b.step(f"start dpdk-testpmd ({what}) in {netns} on CPU {cpu}"):
+        return Testpmd.start(netns, rundir, lab=b.lab.name, ports=ports, cpu=cpu, on_started=record)

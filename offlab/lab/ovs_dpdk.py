@@ -23,7 +23,7 @@ from offlab.dpdk.testpmd import OWNER_FILE, owner_mark, runtime_dir, version
 from offlab.errors import BadInput, EnvironmentProblem, OfflabError, ToolMissing
 from offlab.hosts.process import process_start_time
 from offlab.lab.build import Builder
-from offlab.lab.dpdk import AF_PACKET_CSUM_WHY, default_cpu
+from offlab.lab.dpdk import AF_PACKET_CSUM_WHY, check_cpu, default_cpu
 from offlab.lab.model import Daemon, Interface, LabState
 from offlab.lab.ovs import Ovs, alive
 from offlab.names import link_name, netns_name
@@ -65,10 +65,7 @@ def check_options(options: dict, mtu: int) -> None:
         raise BadInput(f"--mtu {mtu}: ovs-dpdk's {pmd} ports ({driver}, DPDK 22.11) take frames ≤ {frame} B, i.e. "
                        f"MTU ≤ {MAX_MTU}; OVS refuses mtu_request={mtu} there and detaches the port until the "
                        f"request is cleared. Use --mtu {MAX_MTU} (jumbo frames need vhost-user ports)")
-    cpu = options.get("cpu")
-    ncpu = os.cpu_count() or 1
-    if cpu is not None and (isinstance(cpu, bool) or not isinstance(cpu, int) or not 0 <= cpu < ncpu):
-        raise BadInput(f"--testpmd-cpu {cpu!r}: the OVS PMD thread's CPU; this machine has CPUs 0..{ncpu - 1}")
+    check_cpu(options.get("cpu"), "the OVS PMD thread's CPU; ")
 
 
 def check_vm_options(options: dict, mtu: int) -> None:
