@@ -43,6 +43,8 @@ def plans(name: str, *, quick: bool = False) -> list[Plan]:
         for key in ("only", "exclude", "repeat", "budget", "headline", "quick"):
             if key in part:
                 base[key] = part[key]
+        if "workload" in part:  # e.g. shorter samples: merged into the suite's own workload
+            base["workload"] = {**(base.get("workload") or {}), **part["workload"]}
         effective = yaml.safe_dump(base, sort_keys=False, allow_unicode=True)
         out.append(load_plan(effective, f"suite {name} part {i + 1} ({part['suite']})", quick=quick))
     return out
