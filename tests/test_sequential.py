@@ -234,6 +234,17 @@ def test_a_composite_part_can_shorten_its_suites_samples_and_keeps_the_rest_of_t
             assert (cell.workload.warmup, cell.workload.tool) == (own.warmup, own.tool)
 
 
+def test_quick_workload_applies_to_quick_runs_only_and_a_bad_one_names_the_field():
+    text = PLAN + "quick_workload: {duration: 0.5}\n"
+    assert {c.workload.duration for c in load_plan(text, "p.yaml", quick=True).cells} == {0.5}
+    assert {c.workload.duration for c in load_plan(text, "p.yaml").cells} == {1}
+    assert {c.workload.warmup for c in load_plan(text, "p.yaml", quick=True).cells} == {0.3}
+    with pytest.raises(BadInput, match=r"p\.yaml:\d+: quick_workload.duration"):
+        load_plan(PLAN + "quick_workload: {duration: soon}\n", "p.yaml")
+    with pytest.raises(BadInput, match=r"quick_workload is a mapping"):
+        load_plan(PLAN + "quick_workload: 1\n", "p.yaml")
+
+
 @pytest.mark.parametrize("change,message", [
     ('headline: [{offload: "on"}]', 'headline: [{offload: "off"}]'),
     ('headline: [{offload: "on"}]', 'headline: [{speed: "on"}]'),

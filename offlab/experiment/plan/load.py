@@ -14,7 +14,7 @@ from offlab.experiment.plan.errors import PlanErrors
 from offlab.experiment.plan.models import CaptureSpec, Plan, RepeatSpec, TopologySpec, WorkloadSpec
 
 TOP_KEYS = {"name", "description", "topology", "axes", "only", "exclude", "workload", "repeat", "baseline",
-            "capture", "budget", "seed", "warmup", "headline", "quick"}
+            "capture", "budget", "seed", "warmup", "headline", "quick", "quick_workload"}
 QUICK_BUDGET_S = 120.0  # --quick with no budget of its own: about two minutes of measuring
 
 
@@ -38,6 +38,13 @@ def load_plan(text: str, source: str = "<plan>", *, quick: bool = False) -> Plan
     if isinstance(wl, dict) and "warmup" in data:
         wl.setdefault("warmup", data["warmup"])
     workload = err.model(WorkloadSpec, wl, ("workload",))
+    quick_wl = data.get("quick_workload")
+    if quick_wl is not None:  # --quick's samples, e.g. shorter: merged over `workload`, checked with it always
+        if not isinstance(quick_wl, dict) or not isinstance(wl, dict):
+            err.fail(("quick_workload",), "quick_workload is a mapping of workload fields, e.g. {duration: 1}")
+        quicker = err.model(WorkloadSpec, {**wl, **quick_wl}, ("quick_workload",))
+        if quick:
+            workload = quicker
     repeat = err.model(RepeatSpec, data.get("repeat") or {}, ("repeat",))
     capture = _capture(err, data.get("capture"), topology.kind)
     axes, value_paths = parse_axes(err, data.get("axes") or {}, topology.kind)
