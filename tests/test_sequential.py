@@ -221,6 +221,7 @@ def test_quick_keeps_the_headline_and_the_quick_cells_with_their_baselines_and_a
     plan = load_plan(PLAN + 'quick: [{offload: "on"}]\n', "p.yaml", quick=True)
     assert [c.key for c in plan.cells] == ["offload=off", "offload=on"]
     assert plan.budget_s == 120 and plan.shape_rounds == 2 and plan.repeat.min == 2
+    assert plan.repeat.max == 30  # the budget, not the plan's max of 4, bounds a quick run's rounds
     assert len(load_plan(PLAN, "p.yaml", quick=True).cells) == 3  # no `quick:`: every cell
 
 

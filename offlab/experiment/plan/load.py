@@ -16,6 +16,7 @@ from offlab.experiment.plan.models import CaptureSpec, Plan, RepeatSpec, Topolog
 TOP_KEYS = {"name", "description", "topology", "axes", "only", "exclude", "workload", "repeat", "baseline",
             "capture", "budget", "seed", "warmup", "headline", "quick", "quick_workload"}
 QUICK_BUDGET_S = 120.0  # --quick with no budget of its own: about two minutes of measuring
+QUICK_MAX_ROUNDS = 30  # --quick: the budget bounds a headline comparison's rounds, not the plan's max
 
 
 def load_plan(text: str, source: str = "<plan>", *, quick: bool = False) -> Plan:
@@ -80,13 +81,13 @@ def load_plan(text: str, source: str = "<plan>", *, quick: bool = False) -> Plan
 
 def _quicken(plan: Plan) -> None:
     """--quick. Deciding plans: the headline comparisons first, decided as usual but within
-    QUICK_BUDGET_S unless the plan has a budget; other cells (those `quick` names, else all)
-    get two rounds, enough to show the shape. Width plans: 1–2 rounds, a 20 % wide interval."""
+    QUICK_BUDGET_S unless the plan has a budget, which rather than `repeat.max` bounds their rounds;
+    other cells (those `quick` names, else all) get two rounds, enough to show the shape. Width plans: 1–2 rounds, a 20 % wide interval."""
     rep = plan.repeat
     if rep.rule(plan.baseline is not None) == "width":
         plan.repeat = rep.model_copy(update={"min": 1, "max": 2, "width": max(rep.width, 20)})
         return
-    plan.repeat = rep.model_copy(update={"min": 2, "max": max(rep.max, 2)})
+    plan.repeat = rep.model_copy(update={"min": 2, "max": max(rep.max, QUICK_MAX_ROUNDS)})
     plan.shape_rounds = 2
     plan.budget_s = plan.budget_s or QUICK_BUDGET_S
     if plan.quick:
