@@ -157,3 +157,25 @@ def test_a_kept_setting_that_a_restore_brought_back_is_set_again(veth_lab, state
         third = tx.switch([])  # nothing asked: everything back
         assert third == [] and lab_state(lab) == before
     assert lab_state(lab) == before and journals(state_dir) == []
+
+
+def test_settings_of_another_lab_stay_until_that_lab_is_released(lab_name, clean_machine, state_dir):
+    """A cell of lab B leaves lab A's settings alone (only B and the machine are in its scope); the
+    runner releases A's before A goes (one guest at a time), and B's stay until the end."""
+    from offlab.experiment.runner import _in_lab
+    from offlab.knobs import Change, Transaction
+
+    a, b = labs.up("veth", lab_name), labs.up("veth", lab_name[:-1] + "z")
+    try:
+        base_a, base_b = lab_state(a), lab_state(b)
+        with Transaction(label="two labs") as tx:
+            tx.switch([Change(a.client, "gso", "off", None, a)], _in_lab(a.name))
+            tx.switch([Change(b.client, "gso", "off", None, b)], _in_lab(b.name))
+            assert tx.counts["restored"] == 0 and lab_state(a) != base_a and lab_state(b) != base_b
+            assert [f["key"] for f in tx.in_force(_in_lab(b.name))] == ["gso"]
+            tx.release_scope(_in_lab(a.name))
+            assert lab_state(a) == base_a and lab_state(b) != base_b
+        assert lab_state(b) == base_b and journals(state_dir) == []
+    finally:
+        labs.down(a.name)
+        labs.down(b.name)
