@@ -221,6 +221,11 @@ class Runner:
         """The round's shuffled order; with one guest at a time, grouped by guest, the one up now first,
         so each guest boots at most once a round."""
         random.Random(self.seed * 1009 + rnd).shuffle(order)
+        return self._by_guest(order)
+
+    def _by_guest(self, order: list[CellState]) -> list[CellState]:
+        """With one guest at a time, the cells grouped by guest, the one up now first (each group in
+        the order given), so each guest boots at most once a round; else the order as given."""
         if not self.one_guest_at_a_time:
             return order
         keys = list(dict.fromkeys(c.cell.lab_key for c in order))
@@ -298,7 +303,7 @@ class Runner:
         rep, started = self.plan.repeat, time.monotonic()
         self.decider = dec = Decider(self.plan, self.cells)
         for rnd in range(rep.max):
-            order = dec.order(rnd, self.seed)
+            order = self._by_guest(dec.order(rnd, self.seed))  # a guest boot costs more than any sample
             if not order:
                 break
             order = [cs for cs in order if rnd not in cs.rounds_done]  # measured before a resume
