@@ -39,11 +39,11 @@ def test_plans_with_one_lab_per_topology_keep_the_plain_seeded_shuffle():
 
 
 def test_a_deciding_run_also_boots_each_guest_at_most_once_a_round():
-    """uso-vm --quick decides: its rounds come from the Decider (headline first, A B … B A), and
+    """uso-vm decides: its rounds come from the Decider (headline first, A B … B A), and
     they are grouped by guest too — before, 1500 → 9000 → 1500 cost three guest boots in one round."""
     from offlab.experiment.decide import Decider
 
-    plan = suites.plans("uso-vm", quick=True)[0]
+    plan = suites.plans("uso-vm")[0]
     runner = Runner(plan, store=None)
     runner.one_guest_at_a_time = True
     cells = [CellState(c, i) for i, c in enumerate(plan.cells)]
