@@ -40,7 +40,7 @@ def plans(name: str, *, quick: bool = False) -> list[Plan]:
     out = []
     for i, part in enumerate(data["include"]):
         base, _ = yamlio.load(text(part["suite"]), f"suite {part['suite']}")
-        for key in ("only", "exclude", "repeat", "budget", "headline", "quick"):
+        for key in ("only", "exclude", "repeat", "budget", "headline", "quick", "quick_workload"):
             if key in part:
                 base[key] = part[key]
         if "workload" in part:  # e.g. shorter samples: merged into the suite's own workload
