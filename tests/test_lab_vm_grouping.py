@@ -36,3 +36,27 @@ def test_plans_with_one_lab_per_topology_keep_the_plain_seeded_shuffle():
     expected = list(cells)
     random.Random(runner.seed * 1009 + 1).shuffle(expected)
     assert runner._order(list(cells), 1) == expected
+
+
+def test_a_deciding_run_also_boots_each_guest_at_most_once_a_round():
+    """uso-vm decides: its rounds come from the Decider (headline first, A B … B A), and
+    they are grouped by guest too — before, 1500 → 9000 → 1500 cost three guest boots in one round."""
+    from offlab.experiment.decide import Decider
+
+    plan = suites.plans("uso-vm")[0]
+    runner = Runner(plan, store=None)
+    runner.one_guest_at_a_time = True
+    cells = [CellState(c, i) for i, c in enumerate(plan.cells)]
+    runner.cells = cells
+    keys = list(dict.fromkeys(c.lab_key for c in plan.cells))
+    assert len(keys) == 2  # MTU 1500 and 9000: two guests
+    decider = Decider(plan, cells)
+    for rnd in range(4):
+        up = keys[rnd % 2]
+        runner.labs = {up: object()}
+        order = runner._by_guest(decider.order(rnd, 7))
+        assert sorted(c.cell.key for c in order) == sorted(c.key for c in plan.cells)
+        groups = _groups(order)
+        assert len(groups) == len(set(groups)) == 2 and groups[0] == up
+    # The Decider's own order switches guests more often than that: the grouping is what saves boots.
+    assert max(len(_groups(decider.order(rnd, 7))) for rnd in range(4)) > 2

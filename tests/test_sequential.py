@@ -221,7 +221,29 @@ def test_quick_keeps_the_headline_and_the_quick_cells_with_their_baselines_and_a
     plan = load_plan(PLAN + 'quick: [{offload: "on"}]\n', "p.yaml", quick=True)
     assert [c.key for c in plan.cells] == ["offload=off", "offload=on"]
     assert plan.budget_s == 120 and plan.shape_rounds == 2 and plan.repeat.min == 2
+    assert plan.repeat.max == 30  # the budget, not the plan's max of 4, bounds a quick run's rounds
     assert len(load_plan(PLAN, "p.yaml", quick=True).cells) == 3  # no `quick:`: every cell
+
+
+def test_a_composite_part_can_shorten_its_suites_samples_and_keeps_the_rest_of_the_workload():
+    parts = suites.plans("quick", quick=True)
+    assert [p.name for p in parts] == ["uso", "gro-gso", "jumbo"]
+    for part, whole, seconds in zip(parts, ("uso", "gro-gso", "jumbo"), (1, 2, 1)):
+        own = suites.plans(whole)[0].cells[0].workload
+        for cell in part.cells:
+            assert cell.workload.duration == seconds and own.duration == 2
+            assert (cell.workload.warmup, cell.workload.tool) == (own.warmup, own.tool)
+
+
+def test_quick_workload_applies_to_quick_runs_only_and_a_bad_one_names_the_field():
+    text = PLAN + "quick_workload: {duration: 0.5}\n"
+    assert {c.workload.duration for c in load_plan(text, "p.yaml", quick=True).cells} == {0.5}
+    assert {c.workload.duration for c in load_plan(text, "p.yaml").cells} == {1}
+    assert {c.workload.warmup for c in load_plan(text, "p.yaml", quick=True).cells} == {0.3}
+    with pytest.raises(BadInput, match=r"p\.yaml:\d+: quick_workload.duration"):
+        load_plan(PLAN + "quick_workload: {duration: soon}\n", "p.yaml")
+    with pytest.raises(BadInput, match=r"quick_workload is a mapping"):
+        load_plan(PLAN + "quick_workload: 1\n", "p.yaml")
 
 
 @pytest.mark.parametrize("change,message", [

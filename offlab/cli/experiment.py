@@ -14,8 +14,9 @@ from offlab.cli.console import console
 # commands that use it, so that `offlab lab down` does not pay for it at start-up.
 
 out = console(stderr=True)
-QUICK_HELP = ("The headline comparisons first, decided within 2 minutes (or --budget), and 2 rounds of the "
-              "other cells to show the shape; plans without a baseline: 1–2 repetitions, wide interval.")
+QUICK_HELP = ("The headline comparisons first, decided within 2 minutes (or --budget), with the plan's "
+              "quick_workload (e.g. 1-second samples), and 2 rounds of the other cells to show the shape; "
+              "plans without a baseline: 1–2 repetitions, wide interval.")
 BUDGET_HELP = ("Time for measuring, e.g. 90s, 2m, 1h: rounds go to undecided comparisons (headline first); "
                "what is left undetermined says how many more minutes it would need.")
 UNTIL_HELP = ("decided: repeat each comparison with the baseline until faster, slower or equivalent; "

@@ -2,10 +2,12 @@
 (offlab.experiment.decide), or, in a plan without a baseline, until each cell's interval is narrow.
 
 Inside a round the cells run in a shuffled order (seeded, recorded), so the slow
-drift of a noisy machine spreads over every cell instead of biasing one. Each
-cell applies its knobs through a journalled transaction, reads them back (an
-impossible setting skips the cell with its reason), measures, commits the sample
-to SQLite the moment it exists, and restores.
+drift of a noisy machine spreads over every cell instead of biasing one. One
+journalled transaction is open for the whole run: before each sample it moves the
+cell's lab (and the machine) from the previous cell's settings to this cell's,
+restoring and setting only what differs and reading each back (an impossible
+setting skips the cell with its reason); the sample is committed to SQLite the
+moment it exists; everything is restored when the run ends, however it ends.
 """
 
 from __future__ import annotations
@@ -98,6 +100,7 @@ class Runner:
         # Cells whose guests differ in boot-time QEMU properties: one guest lab up at a time (see _lab_for).
         self.one_guest_at_a_time = False
         self.guest_boots: list[dict] = []
+        self.tx: Transaction | None = None  # the run's settings, moved from cell to cell (_sample_in)
         self.decider: Decider | None = None
         self.decisions: list[dict] = []  # every comparison's outcome, once the run ends
 
@@ -127,7 +130,8 @@ class Runner:
             self._build_labs()
             self._open_run()
             self._lease_machine_settings()
-            self._rounds()
+            with Transaction(label=f"run {self.run_id} ({self.plan.name})") as self.tx:
+                self._rounds()
             return self.run_id
         except (KeyboardInterrupt, Interrupted, Terminated):  # Terminated: SIGTERM inside a cell's transaction
             if self.run_id is not None:
@@ -146,6 +150,7 @@ class Runner:
                 self._set_status_quietly("failed", f"{type(exc).__name__}: {why}" if why else type(exc).__name__)
             raise
         finally:
+            self.tx = None
             signal.signal(signal.SIGTERM, previous)
             for lease in self.leases:
                 lease.release()
@@ -203,6 +208,8 @@ class Runner:
             return self.labs[key]
         for old in list(self.labs):
             lab = self.labs.pop(old)
+            if self.tx is not None:  # its settings go back while its hosts still exist
+                self.tx.release_scope(_in_lab(lab.name))
             for h in [h for h in self.holds if h.path.name.startswith(f"{lab.name}.hold-")]:
                 h.release()
                 self.holds.remove(h)
@@ -215,6 +222,11 @@ class Runner:
         """The round's shuffled order; with one guest at a time, grouped by guest, the one up now first,
         so each guest boots at most once a round."""
         random.Random(self.seed * 1009 + rnd).shuffle(order)
+        return self._by_guest(order)
+
+    def _by_guest(self, order: list[CellState]) -> list[CellState]:
+        """With one guest at a time, the cells grouped by guest, the one up now first (each group in
+        the order given), so each guest boots at most once a round; else the order as given."""
         if not self.one_guest_at_a_time:
             return order
         keys = list(dict.fromkeys(c.cell.lab_key for c in order))
@@ -292,7 +304,7 @@ class Runner:
         rep, started = self.plan.repeat, time.monotonic()
         self.decider = dec = Decider(self.plan, self.cells)
         for rnd in range(rep.max):
-            order = dec.order(rnd, self.seed)
+            order = self._by_guest(dec.order(rnd, self.seed))  # a guest boot costs more than any sample
             if not order:
                 break
             order = [cs for cs in order if rnd not in cs.rounds_done]  # measured before a resume
@@ -370,33 +382,39 @@ class Runner:
                              f"`offlab run --resume {self.run_id}` continues") from None
 
     def _sample_in(self, cs: CellState, rnd: int, lab: LabState, position: int | None = None) -> float | None:
-        cell = cs.cell
+        cell, tx = cs.cell, self.tx
+        assert tx is not None, "a sample is taken inside the run's transaction"
         changes = [self._change(lab, t, k, v) for t, k, v in cell.changes]
-        with Transaction(label=f"run {self.run_id} cell {cell.key}") as tx:
-            outcomes = tx.apply(changes) if changes else []
-            if tx.impossible:
-                reason = "; ".join(o.reason or f"{o.change.key} could not be set" for o in tx.impossible)
-                cs.status, cs.reason = "skipped", f"cannot test here: {reason}"
-                self.store.set_cell_status(cs.cell_id, "skipped", cs.reason)
-                self.on_event("skipped", {"cell": cell.key, "reason": cs.reason})
-                return None
-            w = cell.workload.traffic(ipv6=cell.topology.ipv6)
-            cap = None
-            if self.plan.capture and (self.plan.capture.rounds == "all" or rnd == 0):
-                c = self.plan.capture
-                cap = CaptureRequest(c.host, c.iface, c.frames)
-            spec = cell.workload
-            if spec.kind == "rr":
-                sample = measure_rr(lab, spec.rr_workload(ipv6=cell.topology.ipv6)).to_dict()
-            elif spec.kind == "rr-under-load":
-                sample = measure_rr_under_load(lab, w, spec.rr_workload(ipv6=cell.topology.ipv6), cap).to_dict()
-            elif spec.search_max_loss is not None:
-                sample = zero_loss_search(lab, w, spec.search_max_loss, parse_pps(spec.search_low),
-                                          parse_pps(spec.search_high), spec.search_steps, cap).to_dict()
-            else:
-                sample = measure(lab, w, cap).to_dict()
-            # Read again at the end of the window: the values really in force while it was measured.
-            sample["in_force"] = tx.in_force()
+        scope = _in_lab(lab.name)
+        before = dict(tx.counts)
+        outcomes = tx.switch(changes, scope)
+        writes = {k: tx.counts[k] - before[k] for k in tx.counts}
+        self.on_event("knobs", {"cell": cell.key, "round": rnd, **writes})
+        impossible = [o for o in outcomes if not o.ok]
+        if impossible:
+            reason = "; ".join(o.reason or f"{o.change.key} could not be set" for o in impossible)
+            cs.status, cs.reason = "skipped", f"cannot test here: {reason}"
+            self.store.set_cell_status(cs.cell_id, "skipped", cs.reason)
+            self.on_event("skipped", {"cell": cell.key, "reason": cs.reason})
+            return None
+        w = cell.workload.traffic(ipv6=cell.topology.ipv6)
+        cap = None
+        if self.plan.capture and (self.plan.capture.rounds == "all" or rnd == 0):
+            c = self.plan.capture
+            cap = CaptureRequest(c.host, c.iface, c.frames)
+        spec = cell.workload
+        if spec.kind == "rr":
+            sample = measure_rr(lab, spec.rr_workload(ipv6=cell.topology.ipv6)).to_dict()
+        elif spec.kind == "rr-under-load":
+            sample = measure_rr_under_load(lab, w, spec.rr_workload(ipv6=cell.topology.ipv6), cap).to_dict()
+        elif spec.search_max_loss is not None:
+            sample = zero_loss_search(lab, w, spec.search_max_loss, parse_pps(spec.search_low),
+                                      parse_pps(spec.search_high), spec.search_steps, cap).to_dict()
+        else:
+            sample = measure(lab, w, cap).to_dict()
+        # Read again at the end of the window: the values really in force while it was measured.
+        sample["in_force"] = tx.in_force(scope)
+        sample["knob_writes"] = writes  # settings journalled and set, restored, kept from the previous cell
         if sample["traffic"].get("throughput_bps") == 0:
             cs.status = "failed"
             cs.reason = ("no data crossed the path (throughput 0): the path is broken, "
@@ -437,6 +455,11 @@ class Runner:
         if key.startswith(SYSCTL_PREFIXES) or key.startswith(TESTPMD_PREFIX):  # no interface: the host's own
             return Change(host=host, key=key, value=value, lab=lab)
         return Change(host=host, key=key, value=value, iface=lab.resolve_iface(role, ref or None), lab=lab)
+
+
+def _in_lab(name: str) -> Callable:
+    """The settings a cell of lab `name` decides: its lab's, and the machine's (shared by every lab)."""
+    return lambda knob: knob.target.lab == name or knob.target.is_machine
 
 
 def _raise_interrupt(signum, frame):  # noqa: ARG001

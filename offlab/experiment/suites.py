@@ -40,9 +40,11 @@ def plans(name: str, *, quick: bool = False) -> list[Plan]:
     out = []
     for i, part in enumerate(data["include"]):
         base, _ = yamlio.load(text(part["suite"]), f"suite {part['suite']}")
-        for key in ("only", "exclude", "repeat", "budget", "headline", "quick"):
+        for key in ("only", "exclude", "repeat", "budget", "headline", "quick", "quick_workload"):
             if key in part:
                 base[key] = part[key]
+        if "workload" in part:  # e.g. shorter samples: merged into the suite's own workload
+            base["workload"] = {**(base.get("workload") or {}), **part["workload"]}
         effective = yaml.safe_dump(base, sort_keys=False, allow_unicode=True)
         out.append(load_plan(effective, f"suite {name} part {i + 1} ({part['suite']})", quick=quick))
     return out

@@ -110,6 +110,7 @@ class Feature(Knob):
     def __init__(self, target, key: str) -> None:
         super().__init__(target, key)
         self._names: list[str] | None = None
+        self._read: dict[str, netdev.Feature] | None = None  # the device's features as snapshot() last read them
 
     @property
     def names(self) -> list[str]:
@@ -123,7 +124,7 @@ class Feature(Knob):
         return onoff(flag)
 
     def snapshot(self) -> dict[str, list]:
-        feats = leaves(self.host, self.iface)
+        feats = self._read = leaves(self.host, self.iface)
         return {n: [feats[n].active, bool(feats[n].requested), feats[n].fixed] for n in self.names}
 
     def show(self, snap: dict[str, list]) -> str:
@@ -150,6 +151,7 @@ class Feature(Knob):
         self._ethtool({n: v[1] for n, v in snap.items() if not v[2] and now[n][1] != v[1]})
 
     def _ethtool(self, wanted: dict[str, bool]) -> None:
+        self._read = None  # whatever was read before no longer holds
         feats = leaves(self.host, self.iface)
         args = [a for n, on in wanted.items() if not feats[n].fixed for a in (n, onoff(on))]
         if not args:
@@ -190,5 +192,10 @@ class Feature(Knob):
         return " (the driver or a device it depends on, e.g. a bridge's ports, does not allow it)"
 
     def side_state(self) -> dict[str, str]:
+        """The other features, from the read snapshot() just made (a transaction asks for both
+        together, before and after a change), else read now."""
         own = set(self.names)
-        return {n: onoff(f.active) for n, f in leaves(self.host, self.iface).items() if n not in own}
+        feats, self._read = self._read, None
+        if feats is None:
+            feats = leaves(self.host, self.iface)
+        return {n: onoff(f.active) for n, f in feats.items() if n not in own}

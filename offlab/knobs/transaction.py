@@ -6,6 +6,10 @@
         ... measure ...
     # every change is back to its original here, even after Ctrl-C or SIGTERM
 
+A run keeps one transaction open across consecutive samples and moves it from one cell's
+settings to the next with `switch`: only what differs is put back or set, every change still
+journalled before it is made and read back after.
+
 SIGKILL cannot be caught: the journal stays behind and `offlab restore` replays it.
 """
 
@@ -16,7 +20,7 @@ import signal
 import sys
 import threading
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from offlab.errors import BadInput, CommandFailed, EnvironmentProblem
 from offlab.hosts import Host
@@ -60,6 +64,7 @@ class Outcome:
     also_changed: dict[str, tuple[str, str]] = field(default_factory=dict)
     where: str = ""
     journalled: bool = False
+    seqs: list[int] = field(default_factory=list, repr=False, compare=False)  # its journal entries
 
     def line(self) -> str:
         """One line for people: `client:olx0 gro: off → on (requested on)`."""
@@ -90,7 +95,8 @@ class Transaction:
         self.restore_report: Report | None = None
         self._old_term: object = None
         self.leases: dict[str, Lease] = {}  # machine-wide settings this transaction holds
-        self._applied: list[tuple[Outcome, Knob]] = []
+        self._applied: list[tuple[Outcome, Knob]] = []  # what this transaction holds in force now
+        self.counts = {"applied": 0, "restored": 0, "kept": 0, "checked": 0}  # journalled writes, kept as they were
 
     # ---- context -------------------------------------------------------
     def __enter__(self) -> "Transaction":
@@ -135,10 +141,85 @@ class Transaction:
         self.outcomes += outcomes
         return outcomes
 
-    def in_force(self) -> list[dict]:
-        """Each applied setting as it reads now: what was really in force (e.g. at the end of a sample)."""
+    def switch(self, changes: Iterable[Change], scope: Callable[[Knob], bool] = lambda knob: True) -> list[Outcome]:
+        """Move from the settings in force to `changes`, touching only the difference.
+
+        Of what this transaction holds in force within `scope` (e.g. one lab and the machine), a
+        setting `changes` does not ask for (or asks a different value of, or that was not made)
+        is restored to its journalled original; a requested one not yet in force is applied as
+        `apply` does (journal, apply, read back); one already in force is kept, and read back
+        again if anything on its host was written (a restored feature can bring a kept one's
+        dependency back, a bridge's features follow its ports'). Returns one outcome per change, in order: the cell's own `impossible` is
+        `[o for o in outcomes if not o.ok]`."""
+        if self.journal is None:
+            raise RuntimeError("Transaction.switch needs `with Transaction(...) as tx:`")
+        prepared = self._validate(list(changes))
+        wanted = {_ident(knob): value for _, knob, value in prepared}
+        held = {_ident(pair[1]): pair for pair in self._applied if scope(pair[1])}
+        stale = [pair for ident, pair in held.items() if not pair[0].ok or wanted.get(ident) != pair[0].requested]
+        kept = {ident: pair for ident, pair in held.items() if not any(pair is p for p in stale)}
+        self._restore_held(stale)
+        touched = {knob.target.host_key for o, knob in stale if o.seqs}  # hosts where something was written
+        outcomes: list[Outcome] = []
+        fresh: dict[tuple, Outcome] = {}
+        for change, knob, value in prepared:
+            if _ident(knob) in kept:
+                continue
+            out = fresh[_ident(knob)] = self._apply_one(change, knob, value)
+            self.outcomes.append(out)
+            if out.journalled:
+                touched.add(knob.target.host_key)
+        for change, knob, value in prepared:
+            if _ident(knob) in fresh:
+                outcomes.append(fresh[_ident(knob)])
+                continue
+            old, old_knob = kept[_ident(knob)]
+            self.counts["kept"] += 1
+            if old_knob.target.host_key not in touched:  # nothing on its host changed since it was read
+                outcomes.append(old)
+                continue
+            self.counts["checked"] += 1
+            now = old_knob.snapshot()
+            if old_knob.satisfied(value, now):
+                old.actual = old_knob.show(now)
+                outcomes.append(old)
+                continue
+            # Something restored took it back with it: set it again, journalled like any change.
+            self._forget([kept[_ident(knob)]])
+            out = self._apply_one(change, old_knob, value)
+            out.original, out.seqs = old.original, old.seqs + out.seqs  # both entries go back, newest first
+            self.outcomes.append(out)
+            outcomes.append(out)
+        return outcomes
+
+    def release_scope(self, scope: Callable[[Knob], bool]) -> list[str]:
+        """Put back what this transaction holds in `scope` (a lab about to go); the rest stays."""
+        return self._restore_held([pair for pair in self._applied if scope(pair[1])])
+
+    def _restore_held(self, held: list[tuple[Outcome, Knob]]) -> list[str]:
+        """Restore these held settings' open journal entries, newest first, and stop holding them."""
+        assert self.journal is not None
+        seqs = {seq for o, _ in held for seq in o.seqs}
+        report = Report()
+        if seqs:
+            with dir_lock():
+                restore_entries([e for e in self.journal.view().open_entries if e.seq in seqs], report)
+        if report.failed:
+            raise EnvironmentProblem("; ".join(report.failed) + " (the journal is kept: `offlab restore` retries)")
+        self.counts["restored"] += len(seqs)
+        self._forget(held)
+        return report.lines
+
+    def _forget(self, held: list[tuple[Outcome, Knob]]) -> None:
+        gone = {id(pair) for pair in held}
+        self._applied = [pair for pair in self._applied if id(pair) not in gone]
+
+    def in_force(self, scope: Callable[[Knob], bool] = lambda knob: True) -> list[dict]:
+        """Each setting held (in `scope`) as it reads now: what was really in force (e.g. at the end of a sample)."""
         out = []
         for outcome, knob in self._applied:
+            if not scope(knob):
+                continue
             try:
                 value = knob.show(knob.snapshot())
             except (CommandFailed, OSError) as exc:
@@ -203,6 +284,8 @@ class Transaction:
             lease.journalled(self.journal.path, self.journal.next_seq)
         seq = self.journal.add(knob.to_entry(), before, original, value)
         out.journalled = True
+        out.seqs.append(seq)
+        self.counts["applied"] += 1
         error = None
         try:
             knob.apply(value)
@@ -229,6 +312,11 @@ class Transaction:
             remove_if_done(self.journal.path)
             return
         self.journal.release()
+
+
+def _ident(knob: Knob) -> tuple:
+    """One setting: the same key on the same target (lab, host, interface)."""
+    return knob.target, knob.key
 
 
 def _main_thread() -> bool:

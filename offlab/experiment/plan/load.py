@@ -14,8 +14,9 @@ from offlab.experiment.plan.errors import PlanErrors
 from offlab.experiment.plan.models import CaptureSpec, Plan, RepeatSpec, TopologySpec, WorkloadSpec
 
 TOP_KEYS = {"name", "description", "topology", "axes", "only", "exclude", "workload", "repeat", "baseline",
-            "capture", "budget", "seed", "warmup", "headline", "quick"}
+            "capture", "budget", "seed", "warmup", "headline", "quick", "quick_workload"}
 QUICK_BUDGET_S = 120.0  # --quick with no budget of its own: about two minutes of measuring
+QUICK_MAX_ROUNDS = 30  # --quick: the budget bounds a headline comparison's rounds, not the plan's max
 
 
 def load_plan(text: str, source: str = "<plan>", *, quick: bool = False) -> Plan:
@@ -38,6 +39,13 @@ def load_plan(text: str, source: str = "<plan>", *, quick: bool = False) -> Plan
     if isinstance(wl, dict) and "warmup" in data:
         wl.setdefault("warmup", data["warmup"])
     workload = err.model(WorkloadSpec, wl, ("workload",))
+    quick_wl = data.get("quick_workload")
+    if quick_wl is not None:  # --quick's samples, e.g. shorter: merged over `workload`, checked with it always
+        if not isinstance(quick_wl, dict) or not isinstance(wl, dict):
+            err.fail(("quick_workload",), "quick_workload is a mapping of workload fields, e.g. {duration: 1}")
+        quicker = err.model(WorkloadSpec, {**wl, **quick_wl}, ("quick_workload",))
+        if quick:
+            workload = quicker
     repeat = err.model(RepeatSpec, data.get("repeat") or {}, ("repeat",))
     capture = _capture(err, data.get("capture"), topology.kind)
     axes, value_paths = parse_axes(err, data.get("axes") or {}, topology.kind)
@@ -76,13 +84,13 @@ def load_plan(text: str, source: str = "<plan>", *, quick: bool = False) -> Plan
 
 def _quicken(plan: Plan) -> None:
     """--quick. Deciding plans: the headline comparisons first, decided as usual but within
-    QUICK_BUDGET_S unless the plan has a budget; other cells (those `quick` names, else all)
-    get two rounds, enough to show the shape. Width plans: 1–2 rounds, a 20 % wide interval."""
+    QUICK_BUDGET_S unless the plan has a budget, which rather than `repeat.max` bounds their rounds;
+    other cells (those `quick` names, else all) get two rounds, enough to show the shape. Width plans: 1–2 rounds, a 20 % wide interval."""
     rep = plan.repeat
     if rep.rule(plan.baseline is not None) == "width":
         plan.repeat = rep.model_copy(update={"min": 1, "max": 2, "width": max(rep.width, 20)})
         return
-    plan.repeat = rep.model_copy(update={"min": 2, "max": max(rep.max, 2)})
+    plan.repeat = rep.model_copy(update={"min": 2, "max": max(rep.max, QUICK_MAX_ROUNDS)})
     plan.shape_rounds = 2
     plan.budget_s = plan.budget_s or QUICK_BUDGET_S
     if plan.quick:
