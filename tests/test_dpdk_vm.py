@@ -168,7 +168,7 @@ def test_a_setting_one_port_lacks_is_refused_for_all_ports_and_set_on_the_port_t
 
 @needs_dpdk_vm
 def test_bad_dpdk_vm_options_are_exit_2_before_anything_is_built(state_dir, lab_name):
-    for args, fragment in ((("--mtu", "9000"), "1522"), (("--pmd", "tap"), "--pmd is an option of the dpdk topology"),
+    for args, fragment in ((("--mtu", "9000"), "1522"), (("--pmd", "tap"), "--pmd is an option of the dpdk and ovs-dpdk topologies"),
                            (("--nic", "host_warp=on"), "host_warp")):
         res = offlab_cli("lab", "up", "dpdk-vm", "--name", lab_name, *args)
         assert res.returncode == 2 and fragment in res.stderr and "Traceback" not in res.stderr, res.stderr
