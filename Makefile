@@ -35,7 +35,7 @@ demo: install
 
 test: install
 	cargo test -q --manifest-path engine/Cargo.toml
-	$(VENV)/bin/python -m pytest -q -p no:cacheprovider tests
+	$(VENV)/bin/python -m pytest -q -p no:cacheprovider --durations=30 tests
 
 clean:
 	rm -rf $(VENV) build *.egg-info engine/target

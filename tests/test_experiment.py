@@ -63,7 +63,8 @@ def test_jumbo_9000_beats_1500_through_a_bridge(tmp_path, clean_machine):
           # All offloads off, so the MTU is what decides the packet count.
           off: {all: {features: {client: {tso: off, gso: off}, server: {gro: off}}}}
         workload: {tool: iperf3, protocol: tcp, duration: 1, warmup: 1}
-        repeat: {min: 2, max: 3, level: 95, width: 50}
+        # up to 6 rounds: two samples on a busy machine can leave the (unpaired) interval across 0
+        repeat: {min: 2, max: 6, level: 95, width: 20}
         baseline: {mtu: "1500"}
         capture: {on: server, frames: 200}
         """)
