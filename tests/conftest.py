@@ -168,3 +168,30 @@ def kill_9_once_daemon_is_recorded(topology: str, name: str, state_dir, what: st
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     return daemon
+
+
+def running(pid: int) -> bool:
+    """A process that exists and is not a zombie (PID 1 here does not reap detached daemons)."""
+    from pathlib import Path
+
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def module_lab(tmp_path_factory, topology: str, suffix: str, *args: str, timeout: float = 180):
+    """`offlab lab up TOPOLOGY` for a whole test module (a lab whose daemons take long to start), in a
+    state directory of its own; yields {name, env, shown, state} and, after `lab down`, adds its result
+    ("down") for the module's own checks of what must be gone."""
+    state = tmp_path_factory.mktemp(f"{suffix}-state")
+    env = {"OFFLAB_STATE_DIR": str(state)}
+    name = f"t{TEST_TAG}{suffix}"[:10]
+    res = offlab_cli("lab", "up", topology, "--name", name, *args, "--json", env=env, timeout=timeout)
+    assert res.returncode == 0, res.stderr
+    lab = {"name": name, "env": env, "shown": json.loads(res.stdout), "state": state}
+    try:
+        yield lab
+    finally:
+        lab["down"] = offlab_cli("lab", "down", name, env=env)
+    assert lab["down"].returncode == 0, lab["down"].stderr

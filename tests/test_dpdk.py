@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import TEST_TAG, kill_9_once_daemon_is_recorded, netns_names, offlab_cli, root_links
+from tests.conftest import (
+    TEST_TAG, kill_9_once_daemon_is_recorded, module_lab, netns_names, offlab_cli, root_links, running,
+)
 
 from offlab.dpdk import parse
 
@@ -132,32 +134,18 @@ def test_bad_pmd_and_mtu_are_exit_2_before_anything_is_built(state_dir, lab_name
 
 # ---- a real testpmd ------------------------------------------------------------------------------
 
-def _running(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
 
 @pytest.fixture(scope="module")
 def dpdk_lab(tmp_path_factory):
     """One tap-PMD dpdk lab for the module (testpmd takes seconds to start); checked gone afterwards."""
     if os.geteuid() != 0 or not HAVE_TESTPMD:
         pytest.skip("needs root and dpdk-testpmd")
-    state = tmp_path_factory.mktemp("dpdk-state")
-    env = {"OFFLAB_STATE_DIR": str(state)}
-    name = f"t{TEST_TAG}dp"[:10]
     links_before = root_links()
-    res = offlab_cli("lab", "up", "dpdk", "--name", name, "--json", env=env, timeout=180)
-    assert res.returncode == 0, res.stderr
-    shown = json.loads(res.stdout)
-    try:
-        yield {"name": name, "env": env, "shown": shown, "state": state}
-    finally:
-        down = offlab_cli("lab", "down", name, env=env)
-    assert down.returncode == 0, down.stderr
+    for lab in module_lab(tmp_path_factory, "dpdk", "dp", timeout=180):
+        yield lab
+    name, shown, down = lab["name"], lab["shown"], lab["down"]
     tp = shown["testpmd"]
-    assert not _running(tp["pid"]), "testpmd left running"
+    assert not running(tp["pid"]), "testpmd left running"
     assert not os.path.exists(tp["runtime_dir"]), "DPDK runtime directory left behind"
     assert not any(n.startswith(f"ol-{name}-") for n in netns_names())
     assert root_links() - links_before == set()
@@ -280,11 +268,11 @@ def test_testpmd_that_fails_to_start_is_exit_3_and_leaves_nothing(dpdk_lab, monk
 @pytest.mark.skipif(not HAVE_TESTPMD or os.geteuid() != 0, reason="needs root and dpdk-testpmd")
 def test_lab_down_after_kill_9_of_lab_up_stops_testpmd_and_removes_its_runtime_dir(lab_name, clean_machine, state_dir):
     daemon = kill_9_once_daemon_is_recorded("dpdk", lab_name, state_dir, "testpmd", timeout=60)
-    assert _running(daemon["pid"]) and os.path.isdir(daemon["runtime_dir"])
+    assert running(daemon["pid"]) and os.path.isdir(daemon["runtime_dir"])
     res = offlab_cli("lab", "down", lab_name)
     assert res.returncode == 0, res.stderr
     assert "dpdk-testpmd" in res.stdout and "DPDK runtime directory" in res.stdout
-    assert not _running(daemon["pid"]) and not os.path.exists(daemon["runtime_dir"])
+    assert not running(daemon["pid"]) and not os.path.exists(daemon["runtime_dir"])
     assert not any(n.startswith(f"ol-{lab_name}-") for n in netns_names())
 
 
@@ -331,7 +319,7 @@ def test_offlab_restore_after_kill_9_of_lab_up_stops_testpmd_and_removes_its_run
     res = offlab_cli("restore")
     assert res.returncode == 0, res.stderr
     assert f"removed (lab {lab_name}, its `lab up` died)" in res.stdout and "dpdk-testpmd" in res.stdout
-    assert not _running(daemon["pid"]) and not os.path.exists(daemon["runtime_dir"])
+    assert not running(daemon["pid"]) and not os.path.exists(daemon["runtime_dir"])
     assert not any(n.startswith(f"ol-{lab_name}-") for n in netns_names())
 
 
@@ -420,5 +408,5 @@ def test_testpmd_dying_mid_run_fails_the_run_and_keeps_the_samples_already_store
     run = store.get_run(run_id)
     assert run["status"] == "failed" and "dpdk-testpmd (pid" in run["note"] and " died: " in run["note"]
     # the run's own lab went with it: testpmd's runtime directory and the namespaces are gone
-    assert not _running(daemon["pid"]) and not os.path.exists(daemon["runtime_dir"])
+    assert not running(daemon["pid"]) and not os.path.exists(daemon["runtime_dir"])
     assert not lab_file.exists()

@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import TEST_TAG, kill_9_once_daemon_is_recorded, netns_names, offlab_cli, root_links
+from tests.conftest import (
+    TEST_TAG, kill_9_once_daemon_is_recorded, module_lab, netns_names, offlab_cli, root_links, running,
+)
 
 HAVE_TESTPMD = shutil.which("dpdk-testpmd") is not None
 HAVE_QEMU = shutil.which("qemu-system-x86_64") is not None
@@ -23,17 +25,11 @@ needs_dpdk_vm = pytest.mark.skipif(os.geteuid() != 0 or not HAVE_TESTPMD or not 
                                    reason="needs root, dpdk-testpmd and QEMU (scripts/install-deps)")
 
 
-def _running(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
 
 def _gone(name: str, shown_or_daemons) -> None:
     """Nothing of the lab is left: its daemons, runtime dir, vhost socket, namespaces."""
     for d in shown_or_daemons["daemons"]:
-        assert not _running(d["pid"]), f"{d['name']} (pid {d['pid']}) left running"
+        assert not running(d["pid"]), f"{d['name']} (pid {d['pid']}) left running"
     assert not any(n.startswith(f"ol-{name}-") for n in netns_names()), "namespaces left behind"
 
 
@@ -42,19 +38,11 @@ def vm_lab(tmp_path_factory):
     """One dpdk-vm lab for the module (testpmd + a TCG guest take ~30-70 s); checked gone afterwards."""
     if os.geteuid() != 0 or not HAVE_TESTPMD or not HAVE_QEMU:
         pytest.skip("needs root, dpdk-testpmd and QEMU")
-    state = tmp_path_factory.mktemp("dv")
-    env = {"OFFLAB_STATE_DIR": str(state)}
-    name = f"t{TEST_TAG}dv"[:10]
     links_before = root_links()
-    res = offlab_cli("lab", "up", "dpdk-vm", "--name", name, "--nic", "host_tso4=on", "--nic", "guest_tso4=on",
-                     "--json", env=env, timeout=300)
-    assert res.returncode == 0, res.stderr
-    shown = json.loads(res.stdout)
-    try:
-        yield {"name": name, "env": env, "shown": shown, "state": state}
-    finally:
-        down = offlab_cli("lab", "down", name, env=env)
-    assert down.returncode == 0, down.stderr
+    for lab in module_lab(tmp_path_factory, "dpdk-vm", "dv", "--nic", "host_tso4=on", "--nic", "guest_tso4=on",
+                          timeout=300):
+        yield lab
+    name, shown, down = lab["name"], lab["shown"], lab["down"]
     assert "qemu-system-x86_64" in down.stdout and "dpdk-testpmd" in down.stdout
     _gone(name, shown)
     tp = shown["testpmd"]
@@ -183,7 +171,7 @@ def test_after_kill_9_of_lab_up_qemu_testpmd_and_the_vhost_socket_are_removed(
     lab_file = json.loads((state_dir / "labs" / f"{lab_name}.json").read_text())
     testpmd = lab_file["daemons"][0]
     assert qemu["name"] == "qemu-system-x86_64" and testpmd["name"] == "dpdk-testpmd"
-    assert _running(qemu["pid"]) and _running(testpmd["pid"]) and os.path.isdir(testpmd["runtime_dir"])
+    assert running(qemu["pid"]) and running(testpmd["pid"]) and os.path.isdir(testpmd["runtime_dir"])
     rundir = Path(lab_file["rundir"])
     res = offlab_cli(*cleanup, *((lab_name,) if cleanup[0] == "lab" else ()))
     assert res.returncode == 0, res.stderr

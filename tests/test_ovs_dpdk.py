@@ -11,19 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import TEST_TAG, kill_9_once_daemon_is_recorded, netns_names, offlab_cli, root_links
+from tests.conftest import (
+    TEST_TAG, kill_9_once_daemon_is_recorded, module_lab, netns_names, offlab_cli, root_links, running,
+)
 
 VSWITCHD = "/usr/lib/openvswitch-switch-dpdk/ovs-vswitchd-dpdk"
 HAVE_OVS_DPDK = os.access(VSWITCHD, os.X_OK)
 needs_ovs_dpdk = pytest.mark.skipif(os.geteuid() != 0 or not HAVE_OVS_DPDK,
                                     reason="needs root and openvswitch-switch-dpdk")
 
-
-def _running(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 # ---- refused before anything is built --------------------------------------------------------------
@@ -84,20 +80,12 @@ def ovs_dpdk_lab(tmp_path_factory):
     """One tap-port ovs-dpdk lab for the module; checked gone afterwards (daemons, dirs, namespaces, links)."""
     if os.geteuid() != 0 or not HAVE_OVS_DPDK:
         pytest.skip("needs root and openvswitch-switch-dpdk")
-    state = tmp_path_factory.mktemp("ovsdpdk-state")
-    env = {"OFFLAB_STATE_DIR": str(state)}
-    name = f"t{TEST_TAG}od"[:10]
     links_before = root_links()
-    res = offlab_cli("lab", "up", "ovs-dpdk", "--name", name, "--json", env=env, timeout=180)
-    assert res.returncode == 0, res.stderr
-    shown = json.loads(res.stdout)
-    try:
-        yield {"name": name, "env": env, "shown": shown, "state": state}
-    finally:
-        down = offlab_cli("lab", "down", name, env=env)
-    assert down.returncode == 0, down.stderr
+    for lab in module_lab(tmp_path_factory, "ovs-dpdk", "od", timeout=180):
+        yield lab
+    name, shown, down = lab["name"], lab["shown"], lab["down"]
     for d in shown["daemons"]:
-        assert not _running(d["pid"]), f"{d['name']} left running"
+        assert not running(d["pid"]), f"{d['name']} left running"
     assert not os.path.exists(shown["ovs"]["vswitchd"]["runtime_dir"]), "DPDK runtime directory left behind"
     assert not os.path.exists(shown["ovs"]["rundir"]), "OVS run directory left behind"
     assert not any(n.startswith(f"ol-{name}-") for n in netns_names())
@@ -231,7 +219,7 @@ def test_offlab_restore_after_kill_9_of_lab_up_stops_ovs_dpdk_and_removes_its_di
     assert res.returncode == 0, res.stderr
     assert f"removed (lab {lab_name}, its `lab up` died)" in res.stdout and "ovs-vswitchd-dpdk" in res.stdout
     for d in lab_file["daemons"]:
-        assert not _running(d["pid"]), f"{d['name']} left running"
+        assert not running(d["pid"]), f"{d['name']} left running"
     assert not os.path.exists(daemon["runtime_dir"])
     assert not os.path.exists(lab_file["rundir"])
     assert not any(n.startswith(f"ol-{lab_name}-") for n in netns_names())
@@ -252,20 +240,12 @@ def jumbo_lab(tmp_path_factory):
     """Two TCG guests on OVS-DPDK vhost-user ports at MTU 9000; checked gone afterwards."""
     if os.geteuid() != 0 or not HAVE_OVS_DPDK:
         pytest.skip("needs root and openvswitch-switch-dpdk")
-    state = tmp_path_factory.mktemp("ovsdpdkvm-state")
-    env = {"OFFLAB_STATE_DIR": str(state)}
-    name = f"t{TEST_TAG}oj"[:10]
     links_before = root_links()
-    res = offlab_cli("lab", "up", "ovs-dpdk-vm", "--name", name, "--mtu", "9000", "--json", env=env, timeout=600)
-    assert res.returncode == 0, res.stderr
-    shown = json.loads(res.stdout)
-    try:
-        yield {"name": name, "env": env, "shown": shown, "state": state}
-    finally:
-        down = offlab_cli("lab", "down", name, env=env)
-    assert down.returncode == 0, down.stderr
+    for lab in module_lab(tmp_path_factory, "ovs-dpdk-vm", "oj", "--mtu", "9000", timeout=600):
+        yield lab
+    name, shown, down = lab["name"], lab["shown"], lab["down"]
     for d in shown["daemons"]:
-        assert not _running(d["pid"]), f"{d['name']} left running"
+        assert not running(d["pid"]), f"{d['name']} left running"
     assert not os.path.exists(shown["ovs"]["vswitchd"]["runtime_dir"])
     assert not os.path.exists(shown["ovs"]["rundir"])
     assert not any(n.startswith(f"ol-{name}-") for n in netns_names())
