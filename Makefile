@@ -6,6 +6,8 @@ PY    := $(VENV)/bin/python
 # compare, report, mtu calc, doctor --root) work for non-root users: Debian's python3, never a
 # pyenv build under root's home (which others cannot even traverse).
 PYTHON ?= /usr/bin/python3
+# pytest workers for `make test` (tests/conftest.py groups them by module; 0 = one process)
+TEST_JOBS ?= 2
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
 .PHONY: demo test install deps guest clean
@@ -35,7 +37,7 @@ demo: install
 
 test: install
 	cargo test -q --manifest-path engine/Cargo.toml
-	$(VENV)/bin/python -m pytest -q -p no:cacheprovider --durations=30 tests
+	$(VENV)/bin/python -m pytest -q -p no:cacheprovider -n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder --durations=30 tests
 
 clean:
 	rm -rf $(VENV) build *.egg-info engine/target

@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -26,34 +27,44 @@ def root_links() -> set[str]:
     return {l["ifname"] for l in json.loads(out)}
 
 
-def our_processes(exclude_netns: set[str] = frozenset()) -> set[int]:
-    """Processes with the names offlab starts, except those inside other people's namespaces.
+def our_processes() -> set[int]:
+    """Processes with the names offlab starts that belong to this test process.
 
-    The machine is shared: another session's lab may be running iperf3 in its own
-    named namespace at the same time; that is not ours to count.
+    Ours: descendants of this process (in any namespace), and processes inside a namespace whose name
+    is ours (a daemon that detached, e.g. `iperf3 -D`). Another pytest worker or session on this
+    machine runs its own labs meanwhile: processes in its namespaces, or in the root namespace and
+    not ours by descent, are not counted. A process in a namespace nobody names any more (deleted
+    while the process lives on) counts: a leak, unless it is gone when `clean_machine` looks again.
     """
-    foreign = set()
-    for name in exclude_netns:
-        try:
-            foreign.add(os.stat(f"/run/netns/{name}").st_ino)
-        except OSError:
-            pass
     root_ns = os.stat("/proc/self/ns/net").st_ino
     out = subprocess.run(["ps", "-eo", "pid=,ppid=,stat=,comm="], capture_output=True, text=True).stdout
     rows = [l.split(None, 3) for l in out.splitlines() if l.strip()]
     parent = {int(pid): int(ppid) for pid, ppid, _, _ in rows}
-    pids = set()
+    candidates = {}
     for pid, _, stat, comm in rows:
         # A zombie has exited: a detached daemon's parent here may be a PID 1 that never reaps it.
         if comm.strip() not in OUR_PROCESSES or stat.startswith("Z"):
             continue
         try:
-            ns = os.stat(f"/proc/{pid}/ns/net").st_ino
+            candidates[int(pid)] = os.stat(f"/proc/{pid}/ns/net").st_ino
         except OSError:
             continue
-        if ns in foreign or (ns == root_ns and not _descends_from_us(int(pid), parent)):
-            continue
-        pids.add(int(pid))
+    # Read the names after `ps`, so a namespace made meanwhile is named, not taken for an orphan.
+    named = {}
+    for name in netns_names():
+        try:
+            named[os.stat(f"/run/netns/{name}").st_ino] = name
+        except OSError:
+            pass
+    pids = set()
+    for pid, ns in candidates.items():
+        if _descends_from_us(pid, parent):
+            pids.add(pid)
+        elif ns in named:
+            if named[ns].startswith(OUR_NAMESPACES):
+                pids.add(pid)
+        elif ns != root_ns:
+            pids.add(pid)
     return pids
 
 
@@ -78,12 +89,15 @@ def state_dir(tmp_path, monkeypatch):
 
 # Labs made by this test process (lab_name fixture) or by runners it starts (OFFLAB_LAB_PREFIX):
 # the leftover check counts only these, since other sessions may build labs on the same machine.
-TEST_TAG = f"{os.getpid() % 10000}"
+# Four digits, so that one tag is never a prefix of another (tag 512 vs 5123).
+TEST_TAG = f"{os.getpid() % 10000:04d}"
 os.environ["OFFLAB_LAB_PREFIX"] = f"x{TEST_TAG}"
 OUR_NAMESPACES = (f"ol-t{TEST_TAG}", f"ol-x{TEST_TAG}")
 
 
-PHYS_PORT_RE = re.compile(r"^ph(\d{1,4})[a-z]{1,2}$")
+PHYS_PORT_RE = re.compile(r"^ph(\d{4})[a-z]{1,2}$")
+# Root links a lab makes are `ol<lab><index>` (offlab.names.link_name); test labs are t<TAG>…, x<TAG>….
+LAB_LINK_RE = re.compile(r"^ol[tx](\d{4})")
 
 
 def phys_port(suffix: str) -> str:
@@ -91,11 +105,16 @@ def phys_port(suffix: str) -> str:
     return f"ph{TEST_TAG}{suffix}"
 
 
-def _another_runs_phys_port(link: str) -> bool:
-    """A stand-in port of ANOTHER test run (its test_lab_phys is running beside ours): not ours to flag.
-    Our own run's stand-ins, and every other new root link, are still flagged."""
-    m = PHYS_PORT_RE.fullmatch(link)
+def another_runs_link(link: str) -> bool:
+    """A root link of ANOTHER test run or pytest worker on this machine (a phys stand-in port or a
+    lab's link with another tag): not ours to flag. Ours, and every other new root link, are."""
+    m = PHYS_PORT_RE.fullmatch(link) or LAB_LINK_RE.match(link)
     return bool(m) and m.group(1) != TEST_TAG
+
+
+def new_links_of_ours(before: set[str]) -> set[str]:
+    """Root links made since `before`, except another run's."""
+    return {l for l in root_links() - before if not another_runs_link(l)}
 
 
 @pytest.fixture
@@ -110,8 +129,11 @@ def clean_machine(state_dir):
     before_ns, before_links, before_procs = netns_names(), root_links(), our_processes()
     yield
     left_ns = {n for n in netns_names() - before_ns if n.startswith(OUR_NAMESPACES)}
-    left_links = {l for l in root_links() - before_links if not _another_runs_phys_port(l)}
-    left_procs = our_processes(exclude_netns=netns_names() - {n for n in left_ns}) - before_procs
+    left_links = new_links_of_ours(before_links)
+    left_procs = our_processes() - before_procs
+    if left_procs:  # another worker's process in transit (its namespace just deleted) is gone by now
+        time.sleep(1)
+        left_procs &= our_processes()
     if (state_dir / "labs").exists():
         from offlab import lab
 
@@ -147,9 +169,7 @@ def kill_9_once_daemon_is_recorded(topology: str, name: str, state_dir, what: st
     testpmd: recorded when it exists, before offlab waits for it) — or its `nth` — is in the lab
     file; that daemon. With `daemon_name`: once the daemon of that name has a pid (ovs-dpdk records
     ovsdb-server first)."""
-    import json
     import signal
-    import time
 
     proc = subprocess.Popen([sys.executable, "-m", "offlab", "lab", "up", topology, "--name", name],
                             cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -195,3 +215,19 @@ def module_lab(tmp_path_factory, topology: str, suffix: str, *args: str, timeout
     finally:
         lab["down"] = offlab_cli("lab", "down", name, env=env)
     assert lab["down"].returncode == 0, lab["down"].stderr
+
+
+# `make test` runs two pytest workers (pytest-xdist, --dist loadfile): a module runs whole on one
+# worker, so its shared lab or guest is built once. Two modules must therefore never change the same
+# machine-wide setting (a lease on a host-wide sysctl): test_concurrency uses net.core.message_cost,
+# test_knobs_napi net.core.busy_poll/busy_read, and nothing else takes a lease. The slowest modules go
+# first, so that neither worker is left with a long one at the end.
+SLOWEST_FIRST = ("test_remote_lab", "test_witness_skew", "test_lab_vm_topologies", "test_dpdk_vm", "test_vm_suite",
+                 "test_ovs_dpdk", "test_vm", "test_lab_vm", "test_dpdk", "test_queues_guest_cpus", "test_ssh",
+                 "test_experiment", "test_bad_input")
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {m: i for i, m in enumerate(SLOWEST_FIRST)}
+    # stable: the order within a module is kept
+    items.sort(key=lambda item: rank.get(item.module.__name__.rsplit(".", 1)[-1], len(rank)))

@@ -173,12 +173,14 @@ def test_lab_down_during_offlab_measure_is_refused_and_force_ends_it_in_one_line
 
     labs.up("veth", lab_name)
     env = {**os.environ, "OFFLAB_STATE_DIR": str(state_dir)}
+    # Long enough to outlast two CLI starts on a loaded machine (seconds each); the forced down ends it.
     proc = subprocess.Popen([sys.executable, "-m", "offlab", "measure", lab_name, "--tool", "engine", "--proto", "udp",
-                             "--duration", "6", "--warmup", "0.2"], cwd=REPO, env=env,
+                             "--duration", "30", "--warmup", "0.2"], cwd=REPO, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 20
-        while not list((state_dir / "labs").glob(f"{lab_name}.hold-*")) and time.monotonic() < deadline:
+        deadline = time.monotonic() + 60  # a loaded machine may take long to start the measure
+        while not list((state_dir / "labs").glob(f"{lab_name}.hold-*")):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
             time.sleep(0.05)
         time.sleep(1.5)  # inside the traffic window
         res = offlab_cli("lab", "down", lab_name, env={"OFFLAB_STATE_DIR": str(state_dir)})

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import (
-    TEST_TAG, kill_9_once_daemon_is_recorded, module_lab, netns_names, offlab_cli, root_links, running,
+    TEST_TAG, kill_9_once_daemon_is_recorded, module_lab, netns_names, new_links_of_ours, offlab_cli, root_links,
+    running,
 )
 
 from offlab.dpdk import parse
@@ -148,7 +149,7 @@ def dpdk_lab(tmp_path_factory):
     assert not running(tp["pid"]), "testpmd left running"
     assert not os.path.exists(tp["runtime_dir"]), "DPDK runtime directory left behind"
     assert not any(n.startswith(f"ol-{name}-") for n in netns_names())
-    assert root_links() - links_before == set()
+    assert new_links_of_ours(links_before) == set()
 
 
 def _set(lab: dict, *settings: str) -> subprocess.CompletedProcess:

@@ -326,11 +326,14 @@ def test_a_phys_plan_that_varies_the_topology_or_names_no_ports_is_refused(tmp_p
         assert len(res.stderr.strip().splitlines()) == 1
 
 
-def test_the_leftover_check_ignores_only_another_runs_stand_in_ports():
-    from tests.conftest import _another_runs_phys_port
+def test_the_leftover_check_ignores_only_another_runs_stand_in_ports_and_lab_links():
+    from tests.conftest import another_runs_link
 
-    other = "1" if TEST_TAG != "1" else "2"
-    assert _another_runs_phys_port(f"ph{other}a") and _another_runs_phys_port(f"ph{other}br")
-    assert not _another_runs_phys_port(phys_port("a"))  # ours: still flagged when left behind
-    for link in ("pha", f"ph{other}", f"ph{other}abc", f"olt{other}0", "eth1", f"xph{other}a"):
-        assert not _another_runs_phys_port(link), link
+    other = "0001" if TEST_TAG != "0001" else "0002"
+    assert another_runs_link(f"ph{other}a") and another_runs_link(f"ph{other}br")
+    assert another_runs_link(f"olt{other}30") and another_runs_link(f"olx{other}ab1")
+    assert not another_runs_link(phys_port("a"))  # ours: still flagged when left behind
+    assert not another_runs_link(f"olt{TEST_TAG}30")
+    for link in ("pha", f"ph{other}", f"ph{other}abc", f"ph{other[:3]}a", f"olt{other[:3]}", "eth1",
+                 f"xph{other}a", f"ol{other}0"):
+        assert not another_runs_link(link), link

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import (
-    TEST_TAG, kill_9_once_daemon_is_recorded, module_lab, netns_names, offlab_cli, root_links, running,
+    TEST_TAG, kill_9_once_daemon_is_recorded, module_lab, netns_names, new_links_of_ours, offlab_cli, root_links,
+    running,
 )
 
 VSWITCHD = "/usr/lib/openvswitch-switch-dpdk/ovs-vswitchd-dpdk"
@@ -89,8 +90,8 @@ def ovs_dpdk_lab(tmp_path_factory):
     assert not os.path.exists(shown["ovs"]["vswitchd"]["runtime_dir"]), "DPDK runtime directory left behind"
     assert not os.path.exists(shown["ovs"]["rundir"]), "OVS run directory left behind"
     assert not any(n.startswith(f"ol-{name}-") for n in netns_names())
-    # links of ours only: other sessions on this machine make their own meanwhile
-    assert {l for l in root_links() - links_before if l.startswith("ol")} == set()
+    # links of ours only: other sessions and pytest workers on this machine make their own meanwhile
+    assert new_links_of_ours(links_before) == set()
 
 
 def _vsctl(lab: dict, *args: str) -> str:
@@ -249,8 +250,8 @@ def jumbo_lab(tmp_path_factory):
     assert not os.path.exists(shown["ovs"]["vswitchd"]["runtime_dir"])
     assert not os.path.exists(shown["ovs"]["rundir"])
     assert not any(n.startswith(f"ol-{name}-") for n in netns_names())
-    # links of ours only: other sessions on this machine make their own meanwhile
-    assert {l for l in root_links() - links_before if l.startswith("ol")} == set()
+    # links of ours only: other sessions and pytest workers on this machine make their own meanwhile
+    assert new_links_of_ours(links_before) == set()
 
 
 def _exec(lab: dict, role: str, *argv: str, timeout: float = 60):

@@ -6,6 +6,7 @@ import os
 
 import pytest
 
+from offlab.hosts.local import NetnsHost, _AnchorReader
 from offlab.probes import cpu
 from offlab.probes.capture import read_pcap, summarize
 
@@ -100,3 +101,25 @@ def test_super_packets_on_a_veth_are_proven_by_counters_and_segmented_ones_are_n
     seg = {(s["interface"], s["direction"]): s for s in plain.segmentation}
     assert seg[(client, "tx")]["avg_bytes"] == pytest.approx(1442, abs=1)  # 1400 + UDP 8 + IP 20 + Ethernet 14
     assert seg[(client, "tx")]["verdict"] == "wire-size packets (≤ MTU 1500 + 14)"
+
+
+class _SlowToEnter(NetnsHost):
+    """A namespace whose processes take 0.3 s to enter it, as `ip netns exec` may on a loaded machine:
+    until then /proc/PID/net is the root namespace's."""
+
+    def wrap(self, argv):
+        return ["sh", "-c", 'sleep 0.3; exec "$@"', "sh", *super().wrap(argv)]
+
+
+@pytest.mark.network
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root for network namespaces")
+def test_a_counter_reader_reads_its_namespace_from_the_first_read_even_when_entering_it_is_slow(veth_lab):
+    host = _SlowToEnter(veth_lab.client.netns)
+    reader = _AnchorReader(host)
+    try:
+        dev = reader.read("dev")  # at once, as a snapshot right after opening a ProbeSession does
+    finally:
+        reader.close()
+    names = {line.split(":")[0].strip() for line in dev.splitlines() if ":" in line}
+    mine = set(host.run(["ls", "/sys/class/net"]).stdout.split())
+    assert names == mine, f"read {names}, the namespace has {mine}"

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Callable
 
 from offlab import lab as labs
-from offlab.errors import BadInput, OfflabError
+from offlab.errors import BadInput, EnvironmentProblem, OfflabError
 from offlab.lab.model import LabState
 from offlab.metrics import TCG_MARK
 from offlab.probes import ProbeSession, mtus, service_demand, system_service_demand
@@ -29,6 +29,8 @@ from offlab.traffic import rr as rr_driver
 
 # Probes stop this much before the sender does, so the second snapshot is still inside traffic.
 END_MARGIN_S = 0.05
+# Traffic that ends more than this (or 10 % of the window) before the window's end is a failed sample.
+EARLY_END_TOLERANCE_S = 0.5
 RCVQ_MARK = "receive queue pruned"  # a sample's note that flags it (reports search for it)
 CHANNEL_MARGIN_S = 1.0
 # How long a window with a channel host waits for its traffic to show on this machine's interfaces
@@ -124,7 +126,7 @@ def _measure(lab: LabState, w: Workload, capture: CaptureRequest | None, *,
                 probes.watch("server", server_pid)
             lead = 0.0 if w_run is w else CHANNEL_MARGIN_S
             probe_thread = threading.Thread(target=_window, args=(probes, w, capture, cap_iface, lab, tmp, window),
-                                            kwargs={"lead": lead}, daemon=True)
+                                            kwargs={"lead": lead, "traffic_done": traffic_done}, daemon=True)
             probe_thread.start()
 
         # A sender on a channel host (a guest's agent, SSH) starts a little after offlab hears of it,
@@ -143,6 +145,8 @@ def _measure(lab: LabState, w: Workload, capture: CaptureRequest | None, *,
             side_thread.join(timeout=w.duration + 60)
         if "error" in window:
             raise window["error"]
+        if "ended_early_s" in window or "b" not in window:
+            raise _ended_early(lab, w, traffic, window.get("ended_early_s"))
         probe = probes.result(window["a"], window["b"], client_cpu=w.client_cpu, server_cpu=w.server_cpu)
         cap = window.get("capture")
         late_start = window.get("late_start")
@@ -207,10 +211,23 @@ def _watch_daemons(lab: LabState, client_pid: int, done: threading.Event) -> Non
 WATCH_INTERVAL_S = 0.5
 
 
+def _ended_early(lab: LabState, w: Workload, traffic: TrafficResult, early_s: float | None) -> OfflabError:
+    """The traffic stopped before the window's end: no sample, and why, in one line."""
+    gone = [role for role in ("client", "server") if not lab.host(role).alive()]
+    when = f"{early_s:.1f} s before the end of its {w.duration:g} s window" if early_s else "before its window began"
+    if gone:
+        return EnvironmentProblem(f"lab {lab.name}: the traffic ended {when}: host {', '.join(gone)} is gone "
+                                  f"(was the lab removed? `offlab lab list`); nothing measured")
+    return EnvironmentProblem(f"lab {lab.name}: the {traffic.tool} traffic ended {when}; nothing measured "
+                              f"(run `offlab measure {lab.name}` again; `offlab doctor` checks the lab)")
+
+
 def _window(probes: ProbeSession, w: Workload, capture: CaptureRequest | None, cap_iface: str | None,
-            lab: LabState, tmp: str, out: dict, *, lead: float = 0.0) -> None:
+            lab: LabState, tmp: str, out: dict, *, lead: float = 0.0,
+            traffic_done: threading.Event | None = None) -> None:
     """Warm-up (+ `lead`, and for a channel host until traffic flows), first snapshot (and capture
-    start), the window, second snapshot."""
+    start), the window, second snapshot. Traffic that ends before the window does ends the window at
+    once, with `ended_early_s` saying by how much (the caller gives no sample then)."""
     try:
         t0 = time.monotonic() + lead
         time.sleep(w.warmup + lead)
@@ -225,7 +242,15 @@ def _window(probes: ProbeSession, w: Workload, capture: CaptureRequest | None, c
         if capture:
             cap = Capture(lab.host(capture.role), cap_iface, Path(tmp) / "wire.pcap", frames=capture.frames)
             cap.wait_ready()
-        time.sleep(max(0.0, t0 + w.warmup + w.duration - END_MARGIN_S - time.monotonic()))
+        end = t0 + w.warmup + w.duration - END_MARGIN_S
+        done = traffic_done or threading.Event()
+        if done.wait(max(0.0, end - time.monotonic())):
+            left = end - time.monotonic()
+            # A tool's own clock starts a little before offlab hears of it: a few tenths early is normal.
+            if left > max(EARLY_END_TOLERANCE_S, 0.1 * w.duration):
+                out["ended_early_s"] = left
+            else:
+                time.sleep(max(0.0, left))
         out["b"] = probes.snapshot()
         if cap:
             dropped = cap.stop()

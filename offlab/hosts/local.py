@@ -5,10 +5,11 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import time
 from pathlib import Path
 from typing import Sequence
 
-from offlab.errors import BadInput
+from offlab.errors import BadInput, EnvironmentProblem
 from offlab.hosts.base import Host, register_kind
 
 NETNS_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
@@ -73,9 +74,28 @@ class _AnchorReader:
     spawning `ip netns exec` at the edges of a traffic window (keeps snapshots close to the
     instants they claim)."""
 
-    def __init__(self, host: NetnsHost, lifetime: float = 600.0) -> None:
+    def __init__(self, host: NetnsHost, lifetime: float = 600.0, enter_timeout: float = 10.0) -> None:
         self.proc = host.spawn(["sleep", str(int(lifetime))], stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
+        self._wait_inside(host, enter_timeout)
+
+    def _wait_inside(self, host: NetnsHost, timeout: float) -> None:
+        """Until `ip netns exec` has entered the namespace, /proc/PID/net is this machine's root
+        namespace: a first snapshot read then (a loaded machine makes that likely) would take every
+        other lab's traffic for this host's."""
+        want = os.stat(os.path.join(NETNS_DIR, host.netns)).st_ino
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                if os.stat(f"/proc/{self.proc.pid}/ns/net").st_ino == want:
+                    return
+            except OSError:
+                pass
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.close()
+                raise EnvironmentProblem(f"could not read counters in namespace {host.netns}: a process "
+                                         f"started there was not inside it within {timeout:g} s")
+            time.sleep(0.002)
 
     def read(self, name: str) -> str:
         with open(f"/proc/{self.proc.pid}/net/{name}") as f:
