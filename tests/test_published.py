@@ -132,3 +132,29 @@ def test_results_show_and_the_report_show_both_figures(stored, tmp_path):
     html = build_report(store, run)
     assert "Published ratios beside ours" in html and "seed 001: +49 %" in html and "seed 001: +63 %" in html
     assert "+25.0 %" in html and "+66.7 %" in html
+
+
+def test_suite_runs_headline_lines_carry_the_published_figure(capsys):
+    """What `offlab suite run` prints under its table, for a decided and an undetermined comparison."""
+    from types import SimpleNamespace
+
+    from offlab.cli.experiment import _print_decisions
+
+    plan = load_plan(PLAN, "p.yaml")
+    keys = {c.params["gro"]: c.key for c in plan.cells}
+
+    def decision(cell: str, verdict: str, ratio: float | None) -> dict:
+        return {"cell": keys[cell], "baseline": keys["no-gro"], "headline": True, "moot": False, "verdict": verdict,
+                "ratio": ratio, "low": ratio and ratio * 0.9, "high": ratio and ratio * 1.1, "pairs": 3, "looks": 1,
+                "level": 95.0, "equivalence_pct": 5.0, "metric": "throughput_bps", "cv_ratio_pct": 20.0,
+                "cv_cell_pct": 15.0, "cv_baseline_pct": 12.0, "steal_pct": None, "needs_rounds": 4,
+                "needs_minutes": 2.5, "needs_at_least": False}
+
+    runner = SimpleNamespace(plan=plan, decider=object(), run_id=7, decisions=[
+        decision("dpdk-gro", "faster", 1.6), decision("kernel-gro", "undecided", 1.1)])
+    _print_decisions(runner)
+    lines = capsys.readouterr().out.splitlines()
+    dpdk = next(l for l in lines if l.strip().startswith(keys["dpdk-gro"]))
+    kernel = next(l for l in lines if l.strip().startswith(keys["kernel-gro"]))
+    assert "×1.6" in dpdk and dpdk.endswith("| seed 001: +63 %"), dpdk
+    assert "undetermined: needs ~2.5 more minutes at this noise" in kernel and "seed 001" not in kernel, kernel

@@ -291,8 +291,16 @@ def _print_cells(p: Plan) -> None:
     typer.echo(f"# {p.name}: {len(p.cells)} cells, {rule}{budget}, baseline {p.baseline}")
     if p.headline:
         typer.echo(f"  headline: {', '.join(','.join(f'{k}={v}' for k, v in h.items()) for h in p.headline)}")
+    if p.published:
+        typer.echo(f"  published ({p.published['ref']}): " + "; ".join(
+            f"{_filter_text(r['cell'])} vs {_filter_text(r['baseline'])} "
+            + " … ".join(f"{x:+g}" for x in r["change_pct"]) + " %" for r in p.published["ratios"]))
     for c in p.cells:
         typer.echo(f"  {c.key}")
+
+
+def _filter_text(f: dict) -> str:
+    return ",".join(f"{k}={v}" for k, v in f.items())
 
 
 class _Progress:
