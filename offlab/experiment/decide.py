@@ -191,7 +191,7 @@ def reason(d: dict) -> str:
              f"baseline {_pct(d['cv_baseline_pct'])}")
     if d["steal_pct"] is not None and d["steal_pct"] >= 1:
         noise += f", CPU steal up to {d['steal_pct']:.1f} %"
-    rounds = f"{d['pairs']} rounds"
+    rounds = f"{d['pairs']} round{'' if d['pairs'] == 1 else 's'}"
     if d["verdict"] != UNDECIDED:
         return (f"decided {d['verdict']} ({d['level']:g} % over every look, {rounds}, {noise})")
     if d["needs_minutes"] is not None and d.get("needs_at_least"):
