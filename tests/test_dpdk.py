@@ -199,6 +199,51 @@ def test_gro_gso_are_set_read_back_and_restored(dpdk_lab):
     assert all(not p["gro"]["on"] and not p["gso"]["on"] and p["csum"]["tcp"] == "sw" for p in s["ports"].values())
 
 
+def _neighbour_kept(lab: dict, role: str, peer: str) -> bool:
+    """Whether the tap of `role` still knows `peer`'s MAC: moving a tap to another namespace (as a
+    stop of its port needs) flushes its neighbour table."""
+    ns, tap = f"ol-{lab['name']}-{role}", lab["shown"]["hosts"][role]["interfaces"][0]["name"]
+    out = subprocess.run(["ip", "-n", ns, "neigh", "show", "dev", tap], capture_output=True, text=True).stdout
+    return peer in out and "lladdr" in out
+
+
+def _testpmd_commands(lab: dict, since: int) -> list[str]:
+    log = Path(lab["shown"]["testpmd"]["rundir"], "testpmd.log").read_bytes()[since:].decode(errors="replace")
+    return [line.split("testpmd> ", 1)[1].strip() for line in log.splitlines() if "testpmd> " in line]
+
+
+def test_only_the_port_a_change_needs_stopped_is_restarted(dpdk_lab):
+    """GRO needs forwarding stopped, not the ports: both taps stay home (their neighbours kept).
+    A checksum change on port 1 stops port 1 only: its tap goes back and home, port 0's stays."""
+    log = Path(dpdk_lab["shown"]["testpmd"]["rundir"], "testpmd.log")
+    ping = ("lab", "exec", dpdk_lab["name"], "client", "--", "ping", "-c", "2", "-W", "2", "10.200.1.2")
+    try:
+        assert offlab_cli(*ping, env=dpdk_lab["env"]).returncode == 0
+        assert _neighbour_kept(dpdk_lab, "client", "10.200.1.2") and _neighbour_kept(dpdk_lab, "server", "10.200.1.1")
+        since = log.stat().st_size
+        res = _set(dpdk_lab, "testpmd.gro=on")
+        assert res.returncode == 0 and "testpmd.gro: off → on" in res.stdout, res.stderr
+        sent = _testpmd_commands(dpdk_lab, since)
+        assert "set port 0 gro on" in sent and not any(c.startswith("port stop") for c in sent), sent
+        assert _neighbour_kept(dpdk_lab, "client", "10.200.1.2") and _neighbour_kept(dpdk_lab, "server", "10.200.1.1")
+
+        since = log.stat().st_size
+        res = _set(dpdk_lab, "testpmd.csum.tcp=1:hw")
+        assert res.returncode == 0, res.stderr
+        sent = _testpmd_commands(dpdk_lab, since)
+        assert "port stop 1" in sent and "csum set tcp hw 1" in sent and "port start 1" in sent, sent
+        assert not any(c in ("port stop 0", "port stop all") for c in sent), sent
+        assert _neighbour_kept(dpdk_lab, "client", "10.200.1.2")  # port 0's tap never left the client
+        assert not _neighbour_kept(dpdk_lab, "server", "10.200.1.1")  # port 1's went back and came home
+        s = _settings(dpdk_lab)
+        assert s["ports"]["1"]["csum"]["tcp"] == "hw" and s["ports"]["0"]["csum"]["tcp"] == "sw"
+        assert offlab_cli(*ping, env=dpdk_lab["env"]).returncode == 0  # and forwards again
+    finally:
+        _restore(dpdk_lab)
+    s = _settings(dpdk_lab)
+    assert all(not p["gro"]["on"] and p["csum"]["tcp"] == "sw" for p in s["ports"].values())
+
+
 def test_a_setting_the_pmd_cannot_do_is_exit_2_naming_it_and_the_version(dpdk_lab):
     res = _set(dpdk_lab, "testpmd.tso_segsz=1448")
     assert res.returncode == 2 and "testpmd.tso_segsz=1448" in res.stderr and "DPDK 22." in res.stderr

@@ -257,10 +257,20 @@ def _print_decisions(runner: Runner) -> None:
     typer.echo(f"headline verdicts ({rep.metric}; {rep.level:g} % confidence over every look, "
                f"equivalent = within ±{rep.equivalence:g} %):")
     for d in head:
-        typer.echo(f"  {d['cell']} vs {d['baseline']}: {_ratio_text(d)}{reason(d)}")
+        typer.echo(f"  {d['cell']} vs {d['baseline']}: {_ratio_text(d)}{reason(d)}{_published(runner, d)}")
     if rest:
         decided = sum(d["verdict"] != "undecided" for d in rest)
         typer.echo(f"other comparisons: {decided} of {len(rest)} decided (offlab results show {runner.run_id})")
+
+
+def _published(runner: Runner, d: dict) -> str:
+    """` | seed 001: +63 %`: what the plan's source published for this comparison, if it did."""
+    from offlab.report.compare import published_text
+
+    params = {c.key: c.params for c in runner.plan.cells}
+    text = published_text({"plan": {"published": runner.plan.published}}, params.get(d["cell"], {}),
+                          params.get(d["baseline"], {}), d["metric"])
+    return f" | {text}" if text else ""
 
 
 def _ratio_text(d: dict) -> str:
@@ -281,8 +291,16 @@ def _print_cells(p: Plan) -> None:
     typer.echo(f"# {p.name}: {len(p.cells)} cells, {rule}{budget}, baseline {p.baseline}")
     if p.headline:
         typer.echo(f"  headline: {', '.join(','.join(f'{k}={v}' for k, v in h.items()) for h in p.headline)}")
+    if p.published:
+        typer.echo(f"  published ({p.published['ref']}): " + "; ".join(
+            f"{_filter_text(r['cell'])} vs {_filter_text(r['baseline'])} "
+            + " … ".join(f"{x:+g}" for x in r["change_pct"]) + " %" for r in p.published["ratios"]))
     for c in p.cells:
         typer.echo(f"  {c.key}")
+
+
+def _filter_text(f: dict) -> str:
+    return ",".join(f"{k}={v}" for k, v in f.items())
 
 
 class _Progress:

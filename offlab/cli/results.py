@@ -98,6 +98,7 @@ def show_cmd(
         print_captures(store, run_id)
         print_losses(store, run_id)
         print_testpmd(store, run_id)
+        print_published(store, run_id)
 
 
 def _samples_csv(run: dict, cells: list[dict], samples: list[dict]) -> None:
@@ -131,6 +132,7 @@ def print_comparison(store, run_id: int) -> None:
             print_captures(store, run_id)
             print_losses(store, run_id)
             print_testpmd(store, run_id)
+            print_published(store, run_id)
             return
         except BadInput as exc:
             out.print(f"[yellow]{escape(str(exc))}[/yellow]")
@@ -143,6 +145,20 @@ def print_comparison(store, run_id: int) -> None:
     print_captures(store, run_id)
     print_losses(store, run_id)
     print_testpmd(store, run_id)
+
+
+def print_published(store, run_id: int) -> None:
+    """The ratios the run's plan says its source published, each beside ours for the same comparison."""
+    from offlab.report import compare
+    from offlab.report import format as fmt
+
+    rows = compare.published_rows(store, run_id)
+    if not rows:
+        return
+    out.print(f"\n[bold]published ratios beside ours[/bold] ({escape(rows[0].label)}, {rows[0].level:g} % CI):")
+    for r in rows:
+        ours = f"{fmt.change(r)} ({r.verdict})" if r.compared else r.verdict
+        out.print(f"  {escape(r.cell)} vs {escape(r.baseline or '?')}: ours {escape(ours)} | {escape(r.published)}")
 
 
 def print_captures(store, run_id: int) -> None:
@@ -355,6 +371,9 @@ def compare_cmd(
         _rows_csv(rows)
     else:
         _print_rows(rows)
+        if len(runs) == 1:
+            with _open(db) as store:
+                print_published(store, runs[0])
     if failed:
         for r in failed:
             against = r.baseline if r.run == r.baseline_run else f"run {r.baseline_run}"
@@ -412,6 +431,8 @@ def _print_rows(rows) -> None:
         flags = "".join(f"  [yellow]⚠ {escape(f)}[/yellow]" for f in common[id(r0)])
         both = compare.trade_off(g)
         flags += f"  [bold yellow]{escape(both)}[/bold yellow]" if both else ""
+        flags += "".join(f"  [cyan]{escape(r.published)} ({escape(fmt.short(r.metric))}, published)[/cyan]"
+                         for r in g if r.published)
         out.print(("\n" if gi else "") + title + flags)
         t = Table(box=None, show_header=gi == 0, padding=(0, 1))
         for name, width, justify in COLUMNS:

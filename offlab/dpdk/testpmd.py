@@ -24,7 +24,7 @@ import subprocess
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from offlab.dpdk import parse
 from offlab.errors import BadInput, EnvironmentProblem
@@ -314,36 +314,42 @@ class Testpmd:
             return 0
 
     # ---- reconfiguring -------------------------------------------------------
-    def reconfigure(self, commands: list[str], *, port_stop: bool) -> list[str]:
-        """Run `commands` with forwarding stopped (and the ports stopped when `port_stop`); answers.
+    def reconfigure(self, commands: list[str], *, port_stop: bool | Iterable[int]) -> list[str]:
+        """Run `commands` with forwarding stopped, and the ports `port_stop` names stopped (True: all,
+        an empty list: none); their answers.
 
-        The tap PMD configures its kernel interface by name in testpmd's namespace, so before a port
-        stop the taps come back there, and afterwards go home again with their addresses and link up.
-        Forwarding is started again whatever happened.
+        The tap PMD configures its kernel interface by name in testpmd's namespace, so before a stop
+        of its port a tap comes back there, and afterwards goes home again with its addresses and link
+        up; ports not named keep running (and their taps stay home). Forwarding is started again
+        whatever happened.
         """
+        every = [p.index for p in self.info.ports]
+        stop = every if port_stop is True else sorted({int(n) for n in (port_stop or ())} & set(every))
+        which = "all" if stop == every else None
         answers = []
         with self.session():
             self.command("stop")
             moved: list[tuple[Port, list[list[str]]]] = []
             try:
-                if port_stop:
-                    moved = self._taps_back()
-                    self.checked("port stop all")
+                if stop:
+                    moved = self._taps_back(stop)
+                    for n in ([which] if which else stop):
+                        self.checked(f"port stop {n}")
                 for line in commands:
                     answers.append(self.checked(line))
             finally:
                 try:
-                    if port_stop:
-                        self.checked("port start all", timeout=60)
-                        self._taps_home(moved)
+                    for n in ([which] if which else stop):
+                        self.checked(f"port start {n}", timeout=60)
+                    self._taps_home(moved)
                 finally:
                     self.command("start")
         return answers
 
-    def _taps_back(self) -> list[tuple[Port, list[list[str]]]]:
+    def _taps_back(self, ports: Iterable[int]) -> list[tuple[Port, list[list[str]]]]:
         moved = []
         for p in self.info.ports:
-            if p.pmd != "tap" or not p.home or p.home == self.info.netns:
+            if p.index not in ports or p.pmd != "tap" or not p.home or p.home == self.info.netns:
                 continue
             res = LOCAL.run(["ip", "-n", p.home, "-j", "addr", "show", "dev", p.iface], check=False, timeout=10)
             addrs = []
@@ -385,25 +391,46 @@ class Testpmd:
         return stats
 
     def settings(self) -> dict:
-        """What testpmd says is in force: fwd mode, burst, descriptors; GRO, GSO, checksum, TSO per port."""
+        """What testpmd says is in force: fwd mode, burst, descriptors; GRO, GSO, checksum, TSO per port.
+
+        Its answers are read again unless nothing at all was written to testpmd's log since they were
+        read: every command (from any process) is echoed there, and only a command changes a setting,
+        so an unchanged log means unchanged answers (a read-back after any change always asks)."""
         with self.session():
-            rxtx = parse.rxtx(self.command("show config rxtx"))
-            ports = {}
-            for p in self.info.ports:
-                n = p.index
-                gro = parse.gro(self.command(f"show port {n} gro"))
-                gso = parse.gso(self.command(f"show port {n} gso"))
-                tx = parse.offloads(self.command(f"show port {n} tx_offload configuration"))
-                ports[n] = {
-                    "gro": gro, "gso": gso,
-                    "csum": {proto: ("hw" if flag in tx else "sw") for proto, flag in CSUM_FLAGS.items()},
-                    "tso_segsz": self.info.tso_segsz.get(str(n), 0) if "TCP_TSO" in tx else 0,
-                    "rxd": rxtx["ports"].get(n, {}).get("rxd"), "txd": rxtx["ports"].get(n, {}).get("txd"),
-                }
+            answers = self._answers()
+        rxtx = parse.rxtx(answers["rxtx"])
+        ports = {}
+        for p in self.info.ports:
+            n = p.index
+            tx = parse.offloads(answers[f"tx {n}"])
+            ports[n] = {
+                "gro": parse.gro(answers[f"gro {n}"]), "gso": parse.gso(answers[f"gso {n}"]),
+                "csum": {proto: ("hw" if flag in tx else "sw") for proto, flag in CSUM_FLAGS.items()},
+                "tso_segsz": self.info.tso_segsz.get(str(n), 0) if "TCP_TSO" in tx else 0,
+                "rxd": rxtx["ports"].get(n, {}).get("rxd"), "txd": rxtx["ports"].get(n, {}).get("txd"),
+            }
         return {"fwd": rxtx["fwd"], "burst": rxtx["burst"], "ports": ports}
 
+    def _answers(self) -> dict[str, str]:
+        """The answers of the `show` commands `settings` reads; the last ones if the log has not grown."""
+        ident = (str(self.rundir), self.info.pid, self.info.start_time)
+        last = _LAST_ANSWERS.get(ident)
+        if last is not None and last[0] == self._size() and self.alive():
+            return last[1]
+        answers = {"rxtx": self.command("show config rxtx")}
+        for p in self.info.ports:
+            answers[f"gro {p.index}"] = self.command(f"show port {p.index} gro")
+            answers[f"gso {p.index}"] = self.command(f"show port {p.index} gso")
+            answers[f"tx {p.index}"] = self.command(f"show port {p.index} tx_offload configuration")
+        _LAST_ANSWERS[ident] = (self._size(), answers)
+        return answers
+
     def capabilities(self, port: int) -> set[str]:
-        return parse.offloads(self.command(f"show port {port} tx_offload capabilities"))
+        """The port's TX offload capabilities: fixed for the life of the port, so asked once per testpmd."""
+        ident = (str(self.rundir), self.info.pid, self.info.start_time, port)
+        if ident not in _CAPABILITIES:
+            _CAPABILITIES[ident] = parse.offloads(self.command(f"show port {port} tx_offload capabilities"))
+        return set(_CAPABILITIES[ident])
 
     def port_info(self, port: int) -> dict:
         return parse.port_info(self.command(f"show port info {port}"))
@@ -418,6 +445,11 @@ class Testpmd:
             out["settings"] = self.settings()
         return out
 
+
+# testpmd (rundir, pid, start time) → (its log's size right after, the answers): see Testpmd.settings
+_LAST_ANSWERS: dict[tuple, tuple[int, dict[str, str]]] = {}
+# testpmd (rundir, pid, start time, port) → that port's TX offload capabilities
+_CAPABILITIES: dict[tuple, set[str]] = {}
 
 # `show port N tx_offload configuration` names → the protocol `csum set PROTO hw N` offloads.
 CSUM_FLAGS = {"ip": "IPV4_CKSUM", "udp": "UDP_CKSUM", "tcp": "TCP_CKSUM", "sctp": "SCTP_CKSUM"}

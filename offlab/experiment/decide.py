@@ -164,13 +164,17 @@ class Decider:
                "cv_ratio_pct": cv_pct([y / x for x, y in zip(a, b) if x > 0]),
                "steal_pct": max(c.steal_pct) if c.steal_pct else None, "level": self.level,
                "equivalence_pct": self.equivalence, "metric": self.plan.repeat.metric,
-               "needs_rounds": None, "needs_minutes": None, "moot": c.moot}
+               "needs_rounds": None, "needs_minutes": None, "needs_at_least": False, "moot": c.moot}
         if c.moot or (d is not None and d.decided):
             return out
         extra = rounds_to_decide(a, b, d.look if d else 0, self.level, self.equivalence, ESTIMATE_LIMIT)
+        at_least = extra is None and len(a) < 2 and bool(self.seconds)
+        if at_least:  # no noise to estimate from yet; the first look needs MIN_PAIRS pairs whatever it is
+            extra = MIN_PAIRS - len(a)
         if extra is not None:
             per_round = self._mean_seconds(c.cell) + self._mean_seconds(c.base)
             out["needs_rounds"], out["needs_minutes"] = extra, extra * per_round / 60
+            out["needs_at_least"] = at_least
         return out
 
     def _mean_seconds(self, cs: Side) -> float:
@@ -187,9 +191,12 @@ def reason(d: dict) -> str:
              f"baseline {_pct(d['cv_baseline_pct'])}")
     if d["steal_pct"] is not None and d["steal_pct"] >= 1:
         noise += f", CPU steal up to {d['steal_pct']:.1f} %"
-    rounds = f"{d['pairs']} rounds"
+    rounds = f"{d['pairs']} round{'' if d['pairs'] == 1 else 's'}"
     if d["verdict"] != UNDECIDED:
         return (f"decided {d['verdict']} ({d['level']:g} % over every look, {rounds}, {noise})")
+    if d["needs_minutes"] is not None and d.get("needs_at_least"):
+        return (f"undetermined: needs at least ~{max(d['needs_minutes'], 0.1):.1f} more minutes "
+                f"({d['needs_rounds']} more rounds before the first look, whatever the noise; {rounds})")
     if d["needs_minutes"] is not None:
         return (f"undetermined: needs ~{max(d['needs_minutes'], 0.1):.1f} more minutes at this noise "
                 f"(~{d['needs_rounds']} more rounds; {rounds}, {noise})")

@@ -32,7 +32,7 @@ RANGES = {"burst": (1, 512), "rxd": (16, 4096), "txd": (16, 4096), "gro_flush": 
 TAP_TSO_MAX = 1500 - 66  # the tap PMD drops a TSO segment whose size + Ethernet/IPv4/TCP headers exceed MTU 1500
 NAMES = ("fwd", "burst", "rxd", "txd", "gro", "gro_flush", "gso", "gso_segsz", "tso_segsz",
          *(f"csum.{p}" for p in CSUM_PROTOS))
-# Settings that need the ports stopped (and so the taps moved back) to take.
+# Settings that need their port stopped (and so its tap moved back) to take: descriptors all ports.
 PORT_STOP = {"rxd", "txd", "tso_segsz", *(f"csum.{p}" for p in CSUM_PROTOS)}
 
 
@@ -181,6 +181,12 @@ class TestpmdSetting(Knob):
 
     def _set(self, tp: Testpmd, per_port: dict[str, Any]) -> None:
         name = self.name
+        if name in PER_PORT:
+            # only the ports whose setting differs: a port already so is neither written nor stopped
+            now = self.snapshot()
+            per_port = {n: v for n, v in per_port.items() if str(now.get(n)) != str(v)}
+            if not per_port:
+                return
         one = str(next(iter(per_port.values())))
         if name == "fwd":
             cmds = [f"set fwd {one}"]
@@ -198,7 +204,10 @@ class TestpmdSetting(Knob):
             cmds = [f"tso set {v} {n}" for n, v in per_port.items()]
         else:
             cmds = [f"csum set {name[5:]} {v} {n}" for n, v in per_port.items()]
-        tp.reconfigure(cmds, port_stop=name in PORT_STOP)
+        # testpmd 22.11 takes checksum and TSO changes only on a stopped port, descriptor counts only
+        # with every port stopped; GRO, GSO, fwd and burst need forwarding stopped, not the ports
+        stop = True if name in ("rxd", "txd") else [int(n) for n in per_port] if name in PORT_STOP else []
+        tp.reconfigure(cmds, port_stop=stop)
         if name in ("gro_flush", "gso_segsz", "tso_segsz"):
             tp.remember(name, per_port)
 

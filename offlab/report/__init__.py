@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from offlab import __version__
-from offlab.report.compare import (Row, any_compared, axes_of, by_cell, compare_run, difference, emulated, sentence,
-                                  trade_off)
+from offlab.report.compare import (Row, any_compared, axes_of, by_cell, compare_run, difference, emulated,
+                                  published_rows, sentence, trade_off)
 from offlab.errors import BadInput, EnvironmentProblem
 from offlab.metrics import HEADLINE, METRICS, TCG_MARK
 from offlab.report import format as fmt
@@ -451,6 +451,9 @@ def build_report(store: Store, run_id: int, *, baseline: dict | None = None,
         "losses": losses(cells, samples),
         "segmentations": segmentations(cells, samples),
         "offloads": offload_table(env, run.get("plan_text") or ""),
+        "published": [{"cell": r.cell, "baseline": r.baseline, "metric": fmt.short(r.metric),
+                       "ours": fmt.change(r) if r.compared else "–", "verdict": r.verdict, "theirs": r.published}
+                      for r in published_rows(store, run_id)],
     }
     return _render(context)
 

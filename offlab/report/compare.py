@@ -66,6 +66,7 @@ class Row:
     baseline_run: int | None = None
     params: dict = field(default_factory=dict)
     baseline_params: dict = field(default_factory=dict)
+    published: str | None = None  # what the plan's source reports for this comparison, e.g. "seed 001: +49 %"
 
     @property
     def compared(self) -> bool:
@@ -245,7 +246,45 @@ def compare_run(store: Store, run_id: int, baseline: dict | None = None,
         bcell = by_params.get(_key(target))
         rows += compare_cells(cell, bcell, values.get(cell["id"], {}),
                               values.get(bcell["id"], {}) if bcell else {}, metrics, level, run_id, run_id)
+    for row in rows:
+        row.published = published_text(run, row.params, row.baseline_params, row.metric)
     return _mark_emulated(rows, run)
+
+
+def published_text(run: dict, params: dict, baseline_params: dict, metric: str) -> str | None:
+    """What the run's plan says its source published for this comparison ("seed 001: +49 %"), or None."""
+    pub = (run.get("plan") or {}).get("published")
+    if not pub or pub.get("metric") != metric or not baseline_params:
+        return None
+    params, baseline_params = _norm(params), _norm(baseline_params)
+    for e in pub.get("ratios") or []:
+        if (_subset(e["cell"], params) and _subset(e["baseline"], baseline_params)
+                and not _subset(e["baseline"], params)):
+            bounds = e["change_pct"] if isinstance(e["change_pct"], list) else [e["change_pct"]]
+            return f"{pub['ref']}: " + " … ".join(f"{x:+.0f}" for x in bounds) + " %"
+    return None
+
+
+def published_rows(store: Store, run_id: int) -> list[Row]:
+    """For each ratio the run's plan says its source published: our rows for that comparison (each
+    against the entry's own baseline, which may differ from the run's), with `published` set."""
+    run = store.get_run(run_id)
+    pub = (run.get("plan") or {}).get("published")
+    if not pub:
+        return []
+    out: list[Row] = []
+    for e in pub.get("ratios") or []:
+        try:
+            rows = compare_run(store, run_id, e["baseline"], [pub["metric"]])
+        except BadInput:  # e.g. a --quick run that did not measure that baseline
+            continue
+        out += [r for r in rows if _subset(e["cell"], _norm(r.params)) and r.published and
+                not any(r.cell == o.cell and r.baseline == o.baseline for o in out)]
+    return out
+
+
+def _subset(f: dict, params: dict[str, str]) -> bool:
+    return all(params.get(str(k)) == str(v) for k, v in f.items())
 
 
 def compare_runs(store: Store, run_a: int, run_b: int, metrics: Sequence[str] = HEADLINE,

@@ -12,9 +12,10 @@ from offlab.experiment.plan.axes import expand, fmt, matches, parse_axes, parse_
 from offlab.experiment.plan.checks import check_target
 from offlab.experiment.plan.errors import PlanErrors
 from offlab.experiment.plan.models import CaptureSpec, Plan, RepeatSpec, TopologySpec, WorkloadSpec
+from offlab.experiment.plan.published import parse_published
 
 TOP_KEYS = {"name", "description", "topology", "axes", "only", "exclude", "workload", "repeat", "baseline",
-            "capture", "budget", "seed", "warmup", "headline", "quick", "quick_workload"}
+            "capture", "budget", "seed", "warmup", "headline", "quick", "quick_workload", "published"}
 QUICK_BUDGET_S = 120.0  # --quick with no budget of its own: about two minutes of measuring
 QUICK_MAX_ROUNDS = 30  # --quick: the budget bounds a headline comparison's rounds, not the plan's max
 
@@ -77,6 +78,8 @@ def load_plan(text: str, source: str = "<plan>", *, quick: bool = False) -> Plan
     if headline and not any(matches(c.params, h) and c.params != {**c.params, **baseline}
                             for c in plan.cells for h in headline):
         err.fail(("headline",), f"headline {', '.join(map(fmt, headline))} names no compared cell")
+    # checked on every cell, before --quick drops some: a quick run shows the entries it measured
+    plan.published = parse_published(err, data.get("published"), axes, baseline, plan.cells)
     if quick:
         _quicken(plan)
     return plan
