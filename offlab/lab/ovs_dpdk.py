@@ -23,10 +23,10 @@ from offlab.dpdk.testpmd import OWNER_FILE, owner_mark, runtime_dir, version
 from offlab.errors import BadInput, EnvironmentProblem, OfflabError, ToolMissing
 from offlab.hosts.process import process_start_time
 from offlab.lab.build import Builder
-from offlab.lab.dpdk import AF_PACKET_CSUM_WHY, check_cpu, default_cpu
+from offlab.lab.dpdk import attach_ports, check_cpu, default_cpu
 from offlab.lab.model import Daemon, Interface, LabState
 from offlab.lab.ovs import Ovs, alive
-from offlab.names import link_name, netns_name
+from offlab.names import link_name
 
 VSWITCHD = "/usr/lib/openvswitch-switch-dpdk/ovs-vswitchd-dpdk"
 DAEMON = "ovs-vswitchd-dpdk"
@@ -136,18 +136,7 @@ def ovs_dpdk(b: Builder, mtu: int) -> None:
     switch.add_bridge(BRIDGE)
     for n, dev in enumerate(devargs):
         add_dpdk_port(b, switch, f"dpdk{n}", dev, mtu=mtu)
-    if pmd == "tap":
-        with b.step(f"tap ports {c} → client, {s} → server"):
-            for role, iface in (("client", c), ("server", s)):
-                b.ip("switch", "link", "set", iface, "netns", netns_name(b.lab.name, role))
-                b.lab.hosts[role].interfaces.append(Interface(iface, "tap", peer_host="switch"))
-                b.ip(role, "link", "set", iface, "up")
-            b.lab.save()
-    else:
-        for role, iface in (("client", c), ("server", s)):
-            b.ethtool_off(role, iface, "tx-checksumming", AF_PACKET_CSUM_WHY)
-    b.address("client", c, CLIENT4, CLIENT6, reach=True)
-    b.address("server", s, SERVER4, SERVER6, reach=True)
+    attach_ports(b, pmd, [("client", c, CLIENT4, CLIENT6), ("server", s, SERVER4, SERVER6)])
 
 
 def rehome_taps(lab: LabState) -> list[str]:
