@@ -247,6 +247,49 @@ def test_offlab_restore_after_kill_9_of_lab_up_stops_ovs_dpdk_and_removes_its_di
 
 
 @needs_ovs_dpdk
+def test_an_af_packet_dpdk_port_changes_mtu_at_run_time_and_one_ovs_refuses_is_put_back_at_once(
+        lab_name, clean_machine, state_dir, monkeypatch):
+    """An af_packet port's veth end stays in OVS's namespace, so its MTU does change at run time (read back,
+    then put back). A value OVS takes and then cannot configure (here 9000 with offlab's own limit check
+    switched off) fails naming the port, its type and what OVS logged (exit 3), and the original is back."""
+    from offlab import lab as labs
+    from offlab import netdev
+    from offlab.knobs import Change, Transaction, link, list_pending
+
+    lab = labs.up("ovs-dpdk", lab_name, options={"pmd": "af_packet"})
+    try:
+        switch, client = lab.host("switch"), lab.host("client")
+
+        def vs(col: str) -> str:
+            return netdev.vsctl(switch, lab.rundir, "get", "Interface", "dpdk1", col).strip()
+
+        def ping(size: int) -> bool:  # DF set: a packet bigger than a hop's MTU is lost, not fragmented
+            return client.run(["ping", "-M", "do", "-s", str(size), "-c", "2", "-W", "2", "10.200.1.2"],
+                              check=False, timeout=30).ok
+
+        with Transaction(label="test af_packet mtu") as tx:
+            out, = tx.apply([Change(switch, "mtu", 1400, "dpdk1", lab)])
+            assert (out.where, out.original, out.actual, out.ok) == ("switch:dpdk1", "1500", "1400", True)
+            assert (vs("mtu"), vs("mtu_request"), vs("error")) == ("1400", "1400", "[]")
+            assert ping(1372) and not ping(1472)  # 1400-byte packets cross dpdk1, 1500-byte ones do not
+        assert (vs("mtu"), vs("mtu_request")) == ("1500", "1500")
+        monkeypatch.setattr(link, "max_mtu", lambda ovs_type, driver: None)
+        with pytest.raises(link.OvsPortRefused) as err:
+            with Transaction(label="test af_packet mtu 9000") as tx:
+                tx.apply([Change(switch, "mtu", 9000, "dpdk1", lab)])
+        msg = str(err.value)
+        assert err.value.exit_code == 3 and "\n" not in msg
+        assert "dpdk1 (OVS type dpdk, net_af_packet" in msg and "mtu_request=9000" in msg and "dpdk1" in msg, msg
+        assert (vs("mtu"), vs("mtu_request"), vs("error")) == ("1500", "1500", "[]")
+        assert list_pending() == []
+        deadline = time.monotonic() + 10
+        while not ping(1472):  # the port is back in the datapath
+            assert time.monotonic() < deadline, "dpdk1 did not forward again after its mtu_request was put back"
+    finally:
+        labs.down(lab.name)
+
+
+@needs_ovs_dpdk
 @pytest.mark.skipif(shutil.which("qemu-system-x86_64") is None, reason="needs QEMU")
 @pytest.mark.parametrize("cleanup", [("lab", "down"), ("restore",)], ids=["lab-down", "restore"])
 def test_after_kill_9_of_lab_up_ovs_dpdk_vm_nothing_of_ovs_qemu_or_dpdk_is_left(cleanup, lab_name, clean_machine,

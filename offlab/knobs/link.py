@@ -54,6 +54,7 @@ class Mtu(Knob):
         super().__init__(target, key)
         self._ovs_port: bool | None = None
         self._ovs_type: str | None = None
+        self._status_seen: dict[str, str] = {}  # the port's status while it was attached, for messages
 
     def _vsctl(self, *args: str) -> str:
         """ovs-vsctl against the lab's private database (works from the journal alone)."""
@@ -77,8 +78,11 @@ class Mtu(Knob):
     def _status(self) -> dict[str, str]:
         """The port's OVS `status` column (driver_name, if_descr, ...) as a dict."""
         text = self._vsctl("get", "Interface", self.iface, "status").strip("{}")
-        return {k.strip(): v.strip().strip('"') for k, _, v in
-                (part.partition("=") for part in re.findall(r'[A-Za-z_]+=(?:"[^"]*"|[^,]*)', text))}
+        status = {k.strip(): v.strip().strip('"') for k, _, v in
+                  (part.partition("=") for part in re.findall(r'[A-Za-z_]+=(?:"[^"]*"|[^,]*)', text))}
+        if status.get("driver_name") or not self._status_seen:
+            self._status_seen = status
+        return self._status_seen
 
     def _port_kind(self) -> str:
         """`dpdk1 (OVS type dpdk, net_tap, DPDK 22.11.11)` for messages."""
