@@ -14,7 +14,7 @@ from offlab.lab.model import UPLINK_KINDS
 
 @dataclass(frozen=True)
 class StaticIface:
-    kind: str  # veth | bridge | vxlan | ovs-internal | ovs-dpdk (an OVS-DPDK port) ...
+    kind: str  # veth | bridge | vxlan | ovs-internal | ovs-dpdk (an OVS-DPDK port) | tap | virtio-net | nic
     name: str | None = None  # a fixed name (br0, u0, vxlan0, br-int); None: offlab names it per lab
     peer: str | None = None  # the host a veth faces: `to-<peer>` names it
 
