@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import signal
 import time
 from pathlib import Path
@@ -144,6 +146,25 @@ def test_tcp_crosses_ovs_dpdk_and_its_dpdk_ports_count_it(ovs_dpdk_lab):
         time.sleep(0.5)
 
 
+def test_the_mtu_knob_refuses_a_tap_dpdk_port_in_one_line_naming_it_its_type_and_limit(ovs_dpdk_lab):
+    """OVS would take mtu_request=9000 (rc 0) and then detach the port: `lab set` refuses it first, exit 2,
+    and a run-time change a net_tap port cannot make at all; nothing is changed or journalled."""
+    name, env = ovs_dpdk_lab["name"], ovs_dpdk_lab["env"]
+    for value, says in (("9000", "takes frames ≤ 1522 B, i.e. MTU ≤ 1500"),
+                        ("1400", "cannot change its MTU while the lab runs")):
+        res = offlab_cli("lab", "set", name, "switch", "dpdk1", f"mtu={value}", env=env)
+        err = res.stderr.strip()
+        assert res.returncode == 2 and len(err.splitlines()) == 1 and "Traceback" not in err, err
+        assert f"switch:dpdk1 mtu={value}: dpdk1 (OVS type dpdk, net_tap, DPDK 22." in err and says in err, err
+    assert _vsctl(ovs_dpdk_lab, "get", "Interface", "dpdk1", "mtu_request") == "1500"
+    assert _vsctl(ovs_dpdk_lab, "get", "Interface", "dpdk1", "mtu") == "1500"
+    assert "nothing to restore" in offlab_cli("restore", "--list", env=env).stdout
+    res = offlab_cli("lab", "set", name, "switch", "dpdk1", "mtu=1500", env=env)  # what it has: no change
+    assert res.returncode == 0 and "switch:dpdk1 mtu: 1500 → 1500 (already so)" in res.stdout, res.stderr
+    ping = offlab_cli("lab", "exec", name, "client", "--", "ping", "-c", "2", "-W", "2", "10.200.1.2", env=env)
+    assert ping.returncode == 0, ping.stdout + ping.stderr
+
+
 def test_a_tap_port_refuses_mtu_request_9000_until_it_is_cleared(ovs_dpdk_lab, monkeypatch):
     """What `lab up --mtu 9000` refuses up front, seen on the running switch (notes/dpdk.md §5)."""
     from offlab.lab import LabState, ovs_dpdk
@@ -224,6 +245,80 @@ def test_offlab_restore_after_kill_9_of_lab_up_stops_ovs_dpdk_and_removes_its_di
     assert not os.path.exists(daemon["runtime_dir"])
     assert not os.path.exists(lab_file["rundir"])
     assert not any(n.startswith(f"ol-{lab_name}-") for n in netns_names())
+
+
+@needs_ovs_dpdk
+def test_an_af_packet_dpdk_port_changes_mtu_at_run_time_and_one_ovs_refuses_is_put_back_at_once(
+        lab_name, clean_machine, state_dir, monkeypatch):
+    """An af_packet port's veth end stays in OVS's namespace, so its MTU does change at run time (read back,
+    then put back). A value OVS takes and then cannot configure (here 9000 with offlab's own limit check
+    switched off) fails naming the port, its type and what OVS logged (exit 3), and the original is back."""
+    from offlab import lab as labs
+    from offlab import netdev
+    from offlab.knobs import Change, Transaction, link, list_pending
+
+    lab = labs.up("ovs-dpdk", lab_name, options={"pmd": "af_packet"})
+    try:
+        switch, client = lab.host("switch"), lab.host("client")
+
+        def vs(col: str) -> str:
+            return netdev.vsctl(switch, lab.rundir, "get", "Interface", "dpdk1", col).strip()
+
+        def ping(size: int) -> bool:  # DF set: a packet bigger than a hop's MTU is lost, not fragmented
+            return client.run(["ping", "-M", "do", "-s", str(size), "-c", "2", "-W", "2", "10.200.1.2"],
+                              check=False, timeout=30).ok
+
+        with Transaction(label="test af_packet mtu") as tx:
+            out, = tx.apply([Change(switch, "mtu", 1400, "dpdk1", lab)])
+            assert (out.where, out.original, out.actual, out.ok) == ("switch:dpdk1", "1500", "1400", True)
+            assert (vs("mtu"), vs("mtu_request"), vs("error")) == ("1400", "1400", "[]")
+            assert ping(1372) and not ping(1472)  # 1400-byte packets cross dpdk1, 1500-byte ones do not
+        assert (vs("mtu"), vs("mtu_request")) == ("1500", "1500")
+        monkeypatch.setattr(link, "max_mtu", lambda ovs_type, driver: None)
+        with pytest.raises(link.OvsPortRefused) as err:
+            with Transaction(label="test af_packet mtu 9000") as tx:
+                tx.apply([Change(switch, "mtu", 9000, "dpdk1", lab)])
+        msg = str(err.value)
+        assert err.value.exit_code == 3 and "\n" not in msg
+        assert "dpdk1 (OVS type dpdk, net_af_packet" in msg and "mtu_request=9000" in msg and "dpdk1" in msg, msg
+        assert (vs("mtu"), vs("mtu_request"), vs("error")) == ("1500", "1500", "[]")
+        assert list_pending() == []
+        deadline = time.monotonic() + 10
+        while not ping(1472):  # the port is back in the datapath
+            assert time.monotonic() < deadline, "dpdk1 did not forward again after its mtu_request was put back"
+    finally:
+        labs.down(lab.name)
+
+
+@needs_ovs_dpdk
+@pytest.mark.skipif(shutil.which("qemu-system-x86_64") is None, reason="needs QEMU")
+@pytest.mark.parametrize("cleanup", [("lab", "down"), ("restore",)], ids=["lab-down", "restore"])
+def test_after_kill_9_of_lab_up_ovs_dpdk_vm_nothing_of_ovs_qemu_or_dpdk_is_left(cleanup, lab_name, clean_machine,
+                                                                               state_dir):
+    """kill -9 of `lab up ovs-dpdk-vm` once the first guest's QEMU is recorded (OVS-DPDK up, its
+    vhost-user sockets made): `lab down` or `offlab restore` leave no daemon, socket or directory."""
+    qemu = kill_9_once_daemon_is_recorded("ovs-dpdk-vm", lab_name, state_dir, "QEMU", timeout=300,
+                                          daemon_name="qemu-system-x86_64")
+    lab_file = json.loads((state_dir / "labs" / f"{lab_name}.json").read_text())
+    names = [d["name"] for d in lab_file["daemons"]]
+    assert names[:2] == ["ovsdb-server", "ovs-vswitchd-dpdk"] and "qemu-system-x86_64" in names
+    vswitchd = lab_file["daemons"][1]
+    rundir = Path(lab_file["rundir"])
+    sockets = [rundir / "vhu-client"] + ([rundir / "vhu-server"] if (rundir / "vhu-server").exists() else [])
+    assert running(qemu["pid"]) and running(vswitchd["pid"]) and os.path.isdir(vswitchd["runtime_dir"])
+    assert all(sock.is_socket() for sock in sockets)
+    res = offlab_cli(*cleanup, *((lab_name,) if cleanup[0] == "lab" else ()))
+    assert res.returncode == 0, res.stderr
+    assert "qemu-system-x86_64" in res.stdout and "ovs-vswitchd-dpdk" in res.stdout
+    if cleanup == ("restore",):
+        assert f"removed (lab {lab_name}, its `lab up` died)" in res.stdout
+    for d in lab_file["daemons"]:
+        assert not running(d["pid"]), f"{d['name']} (pid {d['pid']}) left running"
+    assert not os.path.exists(vswitchd["runtime_dir"]), "DPDK runtime directory left behind"
+    assert not any(sock.exists() for sock in sockets), "vhost-user socket left behind"
+    assert not rundir.exists()
+    assert not any(n.startswith(f"ol-{lab_name}-") for n in netns_names())
+    assert not (state_dir / "labs" / f"{lab_name}.json").exists()
 
 
 # ---- vhost-user ports to TCG guests: jumbo frames (seed 004) ----------------------------------------
@@ -308,15 +403,86 @@ def _mtu_drops(lab: dict, port: str) -> int:
     return int(stats.split("ovs_tx_mtu_exceeded_drops=", 1)[1].split(",", 1)[0].rstrip("}"))
 
 
-def test_a_run_time_mtu_change_on_a_vhost_user_port_drops_bigger_frames_there(jumbo_lab):
-    """Seed 004's test 2: mtu_request=6000 on one port at run time; 9000-byte packets stop there."""
-    drops = _mtu_drops(jumbo_lab, "vhu-server")
-    _vsctl(jumbo_lab, "set", "Interface", "vhu-server", "mtu_request=6000")
+# The jumbo path, port by port: each guest's eth0 and the vhost-user port OVS serves it
+_PATH = (("switch", "vhu-client"), ("client", "eth0"), ("switch", "vhu-server"), ("server", "eth0"))
+
+
+def _mtus(lab: dict) -> dict[str, str]:
+    """The MTU of every hop as `lab show` reads it: OVS's `mtu` of the ports, the guests' eth0."""
+    shown = json.loads(offlab_cli("lab", "show", lab["name"], "--json", env=lab["env"]).stdout)
+    out = {f"switch:{p['name']}": p["mtu"] for p in shown["ovs"]["ports"]}
+    out.update({f"{role}:eth0": str(shown["hosts"][role]["interfaces"][0]["mtu"]) for role in ("client", "server")})
+    return out
+
+
+def _frame_lengths(lab: dict, size: int) -> list[int]:
+    """Lengths of the ICMP frames the server guest captures while the client pings it with `size` B."""
+    return [int(n) for n in re.findall(r"length (\d+):", _capture_while_pinging(lab, size))]
+
+
+def test_the_mtu_knob_takes_vhost_user_ports_and_guests_to_9000_and_puts_back_1500(jumbo_lab, monkeypatch):
+    """Seed 004's jumbo path made with knobs. From 1500 (set with `lab set`, journalled), a transaction
+    raises both vhost-user ports' mtu_request and both guests' eth0 to 9000, read back from OVS and the
+    guests, and the server guest captures 9014-byte frames; on exit 1500 is back (fragments ≤ 1514 B);
+    `offlab restore` then puts back the lab's own 9000."""
+    from offlab.knobs import Change, Transaction
+    from offlab.lab import LabState
+
+    name, env = jumbo_lab["name"], jumbo_lab["env"]
     try:
-        deadline = time.monotonic() + 20
-        while _vsctl(jumbo_lab, "get", "Interface", "vhu-server", "mtu") != "6000":
-            assert time.monotonic() < deadline, "mtu_request=6000 did not take on vhu-server"
-            time.sleep(0.2)
+        for role, iface in _PATH:
+            res = offlab_cli("lab", "set", name, role, iface, "mtu=1500", env=env)
+            assert res.returncode == 0 and f"{role}:{iface} mtu: 9000 → 1500" in res.stdout, res.stdout + res.stderr
+        assert set(_mtus(jumbo_lab).values()) == {"1500"}
+        lengths = _frame_lengths(jumbo_lab, 8972)
+        assert lengths and max(lengths) <= 1514, lengths  # the guest fragments: nothing bigger crosses
+        monkeypatch.setenv("OFFLAB_STATE_DIR", str(jumbo_lab["state"]))
+        lab = LabState.load(name)
+        with Transaction(label="test jumbo by knobs") as tx:
+            outcomes = tx.apply([Change(lab.host(role), "mtu", 9000, iface, lab) for role, iface in _PATH])
+            assert [(o.where, o.original, o.actual, o.ok, o.journalled) for o in outcomes] == [
+                (f"{role}:{iface}", "1500", "9000", True, True) for role, iface in _PATH]
+            assert set(_mtus(jumbo_lab).values()) == {"9000"}
+            lengths = _frame_lengths(jumbo_lab, 8972)
+            assert lengths and set(lengths) == {9014}, lengths  # 9000-byte IP packets, whole
+        assert set(_mtus(jumbo_lab).values()) == {"1500"}
+        lengths = _frame_lengths(jumbo_lab, 8972)
+        assert lengths and max(lengths) <= 1514, lengths
+    finally:
+        res = offlab_cli("restore", env=env)
+        assert res.returncode == 0, res.stderr
+    assert set(_mtus(jumbo_lab).values()) == {"9000"}
+    assert _exec(jumbo_lab, "client", "ping", "-s", "8972", "-c", "2", "-W", "3", "10.200.1.2").returncode == 0
+
+
+_HOLD_MTU_6000 = """
+import sys, time
+from offlab import lab as labs
+from offlab.knobs import Change, Transaction
+lab = labs.LabState.load(sys.argv[1])
+tx = Transaction(label="test holds mtu 6000 on vhu-server")
+tx.__enter__()
+out, = tx.apply([Change(lab.host("switch"), "mtu", 6000, "vhu-server", lab)])
+print(out.actual, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_run_time_mtu_change_on_a_vhost_user_port_drops_bigger_frames_and_survives_kill_9(jumbo_lab):
+    """Seed 004's test 2 through the knob: mtu 6000 on one vhost-user port at run time, read back from
+    OVS; 9000-byte packets stop there (OVS counts them), 6000-byte ones cross. The process holding the
+    change is killed with -9; `offlab restore` puts back exactly the journalled 9000."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    drops = _mtu_drops(jumbo_lab, "vhu-server")
+    proc = subprocess.Popen([sys.executable, "-c", _HOLD_MTU_6000, jumbo_lab["name"]], cwd=REPO,
+                            env={**os.environ, **jumbo_lab["env"]}, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "6000"  # read back once OVS had configured the port
+        assert _vsctl(jumbo_lab, "get", "Interface", "vhu-server", "mtu") == "6000"
         assert _exec(jumbo_lab, "client", "ping", "-s", "8972", "-c", "2", "-W", "3", "10.200.1.2").returncode != 0
         assert _exec(jumbo_lab, "client", "ping", "-s", "5972", "-c", "2", "-W", "3", "10.200.1.2").returncode == 0
         deadline = time.monotonic() + 15  # OVS writes statistics to its database every 5 s
@@ -324,12 +490,21 @@ def test_a_run_time_mtu_change_on_a_vhost_user_port_drops_bigger_frames_there(ju
             assert time.monotonic() < deadline, "OVS counted no ovs_tx_mtu_exceeded_drops on vhu-server"
             time.sleep(0.5)
     finally:
-        _vsctl(jumbo_lab, "set", "Interface", "vhu-server", "mtu_request=9000")
-    deadline = time.monotonic() + 20
-    while _vsctl(jumbo_lab, "get", "Interface", "vhu-server", "mtu") != "9000":
-        assert time.monotonic() < deadline, "vhu-server did not go back to 9000"
-        time.sleep(0.2)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    res = offlab_cli("restore", env=jumbo_lab["env"])
+    assert res.returncode == 0 and "switch:vhu-server mtu = 9000" in res.stdout, res.stdout + res.stderr
+    assert _vsctl(jumbo_lab, "get", "Interface", "vhu-server", "mtu") == "9000"
+    assert _vsctl(jumbo_lab, "get", "Interface", "vhu-server", "mtu_request") == "9000"
     assert _exec(jumbo_lab, "client", "ping", "-s", "8972", "-c", "2", "-W", "3", "10.200.1.2").returncode == 0
+
+
+def test_the_mtu_knob_refuses_above_the_vhost_user_limit_naming_the_port_and_its_type(jumbo_lab):
+    res = offlab_cli("lab", "set", jumbo_lab["name"], "switch", "to-server", "mtu=9800", env=jumbo_lab["env"])
+    err = res.stderr.strip()
+    assert res.returncode == 2 and len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert "vhu-server (OVS type dpdkvhostuser) takes frames ≤ 9728 B, i.e. MTU ≤ 9710" in err, err
+    assert _vsctl(jumbo_lab, "get", "Interface", "vhu-server", "mtu_request") == "9000"
 
 
 def test_a_plan_names_the_ovs_dpdk_labs_and_their_hosts_interfaces():
@@ -352,6 +527,31 @@ axes:
         load_plan(plan.replace("KIND", "ovs-dpdk").replace("MTU", "1500").replace("server: {gro", "router: {gro"),
                   "t.yaml")
     assert "router" in str(err.value)
+
+
+def test_a_plan_on_ovs_dpdk_vm_sets_the_mtu_of_its_vhost_user_ports_and_guests():
+    """Jumbo cells on a lab built at 1500: the ports by name or as to-<guest>, the guests' only NIC;
+    an OVS-DPDK port has no kernel interface, so any other setting of it is refused at load time."""
+    from offlab.errors import BadInput
+    from offlab.experiment.plan import load_plan
+
+    plan = """
+name: t
+topology: {kind: ovs-dpdk-vm, mtu: 1500}
+workload: {tool: iperf3, protocol: tcp, duration: 2}
+axes:
+  mtu:
+    "1500": {}
+    "9000": {settings: {"switch:to-client": {mtu: 9000}, "switch:vhu-server": {mtu: 9000},
+                        client: {mtu: 9000}, server: {mtu: 9000}}}
+"""
+    cells = {c.key: c for c in load_plan(plan, "t.yaml").cells}
+    assert cells["mtu=1500"].changes == ()
+    assert cells["mtu=9000"].changes == (("switch:to-client", "mtu", 9000), ("switch:vhu-server", "mtu", 9000),
+                                         ("client", "mtu", 9000), ("server", "mtu", 9000))
+    with pytest.raises(BadInput) as err:
+        load_plan(plan.replace("client: {mtu: 9000}", '"switch:vhu-client": {gro: off}'), "t.yaml")
+    assert "switch:vhu-client is an OVS-DPDK port" in str(err.value) and "its one setting is mtu" in str(err.value)
 
 
 def test_measure_refuses_a_capture_inside_a_guest_in_one_line(jumbo_lab):

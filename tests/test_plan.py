@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import textwrap
 
 import pytest
@@ -260,7 +261,9 @@ def test_every_yaml_example_in_the_docs_is_a_valid_plan(where, text):
 
 @requires_root
 @pytest.mark.network
-@pytest.mark.parametrize("kind", ["veth", "bridge", "router", "vxlan", "ovs", "dpdk"])
+@pytest.mark.parametrize("kind", ["veth", "bridge", "router", "vxlan", "ovs", "dpdk", pytest.param(
+    "ovs-dpdk", marks=pytest.mark.skipif(not os.access("/usr/lib/openvswitch-switch-dpdk/ovs-vswitchd-dpdk", os.X_OK),
+                                         reason="needs openvswitch-switch-dpdk"))])
 def test_static_hosts_and_interfaces_match_the_built_lab(kind, lab_name, clean_machine):
     from offlab import lab as labs
     from offlab.experiment.plan import topology as static

@@ -17,12 +17,15 @@ from offlab.names import check_ifname
 
 __all__ = ["Target", "target_for", "check_netns", "netns_exists"]
 
+# Labs whose switch host runs a private OVS (its ports' MTU is their `mtu_request`).
+OVS_TOPOLOGIES = ("ovs", "ovs-dpdk", "ovs-dpdk-vm")
+
 
 @dataclass(frozen=True)
 class Target:
     netns: str | None  # None: this machine (offlab's own network namespace)
     iface: str | None = None
-    ovs_rundir: str | None = None  # the private OVS of an `ovs` lab, when iface may be an OVS port
+    ovs_rundir: str | None = None  # the private OVS of an ovs/ovs-dpdk lab, when iface may be an OVS port
     lab: str | None = None
     role: str | None = None  # the lab host's role, for messages only
     host_ref: dict | None = field(default=None, compare=False)  # a guest or SSH host; None: netns/machine
@@ -106,7 +109,7 @@ def target_for(host: Host, iface: str | None, lab=None, *, needs_iface: bool = T
             iface = lab.resolve_iface(role, None)
         elif iface is not None and (iface.startswith("to-") or lab.entry(role).iface(iface)):
             iface = lab.resolve_iface(role, iface)
-        if lab.topology == "ovs" and lab.rundir and role == "switch":
+        if lab.topology in OVS_TOPOLOGIES and lab.rundir and role == "switch":
             rundir = lab.rundir
     if iface is not None:
         check_ifname(iface)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Callable
 
 from offlab.dpdk import Port, Testpmd
 from offlab.dpdk.testpmd import DAEMON, rundir_for
@@ -49,6 +50,29 @@ def check_cpu(cpu: object, whose: str = "") -> None:
         raise BadInput(f"--testpmd-cpu {cpu!r}: {whose}this machine has CPUs 0..{ncpu - 1}")
 
 
+def attach_ports(b: Builder, pmd: str, ends: list[tuple[str, str, str, str]],
+                 send_taps_home: Callable[[], None] | None = None) -> None:
+    """The kernel end of each DPDK port, as (host, interface, IPv4, IPv6), made a working interface of
+    its host: a tap (the tap PMD makes it in the switch namespace) moved home and up — by
+    `send_taps_home` when the DPDK process does it itself (testpmd) —, an af_packet veth end with tx
+    checksumming off; then each addressed, as the address the other hosts reach it by."""
+    if pmd == "tap":
+        with b.step("tap ports " + ", ".join(f"{iface} → {role}" for role, iface, _, _ in ends)):
+            if send_taps_home is not None:
+                send_taps_home()
+            for role, iface, _, _ in ends:
+                if send_taps_home is None:
+                    b.ip("switch", "link", "set", iface, "netns", b.lab.hosts[role].netns)
+                    b.ip(role, "link", "set", iface, "up")
+                b.lab.hosts[role].interfaces.append(Interface(iface, "tap", peer_host="switch"))
+            b.lab.save()
+    else:
+        for role, iface, _, _ in ends:
+            b.ethtool_off(role, iface, "tx-checksumming", AF_PACKET_CSUM_WHY)
+    for role, iface, cidr4, cidr6 in ends:
+        b.address(role, iface, cidr4, cidr6, reach=True)
+
+
 def default_cpu() -> int:
     """The last CPU: traffic pins the client to CPU 0 (and the server to 1), so on 2 CPUs testpmd
     shares the server's; nothing on this machine can give it a CPU of its own."""
@@ -77,17 +101,8 @@ def dpdk(b: Builder, mtu: int) -> None:
         ports = [Port(0, f"net_tap0,iface={c}", pmd, c, home=ns["client"]),
                  Port(1, f"net_tap1,iface={s}", pmd, s, home=ns["server"])]
     tp = _start_testpmd(b, ns["switch"], ensure_dir(rundir_for(b.lab.name)), ports, cpu, f"{pmd} ports")
-    if pmd == "tap":
-        with b.step(f"tap ports {c} → client, {s} → server"):
-            tp.send_taps_home()
-            b.lab.hosts["client"].interfaces.append(Interface(c, "tap", peer_host="switch"))
-            b.lab.hosts["server"].interfaces.append(Interface(s, "tap", peer_host="switch"))
-            b.lab.save()
-    else:
-        for role, iface in (("client", c), ("server", s)):
-            b.ethtool_off(role, iface, "tx-checksumming", AF_PACKET_CSUM_WHY)
-    b.address("client", c, CLIENT4, CLIENT6, reach=True)
-    b.address("server", s, SERVER4, SERVER6, reach=True)
+    attach_ports(b, pmd, [("client", c, CLIENT4, CLIENT6), ("server", s, SERVER4, SERVER6)],
+                 send_taps_home=tp.send_taps_home)
     with b.step("testpmd: peers for mac/csum forwarding, start forwarding"):
         # mac and csum forwarding rewrite the destination MAC to the port's peer: the far end's interface
         for port, (role, iface) in zip(ports, (("client", c), ("server", s))):
@@ -122,11 +137,7 @@ def dpdk_vm(b: Builder, mtu: int) -> None:
     ports = [Port(0, f"net_tap0,iface={c}", "tap", c, home=ns["client"]),
              Port(1, f"net_vhost1,iface={sock},queues=1,tso=1", "vhost", None)]
     tp = _start_testpmd(b, ns["switch"], rundir, ports, cpu, f"tap port, vhost-user server {sock}")
-    with b.step(f"tap port {c} → client"):
-        tp.send_taps_home()
-        b.lab.hosts["client"].interfaces.append(Interface(c, "tap", peer_host="switch"))
-        b.lab.save()
-    b.address("client", c, CLIENT4, CLIENT6, reach=True)
+    attach_ports(b, "tap", [("client", c, CLIENT4, CLIENT6)], send_taps_home=tp.send_taps_home)
     guest = boot_guest(b, "server", "switch", [], peers=["switch"], vhost_user=[sock], rundir=rundir)
     with b.step("testpmd: the guest is connected (port 1 link up)"):
         deadline = time.monotonic() + VHOST_LINK_TIMEOUT

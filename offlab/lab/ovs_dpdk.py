@@ -19,14 +19,15 @@ import subprocess
 import time
 
 from offlab import netdev
+from offlab.dpdk.ports import PMD_MAX_FRAME, PMD_MAX_MTU, VHOST_MAX_FRAME, VHOST_MAX_MTU
 from offlab.dpdk.testpmd import OWNER_FILE, owner_mark, runtime_dir, version
 from offlab.errors import BadInput, EnvironmentProblem, OfflabError, ToolMissing
 from offlab.hosts.process import process_start_time
 from offlab.lab.build import Builder
-from offlab.lab.dpdk import AF_PACKET_CSUM_WHY, check_cpu, default_cpu
+from offlab.lab.dpdk import attach_ports, check_cpu, default_cpu
 from offlab.lab.model import Daemon, Interface, LabState
 from offlab.lab.ovs import Ovs, alive
-from offlab.names import link_name, netns_name
+from offlab.names import link_name
 
 VSWITCHD = "/usr/lib/openvswitch-switch-dpdk/ovs-vswitchd-dpdk"
 DAEMON = "ovs-vswitchd-dpdk"
@@ -40,12 +41,10 @@ MEMORY_MB = 1024
 # buffer space available` and dropped both vhost ports, which only a guest restart recovers)
 VHOST_MEMORY_MB = 2048
 INIT_TIMEOUT = 90.0
-# The largest frame each port type takes in DPDK 22.11 (OVS Interface status max_rx_pktlen, testpmd
-# `show port info`): above MTU 1500 OVS refuses mtu_request and detaches the port until it is cleared.
-PORT_TYPES = {"tap": ("net_tap", 1522), "af_packet": ("net_af_packet", 1518)}
-MAX_MTU = 1500
-# vhost-user ports: OVS-DPDK's own limit (NETDEV_DPDK_MAX_PKT_LEN 9728 B frames), seed 004's 9710.
-VHOST_MAX_MTU = 9710
+# --pmd → the PMD of the dpdk ports; what each takes is in offlab/dpdk/ports.py: above MTU 1500 OVS
+# refuses mtu_request and detaches the port until it is cleared.
+PORT_TYPES = {"tap": "net_tap", "af_packet": "net_af_packet"}
+MAX_MTU = PMD_MAX_MTU
 
 
 def require_vswitchd() -> str:
@@ -61,7 +60,8 @@ def check_options(options: dict, mtu: int) -> None:
     if pmd not in PORT_TYPES:
         raise BadInput(f"--pmd {pmd!r}: ovs-dpdk ports are tap or af_packet")
     if mtu > MAX_MTU:
-        driver, frame = PORT_TYPES[pmd]
+        driver = PORT_TYPES[pmd]
+        frame = PMD_MAX_FRAME[driver]
         raise BadInput(f"--mtu {mtu}: ovs-dpdk's {pmd} ports ({driver}, DPDK 22.11) take frames ≤ {frame} B, i.e. "
                        f"MTU ≤ {MAX_MTU}; OVS refuses mtu_request={mtu} there and detaches the port until the "
                        f"request is cleared. Use --mtu {MAX_MTU} (jumbo frames need vhost-user ports)")
@@ -74,7 +74,7 @@ def check_vm_options(options: dict, mtu: int) -> None:
         raise BadInput("--pmd: ovs-dpdk-vm's ports are vhost-user (dpdkvhostuser); --pmd is for ovs-dpdk")
     if mtu > VHOST_MAX_MTU:
         raise BadInput(f"--mtu {mtu}: OVS-DPDK's vhost-user ports take at most MTU {VHOST_MAX_MTU} "
-                       f"(frames ≤ 9728 B)")
+                       f"(frames ≤ {VHOST_MAX_FRAME} B)")
     check_options({k: v for k, v in options.items() if k == "cpu"}, MAX_MTU)
 
 
@@ -136,18 +136,7 @@ def ovs_dpdk(b: Builder, mtu: int) -> None:
     switch.add_bridge(BRIDGE)
     for n, dev in enumerate(devargs):
         add_dpdk_port(b, switch, f"dpdk{n}", dev, mtu=mtu)
-    if pmd == "tap":
-        with b.step(f"tap ports {c} → client, {s} → server"):
-            for role, iface in (("client", c), ("server", s)):
-                b.ip("switch", "link", "set", iface, "netns", netns_name(b.lab.name, role))
-                b.lab.hosts[role].interfaces.append(Interface(iface, "tap", peer_host="switch"))
-                b.ip(role, "link", "set", iface, "up")
-            b.lab.save()
-    else:
-        for role, iface in (("client", c), ("server", s)):
-            b.ethtool_off(role, iface, "tx-checksumming", AF_PACKET_CSUM_WHY)
-    b.address("client", c, CLIENT4, CLIENT6, reach=True)
-    b.address("server", s, SERVER4, SERVER6, reach=True)
+    attach_ports(b, pmd, [("client", c, CLIENT4, CLIENT6), ("server", s, SERVER4, SERVER6)])
 
 
 def rehome_taps(lab: LabState) -> list[str]:

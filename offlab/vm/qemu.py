@@ -81,50 +81,69 @@ def check_nic_properties(props: dict[str, object]) -> dict[str, str]:
 
 
 MAX_QUEUES = 8
+# A vhost-user socket path goes into `-chardev socket,path=...`, where a comma ends the value.
+_SOCKET_PATH_RE = re.compile(r"^/[A-Za-z0-9_./+@-]+$")
 
 
-@dataclass
-class Nic:
-    """A virtio-net NIC on a tap in the namespace QEMU runs in (QEMU creates the tap if absent).
+class _VirtioNet:
+    """What every virtio-net NIC is, whatever its backend: a MAC, virtio-net-pci properties and a
+    queue count, and one argv builder; a NIC kind says only how its backend is named and written
+    (`check_backend`, `backend`). `queues` > 1 is a multiqueue NIC: the backend's `queues=N` and the
+    device's `mq=on,vectors=2N+2` (one vector per rx and tx queue, one for config, one for control)."""
 
-    `queues` > 1 is a multiqueue NIC: `-netdev tap,queues=N` and the device's `mq=on,vectors=2N+2`
-    (one vector per rx and tx queue, one for config, one for the control queue).
-    """
-
-    tap: str
     mac: str
-    properties: dict[str, str] = field(default_factory=dict)
-    queues: int = 1
+    properties: dict[str, str]
+    queues: int
 
     def __post_init__(self) -> None:
-        if not IFNAME_RE.fullmatch(self.tap):
-            raise BadInput(f"invalid tap name {self.tap!r}")
+        self.check_backend()
         if not MAC_RE.fullmatch(self.mac):
             raise BadInput(f"invalid MAC address {self.mac!r}")
         if isinstance(self.queues, bool) or not isinstance(self.queues, int) or not 1 <= self.queues <= MAX_QUEUES:
             raise BadInput(f"virtio-net queues={self.queues!r}: a whole number from 1 to {MAX_QUEUES}")
 
     @classmethod
-    def from_options(cls, tap: str, mac: str, options: dict[str, object]) -> "Nic":
-        """A NIC from a topology's `nic` options: virtio-net-pci properties plus `queues`."""
+    def from_options(cls, backend: str, mac: str, options: dict[str, object]):
+        """A NIC on `backend` (a tap name, a socket path) from a topology's `nic` options:
+        virtio-net-pci properties plus `queues`."""
         props, queues = _split_queues(options)
-        nic = cls(tap, mac, {}, queues)  # queues checked before it shapes the properties
+        nic = cls(backend, mac, {}, queues)  # queues checked before it shapes the properties
         nic.properties = _with_mq(props, nic.queues)
         return nic
 
+    def check_backend(self) -> None:
+        raise NotImplementedError
+
+    def backend(self, i: int) -> tuple[list[str], str]:
+        """(arguments the backend needs before its -netdev, the -netdev value) for NIC number `i`."""
+        raise NotImplementedError
+
     def argv(self, i: int) -> list[str]:
-        netdev = f"tap,id=n{i},ifname={self.tap},script=no,downscript=no,vhost=off"
+        before, netdev = self.backend(i)
         if self.queues > 1:
             netdev += f",queues={self.queues}"
-        return ["-netdev", netdev, "-device", _device(i, self.mac, self.properties)]
-
-
-# A vhost-user socket path goes into `-chardev socket,path=...`, where a comma ends the value.
-_SOCKET_PATH_RE = re.compile(r"^/[A-Za-z0-9_./+@-]+$")
+        return [*before, "-netdev", netdev, "-device", _device(i, self.mac, self.properties)]
 
 
 @dataclass
-class VhostUserNic:
+class Nic(_VirtioNet):
+    """A virtio-net NIC on a tap in the namespace QEMU runs in (QEMU creates the tap if absent)."""
+
+    tap: str
+    mac: str
+    properties: dict[str, str] = field(default_factory=dict)
+    queues: int = 1
+
+    def check_backend(self) -> None:
+        if not IFNAME_RE.fullmatch(self.tap):
+            raise BadInput(f"invalid tap name {self.tap!r}")
+
+    def backend(self, i: int) -> tuple[list[str], str]:
+        return [], f"tap,id=n{i},ifname={self.tap},script=no,downscript=no,vhost=off"
+
+
+@dataclass
+class VhostUserNic(_VirtioNet):
     """A virtio-net NIC whose backend is a vhost-user server on a unix socket (DPDK's net_vhost,
     OVS-DPDK's dpdkvhostuser port); QEMU is the client and the server must exist before boot.
 
@@ -133,8 +152,8 @@ class VhostUserNic:
     back guest RAM with shared memfd memory (`-object memory-backend-memfd,id=mem,size=<memory>M,
     share=on -numa node,memdev=mem`), which the backend maps; no hugepages needed.
     `properties` are the tap NIC's (`host_tso4`, `guest_tso4`, `csum`, `guest_csum`, `mrg_rxbuf`,
-    ...), checked against this QEMU; `queues` > 1 adds `queues=N` and `mq=on,vectors=2N+2`.
-    Build one with `VhostUserNic.from_options(socket, mac, {"host_tso4": False, ...})`.
+    ...), checked against this QEMU. Build one with
+    `VhostUserNic.from_options(socket, mac, {"host_tso4": False, ...})`.
     """
 
     socket: str
@@ -142,29 +161,13 @@ class VhostUserNic:
     properties: dict[str, str] = field(default_factory=dict)
     queues: int = 1
 
-    def __post_init__(self) -> None:
+    def check_backend(self) -> None:
         if not _SOCKET_PATH_RE.fullmatch(self.socket) or len(self.socket) > SOCKET_PATH_MAX:
             raise BadInput(f"vhost-user socket {self.socket!r}: an absolute path of at most "
                            f"{SOCKET_PATH_MAX} characters from [A-Za-z0-9_./+@-] (no commas)")
-        if not MAC_RE.fullmatch(self.mac):
-            raise BadInput(f"invalid MAC address {self.mac!r}")
-        if isinstance(self.queues, bool) or not isinstance(self.queues, int) or not 1 <= self.queues <= MAX_QUEUES:
-            raise BadInput(f"virtio-net queues={self.queues!r}: a whole number from 1 to {MAX_QUEUES}")
 
-    @classmethod
-    def from_options(cls, socket: str, mac: str, options: dict[str, object]) -> "VhostUserNic":
-        """A NIC from a topology's `nic` options: virtio-net-pci properties plus `queues`."""
-        props, queues = _split_queues(options)
-        nic = cls(socket, mac, {}, queues)
-        nic.properties = _with_mq(props, nic.queues)
-        return nic
-
-    def argv(self, i: int) -> list[str]:
-        netdev = f"vhost-user,id=n{i},chardev=vu{i}"
-        if self.queues > 1:
-            netdev += f",queues={self.queues}"
-        return ["-chardev", f"socket,id=vu{i},path={self.socket}", "-netdev", netdev,
-                "-device", _device(i, self.mac, self.properties)]
+    def backend(self, i: int) -> tuple[list[str], str]:
+        return ["-chardev", f"socket,id=vu{i},path={self.socket}"], f"vhost-user,id=n{i},chardev=vu{i}"
 
 
 def _split_queues(options: dict[str, object]) -> tuple[dict[str, object], object]:

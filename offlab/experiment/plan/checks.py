@@ -104,6 +104,9 @@ def check_knob(err: PlanErrors, path: tuple, kind: str, target: str, key: Any, v
         iface = static.resolve(kind, role, ref)
     except ValueError as exc:
         err.fail(path, f"{key} is a setting of an interface: {exc}")
+    if iface.kind == "ovs-dpdk" and cls is not Mtu:
+        err.fail(path, f"{key}: {target} is an OVS-DPDK port, not a kernel interface; its one setting is mtu "
+                       f"(its mtu_request)")
     if cls is Mtu:
         try:
             check_mtu(value, "mtu")

@@ -14,7 +14,7 @@ from offlab.lab.model import UPLINK_KINDS
 
 @dataclass(frozen=True)
 class StaticIface:
-    kind: str  # veth | bridge | vxlan | ovs-internal
+    kind: str  # veth | bridge | vxlan | ovs-internal | ovs-dpdk (an OVS-DPDK port) | tap | virtio-net | nic
     name: str | None = None  # a fixed name (br0, u0, vxlan0, br-int); None: offlab names it per lab
     peer: str | None = None  # the host a veth faces: `to-<peer>` names it
 
@@ -58,12 +58,16 @@ HOSTS: dict[str, dict[str, tuple[StaticIface, ...]]] = {
                 "server": (StaticIface("virtio-net", "eth0", "switch"),)},
     # two ports of this machine, each moved into its namespace under its own name (lab/phys.py)
     "phys": {"client": (StaticIface("nic", None, "server"),), "server": (StaticIface("nic", None, "client"),)},
-    # OVS-DPDK's dpdk ports are no kernel interfaces; their taps (or veths) live in client and server
-    "ovs-dpdk": {"client": (StaticIface("tap", None, "switch"),), "switch": (StaticIface("ovs-internal", "br0"),),
+    # OVS-DPDK's dpdk ports are no kernel interfaces (their one setting is `mtu`, i.e. mtu_request);
+    # their taps (or veths) live in client and server
+    "ovs-dpdk": {"client": (StaticIface("tap", None, "switch"),),
+                 "switch": (StaticIface("ovs-internal", "br0"), StaticIface("ovs-dpdk", "dpdk0"),
+                            StaticIface("ovs-dpdk", "dpdk1")),
                  "server": (StaticIface("tap", None, "switch"),)},
     # two guests on OVS-DPDK vhost-user ports
     "ovs-dpdk-vm": {"client": (StaticIface("virtio-net", "eth0", "switch"),),
-                    "switch": (StaticIface("ovs-internal", "br0"),),
+                    "switch": (StaticIface("ovs-internal", "br0"), StaticIface("ovs-dpdk", "vhu-client", "client"),
+                               StaticIface("ovs-dpdk", "vhu-server", "server")),
                     "server": (StaticIface("virtio-net", "eth0", "switch"),)},
 }
 
