@@ -305,6 +305,9 @@ class ProbeSession:
                     interfaces[f"{role}:{ifname}"] = {**d, **counters.average_sizes(d)}
         return {
             "window_s": window,
+            # the window's start on this machine's CLOCK_MONOTONIC: a tool's series that carries its own
+            # start on that clock (the engine's) is cut to the window with it (witnesses.window_loss)
+            "t0_mono_s": round(a.t, 6),
             "reads": read_times(a, b, self.exchanges),
             **({"aligned": aligned} if (aligned := self.aligned(a, b)) else {}),
             "cpu": {"per_cpu": per_cpu, **sides, "system": cpu.system_time(a.stat, b.stat, hz),
@@ -359,13 +362,16 @@ def read_instant(sent: float, answered: float, clock: float | None, offset) -> t
 def read_times(a: Snapshot, b: Snapshot, exchanges: dict | None = None) -> dict[str, dict]:
     """role → {"start": [earliest, latest], "end": [...]}: when its counters were read, in seconds from
     the window's reference instants (a.t, b.t) on this machine's clock; for a channel host also
-    "own_window_s", the window between its two reads on its own clock."""
+    "own_window_s", the window between its two reads on its own clock, and "clock_offset_s", the bounds
+    of its clock (/proc/uptime) minus this machine's monotonic clock."""
     out = {}
     for role in a.reads.keys() & b.reads.keys():
         offset = clock_offset((exchanges or {}).get(role, []))
         ra = read_instant(*a.reads[role], a.clocks.get(role), offset)
         rb = read_instant(*b.reads[role], b.clocks.get(role), offset)
         out[role] = {"start": [round(x - a.t, 6) for x in ra], "end": [round(x - b.t, 6) for x in rb]}
+        if offset is not None:
+            out[role]["clock_offset_s"] = [round(x, 6) for x in offset]  # its clock − this machine's, bounds
         if role in a.clocks and role in b.clocks:
             out[role]["own_window_s"] = round(b.clocks[role] - a.clocks[role], 3)
             out[role]["answered_s"] = [round(a.reads[role][1] - a.t, 3), round(b.reads[role][1] - b.t, 3)]
