@@ -81,6 +81,7 @@ class ProbeSession:
         # its clock against this machine's (see read_times).
         self.exchanges: dict[str, list[tuple[float, float, float]]] = {role: [] for role in self.own_kernel}
         self.samples: list[tuple[float, float, dict]] = []
+        self.sampling_cpu_s = 0.0
         self._sampler: threading.Thread | None = None
         self._sampling = False
         self.streams: dict[str, _Stream] = {}
@@ -127,8 +128,11 @@ class ProbeSession:
     # first snapshot on, the UDP counters of every local role are sampled every SAMPLE_EVERY_S, and
     # the cross-host witnesses compare the channel host's counters with the local ones read when it
     # read its own (`aligned`), not with the local ones read at the window's edges.
+    # Off only to measure what the sampling costs (benchmarks/probe_sampling): `aligned` is then None.
+    sampling = True
+
     def _start_sampling(self) -> None:
-        if self._sampler is not None or not self.own_kernel or not self.readers:
+        if self._sampler is not None or not self.own_kernel or not self.readers or not self.sampling:
             return
         self._sampling = True
         self._sampler = threading.Thread(target=self._sample, daemon=True)
@@ -136,15 +140,18 @@ class ProbeSession:
 
     def _sample(self) -> None:
         roles = [r for r in self.readers if r in ("client", "server", "router")]
-        while self._sampling and len(self.samples) < MAX_SAMPLES:
-            try:
+        cpu0 = time.thread_time()
+        try:
+            while self._sampling and len(self.samples) < MAX_SAMPLES:
                 t0 = time.monotonic()
                 snmp = {r: {**counters.parse_snmp(self.readers[r].read("snmp")), **_snmp6(self.readers[r])}
                         for r in roles}
                 self.samples.append((t0, time.monotonic(), snmp))
-            except OSError:
-                return
-            time.sleep(SAMPLE_EVERY_S)
+                time.sleep(SAMPLE_EVERY_S)
+        except OSError:
+            pass
+        finally:
+            self.sampling_cpu_s = time.thread_time() - cpu0  # this thread's own CPU time: what it cost
 
     def _stop_sampling(self) -> None:
         self._sampling = False
@@ -310,6 +317,9 @@ class ProbeSession:
             "t0_mono_s": round(a.t, 6),
             "reads": read_times(a, b, self.exchanges),
             **({"aligned": aligned} if (aligned := self.aligned(a, b)) else {}),
+            # what sampling this machine's counters for `aligned` took: samples and the sampler's CPU time
+            **({"local_sampling": {"samples": len(self.samples), "every_s": SAMPLE_EVERY_S,
+                                   "cpu_s": round(self.sampling_cpu_s, 4)}} if self._sampler is not None else {}),
             "cpu": {"per_cpu": per_cpu, **sides, "system": cpu.system_time(a.stat, b.stat, hz),
                     **({"own_kernel": own} if own else {})},
             "processes": procs,
