@@ -116,6 +116,11 @@ def test_guest_samples_are_not_flagged_when_clean_and_are_when_the_witnesses_dis
             # the guest's counters were read over its channel: its read, and the server's samples at that instant
             aligned = s.probes["aligned"]["reads"]
             assert set(aligned) == {"client", "server"} and "own_window_s" in aligned["client"]
+            # this machine's counters were sampled every 10 ms only while the guest's reads were under way
+            # (sent at each edge, answered `answered_s` later), not through the window between them
+            under_way = sum(s.probes["reads"]["client"]["answered_s"]) + 0.2
+            assert s.probes["local_sampling"]["samples"] <= under_way / 0.01 + 5, (s.probes["local_sampling"],
+                                                                                     s.probes["reads"]["client"])
             if w.protocol == "udp":
                 check = _loss_check(s)
                 assert check["skew_s"] > 0 and "may have flowed in the" in check["detail"]
