@@ -81,6 +81,8 @@ class ProbeSession:
         # its clock against this machine's (see read_times).
         self.exchanges: dict[str, list[tuple[float, float, float]]] = {role: [] for role in self.own_kernel}
         self.samples: list[tuple[float, float, dict]] = []
+        self.sampling_cpu_s = 0.0
+        self._pending_reads, self._pending_lock, self._reading = 0, threading.Lock(), threading.Event()
         self._sampler: threading.Thread | None = None
         self._sampling = False
         self.streams: dict[str, _Stream] = {}
@@ -123,12 +125,29 @@ class ProbeSession:
 
     # ---- this machine's counters, sampled while a channel host's read is under way ----------------
     # A channel host's counters are read when its command gets there (1–2.5 s after it was sent, seen
-    # under TCG on a loaded machine); this machine's are cheap to read at any instant. So from the
-    # first snapshot on, the UDP counters of every local role are sampled every SAMPLE_EVERY_S, and
-    # the cross-host witnesses compare the channel host's counters with the local ones read when it
-    # read its own (`aligned`), not with the local ones read at the window's edges.
+    # under TCG on a loaded machine); this machine's are cheap to read at any instant. So while a
+    # snapshot's channel reads are under way (from their sending to the last answer: the only span in
+    # which the host can have read its counters), the UDP counters of every local role are sampled every
+    # SAMPLE_EVERY_S, and the cross-host witnesses compare the channel host's counters with the local
+    # ones read when it read its own (`aligned`), not with the local ones read at the window's edges.
+    # Between the edges nothing is sampled: the sampler's reads would compete with the traffic for the
+    # same CPUs (benchmarks/probe_sampling, docs/results.md).
+    # Off only to measure what the sampling costs (benchmarks/probe_sampling): `aligned` is then None.
+    sampling = True
+
+    def _reads_begin(self, n: int) -> None:
+        with self._pending_lock:
+            self._pending_reads += n
+            self._reading.set()
+
+    def _read_done(self) -> None:
+        with self._pending_lock:
+            self._pending_reads -= 1
+            if self._pending_reads <= 0:
+                self._reading.clear()
+
     def _start_sampling(self) -> None:
-        if self._sampler is not None or not self.own_kernel or not self.readers:
+        if self._sampler is not None or not self.own_kernel or not self.readers or not self.sampling:
             return
         self._sampling = True
         self._sampler = threading.Thread(target=self._sample, daemon=True)
@@ -136,15 +155,20 @@ class ProbeSession:
 
     def _sample(self) -> None:
         roles = [r for r in self.readers if r in ("client", "server", "router")]
-        while self._sampling and len(self.samples) < MAX_SAMPLES:
-            try:
+        cpu0 = time.thread_time()
+        try:
+            while self._sampling and len(self.samples) < MAX_SAMPLES:
+                if not self._reading.wait(timeout=0.1):
+                    continue
                 t0 = time.monotonic()
-                snmp = {r: {**counters.parse_snmp(self.readers[r].read("snmp")), **_snmp6(self.readers[r])}
-                        for r in roles}
-                self.samples.append((t0, time.monotonic(), snmp))
-            except OSError:
-                return
-            time.sleep(SAMPLE_EVERY_S)
+                # the files' text only: of all the samples, `aligned` parses the two it picks
+                raw = {r: _udp_text(self.readers[r]) for r in roles}
+                self.samples.append((t0, time.monotonic(), raw))
+                time.sleep(SAMPLE_EVERY_S)
+        except OSError:
+            pass
+        finally:
+            self.sampling_cpu_s = time.thread_time() - cpu0  # this thread's own CPU time: what it cost
 
     def _stop_sampling(self) -> None:
         self._sampling = False
@@ -185,7 +209,12 @@ class ProbeSession:
         netdev, snmp, guest_stat = {}, {}, {}
         # A host with a kernel of its own answers over a channel (tens of ms): one command each for
         # all its files, all of them at once, while this machine's files are read.
-        remote = {role: _Remote(self._read_remote, role) for role in self.own_kernel}
+        self._start_sampling()
+        track = self._sampler is not None  # this machine's counters are sampled while those reads are under way
+        if track:
+            self._reads_begin(len(self.own_kernel))
+        remote = {role: _Remote(self._read_remote, role, done=self._read_done if track else None)
+                  for role in self.own_kernel}
         # tc is a command, not a file: one per namespace, all at once, while the files are read.
         tc = {role: _Async(qdisc.read, self.lab.host(role)) for role in self.readers}
         reads, clocks = {}, {}
@@ -209,7 +238,6 @@ class ProbeSession:
             if ticks:
                 procs[pid] = ticks
         t = time.monotonic()
-        self._start_sampling()
         ports = dpdk_ports.read(self.testpmd) if self.testpmd is not None else None
         stat = cpu.parse_proc_stat(_read("/proc/stat"))
         softnet = {r.cpu: {"processed": r.processed, "dropped": r.dropped, "time_squeeze": r.time_squeeze}
@@ -239,7 +267,7 @@ class ProbeSession:
             picked.append(_nearest(self.samples, instant))
         (a0, a1, sa), (b0, b1, sb) = picked
         for role in sa.keys() & sb.keys():
-            out_snmp[role] = counters.delta(sa[role], sb[role])
+            out_snmp[role] = counters.delta(_parse_udp_text(*sa[role]), _parse_udp_text(*sb[role]))
             out_reads[role] = {"start": [round(a0 - a.t, 6), round(a1 - a.t, 6)],
                                "end": [round(b0 - b.t, 6), round(b1 - b.t, 6)]}
         return {"snmp": out_snmp, "reads": out_reads}
@@ -305,8 +333,14 @@ class ProbeSession:
                     interfaces[f"{role}:{ifname}"] = {**d, **counters.average_sizes(d)}
         return {
             "window_s": window,
+            # the window's start on this machine's CLOCK_MONOTONIC: a tool's series that carries its own
+            # start on that clock (the engine's) is cut to the window with it (witnesses.window_loss)
+            "t0_mono_s": round(a.t, 6),
             "reads": read_times(a, b, self.exchanges),
             **({"aligned": aligned} if (aligned := self.aligned(a, b)) else {}),
+            # what sampling this machine's counters for `aligned` took: samples and the sampler's CPU time
+            **({"local_sampling": {"samples": len(self.samples), "every_s": SAMPLE_EVERY_S,
+                                   "cpu_s": round(self.sampling_cpu_s, 4)}} if self._sampler is not None else {}),
             "cpu": {"per_cpu": per_cpu, **sides, "system": cpu.system_time(a.stat, b.stat, hz),
                     **({"own_kernel": own} if own else {})},
             "processes": procs,
@@ -318,6 +352,19 @@ class ProbeSession:
             **({"testpmd": dpdk_ports.result(a.testpmd_ports, b.testpmd_ports)}
                if a.testpmd_ports is not None and b.testpmd_ports is not None else {}),
         }
+
+
+def _udp_text(reader) -> tuple[str, str]:
+    """/proc/net/snmp and snmp6 as text ("" where IPv6 is disabled): one sample, parsed only if picked."""
+    try:
+        v6 = reader.read("snmp6")
+    except FileNotFoundError:
+        v6 = ""
+    return reader.read("snmp"), v6
+
+
+def _parse_udp_text(snmp: str, snmp6: str) -> dict[str, dict[str, int]]:
+    return {**counters.parse_snmp(snmp), **(counters.parse_snmp6(snmp6) if snmp6 else {})}
 
 
 def _snmp6(reader) -> dict[str, dict[str, int]]:
@@ -359,13 +406,16 @@ def read_instant(sent: float, answered: float, clock: float | None, offset) -> t
 def read_times(a: Snapshot, b: Snapshot, exchanges: dict | None = None) -> dict[str, dict]:
     """role → {"start": [earliest, latest], "end": [...]}: when its counters were read, in seconds from
     the window's reference instants (a.t, b.t) on this machine's clock; for a channel host also
-    "own_window_s", the window between its two reads on its own clock."""
+    "own_window_s", the window between its two reads on its own clock, and "clock_offset_s", the bounds
+    of its clock (/proc/uptime) minus this machine's monotonic clock."""
     out = {}
     for role in a.reads.keys() & b.reads.keys():
         offset = clock_offset((exchanges or {}).get(role, []))
         ra = read_instant(*a.reads[role], a.clocks.get(role), offset)
         rb = read_instant(*b.reads[role], b.clocks.get(role), offset)
         out[role] = {"start": [round(x - a.t, 6) for x in ra], "end": [round(x - b.t, 6) for x in rb]}
+        if offset is not None:
+            out[role]["clock_offset_s"] = [round(x, 6) for x in offset]  # its clock − this machine's, bounds
         if role in a.clocks and role in b.clocks:
             out[role]["own_window_s"] = round(b.clocks[role] - a.clocks[role], 3)
             out[role]["answered_s"] = [round(a.reads[role][1] - a.t, 3), round(b.reads[role][1] - b.t, 3)]
@@ -451,8 +501,8 @@ class _Stream:
 class _Remote:
     """One snapshot's files of a host with its own kernel, read in one command on a thread, timed."""
 
-    def __init__(self, read, role: str) -> None:
-        self.read, self.role, self.out, self.error = read, role, "", None
+    def __init__(self, read, role: str, *, done=None) -> None:
+        self.read, self.role, self.out, self.error, self.done = read, role, "", None, done
         self.sent = self.answered = time.monotonic()
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
@@ -464,6 +514,9 @@ class _Remote:
             self.answered = time.monotonic()
         except (OfflabError, OSError) as exc:
             self.error = exc
+        finally:
+            if self.done is not None:
+                self.done()
 
     def result(self, lab: str, role: str) -> tuple[dict[str, str], str]:
         self.thread.join(timeout=35)

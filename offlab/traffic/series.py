@@ -3,7 +3,8 @@ measured window (negative = warm-up), so offlab-engine tx/rx/rr and iperf3 read 
 
 A series is a dict: `source` (which tool and side counted it), `interval_s` (asked for; iperf3's
 own interval lengths are in each row's `dur_s`), `columns` (names from COLUMNS) and `rows` (one list
-per interval, in that order), `intervals_dropped` (rows the engine did not keep for its bound).
+per interval, in that order), `intervals_dropped` (rows the engine did not keep for its bound), and for
+the engine `t0_mono_s` (the instant of `t_s` = 0 on the counting host's CLOCK_MONOTONIC).
 """
 
 from __future__ import annotations
@@ -48,8 +49,12 @@ def from_engine(doc: dict, source: str, warmup_s: float = 0.0) -> dict | None:
         keep.insert(2, "warmup")
         # A row that starts before the window is warm-up (it may straddle the window's start).
         rows = [row[:2] + [row[0] < -1e-9] + row[2:] for row in rows]
-    return {"source": source, "interval_s": s.get("interval_s"), "columns": keep, "rows": rows,
-            "intervals_dropped": s.get("intervals_dropped", 0)}
+    out = {"source": source, "interval_s": s.get("interval_s"), "columns": keep, "rows": rows,
+           "intervals_dropped": s.get("intervals_dropped", 0)}
+    if s.get("t0_mono_ns") is not None:
+        # t_s = 0 on the counting host's CLOCK_MONOTONIC: what lines the rows up with the probes' window.
+        out["t0_mono_s"] = round(s["t0_mono_ns"] / 1e9 + shift, 9)
+    return out
 
 
 def from_iperf3(doc: dict, interval_s: float) -> dict | None:

@@ -1,0 +1,162 @@
+"""The loss witness compares like with like: the tool's loss over the window (from its receiver's
+per-interval rows, placed on this machine's clock) against the kernel's over the same window.
+
+The fixtures are real samples (tests/fixtures/witness/README.md): loss put on the path by a tbf on a
+bridge's port only during the warm-up, or during the whole run.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from offlab.experiment import witnesses
+from offlab.traffic import Workload, iperf3
+from tests.conftest import requires_root
+
+FIX = Path(__file__).parent / "fixtures"
+
+
+def load(name: str) -> dict:
+    d = json.loads((FIX / "witness" / name).read_text())
+    return {"traffic": d["traffic"], "probes": d["probes"], "workload": d["workload"]}
+
+
+def loss_check(sample: dict) -> tuple[str, dict]:
+    result = witnesses.cross_check(sample)
+    (check,) = [c for c in result["checks"] if c["check"] == "loss"]
+    return result["status"], check
+
+
+def rx_rows(sample: dict) -> list[list]:
+    (rx,) = [s for s in sample["traffic"]["series"] if s["source"] == "offlab-engine rx"]
+    return rx["rows"]
+
+
+def tool_saw_no_loss(sample: dict) -> dict:
+    """A copy of a real sample doctored into a tool that saw no loss: its total and every row of its
+    receiver's series say 0 lost (the lost ones counted as received, so its rows still add up)."""
+    d = copy.deepcopy(sample)
+    d["traffic"]["loss"] = 0.0
+    for s in d["traffic"].get("series") or []:
+        if "lost" in s["columns"]:
+            lost, got = s["columns"].index("lost"), s["columns"].index("datagrams")
+            for row in s["rows"]:
+                row[got] += max(0, row[lost] or 0)
+                row[lost] = 0
+    return d
+
+
+def test_loss_only_in_the_warmup_is_flagged_over_the_whole_run_and_not_over_the_window():
+    s = load("engine_loss_in_warmup.json")
+    assert s["traffic"]["loss"] > 0.15  # the engine's whole run, warm-up included
+    status, check = loss_check(copy.deepcopy(s))
+    assert status == "consistent" and check["tool_over"] == "window", check
+    assert check["tool"] < 0.01 and check["kernel"] < 0.01 and check["tool_whole_run"] > 0.15
+    assert "loss over the window 0.00 % by engine (its receiver's" in check["detail"]
+    # the same sample without its series (`--interval 0`, or one stored before): the old comparison,
+    # whole run against window, flags it, and says which figure it compared
+    old = copy.deepcopy(s)
+    old["traffic"]["series"] = []
+    status, check = loss_check(old)
+    assert status == "inconsistent" and check["tool_over"] == "whole run" and check["alignment_s"] == 0
+    assert "over its whole run, warm-up included (not cut to the window: no receiver series" in check["detail"]
+
+
+def test_the_rows_are_placed_by_their_own_start_so_a_wrong_start_brings_the_burst_into_the_window():
+    s = load("engine_loss_in_warmup.json")
+    (rx,) = [x for x in s["traffic"]["series"] if x["source"] == "offlab-engine rx"]
+    rx["t0_mono_s"] += 1.5  # rows 1.5 s later: the warm-up's burst now lies in the window
+    status, check = loss_check(s)
+    assert status == "inconsistent" and check["tool"] > 0.1 and check["kernel"] < 0.01, check
+
+
+def test_loss_inside_the_window_agrees_and_a_tool_that_did_not_see_it_is_contradicted():
+    s = load("engine_loss_in_window.json")
+    status, check = loss_check(copy.deepcopy(s))
+    assert status == "consistent" and check["tool_over"] == "window"
+    assert check["kernel"] > 0.3 and abs(check["tool"] - check["kernel"]) < 0.02, check
+    # the window and the rows may be apart by at most half a 100 ms row at each edge, plus the reads' spans
+    assert 0 < check["alignment_s"] <= 0.1 + 0.02
+    assert f"{check['alignment_s'] * 1000:.1f} ms its intervals and the kernel's reads may be apart" in check["detail"]
+    status, lying = loss_check(tool_saw_no_loss(s))
+    assert status == "inconsistent" and lying["tool"] == 0.0 and lying["kernel"] == check["kernel"]
+    # a tool that saw half of it is contradicted as well: 18 points apart, beyond the stated tolerance
+    half = copy.deepcopy(s)
+    cols = half["traffic"]["series"][0]["columns"]
+    for row in rx_rows(half):
+        row[cols.index("lost")] //= 2
+    status, check = loss_check(half)
+    assert status == "inconsistent" and abs(check["tool"] - check["kernel"]) > check["tolerance"]
+
+
+def test_a_receiver_with_its_own_clock_is_placed_by_its_offset_and_its_uncertainty_widens_the_tolerance():
+    s = load("engine_loss_in_warmup.json")
+    _, here = loss_check(copy.deepcopy(s))
+    # the same rows, as if counted on a host whose clock runs 100.00–100.02 s ahead of this machine's
+    (rx,) = [x for x in s["traffic"]["series"] if x["source"] == "offlab-engine rx"]
+    rx["t0_mono_s"] += 100.01
+    read = s["probes"]["reads"]["server"]
+    read.update(own_window_s=s["probes"]["window_s"], clock_offset_s=[100.0, 100.02])
+    status, there = loss_check(copy.deepcopy(s))
+    assert status == "consistent" and there["tool"] == here["tool"]
+    assert there["alignment_s"] == pytest.approx(here["alignment_s"] + 2 * 0.01, abs=1e-6)
+    del read["clock_offset_s"]
+    status, check = loss_check(s)
+    assert check["tool_over"] == "whole run" and "the server's clock offset from this machine's is unknown" \
+        in check["detail"]
+
+
+def test_iperf3s_client_intervals_count_no_loss_so_its_whole_run_is_compared_and_it_says_so():
+    doc = json.loads((FIX / "iperf3" / "udp_interval_100ms_omit.json").read_text())
+    res = iperf3.parse(doc, Workload(tool="iperf3", protocol="udp", duration=1, warmup=1))
+    why = witnesses.window_loss(res.to_dict(), {"t0_mono_s": 1.0, "window_s": 1.0})["why"]
+    assert why == "iperf3's client reports the sender's intervals, which count no loss"
+
+
+@pytest.mark.network
+@requires_root
+def test_a_real_loss_burst_in_the_warmup_leaves_a_correct_sample_consistent(lab_name, clean_machine):
+    from offlab import lab as labs
+
+    lab = labs.up("bridge", lab_name)
+    try:
+        d, marks = measure_with_warmup_burst(lab)
+        assert marks["off"] < d["probes"]["t0_mono_s"], marks  # the burst ended before the window began
+        status, check = loss_check(copy.deepcopy(d))
+        assert check["tool_whole_run"] > 0.05 and check["kernel"] < 0.02, check
+        assert status == "consistent" and check["tool_over"] == "window", check
+        old = copy.deepcopy(d)
+        old["traffic"]["series"] = []
+        assert loss_check(old)[0] == "inconsistent"  # what the whole-run comparison said of it
+    finally:
+        labs.down(lab_name)
+
+
+def measure_with_warmup_burst(lab) -> tuple[dict, dict]:
+    """An engine sample with a tbf (20 Mbit/s, under the 192 Mbit/s offered) on the switch's port to the
+    server for the first 0.8 s of a 2 s warm-up. Returns (sample dict, when the tbf went on and off on
+    CLOCK_MONOTONIC)."""
+    from offlab.experiment.measure import measure
+
+    switch, port = lab.host("switch"), lab.resolve_iface("switch", "to-server")
+    marks: dict = {}
+
+    def burst() -> None:
+        switch.run(["tc", "qdisc", "add", "dev", port, "root", "tbf", "rate", "20mbit", "burst", "8k",
+                    "latency", "5ms"])
+        marks["on"] = time.monotonic()
+        time.sleep(0.8)
+        switch.run(["tc", "qdisc", "del", "dev", port, "root"])
+        marks["off"] = time.monotonic()
+
+    w = Workload(tool="engine", protocol="udp", size=1200, rate="20kpps", warmup=2.0, duration=2.0)
+    try:
+        s = measure(lab, w, alongside=burst)
+    finally:
+        switch.run(["tc", "qdisc", "del", "dev", port, "root"], check=False)
+    return {"traffic": s.traffic, "probes": s.probes, "workload": s.workload}, marks
