@@ -331,3 +331,23 @@ def test_a_budget_goes_to_the_headline_comparison_first(tmp_path, clean_machine)
     measured = {cells[s["cell_id"]] for s in store.samples(run_id)}
     assert measured and measured <= {"offload=on", "offload=off"}
     assert "offload=same" not in measured
+
+
+def test_the_budget_counts_from_the_start_of_the_run_and_starts_no_sample_that_would_overrun_it():
+    """A guest's boot is part of what a user's budget pays for; a sample that cannot end within the
+    budget (as long as that cell's samples took so far) is not begun."""
+    import time
+
+    from offlab.experiment.runner import Runner
+
+    plan = load_plan(PLAN, "p.yaml", quick=True)
+    assert plan.budget_s == 120
+    runner = Runner(plan, store=None)
+    runner.started = time.monotonic() - 100  # e.g. a 40 s guest boot and 60 s of samples
+    assert runner._budget_start() == runner.started
+    assert not runner._over_budget(runner._budget_start(), next_sample_s=10)
+    assert runner._over_budget(runner._budget_start(), next_sample_s=30)
+    runner.started = time.monotonic() - 121
+    assert runner._over_budget(runner._budget_start())
+    plan.budget_s = None
+    assert not runner._over_budget(runner._budget_start(), next_sample_s=1e6)

@@ -173,6 +173,11 @@ class Decider:
             out["needs_rounds"], out["needs_minutes"] = extra, extra * per_round / 60
         return out
 
+    def expected_seconds(self, cs: Side) -> float:
+        """How long the cell's next sample should take: the mean of its own so far, 0 before any."""
+        s = self.seconds.get(cs.cell.key)
+        return sum(s) / len(s) if s else 0.0
+
     def _mean_seconds(self, cs: Side) -> float:
         s = self.seconds.get(cs.cell.key)
         if s:
