@@ -71,14 +71,36 @@ class QueueMask(Knob):
             raise BadInput(f"{self.label}: mask {mask:#x} names CPUs {where} does not have "
                            f"({cpus} CPUs: at most {(1 << cpus) - 1:#x})")
         if not self.queues():
-            what = f"queue {self.key.split('.')[0][0]}x-{self.index}" if self.index else "queues"
-            raise BadInput(f"{self.label}: {self.iface} has no such {what}")
+            # One queue may appear when a setting before it in the same cell raises the channels
+            # (`channels.combined: 2, xps.1: "2"`): then only applying can tell (`impossible`).
+            if not (self.index and self._any_queue()):
+                raise BadInput(f"{self.label}: {self.iface} has no such {self._what}")
         return f"{mask:#x}"
+
+    @property
+    def _what(self) -> str:
+        return f"queue {'rx' if self.rx else 'tx'}-{self.index}" if self.index else "queues"
+
+    def _any_queue(self) -> bool:
+        """The interface has queues of this direction at all (the asked one may come with more channels)."""
+        index, self.index = self.index, ""
+        try:
+            return bool(self.queues())
+        finally:
+            self.index = index
+
+    def impossible(self, value: str, snap: dict[str, str]) -> str | None:
+        if not snap:
+            return (f"{self.label}: {self.iface} has no {self._what} now (the channels in force are fewer) "
+                    f"— cannot test {self.key}={value} here")
+        return None
 
     def snapshot(self) -> dict[str, str]:
         return {q: self.host.read(f"{self._dir}/{q}/{self._file}").strip() for q in self.queues()}
 
     def show(self, snap: dict[str, str]) -> str:
+        if not snap:
+            return f"no {self._what}"
         values = {mask_value(v) for v in snap.values()}
         if len(values) == 1:
             return f"{values.pop():#x}"
