@@ -352,7 +352,7 @@ class Runner:
                 continue
             decided = d["verdict"] != UNDECIDED
             cs.status, cs.reason = ("done" if decided else "confidence_not_reached"), decide.reason(d)
-            if not decided and d["needs_minutes"] is None:
+            if not decided and (d["needs_minutes"] is None or d["needs_floor"]):
                 cs.reason += f"; stopped: {why}"
             self.store.set_cell_status(cs.cell_id, cs.status, cs.reason)
         for cs in self.cells:
