@@ -135,8 +135,7 @@ class RemoteProcess:
     def communicate(self, input: str | None = None, timeout: float | None = None) -> tuple:
         """Wait for the end and take its code, stdout and stderr, and remove its directory: one
         command when it ends within WAIT_CHUNK_S (each is a round trip, 0.2-3 s in a loaded TCG guest)."""
-        if self._cleaned:
-            self.wait(timeout)
+        if self._cleaned:  # ended and collected (or stopped) before: nothing left to read
             return "", ""
         deadline = None if timeout is None else time.monotonic() + timeout
         mark = f"@@offlab-{secrets.token_hex(8)}@@"
