@@ -169,20 +169,22 @@ class ProbeSession:
         self.close()
 
     def wait_for_traffic(self, timeout: float) -> bool:
-        """Wait until this machine's lab interfaces carry traffic (a look every 20 ms: 2 packets more
-        than the last look, or 20 more than the first), at most `timeout` s: a sender in a guest
-        starts sending well after offlab hears it started. True if traffic was seen; False (at once)
-        where no lab host is read from here."""
+        """Wait until this machine's lab interfaces carry the traffic (a look every 20 ms: DATA_LOOK_BYTES
+        more than the last look, or DATA_BYTES more than the first), at most `timeout` s: a sender in a
+        guest starts sending well after offlab hears it started, and a loaded TCG guest's iperf3 took
+        over a second from its control connection (a handshake, its parameters: a few hundred bytes,
+        which once opened the window on nothing but those) to its data. True if traffic was seen;
+        False (at once) where no lab host is read from here."""
         if not self.readers:
             return False
         deadline, first, last = time.monotonic() + timeout, None, None
         while time.monotonic() < deadline:
             try:
-                now = sum(d["rx_packets"] + d["tx_packets"] for r in self.readers.values()
+                now = sum(d["rx_bytes"] + d["tx_bytes"] for r in self.readers.values()
                           for name, d in parse_net_dev(r.read("dev")).items() if name != "lo")
             except OSError:
                 return False
-            if last is not None and (now - last >= 2 or now - first >= 20):
+            if last is not None and (now - last >= DATA_LOOK_BYTES or now - first >= DATA_BYTES):
                 return True
             first = now if first is None else first
             last = now
@@ -339,6 +341,9 @@ def _snmp6(reader) -> dict[str, dict[str, int]]:
 
 
 CLOCK_EXCHANGES = 3
+# wait_for_traffic: bytes over all lab interfaces here (a frame counts once per interface it crosses)
+DATA_LOOK_BYTES = 4096  # in 20 ms: a few full-size frames; a TCP handshake with iperf3's parameters is less
+DATA_BYTES = 65536
 SAMPLE_EVERY_S = 0.01
 MAX_SAMPLES = 20000  # ~2 minutes of samples: a bound, never reached by a window and its reads
 UPTIME_STEP_S = 0.01  # /proc/uptime prints hundredths
