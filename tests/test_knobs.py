@@ -346,3 +346,22 @@ def test_entry_whose_namespace_is_gone_is_dropped_with_a_note(lab_name, clean_ma
         assert restore_pending() == ["nothing to restore"]
     finally:
         labs.down(lab_name)
+
+
+def test_an_xps_queue_that_a_channels_change_of_the_same_cell_brings_is_set_after_it(veth, state_dir):
+    """virtio-tuning's q2-xps after its 1-queue-in-use cell: tx-1 exists only once channels go to 2."""
+    lab, c = veth, veth.client
+    if possible_cpus() < 2:
+        pytest.skip("a veth gets one tx queue per possible CPU: this machine has one")
+    iface = lab.resolve_iface("client", "to-server")
+    queues = lambda: c.run(["ls", f"/sys/class/net/{iface}/queues"]).stdout.split()  # noqa: E731
+    assert "tx-1" not in queues()  # a veth starts with one tx queue in use
+    with Transaction() as tx:
+        [alone] = tx.apply([Change(c, "xps.1", "1", "to-server", lab)])
+        assert not alone.ok and "has no queue tx-1 now" in alone.reason and not alone.journalled
+        chans, xps = tx.switch([Change(c, "channels.tx", 2, "to-server", lab), Change(c, "xps.1", "1", "to-server", lab)])
+        assert (chans.ok, xps.ok, xps.actual) == (True, True, "0x1") and "tx-1" in queues()
+    assert "tx-1" not in queues()
+    with pytest.raises(BadInput, match="queue number must be an integer"):
+        with Transaction() as tx:
+            tx.apply([Change(c, "xps.x", "1", "to-server", lab)])

@@ -60,3 +60,26 @@ def test_a_deciding_run_also_boots_each_guest_at_most_once_a_round():
         assert len(groups) == len(set(groups)) == 2 and groups[0] == up
     # The Decider's own order switches guests more often than that: the grouping is what saves boots.
     assert max(len(_groups(decider.order(rnd, 7))) for rnd in range(4)) > 2
+
+
+def test_every_guest_suites_quick_run_decides_its_headline_in_the_one_guest_it_boots():
+    """A guest boot is 10-100 s here: --quick of each guest suite measures its headline, its shape cells
+    and their baselines in a single guest, with its own shorter samples, within the 2-minute budget."""
+    for name in ("uso-vm", "gro-gso-vm", "virtio-tuning"):
+        full, quick = suites.plans(name)[0], suites.plans(name, quick=True)[0]
+        assert len({c.lab_key for c in quick.cells}) == 1, name
+        assert quick.cells[0].lab_key == full.cells[0].lab_key, name  # the guest a full run boots first
+        assert quick.headline and quick.budget_s == 120, name
+        assert {c.workload.duration for c in quick.cells} == {1}, name
+        assert min(c.workload.duration for c in full.cells) > 1, name
+        headline = [c for c in quick.cells if any(all(c.params[k] == v for k, v in h.items()) for h in quick.headline)]
+        assert headline and all(c.params != quick.baseline for c in headline), name
+
+
+def test_virtio_tuning_switches_its_queues_in_the_guest_against_one_queue_in_use():
+    [quick] = suites.plans("virtio-tuning", quick=True)
+    assert quick.cells[0].topology.nic == {"queues": 2}  # one boot, both queue pairs there
+    combined = {c.params["nic"]: dict(((t, k), v) for t, k, v in c.changes)[("router:eth1", "channels.combined")]
+                for c in quick.cells}
+    assert combined == {"q2-use1": 1, "q2": 2, "q2-xps": 2}
+    assert quick.baseline == {"nic": "q2-use1", "bridge-nf": "off"}

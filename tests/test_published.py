@@ -148,7 +148,7 @@ def test_suite_runs_headline_lines_carry_the_published_figure(capsys):
                 "ratio": ratio, "low": ratio and ratio * 0.9, "high": ratio and ratio * 1.1, "pairs": 3, "looks": 1,
                 "level": 95.0, "equivalence_pct": 5.0, "metric": "throughput_bps", "cv_ratio_pct": 20.0,
                 "cv_cell_pct": 15.0, "cv_baseline_pct": 12.0, "steal_pct": None, "needs_rounds": 4,
-                "needs_minutes": 2.5, "needs_at_least": False}
+                "needs_minutes": 2.5, "needs_floor": False}
 
     runner = SimpleNamespace(plan=plan, decider=object(), run_id=7, decisions=[
         decision("dpdk-gro", "faster", 1.6), decision("kernel-gro", "undecided", 1.1)])

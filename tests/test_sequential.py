@@ -18,6 +18,7 @@ import pytest
 from offlab import stats
 from offlab.errors import BadInput
 from offlab.experiment import suites
+from offlab.experiment import decide
 from offlab.experiment.decide import Decider
 from offlab.experiment.plan import load_plan
 from offlab.experiment.plan.load import parse_budget
@@ -323,7 +324,8 @@ def test_a_run_decides_uso_and_says_what_the_undecided_comparison_needs(tmp_path
 @pytest.mark.network
 def test_a_budget_goes_to_the_headline_comparison_first(tmp_path, clean_machine):
     store = Store.open(tmp_path / "b.db")
-    plan = load_plan(PLAN.replace("seed: 11", "seed: 11\nbudget: 2"), "budget.yaml")
+    # 4 s from the start of the run, the lab's build included: the headline's cells, not `same`
+    plan = load_plan(PLAN.replace("seed: 11", "seed: 11\nbudget: 4"), "budget.yaml")
     runner = Runner(plan, store)
     run_id = runner.run()
     assert store.get_run(run_id)["status"] == "budget_exhausted"
@@ -331,3 +333,60 @@ def test_a_budget_goes_to_the_headline_comparison_first(tmp_path, clean_machine)
     measured = {cells[s["cell_id"]] for s in store.samples(run_id)}
     assert measured and measured <= {"offload=on", "offload=off"}
     assert "offload=same" not in measured
+
+
+def test_the_budget_counts_from_the_start_of_the_run_and_starts_no_sample_that_would_overrun_it():
+    """A guest's boot is part of what a user's budget pays for; a sample that cannot end within the
+    budget (as long as that cell's samples took so far) is not begun."""
+    import time
+
+    from offlab.experiment.runner import Runner
+
+    plan = load_plan(PLAN, "p.yaml", quick=True)
+    assert plan.budget_s == 120
+    runner = Runner(plan, store=None)
+    runner.started = time.monotonic() - 100  # e.g. a 40 s guest boot and 60 s of samples
+    assert runner._budget_start() == runner.started
+    assert not runner._over_budget(runner._budget_start(), next_sample_s=10)
+    assert runner._over_budget(runner._budget_start(), next_sample_s=30)
+    runner.started = time.monotonic() - 121
+    assert runner._over_budget(runner._budget_start())
+    plan.budget_s = None
+    assert not runner._over_budget(runner._budget_start(), next_sample_s=1e6)
+
+
+def test_under_quick_the_shape_waits_for_the_headlines_first_look():
+    """uso-vm --quick: USO vs plain gets its 3 pairs before software GSO's 2 shape rounds, so a tight
+    budget (a guest's boot is part of it) goes to the verdict first."""
+    plan = load_plan(PLAN + 'quick: [{offload: "same"}]\n', "p.yaml", quick=True)
+    sides = {c.key: _Side(c) for c in plan.cells}
+    decider = Decider(plan, list(sides.values()))
+    for rnd in range(3):
+        assert sorted(s.cell.key for s in decider.order(rnd, 5)) == ["offload=off", "offload=on"]
+        for key, value in (("offload=off", 1.0 + rnd / 100), ("offload=on", 1.02 - rnd / 100)):
+            sides[key].history.append((rnd, value))
+            sides[key].rounds_done.add(rnd)
+        decider.refresh()
+    later = sorted(s.cell.key for s in decider.order(3, 5))
+    assert "offload=same" in later  # after the first look, the shape gets its rounds
+    plan.shape_rounds = None  # a budget without --quick: every comparison from the first round
+    assert "offload=same" in {s.cell.key for s in Decider(plan, [_Side(c) for c in plan.cells]).order(0, 5)}
+
+
+def test_with_too_few_pairs_to_know_the_noise_the_undetermined_line_gives_a_floor():
+    """A guest's boot can take most of a 2-minute budget: one pair, no noise known yet. The line says
+    how long the rounds before the first look would take at least, and says it is a floor."""
+    plan = load_plan(PLAN, "p.yaml", quick=True)
+    sides = {c.key: _Side(c) for c in plan.cells}
+    decider = Decider(plan, list(sides.values()))
+    for key, value in (("offload=off", 1.0), ("offload=on", 3.0)):
+        sides[key].history.append((0, value))
+        sides[key].rounds_done.add(0)
+        decider.record(sides[key], 20.0, None)
+    decider.refresh()
+    d = next(x for x in decider.summary() if x["cell"] == "offload=on")
+    assert (d["verdict"], d["needs_floor"], d["needs_rounds"]) == (stats.UNDECIDED, True, 2)
+    assert d["needs_minutes"] == pytest.approx(2 * 40 / 60)
+    assert decide.reason(d).startswith("undetermined: needs at least ~1.3 more minutes (2 more rounds before its first look")
+    none = Decider(plan, [_Side(c) for c in plan.cells]).summary()[0]  # nothing measured: the windows
+    assert none["needs_floor"] and none["needs_minutes"] == pytest.approx(3 * 2 * 1.3 / 60)

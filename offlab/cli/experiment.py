@@ -17,7 +17,8 @@ out = console(stderr=True)
 QUICK_HELP = ("The headline comparisons first, decided within 2 minutes (or --budget), with the plan's "
               "quick_workload (e.g. 1-second samples), and 2 rounds of the other cells to show the shape; "
               "plans without a baseline: 1–2 repetitions, wide interval.")
-BUDGET_HELP = ("Time for measuring, e.g. 90s, 2m, 1h: rounds go to undecided comparisons (headline first); "
+BUDGET_HELP = ("Wall time of the run, lab builds and guest boots included, e.g. 90s, 2m, 1h: rounds go to "
+               "undecided comparisons (headline first); "
                "what is left undetermined says how many more minutes it would need.")
 UNTIL_HELP = ("decided: repeat each comparison with the baseline until faster, slower or equivalent; "
               "width: repeat each cell until its interval is repeat.width % wide (netperf -I, the old rule).")

@@ -4,7 +4,8 @@ A comparison is a cell against its baseline cell on the plan's repeat metric. It
 replayed from the (round, value) history of both sides with offlab.stats.sequential_decision on
 the pairs measured in the same round (one look per new pair), so it is the same after a resume. A cell
 is sampled while a comparison it belongs to is undecided; under a time budget the headline
-comparisons' cells go first in each round, so the budget is spent on them before the rest.
+comparisons' cells go first in each round, so the budget is spent on them before the rest, and under
+--quick the shape cells wait until each open headline comparison has had its first look.
 """
 
 from __future__ import annotations
@@ -135,7 +136,14 @@ class Decider:
             return [cs for cs, need, _ in needed if need]
         first = [cs for cs, need, head in needed if need and head]
         rest = [cs for cs, need, head in needed if need and not head]
+        if first and self.plan.shape_rounds is not None and self._headline_before_first_look():
+            return first  # --quick: the shape waits until every open headline comparison has had a look
         return first + rest
+
+    def _headline_before_first_look(self) -> bool:
+        first_look = max(self.n0, MIN_PAIRS)
+        return any(len(pairs(c.base.history, c.cell.history)[0]) < first_look
+                   for c in self.comparisons if c.headline and self._open(c))
 
     # ---- after samples ----------------------------------------------------
     def record(self, cs: Side, seconds: float, steal_pct: float | None) -> None:
@@ -164,18 +172,24 @@ class Decider:
                "cv_ratio_pct": cv_pct([y / x for x, y in zip(a, b) if x > 0]),
                "steal_pct": max(c.steal_pct) if c.steal_pct else None, "level": self.level,
                "equivalence_pct": self.equivalence, "metric": self.plan.repeat.metric,
-               "needs_rounds": None, "needs_minutes": None, "needs_at_least": False, "moot": c.moot}
+               "needs_rounds": None, "needs_minutes": None, "needs_floor": False, "moot": c.moot}
         if c.moot or (d is not None and d.decided):
             return out
+        per_round = self._mean_seconds(c.cell) + self._mean_seconds(c.base)
         extra = rounds_to_decide(a, b, d.look if d else 0, self.level, self.equivalence, ESTIMATE_LIMIT)
-        at_least = extra is None and len(a) < 2 and bool(self.seconds)
-        if at_least:  # no noise to estimate from yet; the first look needs MIN_PAIRS pairs whatever it is
-            extra = MIN_PAIRS - len(a)
         if extra is not None:
-            per_round = self._mean_seconds(c.cell) + self._mean_seconds(c.base)
             out["needs_rounds"], out["needs_minutes"] = extra, extra * per_round / 60
-            out["needs_at_least"] = at_least
+        elif len(a) < max(self.n0, MIN_PAIRS):
+            # Too few pairs to know the noise (e.g. the budget went to a guest's boot): the rounds
+            # before the first look, each at least its samples' windows, are a floor, said as one.
+            extra = max(self.n0, MIN_PAIRS) - len(a)
+            per_round = per_round or sum(_window_s(x.cell) for x in (c.cell, c.base))
+            out["needs_rounds"], out["needs_minutes"], out["needs_floor"] = extra, extra * per_round / 60, True
         return out
+
+    def expected_seconds(self, cs: Side) -> float:
+        """How long the cell's next sample should take: its own samples' mean, else every sample's."""
+        return self._mean_seconds(cs)
 
     def _mean_seconds(self, cs: Side) -> float:
         s = self.seconds.get(cs.cell.key)
@@ -183,6 +197,11 @@ class Decider:
             return sum(s) / len(s)
         every = [x for v in self.seconds.values() for x in v]
         return sum(every) / len(every) if every else 0.0
+
+
+def _window_s(cell: Cell) -> float:
+    """The least a sample of the cell takes: its warm-up and its window."""
+    return cell.workload.warmup + cell.workload.duration
 
 
 def reason(d: dict) -> str:
@@ -194,9 +213,9 @@ def reason(d: dict) -> str:
     rounds = f"{d['pairs']} round{'' if d['pairs'] == 1 else 's'}"
     if d["verdict"] != UNDECIDED:
         return (f"decided {d['verdict']} ({d['level']:g} % over every look, {rounds}, {noise})")
-    if d["needs_minutes"] is not None and d.get("needs_at_least"):
+    if d.get("needs_floor"):
         return (f"undetermined: needs at least ~{max(d['needs_minutes'], 0.1):.1f} more minutes "
-                f"({d['needs_rounds']} more rounds before the first look, whatever the noise; {rounds})")
+                f"({d['needs_rounds']} more rounds before its first look; {rounds}, too few to know the noise)")
     if d["needs_minutes"] is not None:
         return (f"undetermined: needs ~{max(d['needs_minutes'], 0.1):.1f} more minutes at this noise "
                 f"(~{d['needs_rounds']} more rounds; {rounds}, {noise})")

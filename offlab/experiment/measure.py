@@ -9,6 +9,7 @@ import signal
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -27,6 +28,7 @@ from offlab.traffic import engine as engine_driver
 from offlab.traffic import iperf3 as iperf3_driver
 from offlab.traffic import rr as rr_driver
 
+_BESIDE = ThreadPoolExecutor(max_workers=4, thread_name_prefix="offlab-beside")
 # Probes stop this much before the sender does, so the second snapshot is still inside traffic.
 END_MARGIN_S = 0.05
 # Traffic that ends more than this (or 10 % of the window) before the window's end is a failed sample.
@@ -107,6 +109,9 @@ def _measure(lab: LabState, w: Workload, capture: CaptureRequest | None, *,
                        f"{cap_iface}`) or capture on a namespace host of the lab")
     driver = engine_driver if w.tool == "engine" else iperf3_driver
     started_at = time.time()
+    # Nothing changes the MTUs during a sample: read them beside the traffic, not after it (a guest's
+    # read is a channel round trip, seconds on a loaded machine).
+    mtu_read = _BESIDE.submit(mtus, lab)
     with ProbeSession(lab) as probes, tempfile.TemporaryDirectory(prefix="offlab-cap-") as tmp:
         window: dict = {}
         probe_thread: threading.Thread | None = None
@@ -150,7 +155,7 @@ def _measure(lab: LabState, w: Workload, capture: CaptureRequest | None, *,
         probe = probes.result(window["a"], window["b"], client_cpu=w.client_cpu, server_cpu=w.server_cpu)
         cap = window.get("capture")
         late_start = window.get("late_start")
-    probe["mtus"] = mtus(lab)
+    probe["mtus"] = mtu_read.result(timeout=60)
     kib = traffic.throughput_bps * probe["window_s"] / 8 / 1024
     sd = {side: service_demand(probe["cpu"][side]["busy"], probe["window_s"], kib)
           for side in ("client", "server") if side in probe["cpu"]}

@@ -103,6 +103,7 @@ class Runner:
         self.tx: Transaction | None = None  # the run's settings, moved from cell to cell (_sample_in)
         self.decider: Decider | None = None
         self.decisions: list[dict] = []  # every comparison's outcome, once the run ends
+        self.started: float | None = None  # the budget's clock: from run(), so guest boots count
 
     # ---- entry points -------------------------------------------------
     @classmethod
@@ -126,6 +127,7 @@ class Runner:
         if not is_root():
             raise NotRoot("running an experiment")
         previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+        self.started = time.monotonic()
         try:
             self._build_labs()
             self._open_run()
@@ -277,7 +279,7 @@ class Runner:
         if self.plan.repeat.rule(self.plan.baseline is not None) == "decided":
             self._rounds_until_decided()
             return
-        rep, started = self.plan.repeat, time.monotonic()
+        rep, started = self.plan.repeat, self._budget_start()
         for rnd in range(rep.max):
             order = [c for c in self.cells if c.active]
             if not order:
@@ -287,7 +289,7 @@ class Runner:
             for cs in order:
                 if rnd in cs.rounds_done or not cs.active:
                     continue
-                if self.plan.budget_s and time.monotonic() - started > self.plan.budget_s:
+                if self._over_budget(started):
                     self.store.set_run_status(self.run_id, "budget_exhausted",
                                               f"time budget of {self.plan.budget_s:g} s used up")
                     self.on_event("budget", {"run_id": self.run_id})
@@ -301,7 +303,7 @@ class Runner:
 
     def _rounds_until_decided(self) -> None:
         """Rounds until every comparison is decided, `repeat.max` rounds, or the budget is spent."""
-        rep, started = self.plan.repeat, time.monotonic()
+        rep, started = self.plan.repeat, self._budget_start()
         self.decider = dec = Decider(self.plan, self.cells)
         for rnd in range(rep.max):
             order = self._by_guest(dec.order(rnd, self.seed))  # a guest boot costs more than any sample
@@ -312,7 +314,7 @@ class Runner:
             for position, cs in enumerate(order):
                 if not cs.active:
                     continue
-                if self.plan.budget_s and time.monotonic() - started > self.plan.budget_s:
+                if self._over_budget(started, dec.expected_seconds(cs)):
                     why = f"time budget of {self.plan.budget_s:g} s used up"
                     self._conclude(why)
                     self.store.set_run_status(self.run_id, "budget_exhausted", why)
@@ -327,6 +329,17 @@ class Runner:
         self.store.set_run_status(self.run_id, "done", self._note())
         self.on_event("done", {"run_id": self.run_id})
 
+    def _over_budget(self, started: float, next_sample_s: float = 0.0) -> bool:
+        """The budget is spent, or the next sample (as long as this cell's took so far) would end
+        beyond it: a budget bounds the run's wall time rather than when its last sample starts."""
+        budget = self.plan.budget_s
+        return bool(budget) and time.monotonic() - started + next_sample_s > budget
+
+    def _budget_start(self) -> float:
+        """The instant the budget counts from: the start of run(), before the first lab (a guest boot
+        is 10-100 s of the budget a user sets), or now for a caller that skips run()."""
+        return self.started if self.started is not None else time.monotonic()
+
     def _conclude(self, why: str) -> None:
         """Each cell's status from its comparisons: decided → done, else confidence not reached
         with what it would still need."""
@@ -339,7 +352,7 @@ class Runner:
                 continue
             decided = d["verdict"] != UNDECIDED
             cs.status, cs.reason = ("done" if decided else "confidence_not_reached"), decide.reason(d)
-            if not decided and d["needs_minutes"] is None:
+            if not decided and (d["needs_minutes"] is None or d["needs_floor"]):
                 cs.reason += f"; stopped: {why}"
             self.store.set_cell_status(cs.cell_id, cs.status, cs.reason)
         for cs in self.cells:

@@ -9,6 +9,7 @@ ends, its exit code, and offers Popen's verbs over `host.run`.
 from __future__ import annotations
 
 import math
+import secrets
 import shlex
 import signal
 import subprocess
@@ -30,6 +31,9 @@ _INNER = ('D=$1; shift; ' + _DEFAULT_SIGNALS + '"$@" >"$D/out" 2>"$D/err" </dev/
 # Detaches the runner from the command channel (setsid, all fds away) and waits for the pid file.
 _OUTER = ('D=$1; setsid sh -c ' + shlex.quote(_INNER) + ' sh "$@" >/dev/null 2>&1 </dev/null & '
           'n=0; while [ ! -s "$D/pid" ] && [ $n -lt 500 ]; do sleep 0.01; n=$((n+1)); done; cat "$D/pid"')
+# Makes the private directory and starts the command in it, in one command (a guest's round trip is
+# 0.2-3 s under load here): prints the directory, then the pid.
+_START = 'D=$(mktemp -d /tmp/offlab-proc.XXXXXX) || exit 1; echo "$D"; set -- "$D" "$@"; ' + _OUTER
 
 
 def pinned(argv: list[str], cpu: int | None) -> list[str]:
@@ -56,8 +60,13 @@ class _RemoteStream:
         pass
 
 
-# Waits in the remote host until "$1/rc" exists, at most $2 looks 0.2 s apart.
-_WAIT_RC = 'n=$2; while [ ! -e "$1/rc" ] && [ "$n" -gt 0 ]; do sleep 0.2; n=$((n - 1)); done'
+# Waits in the remote host until "$1/rc" exists, at most $2 looks 0.2 s apart, and prints it if it does.
+_WAIT_LOOP = 'n=$2; while [ ! -e "$1/rc" ] && [ "$n" -gt 0 ]; do sleep 0.2; n=$((n - 1)); done'
+_WAIT_RC = _WAIT_LOOP + '; cat "$1/rc" 2>/dev/null'
+# Waits the same; once it ended: its code, stdout, stderr, each after a line only this call knows
+# ($3), and the directory removed - the end of a process in one command.
+_WAIT_COLLECT = (_WAIT_LOOP + '; [ -e "$1/rc" ] || exit 0; printf \'%s\\n\' "$3"; cat "$1/rc"; '
+                 'printf \'%s\\n\' "$3"; cat "$1/out"; printf \'\\n%s\\n\' "$3"; cat "$1/err"; rm -rf "$1"')
 WAIT_CHUNK_S = 10
 
 
@@ -69,11 +78,15 @@ class RemoteProcess:
         self.args = [str(a) for a in argv]
         self.text = text
         self.returncode: int | None = None
-        self.dir = host.run(["mktemp", "-d", "/tmp/offlab-proc.XXXXXX"], timeout=15).stdout.strip()
-        res = host.run(["sh", "-c", _OUTER, "sh", self.dir, *self.args], timeout=15)
+        res = host.run(["sh", "-c", _START, "sh", *self.args], check=False, timeout=15)
+        lines = res.stdout.strip().splitlines()
+        self.dir = lines[0] if lines and lines[0].startswith("/tmp/offlab-proc.") else ""
+        if not self.dir:
+            raise OSError(f"could not start {self.args[0]} on {host.name}: no private directory "
+                          f"({res.stderr.strip()[:200]})")
         try:
-            self.pid = int(res.stdout.strip().splitlines()[-1])
-        except (ValueError, IndexError):
+            self.pid = int(lines[-1])
+        except ValueError:
             host.run(["rm", "-rf", self.dir], check=False, timeout=15)
             raise OSError(f"could not start {self.args[0]} on {host.name}: no pid ({res.stderr.strip()[:200]})")
         self.stdout = _RemoteStream(self, "out")
@@ -94,16 +107,20 @@ class RemoteProcess:
 
     def wait(self, timeout: float | None = None) -> int:
         deadline = None if timeout is None else time.monotonic() + timeout
-        while self.poll() is None:
+        while self.returncode is None:
             left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                raise subprocess.TimeoutExpired(self.args, timeout)
-            # One command that returns when the exit code appears (or after a while), not a look every
-            # 50 ms: each look is a command round trip, and in a 1-vCPU TCG guest 20 of them a second
-            # took the CPU from the traffic being measured (docs/vm.md, the guest TCP gap).
+            # One command that returns with the exit code when it appears (or after a while), not a
+            # look every 50 ms: each look is a command round trip, and in a 1-vCPU TCG guest 20 of
+            # them a second took the CPU from the traffic being measured (docs/vm.md, the guest TCP gap).
             chunk = max(1, min(WAIT_CHUNK_S, math.ceil(left))) if left is not None else WAIT_CHUNK_S
-            self.host.run(["sh", "-c", _WAIT_RC, "sh", self.dir, str(chunk * 5)], check=False, timeout=chunk + 15)
-        return self.returncode  # type: ignore[return-value]
+            looks = 0 if left is not None and left <= 0 else chunk * 5  # out of time: one last look
+            res = self.host.run(["sh", "-c", _WAIT_RC, "sh", self.dir, str(looks)], check=False,
+                                timeout=chunk + 15)
+            if res.stdout.strip().lstrip("-").isdigit():
+                self.returncode = int(res.stdout.strip())
+            elif looks == 0:
+                raise subprocess.TimeoutExpired(self.args, timeout)
+        return self.returncode
 
     def send_signal(self, sig: int) -> None:
         if self.returncode is None:
@@ -116,9 +133,29 @@ class RemoteProcess:
         self.send_signal(signal.SIGKILL)
 
     def communicate(self, input: str | None = None, timeout: float | None = None) -> tuple:
-        self.wait(timeout)
-        out, err = self._read("out"), self._read("err")
-        self.cleanup()
+        """Wait for the end and take its code, stdout and stderr, and remove its directory: one
+        command when it ends within WAIT_CHUNK_S (each is a round trip, 0.2-3 s in a loaded TCG guest)."""
+        if self._cleaned:  # ended and collected (or stopped) before: nothing left to read
+            return "", ""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        mark = f"@@offlab-{secrets.token_hex(8)}@@"
+        while True:
+            left = None if deadline is None else deadline - time.monotonic()
+            chunk = max(1, min(WAIT_CHUNK_S, math.ceil(left))) if left is not None else WAIT_CHUNK_S
+            looks = 0 if left is not None and left <= 0 else chunk * 5
+            res = self.host.run(["sh", "-c", _WAIT_COLLECT, "sh", self.dir, str(looks), mark], check=False,
+                                timeout=chunk + 30)
+            if res.stdout.startswith(mark + "\n"):
+                break
+            if looks == 0:
+                raise subprocess.TimeoutExpired(self.args, timeout)
+        rc, found, rest = res.stdout[len(mark) + 1:].partition(f"\n{mark}\n")
+        out, found_err, err = rest.partition(f"\n{mark}\n")
+        self._cleaned = True
+        if not (found and found_err and rc.strip().lstrip("-").isdigit()):
+            raise OSError(f"could not read the end of {self.args[0]} on {self.host.name} "
+                          f"({res.stderr.strip()[:200]})")
+        self.returncode = int(rc.strip())
         return out, err
 
     def cleanup(self) -> None:

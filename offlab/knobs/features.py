@@ -11,9 +11,11 @@ group of them, `ethtool -K` is given leaves, and restore puts back each leaf's
 
 from __future__ import annotations
 
+import contextlib
 import difflib
+import threading
 from fnmatch import fnmatchcase
-from typing import Any
+from typing import Any, Iterator
 
 from offlab import netdev
 from offlab.errors import BadInput, CommandFailed
@@ -62,13 +64,47 @@ NEEDS: list[tuple[str, list[str]]] = [
 ]
 
 
+# What a key resolves to on a host with a kernel of its own (a guest, an SSH host), where each
+# `ethtool -k` is a round trip (0.2-3 s for a TCG guest under load here): a device's feature names
+# do not change while its host lives, and the host key names that life (a guest's pid, start time).
+_NAMES: dict[tuple, list[str]] = {}
+# Inside shared_reads(): each interface's features read once, for a pass that only reads.
+_SHARED = threading.local()
+
+
+@contextlib.contextmanager
+def shared_reads() -> Iterator[None]:
+    """Read each interface's features at most once inside (for many knobs read back together, e.g.
+    the settings in force at the end of a sample); a feature written inside reads its device anew."""
+    outer = getattr(_SHARED, "memo", None)
+    _SHARED.memo = {} if outer is None else outer
+    try:
+        yield
+    finally:
+        _SHARED.memo = outer
+
+
+def forget_reads() -> None:
+    """Inside shared_reads(), after a write: every device is read anew (a bridge's features follow
+    its ports', and other settings can move features)."""
+    memo = getattr(_SHARED, "memo", None)
+    if memo is not None:
+        memo.clear()
+
+
 def leaves(host, iface: str) -> dict[str, netdev.Feature]:
     """Every kernel feature of `iface` → its state (group headers dropped)."""
+    memo = getattr(_SHARED, "memo", None)
+    key = (type(host).__name__, host.name, iface)
+    if memo is not None and key in memo:
+        return memo[key]
     out = {}
     for name, feat in netdev.features(host, iface).items():
         if feat.requested is None:
             continue  # a group header such as tx-checksumming: its members follow
         out[LONG_TO_KERNEL.get(name, name)] = feat
+    if memo is not None:
+        memo[key] = out
     return out
 
 
@@ -111,11 +147,19 @@ class Feature(Knob):
         super().__init__(target, key)
         self._names: list[str] | None = None
         self._read: dict[str, netdev.Feature] | None = None  # the device's features as snapshot() last read them
+        self._fixed: dict[str, bool] | None = None  # which are [fixed], from that read, until a write uses it
 
     @property
     def names(self) -> list[str]:
         if self._names is None:
-            self._names = resolve(self.key, leaves(self.host, self.iface), self.target.where)
+            host = self.host
+            key = None if host.shares_kernel else (self.target.host_key, self.iface, self.key)
+            names = _NAMES.get(key) if key else None
+            if names is None:
+                names = resolve(self.key, leaves(host, self.iface), self.target.where)
+                if key:
+                    _NAMES[key] = names
+            self._names = list(names)
         return self._names
 
     def check(self, value: Any, plan: Plan) -> str:
@@ -125,6 +169,7 @@ class Feature(Knob):
 
     def snapshot(self) -> dict[str, list]:
         feats = self._read = leaves(self.host, self.iface)
+        self._fixed = {n: f.fixed for n, f in feats.items()}
         return {n: [feats[n].active, bool(feats[n].requested), feats[n].fixed] for n in self.names}
 
     def show(self, snap: dict[str, list]) -> str:
@@ -152,10 +197,14 @@ class Feature(Knob):
 
     def _ethtool(self, wanted: dict[str, bool]) -> None:
         self._read = None  # whatever was read before no longer holds
-        feats = leaves(self.host, self.iface)
-        args = [a for n, on in wanted.items() if not feats[n].fixed for a in (n, onoff(on))]
+        # [fixed] from the read just made before this write (apply and restore read first), else now
+        fixed, self._fixed = self._fixed, None
+        if fixed is None or not all(n in fixed for n in wanted):
+            fixed = {n: f.fixed for n, f in leaves(self.host, self.iface).items()}
+        args = [a for n, on in wanted.items() if not fixed[n] for a in (n, onoff(on))]
         if not args:
             return
+        forget_reads()
         res = self.host.run(["ethtool", "-K", self.iface, *args], check=False, timeout=10)
         if not res.ok and "Could not change any device features" not in res.stderr:
             raise CommandFailed(res.argv, res.rc, res.stderr, self.host.name)

@@ -25,6 +25,7 @@ from typing import Callable, Iterable, Iterator
 from offlab.errors import BadInput, CommandFailed, EnvironmentProblem
 from offlab.hosts import Host
 from offlab.knobs.base import Knob, Plan, failure_text
+from offlab.knobs.features import forget_reads, shared_reads
 from offlab.knobs.journal import Entry, Journal, dir_lock, mark, remove_if_done
 from offlab.knobs.lease import Lease, take
 from offlab.knobs.registry import knob_class, knob_for
@@ -169,6 +170,14 @@ class Transaction:
             self.outcomes.append(out)
             if out.journalled:
                 touched.add(knob.target.host_key)
+        with shared_reads():  # kept features of one interface read back with one `ethtool -k`
+            outcomes += self._check_kept(prepared, fresh, kept, touched)
+        return outcomes
+
+    def _check_kept(self, prepared: list, fresh: dict, kept: dict, touched: set) -> list[Outcome]:
+        """switch's outcomes in order: the fresh ones as applied; a kept one read back where its host
+        was written (set again if something restored took it back)."""
+        outcomes: list[Outcome] = []
         for change, knob, value in prepared:
             if _ident(knob) in fresh:
                 outcomes.append(fresh[_ident(knob)])
@@ -185,6 +194,7 @@ class Transaction:
                 outcomes.append(old)
                 continue
             # Something restored took it back with it: set it again, journalled like any change.
+            forget_reads()
             self._forget([kept[_ident(knob)]])
             out = self._apply_one(change, old_knob, value)
             out.original, out.seqs = old.original, old.seqs + out.seqs  # both entries go back, newest first
@@ -217,15 +227,16 @@ class Transaction:
     def in_force(self, scope: Callable[[Knob], bool] = lambda knob: True) -> list[dict]:
         """Each setting held (in `scope`) as it reads now: what was really in force (e.g. at the end of a sample)."""
         out = []
-        for outcome, knob in self._applied:
-            if not scope(knob):
-                continue
-            try:
-                value = knob.show(knob.snapshot())
-            except (CommandFailed, OSError) as exc:
-                value = f"unreadable: {failure_text(exc) if isinstance(exc, CommandFailed) else exc}"
-            out.append({"where": outcome.where, "key": outcome.change.key, "value": value,
-                        "machine_wide": knob.target.is_machine})
+        with shared_reads():  # several features of one interface: one `ethtool -k` (a guest's round trip)
+            for outcome, knob in self._applied:
+                if not scope(knob):
+                    continue
+                try:
+                    value = knob.show(knob.snapshot())
+                except (CommandFailed, OSError) as exc:
+                    value = f"unreadable: {failure_text(exc) if isinstance(exc, CommandFailed) else exc}"
+                out.append({"where": outcome.where, "key": outcome.change.key, "value": value,
+                            "machine_wide": knob.target.is_machine})
         return out
 
     @property

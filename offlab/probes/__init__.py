@@ -79,7 +79,8 @@ class ProbeSession:
         self.testpmd = Testpmd.for_lab(lab.name) if lab.topology.startswith("dpdk") else None
         # role → (sent, its clock, answered) of every exchange with a channel host: together they pin
         # its clock against this machine's (see read_times).
-        self.exchanges: dict[str, list[tuple[float, float, float]]] = {role: [] for role in self.own_kernel}
+        self.exchanges: dict[str, list[tuple[float, float, float]]] = {
+            role: _kept_exchanges(h) for role, h in self.own_kernel.items()}
         self.samples: list[tuple[float, float, dict]] = []
         self.sampling_cpu_s = 0.0
         self._pending_reads, self._pending_lock, self._reading = 0, threading.Lock(), threading.Event()
@@ -92,7 +93,8 @@ class ProbeSession:
                     self.readers[role] = host.net_reader()
                 elif (proc := host.stream(["sh", "-c", _STREAM_READ], lifetime=lifetime)) is not None:
                     self.streams[role] = _Stream(proc, host.name)
-            calls = [_Async(self._exchange, role) for role in self.own_kernel]
+            calls = [_Async(self._exchange, role, 1 if len(self.exchanges[role]) >= CLOCK_EXCHANGES else CLOCK_EXCHANGES)
+                     for role in self.own_kernel]
             for c in calls:
                 c.result(timeout=60)
         except BaseException:
@@ -105,18 +107,27 @@ class ProbeSession:
             return self.streams[role].ask()
         return self.own_kernel[role].run(["sh", "-c", _REMOTE_READ], timeout=30).stdout
 
-    def _exchange(self, role: str) -> None:
+    def _read_clock(self, role: str) -> str:
+        """The host's /proc/uptime: over its stream where it has one, else alone (a guest's whole
+        counter read is ~5 forks and a few KB through the channel; the clock alone is one cat)."""
+        if role in self.streams:
+            return split_counter_files(self._read_remote(role).partition(_SEP + "\n")[0])["uptime"]
+        return self.own_kernel[role].run(["cat", "/proc/uptime"], timeout=30).stdout
+
+    def _exchange(self, role: str, count: int | None = None) -> None:
         """A few reads of the host's clock before the traffic: the quickest answers bound its offset."""
-        for _ in range(CLOCK_EXCHANGES):
+        for _ in range(count or CLOCK_EXCHANGES):
             t0 = time.monotonic()
             try:
-                up = split_counter_files(self._read_remote(role).partition(_SEP + "\n")[0])["uptime"].split()
+                up = self._read_clock(role).split()
             except (OfflabError, OSError):
                 return
             if up and _is_number(up[0]):
                 self.exchanges[role].append((t0, float(up[0]), time.monotonic()))
 
     def close(self) -> None:
+        for role, host in self.own_kernel.items():
+            _keep_exchanges(host, self.exchanges.get(role, []))
         self._stop_sampling()
         for reader in self.readers.values():
             reader.close()
@@ -182,20 +193,22 @@ class ProbeSession:
         self.close()
 
     def wait_for_traffic(self, timeout: float) -> bool:
-        """Wait until this machine's lab interfaces carry traffic (a look every 20 ms: 2 packets more
-        than the last look, or 20 more than the first), at most `timeout` s: a sender in a guest
-        starts sending well after offlab hears it started. True if traffic was seen; False (at once)
-        where no lab host is read from here."""
+        """Wait until this machine's lab interfaces carry the traffic (a look every 20 ms: DATA_LOOK_BYTES
+        more than the last look, or DATA_BYTES more than the first), at most `timeout` s: a sender in a
+        guest starts sending well after offlab hears it started, and a loaded TCG guest's iperf3 took
+        over a second from its control connection (a handshake, its parameters: a few hundred bytes,
+        which once opened the window on nothing but those) to its data. True if traffic was seen;
+        False (at once) where no lab host is read from here."""
         if not self.readers:
             return False
         deadline, first, last = time.monotonic() + timeout, None, None
         while time.monotonic() < deadline:
             try:
-                now = sum(d["rx_packets"] + d["tx_packets"] for r in self.readers.values()
+                now = sum(d["rx_bytes"] + d["tx_bytes"] for r in self.readers.values()
                           for name, d in parse_net_dev(r.read("dev")).items() if name != "lo")
             except OSError:
                 return False
-            if last is not None and (now - last >= 2 or now - first >= 20):
+            if last is not None and (now - last >= DATA_LOOK_BYTES or now - first >= DATA_BYTES):
                 return True
             first = now if first is None else first
             last = now
@@ -375,9 +388,37 @@ def _snmp6(reader) -> dict[str, dict[str, int]]:
 
 
 CLOCK_EXCHANGES = 3
+# wait_for_traffic: bytes over all lab interfaces here (a frame counts once per interface it crosses)
+DATA_LOOK_BYTES = 4096  # in 20 ms: a few full-size frames; a TCP handshake with iperf3's parameters is less
+DATA_BYTES = 65536
 SAMPLE_EVERY_S = 0.01
 MAX_SAMPLES = 20000  # ~2 minutes of samples: a bound, never reached by a window and its reads
 UPTIME_STEP_S = 0.01  # /proc/uptime prints hundredths
+
+
+# A channel host's exchanges stay good for a while: its clock and this machine's tick at the same rate,
+# and exchanges that disagree (a reboot, a jump) make clock_offset claim nothing. So a new session
+# of the same host (a guest's pid and start time, an SSH host's address) adds one exchange to those
+# of the last CLOCK_KEEP_S instead of three: two round trips less before every sample in a guest.
+CLOCK_KEEP_S = 300.0
+CLOCK_KEEP_MAX = 32
+_CLOCKS: dict[str, list[tuple[float, float, float]]] = {}
+_CLOCKS_LOCK = threading.Lock()
+
+
+def _clock_key(host) -> str:
+    return repr(sorted(host.ref().items()))
+
+
+def _kept_exchanges(host) -> list[tuple[float, float, float]]:
+    now = time.monotonic()
+    with _CLOCKS_LOCK:
+        return [e for e in _CLOCKS.get(_clock_key(host), []) if now - e[0] < CLOCK_KEEP_S]
+
+
+def _keep_exchanges(host, exchanges: list[tuple[float, float, float]]) -> None:
+    with _CLOCKS_LOCK:
+        _CLOCKS[_clock_key(host)] = sorted(set(exchanges))[-CLOCK_KEEP_MAX:]
 
 
 def _nearest(samples: list, instant: float):

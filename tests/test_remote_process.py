@@ -1,0 +1,59 @@
+"""A process on a channel host (a guest's agent, SSH) costs few round trips: its directory and start in
+one command, its end (exit code, output, clean-up) in one. Run here against this machine's
+shell through a host that counts its commands (RemoteProcess only ever uses host.run)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+
+import pytest
+
+from offlab.hosts import LOCAL
+from offlab.hosts.process import RemoteProcess, stop
+
+
+class Counting:
+    """This machine's shell, seen as a channel host: every command counted."""
+
+    name = "counting"
+    shares_kernel = False
+
+    def __init__(self) -> None:
+        self.argvs: list[list[str]] = []
+
+    def run(self, argv, **kw):
+        self.argvs.append(list(argv))
+        return LOCAL.run(argv, **kw)
+
+
+def test_a_finished_process_costs_two_commands_and_leaves_nothing_behind():
+    host = Counting()
+    proc = RemoteProcess(host, ["sh", "-c", 'printf "out\\n\\nlast"; echo "err line" >&2; exit 3'])
+    assert os.path.isdir(proc.dir)
+    out, err = proc.communicate(timeout=20)
+    assert (out, err, proc.returncode) == ("out\n\nlast", "err line\n", 3)
+    assert len(host.argvs) == 2  # start; the end (code, output, clean-up) in one
+    assert not os.path.exists(proc.dir)
+    stop(proc)  # already ended and cleaned: nothing more to ask
+    assert len(host.argvs) == 2
+
+
+def test_wait_times_out_on_a_running_process_and_stop_ends_it():
+    host = Counting()
+    proc = RemoteProcess(host, ["sleep", "30"])
+    with pytest.raises(subprocess.TimeoutExpired):
+        proc.wait(timeout=0.5)
+    with pytest.raises(subprocess.TimeoutExpired):
+        proc.communicate(timeout=0.5)
+    assert proc.poll() is None and os.path.isdir(proc.dir)
+    stop(proc, grace=5)
+    assert proc.returncode == 128 + signal.SIGINT  # the shell's code for a child ended by SIGINT
+    assert not os.path.exists(proc.dir)
+
+
+def test_a_program_that_is_not_there_ends_127_and_says_so_on_stderr():
+    proc = RemoteProcess(Counting(), ["no-such-program-here"])
+    out, err = proc.communicate(timeout=20)
+    assert proc.returncode == 127 and "no-such-program-here" in err and out == ""
