@@ -175,7 +175,7 @@ class Decider:
                "needs_rounds": None, "needs_minutes": None, "needs_floor": False, "moot": c.moot}
         if c.moot or (d is not None and d.decided):
             return out
-        per_round = self._mean_seconds(c.cell) + self._mean_seconds(c.base)
+        per_round = self.expected_seconds(c.cell) + self.expected_seconds(c.base)
         extra = rounds_to_decide(a, b, d.look if d else 0, self.level, self.equivalence, ESTIMATE_LIMIT)
         if extra is not None:
             out["needs_rounds"], out["needs_minutes"] = extra, extra * per_round / 60
@@ -189,9 +189,6 @@ class Decider:
 
     def expected_seconds(self, cs: Side) -> float:
         """How long the cell's next sample should take: its own samples' mean, else every sample's."""
-        return self._mean_seconds(cs)
-
-    def _mean_seconds(self, cs: Side) -> float:
         s = self.seconds.get(cs.cell.key)
         if s:
             return sum(s) / len(s)
