@@ -135,9 +135,9 @@ def clean_machine(state_dir):
         time.sleep(1)
         left_procs &= our_processes()
     if (state_dir / "labs").exists():
-        from offlab import lab
+        from offlab.experiment import teardown
 
-        lab.down_all()
+        teardown.down_all()
     assert not left_ns, f"namespaces left behind: {left_ns}"
     assert not left_links, f"links left behind: {left_links}"
     assert not left_procs, f"processes left behind: {left_procs}"
@@ -155,12 +155,13 @@ def offlab_cli(*args: str, env: dict | None = None, timeout: float = 120) -> sub
 def veth_lab(lab_name, clean_machine):
     """A veth lab (client ─ veth ─ server), removed after the test."""
     from offlab import lab
+    from offlab.experiment import teardown
 
     built = lab.up("veth", lab_name)
     try:
         yield built
     finally:
-        lab.down(lab_name)
+        teardown.down(lab_name)
 
 
 def kill_9_once_daemon_is_recorded(topology: str, name: str, state_dir, what: str, timeout: float = 120,
@@ -191,11 +192,14 @@ def kill_9_once_daemon_is_recorded(topology: str, name: str, state_dir, what: st
 
 
 def running(pid: int) -> bool:
-    """A process that exists and is not a zombie (PID 1 here does not reap detached daemons)."""
+    """A process that exists and is not a zombie (PID 1 here does not reap detached daemons); a zombie
+    leader whose other threads still run (dpdk-testpmd for ~2 s after its leader exits) still runs."""
     from pathlib import Path
 
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+        if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+            return True
+        return len(list(Path(f"/proc/{pid}/task").iterdir())) > 1
     except OSError:
         return False
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from offlab import lab as labs
+from offlab.experiment import teardown
 from offlab.errors import EnvironmentProblem
 from offlab.hosts import LOCAL
 from offlab.store import Store
@@ -181,7 +182,7 @@ def test_lab_list_shows_a_lab_whose_namespace_vanished_as_broken_with_the_fix(la
     res = offlab_cli("lab", "show", lab_name, env={"OFFLAB_STATE_DIR": str(state_dir)})
     assert res.returncode == 3
     assert f"is broken: namespace ol-{lab_name}-server is gone; `offlab lab down {lab_name}`" in one_line(res)
-    labs.down(lab_name)
+    teardown.down(lab_name)
     assert not set(lab.namespaces) & netns_names()
 
 
@@ -196,7 +197,7 @@ def test_a_qdisc_the_kernel_refused_is_not_journalled(lab_name, state_dir, clean
         assert offlab_cli("restore", "--list", env=env).stdout.strip() == "nothing to restore"
         assert not list((state_dir / "journal").glob("*.journal"))
     finally:
-        labs.down(lab_name)
+        teardown.down(lab_name)
 
 
 @pytest.mark.network

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from offlab import lab as labs
+from offlab.experiment import teardown
 from tests.conftest import requires_root
 from tests.test_doctor_cli import run
 
@@ -32,7 +33,7 @@ def test_ovs_trap_is_found_live_with_the_exact_fix(lab_name, clean_machine):
         assert trap["status"] == "fail"
         assert trap["fix"] == f"ip netns exec {lab.entry('client').netns} ethtool -K {client_if} tx off"
     finally:
-        labs.down(lab_name)
+        teardown.down(lab_name)
 
 
 def test_apply_turns_an_offload_on_and_restore_puts_it_back(lab_name, clean_machine):
@@ -57,7 +58,7 @@ def test_apply_turns_an_offload_on_and_restore_puts_it_back(lab_name, clean_mach
         assert res.returncode == 0, res.stderr
         assert feature(lab.client, iface, "tcp-segmentation-offload") == "off"
     finally:
-        labs.down(lab_name)
+        teardown.down(lab_name)
 
 
 def test_apply_refuses_unknown_ids_and_says_what_is_manual(lab_name, clean_machine):
@@ -70,4 +71,4 @@ def test_apply_refuses_unknown_ids_and_says_what_is_manual(lab_name, clean_machi
         assert res.returncode == 0
         assert "kernel.mitigations: not automatable; by hand: add mitigations=off" in res.stdout
     finally:
-        labs.down(lab_name)
+        teardown.down(lab_name)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import (
-    TEST_TAG, kill_9_once_daemon_is_recorded, module_lab, netns_names, new_links_of_ours, offlab_cli, root_links,
+    kill_9_once_daemon_is_recorded, module_lab, netns_names, new_links_of_ours, offlab_cli, root_links,
     running,
 )
 
@@ -320,6 +320,25 @@ def test_lab_down_after_kill_9_of_lab_up_stops_testpmd_and_removes_its_runtime_d
     assert "dpdk-testpmd" in res.stdout and "DPDK runtime directory" in res.stdout
     assert not running(daemon["pid"]) and not os.path.exists(daemon["runtime_dir"])
     assert not any(n.startswith(f"ol-{lab_name}-") for n in netns_names())
+
+
+def test_stopping_testpmd_returns_only_once_its_threads_have_exited(lab_name, clean_machine, state_dir):
+    """Its leader turns zombie while the other threads still hold ports and memory (~2 s here): a lab
+    down that returned then said "removed" of a process still running."""
+    from offlab import lab as labs
+    from offlab.experiment import teardown
+    from offlab.lab.ovs import stop_daemon
+
+    if not HAVE_TESTPMD:
+        pytest.skip("needs dpdk-testpmd")
+    built = labs.up("dpdk", lab_name)
+    try:
+        daemon = built.daemons[0]
+        assert running(daemon.pid)
+        stop_daemon(daemon)
+        assert not running(daemon.pid), sorted(os.listdir(f"/proc/{daemon.pid}/task"))
+    finally:
+        teardown.down(lab_name)
 
 
 # ---- plans -------------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import (
-    TEST_TAG, kill_9_once_daemon_is_recorded, module_lab, netns_names, offlab_cli, root_links, running,
+    kill_9_once_daemon_is_recorded, module_lab, netns_names, offlab_cli, root_links, running,
 )
 
 HAVE_TESTPMD = shutil.which("dpdk-testpmd") is not None

@@ -10,6 +10,7 @@ import pytest
 
 from offlab import __version__
 from offlab import lab as labs
+from offlab.experiment import teardown
 from offlab.experiment.env import SYSCTLS, environment
 from offlab.knobs import Change, Transaction
 from tests.conftest import requires_root
@@ -26,7 +27,7 @@ def test_snapshot_names_machine_tools_sysctls_and_the_lab_as_it_is(lab_name, cle
         env = environment(SimpleNamespace(text="name: snap\n"), [lab])
         live = lab.client.run(["ethtool", "-k", client_if]).stdout
     finally:
-        labs.down(lab_name)
+        teardown.down(lab_name)
     assert env["kernel"] == platform.release() and env["cpus"] == os.cpu_count()
     assert env["hostname"] == platform.node() and env["plan_text"] == "name: snap\n"
     assert env["versions"]["offlab"] == __version__ and env["versions"]["python"] == platform.python_version()

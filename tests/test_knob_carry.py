@@ -14,6 +14,7 @@ import time
 import pytest
 
 from offlab import lab as labs
+from offlab.experiment import teardown
 from offlab.experiment.plan import load_plan
 from offlab.experiment.runner import Runner
 from offlab.store import Store
@@ -177,5 +178,5 @@ def test_settings_of_another_lab_stay_until_that_lab_is_released(lab_name, clean
             assert lab_state(a) == base_a and lab_state(b) != base_b
         assert lab_state(b) == base_b and journals(state_dir) == []
     finally:
-        labs.down(a.name)
-        labs.down(b.name)
+        teardown.down(a.name)
+        teardown.down(b.name)

@@ -9,6 +9,7 @@ import re
 import pytest
 
 from offlab import lab as labs
+from offlab.experiment import teardown
 from offlab.errors import BadInput
 from offlab.hosts import LOCAL
 from offlab.knobs import Change, Transaction, list_pending, restore_pending
@@ -199,7 +200,7 @@ def test_bridge_mtu_follows_its_ports_and_nf_call_is_per_bridge(lab_name, clean_
             assert nf.ok and sw.read("/sys/class/net/br0/bridge/nf_call_iptables").strip() == "1"
         assert lab_state(lab) == before
     finally:
-        labs.down(lab_name)
+        teardown.down(lab_name)
 
 
 def test_vxlan_mtu_rules_refuse_before_anything_changes_and_tnl_seg_is_fixed(lab_name, clean_machine, state_dir):
@@ -227,7 +228,7 @@ def test_vxlan_mtu_rules_refuse_before_anything_changes_and_tnl_seg_is_fixed(lab
             assert tx.impossible == [tnl] and "cannot test tnl-seg=on here" in tnl.reason
         assert lab_state(lab) == before
     finally:
-        labs.down(lab_name)
+        teardown.down(lab_name)
 
 
 def test_ovs_port_mtu_goes_through_mtu_request_and_comes_back(lab_name, clean_machine, state_dir):
@@ -244,7 +245,7 @@ def test_ovs_port_mtu_goes_through_mtu_request_and_comes_back(lab_name, clean_ma
         assert vsctl_for(lab, "get", "Interface", port, "mtu_request").strip() == request
         assert lab_state(lab) == before
     finally:
-        labs.down(lab_name)
+        teardown.down(lab_name)
 
 
 HOSTILE = ["eth0;rm -rf /", "$(reboot)", "a" * 16, "ëth0", "`id`", "to-server;id"]
@@ -328,7 +329,7 @@ def test_lab_down_drops_the_journal_entries_of_its_namespaces(lab_name, clean_ma
         assert len(list_pending(lab.namespaces)) == 1
         res = offlab_cli("lab", "down", lab_name)  # the cli wires knobs' hook into `lab down`
     finally:
-        labs.down(lab_name)
+        teardown.down(lab_name)
     assert res.returncode == 0 and "journalled setting" in res.stdout, res.stderr
     assert journals(state_dir) == []
 
@@ -345,7 +346,7 @@ def test_entry_whose_namespace_is_gone_is_dropped_with_a_note(lab_name, clean_ma
         assert journals(state_dir) == []
         assert restore_pending() == ["nothing to restore"]
     finally:
-        labs.down(lab_name)
+        teardown.down(lab_name)
 
 
 def test_an_xps_queue_that_a_channels_change_of_the_same_cell_brings_is_set_after_it(veth, state_dir):

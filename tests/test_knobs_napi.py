@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from offlab import lab as labs
+from offlab.experiment import teardown
 from offlab.errors import BadInput
 from offlab.hosts import LOCAL
 from offlab.knobs import Change, Transaction
@@ -126,7 +127,7 @@ def test_kill_9_leaves_a_journal_that_offlab_restore_replays(lab_name, clean_mac
         assert napi_state(lab) == before and busy_state() == busy_before
         assert journals(state_dir) == []
     finally:
-        labs.down(lab_name)
+        teardown.down(lab_name)
 
 
 def test_lab_down_takes_the_devices_napi_settings_with_it(lab_name, clean_machine, state_dir):

@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from offlab import lab as labs
+from offlab.experiment import teardown
 from tests.conftest import REPO, offlab_cli, requires_root
 from tests.test_knobs import journals, lab_state
 
@@ -62,7 +63,7 @@ def test_killed_cell_ends_with_every_setting_back(signum, lab_name, clean_machin
         assert lab_state(lab) == before
         assert journals(state_dir) == []
     finally:
-        labs.down(lab_name)
+        teardown.down(lab_name)
 
 
 def test_restore_force_takes_over_a_live_process_journal(lab_name, clean_machine, state_dir):
@@ -87,4 +88,4 @@ def test_restore_force_takes_over_a_live_process_journal(lab_name, clean_machine
                 proc.wait()
         assert lab_state(lab) == before
     finally:
-        labs.down(lab_name)
+        teardown.down(lab_name)

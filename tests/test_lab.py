@@ -8,6 +8,7 @@ import subprocess
 import pytest
 
 from offlab import lab as labs
+from offlab.experiment import teardown
 from offlab.errors import BadInput
 from tests.conftest import netns_names, offlab_cli, requires_root
 
@@ -52,7 +53,7 @@ def test_client_reaches_server_and_mtu_holds_end_to_end(topology, mtu, lab_name,
         assert ping(lab, 8972) is (mtu == 9000)
         assert ping(lab, mtu - 28) and not ping(lab, mtu - 27)
     finally:
-        labs.down(lab_name)
+        teardown.down(lab_name)
 
 
 def test_vxlan_underlay_carries_50_bytes_more_and_options_apply(lab_name, clean_machine):
@@ -65,7 +66,7 @@ def test_vxlan_underlay_carries_50_bytes_more_and_options_apply(lab_name, clean_
         assert under["mtu"] == 1450
         assert ping(lab, 1372) and not ping(lab, 1373)
     finally:
-        labs.down(lab_name)
+        teardown.down(lab_name)
 
 
 def test_ipv6_lab_reaches_over_fd00_200(lab_name, clean_machine):
@@ -75,7 +76,7 @@ def test_ipv6_lab_reaches_over_fd00_200(lab_name, clean_machine):
         assert addr6.startswith("fd00:200:")
         assert lab.client.run(["ping", "-6", "-c", "1", "-W", "2", addr6], check=False, timeout=10).ok
     finally:
-        labs.down(lab_name)
+        teardown.down(lab_name)
 
 
 def test_ovs_runs_private_daemons_and_records_the_checksum_adjustment(lab_name, clean_machine, state_dir):
@@ -90,7 +91,7 @@ def test_ovs_runs_private_daemons_and_records_the_checksum_adjustment(lab_name, 
                                                                   ("server", "tx-checksumming")}
     finally:
         pids = [d.pid for d in lab.daemons]
-        labs.down(lab_name)
+        teardown.down(lab_name)
     from offlab.lab.ovs import alive
 
     assert not any(alive(p) for p in pids)  # gone, or exited and waiting for PID 1 to reap it
@@ -106,14 +107,14 @@ def test_two_labs_coexist_and_a_duplicate_name_is_refused(lab_name, clean_machin
         assert {f"ol-{lab_name}-client", f"ol-{other}-client"} <= netns_names()
         assert {l.name for l in labs.list_labs()} >= {lab_name, other}
     finally:
-        labs.down(lab_name)
-        labs.down(other)
+        teardown.down(lab_name)
+        teardown.down(other)
 
 
 def test_down_is_idempotent(lab_name, clean_machine):
     labs.up("bridge", lab_name)
-    assert labs.down(lab_name)
-    assert labs.down(lab_name) == []
+    assert teardown.down(lab_name)
+    assert teardown.down(lab_name) == []
 
 
 def test_failed_up_cleans_up_and_names_the_step(lab_name, clean_machine, monkeypatch):
@@ -137,7 +138,6 @@ def test_down_after_kill_9_during_up_removes_what_was_built(lab_name, clean_mach
     import os
     import signal
     import sys
-    import time
 
     code = (
         "import time\nfrom offlab.lab import topologies, up\n"
@@ -215,7 +215,7 @@ def test_lab_show_json_contract(lab_name, clean_machine, state_dir):
         res = offlab_cli("lab", "exec", lab_name, "server", "--", "ip", "-br", "addr")
         assert res.returncode == 0 and "10.200.1.2/24" in res.stdout
     finally:
-        labs.down(lab_name)
+        teardown.down(lab_name)
 
 
 def test_offlab_restore_leaves_a_lab_that_is_up_to_lab_down(veth_lab, state_dir):

@@ -123,6 +123,7 @@ def test_up_measure_knob_down_gives_the_ports_back_exactly(ports, lab_name, stat
 SLOW_UP = """
 import sys, time
 from offlab import lab
+from offlab.experiment import teardown
 from offlab.lab import build, phys
 
 point, name, a, b = sys.argv[1:]
@@ -185,6 +186,7 @@ def test_kill_9_mid_measure_then_restore_gives_the_ports_back(ports, lab_name, s
 
 def test_a_phys_lab_held_by_a_live_measurement_is_left_to_it(ports, lab_name, state_dir):
     from offlab import lab
+    from offlab.experiment import teardown
     from offlab.lab import hold
 
     lab.up("phys", lab_name, options={"ports": list(ports)})
@@ -194,7 +196,7 @@ def test_a_phys_lab_held_by_a_live_measurement_is_left_to_it(ports, lab_name, st
                                  text=True, env={**os.environ, "OFFLAB_STATE_DIR": str(state_dir)})
             assert res.returncode == 0 and lab_name not in res.stdout, res.stdout
     finally:
-        lab.down(lab_name)
+        teardown.down(lab_name)
 
 
 @pytest.fixture
@@ -267,6 +269,7 @@ def test_the_default_route_port_is_refused_and_left_untouched(ports, lab_name, s
 
 def test_a_port_in_a_lab_is_refused_for_another_and_lab_up_help_names_phys(ports, lab_name, state_dir):
     from offlab import lab
+    from offlab.experiment import teardown
 
     a, b = ports
     lab.up("phys", lab_name, options={"ports": [a, b]})
@@ -276,7 +279,7 @@ def test_a_port_in_a_lab_is_refused_for_another_and_lab_up_help_names_phys(ports
         assert f"port {a} is not in this machine's root network namespace (it is in namespace ol-{lab_name}-client, " \
                f"offlab lab {lab_name}'s)" in msg
     finally:
-        lab.down(lab_name)
+        teardown.down(lab_name)
     res = offlab_cli("lab", "up", "--help")
     assert "phys" in res.stdout and "--ports" in res.stdout
 

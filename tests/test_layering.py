@@ -220,3 +220,19 @@ def test_the_vxlan_overhead_and_the_ovs_vsctl_call_are_written_once():
                     and isinstance(node.elts[0], ast.Constant) and node.elts[0].value == "ovs-vsctl"):
                 problems.append(f"{file}:{node.lineno}: an ovs-vsctl call written again (use offlab.netdev.vsctl)")
     assert not problems, "\n".join(problems)
+
+
+# ---- one teardown ----------------------------------------------------------------------------
+
+def test_labs_are_removed_only_through_the_one_teardown():
+    """`lab.remove` leaves journalled settings unrestored and unforgotten: every caller (CLI, runner,
+    fan-out, benchmarks, tests) goes through `experiment.teardown.down`, and no import-time hook exists."""
+    import re
+
+    repo = PACKAGE.parent
+    allowed = {"offlab/experiment/teardown.py", "offlab/lab/__init__.py", "tests/test_layering.py"}
+    files = [p for p in [*PACKAGE.rglob("*.py"), *(repo / "tests").glob("*.py"), *(repo / "benchmarks").iterdir()]
+             if p.is_file() and str(p.relative_to(repo)) not in allowed]
+    wrong = [f"{p.relative_to(repo)}:{n}" for p in files for n, text in enumerate(p.read_text().splitlines(), 1)
+             if re.search(r"\blabs?\.(remove|down|down_all|on_down|on_down_hosts)\(", text)]
+    assert not wrong, f"labs removed without experiment.teardown (or through a hook): {wrong}"

@@ -12,6 +12,7 @@ import os
 import pytest
 
 from offlab import lab as labs
+from offlab.experiment import teardown
 from offlab.experiment import witnesses
 from offlab.experiment.measure import measure
 from offlab.probes import ProbeSession, qdisc
@@ -86,4 +87,4 @@ def test_a_router_queue_that_overflows_is_attributed_with_its_share(lab_name, cl
         assert 0.5 < top["share"] <= 1.05, top
         assert any(line.startswith(f"  {port} qdisc (tbf) drops") for line in fmt.loss_lines(la))
     finally:
-        labs.down(lab_name)
+        teardown.down(lab_name)

@@ -8,6 +8,7 @@ import os
 import pytest
 
 from offlab import lab as labs
+from offlab.experiment import teardown
 from offlab.experiment.measure import CaptureRequest, measure
 from offlab.traffic import Workload
 from offlab.traffic.engine import engine_path
@@ -53,7 +54,7 @@ def test_8972_byte_datagrams_at_mtu_9000_travel_whole(lab_name, clean_machine):
     try:
         s = measure(lab, engine(size=8972, rate="20kpps"), CaptureRequest("server", frames=300))
     finally:
-        labs.down(lab_name)
+        teardown.down(lab_name)
     assert s.capture["ip_fragments"] == 0 and s.capture["largest_frame"] == 9014
     assert s.capture["verdict"].startswith("no IP fragments, every frame ≤ 9014 bytes")
 
@@ -98,7 +99,7 @@ def test_iperf3_tcp_through_a_router_with_probes_on_every_host(lab_name, clean_m
     try:
         s = measure(lab, Workload(tool="iperf3", protocol="tcp", duration=1.0, warmup=0.3))
     finally:
-        labs.down(lab_name)
+        teardown.down(lab_name)
     assert s.throughput_bps > 0 and s.traffic["retransmits"] is not None
     hosts = {name.split(":")[0] for name in s.probes["interfaces"]}
     assert hosts == {"client", "router", "server"}
@@ -139,7 +140,7 @@ def test_engine_to_an_unreachable_destination_is_an_environment_error(veth_lab):
 def veth6_lab(lab_name, clean_machine):
     lab = labs.up("veth", lab_name, ipv6=True)
     yield lab
-    labs.down(lab_name)
+    teardown.down(lab_name)
 
 
 def test_ipv6_capture_sizes_frames_and_counts_fragments(veth6_lab):

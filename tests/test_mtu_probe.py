@@ -7,6 +7,7 @@ import json
 import pytest
 
 from offlab import lab as labs
+from offlab.experiment import teardown
 from offlab.hosts import LOCAL
 from offlab.mtu import probe
 from tests.conftest import requires_root
@@ -49,7 +50,7 @@ def test_router_hop_lowered_to_6000_is_reported_by_frag_needed(lab_name, clean_m
         v6 = probe(lab.client, lab.entry("server").address6, timeout=0.5)
         assert (v6.path_mtu, v6.frag_needed, v6.black_hole) == (6000, 6000, False)  # "Packet too big"
     finally:
-        labs.down(lab_name)
+        teardown.down(lab_name)
 
 
 @pytest.mark.network
@@ -68,4 +69,4 @@ def test_bridge_port_lowered_to_6000_is_a_black_hole(lab_name, clean_machine):
         doc = json.loads(run("doctor", "--netns", lab.entry("switch").netns, "--check", "bridge.mtu", "--json").stdout)
         assert doc["checks"][0]["status"] == "fail" and f"{port} 6000" in doc["checks"][0]["summary"]
     finally:
-        labs.down(lab_name)
+        teardown.down(lab_name)

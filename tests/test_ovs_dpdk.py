@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import (
-    TEST_TAG, kill_9_once_daemon_is_recorded, module_lab, netns_names, new_links_of_ours, offlab_cli, root_links,
+    kill_9_once_daemon_is_recorded, module_lab, netns_names, new_links_of_ours, offlab_cli, root_links,
     running,
 )
 
@@ -254,6 +254,7 @@ def test_an_af_packet_dpdk_port_changes_mtu_at_run_time_and_one_ovs_refuses_is_p
     then put back). A value OVS takes and then cannot configure (here 9000 with offlab's own limit check
     switched off) fails naming the port, its type and what OVS logged (exit 3), and the original is back."""
     from offlab import lab as labs
+    from offlab.experiment import teardown
     from offlab import netdev
     from offlab.knobs import Change, Transaction, link, list_pending
 
@@ -287,7 +288,7 @@ def test_an_af_packet_dpdk_port_changes_mtu_at_run_time_and_one_ovs_refuses_is_p
         while not ping(1472):  # the port is back in the datapath
             assert time.monotonic() < deadline, "dpdk1 did not forward again after its mtu_request was put back"
     finally:
-        labs.down(lab.name)
+        teardown.down(lab.name)
 
 
 @needs_ovs_dpdk
@@ -458,6 +459,7 @@ def test_the_mtu_knob_takes_vhost_user_ports_and_guests_to_9000_and_puts_back_15
 _HOLD_MTU_6000 = """
 import sys, time
 from offlab import lab as labs
+from offlab.experiment import teardown
 from offlab.knobs import Change, Transaction
 lab = labs.LabState.load(sys.argv[1])
 tx = Transaction(label="test holds mtu 6000 on vhu-server")

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from offlab import lab as labs
+from offlab.experiment import teardown
 from offlab.errors import BadInput
 from offlab.lab.model import LabState
 from tests.conftest import netns_names, offlab_cli, requires_root
@@ -33,7 +34,7 @@ def test_same_lab_name_in_another_state_dir_is_refused_and_never_destroys_the_fi
         with pytest.raises(BadInput, match=f"taken by the state directory {state_dir.resolve()}"):
             labs.up("veth", lab_name)
         with pytest.raises(BadInput, match=f"belongs to {state_dir.resolve()}"):
-            labs.down(lab_name)
+            teardown.down(lab_name)
         res = offlab_cli("lab", "down", lab_name, env={"OFFLAB_STATE_DIR": str(other_state_dir)})
         assert res.returncode == 2 and "offlab leaves it alone" in res.stderr and "Traceback" not in res.stderr
         assert mine <= netns_names()
@@ -41,7 +42,7 @@ def test_same_lab_name_in_another_state_dir_is_refused_and_never_destroys_the_fi
         assert first.client.run(["ping", "-c", "1", "-W", "1", first.entry("server").address], check=False).ok
     finally:
         monkeypatch.setenv("OFFLAB_STATE_DIR", str(state_dir))
-        labs.down(lab_name)
+        teardown.down(lab_name)
     assert not set(first.namespaces) & netns_names()
 
 
@@ -53,14 +54,14 @@ def test_a_state_file_listing_anothers_namespaces_removes_only_itself(
         monkeypatch.setenv("OFFLAB_STATE_DIR", str(other_state_dir))
         stray = LabState(name=lab_name, topology="veth", mtu=1500, namespaces=list(first.namespaces))
         stray.save()
-        removed = labs.down(lab_name)
+        removed = teardown.down(lab_name)
         assert not stray.path.exists()
         assert any(f"belongs to {state_dir.resolve()}" in r for r in removed)
         assert not any(r.startswith("namespace ") for r in removed)
         assert set(first.namespaces) <= netns_names()
     finally:
         monkeypatch.setenv("OFFLAB_STATE_DIR", str(state_dir))
-        labs.down(lab_name)
+        teardown.down(lab_name)
 
 
 def test_an_unmarked_namespace_with_a_lab_name_is_not_offlabs_to_delete(lab_name, state_dir, clean_machine):
@@ -70,7 +71,7 @@ def test_an_unmarked_namespace_with_a_lab_name_is_not_offlabs_to_delete(lab_name
     LOCAL.run(["ip", "netns", "add", ns])
     try:
         with pytest.raises(BadInput, match=f"namespace {ns} belongs to no offlab state directory"):
-            labs.down(lab_name)
+            teardown.down(lab_name)
         assert ns in netns_names()
     finally:
         LOCAL.run(["ip", "netns", "del", ns])
@@ -86,7 +87,7 @@ def test_lab_state_records_owner_and_namespace_inodes(lab_name, state_dir, clean
         assert set(saved["netns_inodes"]) == set(lab.namespaces)
         assert all(saved["netns_inodes"][ns] == owner.inode(ns) for ns in lab.namespaces)
     finally:
-        labs.down(lab_name)
+        teardown.down(lab_name)
 
 
 def test_a_recorded_daemon_pid_running_outside_the_labs_namespace_is_not_stopped(lab_name, state_dir, clean_machine):
@@ -101,7 +102,7 @@ def test_a_recorded_daemon_pid_running_outside_the_labs_namespace_is_not_stopped
     try:
         lab.daemons.append(Daemon(name="sleep", pid=other.pid, netns=lab.hosts["client"].netns))
         lab.save()
-        removed = labs.down(lab_name)
+        removed = teardown.down(lab_name)
         assert f"namespace ol-{lab_name}-client" in removed
         assert other.poll() is None, "a process outside the lab's namespace was stopped"
     finally:

@@ -271,6 +271,7 @@ def test_every_yaml_example_in_the_docs_is_a_valid_plan(where, text):
                                          reason="needs openvswitch-switch-dpdk"))])
 def test_static_hosts_and_interfaces_match_the_built_lab(kind, lab_name, clean_machine):
     from offlab import lab as labs
+    from offlab.experiment import teardown
     from offlab.experiment.plan import topology as static
 
     lab = labs.up(kind, lab_name)
@@ -285,7 +286,7 @@ def test_static_hosts_and_interfaces_match_the_built_lab(kind, lab_name, clean_m
                 ref = i.name or f"to-{i.peer}"
                 assert lab.resolve_iface(role, ref)
     finally:
-        labs.down(lab.name)
+        teardown.down(lab.name)
 
 
 def test_the_engine_named_without_a_protocol_means_udp_even_when_an_axis_names_it():

@@ -181,6 +181,7 @@ def test_a_non_root_login_without_sudo_is_refused_naming_the_host():
 CONTROLLER = """
 import sys, time
 from offlab import lab
+from offlab.experiment import teardown
 from offlab.knobs import Change, Transaction
 l = lab.LabState.load(sys.argv[1])
 with Transaction("controller") as tx:
@@ -192,7 +193,7 @@ with Transaction("controller") as tx:
 
 
 def test_controller_killed_mid_run_the_remote_restores_alone(pair, inv, state_dir, lab_name):
-    from offlab import lab
+    from offlab.experiment import teardown
     from offlab.lab import hosts as hosts_lab
 
     hosts_lab.up(lab_name, str(inv), "a:t1,b:t1")
@@ -226,8 +227,49 @@ def test_controller_killed_mid_run_the_remote_restores_alone(pair, inv, state_di
         assert res.returncode == 0 and "restored server:t1 gro = off" not in res.stderr, res.stdout + res.stderr
         assert not list((state_dir / "journal").glob("*.journal"))
     finally:
-        lab.down(lab_name, force=True)
+        teardown.down(lab_name, force=True)
     assert not Path(pair.remote_dir("b")).exists()
+
+
+LIBRARY_DOWN = """
+import sys
+from offlab.experiment import teardown
+lines = teardown.down(sys.argv[1])
+assert not [m for m in sys.modules if m.startswith("offlab.cli")], "the library path imported the CLI"
+print("\\n".join(lines))
+"""
+
+
+def test_library_teardown_puts_an_ssh_hosts_settings_back_without_the_cli(pair, inv, state_dir, lab_name):
+    """A lab taken down by library code (a runner, a benchmark: no `offlab.cli` imported) restores what a
+    dead process journalled on the machines; it used to rely on hooks that only the CLI registered."""
+    from offlab.experiment import teardown
+    from offlab.lab import hosts as hosts_lab
+
+    env = {**os.environ, "OFFLAB_STATE_DIR": str(state_dir)}
+    hosts_lab.up(lab_name, str(inv), "a:t1,b:t1")
+    try:
+        before = (feature(pair.b.ns, "t1"), mtu(pair.b.ns, "t1"))
+        proc = subprocess.Popen([sys.executable, "-c", CONTROLLER, lab_name], cwd=REPO, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=env)
+        try:
+            assert proc.stdout.readline().strip() == "applied", proc.stderr.read() if proc.poll() is not None else ""
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=10)
+            ps = subprocess.run(["ps", "-ww", "-eo", "pid=,args="], capture_output=True, text=True).stdout
+            for line in ps.splitlines():
+                if f"{state_dir}/ssh/{proc.pid}." in line and ("[mux]" in line or "ControlMaster=yes" in line):
+                    os.kill(int(line.split()[0]), signal.SIGTERM)
+        assert (feature(pair.b.ns, "t1"), mtu(pair.b.ns, "t1")) == (True, 1400)
+        res = subprocess.run([sys.executable, "-c", LIBRARY_DOWN, lab_name], cwd=REPO, capture_output=True,
+                             text=True, env=env, timeout=120)
+        assert res.returncode == 0, res.stderr
+        assert f"journalled setting, put back: {lab_name}/server:t1 gro = off" in res.stdout.splitlines(), res.stdout
+        assert (feature(pair.b.ns, "t1"), mtu(pair.b.ns, "t1")) == before
+        assert not list((state_dir / "journal").glob("*.journal"))
+    finally:
+        teardown.down(lab_name, force=True)
 
 
 PLAN = """

@@ -8,6 +8,7 @@ import time
 import pytest
 
 from offlab import lab as labs
+from offlab.experiment import teardown
 from offlab.traffic import rr
 from offlab.traffic.engine import engine_path
 from tests.conftest import offlab_cli, requires_root
@@ -19,7 +20,7 @@ pytestmark = [requires_root, pytest.mark.network]
 def veth_lab(lab_name, clean_machine):
     lab = labs.up("veth", lab_name)
     yield lab
-    labs.down(lab_name)
+    teardown.down(lab_name)
 
 
 def test_the_engine_under_test_has_rr():

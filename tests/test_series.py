@@ -219,10 +219,11 @@ def test_rr_series_keep_their_rows_and_get_a_round_trip_panel(tmp_path):
 @pytest.fixture
 def veth_lab(lab_name, clean_machine):
     from offlab import lab as labs
+    from offlab.experiment import teardown
 
     lab = labs.up("veth", lab_name)
     yield lab
-    labs.down(lab_name)
+    teardown.down(lab_name)
 
 
 def _sums(series: dict, col: str) -> tuple[float, float]:

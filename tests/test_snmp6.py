@@ -46,6 +46,7 @@ def test_ipv6_loss_is_witnessed_and_attributed_with_udp6_counters():
 @pytest.mark.network
 def test_ipv6_receive_buffer_loss_is_attributed_to_udp6_rcvbuferrors(lab_name, clean_machine):
     from offlab import lab as labs
+    from offlab.experiment import teardown
     from offlab.experiment.measure import measure
     from offlab.traffic import Workload
 
@@ -63,4 +64,4 @@ def test_ipv6_receive_buffer_loss_is_attributed_to_udp6_rcvbuferrors(lab_name, c
         (check,) = [c for c in s.consistency["checks"] if c["check"] == "loss"]
         assert check["ok"] and "Udp6 OutDatagrams" in check["detail"], check
     finally:
-        labs.down(lab_name)
+        teardown.down(lab_name)

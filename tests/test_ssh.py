@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from offlab import inventory
-from offlab.errors import BadInput, CommandFailed, CommandTimeout, EnvironmentProblem
+from offlab.errors import BadInput, CommandFailed, CommandTimeout
 from offlab.hosts import NetnsHost, from_ref
 from offlab.hosts.ssh import HostUnreachable, SshHost, check_ssh_args, remote_command
 from tests import sshd as sshd_mod

@@ -36,6 +36,7 @@ def _tap_rx_avg(sample: dict, tap: str) -> float:
 def test_guest_tso_carries_super_packets_over_the_tap_and_the_sample_records_its_guest(lab_name, clean_machine,
                                                                                        monkeypatch):
     from offlab import lab as labs
+    from offlab.experiment import teardown
     from offlab.experiment.measure import measure
     from offlab.hosts.guest import GuestHost
     from offlab.knobs import Change, Transaction
@@ -65,7 +66,7 @@ def test_guest_tso_carries_super_packets_over_the_tap_and_the_sample_records_its
             reads_back = [a for a in sent if a[:2] == ["ethtool", "-k"]]
         tso_after = lab.client.run(["ethtool", "-k", "eth0"]).stdout
     finally:
-        labs.down(lab.name, force=True)
+        teardown.down(lab.name, force=True)
     # Each setting journalled from a read, written, read back; the pass over the settings in force reads
     # the interface once for both; the run's end puts TSO back on.
     assert all(o.ok and o.journalled for o in outcomes) and len(writes) == 2

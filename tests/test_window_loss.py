@@ -122,6 +122,7 @@ def test_iperf3s_client_intervals_count_no_loss_so_its_whole_run_is_compared_and
 @requires_root
 def test_a_real_loss_burst_in_the_warmup_leaves_a_correct_sample_consistent(lab_name, clean_machine):
     from offlab import lab as labs
+    from offlab.experiment import teardown
 
     lab = labs.up("bridge", lab_name)
     try:
@@ -134,7 +135,7 @@ def test_a_real_loss_burst_in_the_warmup_leaves_a_correct_sample_consistent(lab_
         old["traffic"]["series"] = []
         assert loss_check(old)[0] == "inconsistent"  # what the whole-run comparison said of it
     finally:
-        labs.down(lab_name)
+        teardown.down(lab_name)
 
 
 def measure_with_warmup_burst(lab) -> tuple[dict, dict]:

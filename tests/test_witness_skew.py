@@ -101,6 +101,7 @@ def _loss_check(sample) -> dict:
 @pytest.mark.skipif(shutil.which("qemu-system-x86_64") is None, reason="QEMU is not installed")
 def test_guest_samples_are_not_flagged_when_clean_and_are_when_the_witnesses_disagree(lab_name, clean_machine):
     from offlab import lab as labs
+    from offlab.experiment import teardown
     from offlab.experiment.measure import measure
     from offlab.traffic import Workload
 
@@ -140,7 +141,7 @@ def test_guest_samples_are_not_flagged_when_clean_and_are_when_the_witnesses_dis
         tolerance = _loss_check_tolerance(again)
         assert again["status"] == ("inconsistent" if check["kernel"] > tolerance else "consistent"), (check, again)
     finally:
-        labs.down(lab_name)
+        teardown.down(lab_name)
 
 
 def _loss_check_tolerance(consistency: dict) -> float:

@@ -1,4 +1,4 @@
-"""`offlab lab ...`: build, inspect, poke and remove namespace labs."""
+"""`offlab lab ...`: build, inspect, poke and remove labs."""
 
 from __future__ import annotations
 
@@ -10,37 +10,14 @@ from offlab.cli.console import console
 from rich.table import Table
 
 from offlab import lab as labs
+from offlab.experiment import teardown
 from offlab.errors import BadInput, EnvironmentProblem, NotRoot
 from offlab.hosts import is_root
 from offlab.lab.inspect import SUMMARY_FEATURES, describe
 from offlab.names import check_lab_name, check_mtu
 
-app = typer.Typer(help="Build, inspect and remove namespace labs.", no_args_is_help=True)
+app = typer.Typer(help="Build, inspect and remove labs: namespaces, guests, DPDK, OVS, SSH hosts, two ports.", no_args_is_help=True)
 out = console()
-
-
-def _forget_journalled(namespaces: list[str]) -> list[str]:
-    """A lab's namespaces are gone: so are the settings journalled in them (knobs, imported late)."""
-    from offlab.knobs import forget_lab_namespaces
-
-    return forget_lab_namespaces(namespaces)
-
-
-labs.on_down(_forget_journalled)
-
-
-def _restore_on_hosts(lab: labs.LabState) -> list[str]:
-    """A lab over existing machines: its journalled settings go back (nothing is removed to take them)."""
-    from offlab.knobs.restore import restore_lab
-
-    report = restore_lab(lab.name)
-    if report.failed:
-        raise EnvironmentProblem(f"lab down {lab.name}: {report.failed[0]} (the journal is kept: "
-                                 f"`offlab restore` retries once the host answers)")
-    return [line.replace("restored ", "journalled setting, put back: ", 1) for line in report.lines]
-
-
-labs.on_down_hosts(_restore_on_hosts)
 
 
 @app.command("up")
@@ -141,7 +118,7 @@ def down_cmd(
     """Remove a lab: daemons, processes, namespaces and links. Safe to repeat."""
     if all_ == (name is not None):
         raise BadInput("give a lab name or --all (not both)")
-    removed = labs.down_all(force=force) if all_ else labs.down(name, force=force)
+    removed = teardown.down_all(force=force) if all_ else teardown.down(name, force=force)
     if not removed:
         typer.echo("nothing to remove")
     for item in removed:

@@ -19,6 +19,7 @@ def register(app: typer.Typer) -> None:
         then remove labs whose `lab up` was killed before they were up (their QEMU, testpmd, namespaces), and give
         back the ports of phys labs that no live process uses (they are this machine's own)."""
         from offlab import lab as labs
+        from offlab.experiment import teardown
         from offlab.knobs import restore_report
 
         if not list_only and not is_root():
@@ -30,13 +31,13 @@ def register(app: typer.Typer) -> None:
             if list_only:
                 typer.echo(f"would remove lab {name}: its `lab up` died before the lab was up")
                 continue
-            for what in labs.down(name, force=True):
+            for what in teardown.down(name, force=True):
                 typer.echo(f"removed (lab {name}, its `lab up` died): {what}")
         for name in labs.phys_in_use_by_nobody(force=force):
             if list_only:
                 typer.echo(f"would give back the ports of phys lab {name} (and remove the lab)")
                 continue
-            for what in labs.down(name, force=True):
+            for what in teardown.down(name, force=True):
                 typer.echo(f"gave back (phys lab {name}): {what}")
         if report.failed:
             raise EnvironmentProblem(f"{len(report.failed)} setting(s) could not be restored; "

@@ -24,6 +24,7 @@ from typing import Callable
 
 from offlab import inventory as inv_mod
 from offlab import lab as labs
+from offlab.experiment import teardown
 from offlab.errors import BadInput, OfflabError
 from offlab.hosts import LOCAL
 from offlab.lab import hosts as hosts_lab
@@ -82,7 +83,7 @@ def fan_out(plan_path: str, inventory: str, db: str, pairs: list[str] | None = N
     finally:
         for name in made:
             try:
-                for line in labs.down(name, force=True):
+                for line in teardown.down(name, force=True):
                     on_line(f"lab down {name}: {line}")
             except OfflabError as exc:
                 on_line(f"lab down {name}: {exc}")

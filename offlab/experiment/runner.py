@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from offlab import lab as labs
+from offlab.experiment import teardown
 from offlab.errors import BadInput, EnvironmentProblem, NotRoot, OfflabError
 from offlab.experiment import decide
 from offlab.experiment.decide import Decider
@@ -160,7 +161,7 @@ class Runner:
                 h.release()
             for lab in self.labs.values():
                 if lab is not self.given_lab:
-                    labs.down(lab.name, force=True)
+                    teardown.down(lab.name, force=True)
             if self.lock is not None:
                 self.lock.release()
 
@@ -215,7 +216,7 @@ class Runner:
             for h in [h for h in self.holds if h.path.name.startswith(f"{lab.name}.hold-")]:
                 h.release()
                 self.holds.remove(h)
-            labs.down(lab.name, force=True)
+            teardown.down(lab.name, force=True)
         lab = self._lab_up(key)
         self.on_event("restart", {"boots": len(self.guest_boots), "lab": lab.name})
         return lab

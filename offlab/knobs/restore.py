@@ -150,6 +150,6 @@ def pending_changes(role_of: dict[str, str], lab: str | None = None) -> list[dic
 
 
 def forget_lab_namespaces(namespaces: list[str]) -> list[str]:
-    """`lab down`'s hook: drop the entries of namespaces that went with the lab; lines for its report."""
+    """`lab down` (experiment.teardown): drop the entries of namespaces that went with the lab; lines for its report."""
     dropped = forget_namespaces(namespaces)
     return [f"{len(dropped)} journalled setting(s) of its namespaces and guests (they went with them)"] if dropped else []

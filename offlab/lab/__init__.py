@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -27,7 +28,7 @@ from offlab.mtu.calc import VXLAN_OVERHEAD
 from offlab.names import MTU_MAX, check_lab_name, check_mtu
 from offlab.state import state_dir
 
-__all__ = ["up", "down", "daemon_died", "LabDaemonDied", "down_all", "GUEST_TOPOLOGIES", "on_down", "list_labs", "health", "removed", "hold", "holders", "LabState",
+__all__ = ["up", "remove", "Removal", "state_names", "daemon_died", "LabDaemonDied", "GUEST_TOPOLOGIES", "list_labs", "health", "removed", "hold", "holders", "LabState",
            "LabBuildFailed", "LabInUse", "TOPOLOGIES"]
 
 
@@ -114,7 +115,8 @@ def up(topology: str, name: str | None = None, *, mtu: int = 1500, ipv6: bool = 
         except OfflabError:
             pass  # e.g. a full disk: the older state file still lists everything built
         try:
-            down(name, force=True)
+            # Nothing was journalled yet (knobs act on a lab that is up): nothing to put back.
+            remove(name, force=True, put_back=lambda _lab: [])
         except OfflabError as undo:  # e.g. a phys port that would not come back: both must be said
             raise LabBuildFailed(f"lab up {name}: step '{lab.step}' failed: {exc}; and undoing it failed: {undo}") \
                 from exc
@@ -172,33 +174,22 @@ def _is_underlay(lab: LabState, role: str, ifname: str) -> bool:
     return lab.topology == "vxlan" and (role == "switch" or ifname == "u0")
 
 
-# Called by `down` with the namespaces it removed; each returns lines for its report. The layers
-# above register here (cli: the knobs journal forgets those namespaces' settings): lab imports no knobs.
-_ON_DOWN: list[Callable[[list[str]], list[str]]] = []
+@dataclasses.dataclass
+class Removal:
+    """What `remove` did: a line per thing removed, and the namespaces that went (their settings with them)."""
+
+    lines: list[str]
+    namespaces: list[str]
 
 
-def on_down(hook: Callable[[list[str]], list[str]]) -> None:
-    """Have `down` call `hook(namespaces)` after removing a lab's namespaces (once per hook)."""
-    if hook not in _ON_DOWN:
-        _ON_DOWN.append(hook)
-
-
-# Called by `down` first with a lab over existing machines (`hosts`): nothing of it is removed, so
-# the settings journalled on it must be put back instead (cli: the knobs restore them).
-_ON_DOWN_HOSTS: list[Callable[[LabState], list[str]]] = []
-
-
-def on_down_hosts(hook: Callable[[LabState], list[str]]) -> None:
-    """Have `down` call `hook(lab)` for a lab over existing machines, before anything else."""
-    if hook not in _ON_DOWN_HOSTS:
-        _ON_DOWN_HOSTS.append(hook)
-
-
-def down(name: str, *, force: bool = False) -> list[str]:
-    """Remove everything this state directory made for a lab; idempotent; returns what it removed.
+def remove(name: str, *, put_back: Callable[[LabState], list[str]], force: bool = False) -> Removal:
+    """Remove everything this state directory made for a lab; idempotent. Callers use
+    `offlab.experiment.teardown.down`, which also restores and forgets the lab's journalled settings.
 
     Refuses a lab that a live run or measurement holds (unless `force`), and never touches a
     namespace another state directory made (see lab/owner.py), even one that has our lab's name.
+    A lab over interfaces that outlive it (`hosts`, `phys`) first has `put_back(lab)` return their
+    journalled settings (lab imports no knobs, so the caller passes the step).
     """
     check_lab_name(name)
     path = LabState.path_for(name)
@@ -241,8 +232,7 @@ def down(name: str, *, force: bool = False) -> list[str]:
     removed: list[str] = []
     if lab is not None and lab.topology in ("hosts", "phys"):
         # Interfaces that outlive the lab (an SSH host's port, a phys port): their settings go back first.
-        for hosts_hook in _ON_DOWN_HOSTS:
-            removed += hosts_hook(lab)
+        removed += put_back(lab)
     if lab is not None and lab.topology == "hosts":
         from offlab.lab import hosts as hosts_lab
 
@@ -269,10 +259,8 @@ def down(name: str, *, force: bool = False) -> list[str]:
         removed.append(f"nothing of namespace {ns}: it belongs to {who}, not to this state directory")
     if lab is not None and lab.rundir:
         shutil.rmtree(lab.rundir, ignore_errors=True)
-    for hook in _ON_DOWN:
-        removed += hook(ours)
     path.unlink(missing_ok=True)
-    return removed
+    return Removal(removed, ours)
 
 
 def _delete_namespace(ns: str) -> str:
@@ -306,19 +294,9 @@ def phys_in_use_by_nobody(*, force: bool = False) -> list[str]:
             and (force or not holders(lab.name))]
 
 
-def down_all(*, force: bool = False) -> list[str]:
-    """Every lab that has a state file in this state directory; labs in use are left (named) unless `force`."""
-    removed: list[str] = []
-    refused: list[OfflabError] = []
-    for lab_name in sorted(p.stem for p in (state_dir() / "labs").glob("*.json")):
-        try:
-            removed += down(lab_name, force=force)
-        except OfflabError as exc:  # one lab in use or unreadable must not keep the others
-            refused.append(exc)
-    if refused:
-        text = "; ".join(str(e) for e in refused) + (f" ({len(removed)} other item(s) removed)" if removed else "")
-        raise (EnvironmentProblem if any(e.exit_code == 3 for e in refused) else BadInput)(text)
-    return removed
+def state_names() -> list[str]:
+    """The names of every lab with a state file in this state directory, readable or not."""
+    return sorted(p.stem for p in (state_dir() / "labs").glob("*.json"))
 
 
 def list_labs() -> list[LabState]:

@@ -95,13 +95,16 @@ def vsctl_for(lab, *args: str) -> str:
 
 
 def alive(pid: int) -> bool:
-    """True while pid runs; a zombie (exited, not yet reaped: a detached daemon's parent
-    here may be a PID 1 that does not reap) counts as gone."""
+    """True while pid runs. A zombie (exited, not yet reaped: a detached daemon's parent here may be
+    a PID 1 that does not reap) counts as gone once its last thread has exited too: dpdk-testpmd's
+    leader turns zombie ~2 s before its other threads let go of their ports and memory."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
+        if stat[stat.rindex(")") + 2] != "Z":
+            return True
+        return len(os.listdir(f"/proc/{pid}/task")) > 1
     except OSError:
         return False
-    return stat[stat.rindex(")") + 2] != "Z"
 
 
 def _start_time(pid: int) -> int | None:
