@@ -1,3 +1,3 @@
-"""offlab: network offload, MTU and tuning experiments in Linux network namespaces."""
+"""offlab: network offload, MTU and tuning experiments on Linux and virtualised Linux networking."""
 
 __version__ = "0.1.0"

@@ -13,7 +13,9 @@ import time
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-OUR_PROCESSES = ("iperf3", "offlab-engine", "ovs-vswitchd", "ovs-vswitchd-dp", "ovsdb-server", "tcpdump")
+# Every long-lived program offlab or a test starts (comm, cut to 15 characters as the kernel keeps it).
+OUR_PROCESSES = ("iperf3", "offlab-engine", "ovs-vswitchd", "ovs-vswitchd-dp", "ovsdb-server", "tcpdump",
+                 "qemu-system-x86", "dpdk-testpmd", "sockperf", "sshd")
 _counter = itertools.count()
 
 

@@ -11,7 +11,8 @@ from offlab.errors import OfflabError
 
 app = typer.Typer(
     name="offlab",
-    help="Network offload, MTU and tuning experiments in Linux network namespaces.",
+    help="Network offload, MTU and tuning experiments on Linux and virtualised Linux networking: namespaces, "
+         "Open vSwitch, QEMU guests, DPDK testpmd, SSH hosts and two real ports.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -30,7 +31,7 @@ def _root(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
                                  help="Print the version and exit."),
 ) -> None:
-    """offlab builds namespace labs, flips offloads/MTUs through a journal, measures, restores."""
+    """offlab builds labs, flips offloads/MTUs through a journal, measures with statistics, restores."""
 
 
 def _register() -> None:
