@@ -8,6 +8,7 @@ min(target, its ceiling); the device loses what exceeds its capacity.
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, field
 
 import pytest
@@ -123,3 +124,44 @@ def test_a_failed_trial_whose_sender_also_fell_short_is_loss_not_a_ceiling():
     assert s.search["generator_limited"] is False
     assert "not the bottleneck" not in s.search["verdict"] and "loss exceeded the threshold" in s.search["verdict"]
     assert 170_000 <= s.search["found_pps"] <= 180_000
+
+
+# ---- on a real lab ---------------------------------------------------------------------------
+
+def _shaped_capacity_pps(rate_bps: float, payload: int) -> float:
+    """What a tbf at `rate_bps` on the router's egress lets through: it counts each frame's bytes
+    (Ethernet 14 + IPv4 20 + UDP 8 + payload)."""
+    return rate_bps / ((14 + 20 + 8 + payload) * 8)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root for network namespaces")
+def test_search_through_a_shaped_router_reports_a_rate_it_delivered_below_the_shaper(lab_name, clean_machine):
+    """A router whose egress is shaped to a known rate (tbf): the search must report a rate at or below
+    that capacity, at which the receiver really got the datagrams (loss within the threshold), with a
+    trial above the capacity that failed; every setting goes back afterwards."""
+    from offlab import lab as labs
+    from offlab.experiment import teardown
+    from offlab.knobs import Change, Transaction
+
+    payload, max_loss = 1000, 0.01
+    capacity = _shaped_capacity_pps(8e6, payload)  # ~960 pps
+    lab = labs.up("router", lab_name)
+    try:
+        with Transaction("search-test") as tx:
+            tx.apply([Change(lab.host("router"), "qdisc", "tbf rate 8mbit burst 16kb latency 20ms", "to-server", lab)])
+            w = Workload(tool="engine", protocol="udp", size=payload, duration=1.0, warmup=0.3)
+            sample = zero_loss_search(lab, w, max_loss, low=100, high=4000, steps=5)
+        iface = lab.resolve_iface("router", "to-server")
+        qdisc = lab.host("router").run(["tc", "qdisc", "show", "dev", iface]).stdout
+        assert "tbf" not in qdisc, qdisc
+    finally:
+        teardown.down(lab_name)
+    s = sample.search
+    assert s["found_pps"] is not None, s["verdict"]
+    assert 100 * 0.98 <= s["found_pps"] <= capacity * 1.05, (s["found_pps"], capacity, s["trials"])
+    assert s["received_pps"] >= s["found_pps"] * (1 - max_loss) * 0.999, s
+    last = s["trials"][-1]
+    assert last["phase"] == "confirm" and last["passed"] and last["loss"] <= max_loss
+    failed = [t for t in s["trials"] if not t["passed"]]
+    assert failed and min(t["achieved_pps"] for t in failed) > s["found_pps"], s["trials"]
+    assert s["lowest_failing_pps"] == int(min(t["achieved_pps"] for t in failed))
