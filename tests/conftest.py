@@ -8,7 +8,10 @@ import os
 import re
 import subprocess
 import sys
+import shutil
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
 
@@ -237,3 +240,12 @@ def pytest_collection_modifyitems(config, items):
     rank = {m: i for i, m in enumerate(SLOWEST_FIRST)}
     # stable: the order within a module is kept
     items.sort(key=lambda item: rank.get(item.module.__name__.rsplit(".", 1)[-1], len(rank)))
+
+
+@pytest.fixture
+def shared_dir():
+    """A directory other users can traverse (pytest's tmp_path is private to root)."""
+    d = Path(tempfile.mkdtemp(prefix="offlab-nonroot-"))
+    d.chmod(0o755)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)

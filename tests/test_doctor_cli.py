@@ -12,6 +12,7 @@ import pytest
 
 from offlab.doctor.schema import load_schema, validate
 from tests.conftest import REPO, offlab_cli
+from tests.helpers import one_line_error, run
 
 FIXTURES = Path(__file__).parent / "fixtures" / "doctor"
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="runs the doctor as root and as nobody")
@@ -22,33 +23,6 @@ def as_nobody(*args: str, cwd: str = "/") -> subprocess.CompletedProcess:
     return subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c", code,
                            *args], capture_output=True, text=True, cwd=cwd, env={"PATH": "/usr/bin:/bin"},
                           timeout=60)
-
-
-def run(*args: str) -> subprocess.CompletedProcess:
-    """The CLI in this process (fast); same exit codes and streams as `offlab ...`."""
-    import contextlib
-    import io
-
-    from offlab.cli import main
-
-    out, err = io.StringIO(), io.StringIO()
-    old_argv = sys.argv
-    sys.argv = ["offlab", *args]
-    code = 0
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            main()
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    finally:
-        sys.argv = old_argv
-    return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
-
-
-def one_line_error(res: subprocess.CompletedProcess, code: int, needle: str) -> None:
-    assert res.returncode == code, (res.returncode, res.stderr)
-    assert needle in res.stderr, res.stderr
-    assert "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
 
 
 @needs_root

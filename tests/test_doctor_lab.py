@@ -9,7 +9,7 @@ import pytest
 from offlab import lab as labs
 from offlab.experiment import teardown
 from tests.conftest import requires_root
-from tests.test_doctor_cli import run
+from tests.helpers import run
 
 pytestmark = [requires_root, pytest.mark.network]
 

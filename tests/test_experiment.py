@@ -17,23 +17,9 @@ from offlab.experiment.plan import load_plan
 from offlab.experiment.runner import Runner
 from offlab.store import Store
 from tests.conftest import REPO, netns_names, requires_root
+from tests.helpers import USO, run_until_samples
 
 pytestmark = [requires_root, pytest.mark.network]
-
-USO = textwrap.dedent("""\
-    name: uso-test
-    topology: {kind: veth}
-    axes:
-      offload:
-        off: {features: {client: {uso: off}}, workload: {gso: false, gro: false}}
-        on: {features: {client: {uso: on}}, workload: {gso: true, gro: true}}
-        lro: {features: {client: {lro: on}}}
-    workload: {tool: engine, protocol: udp, size: 1472, duration: 1, warmup: 0.3}
-    repeat: {min: 2, max: 3, level: 95, width: 50}
-    baseline: {offload: off}
-    seed: 7
-    """)
-
 
 def test_uso_gso_gro_is_faster_and_an_impossible_feature_is_skipped(tmp_path, clean_machine):
     store = Store.open(tmp_path / "r.db")
@@ -77,29 +63,13 @@ def test_jumbo_9000_beats_1500_through_a_bridge(tmp_path, clean_machine):
     assert all(c["ip_fragments"] == 0 and c["largest_frame"] <= c["mtu"] + 14 for c in caps)
 
 
-def _run_until_samples(plan_path, db, state_dir, samples: int):
-    """Start `offlab run` on a plan; return (process, store, env) once `samples` samples are stored."""
-    env = {**os.environ, "OFFLAB_STATE_DIR": str(state_dir)}
-    proc = subprocess.Popen([sys.executable, "-m", "offlab", "run", str(plan_path), "--db", str(db)], cwd=REPO,
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    store = Store.open(db)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        runs = store.list_runs()
-        if runs and len(store.samples(runs[0]["id"])) >= samples:
-            break
-        assert proc.poll() is None, proc.communicate()[1]
-        time.sleep(0.1)
-    return proc, store, env
-
-
 def test_sigint_mid_run_then_resume_completes_without_lost_or_duplicated_samples(tmp_path, clean_machine, state_dir):
     plan_path = tmp_path / "p.yaml"
     lines = [l for l in USO.splitlines(keepends=True) if "lro" not in l]
     plan_path.write_text("".join(lines).replace("min: 2, max: 3", "min: 3, max: 3"))
     db = tmp_path / "i.db"
     # interrupt once two samples exist, i.e. in the middle of the matrix
-    proc, store, env = _run_until_samples(plan_path, db, state_dir, 2)
+    proc, store, env = run_until_samples(plan_path, db, state_dir, 2)
     client_ns = next(n for n in netns_names() if n.startswith(f"ol-{os.environ['OFFLAB_LAB_PREFIX']}") and n.endswith("-client"))
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
@@ -126,7 +96,7 @@ def test_sigterm_mid_cell_ends_interrupted_and_resumable(tmp_path, clean_machine
     lines = [l for l in USO.splitlines(keepends=True) if "lro" not in l]
     plan_path.write_text("".join(lines).replace("min: 2, max: 3", "min: 2, max: 2"))
     db = tmp_path / "t.db"
-    proc, store, env = _run_until_samples(plan_path, db, state_dir, 1)  # the next cell is being measured
+    proc, store, env = run_until_samples(plan_path, db, state_dir, 1)  # the next cell is being measured
     time.sleep(0.5)  # inside the next cell (1.3 s of traffic), its knobs' transaction open
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)

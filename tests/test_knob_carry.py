@@ -19,7 +19,7 @@ from offlab.experiment.plan import load_plan
 from offlab.experiment.runner import Runner
 from offlab.store import Store
 from tests.conftest import REPO, offlab_cli, requires_root
-from tests.test_knobs import journals, lab_state
+from tests.helpers import journals, lab_state
 
 pytestmark = [requires_root, pytest.mark.network]
 

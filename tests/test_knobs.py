@@ -16,40 +16,9 @@ from offlab.knobs import Change, Transaction, list_pending, restore_pending
 from offlab.knobs.queues import possible_cpus
 from offlab.lab.ovs import vsctl_for
 from tests.conftest import offlab_cli, requires_root
+from tests.helpers import journals, lab_state
 
 pytestmark = [requires_root, pytest.mark.network]
-
-SYSCTLS = ("net.ipv4.tcp_rmem", "net.core.somaxconn", "net.ipv4.ip_forward")
-
-
-def lab_state(lab) -> dict:
-    """Everything a knob can touch, for every interface of every host of a lab."""
-    out: dict = {}
-    for role in lab.hosts:
-        host = lab.host(role)
-        for link in json.loads(host.run(["ip", "-j", "link", "show"]).stdout):
-            name = link["ifname"]
-            # A bridge's carrier comes up a moment after `lab up` and after its ports change: not a knob.
-            link["flags"] = [f for f in link["flags"] if f not in ("NO-CARRIER", "LOWER_UP")]
-            link.pop("operstate", None)
-            out[f"{role}/{name}/link"] = link
-            out[f"{role}/{name}/features"] = json.loads(host.run(["ethtool", "--json", "-k", name]).stdout)
-            out[f"{role}/{name}/qdisc"] = json.loads(host.run(["tc", "-j", "qdisc", "show", "dev", name]).stdout)
-            out[f"{role}/{name}/channels"] = host.run(["ethtool", "-l", name], check=False).stdout
-            out[f"{role}/{name}/queues"] = host.run(
-                ["grep", "-rsH", ".", "--include=rps_cpus", "--include=xps_cpus", f"/sys/class/net/{name}/queues"],
-                check=False).stdout
-            bridge = host.run(["grep", "-rsH", ".", f"/sys/class/net/{name}/bridge"], check=False).stdout
-            if bridge:
-                out[f"{role}/{name}/bridge"] = [l for l in bridge.splitlines() if "nf_call" in l]
-        out[f"{role}/sysctl"] = {k: host.read("/proc/sys/" + k.replace(".", "/")) for k in SYSCTLS}
-    return out
-
-
-def journals(state_dir) -> list[str]:
-    d = state_dir / "journal"
-    return sorted(p.name for p in d.iterdir()) if d.exists() else []
-
 
 @pytest.fixture
 def veth(veth_lab):

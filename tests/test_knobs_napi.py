@@ -16,7 +16,7 @@ from offlab.errors import BadInput
 from offlab.hosts import LOCAL
 from offlab.knobs import Change, Transaction
 from tests.conftest import REPO, offlab_cli, requires_root
-from tests.test_knobs import journals
+from tests.helpers import journals
 
 pytestmark = [requires_root, pytest.mark.network]
 

@@ -13,7 +13,7 @@ import pytest
 from offlab import lab as labs
 from offlab.experiment import teardown
 from tests.conftest import REPO, offlab_cli, requires_root
-from tests.test_knobs import journals, lab_state
+from tests.helpers import journals, lab_state
 
 pytestmark = [requires_root, pytest.mark.network]
 

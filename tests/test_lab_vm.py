@@ -3,26 +3,12 @@
 from __future__ import annotations
 
 import json
-import shutil
-
-import pytest
-
-from tests.conftest import kill_9_once_daemon_is_recorded, netns_names, offlab_cli, requires_root
-
-pytestmark = [
-    requires_root,
-    pytest.mark.network,
-    pytest.mark.skipif(shutil.which("qemu-system-x86_64") is None,
-                       reason="QEMU is not installed (scripts/install-deps installs it)"),
-]
 
 
-def qemu_running(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
+from tests.conftest import netns_names, offlab_cli, running
+from tests.helpers import GUEST_MARKS, kill_9_once_qemu_is_recorded
+
+pytestmark = GUEST_MARKS
 
 
 def test_lab_up_vm_show_exec_measure_down(lab_name, clean_machine):
@@ -38,7 +24,7 @@ def test_lab_up_vm_show_exec_measure_down(lab_name, clean_machine):
         tap = client["guest"]["tap"]
         assert {i["name"]: i.get("master") for i in server["interfaces"]}[tap] == "br0"
         (daemon,) = shown["daemons"]
-        assert daemon["name"] == "qemu-system-x86_64" and qemu_running(daemon["pid"])
+        assert daemon["name"] == "qemu-system-x86_64" and running(daemon["pid"])
 
         res = offlab_cli("lab", "exec", lab_name, "client", "--", "cat", "/proc/sys/kernel/hostname")
         assert (res.returncode, res.stdout) == (0, "offlab-guest\n")
@@ -54,25 +40,18 @@ def test_lab_up_vm_show_exec_measure_down(lab_name, clean_machine):
     finally:
         down = offlab_cli("lab", "down", lab_name)
     assert down.returncode == 0, down.stderr
-    assert not qemu_running(daemon["pid"])
+    assert not running(daemon["pid"])
     assert not any(n.startswith(f"ol-{lab_name}-") for n in netns_names())
-
-
-def kill_9_once_qemu_is_recorded(topology: str, name: str, state_dir) -> int:
-    """Start `offlab lab up TOPOLOGY`, kill -9 it once its first QEMU is in the lab file; QEMU's pid."""
-    pid = kill_9_once_daemon_is_recorded(topology, name, state_dir, "QEMU")["pid"]
-    assert qemu_running(pid)
-    return pid
 
 
 def test_offlab_restore_after_kill_9_during_boot_stops_qemu_and_removes_the_lab(lab_name, clean_machine, state_dir):
     pid = kill_9_once_qemu_is_recorded("vm", lab_name, state_dir)
     listed = offlab_cli("restore", "--list")
-    assert f"would remove lab {lab_name}" in listed.stdout and qemu_running(pid)
+    assert f"would remove lab {lab_name}" in listed.stdout and running(pid)
     res = offlab_cli("restore")
     assert res.returncode == 0, res.stderr
     assert f"removed (lab {lab_name}, its `lab up` died)" in res.stdout and "qemu-system-x86_64" in res.stdout
-    assert not qemu_running(pid)
+    assert not running(pid)
     assert not any(n.startswith(f"ol-{lab_name}-") for n in netns_names())
     assert not (state_dir / "labs" / f"{lab_name}.json").exists()
 
@@ -82,5 +61,5 @@ def test_lab_down_after_kill_9_during_boot_stops_qemu(lab_name, clean_machine, s
     res = offlab_cli("lab", "down", lab_name)
     assert res.returncode == 0, res.stderr
     assert "qemu-system-x86_64" in res.stdout
-    assert not qemu_running(pid)
+    assert not running(pid)
     assert not any(n.startswith(f"ol-{lab_name}-") for n in netns_names())

@@ -14,8 +14,10 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO, TEST_TAG, netns_names, new_links_of_ours, offlab_cli, root_links
-from tests.test_lab_vm import kill_9_once_qemu_is_recorded, pytestmark, qemu_running  # noqa: F401 (pytestmark)
+from tests.conftest import REPO, TEST_TAG, netns_names, new_links_of_ours, offlab_cli, root_links, running
+from tests.helpers import GUEST_MARKS, kill_9_once_qemu_is_recorded
+
+pytestmark = GUEST_MARKS
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +42,7 @@ def _down_leaves_nothing(name: str, shown: dict) -> None:
     res = offlab_cli("lab", "down", name, timeout=120)
     assert res.returncode == 0, res.stderr
     assert res.stdout.count("removed qemu-system-x86_64") == len(pids)
-    assert not any(qemu_running(p) for p in pids)
+    assert not any(running(p) for p in pids)
     assert not any(n.startswith(f"ol-{name}-") for n in netns_names())
     assert not any(l.startswith(f"ol{name}") for l in root_links())
 
@@ -100,7 +102,7 @@ def test_vm_router_lists_the_guest_like_any_host_with_its_two_nics_and_qemu_prop
         assert by_name["br0"]["addresses"] == [address]
     assert {(a["host"], a["setting"], a["value"]) for a in shown["adjustments"]} == {("router", "net.ipv4.ip_forward", "1")}
     (daemon,) = shown["daemons"]
-    assert qemu_running(daemon["pid"])
+    assert running(daemon["pid"])
     assert _exec(name, "router", "cat", "/proc/sys/net/ipv4/ip_forward") == "1\n"
 
 
@@ -204,7 +206,7 @@ def test_lab_down_after_kill_9_of_vm_router_up_stops_qemu_and_removes_every_name
     res = offlab_cli("lab", "down", name)
     assert res.returncode == 0, res.stderr
     assert "qemu-system-x86_64" in res.stdout and res.stdout.count("removed namespace") == 3
-    assert not qemu_running(pid)
+    assert not running(pid)
     assert not any(n.startswith(f"ol-{name}-") for n in netns_names())
 
 
@@ -221,7 +223,7 @@ def test_vm_pair_is_two_guests_on_one_bridge(pair):
         taps[h["guest"]["tap"]] = role
     switch = {i["name"]: i for i in shown["hosts"]["switch"]["interfaces"]}
     assert {t: (switch[t]["master"], switch[t]["peer_host"]) for t in taps} == {t: ("br0", r) for t, r in taps.items()}
-    assert len({d["pid"] for d in shown["daemons"]}) == 2 and all(qemu_running(d["pid"]) for d in shown["daemons"])
+    assert len({d["pid"] for d in shown["daemons"]}) == 2 and all(running(d["pid"]) for d in shown["daemons"])
     assert _exec(name, "server", "cat", "/proc/sys/kernel/hostname") == "offlab-guest\n"
 
 

@@ -236,3 +236,13 @@ def test_labs_are_removed_only_through_the_one_teardown():
     wrong = [f"{p.relative_to(repo)}:{n}" for p in files for n, text in enumerate(p.read_text().splitlines(), 1)
              if re.search(r"\blabs?\.(remove|down|down_all|on_down|on_down_hosts)\(", text)]
     assert not wrong, f"labs removed without experiment.teardown (or through a hook): {wrong}"
+
+
+def test_no_test_module_imports_another():
+    """Shared test code lives in tests/helpers.py (fixtures in conftest.py): a test module that imports
+    another runs that module's fixtures and marks too, and breaks when it is renamed."""
+    tests = PACKAGE.parent / "tests"
+    wrong = [f"{p.name}:{node.lineno}" for p in sorted(tests.glob("test_*.py"))
+             for node in ast.walk(ast.parse(p.read_text()))
+             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tests.test_")]
+    assert not wrong, f"test modules importing test modules: {wrong}"

@@ -8,7 +8,7 @@ import pytest
 
 from offlab.errors import BadInput
 from offlab.mtu import calc
-from tests.test_doctor_cli import one_line_error, run
+from tests.helpers import one_line_error, run
 
 
 @pytest.mark.parametrize("mtu, payload", [(1500, 1472), (9000, 8972)])

@@ -11,7 +11,7 @@ from offlab.experiment import teardown
 from offlab.hosts import LOCAL
 from offlab.mtu import probe
 from tests.conftest import requires_root
-from tests.test_doctor_cli import one_line_error, run
+from tests.helpers import one_line_error, run
 
 
 @pytest.mark.parametrize("dest", ["8.8.8.8", "192.168.1.1", "10.201.0.1", "2001:db8::1", "fd00:201::1",

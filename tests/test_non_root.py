@@ -3,40 +3,17 @@
 from __future__ import annotations
 
 import os
-import shutil
-import site
 import subprocess
-import tempfile
-from pathlib import Path
 
 import pytest
 
 from offlab.store import Store
 from tests.conftest import REPO
+from tests.helpers import DEBIAN_PYTHON, NOBODY, as_nobody
 from tests.synthetic_results import make_uso_run
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="switches to the nobody user")
 
-NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
-DEBIAN_PYTHON = "/usr/bin/python3"
-
-
-def as_nobody(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    """offlab as an unprivileged user, run by the interpreter the Makefile builds the venv from
-    (Debian's), with this checkout and the venv's packages on its path."""
-    path = os.pathsep.join([REPO, *site.getsitepackages()])
-    return subprocess.run([*NOBODY, "env", "-i", "PATH=/usr/bin:/bin", f"PYTHONPATH={path}",
-                           *[f"{k}={v}" for k, v in (env or {}).items()], DEBIAN_PYTHON, "-m", "offlab", *args],
-                          capture_output=True, text=True, cwd="/", timeout=120)
-
-
-@pytest.fixture
-def shared_dir():
-    """A directory other users can traverse (pytest's tmp_path is private to root)."""
-    d = Path(tempfile.mkdtemp(prefix="offlab-nonroot-"))
-    d.chmod(0o755)
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
 
 
 def test_makefile_builds_the_venv_with_an_interpreter_every_user_can_run(tmp_path):

@@ -24,7 +24,7 @@ from offlab.errors import EnvironmentProblem
 from offlab.hosts import NetnsHost
 from tests import sshd as sshd_mod
 from tests.conftest import OUR_NAMESPACES, REPO, netns_names, offlab_cli, requires_root
-from tests.test_window_loss import tool_saw_no_loss
+from tests.helpers import tool_saw_no_loss
 
 pytestmark = requires_root
 

@@ -12,7 +12,7 @@ import pytest
 
 from offlab.store import Store
 from tests.conftest import REPO, netns_names, requires_root
-from tests.test_experiment import USO, _run_until_samples
+from tests.helpers import USO, run_until_samples
 
 
 @requires_root
@@ -22,7 +22,7 @@ def test_a_run_killed_with_sigkill_is_listed_interrupted_once_its_pid_is_gone(tm
     plan_path.write_text("".join(l for l in USO.splitlines(keepends=True) if "lro" not in l)
                          .replace("min: 2, max: 3", "min: 3, max: 3"))
     db = tmp_path / "k.db"
-    proc, store, env = _run_until_samples(plan_path, db, state_dir, 1)
+    proc, store, env = run_until_samples(plan_path, db, state_dir, 1)
     run_id = store.list_runs()[0]["id"]
     try:
         assert store.list_runs()[0]["status"] == "running"  # alive: its lock names a live process

@@ -15,7 +15,6 @@ from offlab.store import Store
 from offlab.traffic import Workload, iperf3
 from offlab.traffic import series as S
 from tests.conftest import offlab_cli, requires_root
-from tests.test_non_root import shared_dir  # noqa: F401 (a fixture)
 
 FIX = Path(__file__).parent / "fixtures" / "iperf3"
 
@@ -167,7 +166,7 @@ def test_an_old_database_is_migrated_and_its_samples_still_read(tmp_path):
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="switches to the nobody user")
 def test_an_old_database_another_user_cannot_write_still_shows_its_results(shared_dir):
-    from tests.test_non_root import as_nobody
+    from tests.helpers import as_nobody
 
     db = shared_dir / "old.db"
     _old_database(db)

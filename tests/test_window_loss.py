@@ -17,6 +17,7 @@ import pytest
 from offlab.experiment import witnesses
 from offlab.traffic import Workload, iperf3
 from tests.conftest import requires_root
+from tests.helpers import tool_saw_no_loss
 
 FIX = Path(__file__).parent / "fixtures"
 
@@ -35,20 +36,6 @@ def loss_check(sample: dict) -> tuple[str, dict]:
 def rx_rows(sample: dict) -> list[list]:
     (rx,) = [s for s in sample["traffic"]["series"] if s["source"] == "offlab-engine rx"]
     return rx["rows"]
-
-
-def tool_saw_no_loss(sample: dict) -> dict:
-    """A copy of a real sample doctored into a tool that saw no loss: its total and every row of its
-    receiver's series say 0 lost (the lost ones counted as received, so its rows still add up)."""
-    d = copy.deepcopy(sample)
-    d["traffic"]["loss"] = 0.0
-    for s in d["traffic"].get("series") or []:
-        if "lost" in s["columns"]:
-            lost, got = s["columns"].index("lost"), s["columns"].index("datagrams")
-            for row in s["rows"]:
-                row[got] += max(0, row[lost] or 0)
-                row[lost] = 0
-    return d
 
 
 def test_loss_only_in_the_warmup_is_flagged_over_the_whole_run_and_not_over_the_window():

@@ -18,7 +18,7 @@ from offlab.experiment import witnesses
 from offlab.probes import clock_offset, read_instant, split_counter_files
 from offlab.probes.counters import parse_snmp, parse_snmp6
 from tests.conftest import requires_root
-from tests.test_window_loss import tool_saw_no_loss
+from tests.helpers import tool_saw_no_loss
 
 FIX = os.path.join(os.path.dirname(__file__), "fixtures", "probes")
 

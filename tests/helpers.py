@@ -1,0 +1,147 @@
+"""Helpers that several test modules use (fixtures live in conftest.py); no test module imports another."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import shutil
+import subprocess
+import sys
+import site
+import textwrap
+import time
+
+import pytest
+
+from offlab.store import Store
+from tests.conftest import REPO, kill_9_once_daemon_is_recorded, requires_root, running
+
+NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+DEBIAN_PYTHON = "/usr/bin/python3"
+SYSCTLS = ("net.ipv4.tcp_rmem", "net.core.somaxconn", "net.ipv4.ip_forward")
+
+
+def one_line_error(res: subprocess.CompletedProcess, code: int, needle: str) -> None:
+    assert res.returncode == code, (res.returncode, res.stderr)
+    assert needle in res.stderr, res.stderr
+    assert "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    """The CLI in this process (fast); same exit codes and streams as `offlab ...`."""
+    import contextlib
+    import io
+
+    from offlab.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    old_argv = sys.argv
+    sys.argv = ["offlab", *args]
+    code = 0
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            main()
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    finally:
+        sys.argv = old_argv
+    return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
+
+
+def run_until_samples(plan_path, db, state_dir, samples: int):
+    """Start `offlab run` on a plan; return (process, store, env) once `samples` samples are stored."""
+    env = {**os.environ, "OFFLAB_STATE_DIR": str(state_dir)}
+    proc = subprocess.Popen([sys.executable, "-m", "offlab", "run", str(plan_path), "--db", str(db)], cwd=REPO,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    store = Store.open(db)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        runs = store.list_runs()
+        if runs and len(store.samples(runs[0]["id"])) >= samples:
+            break
+        assert proc.poll() is None, proc.communicate()[1]
+        time.sleep(0.1)
+    return proc, store, env
+
+
+USO = textwrap.dedent("""\
+    name: uso-test
+    topology: {kind: veth}
+    axes:
+      offload:
+        off: {features: {client: {uso: off}}, workload: {gso: false, gro: false}}
+        on: {features: {client: {uso: on}}, workload: {gso: true, gro: true}}
+        lro: {features: {client: {lro: on}}}
+    workload: {tool: engine, protocol: udp, size: 1472, duration: 1, warmup: 0.3}
+    repeat: {min: 2, max: 3, level: 95, width: 50}
+    baseline: {offload: off}
+    seed: 7
+    """)
+
+
+def journals(state_dir) -> list[str]:
+    d = state_dir / "journal"
+    return sorted(p.name for p in d.iterdir()) if d.exists() else []
+
+
+def lab_state(lab) -> dict:
+    """Everything a knob can touch, for every interface of every host of a lab."""
+    out: dict = {}
+    for role in lab.hosts:
+        host = lab.host(role)
+        for link in json.loads(host.run(["ip", "-j", "link", "show"]).stdout):
+            name = link["ifname"]
+            # A bridge's carrier comes up a moment after `lab up` and after its ports change: not a knob.
+            link["flags"] = [f for f in link["flags"] if f not in ("NO-CARRIER", "LOWER_UP")]
+            link.pop("operstate", None)
+            out[f"{role}/{name}/link"] = link
+            out[f"{role}/{name}/features"] = json.loads(host.run(["ethtool", "--json", "-k", name]).stdout)
+            out[f"{role}/{name}/qdisc"] = json.loads(host.run(["tc", "-j", "qdisc", "show", "dev", name]).stdout)
+            out[f"{role}/{name}/channels"] = host.run(["ethtool", "-l", name], check=False).stdout
+            out[f"{role}/{name}/queues"] = host.run(
+                ["grep", "-rsH", ".", "--include=rps_cpus", "--include=xps_cpus", f"/sys/class/net/{name}/queues"],
+                check=False).stdout
+            bridge = host.run(["grep", "-rsH", ".", f"/sys/class/net/{name}/bridge"], check=False).stdout
+            if bridge:
+                out[f"{role}/{name}/bridge"] = [l for l in bridge.splitlines() if "nf_call" in l]
+        out[f"{role}/sysctl"] = {k: host.read("/proc/sys/" + k.replace(".", "/")) for k in SYSCTLS}
+    return out
+
+
+def kill_9_once_qemu_is_recorded(topology: str, name: str, state_dir) -> int:
+    """Start `offlab lab up TOPOLOGY`, kill -9 it once its first QEMU is in the lab file; QEMU's pid."""
+    pid = kill_9_once_daemon_is_recorded(topology, name, state_dir, "QEMU")["pid"]
+    assert running(pid)
+    return pid
+
+
+GUEST_MARKS = [
+    requires_root,
+    pytest.mark.network,
+    pytest.mark.skipif(shutil.which("qemu-system-x86_64") is None,
+                       reason="QEMU is not installed (scripts/install-deps installs it)"),
+]
+
+
+def tool_saw_no_loss(sample: dict) -> dict:
+    """A copy of a real sample doctored into a tool that saw no loss: its total and every row of its
+    receiver's series say 0 lost (the lost ones counted as received, so its rows still add up)."""
+    d = copy.deepcopy(sample)
+    d["traffic"]["loss"] = 0.0
+    for s in d["traffic"].get("series") or []:
+        if "lost" in s["columns"]:
+            lost, got = s["columns"].index("lost"), s["columns"].index("datagrams")
+            for row in s["rows"]:
+                row[got] += max(0, row[lost] or 0)
+                row[lost] = 0
+    return d
+
+
+def as_nobody(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """offlab as an unprivileged user, run by the interpreter the Makefile builds the venv from
+    (Debian's), with this checkout and the venv's packages on its path."""
+    path = os.pathsep.join([REPO, *site.getsitepackages()])
+    return subprocess.run([*NOBODY, "env", "-i", "PATH=/usr/bin:/bin", f"PYTHONPATH={path}",
+                           *[f"{k}={v}" for k, v in (env or {}).items()], DEBIAN_PYTHON, "-m", "offlab", *args],
+                          capture_output=True, text=True, cwd="/", timeout=120)
