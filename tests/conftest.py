@@ -230,16 +230,51 @@ def module_lab(tmp_path_factory, topology: str, suffix: str, *args: str, timeout
 # worker, so its shared lab or guest is built once. Two modules must therefore never change the same
 # machine-wide setting (a lease on a host-wide sysctl): test_concurrency uses net.core.message_cost,
 # test_knobs_napi net.core.busy_poll/busy_read, and nothing else takes a lease. The slowest modules go
-# first, so that neither worker is left with a long one at the end.
-SLOWEST_FIRST = ("test_remote_lab", "test_witness_skew", "test_lab_vm_topologies", "test_dpdk_vm", "test_vm_suite",
-                 "test_ovs_dpdk", "test_vm", "test_lab_vm", "test_dpdk", "test_queues_guest_cpus", "test_ssh",
-                 "test_experiment", "test_bad_input")
+# first, so that neither worker is left with a long one at the end: each run records how long every
+# module took (.venv/test-durations.json, this checkout's own); a fresh clone starts from the
+# recorded run committed as tests/durations.json (refresh it with `make test-durations`).
+RECORDED_DURATIONS = os.path.join(REPO, ".venv", "test-durations.json")
+COMMITTED_DURATIONS = os.path.join(REPO, "tests", "durations.json")
+_module_seconds: dict[str, float] = {}
+
+
+def _module_of(nodeid: str) -> str:
+    return os.path.basename(nodeid.split("::", 1)[0]).removesuffix(".py")
+
+
+def module_durations() -> dict[str, float]:
+    """Seconds per test module from the last recorded run (this checkout's, else the committed one)."""
+    for path in (RECORDED_DURATIONS, COMMITTED_DURATIONS):
+        try:
+            with open(path) as f:
+                return {str(k): float(v) for k, v in json.load(f).items()}
+        except (OSError, ValueError, AttributeError):
+            continue
+    return {}
 
 
 def pytest_collection_modifyitems(config, items):
-    rank = {m: i for i, m in enumerate(SLOWEST_FIRST)}
-    # stable: the order within a module is kept
-    items.sort(key=lambda item: rank.get(item.module.__name__.rsplit(".", 1)[-1], len(rank)))
+    seconds = module_durations()
+    # slowest first; stable, so the order within a module is kept; an unrecorded module goes last
+    items.sort(key=lambda item: -seconds.get(item.module.__name__.rsplit(".", 1)[-1], 0.0))
+
+
+def pytest_runtest_logreport(report):
+    # Called in the process that runs the test and, under xdist, again in the controller for every report.
+    _module_seconds[_module_of(report.nodeid)] = _module_seconds.get(_module_of(report.nodeid), 0.0) + report.duration
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """The controller (or the only process) records the durations of a run that ran most modules."""
+    if hasattr(session.config, "workerinput") or not os.path.isdir(os.path.dirname(RECORDED_DURATIONS)):
+        return
+    if len(_module_seconds) < 20:  # a run of a few modules says nothing of the others
+        return
+    recorded = {**module_durations(), **{m: round(s, 1) for m, s in _module_seconds.items()}}
+    tmp = RECORDED_DURATIONS + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(dict(sorted(recorded.items(), key=lambda kv: -kv[1])), f, indent=1)
+    os.replace(tmp, RECORDED_DURATIONS)
 
 
 @pytest.fixture
