@@ -246,3 +246,24 @@ def test_no_test_module_imports_another():
              for node in ast.walk(ast.parse(p.read_text()))
              if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tests.test_")]
     assert not wrong, f"test modules importing test modules: {wrong}"
+
+
+def test_the_list_of_topologies_is_written_once():
+    """lab/catalog.py holds one record per topology; a collection (a tuple, list, set, dict keys) of two
+    or more names only a topology has (vm-router, dpdk-vm, ...) anywhere else in offlab is a list written
+    again. veth, bridge, vxlan, router, ovs and dpdk are also device and check names (doctor's areas)."""
+    from offlab.lab.catalog import NAMES
+
+    names = set(NAMES) - {"veth", "bridge", "vxlan", "router", "ovs", "dpdk"}
+    problems = []
+    for mod, (file, source, _) in load(PACKAGE).items():
+        if mod == "offlab.lab.catalog":
+            continue
+        for node in ast.walk(ast.parse(source)):
+            elts = node.keys if isinstance(node, ast.Dict) else getattr(node, "elts", None)
+            if not isinstance(node, (ast.Tuple, ast.List, ast.Set, ast.Dict)) or not elts:
+                continue
+            found = {e.value for e in elts if isinstance(e, ast.Constant) and e.value in names}
+            if len(found) >= 2:
+                problems.append(f"{file}:{node.lineno}: topologies {sorted(found)} listed again (use offlab.lab.catalog)")
+    assert not problems, "\n".join(problems)

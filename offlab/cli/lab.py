@@ -11,6 +11,7 @@ from rich.table import Table
 
 from offlab import lab as labs
 from offlab.experiment import teardown
+from offlab.lab.catalog import DPDK_TOPOLOGIES
 from offlab.errors import BadInput, EnvironmentProblem, NotRoot
 from offlab.hosts import is_root
 from offlab.lab.inspect import SUMMARY_FEATURES, describe
@@ -22,17 +23,17 @@ out = console()
 
 @app.command("up")
 def up_cmd(
-    topology: str = typer.Argument(..., help="veth | bridge | vxlan | router | ovs | vm | vm-router | vm-pair | dpdk | "
-                                                   "dpdk-vm | ovs-dpdk | ovs-dpdk-vm | hosts | phys"),
+    topology: str = typer.Argument(..., help=" | ".join([*labs.TOPOLOGIES, "hosts"])),
     name: Optional[str] = typer.Option(None, "--name", "-n", help="Lab name (default: the topology)."),
     mtu: int = typer.Option(1500, "--mtu", help="MTU of every host-facing link (the overlay MTU for vxlan)."),
     ipv6: bool = typer.Option(False, "--ipv6", help="Also address hosts from fd00:200::/48."),
     vni: Optional[int] = typer.Option(None, "--vni", help="vxlan: VXLAN network identifier (default 4242)."),
     port: Optional[int] = typer.Option(None, "--port", help="vxlan: UDP destination port (default 4789)."),
     underlay_mtu: Optional[int] = typer.Option(None, "--underlay-mtu", help="vxlan: underlay MTU (default MTU + 50)."),
-    nic: list[str] = typer.Option([], "--nic", help="vm, vm-router, vm-pair, dpdk-vm: a virtio-net-pci property of every "
-                                                  "guest NIC as PROP=VALUE (repeatable), or queues=N (multiqueue)."),
-    guest_cpus: Optional[int] = typer.Option(None, "--guest-cpus", help="vm, vm-router, vm-pair, dpdk-vm, ovs-dpdk-vm: vCPUs per guest (default 1)."),
+    nic: list[str] = typer.Option([], "--nic", help=f"{', '.join(labs.GUEST_TOPOLOGIES)}: a virtio-net property of "
+                                                  "every guest NIC as PROP=VALUE (repeatable), or queues=N (multiqueue)."),
+    guest_cpus: Optional[int] = typer.Option(None, "--guest-cpus",
+                                             help=f"{', '.join(labs.GUEST_TOPOLOGIES)}: vCPUs per guest (default 1)."),
     pmd: Optional[str] = typer.Option(None, "--pmd", help="dpdk, ovs-dpdk: the DPDK ports, tap (default) or "
                                                           "af_packet (over veths; cannot show GRO/GSO)."),
     testpmd_cpu: Optional[int] = typer.Option(None, "--testpmd-cpu",
@@ -66,8 +67,8 @@ def up_cmd(
     check_up_options(name, mtu, ipv6)
     if topology not in ("dpdk", "ovs-dpdk") and pmd is not None:
         raise BadInput("--pmd is an option of the dpdk and ovs-dpdk topologies only")
-    if topology not in ("dpdk", "dpdk-vm", "ovs-dpdk", "ovs-dpdk-vm") and testpmd_cpu is not None:
-        raise BadInput("--testpmd-cpu is an option of the dpdk, dpdk-vm, ovs-dpdk and ovs-dpdk-vm topologies only")
+    if topology not in DPDK_TOPOLOGIES and testpmd_cpu is not None:
+        raise BadInput(f"--testpmd-cpu is an option of the {', '.join(DPDK_TOPOLOGIES)} topologies only")
     options = {k: v for k, v in (("vni", vni), ("port", port), ("underlay_mtu", underlay_mtu),
                                  ("pmd", pmd), ("cpu", testpmd_cpu)) if v is not None}
     if (topology == "phys") != (ports is not None):

@@ -17,9 +17,6 @@ from offlab.names import check_ifname
 
 __all__ = ["Target", "target_for", "check_netns", "netns_exists"]
 
-# Labs whose switch host runs a private OVS (its ports' MTU is their `mtu_request`).
-OVS_TOPOLOGIES = ("ovs", "ovs-dpdk", "ovs-dpdk-vm")
-
 
 @dataclass(frozen=True)
 class Target:
@@ -109,7 +106,7 @@ def target_for(host: Host, iface: str | None, lab=None, *, needs_iface: bool = T
             iface = lab.resolve_iface(role, None)
         elif iface is not None and (iface.startswith("to-") or lab.entry(role).iface(iface)):
             iface = lab.resolve_iface(role, iface)
-        if lab.topology in OVS_TOPOLOGIES and lab.rundir and role == "switch":
+        if lab.has_ovs and lab.rundir and role == "switch":
             rundir = lab.rundir
     if iface is not None:
         check_ifname(iface)

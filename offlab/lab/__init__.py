@@ -20,10 +20,10 @@ from offlab.lab.dpdk import check_options as check_dpdk_options
 from offlab.lab.ovs_dpdk import check_options as check_ovs_dpdk_options, require_vswitchd
 from offlab.lab.ovs_dpdk import check_vm_options as check_ovs_dpdk_vm_options
 from offlab.lab.hold import hold, holders
-from offlab.lab.model import TOPOLOGIES, LabState
+from offlab.lab.catalog import GUEST_TOPOLOGIES, TOPOLOGIES
+from offlab.lab.model import LabState
 from offlab.lab.ovs import alive, stop_daemon
-from offlab.lab.topologies import BUILDERS
-from offlab.lab.vm import GUEST_TOPOLOGIES, check_guest_options
+from offlab.lab.vm import check_guest_options
 from offlab.mtu.calc import VXLAN_OVERHEAD
 from offlab.names import MTU_MAX, check_lab_name, check_mtu
 from offlab.state import state_dir
@@ -36,27 +36,14 @@ class LabInUse(EnvironmentProblem):
     """A live run or measurement holds the lab."""
 
 
-TOOLS_BY_TOPOLOGY = {
-    "ovs": ("ovsdb-server", "ovs-vswitchd", "ovs-vsctl", "ovsdb-tool"),
-    "vm": ("qemu-system-x86_64",),
-    "vm-router": ("qemu-system-x86_64",),
-    "vm-pair": ("qemu-system-x86_64",),
-    "dpdk": ("dpdk-testpmd", "stdbuf"),
-    "dpdk-vm": ("dpdk-testpmd", "stdbuf", "qemu-system-x86_64"),
-    "phys": ("ss",),
-    "ovs-dpdk": ("ovsdb-server", "ovs-vsctl", "ovsdb-tool"),
-    "ovs-dpdk-vm": ("ovsdb-server", "ovs-vsctl", "ovsdb-tool", "qemu-system-x86_64"),
-}
-
-
 def _check_request(topology: str, name: str, mtu: int, options: dict) -> None:
-    if topology not in BUILDERS:
+    if topology not in TOPOLOGIES:
         raise BadInput(f"unknown topology {topology!r}: choose one of {', '.join(TOPOLOGIES)}")
     check_lab_name(name)
     check_mtu(mtu)
     if topology in GUEST_TOPOLOGIES:
         check_guest_options(options)
-    if topology in ("dpdk", "dpdk-vm"):
+    if TOPOLOGIES[topology].testpmd:
         check_dpdk_options(options, mtu, topology)
     if topology == "phys":
         from offlab.lab import phys
@@ -92,9 +79,9 @@ def up(topology: str, name: str | None = None, *, mtu: int = 1500, ipv6: bool = 
     _check_request(topology, name, mtu, options)
     if not is_root():
         raise NotRoot("building a lab")
-    for tool in ("ip", "ethtool", *TOOLS_BY_TOPOLOGY.get(topology, ())):
+    for tool in ("ip", "ethtool", *TOPOLOGIES[topology].tools):
         require_tool(tool)
-    if topology in ("ovs-dpdk", "ovs-dpdk-vm"):
+    if TOPOLOGIES[topology].ovs_dpdk:
         require_vswitchd()
     lab = LabState(name=name, topology=topology, mtu=mtu, ipv6=ipv6, options=options,
                    owner=owner.owner_tag()[len(owner.PREFIX):],
@@ -103,7 +90,7 @@ def up(topology: str, name: str | None = None, *, mtu: int = 1500, ipv6: bool = 
     _claim(lab)
     try:
         builder = Builder(lab)
-        BUILDERS[topology](builder, mtu)
+        TOPOLOGIES[topology].build(builder, mtu)
         _check_mtus(lab)
         builder.verify()
         lab.status, lab.step = "up", ""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from offlab import netdev
 from offlab.dpdk import Testpmd
+from offlab.lab.catalog import TOPOLOGIES
 from offlab.lab.model import LabState
 
 # The features worth a glance in the text view, by the short names people type.
@@ -69,10 +70,11 @@ def describe(lab: LabState, *, with_features: bool = True) -> dict:
         "daemons": [{"name": d.name, "pid": d.pid} for d in lab.daemons],
         "adjustments": [a.__dict__ for a in lab.adjustments],
     }
-    testpmd = Testpmd.for_lab(lab.name) if lab.topology.startswith("dpdk") else None
+    testpmd = Testpmd.for_lab(lab.name) if lab.has_testpmd else None
     if testpmd is not None:
         out["testpmd"] = testpmd.describe()
-    if lab.topology in ("ovs-dpdk", "ovs-dpdk-vm"):
+    record = TOPOLOGIES.get(lab.topology)  # a `hosts` lab has none
+    if record is not None and record.ovs_dpdk:
         from offlab.lab import ovs_dpdk
 
         out["ovs"] = ovs_dpdk.describe(lab)

@@ -11,8 +11,6 @@ from offlab.hosts import Host, NetnsHost, from_ref
 from offlab.names import check_lab_name
 from offlab.state import read_state_json, state_dir, write_json_atomic
 
-TOPOLOGIES = ("veth", "bridge", "vxlan", "router", "ovs", "vm", "vm-router", "vm-pair", "dpdk", "dpdk-vm", "ovs-dpdk",
-              "ovs-dpdk-vm", "phys")
 # The kinds of interface that join a host to a neighbour: with one of them a host needs no interface named.
 UPLINK_KINDS = ("veth", "virtio-net", "tap", "nic")  # nic: an existing machine's test port (`hosts` labs)
 
@@ -153,6 +151,22 @@ class LabState:
             known = ", ".join(self.hosts)
             raise BadInput(f"lab {self.name!r} has no host {role!r}; its hosts are: {known}")
         return self.hosts[role]
+
+    @property
+    def has_ovs(self) -> bool:
+        """Whether the lab runs an Open vSwitch of its own, whose switch settings go through ovs-vsctl."""
+        from offlab.lab.catalog import TOPOLOGIES  # late: the records import the builders, which import this
+
+        record = TOPOLOGIES.get(self.topology)
+        return bool(record and record.ovs)
+
+    @property
+    def has_testpmd(self) -> bool:
+        """Whether the lab's switch is a dpdk-testpmd (its port counters are probes, `testpmd.*` knobs)."""
+        from offlab.lab.catalog import TOPOLOGIES
+
+        record = TOPOLOGIES.get(self.topology)
+        return bool(record and record.testpmd)
 
     def resolve_iface(self, role: str, ref: str | None = None) -> str:
         """Interface of `role` named by `ref`: a real name, `to-<host>`, or None for the only uplink.

@@ -7,8 +7,6 @@ VXLAN underlay on 10.200.254.0/24, IPv6 on fd00:200:0:<subnet>::/64 (inside fd00
 
 from __future__ import annotations
 
-from typing import Callable
-
 from offlab.lab.build import Builder
 from offlab.lab.model import Interface
 from offlab.lab.ovs import Ovs
@@ -109,20 +107,3 @@ def ovs(b: Builder, mtu: int) -> None:
         b.ethtool_off(role, iface, "tx-checksumming", OVS_CSUM_WHY)
     b.address("client", c, CLIENT4, CLIENT6, reach=True)
     b.address("server", s, SERVER4, SERVER6, reach=True)
-
-
-BUILDERS: dict[str, Callable[[Builder, int], None]] = {
-    "veth": veth,
-    "bridge": bridge,
-    "router": router,
-    "vxlan": vxlan,
-    "ovs": ovs,
-    "vm": vm,
-    "vm-router": vm_router,
-    "vm-pair": vm_pair,
-    "dpdk": dpdk,
-    "dpdk-vm": dpdk_vm,
-    "phys": phys,
-    "ovs-dpdk": ovs_dpdk,
-    "ovs-dpdk-vm": ovs_dpdk_vm,
-}

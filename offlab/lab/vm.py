@@ -201,9 +201,6 @@ def guest_sysctl(b: Builder, role: str, guest: Host, key: str, value: str, why: 
             raise LabBuildFailed(f"{key} reads {got} in guest {role} after setting {value}")
 
 
-GUEST_TOPOLOGIES = ("vm", "vm-router", "vm-pair", "dpdk-vm", "ovs-dpdk-vm")
-
-
 def check_guest_options(options: dict) -> None:
     """BadInput (exit 2) for a guest option that is wrong, before anything is built."""
     from offlab.vm import qemu

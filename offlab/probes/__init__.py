@@ -76,7 +76,7 @@ class ProbeSession:
         # Hosts with a kernel of their own (a guest, an SSH host) are read in one command per snapshot
         # (their counters and /proc/stat, see _Remote); the others through their net_reader.
         self.own_kernel = {role: h for role, h in hosts.items() if not h.shares_kernel}
-        self.testpmd = Testpmd.for_lab(lab.name) if lab.topology.startswith("dpdk") else None
+        self.testpmd = Testpmd.for_lab(lab.name) if lab.has_testpmd else None
         # role → (sent, its clock, answered) of every exchange with a channel host: together they pin
         # its clock against this machine's (see read_times).
         self.exchanges: dict[str, list[tuple[float, float, float]]] = {
