@@ -267,3 +267,31 @@ def test_the_list_of_topologies_is_written_once():
             if len(found) >= 2:
                 problems.append(f"{file}:{node.lineno}: topologies {sorted(found)} listed again (use offlab.lab.catalog)")
     assert not problems, "\n".join(problems)
+
+
+# ---- host kinds are invisible above hosts -------------------------------------------------------
+
+HOST_CLASSES = {"Host", "LocalHost", "NetnsHost", "GuestHost", "SshHost"}
+
+
+def test_no_part_above_hosts_asks_which_kind_a_host_is_or_signals_a_pid_itself():
+    """A guest, an SSH machine and a namespace are the same `Host` above `hosts`: no `isinstance` of a
+    host class (lab and vm make hosts, so they may), and no `os.kill`: `Host.signal` or
+    `hosts.process.signal_pid` (which checks the start time) sends it."""
+    problems = []
+    for mod, (file, source, _) in load(PACKAGE).items():
+        part = part_of(mod)
+        for node in ast.walk(ast.parse(source)):
+            if not isinstance(node, ast.Call):
+                continue
+            f = node.func
+            if (part not in ("hosts", "lab", "vm") and isinstance(f, ast.Name) and f.id == "isinstance"
+                    and len(node.args) == 2):
+                kinds = node.args[1].elts if isinstance(node.args[1], ast.Tuple) else [node.args[1]]
+                named = {k.id if isinstance(k, ast.Name) else getattr(k, "attr", "") for k in kinds}
+                if named & (HOST_CLASSES - {"Host"}):
+                    problems.append(f"{file}:{node.lineno}: {mod} ({part}) asks which kind of host it has")
+            if (part != "hosts" and isinstance(f, ast.Attribute) and f.attr in ("kill", "killpg")
+                    and isinstance(f.value, ast.Name) and f.value.id == "os"):
+                problems.append(f"{file}:{node.lineno}: {mod} ({part}) calls os.{f.attr}: use Host.signal or signal_pid")
+    assert not problems, "\n".join(problems)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 from offlab.errors import BadInput, CommandTimeout, EnvironmentProblem, ToolMissing
-from offlab.hosts import Host, LocalHost, NetnsHost, is_root
+from offlab.hosts import Host, LocalHost, is_root
 
 MANIFEST = "offlab-capture.json"
 CAPTURE_FORMAT = "offlab-capture/1"
@@ -138,7 +138,7 @@ class LiveSource(Source):
 
     def __init__(self, host: Host | None = None) -> None:
         self.host = host or LocalHost()
-        self.netns = self.host.netns if isinstance(self.host, NetnsHost) else None
+        self.netns = self.host.netns_name
         # A host on another kernel (SSH) is read entirely through it: its files are not ours.
         self.remote = not self.host.shares_kernel
         self.label = self.netns or (self.host.name if self.remote else "local")

@@ -29,7 +29,7 @@ from typing import Callable, Iterable, Iterator
 from offlab.dpdk import parse
 from offlab.errors import BadInput, EnvironmentProblem
 from offlab.hosts import LOCAL, NetnsHost, require_tool
-from offlab.hosts.process import process_start_time
+from offlab.hosts.process import process_start_time, signal_pid
 from offlab.state import read_json, state_dir, write_json_atomic
 
 DAEMON = "dpdk-testpmd"  # also its /proc/PID/comm
@@ -224,8 +224,7 @@ class Testpmd:
             deadline = time.monotonic() + timeout
             for sig in (None, signal.SIGTERM, signal.SIGKILL):
                 if sig is not None and self.alive():
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(self.info.pid, sig)
+                    signal_pid(self.info.pid, sig)
                     deadline = time.monotonic() + 3
                 while self.alive() and time.monotonic() < deadline:
                     time.sleep(0.05)

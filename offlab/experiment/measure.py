@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import os
 import signal
 import tempfile
 import threading
@@ -208,8 +206,7 @@ def _watch_daemons(lab: LabState, client_pid: int, done: threading.Event) -> Non
     the sender would wait out its timeout: end the sender (ours, by pid) so the cell fails now."""
     while not done.wait(WATCH_INTERVAL_S):
         if labs.daemon_died(lab) is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(client_pid, signal.SIGTERM)
+            lab.client.signal(client_pid, signal.SIGTERM)
             return
 
 

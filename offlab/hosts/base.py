@@ -213,6 +213,26 @@ class Host:
         return True
 
     @property
+    def key(self) -> str:
+        """A stable identity string for caches and journals: equal for equal hosts, in any process."""
+        return repr(sorted(self.ref().items()))
+
+    @property
+    def netns_name(self) -> str | None:
+        """The network namespace of this machine the host is, if it is one."""
+        return None
+
+    @property
+    def is_this_machine(self) -> bool:
+        """This machine itself, in offlab's own network namespace (where host-wide settings live)."""
+        return False
+
+    def signal(self, pid: int, sig: int) -> bool:
+        """Send `sig` to one of this host's processes (a pid offlab started there); False if it is gone."""
+        res = self.run(["kill", f"-{int(sig)}", str(int(pid))], check=False, timeout=10)
+        return res.ok
+
+    @property
     def settings_die_with_host(self) -> bool:
         """True when a host that is gone took its settings with it (a namespace deleted, a guest
         stopped), so a journal entry for it may be dropped; an SSH machine that does not answer
@@ -228,7 +248,7 @@ class Host:
         return isinstance(other, Host) and self.ref() == other.ref()
 
     def __hash__(self) -> int:
-        return hash(repr(sorted(self.ref().items())))
+        return hash(self.key)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name}>"

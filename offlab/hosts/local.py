@@ -11,6 +11,7 @@ from typing import Sequence
 
 from offlab.errors import BadInput, EnvironmentProblem
 from offlab.hosts.base import Host, register_kind
+from offlab.hosts.process import signal_pid
 
 NETNS_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
 NETNS_DIR = "/run/netns"
@@ -31,6 +32,13 @@ class LocalHost(Host):
 
     kind = "local"
     name = "local"
+
+    @property
+    def is_this_machine(self) -> bool:
+        return True
+
+    def signal(self, pid: int, sig: int) -> bool:
+        return signal_pid(pid, sig)
 
 
 class NetnsHost(Host):
@@ -67,6 +75,13 @@ class NetnsHost(Host):
 
     def alive(self) -> bool:
         return netns_exists(self.netns)
+
+    @property
+    def netns_name(self) -> str | None:
+        return self.netns
+
+    def signal(self, pid: int, sig: int) -> bool:
+        return signal_pid(pid, sig)  # pids are this machine's, whatever the namespace
 
 
 class _AnchorReader:

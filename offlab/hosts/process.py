@@ -9,6 +9,7 @@ ends, its exit code, and offers Popen's verbs over `host.run`.
 from __future__ import annotations
 
 import math
+import os
 import secrets
 import shlex
 import signal
@@ -192,6 +193,32 @@ def stop(proc: Process, grace: float = 2.0) -> None:
             stream.close()
     if isinstance(proc, RemoteProcess):
         proc.cleanup()
+
+
+def running(pid: int) -> bool:
+    """True while a process of this machine runs. A zombie (exited, not yet reaped: a detached daemon's
+    parent here may be a PID 1 that does not reap) counts as gone once its last thread has exited too:
+    dpdk-testpmd's leader turns zombie ~2 s before its other threads let go of their ports and memory."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+        if stat[stat.rindex(")") + 2] != "Z":
+            return True
+        return len(os.listdir(f"/proc/{pid}/task")) > 1
+    except OSError:
+        return False
+
+
+def signal_pid(pid: int, sig: int, start_time: int | None = None) -> bool:
+    """Send `sig` to a process of this machine offlab started, only if it still is that process (its
+    start time, when given, matches: a reused pid is never hit); False if it is gone or not ours."""
+    if start_time is not None and process_start_time(pid) != start_time:
+        return False
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def process_start_time(pid: int) -> int | None:

@@ -25,7 +25,7 @@ _POSSIBLE: dict[str, int] = {}
 
 def possible_cpus(host: Host = LOCAL) -> int:
     """Number of CPU ids on `host` (highest possible CPU + 1), from its /sys/devices/system/cpu/possible."""
-    key = None if host.shares_kernel else repr(sorted(host.ref().items()))
+    key = None if host.shares_kernel else host.key
     if key in _POSSIBLE:
         return _POSSIBLE[key]
     text = host.read("/sys/devices/system/cpu/possible").strip()

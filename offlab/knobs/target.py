@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass, field
 
 from offlab.errors import BadInput
-from offlab.hosts import LOCAL, Host, LocalHost, NetnsHost, check_netns, from_ref, netns_exists
+from offlab.hosts import LOCAL, Host, NetnsHost, check_netns, from_ref, netns_exists
 from offlab.names import check_ifname
 
 __all__ = ["Target", "target_for", "check_netns", "netns_exists"]
@@ -35,21 +35,19 @@ class Target:
 
     @property
     def host(self) -> Host:
-        if self.host_ref is not None and self.host_ref.get("kind") not in ("local", "netns"):
+        if self.host_ref is not None:
             return from_ref(self.host_ref)
         return LOCAL if self.netns is None else NetnsHost(self.netns)
 
     @property
-    def host_key(self) -> str | None:
-        """One key per host, for caches: the namespace, the host reference, or None (the machine)."""
-        if self.host_ref is not None and self.host_ref.get("kind") not in ("local", "netns"):
-            return repr(sorted(self.host_ref.items()))
-        return self.netns
+    def host_key(self) -> str:
+        """One key per host, for caches (the host's own `key`)."""
+        return self.host.key
 
     @property
     def is_machine(self) -> bool:
         """This machine itself (offlab's own network namespace), where host-wide settings live."""
-        return self.netns is None and (self.host_ref is None or self.host_ref.get("kind") == "local")
+        return self.host.is_this_machine
 
     @property
     def where(self) -> str:
@@ -86,11 +84,11 @@ def target_for(host: Host, iface: str | None, lab=None, *, needs_iface: bool = T
     if iface is not None:
         check_ifname(iface)  # before any lookup, so a hostile name is refused as such
     host_ref = None
-    if isinstance(host, NetnsHost):
-        netns = check_netns(host.netns)
+    if host.netns_name is not None:
+        netns = check_netns(host.netns_name)
         if not netns_exists(netns):
             raise BadInput(f"no network namespace {netns!r}: is the lab up? (`offlab lab list`)")
-    elif isinstance(host, LocalHost):
+    elif host.is_this_machine:
         netns = None
     else:
         netns, host_ref = None, host.ref()

@@ -12,7 +12,7 @@ from typing import Callable
 
 from offlab.errors import BadInput, EnvironmentProblem, NotRoot, OfflabError
 from offlab.hosts import LOCAL, is_root, require_tool
-from offlab.hosts.process import process_start_time
+from offlab.hosts.process import process_start_time, signal_pid
 from offlab.lab import owner
 from offlab.dpdk import remove_runtime
 from offlab.lab.build import Builder, LabBuildFailed
@@ -394,10 +394,7 @@ def _kill_processes_in(ns: str) -> None:
     pids = [int(p) for p in res.stdout.split()] if res.ok else []
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for pid in pids:
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
+            signal_pid(pid, sig)
         deadline = time.monotonic() + 2
         while pids and time.monotonic() < deadline:
             pids = [p for p in pids if os.path.exists(f"/proc/{p}")]

@@ -13,8 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from offlab.lab import topologies as builders
+from offlab.lab import topologies as ns
 from offlab.lab.build import Builder
+from offlab.lab.dpdk import dpdk, dpdk_vm
+from offlab.lab.ovs_dpdk import ovs_dpdk, ovs_dpdk_vm
+from offlab.lab.phys import phys
+from offlab.lab.vm import vm, vm_pair, vm_router
 
 
 @dataclass(frozen=True)
@@ -112,19 +116,19 @@ class Topology:
 
 
 TOPOLOGIES: dict[str, Topology] = {t.name: t for t in (
-    Topology("veth", builders.veth),
-    Topology("bridge", builders.bridge),
-    Topology("vxlan", builders.vxlan),
-    Topology("router", builders.router),
-    Topology("ovs", builders.ovs, ("ovs-vswitchd", *_OVS_TOOLS), ovs=True),
-    Topology("vm", builders.vm, _QEMU, guests=True),
-    Topology("vm-router", builders.vm_router, _QEMU, guests=True),
-    Topology("vm-pair", builders.vm_pair, _QEMU, guests=True),
-    Topology("dpdk", builders.dpdk, _TESTPMD, dpdk=True),
-    Topology("dpdk-vm", builders.dpdk_vm, (*_TESTPMD, *_QEMU), guests=True, dpdk=True),
-    Topology("ovs-dpdk", builders.ovs_dpdk, _OVS_TOOLS, ovs=True, dpdk=True),
-    Topology("ovs-dpdk-vm", builders.ovs_dpdk_vm, (*_OVS_TOOLS, *_QEMU), guests=True, ovs=True, dpdk=True),
-    Topology("phys", builders.phys, ("ss",)),
+    Topology("veth", ns.veth),
+    Topology("bridge", ns.bridge),
+    Topology("vxlan", ns.vxlan),
+    Topology("router", ns.router),
+    Topology("ovs", ns.ovs, ("ovs-vswitchd", *_OVS_TOOLS), ovs=True),
+    Topology("vm", vm, _QEMU, guests=True),
+    Topology("vm-router", vm_router, _QEMU, guests=True),
+    Topology("vm-pair", vm_pair, _QEMU, guests=True),
+    Topology("dpdk", dpdk, _TESTPMD, dpdk=True),
+    Topology("dpdk-vm", dpdk_vm, (*_TESTPMD, *_QEMU), guests=True, dpdk=True),
+    Topology("ovs-dpdk", ovs_dpdk, _OVS_TOOLS, ovs=True, dpdk=True),
+    Topology("ovs-dpdk-vm", ovs_dpdk_vm, (*_OVS_TOOLS, *_QEMU), guests=True, ovs=True, dpdk=True),
+    Topology("phys", phys, ("ss",)),
 )}
 NAMES = tuple(TOPOLOGIES)
 GUEST_TOPOLOGIES = tuple(n for n, t in TOPOLOGIES.items() if t.guests)

@@ -16,7 +16,7 @@ from pathlib import Path
 from offlab import netdev
 from offlab.errors import BadInput
 from offlab.hosts import NetnsHost, require_tool
-from offlab.hosts.process import process_start_time
+from offlab.hosts.process import process_start_time, running, signal_pid
 from offlab.lab.model import Daemon, Interface
 from offlab.state import ensure_dir, state_dir
 
@@ -95,24 +95,8 @@ def vsctl_for(lab, *args: str) -> str:
 
 
 def alive(pid: int) -> bool:
-    """True while pid runs. A zombie (exited, not yet reaped: a detached daemon's parent here may be
-    a PID 1 that does not reap) counts as gone once its last thread has exited too: dpdk-testpmd's
-    leader turns zombie ~2 s before its other threads let go of their ports and memory."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        if stat[stat.rindex(")") + 2] != "Z":
-            return True
-        return len(os.listdir(f"/proc/{pid}/task")) > 1
-    except OSError:
-        return False
-
-
-def _start_time(pid: int) -> int | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return int(stat[stat.rindex(")") + 2:].split()[19])
+    """True while pid runs (hosts.process.running: a zombie whose threads still run counts)."""
+    return running(pid)
 
 
 def stop_daemon(d: Daemon, timeout: float = 5.0, *, netns_inode: int | None = None) -> None:
@@ -124,7 +108,7 @@ def stop_daemon(d: Daemon, timeout: float = 5.0, *, netns_inode: int | None = No
         return
     if comm != d.name[:15]:
         return  # the pid was reused by something that is not ours
-    if d.start_time is not None and _start_time(d.pid) != d.start_time:
+    if d.start_time is not None and process_start_time(d.pid) != d.start_time:
         return
     if netns_inode is not None:
         try:
@@ -132,16 +116,11 @@ def stop_daemon(d: Daemon, timeout: float = 5.0, *, netns_inode: int | None = No
                 return  # same name, another namespace: not the daemon of this lab
         except OSError:
             return
-    try:
-        os.kill(d.pid, signal.SIGTERM)
-    except ProcessLookupError:
+    if not signal_pid(d.pid, signal.SIGTERM):
         return
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if not alive(d.pid):
             return
         time.sleep(0.02)
-    try:
-        os.kill(d.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+    signal_pid(d.pid, signal.SIGKILL)

@@ -11,10 +11,6 @@ from offlab.lab.build import Builder
 from offlab.lab.model import Interface
 from offlab.lab.ovs import Ovs
 from offlab.mtu.calc import VXLAN_OVERHEAD
-from offlab.lab.dpdk import dpdk, dpdk_vm
-from offlab.lab.phys import phys
-from offlab.lab.ovs_dpdk import ovs_dpdk, ovs_dpdk_vm
-from offlab.lab.vm import vm, vm_pair, vm_router
 
 CLIENT4, SERVER4 = "10.200.1.1/24", "10.200.1.2/24"
 CLIENT6, SERVER6 = "fd00:200:0:1::1/64", "fd00:200:0:1::2/64"

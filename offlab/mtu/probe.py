@@ -18,7 +18,7 @@ import re
 from dataclasses import asdict, dataclass, field
 
 from offlab.errors import BadInput, EnvironmentProblem
-from offlab.hosts import Host, NetnsHost
+from offlab.hosts import Host
 from offlab.mtu.calc import ICMP_HEADER, IP_MAX, IPV4_HEADER, IPV6_HEADER, MIN_MTU
 
 ALLOWED = (ipaddress.ip_network("10.200.0.0/16"), ipaddress.ip_network("fd00:200::/48"),
@@ -128,7 +128,7 @@ def probe(host: Host, dest: str, *, timeout: float = 1.0, max_probes: int = MAX_
     addr = check_dest(dest)
     if not 0 < timeout <= 1:
         raise BadInput(f"--timeout {timeout:g}: use 0 < seconds ≤ 1")
-    if not addr.is_loopback and not isinstance(host, NetnsHost):
+    if not addr.is_loopback and host.is_this_machine:
         raise BadInput(f"{dest} is probed from a lab namespace (--lab NAME [--host HOST] or --netns NS): "
                        "from this machine's own namespace only loopback is probed")
     v6 = addr.version == 6

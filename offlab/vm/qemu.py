@@ -26,6 +26,7 @@ from typing import Callable
 from offlab.errors import BadInput, CommandTimeout, EnvironmentProblem
 from offlab.hosts import LOCAL, Host, which
 from offlab.hosts.guest import GuestGone, GuestHost, console_tail, process_start_time
+from offlab.hosts.process import signal_pid
 from offlab.vm.image import INSTALL_HINT, Image, cache_root
 
 QEMU = "qemu-system-x86_64"
@@ -393,11 +394,8 @@ def stop(pid: int, start_time: int, socket: str | None, grace: float = 5.0) -> b
         except (CommandTimeout, EnvironmentProblem):
             pass  # it powered off mid-answer, or the agent is gone: the signals below still work
     for sig, wait in steps:
-        if sig is not None and process_start_time(pid) == start_time:
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
+        if sig is not None:
+            signal_pid(pid, sig, start_time)
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
             _reap_pid(pid)
