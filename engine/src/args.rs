@@ -2,8 +2,12 @@
 
 use std::net::IpAddr;
 
+use crate::argv::{
+    err, no_value, parse_addr, parse_bytes, parse_int, parse_interval, parse_seconds, unknown, ArgError, Args,
+    Parsed, MAX_PAYLOAD_V4, MAX_PAYLOAD_V6,
+};
 use crate::header::HEADER_LEN;
-use crate::series::{DEFAULT_INTERVAL_MS, MAX_INTERVAL_MS};
+use crate::series::DEFAULT_INTERVAL_MS;
 
 pub const DEFAULT_PORT: u16 = 5300;
 pub const DEFAULT_SIZE: usize = 1472;
@@ -11,10 +15,6 @@ pub const DEFAULT_RCVBUF: u64 = 4 << 20;
 pub const MAX_BATCH: u64 = 1024;
 /// UDP_MAX_SEGMENTS of the kernels this runs on (raised to 128 only in 6.x).
 pub const MAX_GSO_SEGMENTS: u64 = 64;
-/// Largest UDP payload: 65535 - 20 (IPv4) - 8 (UDP).
-pub const MAX_PAYLOAD_V4: usize = 65507;
-/// Largest UDP payload without jumbograms: 65535 - 8 (the IPv6 header is not counted).
-pub const MAX_PAYLOAD_V6: usize = 65527;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Rate {
@@ -87,14 +87,6 @@ pub enum Command {
     Version,
 }
 
-/// A bad argument: the message names the option and what is allowed.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ArgError(pub String);
-
-fn err<T>(msg: String) -> Result<T, ArgError> {
-    Err(ArgError(msg))
-}
-
 pub const USAGE: &str = "\
 usage: offlab-engine rx [options]    receive, print one JSON object on stdout
        offlab-engine tx --dest ADDR [options]
@@ -151,51 +143,18 @@ pub fn parse(argv: &[String]) -> Result<Command, ArgError> {
     match first {
         "rx" => parse_rx(&argv[1..]),
         "tx" => parse_tx(&argv[1..]),
-        "rr" => crate::rr_args::parse_rr(&argv[1..]),
-        "rr-server" => crate::rr_args::parse_server(&argv[1..]),
+        "rr" => Ok(match crate::rr_args::parse_rr(&argv[1..])? {
+            Parsed::Run(o) => Command::Rr(o),
+            Parsed::Help(h) => Command::Help(h),
+        }),
+        "rr-server" => Ok(match crate::rr_args::parse_server(&argv[1..])? {
+            Parsed::Run(o) => Command::RrServer(o),
+            Parsed::Help(h) => Command::Help(h),
+        }),
         "-h" | "--help" | "help" => Ok(Command::Help(USAGE)),
         "-V" | "--version" => Ok(Command::Version),
         other => err(format!("unknown command '{}': expected rx or tx (or rr, rr-server)", other)),
     }
-}
-
-/// Splits `--opt=value` / `--opt value` into (name, value).
-pub(crate) struct Args<'a> {
-    pub(crate) argv: &'a [String],
-    pub(crate) i: usize,
-}
-
-impl<'a> Args<'a> {
-    pub(crate) fn next_opt(&mut self) -> Option<(String, Option<String>)> {
-        let a = self.argv.get(self.i)?;
-        self.i += 1;
-        if let Some((k, v)) = a.split_once('=') {
-            if k.starts_with("--") {
-                return Some((k.to_string(), Some(v.to_string())));
-            }
-        }
-        Some((a.clone(), None))
-    }
-
-    pub(crate) fn value(&mut self, name: &str, inline: Option<String>) -> Result<String, ArgError> {
-        if let Some(v) = inline {
-            return Ok(v);
-        }
-        match self.argv.get(self.i) {
-            Some(v) => {
-                self.i += 1;
-                Ok(v.clone())
-            }
-            None => err(format!("{} needs a value", name)),
-        }
-    }
-}
-
-pub(crate) fn no_value(name: &str, inline: &Option<String>) -> Result<(), ArgError> {
-    if inline.is_some() {
-        return err(format!("{} takes no value", name));
-    }
-    Ok(())
 }
 
 fn parse_rx(argv: &[String]) -> Result<Command, ArgError> {
@@ -354,42 +313,6 @@ fn parse_tx(argv: &[String]) -> Result<Command, ArgError> {
     }))
 }
 
-pub(crate) fn unknown(opt: &str, cmd: &str) -> String {
-    if opt.starts_with('-') {
-        format!("unknown option '{}' for {} (see offlab-engine {} --help)", opt, cmd, cmd)
-    } else {
-        format!("unexpected argument '{}' for {} (options start with --)", opt, cmd)
-    }
-}
-
-/// `--interval MS`: whole milliseconds, 0 (no series) .. 60000.
-pub fn parse_interval(v: &str) -> Result<u64, ArgError> {
-    let t = v.strip_suffix("ms").unwrap_or(v);
-    match t.parse::<u64>() {
-        Ok(n) if n <= MAX_INTERVAL_MS => Ok(n),
-        _ => err(format!(
-            "--interval '{}': must be whole milliseconds 0..{} (0 = no per-interval rows; e.g. 100)",
-            v, MAX_INTERVAL_MS
-        )),
-    }
-}
-
-pub fn parse_addr(name: &str, v: &str) -> Result<IpAddr, ArgError> {
-    // Accept the bracketed IPv6 form people paste from URLs.
-    let t = v.trim_start_matches('[').trim_end_matches(']');
-    match t.parse::<IpAddr>() {
-        Ok(a) => Ok(a),
-        Err(_) => err(format!("{} '{}': not an IPv4 or IPv6 address", name, v)),
-    }
-}
-
-pub fn parse_int(name: &str, v: &str, min: u64, max: u64) -> Result<u64, ArgError> {
-    match v.parse::<u64>() {
-        Ok(n) if n >= min && n <= max => Ok(n),
-        _ => err(format!("{} '{}': must be an integer {}..{}", name, v, min, max)),
-    }
-}
-
 fn parse_run_id(v: &str) -> Result<u32, ArgError> {
     let parsed = if let Some(hex) = v.strip_prefix("0x") {
         u32::from_str_radix(hex, 16).ok()
@@ -399,49 +322,6 @@ fn parse_run_id(v: &str) -> Result<u32, ArgError> {
     match parsed {
         Some(n) => Ok(n),
         None => err(format!("--run-id '{}': must be an integer 0..4294967295 (or 0x hex)", v)),
-    }
-}
-
-/// Seconds: `2`, `2.5`, `2s`, `500ms`.
-pub fn parse_seconds(name: &str, v: &str, zero_ok: bool) -> Result<f64, ArgError> {
-    let (num, scale) = if let Some(n) = v.strip_suffix("ms") {
-        (n, 1e-3)
-    } else if let Some(n) = v.strip_suffix('s') {
-        (n, 1.0)
-    } else {
-        (v, 1.0)
-    };
-    let lo = if zero_ok { "0" } else { "more than 0" };
-    match num.parse::<f64>() {
-        Ok(x) if x.is_finite() && x >= 0.0 && (zero_ok || x > 0.0) && x * scale <= 1e7 => {
-            Ok(x * scale)
-        }
-        _ => err(format!(
-            "{} '{}': must be seconds, {} to 10000000 (e.g. 2, 2.5, 500ms)",
-            name, v, lo
-        )),
-    }
-}
-
-/// Buffer sizes: `4194304`, `4M`/`4MiB` (binary units: K, M, G).
-pub fn parse_bytes(name: &str, v: &str) -> Result<u64, ArgError> {
-    let lower = v.to_ascii_lowercase();
-    let t = lower
-        .strip_suffix("ib")
-        .or_else(|| lower.strip_suffix('b'))
-        .unwrap_or(&lower);
-    let (num, mult) = match t.chars().last() {
-        Some('k') => (&t[..t.len() - 1], 1u64 << 10),
-        Some('m') => (&t[..t.len() - 1], 1u64 << 20),
-        Some('g') => (&t[..t.len() - 1], 1u64 << 30),
-        _ => (t, 1u64),
-    };
-    match num.parse::<u64>() {
-        Ok(n) if n.checked_mul(mult).map_or(false, |b| b <= i32::MAX as u64) => Ok(n * mult),
-        _ => err(format!(
-            "{} '{}': must be bytes 0..2147483647, optionally with K, M or G (KiB, MiB, GiB)",
-            name, v
-        )),
     }
 }
 

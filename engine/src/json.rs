@@ -20,6 +20,19 @@ pub struct Obj {
     fields: Vec<(String, Value)>,
 }
 
+/// The schema every report names; offlab's driver refuses another (traffic/engine.py).
+pub const SCHEMA: &str = "offlab-engine/1";
+
+/// Every report begins the same way: schema, role, the engine's version, the options it ran with.
+pub fn envelope(role: &str, options: Obj) -> Obj {
+    let mut out = Obj::new();
+    out.s("schema", SCHEMA)
+        .s("role", role)
+        .s("version", env!("CARGO_PKG_VERSION"))
+        .obj("options", options);
+    out
+}
+
 impl Obj {
     pub fn new() -> Obj {
         Obj { fields: Vec::new() }

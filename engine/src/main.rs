@@ -3,6 +3,7 @@
 //! see SCHEMA.md. Exit codes: 0 ok, 2 bad arguments, 3 environment.
 
 mod args;
+mod argv;
 mod gro;
 mod header;
 mod json;

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use crate::json::{Obj, Value};
+use crate::json::{self, Obj, Value};
 use crate::rr_args::{Proto, RrOpts};
 use crate::rr_wire::{self, decode, encode, Io, RrHeader, FLAG_CLOSE, HEADER_LEN};
 use crate::histogram::Histogram;
@@ -496,12 +496,8 @@ fn report(
         .u("samples", CLOCK_SAMPLES as u64)
         .u("reads_per_transaction", 2);
     let lost = sum(&|f| f.lost);
-    let mut out = Obj::new();
-    out.s("schema", "offlab-engine/1")
-        .s("role", "rr")
-        .s("version", env!("CARGO_PKG_VERSION"))
-        .obj("options", opts)
-        .s("remote", &dest.to_string())
+    let mut out = json::envelope("rr", opts);
+    out.s("remote", &dest.to_string())
         .s("proto", o.proto.name())
         .s("stop_reason", stop_reason)
         .s("clock", "CLOCK_MONOTONIC")

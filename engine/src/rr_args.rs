@@ -2,8 +2,10 @@
 
 use std::net::IpAddr;
 
-use crate::args::{no_value, parse_addr, parse_int, parse_seconds, unknown, ArgError, Args, Command};
-use crate::args::{MAX_PAYLOAD_V4, MAX_PAYLOAD_V6};
+use crate::argv::{
+    no_value, parse_addr, parse_int, parse_interval, parse_seconds, unknown, ArgError, Args, Parsed, MAX_PAYLOAD_V4,
+    MAX_PAYLOAD_V6,
+};
 use crate::rr_wire::HEADER_LEN;
 
 pub const DEFAULT_RR_PORT: u16 = 5301;
@@ -130,7 +132,7 @@ pub fn parse_tps(v: &str) -> Result<f64, ArgError> {
     }
 }
 
-pub fn parse_rr(argv: &[String]) -> Result<Command, ArgError> {
+pub fn parse_rr(argv: &[String]) -> Result<Parsed<RrOpts>, ArgError> {
     let mut dest = None;
     let mut port = DEFAULT_RR_PORT;
     let mut proto = Proto::Udp;
@@ -149,7 +151,7 @@ pub fn parse_rr(argv: &[String]) -> Result<Command, ArgError> {
         match name.as_str() {
             "-h" | "--help" => {
                 no_value(&name, &inline)?;
-                return Ok(Command::Help(RR_HELP));
+                return Ok(Parsed::Help(RR_HELP));
             }
             "--dest" => dest = Some(parse_addr("--dest", &a.value(&name, inline)?)?),
             "--port" => port = parse_int("--port", &a.value(&name, inline)?, 1, 65535)? as u16,
@@ -172,7 +174,7 @@ pub fn parse_rr(argv: &[String]) -> Result<Command, ArgError> {
                 hist_max = Some(parse_seconds("--histogram-max", &a.value(&name, inline)?, false)?)
             }
             "--cpu" => cpu = Some(parse_int("--cpu", &a.value(&name, inline)?, 0, 4095)? as usize),
-            "--interval" => interval_ms = crate::args::parse_interval(&a.value(&name, inline)?)?,
+            "--interval" => interval_ms = parse_interval(&a.value(&name, inline)?)?,
             other => return Err(ArgError(unknown(other, "rr"))),
         }
     }
@@ -226,7 +228,7 @@ pub fn parse_rr(argv: &[String]) -> Result<Command, ArgError> {
         }
         Some(h) => h,
     };
-    Ok(Command::Rr(RrOpts {
+    Ok(Parsed::Run(RrOpts {
         dest,
         port,
         proto,
@@ -244,7 +246,7 @@ pub fn parse_rr(argv: &[String]) -> Result<Command, ArgError> {
     }))
 }
 
-pub fn parse_server(argv: &[String]) -> Result<Command, ArgError> {
+pub fn parse_server(argv: &[String]) -> Result<Parsed<RrServerOpts>, ArgError> {
     let mut o = RrServerOpts {
         bind: "0.0.0.0".parse().unwrap(),
         port: DEFAULT_RR_PORT,
@@ -255,7 +257,7 @@ pub fn parse_server(argv: &[String]) -> Result<Command, ArgError> {
     let mut a = Args { argv, i: 0 };
     while let Some((name, inline)) = a.next_opt() {
         match name.as_str() {
-            "-h" | "--help" => return Ok(Command::Help(SERVER_HELP)),
+            "-h" | "--help" => return Ok(Parsed::Help(SERVER_HELP)),
             "--bind" => o.bind = parse_addr("--bind", &a.value(&name, inline)?)?,
             "--port" => o.port = parse_int("--port", &a.value(&name, inline)?, 0, 65535)? as u16,
             "--ready-file" => {
@@ -270,18 +272,17 @@ pub fn parse_server(argv: &[String]) -> Result<Command, ArgError> {
             other => return Err(ArgError(unknown(other, "rr-server"))),
         }
     }
-    Ok(Command::RrServer(o))
+    Ok(Parsed::Run(o))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::args::parse;
 
     fn rr(s: &str) -> Result<RrOpts, ArgError> {
-        let argv: Vec<String> = s.split_whitespace().map(|x| x.to_string()).collect();
-        match parse(&argv)? {
-            Command::Rr(o) => Ok(o),
+        let argv: Vec<String> = s.split_whitespace().skip(1).map(|x| x.to_string()).collect();
+        match parse_rr(&argv)? {
+            Parsed::Run(o) => Ok(o),
             other => panic!("{:?}", other),
         }
     }

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use crate::json::{Obj, Value};
+use crate::json::{self, Obj, Value};
 use crate::rr_args::{RrServerOpts, MAX_TCP_MESSAGE};
 use crate::rr_wire::{self, decode, encode, RrHeader, FLAG_CLOSE, HEADER_LEN};
 use crate::sys::{self, Socket};
@@ -74,19 +74,6 @@ fn bind_both(o: &RrServerOpts) -> Result<(Socket, Socket, SocketAddr), Failure> 
     }
 }
 
-fn announce_ready(path: Option<&str>, local: &SocketAddr) -> Result<(), Failure> {
-    let line = format!("ready {} {}\n", local.ip(), local.port());
-    if let Some(path) = path {
-        let tmp = format!("{}.tmp{}", path, std::process::id());
-        if let Err(e) = std::fs::write(&tmp, line.as_bytes()).and_then(|_| std::fs::rename(&tmp, path)) {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(Failure::Env(format!("--ready-file {}: cannot write it: {}", path, e)));
-        }
-    }
-    eprint!("offlab-engine: {}", line);
-    Ok(())
-}
-
 pub fn run(o: &RrServerOpts) -> Result<Value, Failure> {
     if let Some(cpu) = o.cpu {
         sys::pin_cpu(cpu).map_err(Failure::Arg)?;
@@ -96,7 +83,7 @@ pub fn run(o: &RrServerOpts) -> Result<Value, Failure> {
     let _ = udp.set_timeout(libc::SO_RCVTIMEO, WAKE_NS);
     let _ = listener.set_timeout(libc::SO_RCVTIMEO, WAKE_NS);
     let _ = udp.size_buffer(sys::Buffer::Receive, 4 << 20);
-    let max_udp = if o.bind.is_ipv6() { crate::args::MAX_PAYLOAD_V6 } else { crate::args::MAX_PAYLOAD_V4 };
+    let max_udp = if o.bind.is_ipv6() { crate::argv::MAX_PAYLOAD_V6 } else { crate::argv::MAX_PAYLOAD_V4 };
     let shared = Arc::new(Shared {
         done: AtomicBool::new(false),
         idle: AtomicUsize::new(0),
@@ -115,7 +102,7 @@ pub fn run(o: &RrServerOpts) -> Result<Value, Failure> {
         std::thread::spawn(move || serve_udp(&sh, &udp))
     };
     spawn_acceptor(&shared);
-    announce_ready(o.ready_file.as_deref(), &local)?;
+    sys::announce_ready(o.ready_file.as_deref(), &local).map_err(|e| Failure::Env(e.0))?;
     let end = if o.duration > 0.0 { Some(start + (o.duration * 1e9) as u64) } else { None };
     let stop_reason = loop {
         if sys::stop_requested() {
@@ -148,12 +135,8 @@ pub fn run(o: &RrServerOpts) -> Result<Value, Failure> {
         .opt_s("ready_file", o.ready_file.as_deref())
         .f("duration_s", o.duration)
         .opt_u("cpu", o.cpu.map(|c| c as u64));
-    let mut out = Obj::new();
-    out.s("schema", "offlab-engine/1")
-        .s("role", "rr-server")
-        .s("version", env!("CARGO_PKG_VERSION"))
-        .obj("options", opts)
-        .s("local", &local.to_string())
+    let mut out = json::envelope("rr-server", opts);
+    out.s("local", &local.to_string())
         .s("stop_reason", stop_reason)
         .u("start_unix_ns", start_wall)
         .f("elapsed_s", (sys::mono_ns() - start) as f64 / 1e9)

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use crate::args::RxOpts;
 use crate::gro;
 use crate::header::{self, Decoded, FLAG_END};
-use crate::json::{Obj, Value};
+use crate::json::{self, Obj, Value};
 use crate::histogram::Histogram;
 use crate::series::{self, Deltas};
 use crate::stats::{Jitter, SeqKind, SeqTracker};
@@ -214,7 +214,7 @@ pub fn run(o: &RxOpts) -> Result<Value, Failure> {
         return Err(Failure::Env(sys::env_err(&format!("--bind {} --port {}: bind", o.bind, o.port), e).0));
     }
     let local = sock.local_addr().unwrap_or(want);
-    announce_ready(o, &local)?;
+    sys::announce_ready(o.ready_file.as_deref(), &local).map_err(|e| Failure::Env(e.0))?;
 
     let batch = o.batch;
     let mut bufs: Vec<Vec<u8>> = (0..batch).map(|_| vec![0u8; BUF_LEN]).collect();
@@ -373,26 +373,6 @@ fn series_json(d: &Deltas) -> Value {
     series::to_json(d.iv_ns(), "first_rx", d.origin(), d.dropped, &cols, rows)
 }
 
-/// Tells a driver the socket is bound: a line on stderr and, if asked, a file
-/// written to a temporary name and renamed, so it never appears half-written.
-fn announce_ready(o: &RxOpts, local: &SocketAddr) -> Result<(), Failure> {
-    let line = format!("ready {} {}\n", local.ip(), local.port());
-    if let Some(path) = &o.ready_file {
-        let tmp = format!("{}.tmp{}", path, std::process::id());
-        if let Err(e) = std::fs::write(&tmp, line.as_bytes()).and_then(|_| std::fs::rename(&tmp, path)) {
-            let _ = std::fs::remove_file(&tmp);
-            let msg = e.to_string();
-            let msg = match msg.find(" (os error") {
-                Some(i) => msg[..i].to_string(),
-                None => msg,
-            };
-            return Err(Failure::Env(format!("--ready-file {}: cannot write it: {}", path, msg)));
-        }
-    }
-    eprint!("offlab-engine: {}", line);
-    Ok(())
-}
-
 #[allow(clippy::too_many_arguments)]
 fn report(
     o: &RxOpts,
@@ -440,12 +420,8 @@ fn report(
     }
 
     let lost_vs_tx = c.tx_datagrams.map(|s| s.saturating_sub(unique));
-    let mut out = Obj::new();
-    out.s("schema", "offlab-engine/1")
-        .s("role", "rx")
-        .s("version", env!("CARGO_PKG_VERSION"))
-        .obj("options", opts)
-        .s("local", &local.to_string())
+    let mut out = json::envelope("rx", opts);
+    out.s("local", &local.to_string())
         .u("rcvbuf_bytes", rcvbuf)
         .opt_u("run_id", c.run_id.map(|r| r as u64))
         .s("stop_reason", stop_reason)

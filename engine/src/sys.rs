@@ -13,6 +13,23 @@ pub const UDP_GRO: libc::c_int = 104;
 #[derive(Debug)]
 pub struct EnvError(pub String);
 
+/// Tells a driver the socket is bound: a line on stderr ("ready IP PORT") and, if asked, a file
+/// written to a temporary name and renamed, so it never appears half-written.
+pub fn announce_ready(path: Option<&str>, local: &SocketAddr) -> Result<(), EnvError> {
+    let line = format!("ready {} {}\n", local.ip(), local.port());
+    if let Some(path) = path {
+        let tmp = format!("{}.tmp{}", path, std::process::id());
+        if let Err(e) = std::fs::write(&tmp, line.as_bytes()).and_then(|_| std::fs::rename(&tmp, path)) {
+            let _ = std::fs::remove_file(&tmp);
+            let msg = e.to_string();
+            let msg = msg.find(" (os error").map_or(msg.as_str(), |i| &msg[..i]).to_string();
+            return Err(EnvError(format!("--ready-file {}: cannot write it: {}", path, msg)));
+        }
+    }
+    eprint!("offlab-engine: {}", line);
+    Ok(())
+}
+
 pub fn errno() -> i32 {
     io::Error::last_os_error().raw_os_error().unwrap_or(0)
 }

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 
 use crate::args::TxOpts;
 use crate::header::{self, Header, FLAG_END, HEADER_LEN};
-use crate::json::{Obj, Value};
+use crate::json::{self, Obj, Value};
 use crate::pacing::{self, Pacer};
 use crate::series::{self, Deltas};
 use crate::sys::{self, Buffer, Socket, SOL_UDP, UDP_SEGMENT};
@@ -268,12 +268,8 @@ pub fn run(o: &TxOpts) -> Result<Value, Failure> {
         }
     }
     let bytes = seq * o.size as u64;
-    let mut out = Obj::new();
-    out.s("schema", "offlab-engine/1")
-        .s("role", "tx")
-        .s("version", env!("CARGO_PKG_VERSION"))
-        .obj("options", opts)
-        .opt_s("local", local.map(|l| l.to_string()).as_deref())
+    let mut out = json::envelope("tx", opts);
+    out.opt_s("local", local.map(|l| l.to_string()).as_deref())
         .s("remote", &dest.to_string())
         .u("run_id", run_id as u64)
         .u("sndbuf_bytes", sndbuf)

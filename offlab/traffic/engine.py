@@ -21,6 +21,24 @@ from offlab.traffic.iperf3 import TrafficFailed
 from offlab.hosts.process import cpu_on as _cpu, pinned, stop
 
 ENGINE = "offlab-engine"
+# The report format this offlab reads (engine/SCHEMA.md; engine/src/json.rs `envelope` writes it).
+SCHEMA = "offlab-engine/1"
+
+
+def report(text: str, role: str, host: Host) -> dict:
+    """One engine report, checked: JSON, the schema this offlab reads, the role asked for."""
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        raise TrafficFailed(f"offlab-engine {role} on {host.name} printed no JSON report: {text.strip()[:200]!r}") \
+            from None
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+        got = doc.get("schema") if isinstance(doc, dict) else type(doc).__name__
+        raise TrafficFailed(f"offlab-engine {role} on {host.name} reports schema {got!r}; this offlab reads "
+                            f"{SCHEMA!r}: install the engine of this checkout (`make install`)")
+    if doc.get("role") != role:
+        raise TrafficFailed(f"offlab-engine on {host.name} reported role {doc.get('role')!r} for {role}")
+    return doc
 
 
 def engine_path() -> str:
@@ -144,7 +162,7 @@ def run(client: Host, server: Host, server_addr: str, w: Workload, *, on_started
             rx_out, rx_err = rx.communicate(timeout=15)
             if rx.returncode != 0:
                 raise TrafficFailed(f"offlab-engine rx: {rx_err.strip() or 'exit ' + str(rx.returncode)}")
-            result = parse(json.loads(rx_out), json.loads(tx_out), w)
+            result = parse(report(rx_out, "rx", server), report(tx_out, "tx", client), w)
             result.client_pid, result.server_pid = tx.pid, rx.pid
             return result
         finally:

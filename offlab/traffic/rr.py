@@ -7,7 +7,6 @@ UDP and TCP request/response put one packet on the wire each way per transaction
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import signal
@@ -21,7 +20,7 @@ from offlab.hosts import Host
 from offlab.hosts.process import pinned, stop
 from offlab.traffic import UDP_MAX_PAYLOAD, BadWorkload
 from offlab.traffic import series as intervals
-from offlab.traffic.engine import _ready_dir, engine_on
+from offlab.traffic.engine import _ready_dir, engine_on, report
 from offlab.traffic.iperf3 import TrafficFailed
 
 HEADER_LEN = 24  # the engine's rr header: the smallest request or response
@@ -238,7 +237,7 @@ def run_client(client: Host, dest: str, port: int, w: RrWorkload, *, iface: str 
         raise BadInput(err.strip().removeprefix("offlab-engine: error: "))
     if proc.returncode != 0:
         raise TrafficFailed(f"offlab-engine rr: {err.strip() or 'exit ' + str(proc.returncode)}")
-    doc = json.loads(out)
+    doc = report(out, "rr", client)
     result = parse(doc)
     result.client_pid = proc.pid
     if iface and before is not None:
@@ -271,7 +270,7 @@ def run(client: Host, server: Host, server_addr: str, w: RrWorkload, *, client_i
             srv.send_signal(signal.SIGINT)
             out, _ = srv.communicate(timeout=15)
             if srv.returncode == 0 and out.strip():
-                result.server = json.loads(out)
+                result.server = report(out, "rr-server", server)
             result.server_pid = srv.pid
             return result
         finally:
