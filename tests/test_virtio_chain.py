@@ -45,6 +45,28 @@ def test_default_host_uso_is_on_from_qemus_default_and_the_guest_leaves_uso_off_
     assert c.row("guest_uso6").accepted is True
 
 
+def test_a_vhost_user_backend_that_lacks_uso_is_named_as_the_reason_uso_is_fixed():
+    # dpdk-vm: testpmd's net_vhost port (tso=1) behind the guest; host_uso stays QEMU's default, on
+    d = FIX / "virtio" / "dpdk_vhost_user"
+    status = json.loads((d / "x-query-virtio-status.json").read_text())
+    backend = virtio.parse_status_features(status["backend-features"])
+    assert 56 not in backend and {0, 11} <= backend
+    c = virtio.build(role="server", iface="eth0", device_id="nic0",
+                     effective=json.loads((d / "qom-get.json").read_text()),
+                     set_props=json.loads((d / "nic.json").read_text())["set_properties"],
+                     offered=virtio.parse_status_features(status["host-features"]),
+                     accepted=virtio.parse_sysfs_features((d / "guest-features").read_text()),
+                     guest_feats=parse_features((d / "guest-ethtool-k.txt").read_text()), tap_feats=None,
+                     vhost_user="/run/x/vhost0.sock", backend_bits=backend)
+    row = c.row("host_uso")
+    assert (row.value, row.source, row.offered, row.accepted) == ("on", "default", False, False)
+    assert row.why == ("tx-udp-segmentation off [fixed]: host_uso=on (QEMU's default) but VIRTIO_NET_F_HOST_USO "
+                       "(bit 56) not offered: the vhost-user backend does not offer it (its backend-features lack "
+                       "the bit)")
+    assert c.row("host_tso4").guest == {"tx-tcp-segmentation": "on"}
+    assert c.backend == "vhost-user /run/x/vhost0.sock" and c.row("guest_tso4").tap == {}
+
+
 def test_every_property_the_issue_names_has_a_row_with_its_virtio_bit():
     c = chain("default")
     bits = {r.prop: r.bit for r in c.rows}

@@ -159,12 +159,12 @@ def nic_chain(lab: LabState, role: str, nic: dict) -> virtio.NicChain:
             tap_feats = netdev.features(lab.host(tap_role), tap)
         except (OfflabError, OSError) as exc:
             problems.append(f"tap {tap}: {exc}")
-    elif nic.get("vhost_user"):
-        problems.append(f"no tap: the backend is the vhost-user socket {nic['vhost_user']} (its port's own "
-                        f"offloads are the backend's)")
+    backend_bits = virtio.parse_status_features(status["backend-features"]) if status and \
+        status.get("backend-features") else None
     return virtio.build(role=role, iface=name, device_id=device_id, effective=props,
                         set_props=nic.get("properties") or {}, offered=offered, accepted=accepted,
-                        guest_feats=guest_feats, tap_feats=tap_feats, tap=tap, tap_host=tap_role, problems=problems)
+                        guest_feats=guest_feats, tap_feats=tap_feats, tap=tap, tap_host=tap_role, problems=problems,
+                        vhost_user=nic.get("vhost_user"), backend_bits=backend_bits)
 
 
 def guest_chains(lab: LabState) -> dict[str, list[dict]]:

@@ -139,6 +139,7 @@ class NicChain:
     tap_host: str | None
     rows: list[Row]
     problems: list[str] = field(default_factory=list)  # what could not be read, and why
+    backend: str = ""  # "tap olv0 in server" | "vhost-user /run/.../vhost0.sock"
 
     def row(self, prop: str) -> Row:
         return next(r for r in self.rows if r.prop == prop)
@@ -150,7 +151,7 @@ class NicChain:
         """Text for people: a table of the properties, then the reason of every row where something
         is off, fixed, not offered or not accepted (all reasons are in the JSON)."""
         head = f"{self.role}:{self.iface}  QEMU device {self.device_id}"
-        head += f", tap {self.tap} in {self.tap_host}" if self.tap else ""
+        head += f", {self.backend}" if self.backend else ""
         out = [head, f"  {'property':<20} {'value':<5} {'from':<7} {'bit':>3} {'offered':<7} {'accepted':<8} "
                      f"guest ethtool / tap ethtool"]
         for r in self.rows:
@@ -188,8 +189,10 @@ def _qemu_value(v: object) -> str | None:
 def build(*, role: str, iface: str, device_id: str, effective: dict[str, object], set_props: dict[str, str],
           offered: set[int] | None, accepted: set[int] | None, guest_feats: dict[str, Feature] | None,
           tap_feats: dict[str, Feature] | None, tap: str | None = None, tap_host: str | None = None,
-          problems: list[str] = ()) -> NicChain:
-    """The chain from what was read; any input may be None (unread), the reasons then say less."""
+          problems: list[str] = (), vhost_user: str | None = None, backend_bits: set[int] | None = None) -> NicChain:
+    """The chain from what was read; any input may be None (unread), the reasons then say less.
+    `backend_bits`: what a vhost-user backend offers QEMU (x-query-virtio-status backend-features)."""
+    backend = f"tap {tap} in {tap_host}" if tap else (f"vhost-user {vhost_user}" if vhost_user else "")
     rows = []
     for link in LINKS:
         value = _qemu_value(effective.get(link.prop))
@@ -203,9 +206,21 @@ def build(*, role: str, iface: str, device_id: str, effective: dict[str, object]
             row.guest = {g: show_feature(_leaf(guest_feats, g)) for g in link.guest}
         if tap_feats is not None:
             row.tap = {t: show_feature(_leaf(tap_feats, t)) for t in link.tap}
-        row.why = _why(link, row, offered, accepted, guest_feats, tap_feats, iface)
+        row.why = _why(link, row, offered, accepted, guest_feats, tap_feats, iface,
+                       _lacks(link.bit, tap, vhost_user, backend_bits))
         rows.append(row)
-    return NicChain(role, iface, device_id, tap, tap_host, rows, list(problems))
+    return NicChain(role, iface, device_id, tap, tap_host, rows, list(problems), backend)
+
+
+def _lacks(bit: int, tap: str | None, vhost_user: str | None, backend_bits: set[int] | None) -> str:
+    """Why a device with the property on still did not offer the bit: what its backend lacks."""
+    if vhost_user:
+        if backend_bits and bit not in backend_bits:
+            return "the vhost-user backend does not offer it (its backend-features lack the bit)"
+        return "the vhost-user backend does not offer it"
+    if tap:
+        return "the tap backend lacks it (no vnet_hdr, or this host kernel's tun has no such offload)"
+    return "the backend lacks it"
 
 
 def _leaf(feats: dict[str, Feature], name: str) -> Feature | None:
@@ -214,7 +229,8 @@ def _leaf(feats: dict[str, Feature], name: str) -> Feature | None:
 
 
 def _why(link: Link, row: Row, offered: set[int] | None, accepted: set[int] | None,
-         guest_feats: dict[str, Feature] | None, tap_feats: dict[str, Feature] | None, iface: str) -> str:
+         guest_feats: dict[str, Feature] | None, tap_feats: dict[str, Feature] | None, iface: str,
+         lacks: str) -> str:
     setting = f"{link.prop}={row.value or '?'}" + (" (QEMU's default)" if row.source == "default" else "")
     bit = f"{BIT_NAMES[link.bit]} (bit {link.bit})"
     ends = ", ".join(f"{k} {v}" for k, v in [*row.guest.items(), *row.tap.items()])
@@ -222,10 +238,9 @@ def _why(link: Link, row: Row, offered: set[int] | None, accepted: set[int] | No
     lead = f"{ends}: " if ends else ""
     if row.offered is False:
         cause = (f"{setting}, {bit} not offered" if row.value == "off" else
-                 f"{setting} but {bit} not offered: the backend lacks it (a tap without vnet_hdr or this "
-                 f"host kernel's tap without the offload, a vhost-user port that does not offer it)"
-                 if row.value == "on" else f"{bit} not offered")
-        return lead + cause + (f"; {link.note}" if link.note else "")
+                 f"{setting} but {bit} not offered: {lacks}" if row.value == "on" else f"{bit} not offered")
+        note = link.note if link.note and (row.tap or "tap" not in link.note) else ""
+        return lead + cause + (f"; {note}" if note else "")
     if row.accepted is False:
         why = f"{setting}, {bit} offered, not accepted by the guest's driver"
         why += (f" (it needs {', '.join(missing)}, not accepted)" if missing else
