@@ -223,8 +223,8 @@ def module_lab(tmp_path_factory, topology: str, suffix: str, *args: str, timeout
 # test_knobs_napi net.core.busy_poll/busy_read, and nothing else takes a lease. The slowest modules go
 # first, so that neither worker is left with a long one at the end.
 SLOWEST_FIRST = ("test_remote_lab", "test_witness_skew", "test_lab_vm_topologies", "test_dpdk_vm", "test_vm_suite",
-                 "test_ovs_dpdk", "test_vm", "test_lab_vm", "test_dpdk", "test_queues_guest_cpus", "test_ssh",
-                 "test_experiment", "test_bad_input")
+                 "test_ovs_dpdk", "test_vm", "test_lab_vm", "test_lab_explain", "test_dpdk", "test_queues_guest_cpus",
+                 "test_ssh", "test_experiment", "test_bad_input")
 
 
 def pytest_collection_modifyitems(config, items):
