@@ -105,6 +105,9 @@ def test_tx_off_drags_tso_and_uso_with_it_and_says_so(veth, state_dir):
         assert o.also_why["tx-udp-segmentation"] == "needs tx-checksumming, which is off"
         assert "tx-udp-segmentation on→off (needs tx-checksumming, which is off)" in o.line()
         assert o.to_dict()["also_changed_why"]["tx-tcp6-segmentation"] == "needs tx-checksumming, which is off"
+        took = [r for r in map(json.loads, tx.journal.path.read_text().splitlines()) if r.get("op") == "also-changed"]
+        assert took[0]["changed"]["tx-udp-segmentation"] == ["on", "off"]
+        assert took[0]["why"]["tx-udp-segmentation"] == "needs tx-checksumming, which is off"
         # TSO is still requested on; the kernel keeps it off while tx checksumming is off
         [tso] = tx.apply([Change(lab.client, "uso", "on", None, lab)])
         assert (tso.actual, tso.ok) == ("off", False)

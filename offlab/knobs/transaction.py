@@ -320,6 +320,9 @@ class Transaction:
         out.also_changed = {k: (side_before[k], v) for k, v in side_after.items()
                             if k in side_before and side_before[k] != v}
         out.also_why = knob.side_reasons(list(out.also_changed))
+        if out.also_changed and out.journalled:
+            self.journal.append({"op": "also-changed", "seq": seq, "why": out.also_why,
+                                 "changed": {k: list(v) for k, v in out.also_changed.items()}})
         return out
 
     def _release(self) -> None:
