@@ -76,9 +76,11 @@ class Outcome:
         else:
             text = f"{head} (requested {self.requested}) — {self.reason}"
         if self.also_changed:
+            groups: dict[tuple, list[str]] = {}  # features that moved alike for one reason: named once
+            for k, (a, b) in self.also_changed.items():
+                groups.setdefault((a, b, self.also_why.get(k)), []).append(k)
             text += "; also changed: " + ", ".join(
-                f"{k} {a}→{b}" + (f" ({self.also_why[k]})" if k in self.also_why else "")
-                for k, (a, b) in self.also_changed.items())
+                f"{', '.join(names)} {a}→{b}" + (f" ({why})" if why else "") for (a, b, why), names in groups.items())
         return text
 
     def to_dict(self) -> dict:
