@@ -134,3 +134,32 @@ def test_scatter_gather_off_holds_tso_and_gso_off_but_not_uso():
     assert after["tx-tcp-segmentation"] == "needs scatter-gather, which is off"
     assert after["generic-segmentation-offload"] == "needs scatter-gather, which is off"
     assert "tx-udp-segmentation" not in after  # 6.18 keeps USO on without scatter-gather
+
+
+def test_results_show_json_gives_the_chain_a_guest_sample_stored(tmp_path):
+    import random
+
+    from offlab.metrics import metrics_of
+    from offlab.store import Store
+    from tests.conftest import offlab_cli
+    from tests.synthetic_results import ENV, PLAN_TEXT, sample
+
+    db = tmp_path / "r.db"
+    store = Store.open(db)
+    plan = {"name": "g", "axes": {}, "repeat": {"min": 1, "max": 1, "level": 99, "width": 5}}
+    run = store.create_run("g", PLAN_TEXT, plan, 1, ENV, None, plan["repeat"])
+    cid = store.add_cells(run, [{"key": "only", "params": {}, "settings": {}}])["only"]
+    s = sample(random.Random(1), payload=1472, mtu=1500, gso=True, throughput_bps=1e9)
+    s["guests"] = {"client": {"accel": "tcg", "vhost": False, "qemu_version": "10.0.2",
+                              "kernel_release": "6.12.117+deb12-cloud-amd64",
+                              "nics": [chain("host_uso_off").to_json()]}}
+    store.add_sample(run, cid, 0, s, metrics_of(s))
+    store.set_cell_status(cid, "done")
+    store.set_run_status(run, "done")
+    store.close()
+    res = offlab_cli("results", "show", str(run), "--db", str(db), "--json")
+    assert res.returncode == 0, res.stderr
+    (stored,) = json.loads(res.stdout)["samples"]
+    (nic,) = stored["sample"]["guests"]["client"]["nics"]
+    uso = next(r for r in nic["rows"] if r["prop"] == "host_uso")
+    assert uso["why"] == "tx-udp-segmentation off [fixed]: host_uso=off, VIRTIO_NET_F_HOST_USO (bit 56) not offered"
