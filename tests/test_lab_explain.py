@@ -72,6 +72,10 @@ def test_a_guest_sample_stores_the_chain_at_sample_time(lab):
     (nic,) = json.loads(res.stdout)["guests"]["client"]["nics"]
     uso = rows(nic)["host_uso"]
     assert (uso["value"], uso["offered"], uso["guest"]) == ("off", False, {"tx-udp-segmentation": "off [fixed]"})
+    text = cli(lab, "measure", lab["name"], "--tool", "engine", "--proto", "udp", "--duration", "2", timeout=180)
+    assert text.returncode == 0, text.stderr
+    assert ("guest       client:eth0 tx-udp-segmentation off [fixed]: host_uso=off, VIRTIO_NET_F_HOST_USO (bit 56) "
+            "not offered") in text.stdout
 
 
 def test_guest_rx_gro_hw_off_takes_the_taps_tso_back_and_explain_says_why(lab):
