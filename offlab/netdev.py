@@ -48,6 +48,42 @@ def parse_features(text: str) -> dict[str, Feature]:
     return out
 
 
+# What the kernel's netdev_fix_features() keeps a feature off for: (feature pattern, the group it
+# needs as people name it, the features of which one must be on). Seen on Linux 6.18 veths:
+# `tx off` takes TSO and USO with it, `sg off` takes TSO and GSO but leaves USO on.
+_CSUM = ("tx-checksum-ip-generic", "tx-checksum-ipv4", "tx-checksum-ipv6")
+DEPENDS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("tx-tcp-segmentation", "tx-checksumming", ("tx-checksum-ip-generic", "tx-checksum-ipv4")),
+    ("tx-tcp-ecn-segmentation", "tx-checksumming", _CSUM),
+    ("tx-tcp-mangleid-segmentation", "tx-checksumming", ("tx-checksum-ip-generic", "tx-checksum-ipv4")),
+    ("tx-tcp6-segmentation", "tx-checksumming", ("tx-checksum-ip-generic", "tx-checksum-ipv6")),
+    ("tx-udp-segmentation", "tx-checksumming", _CSUM),
+    ("tx-tcp*-segmentation", "scatter-gather", ("tx-scatter-gather",)),
+    ("tx-generic-segmentation", "scatter-gather", ("tx-scatter-gather",)),
+    ("generic-segmentation-offload", "scatter-gather", ("tx-scatter-gather",)),
+    ("tx-tcp-mangleid-segmentation", "tx-tcp-segmentation", ("tx-tcp-segmentation",)),
+    ("tx-tcp-ecn-segmentation", "tcp-segmentation-offload", ("tx-tcp-segmentation", "tx-tcp6-segmentation")),
+    ("rx-gro-hw", "rx-checksumming", ("rx-checksum", "rx-checksumming")),
+)
+
+
+def held_off(feats: dict[str, Feature]) -> dict[str, str]:
+    """Each feature that is off although requested on → why, when a feature it needs is off
+    ("needs tx-checksumming, which is off")."""
+    from fnmatch import fnmatchcase
+
+    out = {}
+    for name, f in feats.items():
+        if f.active or not f.requested or f.fixed:
+            continue
+        for pattern, group, members in DEPENDS:
+            present = [m for m in members if m in feats]
+            if fnmatchcase(name, pattern) and present and not any(feats[m].active for m in present):
+                out[name] = f"needs {group}, which is off"
+                break
+    return out
+
+
 def features(host: Host, iface: str) -> dict[str, Feature]:
     check_ifname(iface)
     try:

@@ -229,6 +229,7 @@ CASES = [
     Case("lab-up-guest-cpus-0", 2, "guest_cpus 0: a whole number of vCPUs from 1 to 8",
          argv=["lab", "up", "vm-router", "--name", "zz", "--guest-cpus", "0"]),
     Case("lab-show-bad-name", 2, "invalid lab name '../etc'", argv=["lab", "show", "../etc"]),
+    Case("lab-explain-no-lab", 2, "no lab named 'nolabhere'", argv=["lab", "explain", "nolabhere"]),
     Case("mtu-calc-ipv6-1000", 2, "--mtu 1000 is below IPv6's minimum 1280", argv=["mtu", "calc", "--mtu", "1000", "--ipv6"]),
     Case("run-nothing", 2, "give a PLAN file or --resume RUN_ID", argv=["run"]),
     Case("run-validate-resume", 2, "--validate checks a PLAN file", argv=["run", "--resume", "1", "--validate"]),

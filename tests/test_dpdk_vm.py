@@ -70,6 +70,12 @@ def test_lab_up_dpdk_vm_puts_a_guest_on_testpmds_vhost_user_port(vm_lab):
     client = shown["hosts"]["client"]
     assert [(i["kind"], i["addresses"]) for i in client["interfaces"]] == [("tap", ["10.200.1.1/24"])]
     assert shown["hosts"]["server"]["address"] == "10.200.1.2"
+    # the chain: DPDK's vhost port offers TSO but no USO, whatever QEMU's host_uso says
+    explained = json.loads(_lab(vm_lab, "lab", "explain", vm_lab["name"], "server", "--json").stdout)
+    rows = {r["prop"]: r for r in explained["nics"][0]["rows"]}
+    assert (rows["host_tso4"]["source"], rows["host_tso4"]["offered"], rows["host_tso4"]["accepted"]) == ("set", True, True)
+    assert (rows["host_uso"]["value"], rows["host_uso"]["offered"]) == ("on", False)
+    assert "the vhost-user backend does not offer it" in rows["host_uso"]["why"]
     # testpmd maps the guest's RAM: QEMU must run with shared memfd memory
     argv = Path(f"/proc/{shown['daemons'][1]['pid']}/cmdline").read_bytes().split(b"\0")
     assert b"memory-backend-memfd,id=mem,size=512M,share=on" in argv

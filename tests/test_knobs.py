@@ -70,11 +70,22 @@ def test_tx_off_drags_tso_and_uso_with_it_and_says_so(veth, state_dir):
         assert o.also_changed["tx-tcp-segmentation"] == ("on", "off")
         assert o.also_changed["tx-udp-segmentation"] == ("on", "off")
         assert "also changed: " in o.line() and "tx-udp-segmentation on→off" in o.line()
+        # and why: the kernel drops TSO and USO without a checksum offload
+        assert o.also_why["tx-tcp-segmentation"] == "needs tx-checksumming, which is off"
+        assert o.also_why["tx-udp-segmentation"] == "needs tx-checksumming, which is off"
+        assert "tx-udp-segmentation on→off (needs tx-checksumming, which is off)" in o.line()
+        assert o.to_dict()["also_changed_why"]["tx-tcp6-segmentation"] == "needs tx-checksumming, which is off"
+        took = [r for r in map(json.loads, tx.journal.path.read_text().splitlines()) if r.get("op") == "also-changed"]
+        assert took[0]["changed"]["tx-udp-segmentation"] == ["on", "off"]
+        assert took[0]["why"]["tx-udp-segmentation"] == "needs tx-checksumming, which is off"
         # TSO is still requested on; the kernel keeps it off while tx checksumming is off
         [tso] = tx.apply([Change(lab.client, "uso", "on", None, lab)])
         assert (tso.actual, tso.ok) == ("off", False)
         assert "needs tx (tx-checksumming)" in tso.reason and "cannot test uso=on here" in tso.reason
         assert tx.impossible == [tso]
+        [back] = tx.apply([Change(lab.client, "tx", "on", None, lab)])
+        assert back.also_changed["tx-udp-segmentation"] == ("off", "on")
+        assert back.also_why["tx-udp-segmentation"] == "needs tx-checksumming, which is on again"
     feats = json.loads(lab.client.run(["ethtool", "--json", "-k", lab.resolve_iface("client")]).stdout)[0]
     assert feats["tx-udp-segmentation"]["active"] and feats["tx-tcp-segmentation"]["active"]
 

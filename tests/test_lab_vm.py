@@ -23,6 +23,12 @@ def test_lab_up_vm_show_exec_measure_down(lab_name, clean_machine):
         assert "tx-tcp-segmentation" in client["interfaces"][0]["features"]
         tap = client["guest"]["tap"]
         assert {i["name"]: i.get("master") for i in server["interfaces"]}[tap] == "br0"
+        # nothing set on the command line, yet QEMU's defaults show: USO offered to the guest
+        (nic,) = client["guest"]["nics"]
+        assert nic["properties"] == {} and nic["effective_properties"]["host_uso"] == "on"
+        explained = json.loads(offlab_cli("lab", "explain", lab_name, "client", "--json").stdout)
+        uso = {r["prop"]: r for r in explained["nics"][0]["rows"]}["host_uso"]
+        assert (uso["value"], uso["source"], uso["offered"], uso["accepted"]) == ("on", "default", True, True)
         (daemon,) = shown["daemons"]
         assert daemon["name"] == "qemu-system-x86_64" and running(daemon["pid"])
 

@@ -104,6 +104,15 @@ def test_vm_router_lists_the_guest_like_any_host_with_its_two_nics_and_qemu_prop
     (daemon,) = shown["daemons"]
     assert running(daemon["pid"])
     assert _exec(name, "router", "cat", "/proc/sys/net/ipv4/ip_forward") == "1\n"
+    # each NIC's chain: its own QEMU device and its tap, moved to the end namespace it faces
+    res = offlab_cli("lab", "explain", name, "router", "--json")
+    assert res.returncode == 0, res.stderr
+    chains = json.loads(res.stdout)["nics"]
+    assert [(c["iface"], c["device_id"], c["tap"], c["tap_host"], c["problems"]) for c in chains] == [
+        ("eth0", "nic0", guest["nics"][0]["tap"], "client", []), ("eth1", "nic1", guest["nics"][1]["tap"], "server", [])]
+    for c in chains:
+        mq = {r["prop"]: r for r in c["rows"]}["mq"]
+        assert (mq["value"], mq["source"], mq["offered"], mq["accepted"]) == ("on", "set", True, True)
 
 
 def test_qemu_device_properties_reach_the_guest_driver(router):

@@ -170,6 +170,34 @@ def show_cmd(name: str, as_json: bool = typer.Option(False, "--json")) -> None:
     _print_lab(lab, as_json)
 
 
+@app.command("explain")
+def explain_cmd(
+    name: str = typer.Argument(..., help="Lab name."),
+    host: Optional[str] = typer.Argument(None, help="Host of the lab (default: every host)."),
+    iface: Optional[str] = typer.Argument(None, help="Interface: a real name or to-<host> (default: every one)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the explanation as JSON."),
+) -> None:
+    """Why each offload is what it is: for a guest NIC the chain QEMU property → virtio feature bit offered →
+    accepted by the guest → guest ethtool feature, and the tap's flags; for every interface, the features the
+    kernel holds off although requested on, and what each needs."""
+    from offlab.lab.explain import explain
+
+    if not is_root():
+        raise NotRoot("lab explain")
+    lab = labs.LabState.load(name)
+    why = labs.health(lab)
+    if why:
+        raise EnvironmentProblem(f"lab {name} is broken: {why}; `offlab lab down {name}` removes what is left")
+    if iface is not None and host is None:
+        raise BadInput("name the host before the interface: offlab lab explain NAME HOST IFACE")
+    found = explain(lab, host, iface)
+    if as_json:
+        typer.echo(json.dumps(found.to_json(), indent=2))
+        return
+    for line in found.lines():
+        typer.echo(line)
+
+
 @app.command("set")
 def set_cmd(
     name: str = typer.Argument(..., help="Lab name."),
@@ -249,6 +277,15 @@ def _print_lab(lab: labs.LabState, as_json: bool) -> None:
     out.print(t)
     out.print("[dim]* = fixed by the driver; short names: "
               + ", ".join(f"{k}={v}" for k, v in SUMMARY_FEATURES.items() if k != v) + "[/dim]")
+    for role, h in info["hosts"].items():
+        for nic in (h.get("guest") or {}).get("nics", []):
+            eff = nic.get("effective_properties")
+            if eff is None:
+                out.print(f"guest {role}:{nic['iface']}: QEMU's properties unread — {nic.get('effective_properties_error')}")
+                continue
+            off = [f"{k} ({'set' if k in nic.get('properties', {}) else 'default'})" for k, v in eff.items() if v == "off"]
+            out.print(f"guest {role}:{nic['iface']} virtio-net ({nic['device_id']}): off: {', '.join(off) or 'none'}; "
+                      f"the rest on — why each feature is so: offlab lab explain {info['name']} {role}")
     for a in info["adjustments"]:
         out.print(f"note: {a['host']}:{a['iface']} {a['setting']} {a['value']} — {a['why']}")
     for c in info.get("changes", []):

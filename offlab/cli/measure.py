@@ -205,6 +205,11 @@ def print_sample(s: Sample) -> None:
         if tp["out_per_in"] is not None:
             out.print(f"  testpmd     packets out per packet in ({tp['data_direction'].replace('>', ' → ')}): "
                       f"{tp['out_per_in']:.3f}")
+    for role, g in (s.guests or {}).items():
+        for nic in g.get("nics") or []:  # the chain at sample time: only what is fixed off, and why
+            for r in nic["rows"]:
+                if any(v.startswith("off [fixed]") for v in r["guest"].values()):
+                    out.print(f"  guest       {role}:{nic['iface']} {escape(r['why'])}")
     for role, snmp in p["snmp"].items():
         for group in ("Udp", "Udp6"):
             udp = snmp.get(group, {})

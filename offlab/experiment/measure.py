@@ -14,6 +14,7 @@ from typing import Callable
 
 from offlab import lab as labs
 from offlab.errors import BadInput, EnvironmentProblem, OfflabError
+from offlab.lab.explain import guest_chains
 from offlab.lab.model import LabState
 from offlab.metrics import TCG_MARK
 from offlab.probes import ProbeSession, mtus, service_demand, system_service_demand
@@ -183,6 +184,10 @@ def _measure(lab: LabState, w: Workload, capture: CaptureRequest | None, *,
                          + "): this measured its socket receive memory (tcp_rmem), not only the path")
     guests = {role: {k: e.guest.get(k) for k in ("accel", "vhost", "qemu_version", "kernel_release")}
               for role, e in lab.hosts.items() if e.guest}
+    # Each guest NIC's negotiation chain as it stood at the end of the traffic (read after it, so the
+    # guest round trips do not steal from the measured work): why its offloads were what they were.
+    for role, chains in guest_chains(lab).items():
+        guests[role]["nics"] = chains
     if any(g["accel"] == "tcg" for g in guests.values()):
         notes.append(f"{TCG_MARK}: {', '.join(r for r, g in guests.items() if g['accel'] == 'tcg')} ran under "
                      f"TCG (an emulated CPU)")

@@ -108,6 +108,10 @@ class Knob:
         """Related state that may change as a side effect (reported as `also_changed`)."""
         return {}
 
+    def side_reasons(self, changed: list[str]) -> dict[str, str]:
+        """Why each of these side states moved, where known (from the last two side_state reads)."""
+        return {}
+
     def gone(self) -> str | None:
         """Why this setting no longer exists (its interface was removed), or None."""
         if self.target.iface is None:

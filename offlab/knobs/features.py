@@ -148,6 +148,7 @@ class Feature(Knob):
         self._names: list[str] | None = None
         self._read: dict[str, netdev.Feature] | None = None  # the device's features as snapshot() last read them
         self._fixed: dict[str, bool] | None = None  # which are [fixed], from that read, until a write uses it
+        self._sides: list[dict[str, netdev.Feature]] = []  # the last two reads side_state used
 
     @property
     def names(self) -> list[str]:
@@ -247,4 +248,18 @@ class Feature(Knob):
         feats, self._read = self._read, None
         if feats is None:
             feats = leaves(self.host, self.iface)
+        self._sides = [*self._sides[-1:], feats]
         return {n: onoff(f.active) for n, f in feats.items() if n not in own}
+
+    def side_reasons(self, changed: list[str]) -> dict[str, str]:
+        """A feature the kernel took along: the one it needs that went off (or came back on)."""
+        if len(self._sides) < 2:
+            return {}
+        before, after = (netdev.held_off(s) for s in self._sides)
+        out = {}
+        for name in changed:
+            if name in after:
+                out[name] = after[name]
+            elif name in before:
+                out[name] = before[name].replace(", which is off", ", which is on again")
+        return out

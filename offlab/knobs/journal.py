@@ -8,6 +8,9 @@ JSON lines, each appended, flushed and fsynced:
      "original": <exact snapshot>, "original_text": "off", "value": "on"}
     {"op": "restored", "seq": 1}            or  {"op": "dropped", "seq": 1, "note": "namespace gone: ..."}
     {"op": "release"}                       (a persisted journal no longer belongs to its process)
+    {"op": "also-changed", "seq": 1, "changed": {"tx-tcp-segmentation": ["on", "off"]},
+     "why": {"tx-tcp-segmentation": "needs tx-checksumming, which is off"}}
+                                            (what the kernel took along; for people, restore ignores it)
 
 The owner is a pid plus its start time from /proc/PID/stat, so a reused pid is
 not mistaken for the process that wrote the journal. A torn last line (the

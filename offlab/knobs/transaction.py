@@ -63,6 +63,7 @@ class Outcome:
     ok: bool
     reason: str | None = None
     also_changed: dict[str, tuple[str, str]] = field(default_factory=dict)
+    also_why: dict[str, str] = field(default_factory=dict)  # why the kernel moved each of also_changed
     where: str = ""
     journalled: bool = False
     seqs: list[int] = field(default_factory=list, repr=False, compare=False)  # its journal entries
@@ -75,13 +76,18 @@ class Outcome:
         else:
             text = f"{head} (requested {self.requested}) — {self.reason}"
         if self.also_changed:
-            text += "; also changed: " + ", ".join(f"{k} {a}→{b}" for k, (a, b) in self.also_changed.items())
+            groups: dict[tuple, list[str]] = {}  # features that moved alike for one reason: named once
+            for k, (a, b) in self.also_changed.items():
+                groups.setdefault((a, b, self.also_why.get(k)), []).append(k)
+            text += "; also changed: " + ", ".join(
+                f"{', '.join(names)} {a}→{b}" + (f" ({why})" if why else "") for (a, b, why), names in groups.items())
         return text
 
     def to_dict(self) -> dict:
         return {"where": self.where, "key": self.change.key, "original": self.original,
                 "requested": self.requested, "actual": self.actual, "ok": self.ok, "reason": self.reason,
-                "also_changed": {k: list(v) for k, v in self.also_changed.items()}}
+                "also_changed": {k: list(v) for k, v in self.also_changed.items()},
+                "also_changed_why": dict(self.also_why)}
 
 
 class Transaction:
@@ -315,6 +321,10 @@ class Transaction:
         side_after = knob.side_state()
         out.also_changed = {k: (side_before[k], v) for k, v in side_after.items()
                             if k in side_before and side_before[k] != v}
+        out.also_why = knob.side_reasons(list(out.also_changed))
+        if out.also_changed and out.journalled:
+            self.journal.append({"op": "also-changed", "seq": seq, "why": out.also_why,
+                                 "changed": {k: list(v) for k, v in out.also_changed.items()}})
         return out
 
     def _release(self) -> None:

@@ -21,6 +21,25 @@ SUMMARY_FEATURES = {
 }
 
 
+def _with_effective(qmp: str | None, nic: dict) -> dict:
+    """A guest NIC with every chain property as QEMU has it (defaults included), read over QMP."""
+    from offlab.lab.explain import effective_properties
+    from offlab.vm.qmp import QmpError
+
+    nic = dict(nic)
+    if not qmp or not nic.get("device_id"):
+        nic["effective_properties"] = None
+        nic["effective_properties_error"] = "no QMP socket or device id (a guest from before they existed)"
+        return nic
+    try:
+        props = effective_properties(qmp, nic["device_id"])
+    except QmpError as exc:
+        nic["effective_properties"], nic["effective_properties_error"] = None, str(exc)
+        return nic
+    nic["effective_properties"] = {k: ("on" if v else "off") if isinstance(v, bool) else v for k, v in props.items()}
+    return nic
+
+
 def describe(lab: LabState, *, with_features: bool = True) -> dict:
     """The `lab show --json` contract (see DESIGN.md) but for "changes", which the caller adds from knobs."""
     hosts = {}
@@ -54,6 +73,7 @@ def describe(lab: LabState, *, with_features: bool = True) -> dict:
             h["kind"] = entry.ref.get("kind")
         if entry.guest:
             h["guest"] = {k: v for k, v in entry.guest.items() if k != "ref"}
+            h["guest"]["nics"] = [_with_effective(entry.guest.get("qmp"), nic) for nic in entry.guest.get("nics", [])]
         if entry.address:
             h["address"] = entry.address
         if entry.address6:
