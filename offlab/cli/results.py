@@ -98,7 +98,7 @@ def show_cmd(
         print_captures(store, run_id)
         print_losses(store, run_id)
         print_testpmd(store, run_id)
-        print_published(store, run_id)
+        print_published(store, run_id, rule_named=False)
 
 
 def _samples_csv(run: dict, cells: list[dict], samples: list[dict]) -> None:
@@ -147,18 +147,23 @@ def print_comparison(store, run_id: int) -> None:
     print_testpmd(store, run_id)
 
 
-def print_published(store, run_id: int) -> None:
-    """The ratios the run's plan says its source published, each beside ours for the same comparison."""
+def print_published(store, run_id: int, rule_named: bool = True) -> None:
+    """The ratios the run's plan says its source published, each beside ours for the same comparison;
+    the rule of our verdicts below them unless a comparison table above already named it."""
     from offlab.report import compare
     from offlab.report import format as fmt
 
     rows = compare.published_rows(store, run_id)
     if not rows:
         return
-    out.print(f"\n[bold]published ratios beside ours[/bold] ({escape(rows[0].label)}, {rows[0].level:g} % CI):")
+    out.print(f"\n[bold]published ratios beside ours[/bold] ({escape(rows[0].label)}; "
+              f"{'the sequential rule' if rows[0].rule == compare.SEQUENTIAL else 'Fieller'}):")
     for r in rows:
-        ours = f"{fmt.change(r)} ({r.verdict})" if r.compared else r.verdict
+        ours = fmt.verdict_text(r) if r.compared else r.verdict
         out.print(f"  {escape(r.cell)} vs {escape(r.baseline or '?')}: ours {escape(ours)} | {escape(r.published)}")
+    if not rule_named:
+        for line in compare.rule_lines(rows):
+            out.print(f"[dim]  verdicts: {escape(line)}[/dim]")
 
 
 def print_captures(store, run_id: int) -> None:
@@ -291,8 +296,13 @@ def _print_run(run: dict, cells: list[dict], cis: dict, level: float) -> None:
               + (f" ({escape(run['note'])})" if run["note"] else ""))
     out.print(f"  started {run['started_at']}, finished {run['finished_at'] or '–'}, offlab {run['offlab_version']}, "
               f"seed {run['seed']}")
-    out.print(f"  repeat: {rep.get('min', '?')}..{rep.get('max', '?')} rounds until the {level:g} % interval is "
-              f"≤ {rep.get('width', '?')} % of the mean" + (
+    if (rep.get("until") or ("decided" if run["baseline"] else "width")) == "decided":
+        rule = (f"{rep.get('min', '?')}..{rep.get('max', '?')} rounds until each comparison is decided on "
+                f"{rep.get('metric', '?')} at {level:g} % over every look")
+    else:
+        rule = (f"{rep.get('min', '?')}..{rep.get('max', '?')} rounds until the {level:g} % interval is "
+                f"≤ {rep.get('width', '?')} % of the mean")
+    out.print(f"  repeat: {rule}" + (
                   f"; baseline {escape(','.join(f'{k}={v}' for k, v in run['baseline'].items()))}"
                   if run["baseline"] else ""))
     _print_emulated(emulated(run))
@@ -450,8 +460,9 @@ def _print_rows(rows) -> None:
         out.print(t)
     if shown:
         ns = sorted({f"{r.n_baseline}/{r.n_cell}" for g in shown for r in g})
-        out.print(f"\n[dim]n (baseline/cell): {', '.join(ns)}; change = mean(cell)/mean(baseline) − 1, "
-                  f"Fieller's interval; a verdict only when the interval excludes 0 %[/dim]")
+        out.print(f"\n[dim]n (baseline/cell): {', '.join(ns)}. Verdicts:[/dim]")
+        for line in compare.rule_lines([r for g in shown for r in g]):
+            out.print(f"[dim]  {escape(line)}[/dim]")
     else:
         out.print("nothing to compare: no cell has measured values on both sides")
     for g in aside:

@@ -203,22 +203,31 @@ def _window_s(cell: Cell) -> float:
 
 def reason(d: dict) -> str:
     """The cell's reason line for a comparison's outcome."""
+    if d["verdict"] != UNDECIDED:
+        return f"decided {d['verdict']} ({d['level']:g} % over every look, {detail(d)})"
+    return f"undetermined{detail(d)}"
+
+
+def detail(d: dict) -> str:
+    """What the verdict rests on: for a decided comparison its rounds and noise; for an undecided one
+    ": needs ~N more minutes …" or " after N rounds: …". The headline lines print it after the verdict
+    that compare's rows carry (offlab.report.compare), so the verdict itself is written in one place."""
     noise = (f"noise: ratio cv {_pct(d['cv_ratio_pct'])}, cell {_pct(d['cv_cell_pct'])}, "
              f"baseline {_pct(d['cv_baseline_pct'])}")
     if d["steal_pct"] is not None and d["steal_pct"] >= 1:
         noise += f", CPU steal up to {d['steal_pct']:.1f} %"
     rounds = f"{d['pairs']} round{'' if d['pairs'] == 1 else 's'}"
     if d["verdict"] != UNDECIDED:
-        return (f"decided {d['verdict']} ({d['level']:g} % over every look, {rounds}, {noise})")
+        return f"{rounds}, {noise}"
     if d.get("needs_floor"):
-        return (f"undetermined: needs at least ~{max(d['needs_minutes'], 0.1):.1f} more minutes "
+        return (f": needs at least ~{max(d['needs_minutes'], 0.1):.1f} more minutes "
                 f"({d['needs_rounds']} more rounds before its first look; {rounds}, too few to know the noise)")
     if d["needs_minutes"] is not None:
-        return (f"undetermined: needs ~{max(d['needs_minutes'], 0.1):.1f} more minutes at this noise "
+        return (f": needs ~{max(d['needs_minutes'], 0.1):.1f} more minutes at this noise "
                 f"(~{d['needs_rounds']} more rounds; {rounds}, {noise})")
     if d["pairs"] >= 2:
-        return f"undetermined after {rounds}: more than {ESTIMATE_LIMIT} more rounds at this noise ({noise})"
-    return f"undetermined after {rounds}: too few samples to estimate what it needs"
+        return f" after {rounds}: more than {ESTIMATE_LIMIT} more rounds at this noise ({noise})"
+    return f" after {rounds}: too few samples to estimate what it needs"
 
 
 def _pct(x: float | None) -> str:

@@ -102,6 +102,13 @@ def change(row) -> str:
     return "–"
 
 
+def verdict_text(row) -> str:
+    """"+69.0 % [−53.4, +514.0] undetermined": a comparison's interval and verdict, as every line that
+    shows a comparison (headline, published ratio, compare, report) prints it."""
+    text = change(row)
+    return f"{text} {row.verdict}" if text != "–" else row.verdict
+
+
 def loss_lines(la: dict | None) -> list[str]:
     """Loss attribution (offlab.experiment.witnesses.attribute_loss) as lines people read:
     'router:oltrq2 qdisc (tbf) drops 27410 (98 %): queue full or over its rate'."""
