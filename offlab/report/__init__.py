@@ -298,7 +298,7 @@ def losses(cells: list[dict], samples: list[dict]) -> list[dict]:
     """Per cell with lost datagrams, where they died: its samples' attributions summed."""
     per_cell: dict[int, list[dict]] = {}
     for s in samples:
-        la = (s["sample"] or {}).get("loss_attribution")
+        la = _attribution(s["sample"] or {})
         if la:
             per_cell.setdefault(s["cell_id"], []).append(la)
     out = []
@@ -307,6 +307,16 @@ def losses(cells: list[dict], samples: list[dict]) -> list[dict]:
         if merged:
             out.append({"cell": c["key"], **merged})
     return out
+
+
+def _attribution(sample: dict) -> dict | None:
+    """The sample's loss attribution as this offlab computes it (in datagrams, over the counters' window)
+    from its stored traffic, series and counters; as stored where those are missing."""
+    from offlab.experiment.witnesses import attribute_loss
+
+    if all(sample.get(k) for k in ("traffic", "probes", "workload")):
+        return attribute_loss({"traffic": sample["traffic"], "probes": sample["probes"], "workload": sample["workload"]})
+    return sample.get("loss_attribution")
 
 
 def segmentations(cells: list[dict], samples: list[dict]) -> list[dict]:
