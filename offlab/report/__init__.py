@@ -310,13 +310,18 @@ def losses(cells: list[dict], samples: list[dict]) -> list[dict]:
 
 
 def _attribution(sample: dict) -> dict | None:
-    """The sample's loss attribution as this offlab computes it (in datagrams, over the counters' window)
-    from its stored traffic, series and counters; as stored where those are missing."""
+    """The sample's loss attribution in datagrams over the counters' window: as stored by an offlab that
+    computed it so, else recomputed from the sample's stored traffic, series and counters (an older
+    sample's counts of GRO packets were taken as datagrams), else as stored."""
     from offlab.experiment.witnesses import attribute_loss
 
+    stored = sample.get("loss_attribution")
+    if stored and "lost_over" in stored:
+        return stored
     if all(sample.get(k) for k in ("traffic", "probes", "workload")):
-        return attribute_loss({"traffic": sample["traffic"], "probes": sample["probes"], "workload": sample["workload"]})
-    return sample.get("loss_attribution")
+        return attribute_loss({"traffic": sample["traffic"], "probes": sample["probes"],
+                               "workload": sample["workload"]}) or stored
+    return stored
 
 
 def segmentations(cells: list[dict], samples: list[dict]) -> list[dict]:
