@@ -355,7 +355,9 @@ def compare_cmd(
     as_csv: bool = typer.Option(False, "--csv", help="Print the rows as CSV."),
     db: Optional[Path] = typer.Option(None, "--db", help=DB_HELP),
 ) -> None:
-    """Ratio of means with its confidence interval and a verdict, per cell and metric."""
+    """Ratio with its confidence interval and a verdict, per cell and metric; with two runs or more, what
+    changed between them (kernel, cmdline, accelerator, interfaces' offloads and MTUs, sysctls, settings
+    held, versions, CPU, load), most likely cause first."""
     from offlab.report import compare
 
     _one_format(as_json, as_csv)
@@ -364,14 +366,31 @@ def compare_cmd(
     if fail_if_slower is not None and fail_if_slower < 0:
         raise BadInput(f"--fail-if-slower {fail_if_slower:g}: a percentage ≥ 0")
     metrics = tuple(metric) or HEADLINE
+    from offlab.report import envdiff
+
+    problems: list[str] = []  # bad input that leaves the rest of the comparison standing: one line each, exit 2
+    envs: list = []
     with _open(db) as store:
         if len(runs) == 1:
             rows = compare.compare_run(store, runs[0], compare.parse_assignments(baseline) or None, metrics)
         else:  # RUN_A RUN_B [RUN_C ...]: each against the first (e.g. the host pairs of `run --inventory`)
+            known = []
+            for r in runs:
+                try:
+                    store.get_run(r)
+                    known.append(r)
+                except BadInput as exc:
+                    problems.append(str(exc))
+            if len(known) < 2 or known[0] != runs[0]:
+                raise BadInput(problems[0] if problems else "compare needs two runs")
+            runs = known
             rows = compare.compare_many(store, runs, metrics)
+            envs = envdiff.diffs(store, runs)
+            problems += [m for d in envs for m in d.missing]
     failed = compare.fail_if_slower(rows, fail_if_slower) if fail_if_slower is not None else []
     if as_json:
         _json({"runs": runs, "rows": [r.to_dict() for r in rows],
+               "environment": [d.to_dict() for d in envs],
                "trade_offs": [{"cell": g[0].cell, "baseline": g[0].baseline, "text": compare.trade_off(g)}
                               for g in compare.by_cell(rows) if compare.trade_off(g)],
                "fail_if_slower": None if fail_if_slower is None else
@@ -384,6 +403,10 @@ def compare_cmd(
         if len(runs) == 1:
             with _open(db) as store:
                 print_published(store, runs[0])
+        for d in envs:
+            out.print("\n" + "\n".join(escape(line) for line in envdiff.lines(d)))
+    for p in dict.fromkeys(problems):
+        typer.echo(f"offlab: {p}", err=True)
     if failed:
         for r in failed:
             against = r.baseline if r.run == r.baseline_run else f"run {r.baseline_run}"
@@ -394,8 +417,13 @@ def compare_cmd(
             typer.echo(f"offlab: {r.cell}: {r.label} {r.change_pct:+.1f} % vs {against} "
                        f"[{r.change_low_pct:+.1f}, {r.change_high_pct:+.1f}]: slower by more than "
                        f"{fail_if_slower:g} %", err=True)
+        for d in envs:  # what changed between the runs, most likely cause first
+            for line in envdiff.lines(d, limit=10):
+                typer.echo(f"offlab: {line}", err=True)
         # SystemExit, not typer.Exit: click's non-standalone mode (offlab.cli.main) drops typer.Exit's code.
         sys.exit(1)
+    if problems:
+        sys.exit(2)
 
 
 CSV_FIELDS = ("run", "baseline_run", "cell", "baseline", "metric", "unit", "better", "level", "n_baseline",
