@@ -428,7 +428,8 @@ def compare_cmd(
 
 CSV_FIELDS = ("run", "baseline_run", "cell", "baseline", "metric", "unit", "better", "level", "n_baseline",
               "mean_baseline", "n_cell", "mean_cell", "ratio", "low", "high", "change_pct", "change_low_pct",
-              "change_high_pct", "diff", "diff_low", "diff_high", "verdict", "flags", "cell_status", "cell_reason")
+              "change_high_pct", "diff", "diff_low", "diff_high", "verdict", "rule", "pairs", "flags", "cell_status",
+              "cell_reason")
 
 
 def _rows_csv(rows) -> None:
