@@ -62,7 +62,7 @@ def test_differences_come_most_likely_cause_first_with_interfaces_matched_by_rol
                    ("sysctl", "sysctl net.core.netdev_max_backlog", "1000", "5000"),
                    ("version", "iperf3", "iperf 3.12", "iperf 3.16"),
                    ("load", "load average (1 min) when the run started", "0.40", "9.50")]
-    assert d.view.startswith("same machine (lab1), runs started")
+    assert d.view.startswith("same machine (lab1), runs started") and d.view.endswith(", the same plan")
 
 
 def test_two_machines_are_named_as_such(tmp_path):
@@ -132,6 +132,8 @@ def test_two_real_runs_where_one_flips_a_sysctl_and_a_feature_name_both_first(tm
         assert res.returncode == 0, res.stderr
     res = offlab_cli("compare", "1", "2", "--db", db, env={"COLUMNS": "250"})
     assert res.returncode == 0, res.stderr
-    env = res.stdout.split("environment, run 1 → run 2")[1].splitlines()[1:3]
+    head, *rest = res.stdout.split("environment, run 1 → run 2")[1].splitlines()
+    assert "same machine" in head and "plans differ in 4 lines" in head, head
+    env = rest[:2]
     assert env[0].strip().startswith("client:to-server uso: on (not set by the plan; as the lab came up) → off"), env
     assert env[1].strip().startswith("server net.ipv4.tcp_rmem: not set by the plan → 4096 65536 1048576"), env

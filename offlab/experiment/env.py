@@ -57,15 +57,15 @@ def environment(plan, labs: list[LabState]) -> dict:
     }
 
 
-def _governors() -> str | None:
-    """The CPUs' cpufreq governors ("performance", "powersave ×2, performance ×2"); None without cpufreq."""
+def _governors() -> str:
+    """The CPUs' cpufreq governors ("performance", "powersave ×2, performance ×2"), or why there is none."""
     found: dict[str, int] = {}
     for n in range(os.cpu_count() or 0):
         g = _read(f"/sys/devices/system/cpu/cpu{n}/cpufreq/scaling_governor").strip()
         if g:
             found[g] = found.get(g, 0) + 1
     if not found:
-        return None
+        return "none: no cpufreq here (a guest, or a fixed clock)"
     return next(iter(found)) if len(found) == 1 else ", ".join(f"{g} ×{n}" for g, n in found.items())
 
 

@@ -80,10 +80,22 @@ def _view(ra: dict, rb: dict, ea: dict, eb: dict) -> str:
     if not ea or not eb:
         return f"runs {ra['id']} and {rb['id']}, started {apart} apart"
     same = ea.get("hostname") == eb.get("hostname") and ea.get("cpu_model") == eb.get("cpu_model")
+    plan = _plan_text(ra, rb)
     if same:
-        return f"same machine ({ea.get('hostname')}), runs started {apart} apart"
+        return f"same machine ({ea.get('hostname')}), runs started {apart} apart, {plan}"
     return (f"different machines: {ea.get('hostname')} ({ea.get('cpu_model')}, {ea.get('cpus')} CPUs) vs "
-            f"{eb.get('hostname')} ({eb.get('cpu_model')}, {eb.get('cpus')} CPUs), started {apart} apart")
+            f"{eb.get('hostname')} ({eb.get('cpu_model')}, {eb.get('cpus')} CPUs), started {apart} apart, {plan}")
+
+
+def _plan_text(ra: dict, rb: dict) -> str:
+    """"the same plan" or how many of its lines differ (the settings they change are listed below)."""
+    a, b = (ra.get("plan_text") or "").splitlines(), (rb.get("plan_text") or "").splitlines()
+    if a == b:
+        return "the same plan"
+    import difflib
+
+    changed = sum(1 for line in difflib.ndiff(a, b) if line[:1] in "+-")
+    return f"plans differ in {changed} line{'' if changed == 1 else 's'}"
 
 
 def _apart(a: str | None, b: str | None) -> str:
