@@ -97,25 +97,27 @@ def test_a_cells_samples_merge_in_datagrams_with_their_bounds():
     assert merged["explained"] == 2 * la["explained"] and merged["samples"] == 2
 
 
-def test_the_report_shows_the_attribution_in_datagrams(tmp_path):
+def test_the_report_shows_the_attribution_in_datagrams_and_marks_an_older_one(tmp_path):
     from offlab.report import build_report
     from offlab.store import Store
 
     with open(os.path.join(FIX, "uso.json")) as f:
-        sample = json.load(f)
+        older = json.load(f)  # stored by the offlab before this change: RcvbufErrors as datagrams, 2 %
+    assert older["loss_attribution"]["explained"] / older["loss_attribution"]["lost"] < 0.05
+    la = witnesses.attribute_loss(captured("uso"))
     store = Store.open(tmp_path / "x.db")
     run = store.create_run("uso-one", "name: uso-one", {}, 1, {}, None, {})
-    ids = store.add_cells(run, [{"key": "offload=on", "params": {"offload": "on"}, "settings": {}}])
-    store.add_sample(run, ids["offload=on"], 0, sample, {"throughput_bps": sample["traffic"]["throughput_bps"]})
-    store.set_cell_status(ids["offload=on"], "done")
+    ids = store.add_cells(run, [{"key": k, "params": {"offload": k}, "settings": {}} for k in ("now", "older")])
+    store.add_sample(run, ids["now"], 0, {**older, "loss_attribution": la}, {"throughput_bps": 1e9})
+    store.add_sample(run, ids["older"], 0, older, {"throughput_bps": 1e9})
+    for cid in ids.values():
+        store.set_cell_status(cid, "done")
     html = build_report(store, run)
     store.close()
-    # Stored by the offlab before this change (RcvbufErrors as datagrams, 2 %): recomputed from its counters.
-    assert sample["loss_attribution"]["explained"] / sample["loss_attribution"]["lost"] < 0.05
-    la = witnesses.attribute_loss(captured("uso"))
     p = la["places"][0]
     assert "lost (datagrams, over the counters' window)" in html
-    assert f"≈ {p['datagrams']}" in html and f"{p['count']} packets × 44.0" in html, html.split('id="loss"')[1][:3000]
+    assert f"≈ {p['datagrams']}" in html and f"{p['count']} packets × 44.0" in html
+    assert html.count("stored by an older offlab: its counts are as each counter counted them") == 1
 
 
 @requires_root

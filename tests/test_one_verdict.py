@@ -59,7 +59,7 @@ def undecided(tmp_path):
 def test_the_fixed_sample_interval_alone_would_call_this_comparison_faster():
     """The premise: the two rules disagree on these numbers, so the tests below can fail."""
     from offlab import stats
-    from offlab.experiment.decide import replay
+    from offlab.stats import replay
 
     r = stats.ratio_ci(NO_GRO, KERNEL_GRO, 99)
     assert stats.verdict(r.ratio, r.low, r.high, "higher") == stats.FASTER

@@ -249,7 +249,6 @@ def _finish(store: Store, runner: Runner, as_json: bool, report_dir: Path | None
 def _print_decisions(runner: Runner, store) -> None:
     """The headline comparisons: interval and verdict from the same rows `compare` and `results show`
     print (offlab.report.compare, the run's sequential rule), then what each rests on or still needs."""
-    from offlab.experiment.decide import detail
     from offlab.report import compare
     from offlab.report import format as fmt
 
@@ -264,14 +263,17 @@ def _print_decisions(runner: Runner, store) -> None:
         row = rows.get((d["cell"], d["baseline"]))
         if row is None:
             continue
-        typer.echo(f"  {d['cell']} vs {d['baseline']}: {fmt.verdict_text(row)}{_detail(row, d, detail)}"
+        typer.echo(f"  {d['cell']} vs {d['baseline']}: {fmt.verdict_text(row)}{_detail(row, d)}"
                    f"{_published(runner, d)}")
     if rest:
         decided = sum(d["verdict"] != "undecided" for d in rest)
         typer.echo(f"other comparisons: {decided} of {len(rest)} decided (offlab results show {runner.run_id})")
 
 
-def _detail(row, d: dict, detail) -> str:
+def _detail(row, d: dict) -> str:
+    """What the row's verdict rests on (decided) or still needs (undetermined), from the runner's summary."""
+    from offlab.experiment.decide import detail
+
     text = detail(d)
     return f" ({text})" if row.verdict != "undetermined" else text
 

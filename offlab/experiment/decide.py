@@ -19,10 +19,10 @@ from offlab.experiment.plan import Cell, Plan
 from offlab.experiment.plan.axes import matches
 from offlab.experiment.plan.load import baseline_key
 from offlab.metrics import METRICS
-from offlab.stats import MIN_PAIRS, UNDECIDED, Decision, rounds_to_decide, sequential_decision
+from offlab.stats import MIN_PAIRS, UNDECIDED, Decision, Point, replay, rounds_to_decide
+from offlab.stats import paired as pairs
 
 ESTIMATE_LIMIT = 1000  # rounds; beyond it "undetermined" says "more than"
-Point = tuple[int, float]  # (round, value of the repeat metric)
 
 
 class Side(Protocol):
@@ -50,29 +50,6 @@ class Comparison:
     def moot(self) -> bool:
         """A side was skipped or failed: there is nothing to decide."""
         return self.cell.status in ("skipped", "failed") or self.base.status in ("skipped", "failed")
-
-
-def pairs(a: list[Point], b: list[Point]) -> tuple[list[float], list[float]]:
-    """The values of both sides in the rounds both were measured, in round order."""
-    av, bv = dict(a), dict(b)
-    both = sorted(set(av) & set(bv))
-    return [av[r] for r in both], [bv[r] for r in both]
-
-
-def replay(a: list[Point], b: list[Point], n0: int, level: float, equivalence: float | None,
-           better: str) -> Decision | None:
-    """The decision after every look so far: a look at each new pair once there are at least
-    max(n0, MIN_PAIRS) pairs; it stops at the first decided look."""
-    pa, pb = pairs(a, b)
-    decision, previous, look = None, None, 0
-    for n in range(max(n0, MIN_PAIRS), len(pa) + 1):
-        av, bv = pa[:n], pb[:n]
-        look += 1
-        decision = sequential_decision(av, bv, look, level, equivalence, better, previous)
-        previous = (decision.low, decision.high)
-        if decision.decided:
-            break
-    return decision
 
 
 def cv_pct(values: list[float]) -> float | None:

@@ -310,18 +310,12 @@ def losses(cells: list[dict], samples: list[dict]) -> list[dict]:
 
 
 def _attribution(sample: dict) -> dict | None:
-    """The sample's loss attribution in datagrams over the counters' window: as stored by an offlab that
-    computed it so, else recomputed from the sample's stored traffic, series and counters (an older
-    sample's counts of GRO packets were taken as datagrams), else as stored."""
-    from offlab.experiment.witnesses import attribute_loss
-
-    stored = sample.get("loss_attribution")
-    if stored and "lost_over" in stored:
-        return stored
-    if all(sample.get(k) for k in ("traffic", "probes", "workload")):
-        return attribute_loss({"traffic": sample["traffic"], "probes": sample["probes"],
-                               "workload": sample["workload"]}) or stored
-    return stored
+    """The sample's loss attribution as stored; one stored by an offlab that counted a GRO packet as a
+    datagram and took the loss over the tool's whole run says so (offlab.report.format.OLDER_ATTRIBUTION)."""
+    la = sample.get("loss_attribution")
+    if la and "lost_over" not in la:
+        la = {**la, "unread": list(la.get("unread") or []) + [fmt.OLDER_ATTRIBUTION]}
+    return la
 
 
 def segmentations(cells: list[dict], samples: list[dict]) -> list[dict]:

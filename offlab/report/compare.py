@@ -2,7 +2,7 @@
 
 One rule per context, named once wherever the rows are shown (`rule_lines`): in a run that repeated its
 comparisons until decided, every metric is judged by the sequential decision the runner stopped on
-(offlab.experiment.decide.replay over the pairs measured in the same round), so the headline line, the
+(offlab.stats.replay over the pairs measured in the same round), so the headline line, the
 published-ratio line, `compare`, `results show` and the report cannot disagree; in a run repeated to a
 width, and for two runs against each other (no rounds to pair), by Fieller's interval on unpaired samples.
 
@@ -213,12 +213,10 @@ def compare_cells(cell: dict, base: dict | None, cell_values: dict[str, list[flo
 def _fill_sequential(row: Row, a: list[float], b: list[float], base_hist: list, cell_hist: list,
                      seq: Sequential) -> None:
     """The row as the runner decided it: the running interval and verdict of the same replay."""
-    from offlab.experiment.decide import pairs, replay
-
     row.rule, row.level, row.equivalence_pct = SEQUENTIAL, seq.level, seq.equivalence
     row.mean_baseline, row.mean_cell = sum(a) / len(a), sum(b) / len(b)
-    d = replay(base_hist, cell_hist, seq.n0, seq.level, seq.equivalence, row.better)
-    row.pairs = d.n if d is not None and d.decided else len(pairs(base_hist, cell_hist)[0])
+    d = stats.replay(base_hist, cell_hist, seq.n0, seq.level, seq.equivalence, row.better)
+    row.pairs = d.n if d is not None and d.decided else len(stats.paired(base_hist, cell_hist)[0])
     row.looks = d.look if d is not None else 0
     if d is None:
         row.flags.append(f"{row.pairs} pair{'' if row.pairs == 1 else 's'} measured in the same round: "

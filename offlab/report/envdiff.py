@@ -170,20 +170,6 @@ def _table(env: dict) -> dict[str, dict]:
     return out
 
 
-def _as_lab_came_up(env: dict, place: str, key: str) -> str:
-    """A feature a run's plan did not set, as the interface had it when the lab came up."""
-    from offlab.knobs.features import ALIASES, LEGACY
-
-    name = ALIASES.get(key, key)
-    name = LEGACY[name][0] if name in LEGACY else name
-    features = (_table(env).get(place) or {}).get("features") or {}
-    if name in features:
-        return f"{_text(features[name])} (not set by the plan; as the lab came up)"
-    if key == "mtu" and place in _table(env):
-        return f"{_table(env)[place].get('mtu')} (not set by the plan; as the lab came up)"
-    return "not set by the plan"
-
-
 def _interfaces(ea: dict, eb: dict) -> list[Change]:
     """Offload features and MTUs of every lab interface as the run's labs came up."""
     ta, tb = _table(ea), _table(eb)
@@ -199,30 +185,45 @@ def _interfaces(ea: dict, eb: dict) -> list[Change]:
 def _in_force(store: Store, ra: dict, rb: dict, ea: dict, eb: dict) -> list[Change]:
     """The settings each cell held during its samples (read back at the end of each window), matched by
     cell key, host role and peer: a feature or sysctl one run's plan set and the other's did not, or set
-    otherwise, or that the system would not take."""
-    def held(run: dict, env: dict) -> dict[str, dict[tuple[str, str], str]]:
+    otherwise, or that the system would not take. Where a run did not set it, the other run's record of
+    the value it found before setting it stands in (`not set by the plan; as run N found it`)."""
+    def held(run: dict, env: dict) -> tuple[dict, dict]:
         keys, cells = _iface_keys(env), {c["id"]: c["key"] for c in store.cells(run["id"])}
-        out: dict[str, dict[tuple[str, str], str]] = {}
-        for s in store.samples(run["id"]):
-            for item in (s["sample"] or {}).get("in_force") or []:
-                where = item.get("where") or "?"
-                host, _, iface = where.partition(":")
-                place = keys.get(iface, where) if iface else host
-                out.setdefault(cells.get(s["cell_id"], "?"), {})[(place, item.get("key"))] = _text(item.get("value"))
-        return out
+        value: dict[str, dict[tuple[str, str], str]] = {}
+        found: dict[str, dict[tuple[str, str], str]] = {}
 
-    ha, hb = held(ra, ea), held(rb, eb)
-    found: dict[tuple[str, str, str, str], int] = {}
+        def place(where: str) -> str:
+            host, _, iface = where.partition(":")
+            return keys.get(iface, where) if iface else host
+
+        for s in store.samples(run["id"]):
+            sample, cell = s["sample"] or {}, cells.get(s["cell_id"], "?")
+            for item in sample.get("in_force") or []:
+                value.setdefault(cell, {})[(place(item.get("where") or "?"), item.get("key"))] = _text(item.get("value"))
+            for o in sample.get("knobs") or []:
+                if o.get("original") is not None:
+                    found.setdefault(cell, {}).setdefault((place(o.get("where") or "?"), o.get("key")),
+                                                          _text(o["original"]))
+        return value, found
+
+    (ha, fa), (hb, fb) = held(ra, ea), held(rb, eb)
+
+    def unset(found: dict, cell: str, key: tuple[str, str], other: dict) -> str:
+        if key in found.get(cell, {}):
+            return f"{found[cell][key]} (not set by the plan; as run {other['id']} found it)"
+        return "not set by the plan"
+
+    counts: dict[tuple[str, str, str, str], int] = {}
     common = [k for k in ha if k in hb]
     for cell in common:
-        for place_key in set(ha[cell]) | set(hb[cell]):
-            a = ha[cell].get(place_key) or _as_lab_came_up(ea, *place_key)
-            b = hb[cell].get(place_key) or _as_lab_came_up(eb, *place_key)
+        for key in set(ha[cell]) | set(hb[cell]):
+            a = ha[cell].get(key) or unset(fb, cell, key, rb)
+            b = hb[cell].get(key) or unset(fa, cell, key, ra)
             if a != b:
-                found[(*place_key, a, b)] = found.get((*place_key, a, b), 0) + 1
+                counts[(*key, a, b)] = counts.get((*key, a, b), 0) + 1
     out = []
-    for (place, key, a, b), n in found.items():
-        kind = "sysctl" if "." in key else "mtu" if key == "mtu" else "feature" if place.count(":") else "setting"
+    for (place, key, a, b), n in counts.items():
+        kind = "sysctl" if "." in key else "mtu" if key == "mtu" else "feature" if ":" in place else "setting"
         out.append(Change(kind, f"{place} {key}", a, b, f"held during the samples of {n} of {len(common)} cells"))
     return out
 

@@ -109,6 +109,12 @@ def verdict_text(row) -> str:
     return f"{text} {row.verdict}" if text != "–" else row.verdict
 
 
+# What a loss attribution stored before counts were converted to datagrams cannot say.
+OLDER_ATTRIBUTION = ("stored by an older offlab: its counts are as each counter counted them (a GRO packet as one "
+                     "datagram) and, with GSO/GRO, lost is the tool's whole run; measure again for datagrams "
+                     "over the window")
+
+
 def loss_lines(la: dict | None) -> list[str]:
     """Loss attribution (offlab.experiment.witnesses.attribute_loss) as lines people read, in datagrams:
     'router:oltrq2 qdisc (tbf) drops 27410 (98 %): queue full or over its rate';
