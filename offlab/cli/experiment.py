@@ -261,7 +261,10 @@ def _print_decisions(runner: Runner, store) -> None:
     typer.echo(f"headline verdicts ({fmt.short(rep.metric)}, the sequential rule named under the table):")
     for d in head:
         row = rows.get((d["cell"], d["baseline"]))
-        if row is None:
+        if row is None:  # not comparable in the stored rows (a side without values): the runner's word
+            from offlab.experiment.decide import reason
+
+            typer.echo(f"  {d['cell']} vs {d['baseline']}: {reason(d)}{_published(runner, d)}")
             continue
         typer.echo(f"  {d['cell']} vs {d['baseline']}: {fmt.verdict_text(row)}{_detail(row, d)}"
                    f"{_published(runner, d)}")
