@@ -15,6 +15,7 @@ from conftest import offlab_cli
 from offlab.experiment import suites
 from offlab.experiment.plan import load_plan
 from offlab.report import build_report, compare
+from offlab.report import format as fmt
 from offlab.store import Store
 
 PLAN = """\
@@ -136,3 +137,6 @@ def test_a_real_run_cut_short_before_its_first_look_is_undetermined_on_every_lin
     with Store.open(db, create=False) as store:
         rows = compare.compare_run(store, 1, metrics=("throughput_bps",))
     assert rows[0].verdict == "undetermined" and rows[0].rule == compare.SEQUENTIAL and rows[0].pairs == 2
+    # the two pairs' ratio, with no interval: the rule has not looked yet, so no line may show one
+    assert rows[0].change_pct is not None and rows[0].low is None and rows[0].change_low_pct is None
+    assert f"{fmt.signed(rows[0].change_pct)} % undetermined" in head and "[" not in head, head

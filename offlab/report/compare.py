@@ -221,7 +221,11 @@ def _fill_sequential(row: Row, a: list[float], b: list[float], base_hist: list, 
     if d is None:
         row.flags.append(f"{row.pairs} pair{'' if row.pairs == 1 else 's'} measured in the same round: "
                          f"no look yet (the first comes at {max(seq.n0, stats.MIN_PAIRS)})")
-        return  # verdict stays undetermined, with no interval: the rule has not looked
+        pa, pb = stats.paired(base_hist, cell_hist)
+        if pa:  # the pairs' ratio so far, with no interval: the rule has not looked, the verdict stays undetermined
+            row.ratio = stats.paired_ratio_ci(pa, pb).ratio
+            row.change_pct = None if row.ratio is None else 100.0 * (row.ratio - 1.0)
+        return
     if d.ratio is None:
         row.flags.append("a value ≤ 0 on a side: no paired ratio (a difference is not what this rule decides)")
     row.ratio, row.low, row.high = d.ratio, d.low, d.high
