@@ -19,7 +19,7 @@ from offlab.experiment.plan import Cell, Plan
 from offlab.experiment.plan.axes import matches
 from offlab.experiment.plan.load import baseline_key
 from offlab.metrics import METRICS
-from offlab.stats import MIN_PAIRS, UNDECIDED, Decision, Point, replay, rounds_to_decide
+from offlab.stats import MIN_PAIRS, UNDECIDED, Decision, Point, paired_ratio_ci, replay, rounds_to_decide
 from offlab.stats import paired as pairs
 
 ESTIMATE_LIMIT = 1000  # rounds; beyond it "undetermined" says "more than"
@@ -143,7 +143,9 @@ class Decider:
         a, b = pairs(c.base.history, c.cell.history)
         d = c.decision
         out = {"cell": c.cell.cell.key, "baseline": c.base.cell.key, "headline": c.headline,
-               "verdict": d.verdict if d else UNDECIDED, "ratio": d.ratio if d else None,
+               "verdict": d.verdict if d else UNDECIDED,
+               # before the first look, the pairs' ratio so far and no interval, as compare's rows show it
+               "ratio": d.ratio if d else (paired_ratio_ci(a, b).ratio if a else None),
                "low": d.low if d else None, "high": d.high if d else None, "looks": d.look if d else 0,
                "pairs": d.n if d and d.decided else len(a), "cv_cell_pct": cv_pct(b), "cv_baseline_pct": cv_pct(a),
                "cv_ratio_pct": cv_pct([y / x for x, y in zip(a, b) if x > 0]),
