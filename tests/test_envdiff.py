@@ -49,6 +49,7 @@ def test_differences_come_most_likely_cause_first_with_interfaces_matched_by_rol
     b["versions"]["iperf3"] = "iperf 3.16"
     b["sysctls"]["net.core.netdev_max_backlog"] = "5000"
     b["kernel"] = "6.12.0-1-amd64"
+    b["labs"][0]["testpmd"] = {"version": "DPDK 23.11.2"}  # a lab with testpmd in one run only: unknown → version
     b["loadavg"] = 9.5
     for host, name in (("client", "oltb0"), ("server", "oltb1")):  # another lab's names for the same interfaces
         b["labs"][0]["hosts"][host]["interfaces"][0]["name"] = name
@@ -60,6 +61,7 @@ def test_differences_come_most_likely_cause_first_with_interfaces_matched_by_rol
     assert got == [("kernel", "kernel", "6.1.0-18-amd64", "6.12.0-1-amd64"),
                    ("feature", "server:to-client generic-receive-offload", "off", "on"),
                    ("sysctl", "sysctl net.core.netdev_max_backlog", "1000", "5000"),
+                   ("version", "dpdk-testpmd", "unknown", "DPDK 23.11.2"),
                    ("version", "iperf3", "iperf 3.12", "iperf 3.16"),
                    ("load", "load average (1 min) when the run started", "0.40", "9.50")]
     assert d.view.startswith("same machine (lab1), runs started") and d.view.endswith(", the same plan")

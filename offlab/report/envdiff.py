@@ -127,8 +127,8 @@ def _machine(ea: dict, eb: dict) -> list[Change]:
                  {k: eb.get(k) for k in ("kernel", "kernel_version", "cmdline")})
     out += _pairs("accelerator", "", _guests(ea, "accel"), _guests(eb, "accel"))
     out += _pairs("sysctl", "sysctl ", ea.get("sysctls") or {}, eb.get("sysctls") or {})
-    out += _pairs("version", "", {**(ea.get("versions") or {}), **_guests(ea, "qemu_version")},
-                  {**(eb.get("versions") or {}), **_guests(eb, "qemu_version")})
+    out += _pairs("version", "", {**(ea.get("versions") or {}), **_guests(ea, "qemu_version"), **_dpdk(ea)},
+                  {**(eb.get("versions") or {}), **_guests(eb, "qemu_version"), **_dpdk(eb)})
     out += _pairs("cpu", "", {k: ea.get(k) for k in ("cpu_model", "cpus", "governor")},
                   {k: eb.get(k) for k in ("cpu_model", "cpus", "governor")})
     return out
@@ -142,6 +142,17 @@ def _guests(env: dict, field: str) -> dict:
             g = host.get("guest") or {}
             if field in g:
                 out[f"{_lab_tag(i, lab)}guest {role} {field.replace('_', ' ')}"] = g[field]
+    return out
+
+
+def _dpdk(env: dict) -> dict:
+    """DPDK's version as testpmd or OVS-DPDK reported it, per lab."""
+    out = {}
+    for i, lab in enumerate(env.get("labs") or []):
+        if (lab.get("testpmd") or {}).get("version"):
+            out[f"{_lab_tag(i, lab)}dpdk-testpmd"] = lab["testpmd"]["version"]
+        if (lab.get("ovs") or {}).get("dpdk_version"):
+            out[f"{_lab_tag(i, lab)}OVS DPDK"] = lab["ovs"]["dpdk_version"]
     return out
 
 
