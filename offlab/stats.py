@@ -293,3 +293,29 @@ def rounds_to_decide(a_values: Sequence[float], b_values: Sequence[float], looks
         if t_quantile(1 - look_alpha(alpha, look) / 2, n - 1) * sd / math.sqrt(n) < target:
             return extra
     return None
+
+
+Point = tuple[int, float]  # (round, value): one sample of a cell in a run that pairs by round
+
+
+def paired(a: Sequence[Point], b: Sequence[Point]) -> tuple[list[float], list[float]]:
+    """The values of both sides in the rounds both were measured, in round order."""
+    av, bv = dict(a), dict(b)
+    both = sorted(set(av) & set(bv))
+    return [av[r] for r in both], [bv[r] for r in both]
+
+
+def replay(a: Sequence[Point], b: Sequence[Point], n0: int, level: float, equivalence: float | None,
+           better: str) -> Decision | None:
+    """The sequential decision after every look so far, from (round, value) histories: a look at each new
+    pair once there are at least max(n0, MIN_PAIRS) pairs, stopping at the first decided look. The
+    runner decides by it and every table of the run shows it (offlab.report.compare), so they agree."""
+    pa, pb = paired(a, b)
+    decision, previous, look = None, None, 0
+    for n in range(max(n0, MIN_PAIRS), len(pa) + 1):
+        look += 1
+        decision = sequential_decision(pa[:n], pb[:n], look, level, equivalence, better, previous)
+        previous = (decision.low, decision.high)
+        if decision.decided:
+            break
+    return decision

@@ -609,6 +609,16 @@ class Store:
             "SELECT value FROM metrics WHERE run_id = ? AND cell_id = ? AND name = ? ORDER BY sample_id",
             (run_id, cell_id, metric))]
 
+    def cell_rounds(self, run_id: int, metric: str) -> dict[int, list[tuple[int, float]]]:
+        """cell id → (round, value of `metric`) per sample, in the order measured: what a sequential
+        decision pairs by round."""
+        out: dict[int, list[tuple[int, float]]] = {}
+        for cid, rnd, value in self.conn.execute(
+                "SELECT s.cell_id, s.round, m.value FROM metrics m JOIN samples s ON s.id = m.sample_id "
+                "WHERE m.run_id = ? AND m.name = ? ORDER BY s.id", (run_id, metric)):
+            out.setdefault(cid, []).append((rnd, value))
+        return out
+
     def cell_metrics(self, run_id: int) -> dict[int, dict[str, list[float]]]:
         """cell id → metric name → values in the order measured, for the whole run in one query."""
         out: dict[int, dict[str, list[float]]] = {}

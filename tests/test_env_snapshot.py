@@ -30,6 +30,11 @@ def test_snapshot_names_machine_tools_sysctls_and_the_lab_as_it_is(lab_name, cle
         teardown.down(lab_name)
     assert env["kernel"] == platform.release() and env["cpus"] == os.cpu_count()
     assert env["hostname"] == platform.node() and env["plan_text"] == "name: snap\n"
+    # what `compare A B` sets beside each other: the governor (or why none) and the load as the run started
+    governor = "/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor"
+    assert env["governor"].startswith("none: no cpufreq") != os.path.exists(governor), env["governor"]
+    with open("/proc/loadavg") as f:
+        assert abs(env["loadavg"] - float(f.read().split()[0])) < 5
     assert env["versions"]["offlab"] == __version__ and env["versions"]["python"] == platform.python_version()
     assert env["versions"]["ethtool"].startswith("ethtool version")  # the tool's own first line
     assert env["versions"]["ip"].startswith("ip utility")

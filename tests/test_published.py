@@ -134,27 +134,23 @@ def test_results_show_and_the_report_show_both_figures(stored, tmp_path):
     assert "+25.0 %" in html and "+66.7 %" in html
 
 
-def test_suite_runs_headline_lines_carry_the_published_figure(capsys):
-    """What `offlab suite run` prints under its table, for a decided and an undetermined comparison."""
+def test_suite_runs_headline_lines_carry_the_published_figure(stored, capsys):
+    """What `offlab suite run` prints under its table: the stored run's interval and verdict, then the seed's."""
     from types import SimpleNamespace
 
     from offlab.cli.experiment import _print_decisions
 
+    store, run, _ = stored
     plan = load_plan(PLAN, "p.yaml")
     keys = {c.params["gro"]: c.key for c in plan.cells}
 
-    def decision(cell: str, verdict: str, ratio: float | None) -> dict:
+    def decision(cell: str, verdict: str) -> dict:
         return {"cell": keys[cell], "baseline": keys["no-gro"], "headline": True, "moot": False, "verdict": verdict,
-                "ratio": ratio, "low": ratio and ratio * 0.9, "high": ratio and ratio * 1.1, "pairs": 3, "looks": 1,
-                "level": 95.0, "equivalence_pct": 5.0, "metric": "throughput_bps", "cv_ratio_pct": 20.0,
-                "cv_cell_pct": 15.0, "cv_baseline_pct": 12.0, "steal_pct": None, "needs_rounds": 4,
-                "needs_minutes": 2.5, "needs_floor": False}
+                "pairs": 4, "level": 99.0, "metric": "throughput_bps", "cv_ratio_pct": 0.0, "cv_cell_pct": 1.6,
+                "cv_baseline_pct": 1.6, "steal_pct": None, "needs_rounds": None, "needs_minutes": None,
+                "needs_floor": False}
 
-    runner = SimpleNamespace(plan=plan, decider=object(), run_id=7, decisions=[
-        decision("dpdk-gro", "faster", 1.6), decision("kernel-gro", "undecided", 1.1)])
-    _print_decisions(runner)
-    lines = capsys.readouterr().out.splitlines()
-    dpdk = next(l for l in lines if l.strip().startswith(keys["dpdk-gro"]))
-    kernel = next(l for l in lines if l.strip().startswith(keys["kernel-gro"]))
-    assert "×1.6" in dpdk and dpdk.endswith("| seed 001: +63 %"), dpdk
-    assert "undetermined: needs ~2.5 more minutes at this noise" in kernel and "seed 001" not in kernel, kernel
+    runner = SimpleNamespace(plan=plan, decider=object(), run_id=run, decisions=[decision("dpdk-gro", "faster")])
+    _print_decisions(runner, store)
+    dpdk = next(l for l in capsys.readouterr().out.splitlines() if l.strip().startswith(keys["dpdk-gro"]))
+    assert "+66.7 % [+66.7, +66.7] faster (4 rounds" in dpdk and dpdk.endswith("| seed 001: +63 %"), dpdk

@@ -239,29 +239,46 @@ def _finish(store: Store, runner: Runner, as_json: bool, report_dir: Path | None
         from offlab.cli.results import print_comparison
 
         print_comparison(store, run_id)  # lists skipped / failed cells with their reasons too
-        _print_decisions(runner)
+        _print_decisions(runner, store)
         if "report" in summary:
             typer.echo(f"report: {summary['report']}")
         typer.echo(f"run {run_id} ({runner.plan.name}) {summary['status']}: offlab results show {run_id}")
     return summary
 
 
-def _print_decisions(runner: Runner) -> None:
-    """The headline verdicts as the sequential rule decided them, then a count of the others."""
-    from offlab.experiment.decide import reason
+def _print_decisions(runner: Runner, store) -> None:
+    """The headline comparisons: interval and verdict from the same rows `compare` and `results show`
+    print (offlab.report.compare, the run's sequential rule), then what each rests on or still needs."""
+    from offlab.report import compare
+    from offlab.report import format as fmt
 
     if runner.decider is None or not runner.decisions:
         return
     rep = runner.plan.repeat
     head = [d for d in runner.decisions if d["headline"] and not d["moot"]]
     rest = [d for d in runner.decisions if not d["headline"] and not d["moot"]]
-    typer.echo(f"headline verdicts ({rep.metric}; {rep.level:g} % confidence over every look, "
-               f"equivalent = within ±{rep.equivalence:g} %):")
+    rows = {(r.cell, r.baseline): r for r in compare.compare_run(store, runner.run_id, metrics=[rep.metric])}
+    typer.echo(f"headline verdicts ({fmt.short(rep.metric)}, the sequential rule named under the table):")
     for d in head:
-        typer.echo(f"  {d['cell']} vs {d['baseline']}: {_ratio_text(d)}{reason(d)}{_published(runner, d)}")
+        row = rows.get((d["cell"], d["baseline"]))
+        if row is None:  # not comparable in the stored rows (a side without values): the runner's word
+            from offlab.experiment.decide import reason
+
+            typer.echo(f"  {d['cell']} vs {d['baseline']}: {reason(d)}{_published(runner, d)}")
+            continue
+        typer.echo(f"  {d['cell']} vs {d['baseline']}: {fmt.verdict_text(row)}{_detail(row, d)}"
+                   f"{_published(runner, d)}")
     if rest:
         decided = sum(d["verdict"] != "undecided" for d in rest)
         typer.echo(f"other comparisons: {decided} of {len(rest)} decided (offlab results show {runner.run_id})")
+
+
+def _detail(row, d: dict) -> str:
+    """What the row's verdict rests on (decided) or still needs (undetermined), from the runner's summary."""
+    from offlab.experiment.decide import detail
+
+    text = detail(d)
+    return f" ({text})" if row.verdict != "undetermined" else text
 
 
 def _published(runner: Runner, d: dict) -> str:
@@ -272,13 +289,6 @@ def _published(runner: Runner, d: dict) -> str:
     text = published_text({"plan": {"published": runner.plan.published}}, params.get(d["cell"], {}),
                           params.get(d["baseline"], {}), d["metric"])
     return f" | {text}" if text else ""
-
-
-def _ratio_text(d: dict) -> str:
-    if d["ratio"] is None:
-        return ""
-    interval = f" [{d['low']:.3g}, {d['high']:.3g}]" if d["low"] is not None and d["high"] is not None else ""
-    return f"×{d['ratio']:.3g}{interval}: "
 
 
 def _print_cells(p: Plan) -> None:

@@ -98,7 +98,7 @@ def show_cmd(
         print_captures(store, run_id)
         print_losses(store, run_id)
         print_testpmd(store, run_id)
-        print_published(store, run_id)
+        print_published(store, run_id, rule_named=False)
 
 
 def _samples_csv(run: dict, cells: list[dict], samples: list[dict]) -> None:
@@ -147,18 +147,23 @@ def print_comparison(store, run_id: int) -> None:
     print_testpmd(store, run_id)
 
 
-def print_published(store, run_id: int) -> None:
-    """The ratios the run's plan says its source published, each beside ours for the same comparison."""
+def print_published(store, run_id: int, rule_named: bool = True) -> None:
+    """The ratios the run's plan says its source published, each beside ours for the same comparison;
+    the rule of our verdicts below them unless a comparison table above already named it."""
     from offlab.report import compare
     from offlab.report import format as fmt
 
     rows = compare.published_rows(store, run_id)
     if not rows:
         return
-    out.print(f"\n[bold]published ratios beside ours[/bold] ({escape(rows[0].label)}, {rows[0].level:g} % CI):")
+    out.print(f"\n[bold]published ratios beside ours[/bold] ({escape(rows[0].label)}; "
+              f"{'the sequential rule' if rows[0].rule == compare.SEQUENTIAL else 'Fieller'}):")
     for r in rows:
-        ours = f"{fmt.change(r)} ({r.verdict})" if r.compared else r.verdict
+        ours = fmt.verdict_text(r) if r.compared else r.verdict
         out.print(f"  {escape(r.cell)} vs {escape(r.baseline or '?')}: ours {escape(ours)} | {escape(r.published)}")
+    if not rule_named:
+        for line in compare.rule_lines(rows):
+            out.print(f"[dim]  verdicts: {escape(line)}[/dim]")
 
 
 def print_captures(store, run_id: int) -> None:
@@ -291,8 +296,13 @@ def _print_run(run: dict, cells: list[dict], cis: dict, level: float) -> None:
               + (f" ({escape(run['note'])})" if run["note"] else ""))
     out.print(f"  started {run['started_at']}, finished {run['finished_at'] or '–'}, offlab {run['offlab_version']}, "
               f"seed {run['seed']}")
-    out.print(f"  repeat: {rep.get('min', '?')}..{rep.get('max', '?')} rounds until the {level:g} % interval is "
-              f"≤ {rep.get('width', '?')} % of the mean" + (
+    if (rep.get("until") or ("decided" if run["baseline"] else "width")) == "decided":
+        rule = (f"{rep.get('min', '?')}..{rep.get('max', '?')} rounds until each comparison is decided on "
+                f"{rep.get('metric', '?')} at {level:g} % over every look")
+    else:
+        rule = (f"{rep.get('min', '?')}..{rep.get('max', '?')} rounds until the {level:g} % interval is "
+                f"≤ {rep.get('width', '?')} % of the mean")
+    out.print(f"  repeat: {rule}" + (
                   f"; baseline {escape(','.join(f'{k}={v}' for k, v in run['baseline'].items()))}"
                   if run["baseline"] else ""))
     _print_emulated(emulated(run))
@@ -345,7 +355,9 @@ def compare_cmd(
     as_csv: bool = typer.Option(False, "--csv", help="Print the rows as CSV."),
     db: Optional[Path] = typer.Option(None, "--db", help=DB_HELP),
 ) -> None:
-    """Ratio of means with its confidence interval and a verdict, per cell and metric."""
+    """Ratio with its confidence interval and a verdict, per cell and metric; with two runs or more, what
+    changed between them (kernel, cmdline, accelerator, interfaces' offloads and MTUs, sysctls, settings
+    held, versions, CPU, load), most likely cause first."""
     from offlab.report import compare
 
     _one_format(as_json, as_csv)
@@ -354,14 +366,31 @@ def compare_cmd(
     if fail_if_slower is not None and fail_if_slower < 0:
         raise BadInput(f"--fail-if-slower {fail_if_slower:g}: a percentage ≥ 0")
     metrics = tuple(metric) or HEADLINE
+    from offlab.report import envdiff
+
+    problems: list[str] = []  # bad input that leaves the rest of the comparison standing: one line each, exit 2
+    envs: list = []
     with _open(db) as store:
         if len(runs) == 1:
             rows = compare.compare_run(store, runs[0], compare.parse_assignments(baseline) or None, metrics)
         else:  # RUN_A RUN_B [RUN_C ...]: each against the first (e.g. the host pairs of `run --inventory`)
+            known = []
+            for r in runs:
+                try:
+                    store.get_run(r)
+                    known.append(r)
+                except BadInput as exc:
+                    problems.append(str(exc))
+            if len(known) < 2 or known[0] != runs[0]:
+                raise BadInput(problems[0] if problems else "compare needs two runs")
+            runs = known
             rows = compare.compare_many(store, runs, metrics)
+            envs = envdiff.diffs(store, runs)
+            problems += [m for d in envs for m in d.missing]
     failed = compare.fail_if_slower(rows, fail_if_slower) if fail_if_slower is not None else []
     if as_json:
         _json({"runs": runs, "rows": [r.to_dict() for r in rows],
+               "environment": [d.to_dict() for d in envs],
                "trade_offs": [{"cell": g[0].cell, "baseline": g[0].baseline, "text": compare.trade_off(g)}
                               for g in compare.by_cell(rows) if compare.trade_off(g)],
                "fail_if_slower": None if fail_if_slower is None else
@@ -374,6 +403,10 @@ def compare_cmd(
         if len(runs) == 1:
             with _open(db) as store:
                 print_published(store, runs[0])
+        for d in envs:
+            out.print("\n" + "\n".join(escape(line) for line in envdiff.lines(d)))
+    for p in dict.fromkeys(problems):
+        typer.echo(f"offlab: {p}", err=True)
     if failed:
         for r in failed:
             against = r.baseline if r.run == r.baseline_run else f"run {r.baseline_run}"
@@ -384,13 +417,19 @@ def compare_cmd(
             typer.echo(f"offlab: {r.cell}: {r.label} {r.change_pct:+.1f} % vs {against} "
                        f"[{r.change_low_pct:+.1f}, {r.change_high_pct:+.1f}]: slower by more than "
                        f"{fail_if_slower:g} %", err=True)
+        for d in envs:  # what changed between the runs, most likely cause first
+            for line in envdiff.lines(d, limit=10):
+                typer.echo(f"offlab: {line}", err=True)
         # SystemExit, not typer.Exit: click's non-standalone mode (offlab.cli.main) drops typer.Exit's code.
         sys.exit(1)
+    if problems:
+        sys.exit(2)
 
 
 CSV_FIELDS = ("run", "baseline_run", "cell", "baseline", "metric", "unit", "better", "level", "n_baseline",
               "mean_baseline", "n_cell", "mean_cell", "ratio", "low", "high", "change_pct", "change_low_pct",
-              "change_high_pct", "diff", "diff_low", "diff_high", "verdict", "flags", "cell_status", "cell_reason")
+              "change_high_pct", "diff", "diff_low", "diff_high", "verdict", "rule", "pairs", "flags", "cell_status",
+              "cell_reason")
 
 
 def _rows_csv(rows) -> None:
@@ -450,8 +489,9 @@ def _print_rows(rows) -> None:
         out.print(t)
     if shown:
         ns = sorted({f"{r.n_baseline}/{r.n_cell}" for g in shown for r in g})
-        out.print(f"\n[dim]n (baseline/cell): {', '.join(ns)}; change = mean(cell)/mean(baseline) − 1, "
-                  f"Fieller's interval; a verdict only when the interval excludes 0 %[/dim]")
+        out.print(f"\n[dim]n (baseline/cell): {', '.join(ns)}. Verdicts:[/dim]")
+        for line in compare.rule_lines([r for g in shown for r in g]):
+            out.print(f"[dim]  {escape(line)}[/dim]")
     else:
         out.print("nothing to compare: no cell has measured values on both sides")
     for g in aside:

@@ -19,10 +19,10 @@ from offlab.experiment.plan import Cell, Plan
 from offlab.experiment.plan.axes import matches
 from offlab.experiment.plan.load import baseline_key
 from offlab.metrics import METRICS
-from offlab.stats import MIN_PAIRS, UNDECIDED, Decision, rounds_to_decide, sequential_decision
+from offlab.stats import MIN_PAIRS, UNDECIDED, Decision, Point, paired_ratio_ci, replay, rounds_to_decide
+from offlab.stats import paired as pairs
 
 ESTIMATE_LIMIT = 1000  # rounds; beyond it "undetermined" says "more than"
-Point = tuple[int, float]  # (round, value of the repeat metric)
 
 
 class Side(Protocol):
@@ -50,29 +50,6 @@ class Comparison:
     def moot(self) -> bool:
         """A side was skipped or failed: there is nothing to decide."""
         return self.cell.status in ("skipped", "failed") or self.base.status in ("skipped", "failed")
-
-
-def pairs(a: list[Point], b: list[Point]) -> tuple[list[float], list[float]]:
-    """The values of both sides in the rounds both were measured, in round order."""
-    av, bv = dict(a), dict(b)
-    both = sorted(set(av) & set(bv))
-    return [av[r] for r in both], [bv[r] for r in both]
-
-
-def replay(a: list[Point], b: list[Point], n0: int, level: float, equivalence: float | None,
-           better: str) -> Decision | None:
-    """The decision after every look so far: a look at each new pair once there are at least
-    max(n0, MIN_PAIRS) pairs; it stops at the first decided look."""
-    pa, pb = pairs(a, b)
-    decision, previous, look = None, None, 0
-    for n in range(max(n0, MIN_PAIRS), len(pa) + 1):
-        av, bv = pa[:n], pb[:n]
-        look += 1
-        decision = sequential_decision(av, bv, look, level, equivalence, better, previous)
-        previous = (decision.low, decision.high)
-        if decision.decided:
-            break
-    return decision
 
 
 def cv_pct(values: list[float]) -> float | None:
@@ -166,7 +143,9 @@ class Decider:
         a, b = pairs(c.base.history, c.cell.history)
         d = c.decision
         out = {"cell": c.cell.cell.key, "baseline": c.base.cell.key, "headline": c.headline,
-               "verdict": d.verdict if d else UNDECIDED, "ratio": d.ratio if d else None,
+               "verdict": d.verdict if d else UNDECIDED,
+               # before the first look, the pairs' ratio so far and no interval, as compare's rows show it
+               "ratio": d.ratio if d else (paired_ratio_ci(a, b).ratio if a else None),
                "low": d.low if d else None, "high": d.high if d else None, "looks": d.look if d else 0,
                "pairs": d.n if d and d.decided else len(a), "cv_cell_pct": cv_pct(b), "cv_baseline_pct": cv_pct(a),
                "cv_ratio_pct": cv_pct([y / x for x, y in zip(a, b) if x > 0]),
@@ -203,22 +182,31 @@ def _window_s(cell: Cell) -> float:
 
 def reason(d: dict) -> str:
     """The cell's reason line for a comparison's outcome."""
+    if d["verdict"] != UNDECIDED:
+        return f"decided {d['verdict']} ({d['level']:g} % over every look, {detail(d)})"
+    return f"undetermined{detail(d)}"
+
+
+def detail(d: dict) -> str:
+    """What the verdict rests on: for a decided comparison its rounds and noise; for an undecided one
+    ": needs ~N more minutes …" or " after N rounds: …". The headline lines print it after the verdict
+    that compare's rows carry (offlab.report.compare), so the verdict itself is written in one place."""
     noise = (f"noise: ratio cv {_pct(d['cv_ratio_pct'])}, cell {_pct(d['cv_cell_pct'])}, "
              f"baseline {_pct(d['cv_baseline_pct'])}")
     if d["steal_pct"] is not None and d["steal_pct"] >= 1:
         noise += f", CPU steal up to {d['steal_pct']:.1f} %"
     rounds = f"{d['pairs']} round{'' if d['pairs'] == 1 else 's'}"
     if d["verdict"] != UNDECIDED:
-        return (f"decided {d['verdict']} ({d['level']:g} % over every look, {rounds}, {noise})")
+        return f"{rounds}, {noise}"
     if d.get("needs_floor"):
-        return (f"undetermined: needs at least ~{max(d['needs_minutes'], 0.1):.1f} more minutes "
+        return (f": needs at least ~{max(d['needs_minutes'], 0.1):.1f} more minutes "
                 f"({d['needs_rounds']} more rounds before its first look; {rounds}, too few to know the noise)")
     if d["needs_minutes"] is not None:
-        return (f"undetermined: needs ~{max(d['needs_minutes'], 0.1):.1f} more minutes at this noise "
+        return (f": needs ~{max(d['needs_minutes'], 0.1):.1f} more minutes at this noise "
                 f"(~{d['needs_rounds']} more rounds; {rounds}, {noise})")
     if d["pairs"] >= 2:
-        return f"undetermined after {rounds}: more than {ESTIMATE_LIMIT} more rounds at this noise ({noise})"
-    return f"undetermined after {rounds}: too few samples to estimate what it needs"
+        return f" after {rounds}: more than {ESTIMATE_LIMIT} more rounds at this noise ({noise})"
+    return f" after {rounds}: too few samples to estimate what it needs"
 
 
 def _pct(x: float | None) -> str:

@@ -46,6 +46,8 @@ def environment(plan, labs: list[LabState]) -> dict:
         "cmdline": _read("/proc/cmdline").strip(),
         "cpu_model": cpu_model,
         "cpus": os.cpu_count(),
+        "governor": _governors(),
+        "loadavg": _loadavg(),
         "hostname": platform.node(),
         "versions": versions,
         "sysctls": sysctls,
@@ -53,6 +55,26 @@ def environment(plan, labs: list[LabState]) -> dict:
         "labs": [{**describe(lab), "changes": pending_changes({e.netns: r for r, e in lab.hosts.items() if e.netns and not e.guest})}
                  for lab in labs],
     }
+
+
+def _governors() -> str:
+    """The CPUs' cpufreq governors ("performance", "powersave ×2, performance ×2"), or why there is none."""
+    found: dict[str, int] = {}
+    for n in range(os.cpu_count() or 0):
+        g = _read(f"/sys/devices/system/cpu/cpu{n}/cpufreq/scaling_governor").strip()
+        if g:
+            found[g] = found.get(g, 0) + 1
+    if not found:
+        return "none: no cpufreq here (a guest, or a fixed clock)"
+    return next(iter(found)) if len(found) == 1 else ", ".join(f"{g} ×{n}" for g, n in found.items())
+
+
+def _loadavg() -> float | None:
+    """The 1-minute load average as the run starts: how busy the machine was besides the run."""
+    try:
+        return float(_read("/proc/loadavg").split()[0])
+    except (IndexError, ValueError):
+        return None
 
 
 def _have(exe: str) -> bool:

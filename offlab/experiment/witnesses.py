@@ -247,9 +247,71 @@ DEVICE_DROPS = (("rx_dropped", "dropped on receive"), ("tx_dropped", "dropped on
                 ("rx_fifo", "receive overruns"), ("tx_fifo", "transmit overruns"))
 
 
-def _lost(sample: dict) -> tuple[int | None, str | None, int | None]:
-    """(lost, where the count comes from, sent) over the counters' own window: the kernel's sender and
-    receiver counts where they witness datagrams, else the tool's (its whole run, warm-up included)."""
+# A UDP GSO/GRO super-packet is at most 64 KiB of IP packet (no BIG TCP for UDP) and at most
+# UDP_MAX_SEGMENTS (128) segments: the most datagrams one counted packet can stand for.
+UDP_MAX_SEGMENTS = 128
+IP_MAX_PACKET = 65535
+UDP_HEADER = 8
+# A per-packet counter is converted when the packets it counts carried more than this many datagrams
+# on average; below it they are single datagrams (the odd ARP or END marker moves the average a little).
+SUPER_PACKET_MIN = 1.05
+
+
+def _ip_header(w: dict) -> int:
+    return 40 if w.get("ipv6") else 20
+
+
+def max_datagrams_per_packet(w: dict) -> int | None:
+    """The most datagrams of the workload's payload one GSO/GRO packet can carry: 44 at 1472 B over IPv4."""
+    size = w.get("size")
+    if not size:
+        return None
+    room = IP_MAX_PACKET - (0 if w.get("ipv6") else 20) - UDP_HEADER  # IPv6's payload length excludes its header
+    return max(1, min(UDP_MAX_SEGMENTS, room // size))
+
+
+def datagrams_per_packet(probes: dict, host: str, w: dict) -> dict | None:
+    """How many datagrams one packet counted on `host` carried on average over the window, from its busiest
+    lab interface: (bytes − packets × headers) / (packets × payload). A veth or tap counts a GSO/GRO
+    super-packet once, so every per-packet counter of that host counts in these units.
+    {"per": x, "interface", "avg_bytes"}, or None when the host's interfaces carried too few packets."""
+    size = w.get("size")
+    if not size:
+        return None
+    best = None
+    for name, d in (probes.get("interfaces") or {}).items():
+        if name.split(":", 1)[0] != host:
+            continue
+        for way in ("rx", "tx"):
+            packets, octets = d.get(f"{way}_packets") or 0, d.get(f"{way}_bytes") or 0
+            if packets >= SEGMENTATION_MIN_PACKETS and (best is None or octets > best[2]):
+                best = (f"{name} {way}", packets, octets)
+    if best is None:
+        return None
+    name, packets, octets = best
+    headers = ETH_HEADER + _ip_header(w) + UDP_HEADER
+    per = max(1.0, (octets - packets * headers) / (packets * size))
+    return {"per": per, "interface": name, "avg_bytes": octets / packets}
+
+
+def _delivered_per_packet(sample: dict, window: dict) -> dict | None:
+    """With UDP GRO on the receiver: datagrams the tool received in the window per server Udp InDatagrams
+    (one per buffer the socket took): what the server's UDP and IP counters count in, when its interface
+    saw single datagrams that GRO merged above it."""
+    w = sample["workload"]
+    got = ((sample["probes"].get("snmp") or {}).get("server") or {}).get(udp_group(w), {}).get("InDatagrams")
+    if not w.get("gro") or not got or not window.get("received"):
+        return None
+    return {"per": max(1.0, window["received"] / got), "interface": f"{window['received']} datagrams received by "
+            f"the tool in the window / server {udp_group(w)} InDatagrams {got}", "avg_bytes": None}
+
+
+def _lost(sample: dict) -> dict:
+    """The loss the counters explain, over their own window, in datagrams: {"lost", "source", "sent", "over"},
+    plus "why" when only the tool's whole run could be had.
+
+    The kernel's sender and receiver counts where they count datagrams (no GSO, no GRO); else the tool's
+    receiver series cut to the window (window_loss); else, named as such, the tool's whole run."""
     traffic, probes = sample["traffic"], sample["probes"]
     _, k_sent, k_got = kernel_loss(probes, sample["workload"])
     if k_sent is not None and k_got is not None:
@@ -261,34 +323,75 @@ def _lost(sample: dict) -> tuple[int | None, str | None, int | None]:
             if refused:
                 k_sent += refused
                 source = f"client {udp} OutDatagrams + SndbufErrors − server {udp} InDatagrams"
-        return k_sent - k_got, source, k_sent
+        return {"lost": k_sent - k_got, "source": source, "sent": k_sent, "over": "window"}
+    wl = window_loss(traffic, probes)
+    if "lost" in wl:
+        return {"lost": wl["lost"], "sent": wl["lost"] + wl["received"], "over": "window", "window": wl,
+                "source": (f"{traffic.get('tool')} receiver's {wl['rows']} intervals in the window: sequence "
+                           f"numbers missing; ± {1000 * wl['alignment_s']:.0f} ms at the window's edges")}
     sent, got = traffic.get("datagrams_sent"), traffic.get("datagrams_received")
     if sent is not None and got is not None and 0 <= got <= sent:
-        return sent - got, f"{traffic.get('tool')} sent − received, whole run", sent
-    return None, None, None
+        return {"lost": sent - got, "source": f"{traffic.get('tool')} sent − received, whole run", "sent": sent,
+                "over": "whole run", "why": wl.get("why")}
+    return {"lost": None}
 
 
 def attribute_loss(sample: dict) -> dict | None:
-    """Where the lost datagrams died, hop by hop, from counter deltas, with the share each explains.
+    """Where the lost datagrams died, hop by hop, from counter deltas, in datagrams, with the share each explains.
 
     Sender queue (qdisc) drops; every lab interface's drops and errors; softnet backlog drops; a
     router's IP discards, no-route and address errors; the receiver's IP discards and UDP errors
-    (receive buffer, no socket on the port, checksum). Places can overlap (a backlog drop counts in
-    softnet and in the device's rx_dropped), so shares are each count / lost and `unexplained` is
-    what no place covers.
+    (receive buffer, no socket on the port, checksum). Every counter here counts packets as its host
+    saw them: where those were GSO/GRO super-packets (the host's interface bytes per packet say so, or,
+    with UDP GRO on the receiver, its datagrams per InDatagram) a count is converted to datagrams at
+    that average, an estimate with bounds (one datagram per dropped packet .. the most one can carry).
+    The loss is taken over the counters' window (the kernel's counts, else the tool's series there).
+    Places can overlap (a backlog drop counts in softnet and in the device's rx_dropped), so shares are
+    each estimate / lost and `unexplained` is what no place covers.
     """
     traffic, probes, w = sample["traffic"], sample["probes"], sample["workload"]
     if w.get("protocol") != "udp":
         return None
-    lost, source, sent = _lost(sample)
+    found = _lost(sample)
+    lost = found["lost"]
     if not lost or lost <= 0:
         return None
+    unread: list[str] = []
+    if found["over"] == "whole run":
+        unread.append(f"the tool's loss over the counters' window ({found.get('why') or 'no series'}): the lost "
+                      f"count is its whole run, warm-up included, while every counter covers only the window")
+    top = max_datagrams_per_packet(w)
+    units: dict[str, dict | None] = {}
+
+    def unit(host: str, layer: str) -> dict | None:
+        key = f"{host}/{'l4' if host == 'server' and layer in ('udp', 'ip') else 'dev'}"
+        if key not in units:
+            u = datagrams_per_packet(probes, "server" if host == "machine" else host, w)
+            if key == "server/l4" and (u is None or u["per"] <= SUPER_PACKET_MIN):
+                # The interface saw single datagrams: GRO may still have merged them above it.
+                u = _delivered_per_packet(sample, found.get("window") or {}) or u
+            if u and top:
+                u["per"] = min(u["per"], top)  # an average beyond the most one packet can carry is skew
+            units[key] = u if u and u["per"] > SUPER_PACKET_MIN else None
+            if u is None and (w.get("gso") or w.get("gro")) and w.get("size"):
+                unread.append(f"{host}'s datagrams per packet: no lab interface of {host} carried "
+                              f"{SEGMENTATION_MIN_PACKETS} packets in the window; its counts are taken as datagrams")
+        return units[key]
+
     places: list[dict] = []
     not_lost: list[dict] = []
 
     def place(host: str, where: str, what: str, n: int, layer: str) -> None:
-        if n and n > 0:
-            places.append({"host": host, "where": where, "what": what, "count": n, "layer": layer})
+        if not n or n <= 0:
+            return
+        p = {"host": host, "where": where, "what": what, "count": n, "layer": layer, "unit": "datagrams",
+             "datagrams": n, "low": n, "high": n}
+        u = unit(host, layer)
+        if u is not None:
+            p.update(unit="packets", per_packet=round(u["per"], 2), datagrams=round(n * u["per"]),
+                     high=n * (top or 1), basis=(f"{u['interface']}: {u['avg_bytes']:.0f} B per packet"
+                                                 if u["avg_bytes"] else u["interface"]))
+        places.append(p)
 
     # A sender with IP_RECVERR (the engine) sees a send its qdisc refused as ENOBUFS and sends again: not
     # loss. A queue that segments a GSO send and drops part of it says nothing to the sender: loss.
@@ -301,12 +404,10 @@ def attribute_loss(sample: dict) -> dict | None:
                              "what": "sends the queue refused (ENOBUFS), sent again by the engine"})
             drops -= min(drops, retried)
         place(host, f"{name} qdisc ({q.get('kind')}) drops", "queue full or over its rate", drops, "queue")
-    rx_dropped = 0
     for name, d in (probes.get("interfaces") or {}).items():
         host = name.split(":", 1)[0]
         for key, what in DEVICE_DROPS:
             place(host, f"{name} {key}", what, d.get(key, 0), "device")
-        rx_dropped += d.get("rx_dropped", 0)
     backlog = sum(v.get("dropped", 0) for v in (probes.get("softnet") or {}).values())
     place("machine", "softnet backlog dropped", "per-CPU input backlog full (netdev_max_backlog)", backlog, "softnet")
     # IPv6 traffic dies in /proc/net/snmp6's counters (Ip6…, Udp6…), IPv4 in /proc/net/snmp's.
@@ -329,20 +430,24 @@ def attribute_loss(sample: dict) -> dict | None:
             place(role, f"{role} {ug} SndbufErrors", "send dropped before the wire (send buffer or queue full)",
                   max(0, udp.get("SndbufErrors", 0) - queue), "udp")
     # A backlog drop also counts as the receiving device's rx_dropped: count it once.
-    overlap = min(backlog, rx_dropped)
-    explained = sum(p["count"] for p in places) - overlap
+    dev_rx = [p for p in places if p["layer"] == "device" and p["where"].endswith(" rx_dropped")]
+    soft = next((p for p in places if p["layer"] == "softnet"), None)
+    overlap = {k: min(soft[k], sum(p[k] for p in dev_rx)) if soft else 0 for k in ("datagrams", "low", "high")}
+    explained = {k: sum(p[k] for p in places) - overlap[k] for k in ("datagrams", "low", "high")}
     for p in places:
         # tc and /proc are read a few ms apart: a place that explains everything may count a few more.
-        p["share"] = min(1.0, p["count"] / lost)
+        p["share"] = min(1.0, p["datagrams"] / lost)
     order = {"client": 0, "switch": 1, "router": 2, "machine": 3, "server": 4}
-    places.sort(key=lambda p: (order.get(p["host"], 2), -p["count"]))
+    places.sort(key=lambda p: (order.get(p["host"], 2), -p["datagrams"]))
     return {
-        "lost": lost, "lost_source": source, "sent": sent,
+        "lost": lost, "lost_source": found["source"], "sent": found["sent"], "lost_over": found["over"],
         # client and server reads up to skew_s apart: lost is known to ± this many datagrams
-        **_lost_uncertainty(probes, source, sent),
+        **_lost_uncertainty(probes, found["source"], found["sent"]),
         "places": places,
-        "explained": min(lost, explained),
-        "unexplained": max(0, lost - explained),
+        "explained": min(lost, explained["datagrams"]),
+        "explained_low": min(lost, explained["low"]), "explained_high": min(lost, explained["high"]),
+        "unexplained": max(0, lost - explained["datagrams"]),
+        "unread": unread,
         "not_lost": not_lost,
         "receiver_absent": receiver_absent(sample),
     }

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from offlab import __version__
-from offlab.report.compare import (Row, any_compared, axes_of, by_cell, compare_run, difference, emulated,
+from offlab.report.compare import (Row, any_compared, axes_of, by_cell, compare_run, difference, emulated, rule_lines,
                                   published_rows, sentence, trade_off)
 from offlab.errors import BadInput, EnvironmentProblem
 from offlab.metrics import HEADLINE, METRICS, TCG_MARK
@@ -298,7 +298,7 @@ def losses(cells: list[dict], samples: list[dict]) -> list[dict]:
     """Per cell with lost datagrams, where they died: its samples' attributions summed."""
     per_cell: dict[int, list[dict]] = {}
     for s in samples:
-        la = (s["sample"] or {}).get("loss_attribution")
+        la = _attribution(s["sample"] or {})
         if la:
             per_cell.setdefault(s["cell_id"], []).append(la)
     out = []
@@ -307,6 +307,15 @@ def losses(cells: list[dict], samples: list[dict]) -> list[dict]:
         if merged:
             out.append({"cell": c["key"], **merged})
     return out
+
+
+def _attribution(sample: dict) -> dict | None:
+    """The sample's loss attribution as stored; one stored by an offlab that counted a GRO packet as a
+    datagram and took the loss over the tool's whole run says so (offlab.report.format.OLDER_ATTRIBUTION)."""
+    la = sample.get("loss_attribution")
+    if la and "lost_over" not in la:
+        la = {**la, "unread": list(la.get("unread") or []) + [fmt.OLDER_ATTRIBUTION]}
+    return la
 
 
 def segmentations(cells: list[dict], samples: list[dict]) -> list[dict]:
@@ -423,6 +432,7 @@ def build_report(store: Store, run_id: int, *, baseline: dict | None = None,
 
         charts_ctx["frames"] = charts.frame_histograms([(c["cell"], c) for c in captures])
     env = run.get("env") or {}
+    published = published_rows(store, run_id)
     context = {
         "run": run, "level": level, "width": width, "version": __version__,
         "emulated": emulated(run, samples), "tcg_mark": TCG_MARK,
@@ -437,6 +447,7 @@ def build_report(store: Store, run_id: int, *, baseline: dict | None = None,
         "compare_error": compare_error,
         "sentences": [sentence(g) for g in by_cell(rows) if any_compared(g)],
         "comparison": _comparison_matrix(rows, present),
+        "rules": rule_lines(rows + published),
         "metric_labels": [fmt.short(m) for m in present],
         "cell_table": cell_table,
         "axes": axes, "layout": lay,
@@ -452,8 +463,9 @@ def build_report(store: Store, run_id: int, *, baseline: dict | None = None,
         "segmentations": segmentations(cells, samples),
         "offloads": offload_table(env, run.get("plan_text") or ""),
         "published": [{"cell": r.cell, "baseline": r.baseline, "metric": fmt.short(r.metric),
-                       "ours": fmt.change(r) if r.compared else "–", "verdict": r.verdict, "theirs": r.published}
-                      for r in published_rows(store, run_id)],
+                       "ours": fmt.change(r) if r.compared else "–", "verdict": r.verdict, "theirs": r.published,
+                       "rule": r.rule}
+                      for r in published],
     }
     return _render(context)
 

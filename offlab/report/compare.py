@@ -1,4 +1,10 @@
-"""Every cell as a ratio to its baseline cell, with Fieller's interval and a verdict.
+"""Every cell as a ratio to its baseline cell, with one interval and one verdict per comparison.
+
+One rule per context, named once wherever the rows are shown (`rule_lines`): in a run that repeated its
+comparisons until decided, every metric is judged by the sequential decision the runner stopped on
+(offlab.stats.replay over the pairs measured in the same round), so the headline line, the
+published-ratio line, `compare`, `results show` and the report cannot disagree; in a run repeated to a
+width, and for two runs against each other (no rounds to pair), by Fieller's interval on unpaired samples.
 
 A run's baseline is a partial assignment of axis values, e.g. {"offload": "off"} in a run with
 axes payload × offload: each cell is compared with the cell that has offload=off and the same
@@ -25,7 +31,12 @@ BASELINE_NOT_MEASURED = "baseline not measured"
 NO_BASELINE_CELL = "no baseline cell"
 MISSING = "missing in one run"
 
-STAT_VERDICTS = (stats.FASTER, stats.SLOWER, stats.LOWER, stats.HIGHER, stats.NO_DIFFERENCE, stats.UNDETERMINED)
+STAT_VERDICTS = (stats.FASTER, stats.SLOWER, stats.LOWER, stats.HIGHER, stats.NO_DIFFERENCE, stats.UNDETERMINED,
+                 stats.EQUIVALENT)
+
+# The rules a row's interval and verdict come from (Row.rule), each described once by rule_lines.
+SEQUENTIAL = "sequential"
+FIELLER = "fieller"
 
 # fail_if_slower looks at these unless told otherwise: the rates, where "slower" means what it says.
 RATE_METRICS = tuple(name for name, m in METRICS.items() if m.better == "higher")
@@ -67,6 +78,10 @@ class Row:
     params: dict = field(default_factory=dict)
     baseline_params: dict = field(default_factory=dict)
     published: str | None = None  # what the plan's source reports for this comparison, e.g. "seed 001: +49 %"
+    rule: str = FIELLER  # SEQUENTIAL: the run's own decision (pairs, looks below); FIELLER: unpaired interval
+    pairs: int | None = None  # SEQUENTIAL: pairs measured in the same round, up to the deciding look
+    looks: int | None = None
+    equivalence_pct: float | None = None
 
     @property
     def compared(self) -> bool:
@@ -123,10 +138,41 @@ def _cell_unusable(cell: dict, values: dict[str, list[float]], baseline: bool) -
     return None
 
 
+@dataclass
+class Sequential:
+    """The run's sequential rule (level, equivalence margin, first look) and, per metric, every cell's
+    (round, value) history (Store.cell_rounds), read once."""
+
+    store: Store
+    run_id: int
+    metric: str  # the metric the runner stopped on; every metric is judged by the same rule
+    level: float
+    equivalence: float | None
+    n0: int
+    _rounds: dict[str, dict[int, list[tuple[int, float]]]] = field(default_factory=dict)
+
+    def rounds(self, metric: str) -> dict[int, list[tuple[int, float]]]:
+        if metric not in self._rounds:
+            self._rounds[metric] = self.store.cell_rounds(self.run_id, metric)
+        return self._rounds[metric]
+
+
+def sequential_rule(store: Store, run: dict) -> Sequential | None:
+    """The run's sequential rule, when it repeated its comparisons until decided; else None."""
+    rep = run.get("repeat") or {}
+    until = rep.get("until") or ("decided" if run.get("baseline") else "width")
+    if until != "decided" or rep.get("metric") not in METRICS:
+        return None
+    return Sequential(store, run["id"], rep["metric"], rep.get("level") or 99.0, rep.get("equivalence"),
+                      rep.get("min") or 1)
+
+
 def compare_cells(cell: dict, base: dict | None, cell_values: dict[str, list[float]],
                   base_values: dict[str, list[float]], metrics: Sequence[str], level: float,
-                  run: int | None = None, baseline_run: int | None = None) -> list[Row]:
-    """Rows for `cell` against `base` (None: no baseline cell exists), one per metric."""
+                  run: int | None = None, baseline_run: int | None = None,
+                  seq: Sequential | None = None) -> list[Row]:
+    """Rows for `cell` against `base` (None: no baseline cell exists), one per metric: in a run that
+    decided sequentially (`seq`) every metric by that rule, else by Fieller's interval."""
     rows = []
     flags = []
     for c, who in ((cell, "cell"), (base, "baseline")):
@@ -155,9 +201,60 @@ def compare_cells(cell: dict, base: dict | None, cell_values: dict[str, list[flo
             row.flags.append(f"no {name} values in the {'baseline' if not a else 'cell'}")
             rows.append(row)
             continue
-        _fill(row, a, b, level)
+        if seq is not None and base is not None:
+            rounds = seq.rounds(name)
+            _fill_sequential(row, a, b, rounds.get(base["id"], []), rounds.get(cell["id"], []), seq)
+        else:
+            _fill(row, a, b, level)
         rows.append(row)
     return rows
+
+
+def _fill_sequential(row: Row, a: list[float], b: list[float], base_hist: list, cell_hist: list,
+                     seq: Sequential) -> None:
+    """The row as the runner decided it: the running interval and verdict of the same replay."""
+    row.rule, row.level, row.equivalence_pct = SEQUENTIAL, seq.level, seq.equivalence
+    row.mean_baseline, row.mean_cell = sum(a) / len(a), sum(b) / len(b)
+    d = stats.replay(base_hist, cell_hist, seq.n0, seq.level, seq.equivalence, row.better)
+    row.pairs = d.n if d is not None and d.decided else len(stats.paired(base_hist, cell_hist)[0])
+    row.looks = d.look if d is not None else 0
+    if d is None:
+        row.flags.append(f"{row.pairs} pair{'' if row.pairs == 1 else 's'} measured in the same round: "
+                         f"no look yet (the first comes at {max(seq.n0, stats.MIN_PAIRS)})")
+        pa, pb = stats.paired(base_hist, cell_hist)
+        if pa:  # the pairs' ratio so far, with no interval: the rule has not looked, the verdict stays undetermined
+            row.ratio = stats.paired_ratio_ci(pa, pb).ratio
+            row.change_pct = None if row.ratio is None else 100.0 * (row.ratio - 1.0)
+        return
+    if d.ratio is None:
+        row.flags.append("a value ≤ 0 on a side: no paired ratio (a difference is not what this rule decides)")
+    row.ratio, row.low, row.high = d.ratio, d.low, d.high
+    if d.ratio is not None:
+        row.change_pct = 100.0 * (d.ratio - 1.0)
+    if d.low is not None and d.high is not None:
+        row.change_low_pct, row.change_high_pct = 100.0 * (d.low - 1.0), 100.0 * (d.high - 1.0)
+    row.verdict = d.verdict if d.decided else stats.UNDETERMINED
+    row.improved = stats.is_improvement(row.verdict)
+
+
+def rule_lines(rows: Sequence[Row]) -> list[str]:
+    """Each rule the rows' verdicts come from, named once, with the metrics it judged."""
+    out = []
+    seq = [r for r in rows if r.rule == SEQUENTIAL]
+    if seq:
+        r0 = seq[0]
+        eq = f"; equivalent when it lies within ±{r0.equivalence_pct:g} %" if r0.equivalence_pct else ""
+        labels = ", ".join(dict.fromkeys(r.label for r in seq))
+        out.append(f"{labels}: the run's sequential decision — cell/baseline paired by round (geometric mean "
+                   f"of the pairs' ratios), the running {r0.level:g} % interval that holds over every look "
+                   f"(α/(k(k+1)) spent at look k); faster/slower when it excludes 0 %{eq}; undetermined "
+                   f"until a look decides")
+    fieller = [r for r in rows if r.rule == FIELLER and r.compared]
+    if fieller:
+        labels = ", ".join(dict.fromkeys(r.label for r in fieller))
+        out.append(f"{labels}: mean(cell)/mean(baseline) − 1 with Fieller's {fieller[0].level:g} % interval on "
+                   f"unpaired samples; a verdict only when the interval excludes 0 %")
+    return out
 
 
 def _fill(row: Row, a: list[float], b: list[float], level: float) -> None:
@@ -234,6 +331,7 @@ def compare_run(store: Store, run_id: int, baseline: dict | None = None,
         if v not in axes[k]:
             raise BadInput(f"baseline {k}={v} matches no cell of run {run_id} ({k} is one of: {', '.join(axes[k])})")
     by_params = {_key(_norm(c["params"])): c for c in cells}
+    seq = sequential_rule(store, run)
     if not any(all(_norm(c["params"]).get(k) == v for k, v in base.items()) for c in cells):
         raise BadInput(f"baseline {','.join(f'{k}={v}' for k, v in base.items())} matches no cell of run {run_id}")
     values = store.cell_metrics(run_id)
@@ -245,7 +343,7 @@ def compare_run(store: Store, run_id: int, baseline: dict | None = None,
             continue  # a baseline cell is not compared with itself
         bcell = by_params.get(_key(target))
         rows += compare_cells(cell, bcell, values.get(cell["id"], {}),
-                              values.get(bcell["id"], {}) if bcell else {}, metrics, level, run_id, run_id)
+                              values.get(bcell["id"], {}) if bcell else {}, metrics, level, run_id, run_id, seq)
     for row in rows:
         row.published = published_text(run, row.params, row.baseline_params, row.metric)
     return _mark_emulated(rows, run)
@@ -379,6 +477,8 @@ def sentence(rows: Sequence[Row]) -> str:
     for r in rows:
         if r.verdict in (stats.NO_DIFFERENCE, stats.UNDETERMINED) or not r.compared:
             nsd.append(r.label)
+        elif r.verdict == stats.EQUIVALENT:
+            sig.append(f"{r.label} equivalent ({_signed(r.change_pct)} %)")
         elif r.change_pct is not None:
             sig.append(f"{_signed(r.change_pct)} % {r.label}")
         else:

@@ -102,9 +102,24 @@ def change(row) -> str:
     return "–"
 
 
+def verdict_text(row) -> str:
+    """"+69.0 % [−53.4, +514.0] undetermined": a comparison's interval and verdict, as every line that
+    shows a comparison (headline, published ratio, compare, report) prints it."""
+    text = change(row)
+    return f"{text} {row.verdict}" if text != "–" else row.verdict
+
+
+# What a loss attribution stored before counts were converted to datagrams cannot say.
+OLDER_ATTRIBUTION = ("stored by an older offlab: its counts are as each counter counted them (a GRO packet as one "
+                     "datagram) and, with GSO/GRO, lost is the tool's whole run; measure again for datagrams "
+                     "over the window")
+
+
 def loss_lines(la: dict | None) -> list[str]:
-    """Loss attribution (offlab.experiment.witnesses.attribute_loss) as lines people read:
-    'router:oltrq2 qdisc (tbf) drops 27410 (98 %): queue full or over its rate'."""
+    """Loss attribution (offlab.experiment.witnesses.attribute_loss) as lines people read, in datagrams:
+    'router:oltrq2 qdisc (tbf) drops 27410 (98 %): queue full or over its rate';
+    'server Udp RcvbufErrors 87137 packets ≈ 3834028 datagrams (44.0 per packet, server:x rx: 64810 B per
+    packet; bounds 87137..3834028) (98 %): socket receive buffer full'."""
     if not la:
         return []
     # Samples stored before offlab recorded the source and the sent count still read.
@@ -112,15 +127,27 @@ def loss_lines(la: dict | None) -> list[str]:
     head = f"lost {la['lost']}{of} datagrams" + (f" ({la['lost_source']})" if la.get("lost_source") else "")
     if not la["places"]:
         head += ": no counter explains them"
-    lines = [head] + [f"  {p['where']} {p['count']} ({100 * p['share']:.0f} %)" + (f": {p['what']}" if p.get("what") else "")
+    lines = [head] + [f"  {place_text(p)} ({100 * p['share']:.0f} %)" + (f": {p['what']}" if p.get("what") else "")
                       for p in la["places"]]
+    if la["places"] and "explained_low" in la and la["explained_low"] != la["explained_high"]:
+        lines.append(f"  explained {la['explained']} datagrams ({100 * la['explained'] / la['lost']:.0f} %), "
+                     f"bounds {la['explained_low']}..{la['explained_high']}")
     if la["places"] and la["unexplained"]:
         lines.append(f"  unexplained {la['unexplained']} ({100 * la['unexplained'] / la['lost']:.0f} %)")
     lines += [f"  not loss: {n['where']} {n['count']}: {n['what']}" for n in la.get("not_lost", [])]
+    lines += [f"  not read: {u}" for u in la.get("unread", [])]
     if la.get("lost_uncertainty"):
         lines.append(f"  ± {la['lost_uncertainty']} datagrams: the client's and the server's counters were read "
                      f"up to {1000 * la['skew_s']:.1f} ms apart")
     return lines
+
+
+def place_text(p: dict) -> str:
+    """A place and its count in datagrams; a per-packet count with its conversion and bounds."""
+    if p.get("unit") != "packets":
+        return f"{p['where']} {p['count']}"
+    return (f"{p['where']} {p['count']} packets ≈ {p['datagrams']} datagrams ({p['per_packet']:.1f} per packet, "
+            f"{p['basis']}; bounds {p['low']}..{p['high']})")
 
 
 def merge_attributions(found: list[dict]) -> dict | None:
@@ -132,16 +159,32 @@ def merge_attributions(found: list[dict]) -> dict | None:
     places: dict[str, dict] = {}
     for a in found:
         for p in a["places"]:
-            q = places.setdefault(p["where"], {**p, "count": 0})
+            # Older samples counted every place in datagrams, without an estimate of their own.
+            q = places.setdefault(p["where"], {**p, "count": 0, "datagrams": 0, "low": 0, "high": 0})
             q["count"] += p["count"]
+            for k in ("datagrams", "low", "high"):
+                q[k] += p.get(k, p["count"])
+    for q in places.values():
+        if q.get("unit") == "packets":
+            q["per_packet"] = q["datagrams"] / q["count"]
+            q["basis"] = f"mean over {len(found)} sample(s)" if len(found) > 1 else q["basis"]
     not_lost: dict[str, dict] = {}
     for a in found:
         for n in a.get("not_lost", []):
             q = not_lost.setdefault(n["where"], {**n, "count": 0})
             q["count"] += n["count"]
     for p in places.values():
-        p["share"] = min(1.0, p["count"] / lost)
-    sources = sorted({a["lost_source"] for a in found if a.get("lost_source")})
-    return {"lost": lost, "sent": sum(a.get("sent") or 0 for a in found), "lost_source": ", ".join(sources),
-            "places": list(places.values()), "unexplained": sum(a["unexplained"] for a in found),
-            "not_lost": list(not_lost.values()), "samples": len(found)}
+        p["share"] = min(1.0, p["datagrams"] / lost)
+    sources = sorted({_source_kind(a["lost_source"]) for a in found if a.get("lost_source")})
+    out = {"lost": lost, "sent": sum(a.get("sent") or 0 for a in found), "lost_source": ", ".join(sources),
+           "places": list(places.values()), "unexplained": sum(a["unexplained"] for a in found),
+           "not_lost": list(not_lost.values()), "samples": len(found),
+           "unread": sorted({u for a in found for u in a.get("unread", [])})}
+    if all("explained_low" in a for a in found):
+        out.update({k: sum(a[k] for a in found) for k in ("explained", "explained_low", "explained_high")})
+    return out
+
+
+def _source_kind(source: str) -> str:
+    """A lost count's source without its per-sample figures (rows, ms), so a cell's samples name it once."""
+    return source.split("'s ", 1)[0] + "'s intervals in the window" if "intervals in the window" in source else source
