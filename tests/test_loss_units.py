@@ -11,6 +11,7 @@ import os
 import pytest
 
 from offlab import lab as labs
+from offlab.experiment import teardown
 from offlab.experiment import witnesses
 from offlab.experiment.measure import measure
 from offlab.report import format as fmt
@@ -136,4 +137,4 @@ def test_a_real_bridge_lab_attributes_90_percent_of_its_udp_loss_in_datagrams(la
             if kw.get("gso"):
                 assert la["places"][0]["unit"] == "packets" and la["places"][0]["per_packet"] > 40
     finally:
-        labs.down(lab_name)
+        teardown.down(lab_name)
