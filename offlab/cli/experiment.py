@@ -62,6 +62,7 @@ def run_cmd(
         # The plan is judged before the database is opened, so --validate needs none.
         p = load_plan_file(str(plan), quick=quick)
         _override([p], budget, until)
+        _warn_no_ops(p)
         if validate:
             _validate_tools(p)
             _print_cells(p)
@@ -140,6 +141,15 @@ def _validate_tools(plan: Plan) -> None:
     else:
         out.print(f"note: not root, so the tools were not checked ({', '.join(required_tools(plan))}); "
                   "`offlab run` checks them as root")
+
+
+def _warn_no_ops(plan: Plan) -> None:
+    """Settings known to do nothing in a cell, on stderr before anything runs (the run goes on: the
+    sample's effect witness then shows the same thing in numbers)."""
+    from offlab.experiment.plan import no_op_warnings
+
+    for line in no_op_warnings(plan):
+        typer.echo(f"warning: {line}", err=True)
 
 
 def _need_root(what: str) -> None:
