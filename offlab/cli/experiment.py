@@ -259,6 +259,7 @@ def _finish(store: Store, runner: Runner, as_json: bool, report_dir: Path | None
 def _print_decisions(runner: Runner) -> None:
     """The headline verdicts as the sequential rule decided them, then a count of the others."""
     from offlab.experiment.decide import reason
+    from offlab.metrics import NOT_EXERCISED
 
     if runner.decider is None or not runner.decisions:
         return
@@ -267,11 +268,23 @@ def _print_decisions(runner: Runner) -> None:
     rest = [d for d in runner.decisions if not d["headline"] and not d["moot"]]
     typer.echo(f"headline verdicts ({rep.metric}; {rep.level:g} % confidence over every look, "
                f"equivalent = within ±{rep.equivalence:g} %):")
+    unexercised = _not_exercised(runner)
     for d in head:
         typer.echo(f"  {d['cell']} vs {d['baseline']}: {_ratio_text(d)}{reason(d)}{_published(runner, d)}")
+        for who in ("cell", "baseline"):
+            if d[who] in unexercised:
+                typer.echo(f"    ⚠ {NOT_EXERCISED} in the {who} {d[who]}: {unexercised[d[who]]}")
     if rest:
         decided = sum(d["verdict"] != "undecided" for d in rest)
         typer.echo(f"other comparisons: {decided} of {len(rest)} decided (offlab results show {runner.run_id})")
+
+
+def _not_exercised(runner: Runner) -> dict[str, str]:
+    """cell key → its settings set but not exercised (the samples' effect witnesses)."""
+    from offlab.metrics import not_exercised_by_cell
+
+    keys = {c["id"]: c["key"] for c in runner.store.cells(runner.run_id)}
+    return {keys[cid]: line for cid, line in not_exercised_by_cell(runner.store.samples(runner.run_id)).items()}
 
 
 def _published(runner: Runner, d: dict) -> str:
