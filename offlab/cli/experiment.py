@@ -283,8 +283,11 @@ def _not_exercised(runner: Runner) -> dict[str, str]:
     """cell key → its settings set but not exercised (the samples' effect witnesses)."""
     from offlab.metrics import not_exercised_by_cell
 
-    keys = {c["id"]: c["key"] for c in runner.store.cells(runner.run_id)}
-    return {keys[cid]: line for cid, line in not_exercised_by_cell(runner.store.samples(runner.run_id)).items()}
+    store = getattr(runner, "store", None)  # a runner that stored nothing has nothing to mark
+    if store is None:
+        return {}
+    keys = {c["id"]: c["key"] for c in store.cells(runner.run_id)}
+    return {keys[cid]: line for cid, line in not_exercised_by_cell(store.samples(runner.run_id)).items()}
 
 
 def _published(runner: Runner, d: dict) -> str:
