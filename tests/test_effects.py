@@ -201,3 +201,35 @@ def test_a_cell_line_names_the_setting_where_in_how_many_samples_and_why():
 def test_every_fixture_gives_only_known_statuses(name):
     for e in effects.witness(sample(name), []):
         assert e["status"] in (EXERCISED, NOT_EXERCISED, NOT_APPLICABLE, OFF)
+
+
+# ---- RPS and busy polling --------------------------------------------------------------------
+
+def server_if(s: dict) -> str:
+    return next(n for n in s["probes"]["interfaces"] if n.startswith("server:"))
+
+
+def test_rps_to_another_cpu_counts_steered_packets_and_none_without_it():
+    on, off = sample("bridge-rps2"), sample("bridge-rps0")
+    e = one(effects.witness(on, [{"where": server_if(on), "key": "rps", "value": "0x2"}]), "rps")
+    assert e["status"] == EXERCISED and e["counters"]["received_rps"]["1"] > 1000
+    assert one(effects.witness(off, [{"where": server_if(off), "key": "rps", "value": "0x0"}]), "rps")["status"] == OFF
+    e = one(effects.witness(off, [{"where": server_if(off), "key": "rps", "value": "0x2"}]), "rps")
+    assert e["status"] == NOT_EXERCISED  # nothing was steered: what the counters say when RPS did nothing
+
+
+def test_rps_to_the_cpu_where_packets_arrive_is_not_applicable():
+    off = sample("bridge-rps0")  # the client sends on CPU 0: a veth's packets arrive there
+    e = one(effects.witness(off, [{"where": server_if(off), "key": "rps", "value": "1"}]), "rps")
+    assert e["status"] == NOT_APPLICABLE and "CPU 0" in e["cause"]
+
+
+def test_busy_polling_is_exercised_only_on_a_device_with_napi():
+    gro, plain = sample("veth-busypoll-gro"), sample("veth-busypoll-nonapi")
+    setting = [{"where": "machine", "key": "net.core.busy_poll", "value": "50"}]
+    e = one(effects.witness(gro, setting), "net.core.busy_poll")
+    assert e["status"] == EXERCISED and e["counters"]["server_BusyPollRxPackets"] > 0
+    e = one(effects.witness(plain, setting), "net.core.busy_poll")
+    assert e["status"] == NOT_EXERCISED and "NAPI" in e["cause"]
+    off = [{"where": "machine", "key": "net.core.busy_poll", "value": "0"}]
+    assert one(effects.witness(plain, off), "net.core.busy_poll")["status"] == OFF

@@ -213,6 +213,22 @@ def test_jumbo_mtu_is_exercised_on_every_hop_and_not_on_one(bridge_lab):
     assert e["status"] == EXERCISED and e["counters"]["largest_frame_at_least"] > 1514
 
 
+def test_rps_to_another_cpu_is_exercised_and_not_when_off(bridge_lab):
+    """The sender runs on CPU 0 (the veth's packets arrive there); RPS to CPU 1 needs an interrupt per batch."""
+    try:
+        _set(bridge_lab, "server", "to-switch", "rps=0")
+        off = _measure(bridge_lab)
+        _set(bridge_lab, "server", "to-switch", "rps=2")
+        on = _measure(bridge_lab)
+    finally:
+        _restore(bridge_lab)
+    where = _iface(on, "server", "rx")
+    e = _effect(on, "rps", where)
+    assert e["status"] == EXERCISED and e["counters"]["received_rps"]["1"] > 0
+    [judged] = [x for x in effects.witness(off, [{"where": where, "key": "rps", "value": "2"}]) if x["setting"] == "rps"]
+    assert judged["status"] == NOT_EXERCISED
+
+
 # ---- --validate without a lab ----------------------------------------------------------------
 
 @pytest.mark.parametrize("body, fragment", [

@@ -342,6 +342,71 @@ def mtu_effect(value: str, where: str, probes: dict, capture: dict | None, workl
     return e
 
 
+# ---- which CPUs did the work: RPS; busy polling -------------------------------------------------
+
+def _cpus(mask: str) -> set[int]:
+    bits = int(str(mask).replace(",", ""), 16)
+    return {i for i in range(bits.bit_length()) if bits >> i & 1}
+
+
+def rps_effect(key: str, value: str, where: str, probes: dict, workload: dict) -> Effect:
+    """RPS on a receive queue: the packets the mask's CPUs were sent to process by inter-processor
+    interrupt (softnet `received_rps`) and what each CPU's backlog processed. A mask of only the CPU
+    where the packets arrive steers without an interrupt: not applicable."""
+    e = Effect(key, where, str(value), NOT_APPLICABLE, "", {})
+    try:
+        cpus = _cpus(value)
+    except ValueError:
+        e.cause = f"{value!r} is not a CPU mask"
+        return e
+    soft = {int(c): d for c, d in (probes.get("softnet") or {}).items()}
+    steered = sum((soft.get(c) or {}).get("received_rps", 0) for c in cpus)
+    e.counters = {"cpus": sorted(cpus), "received_rps": {str(c): d.get("received_rps") for c, d in soft.items()},
+                  "processed": {str(c): d.get("processed") for c, d in soft.items()}}
+    e.detail = (f"softnet received_rps on CPU {', '.join(map(str, sorted(cpus)))}: {steered}; processed per CPU "
+                + ", ".join(f"{c}: {d.get('processed')}" for c, d in sorted(soft.items())))
+    if not cpus:
+        e.status = OFF
+        return e
+    if not any("received_rps" in d for d in soft.values()):
+        e.cause = "this sample has no softnet received_rps counts (measured before they were kept)"
+        return e
+    arrive = workload.get("server_cpu" if workload.get("reverse") else "client_cpu")
+    if steered > 0:
+        e.status = EXERCISED
+    elif arrive is not None and cpus == {arrive}:
+        e.cause = (f"the mask is CPU {arrive}, where a veth's packets arrive (the sender's CPU): steering "
+                   f"there needs no interrupt, so no counter shows it")
+    else:
+        e.status = NOT_EXERCISED
+        e.cause = ("no packet was steered to the mask's CPUs: the traffic did not arrive on this receive "
+                   "queue, or RFS/another mask decided first")
+    return e
+
+
+BUSY_POLL = ("net.core.busy_poll", "net.core.busy_read")
+
+
+def busy_poll_effect(key: str, value: str, where: str, probes: dict, workload: dict) -> Effect:
+    """net.core.busy_poll / busy_read: the packets the receiver's sockets took by busy polling a NAPI
+    context (TcpExt BusyPollRxPackets, counted for every protocol)."""
+    receiver = _roles(workload)[1]
+    polled = (((probes.get("snmp") or {}).get(receiver) or {}).get("TcpExt") or {}).get("BusyPollRxPackets")
+    e = Effect(key, where, str(value), NOT_APPLICABLE, f"{receiver} TcpExt BusyPollRxPackets {polled}",
+               {f"{receiver}_BusyPollRxPackets": polled})
+    if str(value).strip() in ("0", ""):
+        e.status = OFF
+    elif polled is None:
+        e.cause = f"no BusyPollRxPackets count for {receiver} (a sample measured before it was kept)"
+    elif polled > 0:
+        e.status = EXERCISED
+    else:
+        e.status = NOT_EXERCISED
+        e.cause = ("no packet was busy-polled: a socket polls only a device with NAPI (a veth only with GRO "
+                   "or XDP on; a tap has none) and only while it waits in poll/select/read")
+    return e
+
+
 # ---- the sender's and receiver's socket options: UDP_SEGMENT and UDP_GRO ------------------------
 
 def workload_effects(probes: dict, workload: dict, traffic: dict) -> list[Effect]:
@@ -404,4 +469,8 @@ def witness(sample: dict, settings: list[dict]) -> list[dict]:
             out.append(merging_effect(key, value, where, probes, w))
         elif key == "mtu":
             out.append(mtu_effect(value, where, probes, sample.get("capture"), w))
+        elif key == "rps" or key.startswith("rps."):
+            out.append(rps_effect(key, value, where, probes, w))
+        elif key in BUSY_POLL:
+            out.append(busy_poll_effect(key, value, where, probes, w))
     return [e.to_dict() for e in out]
