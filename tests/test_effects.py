@@ -233,3 +233,25 @@ def test_busy_polling_is_exercised_only_on_a_device_with_napi():
     assert e["status"] == NOT_EXERCISED and "NAPI" in e["cause"]
     off = [{"where": "machine", "key": "net.core.busy_poll", "value": "0"}]
     assert one(effects.witness(plain, off), "net.core.busy_poll")["status"] == OFF
+
+
+def test_plain_gro_on_a_udp_forwarding_hop_is_not_applicable_its_udp_fwd_witness_judges():
+    s = sample("bridge-udp-plain")
+    ingress = next(n for n, v in s["probes"]["interfaces"].items()
+                   if n.startswith("switch:") and v["rx_packets"] > 100000)
+    found = effects.witness(s, [{"where": ingress, "key": "gro", "value": "on"},
+                                {"where": ingress, "key": "udp-gro-fwd", "value": "on"}])
+    assert one(found, "gro")["status"] == NOT_APPLICABLE
+    assert one(found, "udp-gro-fwd")["status"] == NOT_EXERCISED  # 1.0 forwarded per received: nothing merged
+
+
+def test_a_captured_super_packet_is_no_wire_frame_for_the_mtu_witness():
+    s = sample("bridge-tsoon")  # 59 KB super-packets on every veth
+    setting = [{"where": client_if(s), "key": "mtu", "value": "9000"}]
+    for name in s["probes"]["mtus"]:
+        s["probes"]["mtus"][name] = 9000
+    s["capture"] = {"mtu": 9000, "largest_frame": 65226}
+    e = one(effects.witness(s, setting), "mtu")
+    assert e["status"] == NOT_APPLICABLE and e["counters"]["largest_frame_captured"] is None
+    s["capture"] = {"mtu": 9000, "largest_frame": 9014}
+    assert one(effects.witness(s, setting), "mtu")["status"] == EXERCISED

@@ -280,6 +280,12 @@ def merging_effect(key: str, value: str, where: str, probes: dict, workload: dic
     if rx < MIN_PACKETS or ratio is None or mtu is None or not avg:
         e.cause = f"fewer than {MIN_PACKETS} packets received on {where}, or no counter after the merge point"
         return e
+    forwarded_udp = proto == "udp" and role != receiver and key not in ("gro-list", "rx-gro-list", "udp-gro-fwd",
+                                                                         "rx-udp-gro-forwarding")
+    if forwarded_udp and ratio >= MERGED_BELOW:
+        e.cause = ("plain GRO merges forwarded UDP only with rx-udp-gro-forwarding or rx-gro-list on: their own "
+                   "witnesses judge that")
+        return e
     if avg > mtu + ETH:
         e.cause = (f"the packets arrived already merged (avg {avg:.0f} B > MTU {mtu} + {ETH}: super-packets "
                    f"from the sender's TSO/GSO): nothing left to merge")
@@ -308,7 +314,11 @@ def mtu_effect(value: str, where: str, probes: dict, capture: dict | None, workl
     smallest = min(carried.items(), key=lambda kv: kv[1]) if carried else None
     wire = [max(v.get("rx_avg_bytes") or 0, v.get("tx_avg_bytes") or 0) for n, v in ifs.items() if n in carried
             and max(v.get("rx_avg_bytes") or 0, v.get("tx_avg_bytes") or 0) <= carried[n] + ETH]
-    largest = (capture or {}).get("max_frame") or (capture or {}).get("largest_frame")
+    cap = capture or {}
+    # a capture on a veth sees super-packets too: its largest frame is a wire frame only within its MTU + 14
+    largest = cap.get("largest_frame") or None
+    if largest and largest > (cap.get("mtu") or 0) + ETH:
+        largest = None
     bound = max(wire) if wire else None
     e.counters = {"path_smallest_mtu": smallest[1] if smallest else None,
                   "smallest_at": smallest[0] if smallest else None,
