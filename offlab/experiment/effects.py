@@ -21,7 +21,6 @@ import math
 from dataclasses import asdict, dataclass, field
 
 from offlab.experiment.plan import topology as static
-
 from offlab.metrics import NOT_EXERCISED
 
 EXERCISED = "exercised"
@@ -54,10 +53,6 @@ class Effect:
 
     def to_dict(self) -> dict:
         return asdict(self)
-
-    def line(self) -> str:
-        text = f"{self.setting}={self.value} at {self.where}: {self.status}: {self.detail}"
-        return text + (f" — {self.cause}" if self.cause else "")
 
 
 def _on(value: object) -> bool:
