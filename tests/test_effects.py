@@ -267,3 +267,12 @@ def test_testpmd_gro_into_a_guest_counts_the_vhost_ports_drops_as_packets_out():
     e = one(effects.witness(sample("dpdk-vm-csum-gro"), []), "testpmd.gro")
     assert e["status"] == EXERCISED and e["counters"]["out_per_in"] < 0.1
     assert effects.witness(sample("dpdk-vm-grooff"), []) == []  # GRO off: nothing to witness
+
+
+def test_a_witness_without_its_counters_says_so_and_the_others_still_judge():
+    s = sample("dpdk-io-gro")
+    del s["probes"]["testpmd"]["directions"]["0>1"]["rx_bytes"]  # a sample from before it was kept
+    found = effects.witness(s, [{"where": "client:x", "key": "tso", "value": "on"}])
+    broken = one(found, "testpmd")
+    assert broken["status"] == NOT_APPLICABLE and "KeyError" in broken["cause"]
+    assert one(found, "tso")["status"] == NOT_APPLICABLE  # no counters for client:x: said, not accused

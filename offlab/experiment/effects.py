@@ -471,22 +471,38 @@ def workload_effects(probes: dict, workload: dict, traffic: dict) -> list[Effect
 def witness(sample: dict, settings: list[dict]) -> list[dict]:
     """Every effect witness of a stream sample: testpmd's (from its own read of what was in force), the
     workload's socket options, and each setting in `settings` ({"where", "key", "value"}: the cell's
-    settings in force, or the lab's journalled ones) that has a witness."""
+    settings in force, or the lab's journalled ones) that has a witness. A witness that cannot read
+    the counters it needs says so as `not applicable`, with why, and never costs the sample."""
     probes, w = sample.get("probes") or {}, sample.get("workload") or {}
-    if w.get("kind") in ("rr",):
+    if w.get("kind") == "rr":
         return []
-    out = testpmd_effects(probes.get("testpmd"), probes.get("testpmd_settings"))
-    out += workload_effects(probes, w, sample.get("traffic") or {})
+    out: list[Effect] = []
+    steps = [("testpmd", lambda: testpmd_effects(probes.get("testpmd"), probes.get("testpmd_settings"))),
+             ("workload", lambda: workload_effects(probes, w, sample.get("traffic") or {}))]
     for s in settings:
-        key, value, where = s.get("key"), s.get("value"), s.get("where") or ""
-        if key in SEGMENTATION:
-            out.append(segmentation_effect(key, value, where, probes, w, sample.get("topology")))
-        elif key in MERGING:
-            out.append(merging_effect(key, value, where, probes, w))
-        elif key == "mtu":
-            out.append(mtu_effect(value, where, probes, sample.get("capture"), w))
-        elif key == "rps" or key.startswith("rps."):
-            out.append(rps_effect(key, value, where, probes, w))
-        elif key in BUSY_POLL:
-            out.append(busy_poll_effect(key, value, where, probes, w))
+        judge = _judge(str(s.get("key") or ""), str(s.get("value")), s.get("where") or "", sample)
+        if judge is not None:
+            steps.append((str(s.get("key")), judge))
+    for name, step in steps:
+        try:
+            out += step()
+        except (KeyError, TypeError, ValueError, ZeroDivisionError) as exc:
+            out.append(Effect(name, "?", "?", NOT_APPLICABLE, "the counters this witness reads are not all there",
+                              cause=f"witness could not read its counters: {type(exc).__name__}: {exc}"))
     return [e.to_dict() for e in out]
+
+
+def _judge(key: str, value: str, where: str, sample: dict):
+    """The witness of one setting, to be called; None for a setting without one."""
+    probes, w = sample.get("probes") or {}, sample.get("workload") or {}
+    if key in SEGMENTATION:
+        return lambda: [segmentation_effect(key, value, where, probes, w, sample.get("topology"))]
+    if key in MERGING:
+        return lambda: [merging_effect(key, value, where, probes, w)]
+    if key == "mtu":
+        return lambda: [mtu_effect(value, where, probes, sample.get("capture"), w)]
+    if key == "rps" or key.startswith("rps."):
+        return lambda: [rps_effect(key, value, where, probes, w)]
+    if key in BUSY_POLL:
+        return lambda: [busy_poll_effect(key, value, where, probes, w)]
+    return None
