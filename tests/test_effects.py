@@ -276,3 +276,14 @@ def test_a_witness_without_its_counters_says_so_and_the_others_still_judge():
     broken = one(found, "testpmd")
     assert broken["status"] == NOT_APPLICABLE and "KeyError" in broken["cause"]
     assert one(found, "tso")["status"] == NOT_APPLICABLE  # no counters for client:x: said, not accused
+
+
+def test_segmentation_on_a_forwarding_hop_is_exercised_only_when_super_packets_leave_it():
+    s = sample("bridge-swgroon")  # the switch merged (GRO) and sent ~58 KB super-packets to the server
+    egress = next(n for n, v in s["probes"]["interfaces"].items()
+                  if n.startswith("switch:") and (v["tx_avg_bytes"] or 0) > 30000)
+    assert one(effects.witness(s, [{"where": egress, "key": "tso", "value": "on"}]), "tso")["status"] == EXERCISED
+    t = sample("bridge-tsooff")  # wire-size all the way: nothing to segment on the switch
+    egress = next(n for n, v in t["probes"]["interfaces"].items() if n.startswith("switch:") and v["tx_packets"] > 1000)
+    e = one(effects.witness(t, [{"where": egress, "key": "tso", "value": "on"}]), "tso")
+    assert e["status"] == NOT_APPLICABLE and "forwards what arrives" in e["cause"]

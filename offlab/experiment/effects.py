@@ -213,7 +213,11 @@ def segmentation_effect(key: str, value: str, where: str, probes: dict, workload
         return e
     sender = _roles(workload)[0]
     if not where.startswith(f"{sender}:"):
-        e.cause = f"segmentation acts where data is sent; {where} is not on the sender ({sender})"
+        if avg and mtu and pkts >= MIN_PACKETS and avg > mtu + ETH:
+            e.status = EXERCISED  # a forwarding hop passed super-packets on (a GRO hop's, or the sender's)
+        else:
+            e.cause = (f"{where} forwards what arrives: it segments only super-packets the sender or a GRO "
+                       f"hop made, and none left it")
         return e
     if kind != "any" and kind != proto:
         e.cause = f"{key} segments {kind.upper()} only; the workload is {proto.upper()}"
