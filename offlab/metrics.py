@@ -111,3 +111,26 @@ def impossible(sample: dict) -> dict[str, float]:
 # Shown wherever a figure from an emulated guest appears (issue 10): TCG emulates the guest's CPU, so
 # ratios between cells of one run keep their direction, but no figure says anything about real hardware.
 TCG_MARK = "TCG: directions only, not absolute figures"
+
+# A setting read back as set whose effect the sample's counters do not show (offlab.experiment.effects).
+NOT_EXERCISED = "set but not exercised"
+
+
+def not_exercised(sample: dict) -> list[dict]:
+    """The effect witnesses of a stored sample that found its setting set but not exercised."""
+    return [e for e in sample.get("effects") or [] if e.get("status") == NOT_EXERCISED]
+
+
+def not_exercised_by_cell(samples: list[dict]) -> dict[int, str]:
+    """cell id → one line: each setting set but not exercised in its samples, where, in how many of
+    them, the likely cause and the first such sample's counters (`samples`: the store's rows)."""
+    seen: dict[int, dict[tuple, list]] = {}
+    total: dict[int, int] = {}
+    for row in samples:
+        cid, s = row["cell_id"], row.get("sample") or {}
+        total[cid] = total.get(cid, 0) + 1
+        for e in not_exercised(s):
+            seen.setdefault(cid, {}).setdefault((e["setting"], e["value"], e["where"], e.get("cause")), []).append(e)
+    return {cid: "; ".join(f"{k[0]}={k[1]} at {k[2]} in {len(v)} of {total[cid]} samples ({v[0]['detail']}"
+                           + (f" — {k[3]}" if k[3] else "") + ")" for k, v in found.items())
+            for cid, found in seen.items()}

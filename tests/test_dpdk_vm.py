@@ -133,6 +133,10 @@ def test_tcp_reaches_the_guest_and_dpdk_gro_merges_into_the_vhost_port(vm_lab):
     assert on["testpmd"]["out_per_in"] < 0.5, on["testpmd"]
     assert on["interfaces"]["server:eth0"]["rx_avg_bytes"] > 1514 >= off["interfaces"]["server:eth0"]["rx_avg_bytes"]
     assert on["snmp"]["server"]["Tcp"]["InCsumErrors"] == 0  # hw csum on the vhost port: no stale checksums
+    # the sample's own effect witness says the same: GRO on was exercised (no witness for GRO off)
+    [gro_on] = [e for e in samples["on"]["effects"] if e["setting"] == "testpmd.gro"]
+    assert gro_on["status"] == "exercised", gro_on
+    assert not [e for e in samples["off"]["effects"] if e["setting"] == "testpmd.gro"]
     assert "TCG" in " ".join(samples["on"].get("notes", [])) or samples["on"]["guests"]["server"]["accel"] == "kvm"
 
 

@@ -62,6 +62,7 @@ def run_cmd(
         # The plan is judged before the database is opened, so --validate needs none.
         p = load_plan_file(str(plan), quick=quick)
         _override([p], budget, until)
+        _warn_no_ops(p)
         if validate:
             _validate_tools(p)
             _print_cells(p)
@@ -140,6 +141,15 @@ def _validate_tools(plan: Plan) -> None:
     else:
         out.print(f"note: not root, so the tools were not checked ({', '.join(required_tools(plan))}); "
                   "`offlab run` checks them as root")
+
+
+def _warn_no_ops(plan: Plan) -> None:
+    """Settings known to do nothing in a cell, on stderr before anything runs (the run goes on: the
+    sample's effect witness then shows the same thing in numbers)."""
+    from offlab.experiment.plan import no_op_warnings
+
+    for line in no_op_warnings(plan):
+        typer.echo(f"warning: {line}", err=True)
 
 
 def _need_root(what: str) -> None:
@@ -228,6 +238,7 @@ def _finish(store: Store, runner: Runner, as_json: bool, report_dir: Path | None
     summary = {"run_id": run_id, "name": runner.plan.name, "status": store.get_run(run_id)["status"]}
     if runner.decider is not None:
         summary["decisions"] = runner.decisions
+    summary["not_exercised"] = _not_exercised(runner)  # cell key → settings set but not exercised
     if report_dir is not None:
         from offlab.report import write_report
 
@@ -248,7 +259,9 @@ def _finish(store: Store, runner: Runner, as_json: bool, report_dir: Path | None
 
 def _print_decisions(runner: Runner, store) -> None:
     """The headline comparisons: interval and verdict from the same rows `compare` and `results show`
-    print (offlab.report.compare, the run's sequential rule), then what each rests on or still needs."""
+    print (offlab.report.compare, the run's sequential rule), then what each rests on or still needs,
+    and any setting of either side that was set but not exercised (its effect witness)."""
+    from offlab.metrics import NOT_EXERCISED
     from offlab.report import compare
     from offlab.report import format as fmt
 
@@ -259,15 +272,19 @@ def _print_decisions(runner: Runner, store) -> None:
     rest = [d for d in runner.decisions if not d["headline"] and not d["moot"]]
     rows = {(r.cell, r.baseline): r for r in compare.compare_run(store, runner.run_id, metrics=[rep.metric])}
     typer.echo(f"headline verdicts ({fmt.short(rep.metric)}, the sequential rule named under the table):")
+    unexercised = _not_exercised(store, runner.run_id)
     for d in head:
         row = rows.get((d["cell"], d["baseline"]))
         if row is None:  # not comparable in the stored rows (a side without values): the runner's word
             from offlab.experiment.decide import reason
 
             typer.echo(f"  {d['cell']} vs {d['baseline']}: {reason(d)}{_published(runner, d)}")
-            continue
-        typer.echo(f"  {d['cell']} vs {d['baseline']}: {fmt.verdict_text(row)}{_detail(row, d)}"
-                   f"{_published(runner, d)}")
+        else:
+            typer.echo(f"  {d['cell']} vs {d['baseline']}: {fmt.verdict_text(row)}{_detail(row, d)}"
+                       f"{_published(runner, d)}")
+        for who in ("cell", "baseline"):
+            if d[who] in unexercised:
+                typer.echo(f"    ⚠ {NOT_EXERCISED} in the {who} {d[who]}: {unexercised[d[who]]}")
     if rest:
         decided = sum(d["verdict"] != "undecided" for d in rest)
         typer.echo(f"other comparisons: {decided} of {len(rest)} decided (offlab results show {runner.run_id})")
@@ -279,6 +296,16 @@ def _detail(row, d: dict) -> str:
 
     text = detail(d)
     return f" ({text})" if row.verdict != "undetermined" else text
+
+
+def _not_exercised(store, run_id: int) -> dict[str, str]:
+    """cell key → its settings set but not exercised (the samples' effect witnesses)."""
+    from offlab.metrics import not_exercised_by_cell
+
+    if store is None:  # a runner that stored nothing has nothing to mark
+        return {}
+    keys = {c["id"]: c["key"] for c in store.cells(run_id)}
+    return {keys[cid]: line for cid, line in not_exercised_by_cell(store.samples(run_id)).items()}
 
 
 def _published(runner: Runner, d: dict) -> str:

@@ -227,11 +227,29 @@ def set_cmd(
     else:
         for o in outcomes:
             typer.echo(o.line())
+    if any(o.ok and o.change.key.startswith("testpmd.") for o in outcomes):
+        _warn_testpmd_no_ops(lab)
     if tx.impossible:
         kept = sum(1 for o in outcomes if o.ok and o.journalled)
         raise EnvironmentProblem(
             f"{len(tx.impossible)} of {len(outcomes)} setting(s) could not be made (see above)"
             + (f"; the {kept} that were made stay until `offlab restore` or `lab down`" if kept else ""))
+
+
+def _warn_testpmd_no_ops(lab: labs.LabState) -> None:
+    """testpmd settings now in force that do nothing (GRO/GSO outside csum forwarding), on stderr."""
+    from offlab.dpdk import Testpmd
+    from offlab.knobs.testpmd import no_ops
+
+    tp = Testpmd.for_lab(lab.name)
+    if tp is None:
+        return
+    now = tp.settings()
+    values = {"fwd": now["fwd"], **{name: ",".join(f"{n}:{'on' if p[name]['on'] else 'off'}"
+                                                   for n, p in sorted(now["ports"].items()))
+                                    for name in ("gro", "gso")}}
+    for line in no_ops(values):
+        typer.echo(f"warning: {line}", err=True)
 
 
 @app.command("exec", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

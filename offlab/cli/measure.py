@@ -12,6 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from offlab.errors import BadInput
+from offlab.experiment.effects import NOT_EXERCISED
 from offlab.report import format as fmt
 from offlab.names import IFNAME_RE
 
@@ -109,13 +110,26 @@ def measure_cmd(
         cap = CaptureRequest(role, iface or None, frames)
         state.resolve_iface(role, iface or None)  # fail before any traffic
     with hold(lab, "offlab measure"):  # `lab down` refuses the lab meanwhile (issue #14, item 8)
-        sample = measure(state, w, cap) if rw is None else measure_rr_under_load(state, w, rw, cap)
+        sample = measure(state, w, cap, settings=lab_settings(state)) if rw is None else \
+            measure_rr_under_load(state, w, rw, cap)
     if as_json:
         typer.echo(json.dumps(sample.to_dict(), indent=2, default=str))
     else:
         print_sample(sample)
         if sample.rr:
             print_rr_under_load(sample.rr)
+
+
+def lab_settings(state) -> list[dict]:
+    """The settings `lab set` made on the lab and that still hold (its journal): each gets an effect witness."""
+    from offlab.knobs import pending_changes
+
+    role_of = {e.netns: role for role, e in state.hosts.items() if e.netns and not e.guest}
+    held: dict[tuple, dict] = {}
+    for c in pending_changes(role_of, state.name):  # newest first: a later `lab set` of a key wins
+        where = f"{c['host']}:{c['iface']}" if c.get("iface") else str(c["host"])
+        held.setdefault((where, c["key"]), {"where": where, "key": c["key"], "value": c["value"]})
+    return list(held.values())
 
 
 def _rr_cpu_line(res: dict) -> str:
@@ -228,6 +242,10 @@ def print_sample(s: Sample) -> None:
         out.print(f"  {escape(line)}")
     if s.loss_attribution and s.loss_attribution.get("receiver_absent"):
         out.print(f"  [bold red]no receiver[/bold red] {escape(s.loss_attribution['receiver_absent'])}")
+    for e in s.effects or []:
+        style = "bold red" if e["status"] == NOT_EXERCISED else "dim"
+        out.print(f"  [{style}]{escape(e['status'])}[/{style}] {escape(e['setting'])}={escape(e['value'])} at "
+                  f"{escape(e['where'])}: {escape(e['detail'])}" + (f" — {escape(e['cause'])}" if e["cause"] else ""))
     if s.consistency and s.consistency["status"] != "consistent":
         for c in s.consistency["checks"]:
             if not c["ok"]:

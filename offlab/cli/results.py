@@ -15,7 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from offlab.errors import BadInput
-from offlab.metrics import HEADLINE, METRICS, TCG_MARK
+from offlab.metrics import HEADLINE, METRICS, NOT_EXERCISED, TCG_MARK, not_exercised_by_cell
 
 out = console()
 
@@ -85,8 +85,10 @@ def show_cmd(
     level = (run.get("repeat") or {}).get("level") or 99
     cis = {c["id"]: {m: mean_ci(v, level) for m, v in values.get(c["id"], {}).items()} for c in cells}
     if as_json:
+        unexercised = not_exercised_by_cell(samples)
         _json({"run": run,
-               "cells": [{**c, "intervals": {m: ci.to_dict() for m, ci in cis[c["id"]].items()}} for c in cells],
+               "cells": [{**c, "intervals": {m: ci.to_dict() for m, ci in cis[c["id"]].items()},
+                          "not_exercised": unexercised.get(c["id"])} for c in cells],
                "samples": samples})
         return
     if as_csv:
@@ -94,6 +96,7 @@ def show_cmd(
         return
     _print_run(run, cells, cis, level)
     with _open(db) as store:
+        print_not_exercised(store, run_id)
         print_searches(store, run_id)
         print_captures(store, run_id)
         print_losses(store, run_id)
@@ -141,10 +144,18 @@ def print_comparison(store, run_id: int) -> None:
     level = (run.get("repeat") or {}).get("level") or 99
     cis = {c["id"]: {m: mean_ci(v, level) for m, v in values.get(c["id"], {}).items()} for c in cells}
     _cells_table(cells, cis, level)
+    print_not_exercised(store, run_id)
     print_searches(store, run_id)
     print_captures(store, run_id)
     print_losses(store, run_id)
     print_testpmd(store, run_id)
+
+
+def print_not_exercised(store, run_id: int) -> None:
+    """Cells with a setting set but not exercised (its effect witness), with the counters and the likely cause."""
+    keys = {c["id"]: c["key"] for c in store.cells(run_id)}
+    for cid, line in sorted(not_exercised_by_cell(store.samples(run_id)).items(), key=lambda kv: keys.get(kv[0], "")):
+        out.print(f"[bold red]{NOT_EXERCISED}[/bold red]: {escape(keys.get(cid, '?'))}: {escape(line)}")
 
 
 def print_published(store, run_id: int, rule_named: bool = True) -> None:

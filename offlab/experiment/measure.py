@@ -20,7 +20,8 @@ from offlab.metrics import TCG_MARK
 from offlab.probes import ProbeSession, mtus, service_demand, system_service_demand
 from offlab.probes.counters import rcvq_pruned
 from offlab.probes.cpu import NOTABLE_STEAL_PCT
-from offlab.experiment import witnesses
+from offlab.dpdk import Testpmd
+from offlab.experiment import effects, witnesses
 from offlab.probes.capture import Capture, CaptureSummary, read_pcap, summarize
 from offlab.traffic import TrafficResult, Workload
 from offlab.traffic import engine as engine_driver
@@ -65,6 +66,7 @@ class Sample:
     loss_attribution: dict | None = None  # where lost datagrams died, from counters
     segmentation: list[dict] | None = None  # packets vs bytes per interface and direction, against its MTU
     rr: dict | None = None  # request/response: {"idle": ..., "loaded": ... (rr-under-load only)}
+    effects: list[dict] | None = None  # per setting in force: did the counters show its effect (offlab.experiment.effects)
     guests: dict | None = None  # role → how that guest ran (accel, vhost, QEMU, kernel): TCG marks the sample emulated
 
     def to_dict(self) -> dict:
@@ -77,14 +79,15 @@ class Sample:
 
 
 def measure(lab: LabState, w: Workload, capture: CaptureRequest | None = None, *,
-            alongside: Callable[[], None] | None = None) -> Sample:
+            alongside: Callable[[], None] | None = None, settings: list[dict] | None = None) -> Sample:
     """Run `w` from client to server of `lab` with all probes, and return the sample.
 
     `alongside` runs on a thread from the moment the traffic starts, and is waited for before
-    the sample is made (rr-under-load's probe). A failure while a lab daemon (testpmd, OVS) is
-    dead is reported as that daemon's death, with its last lines: the traffic error is its symptom."""
+    the sample is made (rr-under-load's probe). `settings` ({"where", "key", "value"}) are the
+    settings the sample runs with, each given an effect witness (offlab.experiment.effects). A
+    failure while a lab daemon (testpmd, OVS) is dead is reported as that daemon's death, with its last lines: the traffic error is its symptom."""
     try:
-        return _measure(lab, w, capture, alongside=alongside)
+        return _measure(lab, w, capture, alongside=alongside, settings=settings or [])
     except (OfflabError, OSError) as exc:
         died = labs.daemon_died(lab)
         if died is not None:
@@ -93,7 +96,7 @@ def measure(lab: LabState, w: Workload, capture: CaptureRequest | None = None, *
 
 
 def _measure(lab: LabState, w: Workload, capture: CaptureRequest | None, *,
-             alongside: Callable[[], None] | None) -> Sample:
+             alongside: Callable[[], None] | None, settings: list[dict]) -> Sample:
     w.ipv6 = w.ipv6 and bool(lab.entry("server").address6)
     w.check()
     server_entry = lab.entry("server")
@@ -111,6 +114,9 @@ def _measure(lab: LabState, w: Workload, capture: CaptureRequest | None, *,
     # Nothing changes the MTUs during a sample: read them beside the traffic, not after it (a guest's
     # read is a channel round trip, seconds on a loaded machine).
     mtu_read = _BESIDE.submit(mtus, lab)
+    # testpmd's own read of its GRO/GSO/fwd: what the effect witnesses judge its counters against
+    tp = Testpmd.for_lab(lab.name) if lab.topology.startswith("dpdk") else None
+    tp_read = _BESIDE.submit(tp.settings) if tp is not None else None
     with ProbeSession(lab) as probes, tempfile.TemporaryDirectory(prefix="offlab-cap-") as tmp:
         window: dict = {}
         probe_thread: threading.Thread | None = None
@@ -155,6 +161,8 @@ def _measure(lab: LabState, w: Workload, capture: CaptureRequest | None, *,
         cap = window.get("capture")
         late_start = window.get("late_start")
     probe["mtus"] = mtu_read.result(timeout=60)
+    if tp_read is not None:
+        probe["testpmd_settings"] = tp_read.result(timeout=60)
     kib = traffic.throughput_bps * probe["window_s"] / 8 / 1024
     sd = {side: service_demand(probe["cpu"][side]["busy"], probe["window_s"], kib)
           for side in ("client", "server") if side in probe["cpu"]}
@@ -203,6 +211,7 @@ def _measure(lab: LabState, w: Workload, capture: CaptureRequest | None, *,
     sample.loss_attribution = witnesses.attribute_loss(d)
     sample.segmentation = witnesses.segmentation(probe, probe["mtus"])
     sample.notes += witnesses.out_of_range(sample.to_dict())
+    sample.effects = effects.witness(sample.to_dict(), settings)
     return sample
 
 

@@ -425,7 +425,11 @@ class Runner:
             sample = zero_loss_search(lab, w, spec.search_max_loss, parse_pps(spec.search_low),
                                       parse_pps(spec.search_high), spec.search_steps, cap).to_dict()
         else:
-            sample = measure(lab, w, cap).to_dict()
+            # the cell's settings as they read back: each gets an effect witness over the sample's counters
+            held = [{"where": o.where, "key": o.change.key, "value": o.actual} for o in outcomes if o.ok]
+            if cell.topology.mtu > 1500:  # a jumbo lab: its MTU is a setting the cell varies too
+                held.append({"where": f"lab {lab.name} (topology mtu)", "key": "mtu", "value": str(cell.topology.mtu)})
+            sample = measure(lab, w, cap, settings=held).to_dict()
         # Read again at the end of the window: the values really in force while it was measured.
         sample["in_force"] = tx.in_force(scope)
         sample["knob_writes"] = writes  # settings journalled and set, restored, kept from the previous cell

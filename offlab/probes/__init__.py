@@ -253,7 +253,8 @@ class ProbeSession:
         t = time.monotonic()
         ports = dpdk_ports.read(self.testpmd) if self.testpmd is not None else None
         stat = cpu.parse_proc_stat(_read("/proc/stat"))
-        softnet = {r.cpu: {"processed": r.processed, "dropped": r.dropped, "time_squeeze": r.time_squeeze}
+        softnet = {r.cpu: {"processed": r.processed, "dropped": r.dropped, "time_squeeze": r.time_squeeze,
+                           "received_rps": r.received_rps}
                    for r in parse_softnet(_read("/proc/net/softnet_stat"))}
         qdiscs = {role: a.result() for role, a in tc.items()}
         # The channel hosts' answers are not waited for here: a guest under TCG may take seconds to

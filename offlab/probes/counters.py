@@ -13,7 +13,9 @@ SNMP_KEEP = {
     # /proc/net/netstat: a receiver that pruned or collapsed its receive queue measured its socket
     # memory, not the path (notes/dpdk.md §6: DPDK GRO's big non-GSO frames in a guest with default tcp_rmem)
     "TcpExt": ("PruneCalled", "RcvPruned", "TCPRcvCollapsed", "TCPRcvQDrop", "TCPWantZeroWindowAdv",
-               "TCPToZeroWindowAdv"),
+               "TCPToZeroWindowAdv",
+               # packets a socket's busy poll took from a NAPI context (any protocol): busy polling's witness
+               "BusyPollRxPackets"),
 }
 RCVQ_PRUNED = ("PruneCalled", "RcvPruned", "TCPRcvCollapsed")
 

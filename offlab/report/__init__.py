@@ -10,7 +10,7 @@ from offlab import __version__
 from offlab.report.compare import (Row, any_compared, axes_of, by_cell, compare_run, difference, emulated, rule_lines,
                                   published_rows, sentence, trade_off)
 from offlab.errors import BadInput, EnvironmentProblem
-from offlab.metrics import HEADLINE, METRICS, TCG_MARK
+from offlab.metrics import HEADLINE, METRICS, NOT_EXERCISED, TCG_MARK, not_exercised_by_cell
 from offlab.report import format as fmt
 from offlab.stats import CI, is_improvement, mean_ci
 from offlab.store import Store, series_holders
@@ -433,9 +433,13 @@ def build_report(store: Store, run_id: int, *, baseline: dict | None = None,
         charts_ctx["frames"] = charts.frame_histograms([(c["cell"], c) for c in captures])
     env = run.get("env") or {}
     published = published_rows(store, run_id)
+    unexercised = not_exercised_by_cell(samples)
     context = {
         "run": run, "level": level, "width": width, "version": __version__,
         "emulated": emulated(run, samples), "tcg_mark": TCG_MARK,
+        # cells whose effect witnesses found a setting set but not exercised, under the title like the TCG mark
+        "not_exercised": [{"cell": c["key"], "line": unexercised[c["id"]]} for c in cells if c["id"] in unexercised],
+        "not_exercised_mark": NOT_EXERCISED,
         "counts": {
             "cells": len(cells), "samples": len(samples),
             "done": sum(c["status"] == "done" for c in cells),

@@ -18,7 +18,7 @@ from typing import Iterable, Sequence
 
 from offlab import stats
 from offlab.errors import BadInput
-from offlab.metrics import HEADLINE, METRICS, TCG_MARK
+from offlab.metrics import HEADLINE, METRICS, NOT_EXERCISED, TCG_MARK, not_exercised_by_cell
 from offlab.store import Store
 
 # Verdicts of rows that could not be compared (beside the statistical ones in offlab.stats).
@@ -305,6 +305,22 @@ def emulated(run: dict, samples: Sequence[dict] = ()) -> list[str]:
     return [f"{who} ({how})" for who, how in sorted(found.items())]
 
 
+def _mark_not_exercised(store: Store, rows: list[Row]) -> list[Row]:
+    """Flag every row whose cell or baseline cell had a setting set but not exercised (its samples'
+    effect witnesses), naming the setting, the counters and the likely cause."""
+    lines: dict[tuple[int, str], str] = {}
+    for run in {r.run for r in rows} | {r.baseline_run for r in rows}:
+        if run is None:
+            continue
+        keys = {c["id"]: c["key"] for c in store.cells(run)}
+        lines.update({(run, keys[cid]): line for cid, line in not_exercised_by_cell(store.samples(run)).items()})
+    for row in rows:
+        for who, run, key in (("cell", row.run, row.cell), ("baseline", row.baseline_run, row.baseline)):
+            if (run, key) in lines:
+                row.flags.append(f"{NOT_EXERCISED} ({who} {key}): {lines[(run, key)]}")
+    return rows
+
+
 def _mark_emulated(rows: list[Row], *runs: dict) -> list[Row]:
     if any(emulated(r) for r in runs):
         for row in rows:
@@ -346,7 +362,7 @@ def compare_run(store: Store, run_id: int, baseline: dict | None = None,
                               values.get(bcell["id"], {}) if bcell else {}, metrics, level, run_id, run_id, seq)
     for row in rows:
         row.published = published_text(run, row.params, row.baseline_params, row.metric)
-    return _mark_emulated(rows, run)
+    return _mark_emulated(_mark_not_exercised(store, rows), run)
 
 
 def published_text(run: dict, params: dict, baseline_params: dict, metric: str) -> str | None:
@@ -409,7 +425,7 @@ def compare_runs(store: Store, run_a: int, run_b: int, metrics: Sequence[str] = 
     for key, cell in cells_a.items():
         if key not in keys_b:
             rows += _missing_rows(cell, metrics, level, f"not in run {run_b}", run_b, run_a)
-    return _mark_emulated(rows, ra, rb)
+    return _mark_emulated(_mark_not_exercised(store, rows), ra, rb)
 
 
 def compare_many(store: Store, runs: Sequence[int], metrics: Sequence[str] = HEADLINE,

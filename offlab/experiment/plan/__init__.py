@@ -12,7 +12,7 @@ interfaces, knobs, values, tools), `topology` (each topology's hosts, statically
 """
 
 from offlab.experiment.plan.axes import FLAT_ALIASES, MAX_CELLS, TOPOLOGY_KEYS, WORKLOAD_KEYS, expand
-from offlab.experiment.plan.checks import check_tools, required_tools
+from offlab.experiment.plan.checks import check_tools, no_op_warnings, required_tools
 from offlab.experiment.plan.errors import PlanErrors
 from offlab.experiment.plan.load import TOP_KEYS, load_plan, load_plan_file
 from offlab.experiment.plan.models import AxisValue, CaptureSpec, Cell, Plan, RepeatSpec, TopologySpec, WorkloadSpec
@@ -20,5 +20,5 @@ from offlab.experiment.plan.models import AxisValue, CaptureSpec, Cell, Plan, Re
 __all__ = [
     "AxisValue", "CaptureSpec", "Cell", "Plan", "PlanErrors", "RepeatSpec", "TopologySpec", "WorkloadSpec",
     "FLAT_ALIASES", "MAX_CELLS", "TOPOLOGY_KEYS", "TOP_KEYS", "WORKLOAD_KEYS",
-    "check_tools", "expand", "load_plan", "load_plan_file", "required_tools",
+    "check_tools", "no_op_warnings", "expand", "load_plan", "load_plan_file", "required_tools",
 ]

@@ -82,15 +82,17 @@ def check_knob(err: PlanErrors, path: tuple, kind: str, target: str, key: Any, v
         if cls is not Sysctl:
             err.fail(path, f"'machine' takes host-wide sysctls only (net.*, kernel.*, vm.*), not {key!r}")
         return
-    from offlab.knobs.testpmd import NAMES as TESTPMD_NAMES, TestpmdSetting
+    from offlab.knobs.testpmd import TestpmdSetting, check_value as testpmd_value
 
     if cls is TestpmdSetting:
         if kind not in ("dpdk", "dpdk-vm"):
             err.fail(path, f"{key} is a setting of dpdk-testpmd: only a dpdk or dpdk-vm lab runs one, not {kind}")
         if role != "switch" or ref is not None:
             err.fail(path, f"{key} is a setting of the testpmd on host switch, not of {target}")
-        if key[len("testpmd."):] not in TESTPMD_NAMES:
-            err.fail(path, f"unknown testpmd setting {key!r}: use testpmd.{', testpmd.'.join(TESTPMD_NAMES)}")
+        try:  # the same judgement as `lab set` makes before it asks testpmd
+            testpmd_value(key, value)
+        except BadInput as exc:
+            err.fail(path, str(exc))
         return
     if cls is Sysctl:
         if key in RANGES:  # the machine-wide ones offlab's suites vary: no namespace has them
@@ -138,6 +140,8 @@ def check_cell(err: PlanErrors, cell: Cell, blame: Callable[[str, str], tuple]) 
         for key in VXLAN_ONLY:
             if getattr(topo, key) is not None:
                 err.fail(blame("topology", key), f"{key} applies to a vxlan lab only, not {topo.kind}")
+    if topo.nic or topo.guest_cpus is not None:
+        _check_guest(err, cell, blame)
     if topo.kind == "phys" and (not topo.ports or len(topo.ports) != 2 or len(set(topo.ports)) != 2):
         err.fail(blame("topology", "ports" if topo.ports else "kind"),
                  "a phys lab needs ports: [IF1, IF2], two different ports of this machine cabled to each other")
@@ -155,6 +159,54 @@ def check_cell(err: PlanErrors, cell: Cell, blame: Callable[[str, str], tuple]) 
         except BadWorkload as exc:
             plan_name = {v: k for k, v in RR_FIELDS.items()}.get(exc.field, exc.field)
             err.fail(blame("workload", plan_name), f"{exc.why} (got {exc.value})")
+
+
+def _check_guest(err: PlanErrors, cell: Cell, blame: Callable[[str, str], tuple]) -> None:
+    """A guest's NIC properties and vCPUs, judged as `lab up --nic` judges them (offlab.lab's
+    check_guest_options: the properties this QEMU has). Without QEMU here `lab up` says so instead."""
+    from offlab.errors import EnvironmentProblem
+    from offlab.lab import GUEST_TOPOLOGIES, check_guest_options
+
+    topo = cell.topology
+    if topo.kind not in GUEST_TOPOLOGIES:
+        err.fail(blame("topology", "nic" if topo.nic else "guest_cpus"),
+                 f"nic and guest_cpus are for guest topologies ({', '.join(GUEST_TOPOLOGIES)}), not {topo.kind}")
+    try:
+        check_guest_options({"nic": dict(topo.nic), **({"guest_cpus": topo.guest_cpus} if topo.guest_cpus else {})})
+    except BadInput as exc:
+        err.fail(blame("topology", "nic"), str(exc))
+    except EnvironmentProblem:
+        pass
+
+
+def no_op_warnings(plan: Plan) -> list[str]:
+    """Settings of a cell known to do nothing before anything runs, one line per cell and setting:
+    testpmd GRO/GSO outside csum forwarding; TSO/USO/GSO with a workload that makes nothing to segment."""
+    from offlab.knobs.features import ALIASES, LEGACY
+    from offlab.knobs.testpmd import check_value, is_testpmd_key, no_ops
+
+    out = []
+    for cell in plan.cells:
+        tp = {k[len("testpmd."):]: check_value(k, v) for _, k, v in cell.changes if is_testpmd_key(k)}
+        if cell.topology.kind in ("dpdk", "dpdk-vm"):
+            out += [f"cell {cell.key}: {line}" for line in no_ops(tp)]
+        if cell.workload.kind != "stream":
+            continue
+        w = cell.workload.traffic(ipv6=cell.topology.ipv6)
+        on = [(target, key, ALIASES.get(key, LEGACY.get(key, (key,))[0])) for target, key, value in cell.changes
+              if str(value).lower() in ("on", "true")]
+        # A cell that turns on TSO and USO together sets a hop up for either protocol: no warning for the other.
+        both = {"tcp-segmentation-offload", "tx-udp-segmentation"} <= {name for _, _, name in on}
+        for target, key, name in on:
+            if name == "tcp-segmentation-offload" and w.protocol == "udp" and not both:
+                out.append(f"cell {cell.key}: {target} {key}=on does nothing for a UDP workload (TSO segments TCP)")
+            elif name in ("tx-udp-segmentation", "generic-segmentation-offload") and w.protocol == "udp" \
+                    and not w.gso:
+                out.append(f"cell {cell.key}: {target} {key}=on has nothing to segment: UDP datagrams are sent one "
+                           f"by one unless the workload sets gso (UDP_SEGMENT, the engine's)")
+            elif name == "tx-udp-segmentation" and w.protocol == "tcp" and not both:
+                out.append(f"cell {cell.key}: {target} {key}=on does nothing for a TCP workload (USO segments UDP)")
+    return out
 
 
 def required_tools(plan: Plan) -> list[str]:

@@ -1,0 +1,289 @@
+"""Effect witnesses (offlab.experiment.effects) on samples measured on real labs here.
+
+tests/fixtures/effects/*.json are `offlab measure --json` samples (their per-interval series cut):
+dpdk-*: a tap-PMD dpdk lab, `lab set L switch - testpmd...` as the name says; bridge-*: a bridge lab,
+the client's or server's veth set as the name says (README in the folder lists each)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from offlab.experiment import effects
+from offlab.experiment.effects import EXERCISED, NOT_APPLICABLE, OFF
+from offlab.metrics import NOT_EXERCISED, not_exercised_by_cell
+
+FIXTURES = Path(__file__).parent / "fixtures" / "effects"
+
+
+def sample(name: str) -> dict:
+    return json.loads((FIXTURES / f"{name}.json").read_text())
+
+
+def client_if(s: dict) -> str:
+    return next(n for n in s["probes"]["interfaces"] if n.startswith("client:"))
+
+
+def one(found: list[dict], setting: str) -> dict:
+    [e] = [e for e in found if e["setting"] == setting]
+    return e
+
+
+# ---- testpmd ---------------------------------------------------------------------------------
+
+def test_testpmd_gro_in_io_forwarding_is_set_but_not_exercised_naming_fwd_io():
+    e = one(effects.witness(sample("dpdk-io-gro"), []), "testpmd.gro")
+    assert e["status"] == NOT_EXERCISED
+    assert e["counters"]["out_per_in"] > 0.99 and e["counters"]["fwd"] == "io"
+    assert e["cause"] == "testpmd GRO runs only in its csum forwarding engine; fwd is io"
+
+
+def test_testpmd_gro_in_csum_forwarding_merges_below_the_resegmenting_factor():
+    """GSO at 1414 B cuts every unmerged 1514 B frame in two: 1.99 out per in without GRO, 1.12 with it."""
+    on, off = sample("dpdk-csum-gro-gso1414"), sample("dpdk-csum-gso1414")
+    e = one(effects.witness(on, []), "testpmd.gro")
+    assert e["status"] == EXERCISED and e["counters"]["unmerged_out_per_in"] == 2
+    assert e["counters"]["out_per_in"] < 0.75 * 2
+    assert not [x for x in effects.witness(off, []) if x["setting"] == "testpmd.gro"]  # off: no GRO witness
+    assert one(effects.witness(off, []), "testpmd.gso")["status"] == EXERCISED  # 1.99 out per in
+
+
+def test_testpmd_gro_alone_in_csum_forwarding_is_exercised_though_the_tap_refuses_merged_frames():
+    """342 in, 103 sent, 130 tx errors: the tap PMD refuses every merged frame over MTU + 22 B."""
+    e = one(effects.witness(sample("dpdk-csum-gro"), []), "testpmd.gro")
+    assert e["status"] == EXERCISED and e["counters"]["sent_per_in"] < 0.5 and e["counters"]["tx_errors"] > 0
+    assert "refused merged frames" in e["detail"]
+
+
+def test_testpmd_gso_with_nothing_larger_than_segsz_is_set_but_not_exercised():
+    e = one(effects.witness(sample("dpdk-csum-gso1514"), []), "testpmd.gso")
+    assert e["status"] == NOT_EXERCISED and "nothing to segment" in e["cause"]
+    e = one(effects.witness(sample("dpdk-io-gso1514"), []), "testpmd.gso")
+    assert e["status"] == NOT_EXERCISED and e["cause"].endswith("fwd is io")
+
+
+def test_gro_then_gso_back_to_the_input_size_is_not_applicable_not_an_accusation():
+    s = sample("dpdk-csum-gro-gso1414")
+    ports = s["probes"]["testpmd_settings"]["ports"]
+    ports["1"]["gso"]["segsz"] = 1514  # GRO → GSO at 1514: the counts cannot show the merge
+    s["probes"]["testpmd"]["directions"]["0>1"]["tx_packets"] = s["probes"]["testpmd"]["directions"]["0>1"]["rx_packets"]
+    s["probes"]["testpmd"]["directions"]["0>1"]["out_per_in"] = 1.0
+    found = effects.witness(s, [])
+    assert {e["setting"]: e["status"] for e in found} == {"testpmd.gro": NOT_APPLICABLE, "testpmd.gso": NOT_APPLICABLE}
+
+
+def test_resegment_factor_of_gso_and_tso():
+    assert effects.resegment_factor(1514, 1414, 0) == 2  # 1448 B payloads at 1348 B
+    assert effects.resegment_factor(1514, 1514, 0) == 1
+    assert effects.resegment_factor(1514, 0, 1400) == 2
+    assert effects.resegment_factor(1514, 0, 0) == 1
+
+
+# ---- kernel segmentation ---------------------------------------------------------------------
+
+def test_tso_on_shows_super_packets_on_the_sender_and_the_next_hop():
+    s = sample("bridge-tsoon")
+    e = one(effects.witness(s, [{"where": client_if(s), "key": "tso", "value": "on"}]), "tso")
+    assert e["status"] == EXERCISED
+    assert e["counters"]["tx_avg_bytes"] > 30000 and e["counters"]["next_hop_rx_avg_bytes"] > 30000
+    assert e["counters"]["next_hop"].startswith("switch:")
+
+
+def test_tso_on_with_wire_size_packets_is_set_but_not_exercised():
+    """The same wire-size counters as TSO off: had TSO been on, super-packets would have crossed the veth."""
+    s = sample("bridge-tsooff")
+    e = one(effects.witness(s, [{"where": client_if(s), "key": "tso", "value": "on"}]), "tso")
+    assert e["status"] == NOT_EXERCISED and e["counters"]["tx_avg_bytes"] < 1515
+    assert one(effects.witness(s, [{"where": client_if(s), "key": "tso", "value": "off"}]), "tso")["status"] == OFF
+
+
+def test_gso_without_tso_on_tcp_is_not_applicable_since_tcp_always_builds_gso():
+    s = sample("bridge-tsooff")
+    e = one(effects.witness(s, [{"where": client_if(s), "key": "gso", "value": "on"}]), "gso")
+    assert e["status"] == NOT_APPLICABLE and "4.13" in e["cause"]
+
+
+def test_paced_or_small_writes_are_not_applicable_not_an_accusation():
+    s = sample("bridge-tsooff")
+    s["workload"]["rate"] = "100M"
+    assert one(effects.witness(s, [{"where": client_if(s), "key": "tso", "value": "on"}]), "tso")["status"] \
+        == NOT_APPLICABLE
+    s["workload"].update(rate=None, size=512)
+    assert one(effects.witness(s, [{"where": client_if(s), "key": "tso", "value": "on"}]), "tso")["status"] \
+        == NOT_APPLICABLE
+
+
+def test_uso_needs_udp_segment_and_shows_super_packets_with_it():
+    plain, on = sample("bridge-udp-plain"), sample("bridge-udp-usoon")
+    e = one(effects.witness(plain, [{"where": client_if(plain), "key": "uso", "value": "on"}]), "uso")
+    assert e["status"] == NOT_APPLICABLE and "UDP_SEGMENT" in e["cause"]
+    e = one(effects.witness(on, [{"where": client_if(on), "key": "uso", "value": "on"}]), "uso")
+    assert e["status"] == EXERCISED and e["counters"]["tx_avg_bytes"] > 60000
+    off = sample("bridge-udp-usooff")
+    e = one(effects.witness(off, [{"where": client_if(off), "key": "uso", "value": "on"}]), "uso")
+    assert e["status"] == NOT_EXERCISED  # the same workload with uso off sent wire-size packets
+
+
+def test_udp_segment_and_udp_gro_socket_options_count_datagrams_per_call():
+    on = effects.witness(sample("bridge-udp-usoon"), [])
+    assert one(on, "workload gso (UDP_SEGMENT)")["status"] == EXERCISED
+    assert one(on, "workload gso (UDP_SEGMENT)")["counters"]["datagrams_per_call"] > 40  # 64 KiB / 1472 B
+    assert one(on, "workload gro (UDP_GRO)")["status"] == EXERCISED
+    off = effects.witness(sample("bridge-udp-usooff"), [])
+    e = one(off, "workload gro (UDP_GRO)")  # wire-size datagrams into a veth with GRO off: one per receive
+    assert e["status"] == NOT_EXERCISED and e["counters"]["datagrams_per_call"] < 1.5
+
+
+# ---- kernel merging --------------------------------------------------------------------------
+
+def test_gro_on_a_forwarding_hop_merges_and_on_the_server_behind_it_has_nothing_left():
+    s = sample("bridge-swgroon")
+    ingress = next(n for n, v in s["probes"]["interfaces"].items()
+                   if n.startswith("switch:") and v["rx_packets"] > 100000)
+    server = next(n for n in s["probes"]["interfaces"] if n.startswith("server:"))
+    found = effects.witness(s, [{"where": ingress, "key": "gro", "value": "on"},
+                                {"where": server, "key": "gro", "value": "on"}])
+    sw, srv = [e for e in found if e["setting"] == "gro"]
+    assert sw["status"] == EXERCISED and sw["counters"]["after_per_received"] < 0.1
+    assert srv["status"] == NOT_APPLICABLE and "already merged" in srv["cause"]
+
+
+def test_gro_on_a_veth_whose_peer_has_tso_on_merges_nothing():
+    s = sample("bridge-groon")
+    server = next(n for n in s["probes"]["interfaces"] if n.startswith("server:"))
+    e = one(effects.witness(s, [{"where": server, "key": "gro", "value": "on"}]), "gro")
+    assert e["status"] == NOT_EXERCISED and e["counters"]["after_per_received"] > 0.99
+    assert "peer's TSO off" in e["cause"]
+
+
+def test_udp_gro_on_the_receiver_needs_the_socket_option():
+    s = sample("bridge-udp-plain")
+    server = next(n for n in s["probes"]["interfaces"] if n.startswith("server:"))
+    e = one(effects.witness(s, [{"where": server, "key": "gro", "value": "on"}]), "gro")
+    assert e["status"] == NOT_APPLICABLE and "UDP_GRO" in e["cause"]
+
+
+# ---- MTU -------------------------------------------------------------------------------------
+
+def test_jumbo_mtu_on_one_hop_of_a_1500_path_is_set_but_not_exercised():
+    s = sample("bridge-tsooff")
+    e = one(effects.witness(s, [{"where": client_if(s), "key": "mtu", "value": "9000"}]), "mtu")
+    assert e["status"] == NOT_EXERCISED and e["counters"]["path_smallest_mtu"] == 1500
+
+
+def test_jumbo_mtu_with_9000_frames_on_the_path_is_exercised():
+    s = sample("bridge-tsooff")
+    for name in s["probes"]["mtus"]:
+        s["probes"]["mtus"][name] = 9000
+    for d in s["probes"]["interfaces"].values():  # frames of a 9000 path: 9014 B on the wire
+        for way in ("rx", "tx"):
+            if (d[f"{way}_avg_bytes"] or 0) > 1000:
+                d[f"{way}_avg_bytes"] = 9014.0
+    e = one(effects.witness(s, [{"where": client_if(s), "key": "mtu", "value": "9000"}]), "mtu")
+    assert e["status"] == EXERCISED and e["counters"]["largest_frame_at_least"] == 9014.0
+
+
+# ---- marking ---------------------------------------------------------------------------------
+
+def test_a_cell_line_names_the_setting_where_in_how_many_samples_and_why():
+    bad = {**sample("dpdk-io-gro")}
+    bad["effects"] = effects.witness(bad, [])
+    good = {**sample("dpdk-csum-gro")}
+    good["effects"] = effects.witness(good, [])
+    lines = not_exercised_by_cell([{"cell_id": 1, "sample": bad}, {"cell_id": 1, "sample": bad},
+                                   {"cell_id": 2, "sample": good}])
+    assert list(lines) == [1]
+    assert lines[1].startswith("testpmd.gro=on at switch (testpmd port 0, rx) in 2 of 2 samples (port 0 received")
+    assert lines[1].endswith("fwd is io)")
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in FIXTURES.glob("*.json")))
+def test_every_fixture_gives_only_known_statuses(name):
+    for e in effects.witness(sample(name), []):
+        assert e["status"] in (EXERCISED, NOT_EXERCISED, NOT_APPLICABLE, OFF)
+
+
+# ---- RPS and busy polling --------------------------------------------------------------------
+
+def server_if(s: dict) -> str:
+    return next(n for n in s["probes"]["interfaces"] if n.startswith("server:"))
+
+
+def test_rps_to_another_cpu_counts_steered_packets_and_none_without_it():
+    on, off = sample("bridge-rps2"), sample("bridge-rps0")
+    e = one(effects.witness(on, [{"where": server_if(on), "key": "rps", "value": "0x2"}]), "rps")
+    assert e["status"] == EXERCISED and e["counters"]["received_rps"]["1"] > 1000
+    assert one(effects.witness(off, [{"where": server_if(off), "key": "rps", "value": "0x0"}]), "rps")["status"] == OFF
+    e = one(effects.witness(off, [{"where": server_if(off), "key": "rps", "value": "0x2"}]), "rps")
+    assert e["status"] == NOT_EXERCISED  # nothing was steered: what the counters say when RPS did nothing
+
+
+def test_rps_to_the_cpu_where_packets_arrive_is_not_applicable():
+    off = sample("bridge-rps0")  # the client sends on CPU 0: a veth's packets arrive there
+    e = one(effects.witness(off, [{"where": server_if(off), "key": "rps", "value": "1"}]), "rps")
+    assert e["status"] == NOT_APPLICABLE and "CPU 0" in e["cause"]
+
+
+def test_busy_polling_is_exercised_only_on_a_device_with_napi():
+    gro, plain = sample("veth-busypoll-gro"), sample("veth-busypoll-nonapi")
+    setting = [{"where": "machine", "key": "net.core.busy_poll", "value": "50"}]
+    e = one(effects.witness(gro, setting), "net.core.busy_poll")
+    assert e["status"] == EXERCISED and e["counters"]["server_BusyPollRxPackets"] > 0
+    e = one(effects.witness(plain, setting), "net.core.busy_poll")
+    assert e["status"] == NOT_EXERCISED and "NAPI" in e["cause"]
+    off = [{"where": "machine", "key": "net.core.busy_poll", "value": "0"}]
+    assert one(effects.witness(plain, off), "net.core.busy_poll")["status"] == OFF
+
+
+def test_plain_gro_on_a_udp_forwarding_hop_is_not_applicable_its_udp_fwd_witness_judges():
+    s = sample("bridge-udp-plain")
+    ingress = next(n for n, v in s["probes"]["interfaces"].items()
+                   if n.startswith("switch:") and v["rx_packets"] > 100000)
+    found = effects.witness(s, [{"where": ingress, "key": "gro", "value": "on"},
+                                {"where": ingress, "key": "udp-gro-fwd", "value": "on"}])
+    assert one(found, "gro")["status"] == NOT_APPLICABLE
+    assert one(found, "udp-gro-fwd")["status"] == NOT_EXERCISED  # 1.0 forwarded per received: nothing merged
+
+
+def test_a_captured_super_packet_is_no_wire_frame_for_the_mtu_witness():
+    s = sample("bridge-tsoon")  # 59 KB super-packets on every veth
+    setting = [{"where": client_if(s), "key": "mtu", "value": "9000"}]
+    for name in s["probes"]["mtus"]:
+        s["probes"]["mtus"][name] = 9000
+    s["capture"] = {"mtu": 9000, "largest_frame": 65226}
+    e = one(effects.witness(s, setting), "mtu")
+    assert e["status"] == NOT_APPLICABLE and e["counters"]["largest_frame_captured"] is None
+    s["capture"] = {"mtu": 9000, "largest_frame": 9014}
+    assert one(effects.witness(s, setting), "mtu")["status"] == EXERCISED
+
+
+def test_testpmd_gro_into_a_guest_counts_the_vhost_ports_drops_as_packets_out():
+    """io forwarding into a TCG guest: 40353 sent + 3495 dropped of 43848 in is 1.000, not a 0.92 'merge'."""
+    e = one(effects.witness(sample("dpdk-vm-io-gro"), []), "testpmd.gro")
+    assert e["status"] == NOT_EXERCISED and e["counters"]["tx_dropped"] > 0
+    assert abs(e["counters"]["out_per_in"] - 1.0) < 0.01 and e["cause"].endswith("fwd is io")
+    e = one(effects.witness(sample("dpdk-vm-csum-gro"), []), "testpmd.gro")
+    assert e["status"] == EXERCISED and e["counters"]["out_per_in"] < 0.1
+    assert effects.witness(sample("dpdk-vm-grooff"), []) == []  # GRO off: nothing to witness
+
+
+def test_a_witness_without_its_counters_says_so_and_the_others_still_judge():
+    s = sample("dpdk-io-gro")
+    del s["probes"]["testpmd"]["directions"]["0>1"]["rx_bytes"]  # a sample from before it was kept
+    found = effects.witness(s, [{"where": "client:x", "key": "tso", "value": "on"}])
+    broken = one(found, "testpmd")
+    assert broken["status"] == NOT_APPLICABLE and "KeyError" in broken["cause"]
+    assert one(found, "tso")["status"] == NOT_APPLICABLE  # no counters for client:x: said, not accused
+
+
+def test_segmentation_on_a_forwarding_hop_is_exercised_only_when_super_packets_leave_it():
+    s = sample("bridge-swgroon")  # the switch merged (GRO) and sent ~58 KB super-packets to the server
+    egress = next(n for n, v in s["probes"]["interfaces"].items()
+                  if n.startswith("switch:") and (v["tx_avg_bytes"] or 0) > 30000)
+    assert one(effects.witness(s, [{"where": egress, "key": "tso", "value": "on"}]), "tso")["status"] == EXERCISED
+    t = sample("bridge-tsooff")  # wire-size all the way: nothing to segment on the switch
+    egress = next(n for n, v in t["probes"]["interfaces"].items() if n.startswith("switch:") and v["tx_packets"] > 1000)
+    e = one(effects.witness(t, [{"where": egress, "key": "tso", "value": "on"}]), "tso")
+    assert e["status"] == NOT_APPLICABLE and "forwards what arrives" in e["cause"]
