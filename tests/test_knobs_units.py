@@ -134,7 +134,7 @@ def test_hostile_namespace_names_are_refused(name):
 class FakePlan(Plan):
     def __init__(self, links: dict[str, dict]) -> None:
         super().__init__()
-        self._links = {None: links}
+        self._links = {Target(None).host_key: links}  # this machine's links, as the plan keys them
 
 
 def vxlan_links(v6: bool) -> dict[str, dict]:

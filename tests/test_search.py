@@ -159,9 +159,11 @@ def test_search_through_a_shaped_router_reports_a_rate_it_delivered_below_the_sh
     s = sample.search
     assert s["found_pps"] is not None, s["verdict"]
     assert 100 * 0.98 <= s["found_pps"] <= capacity * 1.05, (s["found_pps"], capacity, s["trials"])
-    assert s["received_pps"] >= s["found_pps"] * (1 - max_loss) * 0.999, s
     last = s["trials"][-1]
     assert last["phase"] == "confirm" and last["passed"] and last["loss"] <= max_loss
-    failed = [t for t in s["trials"] if not t["passed"]]
+    # delivered, counted: the receiver got all but the allowed share of what the confirmation sent
+    assert last["received"] >= last["sent"] * (1 - max_loss) and last["sent"] > 0.5 * s["found_pps"], last
+    # the bisection's failures bound the search; a confirmation may fail too (then the next lower rate is taken)
+    failed = [t for t in s["trials"] if not t["passed"] and t["phase"] == "search"]
     assert failed and min(t["achieved_pps"] for t in failed) > s["found_pps"], s["trials"]
     assert s["lowest_failing_pps"] == int(min(t["achieved_pps"] for t in failed))
