@@ -143,7 +143,7 @@ def test_a_vhost_user_nic_is_a_chardev_client_and_gives_the_guest_shared_memfd_m
     joined = " ".join(argv)
     assert "-netdev tap,id=n0,ifname=olvutap0" in joined
     assert f"-chardev socket,id=vu1,path={sock} -netdev vhost-user,id=n1,chardev=vu1" in joined
-    assert "virtio-net-pci,netdev=n1,mac=52:54:00:66:00:02,host_tso4=on,guest_tso4=off,csum=on" in joined
+    assert "virtio-net-pci,id=nic1,netdev=n1,mac=52:54:00:66:00:02,host_tso4=on,guest_tso4=off,csum=on" in joined
     assert argv[argv.index("-m") + 1] == "768"  # the memfd size must equal -m
     assert "-object memory-backend-memfd,id=mem,size=768M,share=on -numa node,memdev=mem" in joined
     tap_only = qemu.command(image, socket="/x.sock", console="/x.log", nics=[qemu.Nic("olvutap0", "52:54:00:66:00:01")])

@@ -127,15 +127,15 @@ def boot_guest(b: Builder, role: str, where: str, taps: list[str], *, peers: lis
     with b.step(f"boot guest {role} (QEMU in {ns})"):
         guest = qemu.boot(image, b.lab.host(where), rundir, name=role, nics=nics, smp=cpus, timeout=timeout,
                           lab=b.lab.name, role=role, on_started=record)
-    described = [{"iface": f"eth{i}", **_backend(n), "mac": n.mac, "queues": n.queues, "properties": n.properties}
-                 for i, n in enumerate(nics)]
+    described = [{"iface": f"eth{i}", **_backend(n), "mac": n.mac, "queues": n.queues, "properties": n.properties,
+                  "device_id": qemu.device_id(i)} for i, n in enumerate(nics)]
     b.lab.hosts[role] = HostEntry(
         netns=ns,
         interfaces=[Interface(f"eth{i}", "virtio-net", peer_host=peer) for i, peer in enumerate(peers)],
         guest={"ref": guest.host().ref(), "accel": guest.accel, "qemu_version": guest.qemu_version,
                "kernel_release": guest.kernel_release, "vhost": False, "cpus": cpus, "memory_mb": 512,
                **_backend(nics[0]), "nic_properties": nics[0].properties, "nics": described,
-               "ready_seconds": guest.ready_seconds},
+               "ready_seconds": guest.ready_seconds, "qmp": guest.qmp},
     )
     b.lab.save()
     host = guest.host()

@@ -148,7 +148,7 @@ class VhostUserNic(_VirtioNet):
     OVS-DPDK's dpdkvhostuser port); QEMU is the client and the server must exist before boot.
 
     QEMU args: `-chardev socket,id=vuI,path=SOCKET -netdev vhost-user,id=nI,chardev=vuI
-    -device virtio-net-pci,netdev=nI,mac=MAC,PROP=VALUE...`. Any vhost-user NIC makes `command()`
+    -device virtio-net-pci,id=nicI,netdev=nI,mac=MAC,PROP=VALUE...`. Any vhost-user NIC makes `command()`
     back guest RAM with shared memfd memory (`-object memory-backend-memfd,id=mem,size=<memory>M,
     share=on -numa node,memdev=mem`), which the backend maps; no hugepages needed.
     `properties` are the tap NIC's (`host_tso4`, `guest_tso4`, `csum`, `guest_csum`, `mrg_rxbuf`,
@@ -185,9 +185,16 @@ def _with_mq(props: dict[str, object], queues: int) -> dict[str, str]:
     return check_nic_properties(props)
 
 
+def device_id(i: int) -> str:
+    """The QEMU `id=` of NIC number `i`: QMP finds the device by it (/machine/peripheral/nicI),
+    whatever bus or machine type carries it."""
+    return f"nic{i}"
+
+
 def _device(i: int, mac: str, properties: dict[str, str]) -> str:
     props = check_nic_properties(properties)
-    return ",".join([f"virtio-net-pci,netdev=n{i},mac={mac}", *(f"{k}={v}" for k, v in props.items())])
+    return ",".join([f"virtio-net-pci,id={device_id(i)},netdev=n{i},mac={mac}",
+                     *(f"{k}={v}" for k, v in props.items())])
 
 
 def shared_memory_argv(nics: list, memory: int) -> list[str]:
@@ -220,6 +227,7 @@ class Guest:
     ready_seconds: float = 0.0
     lab: str | None = None
     role: str | None = None
+    qmp: str | None = None  # QEMU's monitor socket (offlab.vm.qmp): what the devices really are
 
     def host(self) -> GuestHost:
         return GuestHost(self.socket, self.pid, self.start_time, lab=self.lab, role=self.role,
@@ -230,13 +238,16 @@ class Guest:
 
 
 def command(image: Image, *, socket: str, console: str, nics: list[Nic | VhostUserNic] = (),
-            memory: int = 512, smp: int = 1, accel: str = "tcg", name: str = "guest") -> list[str]:
-    """The QEMU argv for one guest (memory in MiB; shared memfd RAM when a NIC is vhost-user)."""
+            memory: int = 512, smp: int = 1, accel: str = "tcg", name: str = "guest",
+            qmp: str | None = None) -> list[str]:
+    """The QEMU argv for one guest (memory in MiB; shared memfd RAM when a NIC is vhost-user;
+    a QMP monitor on the unix socket `qmp` if given)."""
     if accel not in ("tcg", "kvm"):
         raise BadInput(f"accelerator {accel!r}: choose tcg or kvm")
-    if len(socket) > SOCKET_PATH_MAX:
-        raise BadInput(f"the guest channel path is too long for a unix socket ({len(socket)} > "
-                       f"{SOCKET_PATH_MAX}): {socket}")
+    for what, path in (("guest channel", socket), ("QMP socket", qmp or "")):
+        if len(path) > SOCKET_PATH_MAX:
+            raise BadInput(f"the {what} path is too long for a unix socket ({len(path)} > "
+                           f"{SOCKET_PATH_MAX}): {path}")
     argv = [qemu_binary(), "-name", f"offlab-{name}", "-machine", "q35", "-accel", accel,
             "-m", str(int(memory)), "-smp", str(int(smp)),
             "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
@@ -247,6 +258,8 @@ def command(image: Image, *, socket: str, console: str, nics: list[Nic | VhostUs
             "-chardev", f"socket,path={socket},server=on,wait=off,id=c0",
             "-device", "virtserialport,chardev=c0,name=ctl",
             *shared_memory_argv(list(nics), memory)]
+    if qmp:
+        argv += ["-qmp", f"unix:{qmp},server=on,wait=off"]
     for i, nic in enumerate(nics):
         argv += nic.argv(i)
     return argv
@@ -326,13 +339,14 @@ def boot(image: Image, where: Host, rundir: str | Path, *, name: str, nics: list
     rundir = Path(rundir)
     rundir.mkdir(parents=True, exist_ok=True)
     socket, console = str(rundir / f"{name}.sock"), str(rundir / f"{name}.console.log")
+    qmp = str(rundir / f"{name}.qmp")
     qemu_log = rundir / f"{name}.qemu.log"
-    for stale in (socket, console):
+    for stale in (socket, console, qmp):
         Path(stale).unlink(missing_ok=True)
     if accel == "auto":
         accel = accelerator(image)
     argv = command(image, socket=socket, console=console, nics=list(nics), memory=memory, smp=smp,
-                   accel=accel, name=name)
+                   accel=accel, name=name, qmp=qmp)
     start = time.monotonic()
     with open(qemu_log, "w") as log:
         proc = where.spawn(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
@@ -340,7 +354,7 @@ def boot(image: Image, where: Host, rundir: str | Path, *, name: str, nics: list
     started = process_start_time(proc.pid)
     guest = Guest(name=name, pid=proc.pid, start_time=started or 0, socket=socket, console=console,
                   accel=accel, qemu_version=qemu_version(), kernel_release=image.kernel_release,
-                  argv=argv, lab=lab, role=role)
+                  argv=argv, lab=lab, role=role, qmp=qmp)
     try:
         if started is None:
             raise EnvironmentProblem(f"QEMU for guest {name} exited at once: {_read(str(qemu_log)).strip()[-300:]}")
@@ -409,6 +423,7 @@ def stop(pid: int, start_time: int, socket: str | None, grace: float = 5.0) -> b
         break
     if socket:
         Path(socket).unlink(missing_ok=True)
+        Path(socket).with_suffix(".qmp").unlink(missing_ok=True)
     return True
 
 
@@ -426,5 +441,5 @@ def _reap(proc) -> None:
         pass
 
 
-__all__ = ["Guest", "Nic", "VhostUserNic", "accelerator", "boot", "check_nic_properties", "command",
+__all__ = ["Guest", "Nic", "VhostUserNic", "accelerator", "boot", "check_nic_properties", "command", "device_id",
            "mac_for", "nic_properties", "qemu_version", "shared_memory_argv", "stop"]
