@@ -206,3 +206,19 @@ def test_kill_9_during_a_save_or_a_restore_leaves_nothing_a_later_lab_up_trusts(
     assert not qemu_running(daemon["pid"])
     state, manifest, why = saved.load(key)
     assert state is not None and why == ""  # a restore writes nothing to the saved guest
+
+
+def test_only_the_most_recently_used_saved_guests_are_kept(saved_dir):
+    from offlab.vm import saved
+
+    saved_dir.mkdir()
+    for i in range(saved.KEEP + 2):
+        d = saved_dir / f"{i:016x}"
+        d.mkdir()
+        (d / "saved.json").write_text("{}")
+        os.utime(d / "saved.json", (1000 + i, 1000 + i))
+    os.utime(saved_dir / f"{0:016x}" / "saved.json")  # the oldest, just used
+    saved._prune(saved_dir)
+    left = sorted(p.name for p in saved_dir.iterdir())
+    assert len(left) == saved.KEEP
+    assert f"{0:016x}" in left and f"{1:016x}" not in left and f"{2:016x}" not in left

@@ -54,6 +54,7 @@ from offlab.vm.qmp import Qmp, QmpError
 SAVED_VERSION = "1"
 STATE, MANIFEST = "state", "saved.json"
 RESTORE_TIMEOUT = 60.0
+KEEP = 16  # saved guests kept (the least recently used go first): ~100 MB on disk each
 _CAPS = [{"capability": "mapped-ram", "state": True}]
 
 
@@ -138,6 +139,7 @@ def load(k: str) -> tuple[Path | None, dict | None, str]:
         elif digest(state) != manifest.get("sha256"):
             why = "its state file's checksum does not match"
         else:
+            os.utime(d / MANIFEST)  # used: the last to be pruned
             return state, manifest, ""
     except (OSError, ValueError, AttributeError) as exc:
         why = f"it is unreadable ({exc.__class__.__name__}: {exc})"
@@ -147,6 +149,19 @@ def load(k: str) -> tuple[Path | None, dict | None, str]:
 
 def discard(k: str) -> None:
     shutil.rmtree(saved_root() / k, ignore_errors=True)
+
+
+def _prune(root: Path) -> None:
+    """Keep the KEEP most recently used saved guests (a restore touches its manifest)."""
+    def used(d: Path) -> float:
+        try:
+            return (d / MANIFEST).stat().st_mtime
+        except OSError:
+            return 0.0
+
+    kept = sorted((d for d in root.iterdir() if d.is_dir() and not d.name.startswith(".")), key=used, reverse=True)
+    for d in kept[KEEP:]:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def _remove_stale_temps(root: Path) -> None:
@@ -185,6 +200,7 @@ def save(guest: qemu.Guest, k: str, nics: list) -> str:
                         "saved_at": time.time(), "save_seconds": seconds}
             (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
             os.rename(tmp, root / k)
+            _prune(root)
         except (OfflabError, OSError) as exc:
             shutil.rmtree(tmp, ignore_errors=True)
             return f"saving failed: {exc}"
