@@ -7,6 +7,7 @@ from typing import Optional
 
 import typer
 from offlab.cli.console import console
+from rich.markup import escape
 from rich.table import Table
 
 from offlab import lab as labs
@@ -282,6 +283,6 @@ def _print_lab(lab: labs.LabState, as_json: bool) -> None:
     for role, h in info["hosts"].items():
         g = h.get("guest") or {}
         if g.get("start"):
-            out.print(f"guest {role}: {g['start']} start, ready in {g.get('ready_seconds')} s ({g.get('start_why', '')})")
+            out.print(escape(f"guest {role}: {g['start']} start, ready in {g.get('ready_seconds')} s ({g.get('start_why', '')})"))
     reach = ", ".join(f"{r} {h['address']}" for r, h in info["hosts"].items() if h.get("address"))
     out.print(f"reach: {reach}")
