@@ -217,9 +217,11 @@ def _migrate_out(guest: qemu.Guest, path: Path) -> None:
             q.execute("migrate-set-capabilities", capabilities=_CAPS)
             q.execute("migrate", uri=f"file:{path}")
             status = _wait_migration(q, time.monotonic() + RESTORE_TIMEOUT)
+            if not status.startswith("completed"):
+                q.execute("migrate_cancel")  # it stops writing before the temporary file is removed
         finally:
             q.execute("cont")
-    if status != "completed":
+    if not status.startswith("completed"):
         raise EnvironmentProblem(f"QEMU's migration to {path} ended {status}")
 
 
@@ -292,7 +294,7 @@ def _migrate_in(guest: qemu.Guest, proc, state: Path, qemu_log: Path, deadline: 
             q.execute("migrate-set-capabilities", capabilities=_CAPS)
             q.execute("migrate-incoming", uri=f"file:{state}")
             status = _wait_migration(q, deadline)
-            if status != "completed":
+            if not status.startswith("completed"):
                 raise EnvironmentProblem(f"loading the saved guest ended {status}: {_tail(qemu_log)}")
             q.execute("cont")  # it was saved paused
     except QmpError as exc:
