@@ -474,7 +474,7 @@ def _decompress(payload: bytes, kind: str) -> bytes:
 
 def _has_pvh_note(elf: bytes) -> bool:
     """Whether a 64-bit little-endian ELF has a Xen PHYS32_ENTRY note in a PT_NOTE segment."""
-    if elf[4] != 2 or elf[5] != 1:
+    if elf[:4] != b"\x7fELF" or elf[4] != 2 or elf[5] != 1:
         return False
     phoff, phentsize, phnum = struct.unpack_from("<Q", elf, 32)[0], *struct.unpack_from("<HH", elf, 54)
     for i in range(phnum):
