@@ -33,6 +33,7 @@ backend never saw. They keep the fast cold boot. `OFFLAB_VM_WARM=0` turns warm s
 from __future__ import annotations
 
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -83,6 +84,7 @@ def key(image: Image, nics: list, memory: int, smp: int, accel: str) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
 
 
+@functools.lru_cache(maxsize=None)
 def qemu_version_line() -> str:
     return LOCAL.run([qemu.qemu_binary(), "--version"], timeout=30).stdout.splitlines()[0].strip()
 
