@@ -223,7 +223,7 @@ class _Inputs:
             "busybox": _sha256(self.busybox),
             "binaries": {dst: _sha256(src) for dst, src in sorted(self.binaries.items())},
             "libraries": {lib: _sha256(lib) for lib in sorted(self.libraries)},
-            "files": [guestfs.INITTAB, guestfs.RC, guestfs.AGENT, _PASSWD, _GROUP],
+            "files": [guestfs.INITTAB, guestfs.RC, guestfs.FSTAB, guestfs.AGENT, _PASSWD, _GROUP],
         }
         h.update(json.dumps(parts, sort_keys=True).encode())
         return h.hexdigest()[:16]
@@ -263,7 +263,7 @@ def _fingerprint(kernel_version: str | None, files: list[str]) -> str:
         return [st.st_size, st.st_mtime_ns, st.st_ino]
 
     parts = {"builder": BUILDER_VERSION, "want": kernel_version or DEFAULT_SERIES, "modules": list(GUEST_MODULES),
-             "texts": [guestfs.INITTAB, guestfs.RC, guestfs.AGENT, _PASSWD, _GROUP],
+             "texts": [guestfs.INITTAB, guestfs.RC, guestfs.FSTAB, guestfs.AGENT, _PASSWD, _GROUP],
              "tools": {t: which(t) for t in (*GUEST_BINARIES, *EXEC_HELPERS, "busybox")}, "engine": _engine_path(),
              "files": {f: meta(f) for f in sorted({*files, *_APT_STATE})}}
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
@@ -415,6 +415,7 @@ def _build_into(tmp: Path, key: str, inputs: _Inputs) -> Image:
     modules = _modules(pkg / "lib/modules" / release, rootfs / "lib/modules/offlab")
     _write(rootfs / "etc/offlab/modules", "".join(m + "\n" for m in modules))
     _write(rootfs / "etc/inittab", guestfs.INITTAB)
+    _write(rootfs / "etc/fstab", guestfs.FSTAB)
     _write(rootfs / "etc/offlab/rc", guestfs.RC, 0o755)
     _write(rootfs / "etc/offlab/agent", guestfs.AGENT, 0o755)
     _write(rootfs / "etc/passwd", _PASSWD)
