@@ -238,7 +238,7 @@ def _finish(store: Store, runner: Runner, as_json: bool, report_dir: Path | None
     summary = {"run_id": run_id, "name": runner.plan.name, "status": store.get_run(run_id)["status"]}
     if runner.decider is not None:
         summary["decisions"] = runner.decisions
-    summary["not_exercised"] = _not_exercised(runner)  # cell key → settings set but not exercised
+    summary["not_exercised"] = _not_exercised(store, run_id)  # cell key → settings set but not exercised
     if report_dir is not None:
         from offlab.report import write_report
 

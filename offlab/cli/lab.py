@@ -7,6 +7,7 @@ from typing import Optional
 
 import typer
 from offlab.cli.console import console
+from rich.markup import escape
 from rich.table import Table
 
 from offlab import lab as labs
@@ -312,5 +313,9 @@ def _print_lab(lab: labs.LabState, as_json: bool) -> None:
                   f"(was {c['original']}; {c['journal']}{held})")
     for d in info["daemons"]:
         out.print(f"daemon: {d['name']} pid {d['pid']}")
+    for role, h in info["hosts"].items():
+        g = h.get("guest") or {}
+        if g.get("start"):
+            out.print(escape(f"guest {role}: {g['start']} start, ready in {g.get('ready_seconds')} s ({g.get('start_why', '')})"))
     reach = ", ".join(f"{r} {h['address']}" for r, h in info["hosts"].items() if h.get("address"))
     out.print(f"reach: {reach}")

@@ -33,7 +33,7 @@ def image_cmd(
     typer.echo(f"  modules   {', '.join(img.modules) or 'none (all built in)'}")
     typer.echo(f"  tools     {', '.join(sorted(img.binaries))} + busybox")
     typer.echo(f"  initrd    {img.initrd_bytes / 2**20:.1f} MiB  {img.initrd}")
-    typer.echo(f"  vmlinuz   {img.kernel}")
+    typer.echo(f"  boots     {img.kernel}" + ("  (decompressed, PVH entry)" if img.pvh else ""))
     typer.echo(f"  QEMU      {version}" + ("" if uso else " (no host_uso/guest_uso4: USO in a guest cannot be tested)"))
 
 

@@ -101,9 +101,11 @@ def boot_guest(b: Builder, role: str, where: str, taps: list[str], *, peers: lis
 
     NIC i is the guest's eth<i> (q35 gives the devices PCI slots in command-line order; checked
     by MAC once it is up) and faces `peers[i]`. `rundir`: where its files go (default vm/<lab>).
+    The guest is restored from a saved one when there is a usable one (offlab.vm.saved: tap NICs
+    only), else booted cold and saved; the lab's guest entry says which (`start`) and why.
     """
     from offlab.vm import image as vm_image
-    from offlab.vm import qemu
+    from offlab.vm import qemu, saved
 
     opts = b.lab.options
     if vhost_user:
@@ -124,9 +126,14 @@ def boot_guest(b: Builder, role: str, where: str, taps: list[str], *, peers: lis
         b.lab.daemons.append(Daemon(QEMU_DAEMON, pid, ns, start_time))
         b.lab.save()
 
-    with b.step(f"boot guest {role} (QEMU in {ns})"):
-        guest = qemu.boot(image, b.lab.host(where), rundir, name=role, nics=nics, smp=cpus, timeout=timeout,
-                          lab=b.lab.name, role=role, on_started=record)
+    def check_nics(cold: qemu.Guest) -> None:  # before a cold-booted guest is saved
+        with b.step(f"guest {role}'s NICs by MAC"):
+            _check_nic_order(cold.host(), nics)
+
+    with b.step(f"start guest {role} (QEMU in {ns})"):
+        guest, how = saved.start(image, b.lab.host(where), rundir, name=role, nics=nics, smp=cpus,
+                                 timeout=timeout, lab=b.lab.name, role=role, on_started=record,
+                                 after_cold=check_nics)
     described = [{"iface": f"eth{i}", **_backend(n), "mac": n.mac, "queues": n.queues, "properties": n.properties,
                   "device_id": qemu.device_id(i)} for i, n in enumerate(nics)]
     b.lab.hosts[role] = HostEntry(
@@ -135,13 +142,11 @@ def boot_guest(b: Builder, role: str, where: str, taps: list[str], *, peers: lis
         guest={"ref": guest.host().ref(), "accel": guest.accel, "qemu_version": guest.qemu_version,
                "kernel_release": guest.kernel_release, "vhost": False, "cpus": cpus, "memory_mb": 512,
                **_backend(nics[0]), "nic_properties": nics[0].properties, "nics": described,
-               "ready_seconds": guest.ready_seconds, "qmp": guest.qmp},
+               "ready_seconds": guest.ready_seconds, "qmp": guest.qmp, "start": how.how,
+               "start_why": how.why, "machine": qemu.MACHINE, "device": "virtio-net-pci"},
     )
     b.lab.save()
-    host = guest.host()
-    with b.step(f"guest {role}'s NICs by MAC"):
-        _check_nic_order(host, nics)
-    return host
+    return guest.host()
 
 
 def _backend(nic) -> dict:

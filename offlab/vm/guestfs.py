@@ -33,24 +33,31 @@ INITTAB = """\
 ::respawn:/etc/offlab/agent
 """
 
+# /etc/fstab for the boot script's `mount -a`: one process instead of one per file system.
+FSTAB = """\
+proc /proc proc defaults 0 0
+sysfs /sys sysfs defaults 0 0
+devpts /dev/pts devpts defaults 0 0
+tmpfs /dev/shm tmpfs defaults 0 0
+tmpfs /tmp tmpfs defaults 0 0
+tmpfs /run tmpfs defaults 0 0
+"""
+
+# Every process the boot script starts costs tens of ms under TCG: shell builtins where they do.
 RC = f"""#!/bin/busybox sh
 # Boot: file systems, the modules of /etc/offlab/modules (in load order), loopback.
 export PATH={GUEST_PATH}
-mount -t proc proc /proc
-mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev
 mkdir -p /dev/pts /dev/shm
-mount -t devpts devpts /dev/pts
-mount -t tmpfs tmpfs /dev/shm
-mount -t tmpfs tmpfs /tmp
-mount -t tmpfs tmpfs /run
+mount -a
 mkdir -p /run/agent /root
 while read -r m; do
   [ -n "$m" ] && {{ insmod "/lib/modules/offlab/$m.ko" || echo "offlab: insmod $m failed"; }}
 done </etc/offlab/modules
-hostname offlab-guest
+echo offlab-guest >/proc/sys/kernel/hostname
 ip link set lo up
-echo "offlab: booted in $(cut -d' ' -f1 /proc/uptime) s"
+read -r up _ </proc/uptime
+echo "offlab: booted in $up s"
 """
 
 AGENT = f"""#!/bin/busybox sh

@@ -1,6 +1,9 @@
 """QEMU for offlab guests: the command line, the accelerator probe, boot and stop (by pid).
 
-A guest is `qemu-system-x86_64 -machine q35` with no default devices, its console in a log
+A guest is `qemu-system-x86_64 -machine q35` slimmed (no SATA, SMBus, PS/2, USB, VGA), with qboot
+as firmware (SeaBIOS took ~2.4 s under TCG before the kernel printed), the image's decompressed
+kernel entered through PVH and a quiet kernel command line (`KERNEL_ARGS`; printing the boot log
+on the emulated UART was seconds under TCG); no default devices, its console in a log
 file, the virtio-serial command channel (`offlab.hosts.guest`) and virtio-net NICs on taps
 (`vhost=off`: this kind of machine has no /dev/vhost-net) or on vhost-user sockets (`VhostUserNic`,
 a DPDK port as backend, guest RAM then shared memfd memory). virtio-net properties are checked
@@ -35,6 +38,15 @@ IFNAME_RE = re.compile(r"^[A-Za-z0-9_.:@-]{1,15}$")
 MAC_RE = re.compile(r"^[0-9a-f]{2}(:[0-9a-f]{2}){5}$")
 _VALUE_RE = re.compile(r"^[A-Za-z0-9_.-]{1,32}$")
 SOCKET_PATH_MAX = 107
+# The fast boot (docs/vm.md "Cold and warm starts"): why each part is there.
+MACHINE = "q35,sata=off,smbus=off,i8042=off,vmport=off,usb=off,graphics=off"
+FIRMWARE = "qboot.rom"  # in QEMU's data directory; SeaBIOS (QEMU's default) when absent
+KERNEL_ARGS = ("console=ttyS0 panic=-1"
+               " quiet"  # the boot log on the serial port cost seconds; errors and panics still print
+               " tsc=reliable no_timer_check"  # no clocksource watchdog or timer check under TCG
+               " cryptomgr.notests"  # no self-tests of the crypto algorithms at boot
+               " 8250.nr_uarts=1")  # probe one UART, not four
+CLASSIC_ARGS = "console=ttyS0 panic=-1"  # the boot before this one (benchmarks/vm_path's "before")
 
 
 def qemu_binary() -> str:
@@ -238,23 +250,34 @@ class Guest:
         return asdict(self)
 
 
+def firmware() -> list[str]:
+    """`-bios qboot.rom` when this QEMU ships qboot, else [] (SeaBIOS)."""
+    share = Path(qemu_binary()).resolve().parent.parent / "share" / "qemu"
+    for d in (share, Path("/usr/share/qemu")):
+        if (d / FIRMWARE).is_file():
+            return ["-bios", FIRMWARE]
+    return []
+
+
 def command(image: Image, *, socket: str, console: str, nics: list[Nic | VhostUserNic] = (),
             memory: int = 512, smp: int = 1, accel: str = "tcg", name: str = "guest",
-            qmp: str | None = None) -> list[str]:
+            qmp: str | None = None, classic: bool = False) -> list[str]:
     """The QEMU argv for one guest (memory in MiB; shared memfd RAM when a NIC is vhost-user;
-    a QMP monitor on the unix socket `qmp` if given)."""
+    a QMP monitor on the unix socket `qmp` if given). `classic`: the boot offlab had before the
+    fast one (plain q35, SeaBIOS, the compressed kernel, the full boot log), for comparisons."""
     if accel not in ("tcg", "kvm"):
         raise BadInput(f"accelerator {accel!r}: choose tcg or kvm")
     for what, path in (("guest channel", socket), ("QMP socket", qmp or "")):
         if len(path) > SOCKET_PATH_MAX:
             raise BadInput(f"the {what} path is too long for a unix socket ({len(path)} > "
                            f"{SOCKET_PATH_MAX}): {path}")
-    argv = [qemu_binary(), "-name", f"offlab-{name}", "-machine", "q35", "-accel", accel,
+    machine, boot = ("q35", []) if classic else (MACHINE, firmware())
+    argv = [qemu_binary(), "-name", f"offlab-{name}", "-machine", machine, *boot, "-accel", accel,
             "-m", str(int(memory)), "-smp", str(int(smp)),
             "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
             "-serial", f"file:{console}",
-            "-kernel", image.kernel, "-initrd", image.initrd,
-            "-append", "console=ttyS0 panic=-1",  # not quiet: the console tail explains a failed boot
+            "-kernel", image.bzimage if classic else image.kernel, "-initrd", image.initrd,
+            "-append", CLASSIC_ARGS if classic else KERNEL_ARGS,
             "-device", "virtio-serial",
             "-chardev", f"socket,path={socket},server=on,wait=off,id=c0",
             "-device", "virtserialport,chardev=c0,name=ctl",

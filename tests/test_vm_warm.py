@@ -1,0 +1,216 @@
+"""Warm starts: a guest restored from a saved one (offlab.vm.saved), and what happens when the
+saved guest is missing, corrupt, or its writer or reader is killed with -9. Real QEMU (TCG):
+the boots are few and each test says how many it costs."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.conftest import REPO, kill_9_once_daemon_is_recorded, netns_names, offlab_cli, requires_root, running
+
+needs_qemu = pytest.mark.skipif(shutil.which("qemu-system-x86_64") is None,
+                                reason="QEMU is not installed (scripts/install-deps installs it)")
+
+
+@pytest.fixture
+def saved_dir(tmp_path, monkeypatch):
+    d = tmp_path / "saved"
+    monkeypatch.setenv("OFFLAB_VM_SAVED_DIR", str(d))
+    return d
+
+
+# ---- no boot -------------------------------------------------------------------------
+def test_digest_reads_data_and_where_it_is_not_the_holes(tmp_path):
+    from offlab.vm.saved import digest
+
+    a = tmp_path / "a"
+    with open(a, "wb") as f:
+        f.truncate(64 << 20)
+        f.seek(8 << 20)
+        f.write(b"guest page")
+    first = digest(a)
+    assert digest(a) == first
+    with open(a, "r+b") as f:  # the same bytes one page further: another saved guest
+        f.seek(8 << 20)
+        f.write(b"\0" * 10)
+        f.seek((8 << 20) + 4096)
+        f.write(b"guest page")
+    assert digest(a) != first
+    with open(a, "r+b") as f:
+        f.seek((8 << 20) + 4096)
+        f.write(b"guest pagE")
+    assert digest(a) not in (first, "")
+
+
+def test_a_saved_guest_that_does_not_match_its_manifest_is_deleted_not_used(saved_dir):
+    from offlab.vm import saved
+
+    d = saved_dir / "00000000000000aa"
+    d.mkdir(parents=True)
+    (d / "state").write_bytes(b"x" * 100)
+    (d / "saved.json").write_text(json.dumps({"key": d.name, "size": 100, "sha256": "0" * 64}))
+    state, manifest, why = saved.load(d.name)
+    assert (state, manifest) == (None, None)
+    assert "checksum does not match" in why and not d.exists()
+
+    d.mkdir()
+    (d / "state").write_bytes(b"x" * 100)
+    (d / "saved.json").write_text(json.dumps({"key": d.name, "size": 100, "sha256": saved.digest(d / "state")}))
+    state, manifest, why = saved.load(d.name)
+    assert state == d / "state" and why == ""
+    (d / "state").write_bytes(b"x" * 50)  # half-written
+    state, manifest, why = saved.load(d.name)
+    assert state is None and "its state file is 50 bytes, not 100" in why and not d.exists()
+    assert saved.load(d.name)[2] == "no saved guest of this kind yet"
+
+
+@needs_qemu
+def test_saved_guest_key_follows_the_device_not_the_lab():
+    from offlab.vm import image, qemu, saved
+
+    img = image.show()
+    if img is None:
+        pytest.skip("no guest image (`offlab vm image` builds it)")
+
+    def k(*nics, memory=512, smp=1):
+        return saved.key(img, list(nics), memory, smp, "tcg")
+
+    base = k(qemu.Nic.from_options("ol-a-0", "52:54:00:01:02:03", {}))
+    assert k(qemu.Nic.from_options("ol-b-7", "52:54:00:0a:0b:0c", {})) == base  # another lab's tap and MAC
+    assert k(qemu.Nic.from_options("ol-a-0", "52:54:00:01:02:03", {"guest_uso4": False})) != base
+    assert k(qemu.Nic.from_options("ol-a-0", "52:54:00:01:02:03", {"queues": 2})) != base
+    assert k(qemu.Nic.from_options("ol-a-0", "52:54:00:01:02:03", {}), smp=2) != base
+    assert k(qemu.Nic.from_options("ol-a-0", "52:54:00:01:02:03", {}), memory=1024) != base
+    assert k(qemu.Nic.from_options("ol-a-0", "52:54:00:01:02:03", {}),
+             qemu.Nic.from_options("ol-a-1", "52:54:00:01:02:04", {})) != base
+    # a guest that cannot change its MAC keeps it in the key
+    fixed = k(qemu.Nic.from_options("ol-a-0", "52:54:00:01:02:03", {"ctrl_mac_addr": False}))
+    assert fixed != k(qemu.Nic.from_options("ol-a-0", "52:54:00:0a:0b:0c", {"ctrl_mac_addr": False}))
+
+
+def test_vhost_user_guests_are_never_restored(monkeypatch):
+    from offlab.vm import qemu, saved
+
+    monkeypatch.setattr(qemu, "check_nic_properties", lambda props: {k: str(v) for k, v in props.items()})
+    vu = qemu.VhostUserNic.from_options("/run/x/vhost.sock", "52:54:00:01:02:03", {})
+    assert "vhost-user" in saved.why_not_warm([vu])
+    monkeypatch.setenv("OFFLAB_VM_WARM", "0")
+    assert saved.why_not_warm([qemu.Nic.from_options("t0", "52:54:00:01:02:03", {})]) == "OFFLAB_VM_WARM=0"
+
+
+# ---- real guests -------------------------------------------------------------------------
+def _guest(name: str) -> dict:
+    shown = json.loads(offlab_cli("lab", "show", name, "--json").stdout)
+    return shown["hosts"]["client"]["guest"]
+
+
+def _up(name: str) -> dict:
+    res = offlab_cli("lab", "up", "vm", "--name", name, timeout=300)
+    assert res.returncode == 0, res.stderr
+    return _guest(name)
+
+
+def _down(name: str) -> None:
+    res = offlab_cli("lab", "down", name)
+    assert res.returncode == 0, res.stderr
+    assert not any(n.startswith(f"ol-{name}-") for n in netns_names())
+
+
+@requires_root
+@needs_qemu
+@pytest.mark.network
+def test_warm_start_is_the_lab_s_own_guest_and_a_corrupt_save_boots_cold(lab_name, clean_machine, saved_dir):
+    """Two cold boots and one restore."""
+    from offlab.vm import saved
+
+    first = _up(lab_name)
+    _down(lab_name)
+    assert first["start"] == "cold" and "no saved guest of this kind yet" in first["start_why"]
+    (key,) = [p.name for p in saved_dir.iterdir() if not p.name.startswith(".")]
+    assert f"saved as {key}" in first["start_why"]
+
+    name = lab_name[:-1] + "w"
+    warm = _up(name)
+    try:
+        assert (warm["start"], warm["start_why"]) == ("warm", f"restored from saved guest {key}")
+        mac = warm["nics"][0]["mac"]
+        res = offlab_cli("lab", "exec", name, "client", "--", "cat", "/sys/class/net/eth0/address")
+        assert res.stdout.strip() == mac  # this lab's MAC, not the saving lab's
+        assert mac != first["nics"][0]["mac"]
+        res = offlab_cli("lab", "exec", name, "client", "--", "date", "+%s")
+        assert abs(int(res.stdout) - time.time()) < 5  # not the time it was saved at
+        res = offlab_cli("lab", "exec", name, "client", "--", "ping", "-c", "1", "-W", "5", "10.200.1.2")
+        assert res.returncode == 0, res.stdout + res.stderr
+    finally:
+        _down(name)
+
+    state = saved_dir / key / "state"
+    with open(state, "r+b") as f:  # one byte of guest memory changed
+        at = os.lseek(f.fileno(), state.stat().st_size // 2, os.SEEK_DATA)
+        f.seek(at)
+        byte = f.read(1)
+        f.seek(at)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    again = _up(lab_name)
+    _down(lab_name)
+    assert again["start"] == "cold"
+    assert f"saved guest {key} was unusable (its state file's checksum does not match)" in again["start_why"]
+    assert saved.load(key)[0] is not None  # saved anew from this boot
+
+
+@requires_root
+@needs_qemu
+@pytest.mark.network
+def test_kill_9_during_a_save_or_a_restore_leaves_nothing_a_later_lab_up_trusts(lab_name, clean_machine,
+                                                                                state_dir, saved_dir):
+    """Two cold boots (one killed while saving) and one restore killed."""
+    from offlab.vm import saved
+
+    proc = subprocess.Popen([sys.executable, "-m", "offlab", "lab", "up", "vm", "--name", lab_name],
+                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 240
+    while not list(saved_dir.glob(".save-*")):
+        assert proc.poll() is None and time.monotonic() < deadline, "the save never started"
+        time.sleep(0.01)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    (qemu_pid,) = [d["pid"] for d in json.loads((state_dir / "labs" / f"{lab_name}.json").read_text())["daemons"]]
+    _down(lab_name)
+    assert not running(qemu_pid)
+    assert [p.name.startswith(".save-") for p in saved_dir.iterdir() if not p.name.startswith(".lock")] == [True]
+
+    cold = _up(lab_name)  # the half-written save is not used, and is swept
+    _down(lab_name)
+    assert cold["start"] == "cold" and "no saved guest of this kind yet" in cold["start_why"]
+    assert not list(saved_dir.glob(".save-*"))
+    (key,) = [p.name for p in saved_dir.iterdir() if not p.name.startswith(".")]
+
+    daemon = kill_9_once_daemon_is_recorded("vm", lab_name, state_dir, "QEMU")
+    _down(lab_name)
+    assert not running(daemon["pid"])
+    state, manifest, why = saved.load(key)
+    assert state is not None and why == ""  # a restore writes nothing to the saved guest
+
+
+def test_only_the_most_recently_used_saved_guests_are_kept(saved_dir):
+    from offlab.vm import saved
+
+    saved_dir.mkdir()
+    for i in range(saved.KEEP + 2):
+        d = saved_dir / f"{i:016x}"
+        d.mkdir()
+        (d / "saved.json").write_text("{}")
+        os.utime(d / "saved.json", (1000 + i, 1000 + i))
+    os.utime(saved_dir / f"{0:016x}" / "saved.json")  # the oldest, just used
+    saved._prune(saved_dir)
+    left = sorted(p.name for p in saved_dir.iterdir())
+    assert len(left) == saved.KEEP
+    assert f"{0:016x}" in left and f"{1:016x}" not in left and f"{2:016x}" not in left
