@@ -25,8 +25,8 @@ import re
 import shutil
 import stat
 import struct
-import subprocess
 import sys
+import tempfile
 import time
 import zlib
 from dataclasses import asdict, dataclass, field
@@ -468,9 +468,14 @@ def _decompress(payload: bytes, kind: str) -> bytes:
     tool = which("zstd")
     if tool is None:
         return b""
-    # zstd exits 1 on the size trailer after the frame, having written the whole kernel
-    res = subprocess.run([tool, "-d", "-c", "-q"], input=payload, capture_output=True, timeout=120)
-    return res.stdout
+    # zstd exits 1 on the size trailer after the frame, having written the whole kernel (through
+    # files: a host's run() carries text, and a kernel is bytes)
+    with tempfile.TemporaryDirectory(prefix="offlab-zstd-") as tmp:
+        src, dst = Path(tmp) / "in.zst", Path(tmp) / "out"
+        src.write_bytes(payload)
+        # to stdout, redirected: with -o, zstd deletes what it wrote when it then trips on the trailer
+        LOCAL.run(["sh", "-c", '"$1" -d -c -q "$2" > "$3"', "sh", tool, str(src), str(dst)], check=False, timeout=120)
+        return dst.read_bytes() if dst.exists() else b""
 
 
 def _has_pvh_note(elf: bytes) -> bool:

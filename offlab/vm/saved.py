@@ -47,7 +47,7 @@ from typing import Callable
 
 from offlab.errors import EnvironmentProblem, OfflabError
 from offlab.hosts import LOCAL, Host
-from offlab.hosts.guest import GuestHost, process_start_time
+from offlab.hosts.guest import process_start_time
 from offlab.vm import qemu
 from offlab.vm.image import Image, cache_root
 from offlab.vm.qmp import Qmp, QmpError
