@@ -37,6 +37,8 @@ def measure_cmd(
     duration: float = typer.Option(2.0, "--duration", help="Seconds measured (after warm-up)."),
     warmup: float = typer.Option(0.5, "--warmup", help="Seconds of traffic before the window opens."),
     ipv6: bool = typer.Option(False, "--ipv6", help="Use the lab's IPv6 addresses."),
+    big_packets: bool = typer.Option(False, "--big-packets", help="Count packets over 64 KiB on every interface of "
+                                                                  "the lab's namespaces (nftables; BIG TCP's proof)."),
     capture: Optional[str] = typer.Option(None, "--capture", help="HOST[:IFACE] to capture on (IFACE may be to-<host>)."),
     frames: int = typer.Option(2000, "--frames", help="Frames to capture."),
     as_json: bool = typer.Option(False, "--json", help="Print the sample as JSON (with its per-interval series)."),
@@ -86,7 +88,7 @@ def measure_cmd(
                            ipv6=ipv6).check()
     # Every value is checked before the lab is even read, so no child tool starts on a bad one.
     w = Workload(tool=tool, protocol=proto or default_protocol(tool), size=size, gso=gso, gro=gro, batch=batch, rate=rate,
-                 streams=streams, duration=duration, warmup=warmup, ipv6=ipv6).check()
+                 streams=streams, duration=duration, warmup=warmup, ipv6=ipv6, big_packets=big_packets).check()
     if rw is not None:
         from offlab.experiment.measure import check_under_load
 

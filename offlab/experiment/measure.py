@@ -111,7 +111,7 @@ def _measure(lab: LabState, w: Workload, capture: CaptureRequest | None, *,
     # Nothing changes the MTUs during a sample: read them beside the traffic, not after it (a guest's
     # read is a channel round trip, seconds on a loaded machine).
     mtu_read = _BESIDE.submit(mtus, lab)
-    with ProbeSession(lab) as probes, tempfile.TemporaryDirectory(prefix="offlab-cap-") as tmp:
+    with ProbeSession(lab, big_packets=w.big_packets) as probes, tempfile.TemporaryDirectory(prefix="offlab-cap-") as tmp:
         window: dict = {}
         probe_thread: threading.Thread | None = None
         side_thread: threading.Thread | None = None
@@ -202,6 +202,9 @@ def _measure(lab: LabState, w: Workload, capture: CaptureRequest | None, *,
     sample.consistency = witnesses.cross_check(d)
     sample.loss_attribution = witnesses.attribute_loss(d)
     sample.segmentation = witnesses.segmentation(probe, probe["mtus"])
+    big = witnesses.big_packets(probe)
+    if big:
+        sample.notes.append(big)
     sample.notes += witnesses.out_of_range(sample.to_dict())
     return sample
 

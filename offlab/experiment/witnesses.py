@@ -412,6 +412,24 @@ def segmentation(probes: dict, mtus: dict[str, int]) -> list[dict]:
     return out
 
 
+def big_packets(probes: dict) -> str | None:
+    """What the 64 KiB counters (offlab.probes.bigpackets, where the workload asked) prove, in one line:
+    which hops carried packets over 64 KiB, and how many crossed a router unsegmented; None if not counted."""
+    counts = probes.get("big_packets")
+    if counts is None:
+        return None
+    hops = {name: d for name, d in counts.items() if d["rx"] or d["tx"]}
+    if not hops:
+        return f"{BIG_MARK}: no packet over 64 KiB on any counted hop ({len(counts)} interfaces): BIG TCP did not take effect"
+    routed = sum(d["tx"] for name, d in hops.items() if name.startswith("router:"))
+    head = f"{routed} packets > 64 KiB crossed the router unsegmented; " if routed else ""
+    return f"{BIG_MARK}: {head}over 64 KiB per hop: " + ", ".join(
+        f"{name} rx {d['rx']} tx {d['tx']}" for name, d in sorted(hops.items()))
+
+
+BIG_MARK = "packets over 64 KiB"
+
+
 def _pct(x: float | None) -> str:
     return "unknown" if x is None else f"{100 * x:.2f} %"
 

@@ -61,6 +61,8 @@ class Workload:
     client_cpu: int | None = 0
     server_cpu: int | None = 1
     ipv6: bool = False
+    # count packets over 64 KiB on every interface of the lab's namespaces (nftables; offlab.probes.bigpackets)
+    big_packets: bool = False
 
     def check(self) -> "Workload":
         """The one validation of a workload (CLI and plans alike); BadWorkload names the field."""
