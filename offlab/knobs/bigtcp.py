@@ -31,6 +31,25 @@ SINCE = {"gso_max_size": "2.6", "gro_max_size": "5.19", "gso_ipv4_max_size": "6.
 GRO_MAX_SIZE = 8 * 65535  # include/linux/netdevice.h: the most any gro_*max_size may be
 LEGACY_MAX = 65536  # GSO_LEGACY_MAX_SIZE / GRO_LEGACY_MAX_SIZE: the sizes before BIG TCP
 THREADED_KEYS = {"threaded"}
+# Before a lab exists (`run --validate`), the device's tso_max_size is not known; the kernel bounds every
+# device's at GSO_MAX_SIZE (524280, "net: limit GSO_MAX_SIZE to 524280 bytes"), and a veth takes all of it.
+GSO_MAX_SIZE = 524280
+TSO_MAX_BY_KIND = {"veth": 524280}
+
+
+def plan_size_problem(key: str, value: Any, iface_kind: str) -> str | None:
+    """What is wrong with `key: value` in a plan on an interface of this kind, judged without a lab."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        return f"{key} takes a size in bytes (an integer ≥ 1), got {value!r}"
+    if key.startswith("gso"):
+        limit = TSO_MAX_BY_KIND.get(iface_kind, GSO_MAX_SIZE)
+        whose = f"a {iface_kind}'s tso_max_size" if iface_kind in TSO_MAX_BY_KIND else \
+            "the largest tso_max_size a device may have (GSO_MAX_SIZE)"
+        if value > limit:
+            return f"{key}={value}: more than {whose}, {limit}; use at most {limit}"
+    elif value > GRO_MAX_SIZE:
+        return f"{key}={value}: more than the kernel's GRO_MAX_SIZE {GRO_MAX_SIZE} (8 × 65535); use at most {GRO_MAX_SIZE}"
+    return None
 
 
 def link_sizes(host, iface: str) -> dict[str, int]:
