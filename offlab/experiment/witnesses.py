@@ -422,7 +422,9 @@ def big_packets(probes: dict) -> str | None:
     if not hops:
         return f"{BIG_MARK}: no packet over 64 KiB on any counted hop ({len(counts)} interfaces): BIG TCP did not take effect"
     routed = sum(d["tx"] for name, d in hops.items() if name.startswith("router:"))
-    head = f"{routed} packets > 64 KiB crossed the router unsegmented; " if routed else ""
+    reached = sum(d["rx"] for name, d in hops.items() if name.startswith("router:"))
+    head = f"{routed} packets > 64 KiB crossed the router unsegmented; " if routed else \
+        f"the router received {reached} packets > 64 KiB and sent none on; " if reached else ""
     return f"{BIG_MARK}: {head}over 64 KiB per hop: " + ", ".join(
         f"{name} rx {d['rx']} tx {d['tx']}" for name, d in sorted(hops.items()))
 
