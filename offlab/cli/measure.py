@@ -32,6 +32,8 @@ def measure_cmd(
     gso: bool = typer.Option(False, "--gso", help="engine: UDP_SEGMENT on the sender."),
     gro: bool = typer.Option(False, "--gro", help="engine: UDP_GRO on the receiver."),
     batch: Optional[int] = typer.Option(None, "--batch", help="engine: sendmmsg/recvmmsg batch."),
+    send: Optional[str] = typer.Option(None, "--send", help="engine: send | sendmmsg | zerocopy (MSG_ZEROCOPY, "
+                                                           "completions and kernel copies reported)."),
     rate: Optional[str] = typer.Option(None, "--rate", help="Packets/s (100kpps, 10Mpps; engine only) or bit/s (250M, 1G); default: as fast as possible."),
     streams: int = typer.Option(1, "--streams", help="iperf3 parallel streams."),
     duration: float = typer.Option(2.0, "--duration", help="Seconds measured (after warm-up)."),
@@ -87,7 +89,7 @@ def measure_cmd(
                            rate=rr.parse_tps(rr_rate), duration=duration, warmup=warmup, timeout=rr_timeout,
                            ipv6=ipv6).check()
     # Every value is checked before the lab is even read, so no child tool starts on a bad one.
-    w = Workload(tool=tool, protocol=proto or default_protocol(tool), size=size, gso=gso, gro=gro, batch=batch, rate=rate,
+    w = Workload(tool=tool, protocol=proto or default_protocol(tool), size=size, gso=gso, gro=gro, batch=batch, send=send, rate=rate,
                  streams=streams, duration=duration, warmup=warmup, ipv6=ipv6, big_packets=big_packets).check()
     if rw is not None:
         from offlab.experiment.measure import check_under_load

@@ -202,6 +202,9 @@ def _measure(lab: LabState, w: Workload, capture: CaptureRequest | None, *,
     sample.consistency = witnesses.cross_check(d)
     sample.loss_attribution = witnesses.attribute_loss(d)
     sample.segmentation = witnesses.segmentation(probe, probe["mtus"])
+    zc = witnesses.zerocopy(sample.traffic)
+    if zc:
+        sample.notes.append(zc)
     big = witnesses.big_packets(probe)
     if big:
         sample.notes.append(big)

@@ -430,6 +430,21 @@ def big_packets(probes: dict) -> str | None:
 
 
 BIG_MARK = "packets over 64 KiB"
+ZC_MARK = "zerocopy"
+
+
+def zerocopy(traffic: dict) -> str | None:
+    """What the kernel's MSG_ZEROCOPY completions say (engine --send zerocopy): every send copied after
+    all (SO_EE_CODE_ZEROCOPY_COPIED; a veth or loopback always copies), some, or none; None otherwise."""
+    z = traffic.get("zerocopy")
+    if not z:
+        return None
+    done, copied, pending = z.get("completed", 0), z.get("copied", 0), z.get("pending_at_end", 0)
+    tail = f"; {pending} still held by the kernel at the end" if pending else ""
+    if done and copied == done:
+        return (f"{ZC_MARK}: the kernel copied all {done} MSG_ZEROCOPY sends (SO_EE_CODE_ZEROCOPY_COPIED): "
+                f"not a zero-copy figure{tail}")
+    return f"{ZC_MARK}: {done - copied} of {done} MSG_ZEROCOPY sends completed without a copy{tail}"
 
 
 def _pct(x: float | None) -> str:
