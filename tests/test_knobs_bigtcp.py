@@ -14,7 +14,7 @@ from offlab.experiment.measure import measure
 from offlab.knobs import Change, Transaction
 from offlab.knobs.bigtcp import LinkSize, link_sizes
 from offlab.knobs.target import Target
-from offlab.probes.bigpackets import TABLE, parse
+from offlab.probes.bigpackets import TABLE, parse, seen
 from offlab.traffic import Workload
 from tests.conftest import REPO, offlab_cli, requires_root
 from tests.helpers import journals
@@ -130,6 +130,9 @@ def test_packets_over_64k_cross_the_router_only_with_big_tcp(lab_name, clean_mac
         assert router_tx["on"] > 0, on.probes["big_packets"]
         assert any("crossed the router unsegmented" in n for n in on.notes)
         assert any("no packet over 64 KiB" in n for n in off.notes)
+        egress = f"router:{lab.resolve_iface('router', 'to-server')}"
+        assert seen(on.probes["big_packets"], egress, "tx") > 0 == seen(off.probes["big_packets"], egress, "tx")
+        assert seen(None, egress, "tx") is None
         for role in ("client", "router", "server"):  # the counters went with the sample
             tables = lab.host(role).run(["nft", "-j", "list", "tables"]).stdout
             assert TABLE not in tables

@@ -76,3 +76,13 @@ def delta(before: dict[str, dict[str, dict[str, int]]], after: dict[str, dict[st
             was = before.get(role, {}).get(iface, {})
             out[f"{role}:{iface}"] = {d: now[d] - was.get(d, 0) for d in ("rx", "tx")}
     return out
+
+
+def seen(counts: dict | None, where: str, direction: str) -> int | None:
+    """Packets over 64 KiB that interface `where` ("role:iface") counted in `direction` ("rx"/"tx") over
+    a sample's window; None when the sample did not count (no `big_packets` in its workload). For
+    effect witnesses: a gso_*max_size above 65536 on `where` was exercised iff seen(..., "tx") > 0,
+    a gro_*max_size iff seen(..., "rx") > 0."""
+    if counts is None:
+        return None
+    return (counts.get(where) or {}).get(direction, 0)
