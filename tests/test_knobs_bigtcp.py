@@ -146,5 +146,6 @@ def test_plan_sizes_are_judged_without_a_lab():
 
     assert "integer" in plan_size_problem("gso_max_size", "big", "veth")
     assert plan_size_problem("gso_max_size", 524280, "veth") is None
-    assert "GSO_MAX_SIZE" in plan_size_problem("gso_max_size", 600000, "tap")
+    assert "GSO_MAX_SIZE" in plan_size_problem("gso_max_size", 600000, "nic")
+    assert "a tap's tso_max_size, 65536" in plan_size_problem("gso_max_size", 65537, "tap")
     assert "GRO_MAX_SIZE" in plan_size_problem("gro_max_size", 524281, "veth")

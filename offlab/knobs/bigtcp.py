@@ -32,9 +32,10 @@ GRO_MAX_SIZE = 8 * 65535  # include/linux/netdevice.h: the most any gro_*max_siz
 LEGACY_MAX = 65536  # GSO_LEGACY_MAX_SIZE / GRO_LEGACY_MAX_SIZE: the sizes before BIG TCP
 THREADED_KEYS = {"threaded"}
 # Before a lab exists (`run --validate`), the device's tso_max_size is not known; the kernel bounds every
-# device's at GSO_MAX_SIZE (524280, "net: limit GSO_MAX_SIZE to 524280 bytes"), and a veth takes all of it.
+# device's at GSO_MAX_SIZE (524280, "net: limit GSO_MAX_SIZE to 524280 bytes"); a veth takes all of it, a
+# tap (with or without vnet_hdr) keeps the legacy 65536 (both read with `ip -d -j link show` on Linux 6.18).
 GSO_MAX_SIZE = 524280
-TSO_MAX_BY_KIND = {"veth": 524280}
+TSO_MAX_BY_KIND = {"veth": 524280, "tap": 65536}
 
 
 def plan_size_problem(key: str, value: Any, iface_kind: str) -> str | None:
