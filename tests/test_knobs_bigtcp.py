@@ -149,3 +149,12 @@ def test_plan_sizes_are_judged_without_a_lab():
     assert "GSO_MAX_SIZE" in plan_size_problem("gso_max_size", 600000, "nic")
     assert "a tap's tso_max_size, 65536" in plan_size_problem("gso_max_size", 65537, "tap")
     assert "GRO_MAX_SIZE" in plan_size_problem("gro_max_size", 524281, "veth")
+
+
+def test_the_big_tcp_suite_needs_nft_and_counts_in_every_cell():
+    from offlab.experiment.plan.checks import required_tools
+    from offlab.experiment.suites import plans
+
+    for quick in (False, True):
+        for p in plans("big-tcp", quick=quick):
+            assert "nft" in required_tools(p) and all(c.workload.big_packets for c in p.cells)

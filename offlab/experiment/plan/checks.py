@@ -180,6 +180,8 @@ def required_tools(plan: Plan) -> list[str]:
         tools.append("offlab-engine")
     if plan.capture is not None:
         tools.append("tcpdump")
+    if any(c.workload.big_packets for c in plan.cells):
+        tools.append("nft")  # the counters of packets over 64 KiB (offlab.probes.bigpackets)
     return tools
 
 
