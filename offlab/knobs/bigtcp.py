@@ -23,6 +23,7 @@ from typing import Any
 from offlab import rtnl
 from offlab.errors import BadInput
 from offlab.knobs.base import FileKnob, Knob, Plan, as_bool, as_int
+from offlab.knobs.features import forget_reads, shared_memo
 from offlab.netdev import link as _link
 
 SIZE_KEYS = {"gso_max_size": "IPv6 (and IPv4 before Linux 6.3)", "gro_max_size": "IPv6",
@@ -54,12 +55,20 @@ def plan_size_problem(key: str, value: Any, iface_kind: str) -> str | None:
 
 
 def link_sizes(host, iface: str) -> dict[str, int]:
-    """The device's size attributes as its kernel reports them (absent: the kernel lacks it)."""
+    """The device's size attributes as its kernel reports them (absent: the kernel lacks it); inside
+    features.shared_reads() read once per interface (the four sizes of a cell read back together)."""
+    memo, key = shared_memo(), ("link_size", host.key, iface)
+    if memo is not None and key in memo:
+        return memo[key]
     if host.shares_kernel:
         out = host.run([sys.executable, "-I", rtnl.__file__, "get", iface], timeout=15).stdout
-        return {k: int(v) for k, v in json.loads(out).items()}
-    info = _link(host, iface)
-    return {k: int(info[k]) for k in rtnl.ATTRS if isinstance(info.get(k), int)}
+        sizes = {k: int(v) for k, v in json.loads(out).items()}
+    else:
+        info = _link(host, iface)
+        sizes = {k: int(info[k]) for k in rtnl.ATTRS if isinstance(info.get(k), int)}
+    if memo is not None:
+        memo[key] = sizes
+    return sizes
 
 
 class LinkSize(Knob):
@@ -93,6 +102,7 @@ class LinkSize(Knob):
         return None
 
     def apply(self, value: str) -> None:
+        forget_reads()
         if self.host.shares_kernel:
             self.host.run([sys.executable, "-I", rtnl.__file__, "set", self.iface, self.key, str(int(value))],
                           timeout=15)
