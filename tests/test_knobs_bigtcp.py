@@ -106,6 +106,20 @@ def test_lab_set_sizes_go_with_the_lab(lab_name, clean_machine, state_dir):
     assert offlab_cli("restore", "--list").stdout.strip() == "nothing to restore" and journals(state_dir) == []
 
 
+@pytest.mark.network
+@requires_root
+def test_offlab_restore_puts_the_exact_original_back_from_the_journal(veth_lab, state_dir):
+    """`lab set` leaves its journal to `offlab restore` (as after a kill -9): replayed from the entry alone."""
+    lab = veth_lab
+    before = sizes(lab, "server")
+    res = offlab_cli("lab", "set", lab.name, "server", "to-client", "gro_max_size=131072", "gro_ipv4_max_size=189440")
+    assert res.returncode == 0, res.stderr
+    assert sizes(lab, "server") == {**before, "gro_max_size": 131072, "gro_ipv4_max_size": 189440}
+    res = offlab_cli("restore")
+    assert res.returncode == 0 and "gro_ipv4_max_size = 65536" in res.stdout, res.stdout + res.stderr
+    assert sizes(lab, "server") == before and journals(state_dir) == []
+
+
 def _router_big_tx(lab, size: int) -> dict[str, dict[str, int]]:
     changes = [Change(lab.client, "gso_ipv4_max_size", size, "to-router", lab),
                Change(lab.host("router"), "gso_ipv4_max_size", size, "to-server", lab),
