@@ -244,7 +244,11 @@ pub fn run(o: &TxOpts) -> Result<Value, Failure> {
         // The buffer of this call: a zero-copy send waits until the kernel is done with the one it reuses.
         let first_buf = match zc.as_mut() {
             Some(z) => {
-                read_error_queue(&sock, Some(&mut *z));
+                // Completions are read in bulk, once half the buffers are out (one recvmsg returns a
+                // range), not before every send: a recvmsg per send would double the syscalls.
+                if z.in_flight >= ZC_POOL / 2 || z.free_slot().is_none() {
+                    read_error_queue(&sock, Some(&mut *z));
+                }
                 match z.free_slot() {
                     Some(slot) => slot,
                     None => {
