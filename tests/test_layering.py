@@ -25,6 +25,7 @@ PARTS = {
     "offlab.inventory": "inventory",  # inventories (offlab's YAML, Ansible's) → SSH hosts and test interfaces
     "offlab.hostcheck": "doctor",  # `hosts check`: an audit of inventory hosts
     "offlab.netdev": "netdev",  # the one parser of ip/ethtool/softnet, the one ovs-vsctl
+    "offlab.rtnl": "netdev",  # a link's GSO/GRO sizes over rtnetlink (stdlib only; run inside a namespace)
     "offlab.mtu": "mtu",  # MTU arithmetic (the VXLAN overhead) and the path MTU probe
     "offlab.vm": "vm",
     "offlab.dpdk": "dpdk",  # dpdk-testpmd as a daemon and its command line (lab, knobs and probes use it)

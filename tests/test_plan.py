@@ -52,6 +52,8 @@ def test_only_and_exclude_filter_cells():
     ("uso", ["Seed 000"]), ("gro-gso", ["Seed 001"]), ("vxlan", ["Seed 003"]), ("jumbo", ["Seed 004"]),
     ("pps", ["Seed 002"]), ("quick", ["seed 000", "seed 001", "seed 004"]),
     ("uso-vm", ["Seed 000"]), ("gro-gso-vm", ["Seed 001"]),
+    ("big-tcp", ["Issue 29", "185000-byte", "net/big_tcp.sh"]),
+    ("send-paths", ["Issue 29", "SO_EE_CODE_ZEROCOPY_COPIED"]),
     ("dpdk-gro", ["Seed 001", "+49 %", "+63 %"]), ("dpdk-gso", ["Seed 001", "+33 %", "+55 %"]),
 ])
 def test_every_builtin_suite_is_valid_and_names_its_seed(name, seeds):

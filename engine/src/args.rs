@@ -56,6 +56,27 @@ pub struct RxOpts {
     pub interval_ms: u64,
 }
 
+/// How tx hands datagrams to the kernel (`--send`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SendPath {
+    /// One send() per message.
+    Send,
+    /// sendmmsg() of up to --batch messages.
+    Sendmmsg,
+    /// send(MSG_ZEROCOPY): the kernel pins the buffer and reports on the error queue when it is done.
+    Zerocopy,
+}
+
+impl SendPath {
+    pub fn name(self) -> &'static str {
+        match self {
+            SendPath::Send => "send",
+            SendPath::Sendmmsg => "sendmmsg",
+            SendPath::Zerocopy => "zerocopy",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct TxOpts {
     pub dest: IpAddr,
@@ -65,6 +86,7 @@ pub struct TxOpts {
     /// Segments per send call; 1 without --gso.
     pub gso_segments: usize,
     pub batch: usize,
+    pub send: SendPath,
     pub rate: Rate,
     pub rate_text: String,
     pub duration: f64,
@@ -125,6 +147,9 @@ usage: offlab-engine tx --dest ADDR [options]
   --gso-segments K     1..64, size*K <= 65507 (IPv4) / 65527 (IPv6)
                        (default: as many as fit, at most 64)
   --batch N            messages per sendmmsg call, 1..1024 (default 1: send)
+  --send PATH          send | sendmmsg | zerocopy (send with MSG_ZEROCOPY; completions read
+                       from the error queue, copies the kernel made reported); default: send,
+                       or sendmmsg with --batch > 1
   --rate R             0 = unlimited (default); 500pps, 100kpps, 1Mpps;
                        bit/s of UDP payload: 1000000, 200k, 200M, 200Mbit, 1G, 1Gbit
   --duration S         seconds to send, > 0 (default 10)
@@ -215,6 +240,7 @@ fn parse_tx(argv: &[String]) -> Result<Command, ArgError> {
     let mut gso = false;
     let mut segs: Option<u64> = None;
     let mut batch = 1u64;
+    let mut send: Option<SendPath> = None;
     let mut rate = Rate::Unlimited;
     let mut rate_text = "0".to_string();
     let mut duration = 10.0;
@@ -238,6 +264,15 @@ fn parse_tx(argv: &[String]) -> Result<Command, ArgError> {
                 segs = Some(parse_int("--gso-segments", &a.value(&name, inline)?, 1, MAX_GSO_SEGMENTS)?)
             }
             "--batch" => batch = parse_int("--batch", &a.value(&name, inline)?, 1, MAX_BATCH)?,
+            "--send" => {
+                let v = a.value(&name, inline)?;
+                send = Some(match v.as_str() {
+                    "send" => SendPath::Send,
+                    "sendmmsg" => SendPath::Sendmmsg,
+                    "zerocopy" => SendPath::Zerocopy,
+                    _ => return err(format!("--send '{}': choose send, sendmmsg or zerocopy", v)),
+                })
+            }
             "--rate" => {
                 rate_text = a.value(&name, inline)?;
                 rate = parse_rate(&rate_text)?;
@@ -295,6 +330,14 @@ fn parse_tx(argv: &[String]) -> Result<Command, ArgError> {
     } else {
         1
     };
+    let send = send.unwrap_or(if batch > 1 { SendPath::Sendmmsg } else { SendPath::Send });
+    if send != SendPath::Sendmmsg && batch > 1 {
+        return err(format!(
+            "--send {} sends one message a call: --batch {} needs --send sendmmsg",
+            send.name(),
+            batch
+        ));
+    }
     Ok(Command::Tx(TxOpts {
         dest,
         port,
@@ -302,6 +345,7 @@ fn parse_tx(argv: &[String]) -> Result<Command, ArgError> {
         gso,
         gso_segments,
         batch: batch as usize,
+        send,
         rate,
         rate_text,
         duration,
@@ -458,6 +502,17 @@ mod tests {
         assert_eq!((o.duration, o.idle_timeout), (5.0, 0.5));
         assert_eq!(o.ready_file.as_deref(), Some("/tmp/r"));
         assert_eq!((o.run_id, o.cpu), (Some(16), Some(1)));
+    }
+
+    #[test]
+    fn tx_send_path_follows_the_batch_unless_named() {
+        assert_eq!(tx("tx --dest 10.200.1.2").unwrap().send, SendPath::Send);
+        assert_eq!(tx("tx --dest 10.200.1.2 --batch 8").unwrap().send, SendPath::Sendmmsg);
+        assert_eq!(tx("tx --dest 10.200.1.2 --send sendmmsg").unwrap().send, SendPath::Sendmmsg);
+        assert_eq!(tx("tx --dest 10.200.1.2 --send zerocopy --gso").unwrap().send, SendPath::Zerocopy);
+        let e = tx("tx --dest 10.200.1.2 --send zerocopy --batch 8").unwrap_err();
+        assert!(e.0.contains("--batch 8 needs --send sendmmsg"), "{}", e.0);
+        assert!(tx("tx --dest 10.200.1.2 --send io_uring").unwrap_err().0.starts_with("--send 'io_uring'"));
     }
 
     #[test]

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::mem;
 use std::net::SocketAddr;
 
-use crate::args::TxOpts;
+use crate::args::{SendPath, TxOpts};
 use crate::header::{self, Header, FLAG_END, HEADER_LEN};
 use crate::json::{self, Obj, Value};
 use crate::pacing::{self, Pacer};
@@ -18,6 +18,79 @@ const GIVE_UP_NS: u64 = 1_000_000_000;
 /// END markers go out at these offsets after the run (ms), so one survives a
 /// receive queue that is still full at the end.
 const END_OFFSETS_MS: [u64; 3] = [0, 10, 30];
+
+/// SO_ZEROCOPY (asm-generic/socket.h) and the zero-copy completion's origin and "copied" code
+/// (linux/errqueue.h).
+const SO_ZEROCOPY: libc::c_int = 60;
+const SO_EE_ORIGIN_ZEROCOPY: u8 = 5;
+const SO_EE_CODE_ZEROCOPY_COPIED: u8 = 1;
+/// Buffers a zero-copy sender cycles through: one may be rewritten only once the kernel has
+/// reported the send that used it complete.
+const ZC_POOL: usize = 256;
+/// How long the end of a zero-copy run waits for the kernel's last completions.
+const ZC_DRAIN_NS: u64 = 2_000_000_000;
+
+/// What the kernel reported about MSG_ZEROCOPY sends: which buffers it still holds, how many
+/// sends completed, and how many of those it copied after all (SO_EE_CODE_ZEROCOPY_COPIED).
+struct ZeroCopy {
+    busy: Vec<bool>,
+    next_id: u32,
+    in_flight: usize,
+    completed: u64,
+    copied: u64,
+    notifications: u64,
+}
+
+impl ZeroCopy {
+    fn new() -> ZeroCopy {
+        ZeroCopy { busy: vec![false; ZC_POOL], next_id: 0, in_flight: 0, completed: 0, copied: 0, notifications: 0 }
+    }
+
+    /// The buffer the next send uses, if the kernel is done with it.
+    fn free_slot(&self) -> Option<usize> {
+        let slot = self.next_id as usize % ZC_POOL;
+        if self.busy[slot] {
+            None
+        } else {
+            Some(slot)
+        }
+    }
+
+    /// A send with MSG_ZEROCOPY succeeded: the kernel numbered it next_id and holds its buffer.
+    fn sent(&mut self) {
+        self.busy[self.next_id as usize % ZC_POOL] = true;
+        self.next_id = self.next_id.wrapping_add(1);
+        self.in_flight += 1;
+    }
+
+    /// Sends lo..=hi completed (ids wrap at 2^32).
+    fn complete(&mut self, lo: u32, hi: u32, copied: bool) {
+        let n = hi.wrapping_sub(lo) as u64 + 1;
+        let mut id = lo;
+        for _ in 0..n.min(ZC_POOL as u64) {
+            let slot = id as usize % ZC_POOL;
+            if self.busy[slot] {
+                self.busy[slot] = false;
+                self.in_flight -= 1;
+            }
+            id = id.wrapping_add(1);
+        }
+        self.notifications += 1;
+        self.completed += n;
+        if copied {
+            self.copied += n;
+        }
+    }
+}
+
+/// Waits up to `ms` for something on the socket's error queue (POLLERR is reported whatever is asked).
+fn wait_error_queue(sock: &Socket, ms: libc::c_int) {
+    let mut p = libc::pollfd { fd: sock.fd, events: 0, revents: 0 };
+    // SAFETY: `p` is one valid pollfd, alive for the call.
+    unsafe {
+        libc::poll(&mut p, 1, ms);
+    }
+}
 
 /// The kernel says the destination cannot be reached (an ICMP or neighbour
 /// failure): fatal while the run is young, counted later.
@@ -87,13 +160,25 @@ pub fn run(o: &TxOpts) -> Result<Value, Failure> {
             )));
         }
     }
+    let mut zc = if o.send == SendPath::Zerocopy {
+        if let Err(e) = sock.set_int(libc::SOL_SOCKET, SO_ZEROCOPY, 1) {
+            return Err(Failure::Env(format!(
+                "--send zerocopy: setsockopt SO_ZEROCOPY: {} (UDP needs Linux 5.0 or later)",
+                sys::describe(e)
+            )));
+        }
+        Some(ZeroCopy::new())
+    } else {
+        None
+    };
     let local = sock.local_addr().ok();
     let run_id = o.run_id.unwrap_or_else(sys::random_u32);
 
     let segs = o.gso_segments;
     let msg_len = o.size * segs;
     let batch = o.batch;
-    let mut bufs: Vec<Vec<u8>> = (0..batch).map(|_| vec![0u8; msg_len]).collect();
+    let n_bufs = if zc.is_some() { ZC_POOL } else { batch };
+    let mut bufs: Vec<Vec<u8>> = (0..n_bufs).map(|_| vec![0u8; msg_len]).collect();
     for b in bufs.iter_mut() {
         for s in 0..segs {
             header::encode(&Header { flags: 0, run_id, seq: 0, tx_ns: 0 }, &mut b[s * o.size..]);
@@ -120,6 +205,7 @@ pub fn run(o: &TxOpts) -> Result<Value, Failure> {
     let mut errors: BTreeMap<i32, u64> = BTreeMap::new();
     let mut failing_since: Option<u64> = None;
     let mut hard_error: i32 = 0;
+    let mut zc_waits: u64 = 0;
     let stop_reason;
     loop {
         let mut now = sys::mono_ns();
@@ -155,29 +241,55 @@ pub fn run(o: &TxOpts) -> Result<Value, Failure> {
         if let Some(d) = intervals.as_mut() {
             d.tick(now, &[seq, failed_calls]);
         }
+        // The buffer of this call: a zero-copy send waits until the kernel is done with the one it reuses.
+        let first_buf = match zc.as_mut() {
+            Some(z) => {
+                // Completions are read in bulk, once half the buffers are out (one recvmsg returns a
+                // range), not before every send: a recvmsg per send would double the syscalls.
+                if z.in_flight >= ZC_POOL / 2 || z.free_slot().is_none() {
+                    read_error_queue(&sock, Some(&mut *z));
+                }
+                match z.free_slot() {
+                    Some(slot) => slot,
+                    None => {
+                        zc_waits += 1;
+                        wait_error_queue(&sock, 1);
+                        continue;
+                    }
+                }
+            }
+            None => 0,
+        };
         // A failed send did not use its seqs: they are stamped again next time.
-        for (m, b) in bufs.iter_mut().enumerate().take(n_msgs) {
+        for (m, b) in bufs.iter_mut().skip(first_buf).enumerate().take(n_msgs) {
             let first = seq + (m * segs) as u64;
             for s in 0..segs {
                 header::stamp(&mut b[s * o.size..], first + s as u64, now);
             }
         }
-        // SAFETY: bufs[0] holds msg_len bytes; each msgs[i] points (through its iovec) at bufs[i];
-        // none of these vectors is resized or dropped while msgs is in use, and n_msgs ≤ batch = msgs.len().
+        // SAFETY: bufs[first_buf] holds msg_len bytes (first_buf < bufs.len()); each msgs[i] points
+        // (through its iovec) at bufs[i]; none of these vectors is resized or dropped while msgs is in
+        // use, and n_msgs ≤ batch = msgs.len(). A zero-copy buffer is not written again until its
+        // completion is read (ZeroCopy::free_slot).
         let sent_msgs = unsafe {
-            if batch == 1 {
-                let r = libc::send(sock.fd, bufs[0].as_ptr() as *const libc::c_void, msg_len, 0);
-                if r >= 0 {
-                    1
-                } else {
-                    -1
+            match o.send {
+                SendPath::Send | SendPath::Zerocopy => {
+                    let flags = if o.send == SendPath::Zerocopy { libc::MSG_ZEROCOPY } else { 0 };
+                    let r = libc::send(sock.fd, bufs[first_buf].as_ptr() as *const libc::c_void, msg_len, flags);
+                    if r >= 0 {
+                        1
+                    } else {
+                        -1
+                    }
                 }
-            } else {
-                libc::sendmmsg(sock.fd, msgs.as_mut_ptr(), n_msgs as libc::c_uint, 0) as isize
+                SendPath::Sendmmsg => libc::sendmmsg(sock.fd, msgs.as_mut_ptr(), n_msgs as libc::c_uint, 0) as isize,
             }
         };
         calls += 1;
         if sent_msgs > 0 {
+            if let Some(z) = zc.as_mut() {
+                z.sent();
+            }
             let k = sent_msgs as usize;
             if k < n_msgs {
                 partial_calls += 1;
@@ -189,7 +301,10 @@ pub fn run(o: &TxOpts) -> Result<Value, Failure> {
             failed_calls += 1;
             *errors.entry(e).or_insert(0) += 1;
             if e != libc::ENOBUFS && e != libc::EAGAIN {
-                drain_error_queue(&sock);
+                read_error_queue(&sock, zc.as_mut());
+            } else if zc.is_some() {
+                // Out of option memory for pinned pages: let completions come back first.
+                wait_error_queue(&sock, 1);
             }
             if unreachable(e) && now.saturating_sub(start) < STARTUP_NS {
                 hard_error = e;
@@ -211,6 +326,15 @@ pub fn run(o: &TxOpts) -> Result<Value, Failure> {
         }
     }
     let stop = sys::mono_ns();
+    // A zero-copy send is reported only once the kernel is done with its buffer: wait for the rest.
+    if let Some(z) = zc.as_mut() {
+        let deadline = sys::mono_ns() + ZC_DRAIN_NS;
+        read_error_queue(&sock, Some(&mut *z));
+        while z.in_flight > 0 && sys::mono_ns() < deadline {
+            wait_error_queue(&sock, 10);
+            read_error_queue(&sock, Some(&mut *z));
+        }
+    }
     if hard_error != 0 {
         let why = if unreachable(hard_error) {
             format!("{} after {:.1} s", sys::describe(hard_error), (stop - start) as f64 / 1e9)
@@ -240,6 +364,7 @@ pub fn run(o: &TxOpts) -> Result<Value, Failure> {
         .b("gso", o.gso)
         .u("gso_segments", segs as u64)
         .u("batch", batch as u64)
+        .s("send", o.send.name())
         .s("rate", &o.rate_text)
         .f("duration_s", o.duration)
         .opt_u("cpu", o.cpu.map(|c| c as u64))
@@ -295,8 +420,24 @@ pub fn run(o: &TxOpts) -> Result<Value, Failure> {
         .obj("errors", errs)
         .u("errors_total", failed_calls)
         .u("end_markers_sent", end_markers)
-        .set("series", intervals.map_or(Value::Null, |d| series_json(&d, o.size as u64)));
+        .set("series", intervals.map_or(Value::Null, |d| series_json(&d, o.size as u64)))
+        .s("send_path", o.send.name())
+        .set("zerocopy", zc.map_or(Value::Null, |z| zerocopy_json(&z, zc_waits)));
     Ok(out.into_value())
+}
+
+/// The kernel's own account of the zero-copy sends: completed, copied after all, still held at the end.
+fn zerocopy_json(z: &ZeroCopy, waits: u64) -> Value {
+    let mut o = Obj::new();
+    o.u("sends", z.next_id as u64)
+        .u("completed", z.completed)
+        .u("copied", z.copied)
+        .u("pending_at_end", z.in_flight as u64)
+        .u("notifications", z.notifications)
+        .u("buffer_waits", waits)
+        .u("buffers", ZC_POOL as u64)
+        .b("all_copied", z.completed > 0 && z.copied == z.completed);
+    o.into_value()
 }
 
 /// The sender's rows: what the kernel accepted per interval, from the start of sending.
@@ -320,9 +461,10 @@ fn series_json(d: &Deltas, size: u64) -> Value {
     series::to_json(d.iv_ns(), "start", d.origin(), d.dropped, &cols, rows)
 }
 
-/// Reads and discards queued ICMP errors (RECVERR keeps them on the socket
-/// until read); the error itself was already counted from the failed send.
-fn drain_error_queue(sock: &Socket) {
+/// Reads the socket's error queue (RECVERR keeps ICMP errors there until read, and MSG_ZEROCOPY
+/// completions always arrive there): completions go to `zc`, ICMP errors are dropped (the error
+/// itself was already counted from the failed send).
+fn read_error_queue(sock: &Socket, mut zc: Option<&mut ZeroCopy>) {
     let mut buf = [0u8; 256];
     let mut ctrl = [0u64; 64];
     for _ in 0..64 {
@@ -340,6 +482,30 @@ fn drain_error_queue(sock: &Socket) {
         let r = unsafe { libc::recvmsg(sock.fd, &mut msg, libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT) };
         if r < 0 {
             return;
+        }
+        let z = match zc.as_mut() {
+            Some(z) => z,
+            None => continue,
+        };
+        // SAFETY: `msg` was filled by recvmsg; CMSG_FIRSTHDR/NXTHDR only walk its control buffer
+        // (`ctrl`, alive here) within msg_controllen, returning null at its end.
+        let mut c = unsafe { libc::CMSG_FIRSTHDR(&msg) };
+        while !c.is_null() {
+            // SAFETY: `c` is a non-null header inside `ctrl` (above).
+            let (level, kind) = unsafe { ((*c).cmsg_level, (*c).cmsg_type) };
+            let recverr = (level == libc::SOL_IP && kind == libc::IP_RECVERR)
+                || (level == libc::SOL_IPV6 && kind == libc::IPV6_RECVERR);
+            if recverr {
+                // SAFETY: an IP(V6)_RECVERR message carries a sock_extended_err (linux/errqueue.h) as its
+                // data; CMSG_DATA points at it inside `ctrl`; read_unaligned makes no alignment assumption.
+                let ee: libc::sock_extended_err =
+                    unsafe { std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::sock_extended_err) };
+                if ee.ee_origin == SO_EE_ORIGIN_ZEROCOPY {
+                    z.complete(ee.ee_info, ee.ee_data, ee.ee_code & SO_EE_CODE_ZEROCOPY_COPIED != 0);
+                }
+            }
+            // SAFETY: as for CMSG_FIRSTHDR above; `c` is a header of this message.
+            c = unsafe { libc::CMSG_NXTHDR(&msg, c) };
         }
     }
 }

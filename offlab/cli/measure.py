@@ -33,11 +33,15 @@ def measure_cmd(
     gso: bool = typer.Option(False, "--gso", help="engine: UDP_SEGMENT on the sender."),
     gro: bool = typer.Option(False, "--gro", help="engine: UDP_GRO on the receiver."),
     batch: Optional[int] = typer.Option(None, "--batch", help="engine: sendmmsg/recvmmsg batch."),
+    send: Optional[str] = typer.Option(None, "--send", help="engine: send | sendmmsg | zerocopy (MSG_ZEROCOPY, "
+                                                           "completions and kernel copies reported)."),
     rate: Optional[str] = typer.Option(None, "--rate", help="Packets/s (100kpps, 10Mpps; engine only) or bit/s (250M, 1G); default: as fast as possible."),
     streams: int = typer.Option(1, "--streams", help="iperf3 parallel streams."),
     duration: float = typer.Option(2.0, "--duration", help="Seconds measured (after warm-up)."),
     warmup: float = typer.Option(0.5, "--warmup", help="Seconds of traffic before the window opens."),
     ipv6: bool = typer.Option(False, "--ipv6", help="Use the lab's IPv6 addresses."),
+    big_packets: bool = typer.Option(False, "--big-packets", help="Count packets over 64 KiB on every interface of "
+                                                                  "the lab's namespaces (nftables; BIG TCP's proof)."),
     capture: Optional[str] = typer.Option(None, "--capture", help="HOST[:IFACE] to capture on (IFACE may be to-<host>)."),
     frames: int = typer.Option(2000, "--frames", help="Frames to capture."),
     as_json: bool = typer.Option(False, "--json", help="Print the sample as JSON (with its per-interval series)."),
@@ -86,8 +90,8 @@ def measure_cmd(
                            rate=rr.parse_tps(rr_rate), duration=duration, warmup=warmup, timeout=rr_timeout,
                            ipv6=ipv6).check()
     # Every value is checked before the lab is even read, so no child tool starts on a bad one.
-    w = Workload(tool=tool, protocol=proto or default_protocol(tool), size=size, gso=gso, gro=gro, batch=batch, rate=rate,
-                 streams=streams, duration=duration, warmup=warmup, ipv6=ipv6).check()
+    w = Workload(tool=tool, protocol=proto or default_protocol(tool), size=size, gso=gso, gro=gro, batch=batch, send=send, rate=rate,
+                 streams=streams, duration=duration, warmup=warmup, ipv6=ipv6, big_packets=big_packets).check()
     if rw is not None:
         from offlab.experiment.measure import check_under_load
 

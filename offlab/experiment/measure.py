@@ -115,9 +115,9 @@ def _measure(lab: LabState, w: Workload, capture: CaptureRequest | None, *,
     # read is a channel round trip, seconds on a loaded machine).
     mtu_read = _BESIDE.submit(mtus, lab)
     # testpmd's own read of its GRO/GSO/fwd: what the effect witnesses judge its counters against
-    tp = Testpmd.for_lab(lab.name) if lab.topology.startswith("dpdk") else None
+    tp = Testpmd.for_lab(lab.name) if lab.has_testpmd else None
     tp_read = _BESIDE.submit(tp.settings) if tp is not None else None
-    with ProbeSession(lab) as probes, tempfile.TemporaryDirectory(prefix="offlab-cap-") as tmp:
+    with ProbeSession(lab, big_packets=w.big_packets) as probes, tempfile.TemporaryDirectory(prefix="offlab-cap-") as tmp:
         window: dict = {}
         probe_thread: threading.Thread | None = None
         side_thread: threading.Thread | None = None
@@ -210,6 +210,12 @@ def _measure(lab: LabState, w: Workload, capture: CaptureRequest | None, *,
     sample.consistency = witnesses.cross_check(d)
     sample.loss_attribution = witnesses.attribute_loss(d)
     sample.segmentation = witnesses.segmentation(probe, probe["mtus"])
+    zc = witnesses.zerocopy(sample.traffic)
+    if zc:
+        sample.notes.append(zc)
+    big = witnesses.big_packets(probe)
+    if big:
+        sample.notes.append(big)
     sample.notes += witnesses.out_of_range(sample.to_dict())
     sample.effects = effects.witness(sample.to_dict(), settings)
     return sample

@@ -521,6 +521,41 @@ def segmentation(probes: dict, mtus: dict[str, int]) -> list[dict]:
     return out
 
 
+def big_packets(probes: dict) -> str | None:
+    """What the 64 KiB counters (offlab.probes.bigpackets, where the workload asked) prove, in one line:
+    which hops carried packets over 64 KiB, and how many crossed a router unsegmented; None if not counted."""
+    counts = probes.get("big_packets")
+    if counts is None:
+        return None
+    hops = {name: d for name, d in counts.items() if d["rx"] or d["tx"]}
+    if not hops:
+        return f"{BIG_MARK}: no packet over 64 KiB on any counted hop ({len(counts)} interfaces): BIG TCP did not take effect"
+    routed = sum(d["tx"] for name, d in hops.items() if name.startswith("router:"))
+    reached = sum(d["rx"] for name, d in hops.items() if name.startswith("router:"))
+    head = f"{routed} packets > 64 KiB crossed the router unsegmented; " if routed else \
+        f"the router received {reached} packets > 64 KiB and sent none on; " if reached else ""
+    return f"{BIG_MARK}: {head}over 64 KiB per hop: " + ", ".join(
+        f"{name} rx {d['rx']} tx {d['tx']}" for name, d in sorted(hops.items()))
+
+
+BIG_MARK = "packets over 64 KiB"
+ZC_MARK = "zerocopy"
+
+
+def zerocopy(traffic: dict) -> str | None:
+    """What the kernel's MSG_ZEROCOPY completions say (engine --send zerocopy): every send copied after
+    all (SO_EE_CODE_ZEROCOPY_COPIED; a veth or loopback always copies), some, or none; None otherwise."""
+    z = traffic.get("zerocopy")
+    if not z:
+        return None
+    done, copied, pending = z.get("completed", 0), z.get("copied", 0), z.get("pending_at_end", 0)
+    tail = f"; {pending} still held by the kernel at the end" if pending else ""
+    if done and copied == done:
+        return (f"{ZC_MARK}: the kernel copied all {done} MSG_ZEROCOPY sends (SO_EE_CODE_ZEROCOPY_COPIED): "
+                f"not a zero-copy figure{tail}")
+    return f"{ZC_MARK}: {done - copied} of {done} MSG_ZEROCOPY sends completed without a copy{tail}"
+
+
 def _pct(x: float | None) -> str:
     return "unknown" if x is None else f"{100 * x:.2f} %"
 

@@ -24,6 +24,7 @@ DEFAULT_TIMEOUT = 30.0
 # Debian package that provides each tool offlab calls, for the "how to fix" line.
 TOOL_PACKAGES = {
     "ip": "iproute2",
+    "nft": "nftables",
     "tc": "iproute2",
     "ss": "iproute2",
     "nstat": "iproute2",

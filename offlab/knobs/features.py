@@ -84,6 +84,12 @@ def shared_reads() -> Iterator[None]:
         _SHARED.memo = outer
 
 
+def shared_memo() -> dict | None:
+    """Inside shared_reads(), the memo other per-interface reads may keep their results in (keys of
+    their own); None outside."""
+    return getattr(_SHARED, "memo", None)
+
+
 def forget_reads() -> None:
     """Inside shared_reads(), after a write: every device is read anew (a bridge's features follow
     its ports', and other settings can move features)."""

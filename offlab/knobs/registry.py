@@ -1,9 +1,11 @@
-"""Which knob a key names: `mtu`, `channels.rx`, `rps.0`, `qdisc`, `gro_flush_timeout`, a sysctl, or a feature."""
+"""Which knob a key names: `mtu`, `channels.rx`, `rps.0`, `qdisc`, `gro_flush_timeout`, `gso_max_size`,
+`threaded`, a sysctl, or a feature."""
 
 from __future__ import annotations
 
 from offlab.errors import BadInput
 from offlab.knobs.base import KEY_RE, Knob
+from offlab.knobs.bigtcp import SIZE_KEYS, THREADED_KEYS, LinkSize, Threaded
 from offlab.knobs.bridge import BRIDGE_NF_KEYS, BridgeNf
 from offlab.knobs.ethtool_params import Channels, Coalesce, Ring
 from offlab.knobs.features import Feature
@@ -16,7 +18,8 @@ from offlab.knobs.target import Target
 from offlab.knobs.testpmd import TestpmdSetting, is_testpmd_key
 
 KINDS: dict[str, type[Knob]] = {k.kind: k for k in (Feature, Mtu, TxQueueLen, Channels, Ring, Coalesce,
-                                                    QueueMask, Sysctl, BridgeNf, Qdisc, NapiParam, TestpmdSetting)}
+                                                    QueueMask, Sysctl, BridgeNf, Qdisc, NapiParam, TestpmdSetting,
+                                                    LinkSize, Threaded)}
 PREFIXED = {"channels": Channels, "ring": Ring, "coalesce": Coalesce}
 
 
@@ -37,6 +40,10 @@ def knob_class(key: str) -> type[Knob]:
         return BridgeNf
     if key in NAPI_KEYS:
         return NapiParam
+    if key in SIZE_KEYS:
+        return LinkSize
+    if key in THREADED_KEYS:
+        return Threaded
     base, dot, _ = key.partition(".")
     if base in ("rps", "xps") and (dot or key == base):
         return QueueMask

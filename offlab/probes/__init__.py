@@ -24,6 +24,8 @@ from offlab.netdev import parse_softnet
 from offlab.errors import EnvironmentProblem, OfflabError
 from offlab.dpdk import Testpmd
 from offlab.probes import counters, cpu, dpdk_ports, qdisc
+from offlab.probes.bigpackets import BigPacketCounters
+from offlab.probes import bigpackets
 
 WATCHED_THREADS = ("ksoftirqd/", "vhost-")
 
@@ -56,6 +58,7 @@ class Snapshot:
     guest_stat: dict[str, dict[str, dict[str, int]]] | None = None  # role → /proc/stat of a host with its own kernel
     qdisc: dict[str, dict[str, dict] | None] = field(default_factory=dict)  # role → root qdisc counters per dev
     testpmd_ports: dict[int, dict[str, int]] | None = None  # a dpdk lab's testpmd port counters
+    big: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)  # role → iface → packets > 64 KiB
     # role → (sent, answered) on this machine's monotonic clock: the counters of that host were read
     # at some instant in between (microseconds apart for a namespace, a round trip for a channel host).
     reads: dict[str, tuple[float, float]] = field(default_factory=dict)
@@ -68,9 +71,11 @@ class Snapshot:
 class ProbeSession:
     """Anchors in every lab host; `snapshot()` twice; `result(a, b)` the deltas."""
 
-    def __init__(self, lab, *, lifetime: float = 600.0) -> None:
+    def __init__(self, lab, *, lifetime: float = 600.0, big_packets: bool = False) -> None:
         self.lab = lab
         self.readers = {}
+        # role → nftables counters of packets over 64 KiB (namespace hosts; only when asked: bigpackets)
+        self.big: dict[str, BigPacketCounters] = {}
         self.pids: dict[str, int] = {}  # role → pid of the process under test (client, server)
         hosts = {role: lab.host(role) for role in lab.hosts}
         # Hosts with a kernel of their own (a guest, an SSH host) are read in one command per snapshot
@@ -97,6 +102,11 @@ class ProbeSession:
                      for role in self.own_kernel]
             for c in calls:
                 c.result(timeout=60)
+            if big_packets:
+                for role, host in hosts.items():
+                    if host.netns_name is not None:
+                        self.big[role] = BigPacketCounters(host)
+                        self.big[role].add()
         except BaseException:
             self.close()
             raise
@@ -129,6 +139,8 @@ class ProbeSession:
         for role, host in self.own_kernel.items():
             _keep_exchanges(host, self.exchanges.get(role, []))
         self._stop_sampling()
+        for counting in self.big.values():
+            counting.remove()
         for reader in self.readers.values():
             reader.close()
         for stream in self.streams.values():
@@ -230,6 +242,7 @@ class ProbeSession:
                   for role in self.own_kernel}
         # tc is a command, not a file: one per namespace, all at once, while the files are read.
         tc = {role: _Async(qdisc.read, self.lab.host(role)) for role in self.readers}
+        big = {role: _Async(counting.read) for role, counting in self.big.items()}
         reads, clocks = {}, {}
         for role, reader in self.readers.items():
             try:
@@ -257,9 +270,13 @@ class ProbeSession:
                            "received_rps": r.received_rps}
                    for r in parse_softnet(_read("/proc/net/softnet_stat"))}
         qdiscs = {role: a.result() for role, a in tc.items()}
+        big_read = {role: a.result() for role, a in big.items()}
+        if any(v is None for v in big_read.values()):
+            raise EnvironmentProblem(f"lab {self.lab.name}: the counters of packets over 64 KiB could not be read "
+                                     f"(hosts {', '.join(r for r, v in big_read.items() if v is None)})")
         # The channel hosts' answers are not waited for here: a guest under TCG may take seconds to
         # answer, and the window's other edge must still come on time. `settle` collects them.
-        return Snapshot(t, stat, procs, netdev, snmp, softnet, guest_stat, qdiscs, ports, reads, clocks,
+        return Snapshot(t, stat, procs, netdev, snmp, softnet, guest_stat, qdiscs, ports, big_read, reads, clocks,
                         pending=remote)
 
     def aligned(self, a: Snapshot, b: Snapshot) -> dict | None:
@@ -363,6 +380,8 @@ class ProbeSession:
             "softnet": {c: counters.delta(a.softnet[c], v) for c, v in b.softnet.items() if c in a.softnet},
             "qdisc": {f"{role}:{dev}": d for role in b.qdisc
                       for dev, d in qdisc.delta(a.qdisc.get(role), b.qdisc[role]).items()},
+            # packets over 64 KiB per interface and direction, where the workload asked (big_packets)
+            **({"big_packets": bigpackets.delta(a.big, b.big)} if self.big else {}),
             **({"testpmd": dpdk_ports.result(a.testpmd_ports, b.testpmd_ports)}
                if a.testpmd_ports is not None and b.testpmd_ports is not None else {}),
         }

@@ -18,6 +18,7 @@ UDP_MAX_PAYLOAD = {4: 65507, 6: 65527}
 # What each tool accepts (iperf3 3.12's own limits; the engine's in engine/src/args.rs).
 SIZE_RANGE = {("iperf3", "udp"): (16, 65507), ("iperf3", "tcp"): (1, 1 << 20), ("engine", "udp"): (24, None)}
 MAX_BATCH = 1024
+SEND_PATHS = ("send", "sendmmsg", "zerocopy")  # offlab-engine tx --send
 MAX_STREAMS = 128
 MAX_BUFFER = 2**31 - 1
 MAX_CPU = 4095
@@ -51,6 +52,9 @@ class Workload:
     gso: bool = False  # engine: UDP_SEGMENT on the sender
     gro: bool = False  # engine: UDP_GRO on the receiver
     batch: int | None = None  # engine: sendmmsg/recvmmsg batch
+    # engine: how tx hands datagrams to the kernel: send, sendmmsg or zerocopy (send with MSG_ZEROCOPY);
+    # None: send, or sendmmsg with batch > 1
+    send: str | None = None
     rate: str | None = None  # engine: "100kpps", "1G"; iperf3: bit/s ("1G"); None = as fast as possible
     streams: int = 1
     duration: float = 2.0
@@ -61,6 +65,8 @@ class Workload:
     client_cpu: int | None = 0
     server_cpu: int | None = 1
     ipv6: bool = False
+    # count packets over 64 KiB on every interface of the lab's namespaces (nftables; offlab.probes.bigpackets)
+    big_packets: bool = False
 
     def check(self) -> "Workload":
         """The one validation of a workload (CLI and plans alike); BadWorkload names the field."""
@@ -96,6 +102,8 @@ class TrafficResult:
     window_s: float | None = None  # receive window the throughput is over
     tool_cpu: dict | None = None  # the tool's own CPU figures, for comparison only
     errors: dict = field(default_factory=dict)  # errno name → count (engine tx)
+    # engine --send zerocopy: the kernel's completions (sends, completed, copied, pending_at_end, all_copied)
+    zerocopy: dict | None = None
     series: list = field(default_factory=list)  # per-interval rows (offlab.traffic.series), the receiver's first
     receiver_stop: str | None = None  # why the receiver stopped (engine: end | idle | duration | signal)
     client_pid: int | None = None
@@ -133,6 +141,13 @@ def validate(w: Workload) -> None:
             raise BadWorkload("size", w.size, f"a {w.protocol.upper()} payload for {w.tool} is {lo}..{hi} bytes")
         if w.gso and w.size > 65507 - 8:
             raise BadWorkload("size", w.size, "with gso a segment must leave room for at least one more in 64 KiB")
+    if w.send is not None:
+        if w.tool != "engine":
+            raise BadWorkload("send", w.send, "needs tool engine (iperf3 has one send path)")
+        if w.send not in SEND_PATHS:
+            raise BadWorkload("send", repr(w.send), f"choose {', '.join(SEND_PATHS)}")
+        if w.send != "sendmmsg" and (w.batch or 1) > 1:
+            raise BadWorkload("send", w.send, f"sends one datagram a call: batch {w.batch} needs send sendmmsg")
     if w.batch is not None and (not _is_int(w.batch) or not 1 <= w.batch <= MAX_BATCH):
         raise BadWorkload("batch", w.batch, f"datagrams per sendmmsg/recvmmsg call, 1..{MAX_BATCH}")
     if w.rate is not None:

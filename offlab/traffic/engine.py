@@ -99,6 +99,8 @@ def tx_argv(w: Workload, dest: str, port: int, run_id: int, exe: str | None = No
         argv.append("--gso")
     if w.batch:
         argv += ["--batch", str(w.batch)]
+    if w.send:
+        argv += ["--send", w.send]
     if w.rate:
         argv += ["--rate", w.rate]
     if w.sndbuf:
@@ -126,6 +128,7 @@ def parse(rx: dict, tx: dict, w: Workload) -> TrafficResult:
         latency_us=rx.get("latency_us"),
         window_s=rx.get("window_s"),
         errors=dict(tx.get("errors") or {}),
+        zerocopy=tx.get("zerocopy"),
         series=[s for s in (intervals.from_engine(rx, "offlab-engine rx", w.warmup),
                             intervals.from_engine(tx, "offlab-engine tx", w.warmup)) if s],
         receiver_stop=rx.get("stop_reason"),

@@ -57,6 +57,7 @@ def check_knob(err: PlanErrors, path: tuple, kind: str, target: str, key: Any, v
     from offlab.knobs.registry import knob_class
     from offlab.knobs.sysctl import Sysctl
     from offlab.knobs.bridge import BridgeNf
+    from offlab.knobs.bigtcp import LinkSize, plan_size_problem
     from offlab.knobs.napi import NAPI_KEYS, NapiParam
     from offlab.knobs.sysctl import RANGES
     from offlab.names import check_mtu
@@ -114,6 +115,10 @@ def check_knob(err: PlanErrors, path: tuple, kind: str, target: str, key: Any, v
             check_mtu(value, "mtu")
         except BadInput as exc:
             err.fail(path, str(exc))
+    if cls is LinkSize:
+        problem = plan_size_problem(key, value, iface.kind)
+        if problem:
+            err.fail(path, f"{target} {problem}")
     if cls is BridgeNf and iface.kind != "bridge":
         err.fail(path, f"{key} is a per-bridge setting; {target} is not a bridge (a {kind} lab's bridges: "
                        + ", ".join(f"{r}:{i.name}" for r, ifs in static.HOSTS[kind].items()
@@ -227,6 +232,8 @@ def required_tools(plan: Plan) -> list[str]:
         tools.append("offlab-engine")
     if plan.capture is not None:
         tools.append("tcpdump")
+    if any(c.workload.big_packets for c in plan.cells):
+        tools.append("nft")  # the counters of packets over 64 KiB (offlab.probes.bigpackets)
     return tools
 
 

@@ -52,6 +52,7 @@ class WorkloadSpec(Strict):
     gso: bool = False
     gro: bool = False
     batch: int | None = None
+    send: Literal["send", "sendmmsg", "zerocopy"] | None = None  # engine tx's send path
     rate: str | None = None
     streams: int = 1
     duration: float = 2.0
@@ -61,6 +62,8 @@ class WorkloadSpec(Strict):
     rcvbuf: int | None = None
     client_cpu: int | None = 0
     server_cpu: int | None = 1
+    # Count packets over 64 KiB per interface of the lab's namespaces (BIG TCP's proof; docs/results.md)
+    big_packets: bool = False
     # Zero-loss search (seed 002): binary search on the offered pps until loss ≤ search_max_loss.
     search_max_loss: float | None = Field(None, ge=0, lt=1)
     search_low: str = "10kpps"

@@ -1,0 +1,174 @@
+"""BIG TCP in real namespaces: the four size limits and threaded NAPI set, read back and put back (also
+when the lab goes); sizes a device cannot take refused naming its limit; and the proof by counters —
+packets over 64 KiB cross the router only when BIG TCP is on."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from offlab import lab as labs
+from offlab.experiment import teardown
+from offlab.experiment.measure import measure
+from offlab.knobs import Change, Transaction
+from offlab.knobs.bigtcp import LinkSize, link_sizes
+from offlab.knobs.target import Target
+from offlab.probes.bigpackets import TABLE, parse, seen
+from offlab.traffic import Workload
+from tests.conftest import REPO, offlab_cli, requires_root
+from tests.helpers import journals
+
+FIXTURES = Path(REPO) / "tests" / "fixtures" / "probes"
+SIZES = ("gso_max_size", "gro_max_size", "gso_ipv4_max_size", "gro_ipv4_max_size")
+
+
+def sizes(lab, role: str) -> dict[str, int]:
+    return {k: v for k, v in link_sizes(lab.host(role), lab.resolve_iface(role)).items() if k in SIZES}
+
+
+def test_nft_counters_parse_from_real_output():
+    """`nft -j list table inet offlab_big` as nftables 1.0.6 printed it: a router mid-sample, and a fresh table."""
+    assert parse((FIXTURES / "nft-offlab-big-router.json").read_text()) == {
+        "olx3863a1": {"rx": 23, "tx": 0}, "olx3863a2": {"rx": 0, "tx": 0}}
+    assert parse((FIXTURES / "nft-offlab-big-zero.json").read_text()) == {
+        "bta": {"rx": 0, "tx": 0}, "btb": {"rx": 0, "tx": 0}}
+
+
+def test_a_kernel_without_the_attribute_is_cannot_test_here():
+    knob = LinkSize(Target("ol-nothing", "olx0"), "gso_ipv4_max_size")
+    why = knob.impossible("196608", None)
+    assert "this kernel has no gso_ipv4_max_size (Linux 6.3 and later)" in why and "cannot test" in why
+
+
+@pytest.mark.network
+@requires_root
+def test_sizes_and_threaded_are_set_read_back_and_put_back(veth_lab, state_dir):
+    lab, c = veth_lab, veth_lab.client
+    iface = lab.resolve_iface("client")
+    before = sizes(lab, "client")
+    assert before == dict.fromkeys(SIZES, 65536)  # a fresh veth: the 64 KiB limits
+    threaded_before = c.read(f"/sys/class/net/{iface}/threaded").strip()
+    with Transaction(label="bigtcp") as tx:
+        out = tx.apply([Change(c, k, 196608, "to-server", lab) for k in SIZES]
+                       + [Change(c, "gro", "on", "to-server", lab), Change(c, "threaded", "on", "to-server", lab)])
+        assert all(o.ok for o in out), [o.line() for o in out]
+        assert sizes(lab, "client") == dict.fromkeys(SIZES, 196608)
+        assert [o.original for o in out[:4]] == ["65536"] * 4 and [o.actual for o in out[:4]] == ["196608"] * 4
+        assert c.read(f"/sys/class/net/{iface}/threaded").strip() == "1"
+    assert sizes(lab, "client") == before
+    assert c.read(f"/sys/class/net/{iface}/threaded").strip() == threaded_before
+    assert journals(state_dir) == []
+
+
+@pytest.mark.network
+@requires_root
+def test_threaded_without_napi_is_cannot_test_here(veth_lab, state_dir):
+    """A veth with GRO off has no NAPI instance: the kernel refuses `threaded`, nothing is journalled."""
+    lab = veth_lab
+    with Transaction(label="bigtcp") as tx:
+        out = tx.apply([Change(lab.client, "gro", "off", "to-server", lab),
+                        Change(lab.client, "threaded", "on", "to-server", lab)])
+        assert not out[1].ok and "cannot test threaded=on here" in out[1].reason
+        assert out[1].actual == "off" and not out[1].journalled
+
+
+@pytest.mark.network
+@requires_root
+def test_lab_set_and_validate_refuse_a_size_above_tso_max_size(veth_lab, state_dir, tmp_path):
+    lab = veth_lab
+    before = sizes(lab, "client")
+    res = offlab_cli("lab", "set", lab.name, "client", "to-server", "gso_max_size=600000")
+    assert res.returncode == 2, res.stderr
+    assert "tso_max_size 524280" in res.stderr and "Traceback" not in res.stderr
+    res = offlab_cli("lab", "set", lab.name, "client", "to-server", "gro_ipv4_max_size=600000")
+    assert res.returncode == 2 and "GRO_MAX_SIZE 524280" in res.stderr, res.stderr
+    assert sizes(lab, "client") == before
+    plan = tmp_path / "big.yaml"
+    plan.write_text("name: big\ntopology: {kind: router}\nworkload: {tool: iperf3, protocol: tcp}\n"
+                    "axes:\n  size:\n    big: {settings: {\"client:to-router\": {gso_max_size: 524288}}}\n")
+    res = offlab_cli("run", str(plan), "--validate")
+    assert res.returncode == 2 and "veth's tso_max_size, 524280" in res.stderr, res.stderr
+
+
+@pytest.mark.network
+@requires_root
+def test_lab_set_sizes_go_with_the_lab(lab_name, clean_machine, state_dir):
+    lab = labs.up("veth", lab_name)
+    try:
+        res = offlab_cli("lab", "set", lab_name, "client", "to-server", "gso_max_size=196608", "gso_ipv4_max_size=131072")
+        assert res.returncode == 0, res.stderr
+        assert "gso_ipv4_max_size: 65536 → 131072" in res.stdout
+        assert sizes(lab, "client")["gso_ipv4_max_size"] == 131072
+        assert "gso_max_size" in offlab_cli("restore", "--list").stdout
+    finally:
+        teardown.down(lab_name)
+    assert offlab_cli("restore", "--list").stdout.strip() == "nothing to restore" and journals(state_dir) == []
+
+
+@pytest.mark.network
+@requires_root
+def test_offlab_restore_puts_the_exact_original_back_from_the_journal(veth_lab, state_dir):
+    """`lab set` leaves its journal to `offlab restore` (as after a kill -9): replayed from the entry alone."""
+    lab = veth_lab
+    before = sizes(lab, "server")
+    res = offlab_cli("lab", "set", lab.name, "server", "to-client", "gro_max_size=131072", "gro_ipv4_max_size=189440")
+    assert res.returncode == 0, res.stderr
+    assert sizes(lab, "server") == {**before, "gro_max_size": 131072, "gro_ipv4_max_size": 189440}
+    res = offlab_cli("restore")
+    assert res.returncode == 0 and "gro_ipv4_max_size = 65536" in res.stdout, res.stdout + res.stderr
+    assert sizes(lab, "server") == before and journals(state_dir) == []
+
+
+def _router_big_tx(lab, size: int) -> dict[str, dict[str, int]]:
+    changes = [Change(lab.client, "gso_ipv4_max_size", size, "to-router", lab),
+               Change(lab.host("router"), "gso_ipv4_max_size", size, "to-server", lab),
+               Change(lab.server, "gro_ipv4_max_size", size, "to-router", lab)]
+    with Transaction(label="bigtcp") as tx:
+        assert all(o.ok for o in tx.apply(changes))
+        sample = measure(lab, Workload(tool="iperf3", protocol="tcp", duration=1, warmup=1, big_packets=True).check())
+    return sample
+
+
+@pytest.mark.network
+@requires_root
+def test_packets_over_64k_cross_the_router_only_with_big_tcp(lab_name, clean_machine, state_dir):
+    lab = labs.up("router", lab_name)
+    try:
+        off = _router_big_tx(lab, 65536)
+        on = _router_big_tx(lab, 196608)
+        router_tx = {s: sum(d["tx"] for n, d in x.probes["big_packets"].items() if n.startswith("router:"))
+                     for s, x in (("off", off), ("on", on))}
+        # counted on every interface of every namespace, 0 included
+        assert len(off.probes["big_packets"]) == 4 and router_tx["off"] == 0
+        assert router_tx["on"] > 0, on.probes["big_packets"]
+        assert any("crossed the router unsegmented" in n for n in on.notes)
+        assert any("no packet over 64 KiB" in n for n in off.notes)
+        egress = f"router:{lab.resolve_iface('router', 'to-server')}"
+        assert seen(on.probes["big_packets"], egress, "tx") > 0 == seen(off.probes["big_packets"], egress, "tx")
+        assert seen(None, egress, "tx") is None
+        for role in ("client", "router", "server"):  # the counters went with the sample
+            tables = lab.host(role).run(["nft", "-j", "list", "tables"]).stdout
+            assert TABLE not in tables
+    finally:
+        teardown.down(lab_name)
+    assert journals(state_dir) == []
+
+
+def test_plan_sizes_are_judged_without_a_lab():
+    from offlab.knobs.bigtcp import plan_size_problem
+
+    assert "integer" in plan_size_problem("gso_max_size", "big", "veth")
+    assert plan_size_problem("gso_max_size", 524280, "veth") is None
+    assert "GSO_MAX_SIZE" in plan_size_problem("gso_max_size", 600000, "nic")
+    assert "a tap's tso_max_size, 65536" in plan_size_problem("gso_max_size", 65537, "tap")
+    assert "GRO_MAX_SIZE" in plan_size_problem("gro_max_size", 524281, "veth")
+
+
+def test_the_big_tcp_suite_needs_nft_and_counts_in_every_cell():
+    from offlab.experiment.plan.checks import required_tools
+    from offlab.experiment.suites import plans
+
+    for quick in (False, True):
+        for p in plans("big-tcp", quick=quick):
+            assert "nft" in required_tools(p) and all(c.workload.big_packets for c in p.cells)
