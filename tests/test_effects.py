@@ -287,3 +287,27 @@ def test_segmentation_on_a_forwarding_hop_is_exercised_only_when_super_packets_l
     egress = next(n for n, v in t["probes"]["interfaces"].items() if n.startswith("switch:") and v["tx_packets"] > 1000)
     e = one(effects.witness(t, [{"where": egress, "key": "tso", "value": "on"}]), "tso")
     assert e["status"] == NOT_APPLICABLE and "forwards what arrives" in e["cause"]
+
+
+# ---- BIG TCP sizes and zero-copy sends -----------------------------------------------------------
+
+def test_a_big_gso_size_is_exercised_only_when_packets_over_64k_left_the_interface():
+    from offlab.experiment.effects import big_size_effect
+
+    probes = {"big_packets": {"client:olx0": {"rx": 0, "tx": 6174}, "router:olx1": {"rx": 6174, "tx": 0}}}
+    assert big_size_effect("gso_max_size", "196608", "client:olx0", probes).status == "exercised"
+    assert big_size_effect("gro_max_size", "196608", "router:olx1", probes).status == "exercised"
+    quiet = big_size_effect("gso_max_size", "196608", "router:olx1", probes)
+    assert quiet.status == "set but not exercised" and "no packet over 64 KiB" in quiet.cause
+    assert big_size_effect("gso_max_size", "65536", "client:olx0", probes).status == "off"
+    assert big_size_effect("gso_max_size", "196608", "client:olx0", {}).status == "not applicable"
+
+
+def test_zero_copy_sends_all_copied_are_set_but_not_exercised():
+    from offlab.experiment.effects import zerocopy_effect
+
+    (copied,) = zerocopy_effect({"zerocopy": {"completed": 4096, "copied": 4096}})
+    assert copied.status == "set but not exercised" and "copied every send" in copied.cause
+    (real,) = zerocopy_effect({"zerocopy": {"completed": 4096, "copied": 10}})
+    assert real.status == "exercised"
+    assert zerocopy_effect({}) == []

@@ -427,6 +427,53 @@ def busy_poll_effect(key: str, value: str, where: str, probes: dict, workload: d
     return e
 
 
+# ---- BIG TCP: GSO/GRO sizes above 64 KiB ------------------------------------------------------------
+
+BIG_SIZES = {"gso_max_size": "tx", "gso_ipv4_max_size": "tx", "gro_max_size": "rx", "gro_ipv4_max_size": "rx"}
+LEGACY_MAX = 65536
+
+
+def big_size_effect(key: str, value: str, where: str, probes: dict) -> Effect:
+    """A gso/gro max size above 64 KiB (BIG TCP): the packets over 64 KiB the interface sent (gso) or
+    received after GRO (gro), counted by the sample's nftables length match (workload big_packets)."""
+    from offlab.probes.bigpackets import seen
+
+    way = BIG_SIZES[key]
+    n = seen(probes.get("big_packets"), where, way)
+    e = Effect(key, where, str(value), NOT_APPLICABLE, f"{where} {way} packets > 64 KiB: {n}",
+               {f"{way}_over_64k": n})
+    if int(value) <= LEGACY_MAX:
+        e.status = OFF
+    elif n is None:
+        e.cause = "the sample did not count packets over 64 KiB (workload big_packets: true counts them)"
+    elif n > 0:
+        e.status = EXERCISED
+    else:
+        e.status = NOT_EXERCISED
+        e.cause = ("no packet over 64 KiB: the sender's own size, a hop's tso_max_size (a tap's is 65536) or "
+                   "an IPv6 router answering Packet Too Big keeps them at 64 KiB")
+    return e
+
+
+def zerocopy_effect(traffic: dict) -> list[Effect]:
+    """engine --send zerocopy: the kernel's completions say whether any send went without a copy."""
+    z = traffic.get("zerocopy")
+    if not z:
+        return []
+    done, copied = z.get("completed", 0), z.get("copied", 0)
+    e = Effect("workload send (zerocopy)", "client (socket)", "zerocopy", NOT_APPLICABLE,
+               f"{done} MSG_ZEROCOPY completions, {copied} of them copied (SO_EE_CODE_ZEROCOPY_COPIED)",
+               {"completed": done, "copied": copied})
+    if not done:
+        e.cause = "no completion was read"
+    elif copied < done:
+        e.status = EXERCISED
+    else:
+        e.status = NOT_EXERCISED
+        e.cause = "the kernel copied every send (a veth or loopback always does): not a zero-copy figure"
+    return [e]
+
+
 # ---- the sender's and receiver's socket options: UDP_SEGMENT and UDP_GRO ------------------------
 
 def workload_effects(probes: dict, workload: dict, traffic: dict) -> list[Effect]:
@@ -482,7 +529,8 @@ def witness(sample: dict, settings: list[dict]) -> list[dict]:
         return []
     out: list[Effect] = []
     steps = [("testpmd", lambda: testpmd_effects(probes.get("testpmd"), probes.get("testpmd_settings"))),
-             ("workload", lambda: workload_effects(probes, w, sample.get("traffic") or {}))]
+             ("workload", lambda: workload_effects(probes, w, sample.get("traffic") or {})),
+             ("zerocopy", lambda: zerocopy_effect(sample.get("traffic") or {}))]
     for s in settings:
         judge = _judge(str(s.get("key") or ""), str(s.get("value")), s.get("where") or "", sample)
         if judge is not None:
@@ -509,4 +557,6 @@ def _judge(key: str, value: str, where: str, sample: dict):
         return lambda: [rps_effect(key, value, where, probes, w)]
     if key in BUSY_POLL:
         return lambda: [busy_poll_effect(key, value, where, probes, w)]
+    if key in BIG_SIZES:
+        return lambda: [big_size_effect(key, value, where, probes)]
     return None
