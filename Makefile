@@ -36,6 +36,7 @@ demo: install
 	$(VENV)/bin/offlab demo
 
 test: install
+	cargo clippy -q --release --all-targets --manifest-path engine/Cargo.toml -- -D warnings -D clippy::undocumented_unsafe_blocks
 	cargo test -q --manifest-path engine/Cargo.toml
 	$(VENV)/bin/python -m pytest -q -p no:cacheprovider -n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder --durations=30 tests
 

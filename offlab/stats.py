@@ -211,7 +211,7 @@ def paired_ratio_ci(a_values: Sequence[float], b_values: Sequence[float], level:
         raise ValueError("paired_ratio_ci needs the same number of values on both sides")
     if min(a_values) <= 0 or min(b_values) <= 0:
         return Ratio(None, None, None)
-    d = [math.log(b / a) for a, b in zip(a_values, b_values)]
+    d = [math.log(b / a) for a, b in zip(a_values, b_values, strict=True)]
     mean = math.fsum(d) / n
     if n < 2:
         return Ratio(math.exp(mean), None, None)
@@ -275,7 +275,7 @@ def rounds_to_decide(a_values: Sequence[float], b_values: Sequence[float], looks
     n0 = len(a_values)
     if n0 < 2 or n0 != len(b_values) or min(a_values) <= 0 or min(b_values) <= 0:
         return None
-    d = [math.log(b / a) for a, b in zip(a_values, b_values)]
+    d = [math.log(b / a) for a, b in zip(a_values, b_values, strict=True)]
     mean = math.fsum(d) / n0
     sd = math.sqrt(math.fsum((x - mean) ** 2 for x in d) / (n0 - 1))
     target = abs(mean)

@@ -598,7 +598,7 @@ class Store:
         for row in self.conn.execute(
                 f"SELECT sample_id, part, source, {', '.join(names)} FROM sample_series WHERE {where} "
                 f"ORDER BY sample_id, part, source, i", args):
-            d = dict(zip(names, row[3:]))
+            d = dict(zip(names, row[3:], strict=True))
             d["warmup"] = bool(d["warmup"])
             out.setdefault(row[0], {}).setdefault((row[1], row[2]), []).append(d)
         return out

@@ -220,7 +220,7 @@ def make_pps_run(store: Store, *, seed: int = 5) -> tuple[int, dict[str, int]]:
     run = store.create_run("pps", PPS_PLAN_TEXT, plan, seed, env, {"rps": "off"}, plan["repeat"])
     cells = [{"key": f"rps={v}", "params": {"rps": v}, "settings": {}} for v in ("off", "on", "all")]
     ids = store.add_cells(run, cells)
-    for c, rate in zip(cells, (58_900, 125_300, 77_700)):
+    for c, rate in zip(cells, (58_900, 125_300, 77_700), strict=True):
         for rnd in range(2):
             s = sample(rng, payload=64, mtu=1500, gso=False, throughput_bps=rate * 64 * 8, loss=0.0, spread=0.05)
             s["search"] = search_of(int(rate * rng.uniform(0.97, 1.03)), None, int(rate * 1.05))

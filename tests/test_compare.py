@@ -28,7 +28,7 @@ def matrix_run(store: Store, axes: dict[str, list[str]], values, baseline: dict 
     run = store.create_run("t", "name: t\n", {"axes": axes}, 1, {}, baseline, REPEAT)
     names = list(axes)
     for combo in itertools.product(*axes.values()):
-        params = dict(zip(names, combo))
+        params = dict(zip(names, combo, strict=True))
         key = ",".join(f"{k}={v}" for k, v in params.items())
         cid = store.add_cells(run, [{"key": key, "params": params, "settings": {}}])[key]
         status, reason = (statuses or {}).get(key, ("done", None))

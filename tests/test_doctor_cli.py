@@ -111,7 +111,7 @@ def test_capture_then_root_replays_the_same_findings(tmp_path):
     replay = json.loads(run("doctor", "--root", str(dest), "--json").stdout)
     seen = [(c["id"], c["target"], c["status"], c["summary"]) for c in captured["checks"]]
     again = [(c["id"], c["target"], c["status"], c["summary"]) for c in replay["checks"]]
-    assert again == seen, [(a, b) for a, b in zip(again, seen) if a != b]
+    assert again == seen, [(a, b) for a, b in zip(again, seen, strict=False) if a != b]
     assert replay["host"]["source"] == "capture"
     # the tree holds only proc/sys fragments, command outputs, samples and the manifest
     assert {p.name for p in dest.iterdir()} <= {"offlab-capture.json", "proc", "sys", "commands", "samples"}

@@ -144,7 +144,7 @@ def dpdk_lab(tmp_path_factory):
     links_before = root_links()
     for lab in module_lab(tmp_path_factory, "dpdk", "dp", timeout=180):
         yield lab
-    name, shown, down = lab["name"], lab["shown"], lab["down"]
+    name, shown = lab["name"], lab["shown"]
     tp = shown["testpmd"]
     assert not running(tp["pid"]), "testpmd left running"
     assert not os.path.exists(tp["runtime_dir"]), "DPDK runtime directory left behind"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 
 import pytest
 
@@ -33,7 +34,7 @@ def tcp_connects(lab) -> bool:
         for _ in range(50):
             if lab.server.run(["ss", "-Hltn", "sport = :5299"], check=False).stdout.strip():
                 break
-            import time; time.sleep(0.05)
+            time.sleep(0.05)
         res = lab.client.run(["iperf3", "-c", lab.entry("server").address, "-p", "5299", "-n", "1M", "-J"],
                              check=False, timeout=20)
         return res.ok and json.loads(res.stdout)["end"]["sum_received"]["bytes"] > 0

@@ -86,7 +86,7 @@ def ovs_dpdk_lab(tmp_path_factory):
     links_before = root_links()
     for lab in module_lab(tmp_path_factory, "ovs-dpdk", "od", timeout=180):
         yield lab
-    name, shown, down = lab["name"], lab["shown"], lab["down"]
+    name, shown = lab["name"], lab["shown"]
     for d in shown["daemons"]:
         assert not running(d["pid"]), f"{d['name']} left running"
     assert not os.path.exists(shown["ovs"]["vswitchd"]["runtime_dir"]), "DPDK runtime directory left behind"
@@ -340,7 +340,7 @@ def jumbo_lab(tmp_path_factory):
     links_before = root_links()
     for lab in module_lab(tmp_path_factory, "ovs-dpdk-vm", "oj", "--mtu", "9000", timeout=600):
         yield lab
-    name, shown, down = lab["name"], lab["shown"], lab["down"]
+    name, shown = lab["name"], lab["shown"]
     for d in shown["daemons"]:
         assert not running(d["pid"]), f"{d['name']} left running"
     assert not os.path.exists(shown["ovs"]["vswitchd"]["runtime_dir"])

@@ -229,7 +229,7 @@ def test_quick_keeps_the_headline_and_the_quick_cells_with_their_baselines_and_a
 def test_a_composite_part_can_shorten_its_suites_samples_and_keeps_the_rest_of_the_workload():
     parts = suites.plans("quick", quick=True)
     assert [p.name for p in parts] == ["uso", "gro-gso", "jumbo"]
-    for part, whole, seconds in zip(parts, ("uso", "gro-gso", "jumbo"), (1, 2, 1)):
+    for part, whole, seconds in zip(parts, ("uso", "gro-gso", "jumbo"), (1, 2, 1), strict=True):
         own = suites.plans(whole)[0].cells[0].workload
         for cell in part.cells:
             assert cell.workload.duration == seconds and own.duration == 2

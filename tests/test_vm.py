@@ -215,7 +215,7 @@ def test_threads_share_the_channel_and_a_slow_command_does_not_hold_up_a_fast_on
     marker = f"/tmp/offlab-release-{os.getpid()}"
     slow_out: dict[str, str] = {}
     slow = threading.Thread(target=lambda: slow_out.update(out=guest.run(
-        ["sh", "-c", f'while [ ! -e "$1" ]; do sleep 0.1; done; echo released', "sh", marker], timeout=180).stdout))
+        ["sh", "-c", 'while [ ! -e "$1" ]; do sleep 0.1; done; echo released', "sh", marker], timeout=180).stdout))
     slow.start()
     time.sleep(0.3)
     results: dict[int, str] = {}

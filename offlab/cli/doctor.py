@@ -114,7 +114,7 @@ def _apply_fixes(report, src, ids: list[str], *, yes: bool, quiet: bool) -> None
 
     changes = [Change(host, c.key, c.value, c.iface) for _, c, host in todo]
     say(f"doctor --apply will change {len(changes)} setting(s), journalled (undo: offlab restore):")
-    for (cid, _, _), ch in zip(todo, changes):
+    for (cid, _, _), ch in zip(todo, changes, strict=True):
         say(f"  [{cid}] {ch}")
     if not yes:
         try:

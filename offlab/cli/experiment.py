@@ -7,8 +7,15 @@ import time
 from pathlib import Path
 from typing import List, Optional
 
+from typing import TYPE_CHECKING
+
 import typer
 from offlab.cli.console import console
+
+if TYPE_CHECKING:  # names for annotations only; imported for real inside the commands
+    from offlab.experiment.plan import Plan
+    from offlab.experiment.runner import Runner
+    from offlab.store import Store
 
 # The experiment machinery (pydantic plans, the runner, SQLite, scipy) is imported inside the
 # commands that use it, so that `offlab lab down` does not pay for it at start-up.

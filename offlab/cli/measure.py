@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 from offlab.cli.console import console
@@ -15,6 +15,9 @@ from offlab.errors import BadInput
 from offlab.experiment.effects import NOT_EXERCISED
 from offlab.report import format as fmt
 from offlab.names import IFNAME_RE
+
+if TYPE_CHECKING:
+    from offlab.experiment.measure import Sample
 
 MAX_FRAMES = 1_000_000  # the same bound as a plan's capture.frames
 

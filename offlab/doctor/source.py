@@ -303,7 +303,7 @@ class CapturedTree(Source):
         entry = self.manifest.get("samples", {}).get(path)
         if entry:
             snaps = []
-            for t, rel in zip(entry["times"], entry["files"]):
+            for t, rel in zip(entry["times"], entry["files"], strict=True):
                 snaps.append((float(t), (self.root / rel).read_text()))
             return snaps
         text = self.read(path)

@@ -148,7 +148,7 @@ class Decider:
                "ratio": d.ratio if d else (paired_ratio_ci(a, b).ratio if a else None),
                "low": d.low if d else None, "high": d.high if d else None, "looks": d.look if d else 0,
                "pairs": d.n if d and d.decided else len(a), "cv_cell_pct": cv_pct(b), "cv_baseline_pct": cv_pct(a),
-               "cv_ratio_pct": cv_pct([y / x for x, y in zip(a, b) if x > 0]),
+               "cv_ratio_pct": cv_pct([y / x for x, y in zip(a, b, strict=True) if x > 0]),
                "steal_pct": max(c.steal_pct) if c.steal_pct else None, "level": self.level,
                "equivalence_pct": self.equivalence, "metric": self.plan.repeat.metric,
                "needs_rounds": None, "needs_minutes": None, "needs_floor": False, "moot": c.moot}

@@ -487,7 +487,7 @@ def workload_effects(probes: dict, workload: dict, traffic: dict) -> list[Effect
     ifs, snmp = probes.get("interfaces") or {}, probes.get("snmp") or {}
     group = "Udp6" if workload.get("ipv6") else "Udp"
     datagram = workload["size"] + UDP_FRAME_OVERHEAD
-    for flag, role, way, counter in (("gso", sender, "tx", "OutDatagrams"), ("gro", receiver, "rx", "InDatagrams")):
+    for flag, role, counter in (("gso", sender, "OutDatagrams"), ("gro", receiver, "InDatagrams")):
         if not workload.get(flag):
             continue
         calls = ((snmp.get(role) or {}).get(group) or {}).get(counter)

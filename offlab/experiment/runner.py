@@ -384,7 +384,7 @@ class Runner:
         self.on_event("sample", {"cell": cell.key, "round": rnd})
         try:
             return self._sample_in(cs, rnd, lab, position)
-        except (OfflabError, OSError, ValueError, KeyError) as exc:
+        except (OfflabError, OSError, ValueError, KeyError):
             gone = labs.removed(lab)
             if gone is None:
                 raise

@@ -124,4 +124,4 @@ class _AnchorReader:
 
 LOCAL = LocalHost()
 register_kind("local", lambda ref: LOCAL)
-register_kind("netns", lambda ref: NetnsHost(ref.get("netns")))
+register_kind("netns", lambda ref: NetnsHost(str(ref.get("netns") or "")))  # "" is refused by check_netns

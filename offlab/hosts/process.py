@@ -89,7 +89,7 @@ class RemoteProcess:
             self.pid = int(lines[-1])
         except ValueError:
             host.run(["rm", "-rf", self.dir], check=False, timeout=15)
-            raise OSError(f"could not start {self.args[0]} on {host.name}: no pid ({res.stderr.strip()[:200]})")
+            raise OSError(f"could not start {self.args[0]} on {host.name}: no pid ({res.stderr.strip()[:200]})") from None
         self.stdout = _RemoteStream(self, "out")
         self.stderr = _RemoteStream(self, "err")
         self._cleaned = False

@@ -85,7 +85,7 @@ class Entry:
     @property
     def where(self) -> str:
         d = self.data
-        ref = d.get("host") if isinstance(d.get("host"), dict) else {}
+        ref: dict = d["host"] if isinstance(d.get("host"), dict) else {}
         remote = ref.get("name") if ref.get("kind") not in (None, "local", "netns") else None
         host = d.get("role") or d.get("netns") or (remote if isinstance(remote, str) else None) or "machine"
         if d.get("lab") and d.get("role"):

@@ -58,7 +58,13 @@ class Mtu(Knob):
 
     def _vsctl(self, *args: str) -> str:
         """ovs-vsctl against the lab's private database (works from the journal alone)."""
-        return vsctl(self.host, self.target.ovs_rundir, *args).strip()
+        return vsctl(self.host, self._rundir(), *args).strip()
+
+    def _rundir(self) -> str:
+        """The lab's private OVS run directory (only OVS ports get here: `_is_ovs_port` checked it)."""
+        if not self.target.ovs_rundir:
+            raise BadInput(f"{self.label}: {self.iface} is not a port of an OVS of this lab")
+        return self.target.ovs_rundir
 
     def _is_ovs_port(self) -> bool:
         if not self.target.ovs_rundir:
@@ -131,7 +137,7 @@ class Mtu(Knob):
     def _log_since(self, offset: int) -> list[str]:
         """Warnings and errors about this port that ovs-vswitchd logged after `offset` bytes."""
         try:
-            with open(Path(self.target.ovs_rundir) / "ovs-vswitchd.log", "rb") as f:
+            with open(Path(self._rundir()) / "ovs-vswitchd.log", "rb") as f:
                 f.seek(offset)
                 text = f.read().decode(errors="replace")
         except OSError:
@@ -142,7 +148,7 @@ class Mtu(Knob):
 
     def _log_size(self) -> int:
         try:
-            return (Path(self.target.ovs_rundir) / "ovs-vswitchd.log").stat().st_size
+            return (Path(self._rundir()) / "ovs-vswitchd.log").stat().st_size
         except OSError:
             return 0
 
@@ -199,7 +205,7 @@ class Mtu(Knob):
         if _kind(me) == "bridge":
             ports = {n: plan.mtu(self.target, n) for n, l in links.items() if l.get("master") == self.iface}
             if ports and mtu > min(ports.values()):
-                small = min(ports, key=ports.get)
+                small = min(ports, key=lambda n: ports[n])
                 raise BadInput(
                     f"{self.label}: {mtu} is more than its port {small} carries ({ports[small]}); "
                     f"a bridge's MTU follows its ports: set the ports' MTU instead"

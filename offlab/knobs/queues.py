@@ -72,8 +72,8 @@ class QueueMask(Knob):
             raise BadInput(f"no interface {self.iface!r} in {self.target.where.split(':')[0]}")
         if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
             mask = value
-        elif isinstance(value, str) and MASK_RE.fullmatch(value.strip()):
-            mask = int(MASK_RE.fullmatch(value.strip()).group(2), 16)
+        elif isinstance(value, str) and (m := MASK_RE.fullmatch(value.strip())):
+            mask = int(m.group(2), 16)
         else:
             raise BadInput(f"{self.label}: expected a hex CPU mask such as 3 or 0x3, got {value!r}")
         cpus = possible_cpus(self.host)

@@ -80,7 +80,7 @@ def restore_report(*, list_only: bool = False, force: bool = False) -> Report:
             if view.alive and not force:
                 if view.open_entries:
                     report.lines.append(
-                        f"{view.path.name}: belongs to running process {view.owner['pid']} "
+                        f"{view.path.name}: belongs to running process {(view.owner or {}).get('pid')} "
                         f"({view.header.get('label', '?')}); left alone (--force restores it anyway)")
                 continue
             chosen.append(view)
@@ -125,7 +125,7 @@ def list_pending(namespaces: Iterable[str] | None = None, lab: str | None = None
     wanted = set(namespaces) if namespaces is not None else None
     out = []
     for view in all_journals():
-        pid = view.owner["pid"] if view.alive else None
+        pid = (view.owner or {}).get("pid") if view.alive else None
         for e in view.open_entries:
             if wanted is None or e.data.get("netns") in wanted or (lab and in_guest_of(e, {lab})) \
                     or (lab and _on_remote_host_of(e, lab)):
@@ -143,7 +143,7 @@ def _on_remote_host_of(entry: Entry, lab: str) -> bool:
 def pending_changes(role_of: dict[str, str], lab: str | None = None) -> list[dict]:
     """Open journal entries in the namespaces of `role_of` (netns → host role) and in the guests of
     `lab`, as `lab show` lists them."""
-    return [{"host": role_of.get(e.data.get("netns"), e.data.get("netns") or e.data.get("role")),
+    return [{"host": role_of.get(e.data.get("netns") or "", e.data.get("netns") or e.data.get("role")),
              "iface": e.data.get("iface"), "key": e.data.get("key"), "value": e.data.get("value"),
              "original": e.data.get("original_text"), "journal": e.journal.name, "held_by": e.held_by}
             for e in list_pending(role_of, lab)]

@@ -97,8 +97,9 @@ class Sysctl(Knob):
             if len(words) != len(now) or not all(INT_RE.fullmatch(w) for w in words):
                 raise BadInput(f"{self.label}: expected {len(now)} integer(s) like the current {current!r}, "
                                f"got {value!r}")
-            lo, hi = RANGES.get(self.key, (None, None))
-            if lo is not None and not lo <= int(words[0]) <= hi:
+            bounds = RANGES.get(self.key)
+            if bounds is not None and not bounds[0] <= int(words[0]) <= bounds[1]:
+                lo, hi = bounds
                 raise BadInput(f"{self.label}: {words[0]} is out of range {lo}..{hi} (µs)")
         elif not all(WORD_RE.fullmatch(w) for w in words) or len(words) > 8:
             raise BadInput(f"{self.label}: refusing value {value!r} (letters, digits, _ . : - only)")

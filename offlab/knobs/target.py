@@ -61,8 +61,8 @@ class Target:
         return self.is_machine or self.host.alive()
 
     def to_dict(self) -> dict:
-        d = {"netns": self.netns, "iface": self.iface, "ovs_rundir": self.ovs_rundir,
-             "lab": self.lab, "role": self.role}
+        d: dict[str, object] = {"netns": self.netns, "iface": self.iface, "ovs_rundir": self.ovs_rundir,
+                                "lab": self.lab, "role": self.role}
         if self.host_ref is not None:
             d["host"] = self.host_ref
         return d

@@ -20,7 +20,7 @@ import signal
 import sys
 import threading
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator
+from typing import Literal, Callable, Iterable, Iterator
 
 from offlab.errors import BadInput, CommandFailed, EnvironmentProblem
 from offlab.hosts import Host
@@ -112,7 +112,7 @@ class Transaction:
             self._old_term = signal.signal(signal.SIGTERM, _raise_terminated)
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type, exc, tb) -> Literal[False]:
         pending: list[int] = []
         try:
             with _shielded(pending):

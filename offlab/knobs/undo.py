@@ -16,23 +16,32 @@ from offlab.hosts import remote_journal
 from offlab.knobs import journal
 from offlab.knobs.ethtool_params import _EthtoolParam
 from offlab.knobs.registry import knob_from_entry
+from offlab.knobs.sysctl import Sysctl
 
 
 def undo_argvs(entry: dict) -> list[list[str]] | None:
     """The commands that put the entry's original back with only ip/ethtool/sh; None when offlab itself
     is needed (an OVS port, a qdisc tree, an RPS mask)."""
-    kind, iface, snap = entry.get("kind"), entry.get("iface"), entry.get("original")
+    kind, snap = entry.get("kind"), entry.get("original")
+    if kind == "sysctl":
+        if not isinstance(snap, str):
+            return None
+        knob = knob_from_entry(entry)
+        if not isinstance(knob, Sysctl):
+            return None
+        path = knob.path
+        return [["sh", "-c", 'printf "%s\\n" "$1" >"$2"', "sh", snap, path]]
+    iface = entry.get("iface")
+    if not isinstance(iface, str):
+        return None  # every other kind here is one of an interface
     if kind == "feature" and isinstance(snap, dict):
         args = [a for name, (_, requested, fixed) in snap.items() if not fixed
                 for a in (name, "on" if requested else "off")]
         return [["ethtool", "-K", iface, *args]] if args else []
     if kind == "mtu" and isinstance(snap, dict) and "mtu_request" not in snap:
         return [["ip", "link", "set", "dev", iface, "mtu", str(int(snap["mtu"]))]]
-    if kind == "txqueuelen":
+    if kind == "txqueuelen" and snap is not None:
         return [["ip", "link", "set", "dev", iface, "txqueuelen", str(int(snap))]]
-    if kind == "sysctl" and isinstance(snap, str):
-        path = knob_from_entry(entry).path
-        return [["sh", "-c", 'printf "%s\\n" "$1" >"$2"', "sh", snap, path]]
     knob = knob_from_entry(entry)
     if isinstance(knob, _EthtoolParam) and snap is not None:
         return [["ethtool", knob.set_flag, iface, knob.param, str(snap)]]

@@ -105,7 +105,7 @@ def dpdk(b: Builder, mtu: int) -> None:
                  send_taps_home=tp.send_taps_home)
     with b.step("testpmd: peers for mac/csum forwarding, start forwarding"):
         # mac and csum forwarding rewrite the destination MAC to the port's peer: the far end's interface
-        for port, (role, iface) in zip(ports, (("client", c), ("server", s))):
+        for port, (role, iface) in zip(ports, (("client", c), ("server", s)), strict=True):
             mac = b.lab.host(role).read(f"/sys/class/net/{iface}/address").strip()
             tp.checked(f"set eth-peer {port.index} {mac}")
         tp.checked("start")

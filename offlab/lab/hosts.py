@@ -133,7 +133,7 @@ def build(lab: LabState, inv: inv_mod.Inventory, pair: str | None, allow_managem
     ends = plan_ends(inv, pair)
     lab.options.update({"inventory": os.path.abspath(inv.source), "pair": ",".join(f"{h.name}:{i}" for h, i in ends)})
     found: dict[str, tuple[inv_mod.InventoryHost, SshHost, str, Facts, list[str]]] = {}
-    for role, (ih, iface) in zip(("client", "server"), ends):
+    for role, (ih, iface) in zip(("client", "server"), ends, strict=True):
         lab.step = f"probe {ih.name}"
         host = ih.ssh_host()
         facts = probe(host)
@@ -230,7 +230,7 @@ def up(name: str, inventory: str, pair: str | None = None, *, allow_management: 
         lab.mtu = _server_mtu(lab)
         lab.status, lab.step = "up", ""
         lab.save()
-    except BaseException as exc:
+    except BaseException:
         try:
             teardown(lab)
         except OfflabError:

@@ -234,7 +234,7 @@ def phys(b: Builder, mtu: int) -> None:
             lab.ports = [snapshot(n) for n in names]
             lab.save()
         b.host("client"), b.host("server")
-        for role, rec in zip(("client", "server"), lab.ports):
+        for role, rec in zip(("client", "server"), lab.ports, strict=False):
             ns = lab.hosts[role].netns
             with b.step(f"move {rec['name']} into {role}"):
                 rec["moved_to"] = ns  # before the move: a kill -9 right after it still knows where to look
@@ -290,7 +290,6 @@ def _give_back_one(lab: LabState, rec: dict) -> str:
 
 def _locate(lab: LabState, rec: dict) -> str | None:
     """The lab namespace the port is in, "root" if it is here, None if it is nowhere we look."""
-    name = rec["name"]
     for ns in [rec.get("moved_to"), *lab.namespaces]:
         if ns and netns_exists(ns) and _same_port(NetnsHost(ns), rec):
             return ns

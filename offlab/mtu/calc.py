@@ -139,7 +139,7 @@ def table(mtu: int, *, ipv6: bool = False, encap: str = "none") -> list[Row]:
             f"{mtu} − {ip} {ipn} − 8 ICMP"),
         Row("tcp_mss", "TCP MSS (no options)", tcp_mss(mtu, ipv6), f"{mtu} − {ip} {ipn} − 20 TCP"),
         Row("tcp_payload_timestamps", "TCP payload per segment with timestamps",
-            tcp_payload_with_timestamps(mtu, ipv6), f"MSS − 12 (timestamp option)"),
+            tcp_payload_with_timestamps(mtu, ipv6), "MSS − 12 (timestamp option)"),
         Row("frame_wire", "Ethernet frame on the wire (with FCS)", frame_size(mtu),
             f"{mtu} + 14 Ethernet + 4 FCS"),
         Row("frame_captured", "frame as tcpdump/Wireshark shows it (no FCS)", frame_size(mtu, fcs=False),
@@ -147,7 +147,7 @@ def table(mtu: int, *, ipv6: bool = False, encap: str = "none") -> list[Row]:
         Row("frame_wire_vlan", "frame with one VLAN tag (with FCS)", frame_size(mtu, vlan_tags=1),
             f"{mtu} + 14 + 4 VLAN + 4 FCS"),
         Row("udp_datagram_max", "largest UDP datagram at all", big,
-            f"65535 − 8 UDP" + ("" if ipv6 else " − 20 IPv4")),
+            "65535 − 8 UDP" + ("" if ipv6 else " − 20 IPv4")),
         Row("fragments_of_max", f"IP fragments of a {big}-byte datagram at this MTU", frag.count,
             f"{big} + 8 = {big + 8} bytes in pieces of {frag.data_per_fragment}"
             f" ({mtu} − {IPV6_HEADER + IPV6_FRAG_HEADER if ipv6 else IPV4_HEADER}, rounded down to 8)"

@@ -30,11 +30,11 @@ def parse_snmp(text: str) -> dict[str, dict[str, int]]:
     """/proc/net/snmp (header line + value line per protocol) → {proto: {counter: value}}."""
     lines = text.splitlines()
     out: dict[str, dict[str, int]] = {}
-    for head, vals in zip(lines[::2], lines[1::2]):
+    for head, vals in zip(lines[::2], lines[1::2], strict=False):
         proto, names = head.split(":", 1)
         _, values = vals.split(":", 1)
         if proto in SNMP_KEEP:
-            row = dict(zip(names.split(), values.split()))
+            row = dict(zip(names.split(), values.split(), strict=False))
             out[proto] = {k: int(row[k]) for k in SNMP_KEEP[proto] if k in row}
     return out
 

@@ -13,7 +13,7 @@ def parse_proc_stat(text: str) -> dict[str, dict[str, int]]:
     for line in text.splitlines():
         parts = line.split()
         if parts and parts[0].startswith("cpu") and parts[0] != "cpu":
-            cpus[parts[0]] = dict(zip(STAT_FIELDS, (int(x) for x in parts[1:])))
+            cpus[parts[0]] = dict(zip(STAT_FIELDS, (int(x) for x in parts[1:]), strict=False))
     return cpus
 
 

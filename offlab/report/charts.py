@@ -141,7 +141,7 @@ def cpu_stacked(rows: list[tuple[str, dict[str, dict[str, float]]]]) -> str:
     axes = fig.subplots(1, len(sides), sharey=True, squeeze=False)[0]
     labels = [label for label, _ in rows]
     ys = list(range(len(rows)))
-    for ax, side in zip(axes, sides):
+    for ax, side in zip(axes, sides, strict=True):
         ax.spines[["top", "right"]].set_visible(False)
         ax.grid(axis="x", color="#dddddd", linewidth=0.6)
         ax.set_axisbelow(True)
@@ -149,7 +149,7 @@ def cpu_stacked(rows: list[tuple[str, dict[str, dict[str, float]]]]) -> str:
         for part, colour in CPU_PARTS:
             widths = [split.get(side, {}).get(part, 0.0) for _, split in rows]
             ax.barh(ys, widths, left=left, color=colour, height=0.7, label=part)
-            left = [a + b for a, b in zip(left, widths)]
+            left = [a + b for a, b in zip(left, widths, strict=True)]
         ax.set_xlim(0, 100)
         ax.set_title(f"{side} CPU (% of its pinned CPU)", fontsize=9)
         ax.tick_params(labelsize=8)
@@ -247,7 +247,7 @@ def over_time(rounds: list[tuple[str, dict]], sent: list[tuple[str, dict]] | Non
     axes = fig.subplots(max(1, len(panels)), 1, sharex=True, squeeze=False)[:, 0]
     grouped = 1
     t_min = min((r[s["columns"].index("t_s")] for _, s in rounds for r in s["rows"]), default=0.0)
-    for ax, (label, unit, cols) in zip(axes, panels):
+    for ax, (label, unit, cols) in zip(axes, panels, strict=True):
         _style(ax)
         values = [r[s["columns"].index(c)] for _, s in rounds + [x for x in sent if x[1]] for c, _ in cols if c in s["columns"]
                   for r in s["rows"] if r[s["columns"].index(c)] is not None]

@@ -89,7 +89,7 @@ def from_iperf3(doc: dict, interval_s: float) -> dict | None:
 def as_dicts(series: dict) -> list[dict]:
     """The rows as {column: value} dicts."""
     cols = series["columns"]
-    return [dict(zip(cols, r)) for r in series["rows"]]
+    return [dict(zip(cols, r, strict=False)) for r in series["rows"]]
 
 
 RATES = ("bps", "pps", "tps")

@@ -318,7 +318,7 @@ def _recheck(host: Host, nics: list, manifest: dict, deadline: float) -> None:
     features each driver accepted equal to the saved ones, no addresses. The clock is set to the
     nearest second: as exact as a cold boot's, which reads the RTC's whole seconds."""
     stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(round(time.time() + 0.05)))
-    pairs = [x for i, (nic, old) in enumerate(zip(nics, manifest.get("macs", [])))
+    pairs = [x for i, (nic, old) in enumerate(zip(nics, manifest.get("macs", []), strict=False))
              if nic.mac != old for x in (f"eth{i}", nic.mac)]
     out = host.run(["sh", "-c", _RECHECK, "recheck", stamp, str(len(nics)), *pairs],
                    timeout=max(1.0, deadline - time.monotonic())).stdout

@@ -157,7 +157,7 @@ def expand(plan: Plan, err: PlanErrors, paths: dict[tuple, tuple] | None = None)
     names = list(plan.axes)
     cells = []
     for combo in itertools.product(*(plan.axes[a].items() for a in names)) if names else [()]:
-        params = {a: v for a, (v, _) in zip(names, combo)}
+        params = {a: v for a, (v, _) in zip(names, combo, strict=True)}
         if plan.only and not any(matches(params, f) for f in plan.only):
             continue
         if any(matches(params, f) for f in plan.exclude):
@@ -166,7 +166,7 @@ def expand(plan: Plan, err: PlanErrors, paths: dict[tuple, tuple] | None = None)
         wl = plan.workload.model_dump(include=plan.workload.model_fields_set)  # defaults follow the cell's tool
         changes: dict[tuple[str, str], Any] = {}
         owner: dict[tuple, str] = {}
-        for axis, (vname, val) in zip(names, combo):
+        for axis, (_vname, val) in zip(names, combo, strict=True):
             for section, target in (("topology", topo), ("workload", wl)):
                 for k, v in getattr(val, section).items():
                     _claim(err, owner, (section, k), axis)

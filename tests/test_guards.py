@@ -1,0 +1,30 @@
+"""Mechanical guards, run by `make test` like every other test: ruff with the rule set pyproject.toml
+chooses (and says why), and mypy on the parts whose types the rest leans on."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import REPO
+
+# hosts, knobs and store: every part above them calls them; a wrong type there is everyone's bug.
+TYPED = ["offlab/knobs"]
+
+
+def _run(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", *argv], cwd=REPO, capture_output=True, text=True, timeout=600)
+
+
+def test_ruff_finds_nothing():
+    # the benchmarks are scripts without a .py suffix: named one by one
+    scripts = sorted(str(p.relative_to(REPO)) for p in Path(REPO, "benchmarks").iterdir() if p.is_file())
+    res = _run("ruff", "check", "--no-cache", "--output-format", "concise", "offlab", "tests", *scripts)
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_mypy_finds_nothing_in_the_typed_parts():
+    res = _run("mypy", "--no-incremental", "--cache-dir", "/dev/null", "--ignore-missing-imports",
+               "--follow-imports=silent", *TYPED)
+    assert res.returncode == 0, res.stdout + res.stderr
