@@ -17,7 +17,7 @@ from offlab.errors import BadInput, EnvironmentProblem, OfflabError
 from offlab.lab.explain import guest_chains
 from offlab.lab.model import LabState
 from offlab.metrics import TCG_MARK
-from offlab.probes import ProbeSession, mtus, service_demand, system_service_demand
+from offlab.probes import ProbeSession, Snapshot, mtus, service_demand, system_service_demand
 from offlab.probes.counters import rcvq_pruned
 from offlab.probes.cpu import NOTABLE_STEAL_PCT
 from offlab.dpdk import Testpmd
@@ -118,7 +118,7 @@ def _measure(lab: LabState, w: Workload, capture: CaptureRequest | None, *,
     tp = Testpmd.for_lab(lab.name) if lab.has_testpmd else None
     tp_read = _BESIDE.submit(tp.settings) if tp is not None else None
     with ProbeSession(lab, big_packets=w.big_packets) as probes, tempfile.TemporaryDirectory(prefix="offlab-cap-") as tmp:
-        window: dict = {}
+        window = Window()
         probe_thread: threading.Thread | None = None
         side_thread: threading.Thread | None = None
 
@@ -153,36 +153,71 @@ def _measure(lab: LabState, w: Workload, capture: CaptureRequest | None, *,
             probe_thread.join(timeout=10)
         if side_thread is not None:
             side_thread.join(timeout=w.duration + 60)
-        if "error" in window:
-            raise window["error"]
-        if "ended_early_s" in window or "b" not in window:
-            raise _ended_early(lab, w, traffic, window.get("ended_early_s"))
-        probe = probes.result(window["a"], window["b"], client_cpu=w.client_cpu, server_cpu=w.server_cpu)
-        cap = window.get("capture")
-        late_start = window.get("late_start")
+        if window.error is not None:
+            raise window.error
+        if window.ended_early_s is not None or window.start is None or window.end is None:
+            raise _ended_early(lab, w, traffic, window.ended_early_s)
+        probe = probes.result(window.start, window.end, client_cpu=w.client_cpu, server_cpu=w.server_cpu)
     probe["mtus"] = mtu_read.result(timeout=60)
     if tp_read is not None:
         probe["testpmd_settings"] = tp_read.result(timeout=60)
-    kib = traffic.throughput_bps * probe["window_s"] / 8 / 1024
+    same_kernel = lab.client.shares_kernel and lab.server.shares_kernel
+    guests = {role: {k: e.guest.get(k) for k in ("accel", "vhost", "qemu_version", "kernel_release")}
+              for role, e in lab.hosts.items() if e.guest}
+    # Each guest NIC's negotiation chain as it stood at the end of the traffic (read after it, so the
+    # guest round trips do not steal from the measured work): why its offloads were what they were.
+    for role, chains in guest_chains(lab).items():
+        guests[role]["nics"] = chains
+    notes = sample_notes(probe, lab.mtu, guests, channel_margin_s=None if w_run is w else CHANNEL_MARGIN_S,
+                         late_start_s=window.late_start_s)
+    sample = Sample(lab=lab.name, topology=lab.topology, workload=w.to_dict(), started_at=started_at,
+                    traffic=traffic.to_dict(), probes=probe,
+                    service_demand_us_per_kib=service_demands(probe, traffic.throughput_bps, same_kernel),
+                    capture=window.capture.to_dict() if window.capture else None, notes=notes,
+                    guests=guests or None)
+    return _witnessed(sample, settings)
+
+
+@dataclass
+class Window:
+    """What the probe thread found around the traffic: the two snapshots, the capture, and why there
+    may be no sample (the traffic ended early, an error to raise in the caller's thread)."""
+
+    start: Snapshot | None = None
+    end: Snapshot | None = None
+    capture: CaptureSummary | None = None
+    late_start_s: float | None = None  # no traffic seen on this machine's lab interfaces for this long
+    ended_early_s: float | None = None
+    error: BaseException | None = None
+
+
+def service_demands(probe: dict, throughput_bps: float, same_kernel: bool) -> dict[str, float | None]:
+    """CPU µs per KiB on each side, and in total when both sides share this machine's kernel (netperf's
+    definition: the whole system's CPU time; the pinned per-side figures are the split)."""
+    kib = throughput_bps * probe["window_s"] / 8 / 1024
     sd = {side: service_demand(probe["cpu"][side]["busy"], probe["window_s"], kib)
           for side in ("client", "server") if side in probe["cpu"]}
-    system = probe["cpu"]["system"]
-    # Both ends run on this machine's kernel: the whole system's CPU time is their total (netperf's
-    # definition; the pinned per-side figures above are the split).
-    if lab.client.shares_kernel and lab.server.shares_kernel:
-        sd["total"] = system_service_demand(system["busy_s"], kib)
+    if same_kernel:
+        sd["total"] = system_service_demand(probe["cpu"]["system"]["busy_s"], kib)
+    return sd
+
+
+def sample_notes(probe: dict, lab_mtu: int, guests: dict, *, channel_margin_s: float | None,
+                 late_start_s: float | None) -> list[str]:
+    """What a reader of the sample must know about how it was measured, one line each."""
     notes = []
-    if w_run is not w:
-        notes.append(f"traffic ran {2 * CHANNEL_MARGIN_S:g} s longer than the window, which began "
-                     f"{CHANNEL_MARGIN_S:g} s after the warm-up: a host here answers over a channel, so the "
+    if channel_margin_s is not None:
+        notes.append(f"traffic ran {2 * channel_margin_s:g} s longer than the window, which began "
+                     f"{channel_margin_s:g} s after the warm-up: a host here answers over a channel, so the "
                      f"window was kept inside the traffic")
-    if late_start:
-        notes.append(f"no traffic showed on this machine's lab interfaces within {late_start:g} s of the warm-up: "
-                     f"the window began then, and may hold little of the traffic")
-    if system["steal_pct"] >= NOTABLE_STEAL_PCT:
-        notes.append(f"CPU steal {system['steal_pct']:.1f} % of the window: the hypervisor ran other work on "
+    if late_start_s:
+        notes.append(f"no traffic showed on this machine's lab interfaces within {late_start_s:g} s of the "
+                     f"warm-up: the window began then, and may hold little of the traffic")
+    steal = probe["cpu"]["system"]["steal_pct"]
+    if steal >= NOTABLE_STEAL_PCT:
+        notes.append(f"CPU steal {steal:.1f} % of the window: the hypervisor ran other work on "
                      f"these CPUs; expect noise")
-    if any(max(d["rx_avg_bytes"] or 0, d["tx_avg_bytes"] or 0) > lab.mtu + 14 for d in probe["interfaces"].values()):
+    if any(max(d["rx_avg_bytes"] or 0, d["tx_avg_bytes"] or 0) > lab_mtu + 14 for d in probe["interfaces"].values()):
         notes.append(VETH_NOTE)
     for role, d in probe["snmp"].items():
         pruned = rcvq_pruned(d)
@@ -190,18 +225,16 @@ def _measure(lab: LabState, w: Workload, capture: CaptureRequest | None, *,
             notes.append(f"{RCVQ_MARK}: {role} hit its TCP receive-memory limit and pruned or collapsed its "
                          f"receive queue (" + ", ".join(f"{k} {v}" for k, v in pruned.items())
                          + "): this measured its socket receive memory (tcp_rmem), not only the path")
-    guests = {role: {k: e.guest.get(k) for k in ("accel", "vhost", "qemu_version", "kernel_release")}
-              for role, e in lab.hosts.items() if e.guest}
-    # Each guest NIC's negotiation chain as it stood at the end of the traffic (read after it, so the
-    # guest round trips do not steal from the measured work): why its offloads were what they were.
-    for role, chains in guest_chains(lab).items():
-        guests[role]["nics"] = chains
-    if any(g["accel"] == "tcg" for g in guests.values()):
-        notes.append(f"{TCG_MARK}: {', '.join(r for r, g in guests.items() if g['accel'] == 'tcg')} ran under "
-                     f"TCG (an emulated CPU)")
-    sample = Sample(lab=lab.name, topology=lab.topology, workload=w.to_dict(), started_at=started_at,
-                    traffic=traffic.to_dict(), probes=probe, service_demand_us_per_kib=sd,
-                    capture=cap.to_dict() if cap else None, notes=notes, guests=guests or None)
+    tcg = [role for role, g in guests.items() if g.get("accel") == "tcg"]
+    if tcg:
+        notes.append(f"{TCG_MARK}: {', '.join(tcg)} ran under TCG (an emulated CPU)")
+    return notes
+
+
+def _witnessed(sample: Sample, settings: list[dict]) -> Sample:
+    """The sample's second witnesses, loss attribution, segmentation and effect witnesses (pure, over
+    its own figures)."""
+    probe = sample.probes
     d = {"traffic": sample.traffic, "probes": probe, "workload": sample.workload}
     sample.notes += witnesses.bound(sample.traffic)
     short = witnesses.offered_short(sample.workload, sample.traffic)
@@ -245,7 +278,7 @@ def _ended_early(lab: LabState, w: Workload, traffic: TrafficResult, early_s: fl
 
 
 def _window(probes: ProbeSession, w: Workload, capture: CaptureRequest | None, cap_iface: str | None,
-            lab: LabState, tmp: str, out: dict, *, lead: float = 0.0,
+            lab: LabState, tmp: str, out: Window, *, lead: float = 0.0,
             traffic_done: threading.Event | None = None) -> None:
     """Warm-up (+ `lead`, and for a channel host until traffic flows), first snapshot (and capture
     start), the window, second snapshot. Traffic that ends before the window does ends the window at
@@ -258,8 +291,8 @@ def _window(probes: ProbeSession, w: Workload, capture: CaptureRequest | None, c
             if seen or time.monotonic() > t0 + w.warmup + 0.1:
                 t0 = time.monotonic() - w.warmup  # the window starts when the traffic is seen to flow
             if not seen and probes.readers:
-                out["late_start"] = CHANNEL_START_WAIT_S
-        out["a"] = probes.snapshot()
+                out.late_start_s = CHANNEL_START_WAIT_S
+        out.start = probes.snapshot()
         cap = None
         if capture:
             cap = Capture(lab.host(capture.role), cap_iface, Path(tmp) / "wire.pcap", frames=capture.frames)
@@ -270,10 +303,10 @@ def _window(probes: ProbeSession, w: Workload, capture: CaptureRequest | None, c
             left = end - time.monotonic()
             # A tool's own clock starts a little before offlab hears of it: a few tenths early is normal.
             if left > max(EARLY_END_TOLERANCE_S, 0.1 * w.duration):
-                out["ended_early_s"] = left
+                out.ended_early_s = left
             else:
                 time.sleep(max(0.0, left))
-        out["b"] = probes.snapshot()
+        out.end = probes.snapshot()
         if cap:
             dropped = cap.stop()
             mtu = _mtu(lab, capture.role, cap_iface)
@@ -281,9 +314,9 @@ def _window(probes: ProbeSession, w: Workload, capture: CaptureRequest | None, c
             summary: CaptureSummary = summarize(frames, host=capture.role, iface=cap_iface, mtu=mtu,
                                                 linktype=linktype)
             summary.kernel_dropped = dropped
-            out["capture"] = summary
+            out.capture = summary
     except Exception as exc:  # handed to the caller's thread, which raises it
-        out["error"] = exc
+        out.error = exc
 
 
 def _mtu(lab: LabState, role: str, iface: str) -> int:
@@ -302,7 +335,7 @@ def measure_rr(lab: LabState, rw: rr_driver.RrWorkload) -> Sample:
     rw.check()
     started_at = time.time()
     with ProbeSession(lab) as probes:
-        window: dict = {}
+        window = Window()
         probe_thread: threading.Thread | None = None
 
         def on_started(client_pid: int, server_pid: int) -> None:
@@ -318,9 +351,12 @@ def measure_rr(lab: LabState, rw: rr_driver.RrWorkload) -> Sample:
         result = rr_driver.run_lab(lab, rw, on_started=on_started)
         if probe_thread is not None:
             probe_thread.join(timeout=10)
-        if "error" in window:
-            raise window["error"]
-        probe = probes.result(window["a"], window["b"], client_cpu=rw.client_cpu, server_cpu=rw.server_cpu)
+        if window.error is not None:
+            raise window.error
+        if window.start is None or window.end is None:
+            raise EnvironmentProblem(f"lab {lab.name}: the request/response traffic ended before its window; "
+                                     f"nothing measured (run `offlab measure {lab.name} --workload rr` again)")
+        probe = probes.result(window.start, window.end, client_cpu=rw.client_cpu, server_cpu=rw.server_cpu)
     idle = result.to_dict()
     idle["cpu"] = {k: v for k, v in probe["cpu"].items() if k != "per_cpu"}
     idle["cpu_us_per_transaction"] = cpu_per_transaction(probe, result.transactions_per_s)

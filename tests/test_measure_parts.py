@@ -1,0 +1,40 @@
+"""The pure parts of one measured sample (offlab.experiment.measure): service demand and the notes a
+reader must see, on numbers checked by hand."""
+
+from __future__ import annotations
+
+from offlab.experiment.measure import RCVQ_MARK, VETH_NOTE, sample_notes, service_demands
+from offlab.metrics import TCG_MARK
+
+
+def probe(*, steal: float = 0.0, avg: float = 1500.0, snmp: dict | None = None) -> dict:
+    return {"window_s": 2.0,
+            "cpu": {"client": {"busy": 50.0}, "server": {"busy": 25.0}, "system": {"busy_s": 1.5, "steal_pct": steal}},
+            "interfaces": {"client:a": {"rx_avg_bytes": None, "tx_avg_bytes": avg}},
+            "snmp": snmp or {"server": {}}}
+
+
+def test_service_demand_per_side_and_total_by_hand():
+    # 8 Mbit/s for 2 s = 2 MB = 1953.125 KiB; client 50 % of 2 s = 1 s of CPU = 1e6 µs → 512 µs/KiB
+    sd = service_demands(probe(), 8e6, same_kernel=True)
+    assert sd["client"] == 1e6 / 1953.125 and sd["server"] == 0.5e6 / 1953.125
+    assert sd["total"] == 1.5e6 / 1953.125  # the whole system's 1.5 s busy
+    assert "total" not in service_demands(probe(), 8e6, same_kernel=False)
+    assert service_demands(probe(), 0.0, same_kernel=True)["client"] is None  # nothing moved
+
+
+def test_notes_say_what_shaped_the_window_and_only_that():
+    assert sample_notes(probe(), 1500, {}, channel_margin_s=None, late_start_s=None) == []
+    notes = sample_notes(probe(steal=7.5, avg=64000), 1500, {"client": {"accel": "tcg"}, "server": {"accel": "kvm"}},
+                         channel_margin_s=1.0, late_start_s=10.0)
+    assert notes[0].startswith("traffic ran 2 s longer than the window, which began 1 s after the warm-up")
+    assert notes[1].startswith("no traffic showed on this machine's lab interfaces within 10 s")
+    assert notes[2].startswith("CPU steal 7.5 % of the window")
+    assert notes[3] == VETH_NOTE
+    assert notes[4] == f"{TCG_MARK}: client ran under TCG (an emulated CPU)"
+
+
+def test_a_pruned_receive_queue_is_named_with_its_counters():
+    snmp = {"server": {"TcpExt": {"RcvPruned": 3, "TCPRcvCollapsed": 40}}}
+    (note,) = sample_notes(probe(snmp=snmp), 1500, {}, channel_margin_s=None, late_start_s=None)
+    assert note.startswith(f"{RCVQ_MARK}: server hit its TCP receive-memory limit") and "RcvPruned 3" in note
