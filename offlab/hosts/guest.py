@@ -76,7 +76,8 @@ class _Channel:
                 raise GuestGone(f"cannot reach the guest's channel {self.path}: {last}")
             time.sleep(0.05)
 
-    def call(self, cmd: str, stdin: bytes | None, timeout: float) -> _Pending:
+    def call(self, cmd: str | None, stdin: bytes | None, timeout: float) -> _Pending:
+        """One request: a command (`Q`), or an echo (`P`) when cmd is None."""
         deadline = time.monotonic() + timeout
         with self.lock:
             if self.sock is None:
@@ -87,11 +88,15 @@ class _Channel:
             cid = f"{self.prefix}{self.counter:x}"
             pending = self.pending[cid] = _Pending()
             sock = self.sock
-        body = base64.b64encode(cmd.encode()).decode()
-        data = base64.b64encode(stdin).decode() if stdin else "-"
+        if cmd is None:
+            line = f"P {cid}\n"
+        else:
+            body = base64.b64encode(cmd.encode()).decode()
+            data = base64.b64encode(stdin).decode() if stdin else "-"
+            line = f"Q {cid} {body} {data}\n"
         try:
             with self.wlock:
-                sock.sendall(f"Q {cid} {body} {data}\n".encode())
+                sock.sendall(line.encode())
         except OSError as exc:
             self._drop(cid)
             raise GuestGone(f"the guest's channel {self.path} closed: {exc}") from exc
@@ -215,6 +220,17 @@ class GuestHost(Host):
         if pending.error is not None:
             raise GuestGone(f"{pending.error} (guest {self.name})" + self._console_tail())
         return pending.rc, b"".join(pending.out), b"".join(pending.err)  # type: ignore[return-value]
+
+    def echo(self, timeout: float = 30.0) -> float:
+        """One echo through the channel (the agent answers it without running anything): seconds."""
+        start = time.monotonic()
+        try:
+            pending = _channel(self.socket).call(None, None, timeout)
+        except TimeoutError:
+            raise CommandTimeout(["(echo)"], timeout, self.name) from None
+        if pending.error is not None:
+            raise GuestGone(f"{pending.error} (guest {self.name})" + self._console_tail())
+        return time.monotonic() - start
 
     def run(self, argv: Sequence[str], *, timeout: float = DEFAULT_TIMEOUT, check: bool = True,
             input: str | None = None, env: dict[str, str] | None = None) -> Result:

@@ -5,6 +5,7 @@ virtio-serial port named `ctl`:
 
     host → guest   Q <id> <base64 of the shell-quoted argv> <base64 of stdin, or ->
                    K <id>                       kill the process group of a running command
+                   P <id>                       echo: answered `R <id> 0` at once (the channel alone)
     guest → host   O <id> <base64 chunk of stdout>     (any number, in order)
                    E <id> <base64 chunk of stderr>
                    R <id> <exit code>                  last line of one answer
@@ -106,6 +107,7 @@ while :; do
     case $t in
       Q) job "$id" "$a" "$b" & ;;
       K) p=$(cat "/run/agent/$id.p" 2>/dev/null) && kill -9 "-$p" 2>/dev/null ;;
+      P) echo "R $id 0" >&3 ;;
     esac
   done
   sleep 0.2
