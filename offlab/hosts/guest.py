@@ -1,8 +1,10 @@
 """A QEMU guest as a `Host`: argv runs over the guest's virtio-serial command channel.
 
 QEMU listens on a unix socket (`-chardev socket,server=on,wait=off`) for the port named `ctl`;
-the agent in the guest (offlab/vm/guestfs.py) runs each request as `sh -c "$cmd"` where `cmd` is
-`shlex.join(argv)`, so the guest's shell sees exactly the argv given here. Requests carry ids;
+the agent in the guest (offlab-agent, protocol in offlab/vm/guestfs.py) runs each command as
+`sh -c "$cmd"` where `cmd` is `shlex.join(argv)`, so the guest's shell sees exactly the argv given
+here; file reads, writes and existence checks (`read`, `read_many`, `write`, `exists`,
+`wait_for_file`) it answers in its own process, without a fork. Requests carry ids;
 one reader thread per connection hands each answer to the caller waiting for that id, so threads
 share one connection and run concurrently in the guest. A call that times out asks the agent to
 kill its process group and leaves; its late answer is dropped by id, so the channel never wedges.
@@ -43,6 +45,7 @@ class _Pending:
         self.out: list[bytes] = []
         self.err: list[bytes] = []
         self.rc: int | None = None
+        self.results: list[tuple[int, bytes]] = []  # an F request's: (errno or 0, data) per op
         self.error: str | None = None
         self.done = threading.Event()
 
@@ -76,8 +79,10 @@ class _Channel:
                 raise GuestGone(f"cannot reach the guest's channel {self.path}: {last}")
             time.sleep(0.05)
 
-    def call(self, cmd: str | None, stdin: bytes | None, timeout: float) -> _Pending:
-        """One request: a command (`Q`), or an echo (`P`) when cmd is None."""
+    def call(self, cmd: str | None, stdin: bytes | None, timeout: float, *,
+             ops: Sequence[str] | None = None) -> _Pending:
+        """One request: a command (`Q`), file operations (`F`, `ops`), or an echo (`P`) when
+        cmd and ops are None."""
         deadline = time.monotonic() + timeout
         with self.lock:
             if self.sock is None:
@@ -88,7 +93,9 @@ class _Channel:
             cid = f"{self.prefix}{self.counter:x}"
             pending = self.pending[cid] = _Pending()
             sock = self.sock
-        if cmd is None:
+        if ops is not None:
+            line = f"F {cid} {' '.join(ops)}\n"
+        elif cmd is None:
             line = f"P {cid}\n"
         else:
             body = base64.b64encode(cmd.encode()).decode()
@@ -148,7 +155,7 @@ class _Channel:
 
     def _dispatch(self, line: bytes) -> None:
         parts = line.split(b" ")
-        if len(parts) < 2 or parts[0] not in (b"O", b"E", b"R"):
+        if len(parts) < 2 or parts[0] not in (b"O", b"E", b"R", b"A"):
             return  # a partial line left from a connection that closed mid-answer
         with self.lock:
             pending = self.pending.get(parts[1].decode(errors="replace"))
@@ -160,6 +167,12 @@ class _Channel:
                 pending.out.append(base64.b64decode(payload))
             elif parts[0] == b"E":
                 pending.err.append(base64.b64decode(payload))
+            elif parts[0] == b"A":
+                for res in parts[2:]:
+                    code, _, data = res.partition(b":")
+                    pending.results.append((int(code), base64.b64decode(data)))
+                pending.rc = 0
+                pending.done.set()
             else:
                 pending.rc = int(payload)
                 pending.done.set()
@@ -260,21 +273,55 @@ class GuestHost(Host):
         sys.stderr.flush()
         return rc
 
-    # ---- files ----------------------------------------------------------
-    def read(self, path: str | Path) -> str:
-        return self.run(["cat", str(path)], timeout=30).stdout
+    # ---- files: answered in the agent's own process (no fork in the guest) ------------------
+    def _files(self, ops: Sequence[str], what: Sequence[str], timeout: float) -> list[tuple[int, bytes]]:
+        """One `F` request: (errno or 0, data) per op, in order; `what` names the request in errors."""
+        if not self.alive():
+            raise GuestGone(f"guest {self.name} is not running (QEMU pid {self.pid} is gone)"
+                            + self._console_tail())
+        try:
+            pending = _channel(self.socket).call(None, None, timeout, ops=ops)
+        except TimeoutError:
+            raise CommandTimeout(list(what), timeout, self.name) from None
+        if pending.error is not None:
+            raise GuestGone(f"{pending.error} (guest {self.name})" + self._console_tail())
+        if len(pending.results) != len(ops):
+            raise GuestGone(f"the agent of guest {self.name} answered {len(pending.results)} of "
+                            f"{len(ops)} file operations: is its offlab-agent older than this offlab?")
+        return pending.results
+
+    def _failed(self, argv: list[str], code: int) -> CommandFailed:
+        return CommandFailed(argv, 1, f"{argv[0]}: {argv[-1]}: {os.strerror(code)}", self.name)
 
     def read_bytes(self, path: str | Path) -> bytes:
-        rc, out, err = self.run_bytes(["cat", str(path)], timeout=60)
-        if rc != 0:
-            raise CommandFailed(["cat", str(path)], rc, err.decode(errors="replace"), self.name)
-        return out
+        [(code, data)] = self._files([f"r:{_b64(path)}"], ["cat", str(path)], 60)
+        if code:
+            raise self._failed(["cat", str(path)], code)
+        return data
+
+    def read(self, path: str | Path) -> str:
+        return self.read_bytes(path).decode(errors="replace")
+
+    def read_many(self, paths: Sequence[str | Path], *, timeout: float = 30) -> dict[str, str | None]:
+        """Every file in one round trip, read in the given order by one guest process."""
+        results = self._files([f"r:{_b64(p)}" for p in paths], ["cat", *map(str, paths)], timeout)
+        return {str(p): None if code else data.decode(errors="replace") for p, (code, data) in zip(paths, results)}
 
     def write(self, path: str | Path, text: str | bytes) -> None:
-        self.run(["sh", "-c", 'cat >"$1"', "sh", str(path)], input=text, timeout=30)  # type: ignore[arg-type]
+        data = text.encode() if isinstance(text, str) else bytes(text)
+        [(code, _)] = self._files([f"w:{_b64(path)}:{base64.b64encode(data).decode()}"], ["write", str(path)], 30)
+        if code:
+            raise self._failed(["write", str(path)], code)
 
     def exists(self, path: str | Path) -> bool:
-        return self.run(["test", "-e", str(path)], check=False, timeout=30).rc == 0
+        [(code, _)] = self._files([f"e:{_b64(path)}"], ["test", "-e", str(path)], 30)
+        return code == 0
+
+    def wait_for_file(self, path: str | Path, seconds: float) -> bool:
+        """Whether `path` exists within `seconds`: the agent looks every 20 ms (a stat, no fork)."""
+        ms = max(0, int(seconds * 1000))
+        [(code, _)] = self._files([f"t:{_b64(path)}:{ms}"], ["wait", str(path)], seconds + 30)
+        return code == 0
 
     # ---- identity -------------------------------------------------------
     def ref(self) -> dict:
@@ -290,6 +337,10 @@ class GuestHost(Host):
 
     def _console_tail(self, lines: int = 8) -> str:
         return console_tail(self.console, lines)
+
+
+def _b64(path: str | Path) -> str:
+    return base64.b64encode(str(path).encode()).decode()
 
 
 def console_tail(path: str | None, lines: int = 8) -> str:
