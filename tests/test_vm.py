@@ -303,6 +303,26 @@ def test_the_agent_writes_a_sysctl_in_process_and_waits_for_a_file_without_a_com
     guest.run(["rm", marker])
 
 
+def test_the_agents_qdisc_counters_are_those_tc_prints(guest):
+    from offlab.probes import qdisc
+
+    guest.run(["ip", "link", "set", "eth0", "up"])  # a link that is down has no root qdisc yet
+    guest.run(["ip", "addr", "add", "10.200.251.2/24", "dev", "eth0"])
+    try:  # ARP requests for a neighbour nobody answers: packets through eth0's qdisc, into our tap only
+        guest.run(["ping", "-c", "2", "-i", "0.2", "-W", "1", "10.200.251.1"], check=False)
+        first = qdisc.parse_tc(guest.run(["tc", "-s", "-j", "qdisc", "show"]).stdout)
+        agent = qdisc.parse_tc(guest.qdisc_json())
+        last = qdisc.parse_tc(guest.run(["tc", "-s", "-j", "qdisc", "show"]).stdout)
+    finally:
+        guest.run(["ip", "addr", "del", "10.200.251.2/24", "dev", "eth0"])
+        guest.run(["ip", "link", "set", "eth0", "down"])
+    assert "eth0" in agent and set(agent) == set(first) and first["eth0"]["packets"] > 0
+    for dev, q in agent.items():
+        assert q["kind"] == first[dev]["kind"]
+        for k in qdisc.KEEP:  # read between the two tc reads: never outside them
+            assert first[dev][k] <= q[k] <= last[dev][k], (dev, k)
+
+
 def test_an_echo_needs_no_command_and_a_killed_command_reports_its_signal(guest):
     assert guest.echo() > 0
     assert guest.run(["sh", "-c", "kill -9 $$"], check=False).rc == 128 + 9

@@ -10,7 +10,9 @@
 //!                   r:<b64 path>                      read a whole file
 //!                   w:<b64 path>:<b64 data>           write (create, truncate) a file
 //!                   e:<b64 path>                      does it exist
-//!                   t:<b64 path>:<ms>                 wait until it exists, at most ms
+//!                   t:<b64 path>:<ms>                 wait until it exists, at most ms (inotify)
+//!                   q:                                the qdiscs' counters over rtnetlink, as the JSON
+//!                                                     of `tc -s -j qdisc show` (the fields offlab reads)
 //! guest → host  O <id> <b64 stdout>   E <id> <b64 stderr>   R <id> <exit code>
 //!               A <id> <res> <res> ...  one per op, in order: `0:<b64 data>` or `<errno>:`
 //! ```
@@ -56,6 +58,17 @@ impl Agent {
 }
 
 fn main() {
+    // `offlab-agent --qdiscs`: the `q:` answer on stdout, here (for a look or a test outside a guest)
+    if std::env::args().nth(1).as_deref() == Some("--qdiscs") {
+        match qdisc_json() {
+            Ok(j) => println!("{}", String::from_utf8_lossy(&j)),
+            Err(e) => {
+                eprintln!("offlab-agent: {}", e);
+                std::process::exit(3);
+            }
+        }
+        return;
+    }
     std::env::set_var("PATH", PATH);
     std::env::set_var("HOME", "/root");
     let _ = fs::create_dir_all("/root");
@@ -243,9 +256,23 @@ fn errno_of(e: &std::io::Error) -> i32 {
     e.raw_os_error().unwrap_or(libc::EIO)
 }
 
+fn answer(result: std::io::Result<Vec<u8>>) -> Vec<u8> {
+    match result {
+        Ok(data) => {
+            let mut r = b"0:".to_vec();
+            r.extend_from_slice(b64_encode(&data).as_bytes());
+            r
+        }
+        Err(e) => format!("{}:", errno_of(&e)).into_bytes(),
+    }
+}
+
 /// One file operation → `0:<b64 data>` or `<errno>:`.
 fn file_op(op: &[u8]) -> Vec<u8> {
     let fields: Vec<&[u8]> = op.split(|&b| b == b':').collect();
+    if fields[0] == b"q" {
+        return answer(qdisc_json());
+    }
     let path = match fields.get(1).and_then(|p| b64_decode(p)) {
         Some(p) if !p.is_empty() => p,
         _ => return format!("{}:", libc::EINVAL).into_bytes(),
@@ -263,27 +290,188 @@ fn file_op(op: &[u8]) -> Vec<u8> {
         },
         (b"t", 3) => {
             let ms: u64 = std::str::from_utf8(fields[2]).ok().and_then(|s| s.parse().ok()).unwrap_or(0);
-            let deadline = Instant::now() + Duration::from_millis(ms);
-            loop {
-                if fs::metadata(path).is_ok() {
-                    break Ok(Vec::new());
-                }
-                if Instant::now() >= deadline {
-                    break Err(std::io::Error::from_raw_os_error(libc::ETIMEDOUT));
-                }
-                thread::sleep(Duration::from_millis(20));
-            }
+            wait_exists(path, Instant::now() + Duration::from_millis(ms))
         }
         _ => Err(std::io::Error::from_raw_os_error(libc::EINVAL)),
     };
-    match result {
-        Ok(data) => {
-            let mut r = b"0:".to_vec();
-            r.extend_from_slice(b64_encode(&data).as_bytes());
-            r
+    answer(result)
+}
+
+/// Until `path` exists or the deadline passes (ETIMEDOUT): woken by inotify on its directory, so a
+/// wait costs the guest no CPU until the file appears (a look every second besides, in case the
+/// directory itself is replaced; every 100 ms where inotify cannot watch it).
+fn wait_exists(path: &std::path::Path, deadline: Instant) -> std::io::Result<Vec<u8>> {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => std::path::Path::new("/"),
+    };
+    let cdir = CString::new(dir.as_os_str().as_bytes()).map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: inotify_init1 takes plain flags and returns a new descriptor or -1.
+    let fd = unsafe { libc::inotify_init1(libc::IN_CLOEXEC | libc::IN_NONBLOCK) };
+    // SAFETY: `fd` (when valid) is a fresh descriptor owned by nothing else; File closes it.
+    let ino = if fd >= 0 { Some(unsafe { File::from_raw_fd(fd) }) } else { None };
+    // SAFETY: `cdir` is a valid NUL-terminated path for the call; `fd` is our inotify descriptor.
+    let watched = fd >= 0 && unsafe { libc::inotify_add_watch(fd, cdir.as_ptr(), libc::IN_CREATE | libc::IN_MOVED_TO) } >= 0;
+    let mut events = [0u8; 4096];
+    loop {
+        if fs::symlink_metadata(path).is_ok() {
+            return Ok(Vec::new());
         }
-        Err(e) => format!("{}:", errno_of(&e)).into_bytes(),
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(std::io::Error::from_raw_os_error(libc::ETIMEDOUT));
+        }
+        let step = (deadline - now).min(Duration::from_millis(if watched { 1000 } else { 100 }));
+        match (&ino, watched) {
+            (Some(f), true) => {
+                let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+                // SAFETY: `pfd` is one valid pollfd that lives across the call.
+                unsafe { libc::poll(&mut pfd, 1, step.as_millis() as libc::c_int) };
+                let _ = (&*f).read(&mut events); // drain; which file it was does not matter
+            }
+            _ => thread::sleep(step),
+        }
     }
+}
+
+/// The qdiscs of this network namespace from one RTM_GETQDISC dump, as `tc -s -j qdisc show` prints
+/// them (kind, handle, root, dev, bytes, packets, drops, overlimits, requeues, backlog, qlen).
+fn qdisc_json() -> std::io::Result<Vec<u8>> {
+    const RTM_NEWQDISC: u16 = 36;
+    const RTM_GETQDISC: u16 = 38;
+    const NLMSG_ERROR: u16 = 2;
+    const NLMSG_DONE: u16 = 3;
+    const TCA_KIND: u16 = 1;
+    const TCA_STATS: u16 = 3;
+    const TCA_STATS2: u16 = 7;
+    const TCA_STATS_BASIC: u16 = 1;
+    const TCA_STATS_QUEUE: u16 = 3;
+    const TCA_STATS_PKT64: u16 = 8;
+    const TC_H_ROOT: u32 = 0xFFFF_FFFF;
+    // SAFETY: socket() takes plain integers and returns a new descriptor or -1.
+    let fd = unsafe { libc::socket(libc::AF_NETLINK, libc::SOCK_RAW | libc::SOCK_CLOEXEC, libc::NETLINK_ROUTE) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just returned by socket() and is owned by nothing else.
+    let mut sock = unsafe { File::from_raw_fd(fd) };
+    // nlmsghdr (len, type, flags, seq, pid) + an all-zero tcmsg (20 bytes): every qdisc of every link
+    let mut req = Vec::with_capacity(36);
+    req.extend_from_slice(&36u32.to_ne_bytes());
+    req.extend_from_slice(&RTM_GETQDISC.to_ne_bytes());
+    req.extend_from_slice(&((libc::NLM_F_REQUEST | libc::NLM_F_DUMP) as u16).to_ne_bytes());
+    req.extend_from_slice(&1u32.to_ne_bytes());
+    req.extend_from_slice(&0u32.to_ne_bytes());
+    req.extend_from_slice(&[0u8; 20]);
+    sock.write_all(&req)?; // an unconnected netlink socket sends to the kernel
+    let u16_at = |b: &[u8], i: usize| u16::from_ne_bytes([b[i], b[i + 1]]);
+    let u32_at = |b: &[u8], i: usize| u32::from_ne_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+    let u64_at = |b: &[u8], i: usize| (u32_at(b, i) as u64) | (u32_at(b, i + 4) as u64) << 32;
+    // (type, payload) of each attribute in `b`
+    fn attrs(b: &[u8]) -> Vec<(u16, &[u8])> {
+        let mut out = Vec::new();
+        let mut i = 0;
+        while i + 4 <= b.len() {
+            let len = u16::from_ne_bytes([b[i], b[i + 1]]) as usize;
+            if len < 4 || i + len > b.len() {
+                break;
+            }
+            out.push((u16::from_ne_bytes([b[i + 2], b[i + 3]]) & 0x3fff, &b[i + 4..i + len]));
+            i += (len + 3) & !3;
+        }
+        out
+    }
+    let mut items: Vec<String> = Vec::new();
+    let mut buf = vec![0u8; 1 << 16];
+    'dump: loop {
+        let n = sock.read(&mut buf)?;
+        let mut i = 0;
+        while i + 16 <= n {
+            let len = u32_at(&buf, i) as usize;
+            let kind = u16_at(&buf, i + 4);
+            if len < 16 || i + len > n {
+                break;
+            }
+            let msg = &buf[i..i + len];
+            i += (len + 3) & !3;
+            match kind {
+                NLMSG_DONE => break 'dump,
+                NLMSG_ERROR => {
+                    let err = if msg.len() >= 20 { u32_at(msg, 16) as i32 } else { -libc::EIO };
+                    if err != 0 {
+                        return Err(std::io::Error::from_raw_os_error(-err));
+                    }
+                }
+                RTM_NEWQDISC if msg.len() >= 36 => {
+                    let ifindex = u32_at(msg, 20);
+                    let (handle, parent) = (u32_at(msg, 24), u32_at(msg, 28));
+                    let (mut qkind, mut bytes, mut packets) = (String::new(), 0u64, 0u64);
+                    let (mut drops, mut overlimits, mut requeues, mut backlog, mut qlen) = (0u32, 0u32, 0u32, 0u32, 0u32);
+                    for (t, v) in attrs(&msg[36..]) {
+                        match t {
+                            TCA_KIND => qkind = String::from_utf8_lossy(v.split(|&c| c == 0).next().unwrap_or(b"")).into_owned(),
+                            TCA_STATS2 => {
+                                for (st, sv) in attrs(v) {
+                                    match st {
+                                        TCA_STATS_BASIC if sv.len() >= 12 => {
+                                            bytes = u64_at(sv, 0);
+                                            packets = u32_at(sv, 8) as u64;
+                                        }
+                                        TCA_STATS_PKT64 if sv.len() >= 8 => packets = u64_at(sv, 0),
+                                        TCA_STATS_QUEUE if sv.len() >= 20 => {
+                                            qlen = u32_at(sv, 0);
+                                            backlog = u32_at(sv, 4);
+                                            drops = u32_at(sv, 8);
+                                            requeues = u32_at(sv, 12);
+                                            overlimits = u32_at(sv, 16);
+                                        }
+                                        _ => {}
+                                    }
+                                }
+                            }
+                            // the old struct tc_stats, where a kernel gives no TCA_STATS2
+                            TCA_STATS if bytes == 0 && packets == 0 && v.len() >= 36 => {
+                                bytes = u64_at(v, 0);
+                                packets = u32_at(v, 8) as u64;
+                                drops = u32_at(v, 12);
+                                overlimits = u32_at(v, 16);
+                                qlen = u32_at(v, 28);
+                                backlog = u32_at(v, 32);
+                            }
+                            _ => {}
+                        }
+                    }
+                    let mut name = [0 as libc::c_char; libc::IF_NAMESIZE];
+                    // SAFETY: `name` has the IF_NAMESIZE bytes if_indextoname may write, NUL included.
+                    let dev = if unsafe { libc::if_indextoname(ifindex, name.as_mut_ptr()) }.is_null() {
+                        ifindex.to_string()
+                    } else {
+                        // SAFETY: if_indextoname succeeded, so `name` holds a NUL-terminated string.
+                        unsafe { std::ffi::CStr::from_ptr(name.as_ptr()) }.to_string_lossy().into_owned()
+                    };
+                    items.push(format!(
+                        "{{\"kind\":\"{}\",\"handle\":\"{:x}:\",{}\"dev\":\"{}\",\"bytes\":{},\"packets\":{},\
+                         \"drops\":{},\"overlimits\":{},\"requeues\":{},\"backlog\":{},\"qlen\":{}}}",
+                        json_escape(&qkind), handle >> 16, if parent == TC_H_ROOT { "\"root\":true," } else { "" },
+                        json_escape(&dev), bytes, packets, drops, overlimits, requeues, backlog, qlen));
+                }
+                _ => {}
+            }
+        }
+        if n == 0 {
+            break;
+        }
+    }
+    Ok(format!("[{}]", items.join(",")).into_bytes())
+}
+
+fn json_escape(s: &str) -> String {
+    s.chars().flat_map(|c| match c {
+        '"' | '\\' => vec!['\\', c],
+        c if (c as u32) < 0x20 => format!("\\u{:04x}", c as u32).chars().collect(),
+        c => vec![c],
+    }).collect()
 }
 
 /// A whole file, as `cat` gives it: /proc and /sys files report size 0, so read until EOF.

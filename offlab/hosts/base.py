@@ -21,6 +21,7 @@ from typing import Callable, ClassVar, Protocol, Sequence
 from offlab.errors import BadInput, CommandFailed, CommandTimeout, ToolMissing
 
 DEFAULT_TIMEOUT = 30.0
+TC_QDISC_SHOW = ["tc", "-s", "-j", "qdisc", "show"]
 
 # Debian package that provides each tool offlab calls, for the "how to fix" line.
 TOOL_PACKAGES = {
@@ -210,6 +211,12 @@ class Host:
             except (OSError, CommandFailed):
                 out[str(p)] = None
         return out
+
+    def qdisc_json(self, *, timeout: float = 10) -> str | None:
+        """`tc -s -j qdisc show`'s JSON here, None where tc cannot say (a guest's agent asks
+        rtnetlink itself, without forking tc)."""
+        res = self.run(TC_QDISC_SHOW, check=False, timeout=timeout)
+        return res.stdout if res.ok else None
 
     def wait_for_file(self, path: str | Path, seconds: float) -> bool:
         """Whether `path` exists within `seconds` (looks every 0.2 s in one command; a guest's agent

@@ -317,8 +317,14 @@ class GuestHost(Host):
         [(code, _)] = self._files([f"e:{_b64(path)}"], ["test", "-e", str(path)], 30)
         return code == 0
 
+    def qdisc_json(self, *, timeout: float = 10) -> str | None:
+        """The qdiscs' counters as `tc -s -j qdisc show` prints them, from the agent's own rtnetlink
+        dump (no tc forked in the guest)."""
+        [(code, data)] = self._files(["q:"], ["tc", "-s", "-j", "qdisc", "show"], timeout)
+        return None if code else data.decode(errors="replace")
+
     def wait_for_file(self, path: str | Path, seconds: float) -> bool:
-        """Whether `path` exists within `seconds`: the agent looks every 20 ms (a stat, no fork)."""
+        """Whether `path` exists within `seconds`: the agent waits on inotify (no fork, no polling)."""
         ms = max(0, int(seconds * 1000))
         [(code, _)] = self._files([f"t:{_b64(path)}:{ms}"], ["wait", str(path)], seconds + 30)
         return code == 0

@@ -105,14 +105,14 @@ class ProbeSession:
         """One snapshot of a channel host's counters: the files' text as split_counter_files reads it,
         the instant they were answered (this machine's monotonic clock), and its tc text (a string, or
         an _Async that gives it). Over an SSH host's stream: one _REMOTE_READ answer. Elsewhere (a
-        guest): every file in one `read_many`, which its agent answers without forking, and tc (a
-        command) beside it, not waited for there: the files' read span stays theirs alone."""
+        guest): every file in one `read_many`, then its qdiscs (`qdisc_json`), both answered by its
+        agent without forking; the qdiscs are not waited for here: the files' read span stays theirs."""
         if role in self.streams:
             files, _, tc_text = self.streams[role].ask().partition(_SEP + "\n")
             return files, time.monotonic(), tc_text
         host = self.own_kernel[role]
-        tc = _Async(_tc_text, host)
         texts = host.read_many(COUNTER_FILES)
+        tc = _Async(_tc_text, host)
         answered = time.monotonic()
         if texts.get("/proc/net/dev") is None:
             raise OSError(f"{host.name} did not give its /proc/net/dev")
@@ -521,12 +521,12 @@ COUNTER_FILES = ("/proc/uptime", "/proc/net/dev", "/proc/net/snmp", "/proc/net/n
 
 
 def _tc_text(host) -> str:
-    """`tc -s -j qdisc show` on a host, "" where it cannot say."""
+    """`tc -s -j qdisc show`'s JSON of a host (a guest's agent asks rtnetlink, no fork), "" where it
+    cannot say."""
     try:
-        res = host.run(qdisc.TC_SHOW, check=False, timeout=30)
+        return host.qdisc_json(timeout=30) or ""
     except OfflabError:
         return ""
-    return res.stdout if res.ok else ""
 
 
 # The same read, once per line on stdin, for a host that keeps a reader process (an SSH host's stream).
