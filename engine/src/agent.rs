@@ -17,8 +17,9 @@
 //!               A <id> <res> <res> ...  one per op, in order: `0:<b64 data>` or `<errno>:`
 //! ```
 //!
-//! Every request runs on a thread of its own, so a slow one holds up nothing; an answer is
-//! written whole under one lock, so answers interleave only between lines. A command's
+//! A command, and a wait for a file, runs on a thread of its own, so a slow one holds up nothing;
+//! reads and writes (opened non-blocking) are answered on the loop itself. An answer is written
+//! whole under one lock, so answers interleave only between lines. A command's
 //! stdin, stdout and stderr are memory files, as the shell agent's were tmpfs files: a
 //! command that leaves a background child behind is done when its shell exits, and the
 //! child never holds the port (which opens exclusively). The port reads end-of-file while
@@ -28,6 +29,7 @@ use std::collections::{HashMap, HashSet};
 use std::ffi::CString;
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::io::FromRawFd;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Command, Stdio};
@@ -142,8 +144,7 @@ fn dispatch(agent: &Arc<Agent>, line: &[u8]) {
         }
         b"F" => {
             let ops: Vec<Vec<u8>> = parts[2..].iter().filter(|p| !p.is_empty()).map(|p| p.to_vec()).collect();
-            let agent = Arc::clone(agent);
-            thread::spawn(move || {
+            let answer = move |agent: &Agent| {
                 let mut out = format!("A {}", id).into_bytes();
                 for op in &ops {
                     out.push(b' ');
@@ -151,7 +152,15 @@ fn dispatch(agent: &Arc<Agent>, line: &[u8]) {
                 }
                 out.push(b'\n');
                 agent.send(&out);
-            });
+            };
+            // Reads and writes open non-blocking (a FIFO or a tty cannot hold the loop up) and are
+            // answered here, a thread's start saved; a wait gets a thread of its own.
+            if parts[2..].iter().any(|p| p.starts_with(b"t:")) {
+                let agent = Arc::clone(agent);
+                thread::spawn(move || answer(&agent));
+            } else {
+                answer(agent);
+            }
         }
         _ => {}
     }
@@ -284,7 +293,8 @@ fn file_op(op: &[u8]) -> Vec<u8> {
         (b"e", 2) => fs::metadata(path).map(|_| Vec::new()),
         (b"w", 3) => match b64_decode(fields[2]) {
             // one write() for what fits, as a sysctl needs
-            Some(data) => OpenOptions::new().write(true).create(true).truncate(true).open(path)
+            Some(data) => OpenOptions::new().write(true).create(true).truncate(true)
+                .custom_flags(libc::O_NONBLOCK).open(path)
                 .and_then(|mut f| f.write_all(&data)).map(|_| Vec::new()),
             None => Err(std::io::Error::from_raw_os_error(libc::EINVAL)),
         },
@@ -476,7 +486,7 @@ fn json_escape(s: &str) -> String {
 
 /// A whole file, as `cat` gives it: /proc and /sys files report size 0, so read until EOF.
 fn read_file(path: &std::path::Path) -> std::io::Result<Vec<u8>> {
-    let f = File::open(path)?;
+    let f = OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path)?;
     let mut data = Vec::new();
     f.take(MAX_READ + 1).read_to_end(&mut data)?;
     if data.len() as u64 > MAX_READ {
