@@ -5,8 +5,9 @@ process whose /proc/PID/net/* is read from here without spawning a command at th
 edges of the window), which keeps the two snapshots close to the instants they claim.
 A host with a kernel of its own (a guest, an SSH host) cannot be read from here: each
 snapshot starts one read per such host, all at once, before this machine's files are
-read (its clock and all its counter files in one `awk`; an SSH host through a reader
-stream), and the snapshot does not wait for the answers (`settle` does). Every host's
+read (its clock and all its counter files back to back: a guest's agent in one `read_many`
+request, answered without a fork; an SSH host with one `awk` through a reader stream), and
+the snapshot does not wait for the answers (`settle` does). Every host's
 read is timed (sent → answered, on this machine's clock, narrowed by the host's own
 clock), and this machine's UDP/IP counters are sampled meanwhile, so a witness that
 compares two hosts uses counters read at the same instants and knows how far apart they
