@@ -77,7 +77,9 @@ fn main() {
     let _ = std::env::set_current_dir("/root");
     let (port, dev) = open_port();
     let uptime = fs::read_to_string("/proc/uptime").unwrap_or_default();
-    println!("READY {} {}", uptime.split_whitespace().next().unwrap_or("?"), dev);
+    // on the console (init's stdout for us): the boot waits for it; a console that is gone is no reason to stop
+    let _ = writeln!(std::io::stdout(), "READY {} {}", uptime.split_whitespace().next().unwrap_or("?"), dev);
+    let _ = std::io::stdout().flush();
     let agent = Arc::new(Agent { port, write: Mutex::new(()), running: Mutex::new((HashMap::new(), HashSet::new())) });
     let mut buf: Vec<u8> = Vec::with_capacity(1 << 16);
     let mut chunk = vec![0u8; 1 << 16];
