@@ -240,6 +240,7 @@ class GuestHost(Host):
         try:
             pending = _channel(self.socket).call(None, None, timeout)
         except TimeoutError:
+            self._check_agent()
             raise CommandTimeout(["(echo)"], timeout, self.name) from None
         if pending.error is not None:
             raise GuestGone(f"{pending.error} (guest {self.name})" + self._console_tail())
@@ -282,6 +283,7 @@ class GuestHost(Host):
         try:
             pending = _channel(self.socket).call(None, None, timeout, ops=ops)
         except TimeoutError:
+            self._check_agent()
             raise CommandTimeout(list(what), timeout, self.name) from None
         if pending.error is not None:
             raise GuestGone(f"{pending.error} (guest {self.name})" + self._console_tail())
@@ -289,6 +291,17 @@ class GuestHost(Host):
             raise GuestGone(f"the agent of guest {self.name} answered {len(pending.results)} of "
                             f"{len(ops)} file operations: is its offlab-agent older than this offlab?")
         return pending.results
+
+    def _check_agent(self) -> None:
+        """After a request that got no answer: a guest booted by an older offlab runs the shell agent,
+        which ignores requests it does not know (F, P) instead of answering them; say so."""
+        try:
+            rc, _, _ = self.run_bytes(["test", "-x", "/usr/bin/offlab-agent"], timeout=10)
+        except (CommandTimeout, GuestGone):
+            return
+        if rc != 0:
+            raise EnvironmentProblem(f"guest {self.name} runs the command agent of an older offlab, which does "
+                                     f"not answer file requests: take the lab down and up again (`offlab lab down`)")
 
     def _failed(self, argv: list[str], code: int) -> CommandFailed:
         return CommandFailed(argv, 1, f"{argv[0]}: {argv[-1]}: {os.strerror(code)}", self.name)
