@@ -282,6 +282,10 @@ def test_the_agent_reads_in_process_the_same_bytes_cat_gives_and_fails_like_cat(
     assert many["/proc/net/no such file"] is None
     assert many["/proc/net/dev"].splitlines()[0].startswith("Inter-") and "Udp:" in many["/proc/net/snmp"]
     assert float(many["/proc/uptime"].split()[0]) > 0
+    big = os.urandom(3 << 20)  # one line of 4 MB each way: arrives in many reads on both sides
+    guest.write("/tmp/offlab every byte", big)
+    assert guest.read_bytes("/tmp/offlab every byte") == big
+    assert guest.run_bytes(["cat", "/tmp/offlab every byte"]) == (0, big, b"")
     guest.run(["rm", "/tmp/offlab every byte"])
 
 

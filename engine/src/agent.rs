@@ -83,20 +83,27 @@ fn main() {
     let agent = Arc::new(Agent { port, write: Mutex::new(()), running: Mutex::new((HashMap::new(), HashSet::new())) });
     let mut buf: Vec<u8> = Vec::with_capacity(1 << 16);
     let mut chunk = vec![0u8; 1 << 16];
+    let mut scanned = 0; // bytes of `buf` known to hold no newline (a long line arrives in many reads)
     loop {
         match (&agent.port).read(&mut chunk) {
             Ok(0) | Err(_) => {
                 // No host connected: a line it left half-sent is garbage for the next one.
                 buf.clear();
+                scanned = 0;
                 thread::sleep(Duration::from_millis(20));
                 continue;
             }
             Ok(n) => buf.extend_from_slice(&chunk[..n]),
         }
-        while let Some(nl) = buf.iter().position(|&b| b == b'\n') {
-            let line: Vec<u8> = buf.drain(..=nl).collect();
-            dispatch(&agent, &line[..line.len() - 1]);
+        let mut start = 0;
+        while let Some(nl) = buf[scanned..].iter().position(|&b| b == b'\n') {
+            let end = scanned + nl;
+            dispatch(&agent, &buf[start..end]);
+            start = end + 1;
+            scanned = start;
         }
+        buf.drain(..start);
+        scanned = buf.len();
     }
 }
 

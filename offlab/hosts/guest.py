@@ -124,7 +124,7 @@ class _Channel:
             self.last_used = time.monotonic()
 
     def _reader(self, sock: socket.socket) -> None:
-        buf = b""
+        partial: list[bytes] = []  # the chunks of a line not ended yet (an answer of MBs is one line)
         error = "the guest closed its channel"
         while True:
             try:
@@ -147,10 +147,14 @@ class _Channel:
                         p.done.set()
                     self.pending.clear()
                 break
-            buf += chunk
-            *lines, buf = buf.split(b"\n")
-            for line in lines:
-                self._dispatch(line)
+            *ended, rest = chunk.split(b"\n")
+            if ended:
+                ended[0] = b"".join([*partial, ended[0]])
+                partial = []
+                for line in ended:
+                    self._dispatch(line)
+            if rest:
+                partial.append(rest)
         sock.close()
 
     def _dispatch(self, line: bytes) -> None:
