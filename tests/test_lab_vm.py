@@ -69,3 +69,42 @@ def test_lab_down_after_kill_9_during_boot_stops_qemu(lab_name, clean_machine, s
     assert "qemu-system-x86_64" in res.stdout
     assert not running(pid)
     assert not any(n.startswith(f"ol-{lab_name}-") for n in netns_names())
+
+
+def test_a_guest_sample_runs_no_command_in_the_guest_during_its_window(lab_name, clean_machine):
+    # Probes read a guest's counters, qdiscs and MTUs through its agent's own process, and the
+    # traffic's end is awaited by the agent on inotify: inside the window the guest forks nothing of
+    # offlab's. Every request to the guest is recorded here with its type (Q: a command, F: in-process).
+    import time
+
+    from offlab import lab as labs
+    from offlab.experiment import teardown
+    from offlab.experiment.measure import measure
+    from offlab.hosts import guest as guest_mod
+    from offlab.traffic import Workload
+
+    sent: list[tuple[float, float, str]] = []
+    call = guest_mod._Channel.call
+
+    def recording(self, cmd, stdin, timeout, *, ops=None):
+        t0 = time.monotonic()
+        try:
+            return call(self, cmd, stdin, timeout, ops=ops)
+        finally:
+            sent.append((t0, time.monotonic(), "F" if ops is not None else "P" if cmd is None else "Q"))
+
+    lab = labs.up("vm", lab_name)
+    try:
+        guest_mod._Channel.call = recording
+        sample = measure(lab, Workload(tool="iperf3", protocol="tcp", duration=2.0, warmup=1.0))
+    finally:
+        guest_mod._Channel.call = call
+        teardown.down(lab.name)
+    t0, t1 = sample.probes["t0_mono_s"], sample.probes["t0_mono_s"] + sample.probes["window_s"]
+    kinds = {k for _, _, k in sent}
+    assert "Q" in kinds and "F" in kinds  # the client's start and end are commands; the reads are not
+    during = [(a, b, k) for a, b, k in sent if k == "Q" and a < t1 and b > t0]
+    assert during == [], f"commands in the guest during the window [{t0:.2f}, {t1:.2f}]: {during}"
+    snapshots = [(a, b) for a, b, k in sent if k == "F" and t0 - 5 < a < t1 + 5]
+    assert snapshots, "the guest's counters were not read around the window"
+    assert sample.throughput_bps > 0 and "client" in sample.probes["reads"]

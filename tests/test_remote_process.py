@@ -1,12 +1,15 @@
 """A process on a channel host (a guest's agent, SSH) costs few round trips: its directory and start in
-one command, its end (exit code, output, clean-up) in one. Run here against this machine's
-shell through a host that counts its commands (RemoteProcess only ever uses host.run)."""
+one command, its end (exit code, output, clean-up) in one, after a wait for its exit-code file that
+the host does itself (a guest's agent on inotify, without a command). Run here against this machine's
+shell through a host that counts its commands and its waits (RemoteProcess only ever uses host.run and
+host.wait_for_file)."""
 
 from __future__ import annotations
 
 import os
 import signal
 import subprocess
+import time
 
 import pytest
 
@@ -22,10 +25,18 @@ class Counting:
 
     def __init__(self) -> None:
         self.argvs: list[list[str]] = []
+        self.waits: list[str] = []
 
     def run(self, argv, **kw):
         self.argvs.append(list(argv))
         return LOCAL.run(argv, **kw)
+
+    def wait_for_file(self, path, seconds):
+        self.waits.append(path)
+        deadline = time.monotonic() + seconds
+        while not os.path.exists(path) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return os.path.exists(path)
 
 
 def test_a_finished_process_costs_two_commands_and_leaves_nothing_behind():
@@ -35,6 +46,7 @@ def test_a_finished_process_costs_two_commands_and_leaves_nothing_behind():
     out, err = proc.communicate(timeout=20)
     assert (out, err, proc.returncode) == ("out\n\nlast", "err line\n", 3)
     assert len(host.argvs) == 2  # start; the end (code, output, clean-up) in one
+    assert host.waits and set(host.waits) == {f"{proc.dir}/rc"}  # the wait was the host's, not a command
     assert not os.path.exists(proc.dir)
     stop(proc)  # already ended and cleaned: nothing more to ask
     assert len(host.argvs) == 2

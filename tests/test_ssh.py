@@ -147,7 +147,13 @@ def test_files_are_written_and_read_byte_for_byte(host):
         assert host.exists(path) and not host.exists(path + ".no")
         host.write(path, "text\n")
         assert host.read(path) == "text\n"
+        host.write(path + ".nonl", "no newline")
+        # several files in one command, in order; one that cannot be read is None
+        many = host.read_many([path, "/nonexistent/offlab", path + ".nonl", "/proc/version"])
+        assert list(many.values())[:3] == ["text\n", None, "no newline"]
+        assert many["/proc/version"] == host.read("/proc/version")
     finally:
+        host.run(["rm", "-f", path + ".nonl"])
         host.run(["rm", "-f", path])
     with pytest.raises(CommandFailed, match="No such file"):
         host.read("/nonexistent/offlab")

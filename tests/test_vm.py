@@ -264,6 +264,76 @@ def test_read_write_exists_of_a_file(guest):
     assert guest.net_reader().read("dev").splitlines()[0].startswith("Inter-")
 
 
+def test_the_agent_reads_in_process_the_same_bytes_cat_gives_and_fails_like_cat(guest):
+    from offlab.errors import CommandFailed
+
+    every_byte = bytes(range(256)) * 300  # longer than one virtio-serial write (32 KiB)
+    guest.write("/tmp/offlab every byte", every_byte)
+    for path in ("/tmp/offlab every byte", "/proc/version", "/proc/cmdline", "/etc/inittab",
+                 "/sys/class/net/eth0/address", "/proc/sys/net/core/rmem_max", "/usr/bin/offlab-agent"):
+        rc, out, err = guest.run_bytes(["cat", path])
+        assert (rc, err) == (0, b"") and guest.read_bytes(path) == out, path
+    with pytest.raises(CommandFailed) as failed:
+        guest.read("/proc/net/no such file")
+    assert "No such file or directory" in str(failed.value)
+    assert not guest.exists("/proc/net/no such file") and guest.exists("/proc/net/snmp")
+    many = guest.read_many(["/proc/uptime", "/proc/net/dev", "/proc/net/no such file", "/proc/net/snmp"])
+    assert list(many) == ["/proc/uptime", "/proc/net/dev", "/proc/net/no such file", "/proc/net/snmp"]
+    assert many["/proc/net/no such file"] is None
+    assert many["/proc/net/dev"].splitlines()[0].startswith("Inter-") and "Udp:" in many["/proc/net/snmp"]
+    assert float(many["/proc/uptime"].split()[0]) > 0
+    big = os.urandom(3 << 20)  # one line of 4 MB each way: arrives in many reads on both sides
+    guest.write("/tmp/offlab every byte", big)
+    assert guest.read_bytes("/tmp/offlab every byte") == big
+    assert guest.run_bytes(["cat", "/tmp/offlab every byte"]) == (0, big, b"")
+    guest.run(["rm", "/tmp/offlab every byte"])
+
+
+def test_the_agent_writes_a_sysctl_in_process_and_waits_for_a_file_without_a_command(guest):
+    before = guest.read("/proc/sys/net/core/rmem_max")
+    try:
+        guest.write("/proc/sys/net/core/rmem_max", "424242\n")
+        assert guest.run(["sysctl", "-n", "net.core.rmem_max"]).stdout == "424242\n"
+    finally:
+        guest.write("/proc/sys/net/core/rmem_max", before)
+    assert guest.read("/proc/sys/net/core/rmem_max") == before
+    marker = f"/tmp/offlab-appears-{os.getpid()}"
+    assert guest.wait_for_file(marker, 0.3) is False
+    # a command that leaves a child behind is done when its shell is: it does not wait for the child
+    start = time.monotonic()
+    guest.run(["sh", "-c", f"(sleep 1; touch {marker}) & sleep 40 &"])
+    assert time.monotonic() - start < 20
+    assert guest.wait_for_file(marker, 30) is True
+    guest.run(["rm", marker])
+
+
+def test_the_agents_qdisc_counters_are_those_tc_prints(guest):
+    from offlab.probes import qdisc
+
+    guest.run(["ip", "link", "set", "eth0", "up"])  # a link that is down has no root qdisc yet
+    guest.run(["ip", "addr", "add", "10.200.251.2/24", "dev", "eth0"])
+    try:  # ARP requests for a neighbour nobody answers: packets through eth0's qdisc, into our tap only
+        guest.run(["ping", "-c", "2", "-i", "0.2", "-W", "1", "10.200.251.1"], check=False)
+        first = qdisc.parse_tc(guest.run(["tc", "-s", "-j", "qdisc", "show"]).stdout)
+        agent = qdisc.parse_tc(guest.qdisc_json())
+        last = qdisc.parse_tc(guest.run(["tc", "-s", "-j", "qdisc", "show"]).stdout)
+    finally:
+        guest.run(["ip", "addr", "del", "10.200.251.2/24", "dev", "eth0"])
+        guest.run(["ip", "link", "set", "eth0", "down"])
+    assert "eth0" in agent and set(agent) == set(first) and first["eth0"]["packets"] > 0
+    for dev, q in agent.items():
+        assert q["kind"] == first[dev]["kind"]
+        for k in qdisc.KEEP:  # read between the two tc reads: never outside them
+            assert first[dev][k] <= q[k] <= last[dev][k], (dev, k)
+
+
+def test_an_echo_needs_no_command_and_a_killed_command_reports_its_signal(guest):
+    assert guest.echo() > 0
+    assert guest.run(["sh", "-c", "kill -9 $$"], check=False).rc == 128 + 9
+    assert guest.run(["sh", "-c", "exit 255"], check=False).rc == 255
+    assert guest.run(["sh", "-c", "exec 1>&-; echo gone >&2; exit 3"], check=False).stderr == "gone\n"
+
+
 def test_from_ref_in_a_fresh_process_reaches_the_same_guest(guest):
     boot_id = guest.read("/proc/sys/kernel/random/boot_id").strip()
     code = ("import json, sys; from offlab.hosts import from_ref; "

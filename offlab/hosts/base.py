@@ -9,6 +9,7 @@ carries it over a channel. Nothing above `hosts` asks which kind it is.
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import subprocess
@@ -20,6 +21,7 @@ from typing import Callable, ClassVar, Protocol, Sequence
 from offlab.errors import BadInput, CommandFailed, CommandTimeout, ToolMissing
 
 DEFAULT_TIMEOUT = 30.0
+TC_QDISC_SHOW = ["tc", "-s", "-j", "qdisc", "show"]
 
 # Debian package that provides each tool offlab calls, for the "how to fix" line.
 TOOL_PACKAGES = {
@@ -199,6 +201,31 @@ class Host:
 
     def exists(self, path: str | Path) -> bool:
         return Path(path).exists()
+
+    def read_many(self, paths: Sequence[str | Path], *, timeout: float = 30) -> dict[str, str | None]:
+        """path → its text, None for one that cannot be read; read in the given order. A channel
+        host (a guest) reads them all in one round trip; here, one `read` each."""
+        out: dict[str, str | None] = {}
+        for p in paths:
+            try:
+                out[str(p)] = self.read(p)
+            except (OSError, CommandFailed):
+                out[str(p)] = None
+        return out
+
+    def qdisc_json(self, *, timeout: float = 10) -> str | None:
+        """`tc -s -j qdisc show`'s JSON here, None where tc cannot say (a guest's agent asks
+        rtnetlink itself, without forking tc)."""
+        res = self.run(TC_QDISC_SHOW, check=False, timeout=timeout)
+        return res.stdout if res.ok else None
+
+    def wait_for_file(self, path: str | Path, seconds: float) -> bool:
+        """Whether `path` exists within `seconds` (looks every 0.2 s in one command; a guest's agent
+        looks itself, without forking)."""
+        looks = max(0, math.ceil(seconds / 0.2))
+        script = 'n=$2; while [ ! -e "$1" ] && [ "$n" -gt 0 ]; do sleep 0.2; n=$((n - 1)); done; [ -e "$1" ]'
+        return self.run(["sh", "-c", script, "sh", str(path), str(looks)], check=False,
+                        timeout=seconds + 15).rc == 0
 
     def net_reader(self) -> NetReader:
         """A reader of this host's /proc/net files, fast enough to bracket a traffic window."""

@@ -1,8 +1,10 @@
 """A QEMU guest as a `Host`: argv runs over the guest's virtio-serial command channel.
 
 QEMU listens on a unix socket (`-chardev socket,server=on,wait=off`) for the port named `ctl`;
-the agent in the guest (offlab/vm/guestfs.py) runs each request as `sh -c "$cmd"` where `cmd` is
-`shlex.join(argv)`, so the guest's shell sees exactly the argv given here. Requests carry ids;
+the agent in the guest (offlab-agent, protocol in offlab/vm/guestfs.py) runs each command as
+`sh -c "$cmd"` where `cmd` is `shlex.join(argv)`, so the guest's shell sees exactly the argv given
+here; file reads, writes and existence checks (`read`, `read_many`, `write`, `exists`,
+`wait_for_file`) it answers in its own process, without a fork. Requests carry ids;
 one reader thread per connection hands each answer to the caller waiting for that id, so threads
 share one connection and run concurrently in the guest. A call that times out asks the agent to
 kill its process group and leaves; its late answer is dropped by id, so the channel never wedges.
@@ -43,6 +45,7 @@ class _Pending:
         self.out: list[bytes] = []
         self.err: list[bytes] = []
         self.rc: int | None = None
+        self.results: list[tuple[int, bytes]] = []  # an F request's: (errno or 0, data) per op
         self.error: str | None = None
         self.done = threading.Event()
 
@@ -76,7 +79,10 @@ class _Channel:
                 raise GuestGone(f"cannot reach the guest's channel {self.path}: {last}")
             time.sleep(0.05)
 
-    def call(self, cmd: str, stdin: bytes | None, timeout: float) -> _Pending:
+    def call(self, cmd: str | None, stdin: bytes | None, timeout: float, *,
+             ops: Sequence[str] | None = None) -> _Pending:
+        """One request: a command (`Q`), file operations (`F`, `ops`), or an echo (`P`) when
+        cmd and ops are None."""
         deadline = time.monotonic() + timeout
         with self.lock:
             if self.sock is None:
@@ -87,11 +93,17 @@ class _Channel:
             cid = f"{self.prefix}{self.counter:x}"
             pending = self.pending[cid] = _Pending()
             sock = self.sock
-        body = base64.b64encode(cmd.encode()).decode()
-        data = base64.b64encode(stdin).decode() if stdin else "-"
+        if ops is not None:
+            line = f"F {cid} {' '.join(ops)}\n"
+        elif cmd is None:
+            line = f"P {cid}\n"
+        else:
+            body = base64.b64encode(cmd.encode()).decode()
+            data = base64.b64encode(stdin).decode() if stdin else "-"
+            line = f"Q {cid} {body} {data}\n"
         try:
             with self.wlock:
-                sock.sendall(f"Q {cid} {body} {data}\n".encode())
+                sock.sendall(line.encode())
         except OSError as exc:
             self._drop(cid)
             raise GuestGone(f"the guest's channel {self.path} closed: {exc}") from exc
@@ -112,7 +124,7 @@ class _Channel:
             self.last_used = time.monotonic()
 
     def _reader(self, sock: socket.socket) -> None:
-        buf = b""
+        partial: list[bytes] = []  # the chunks of a line not ended yet (an answer of MBs is one line)
         error = "the guest closed its channel"
         while True:
             try:
@@ -135,15 +147,19 @@ class _Channel:
                         p.done.set()
                     self.pending.clear()
                 break
-            buf += chunk
-            *lines, buf = buf.split(b"\n")
-            for line in lines:
-                self._dispatch(line)
+            *ended, rest = chunk.split(b"\n")
+            if ended:
+                ended[0] = b"".join([*partial, ended[0]])
+                partial = []
+                for line in ended:
+                    self._dispatch(line)
+            if rest:
+                partial.append(rest)
         sock.close()
 
     def _dispatch(self, line: bytes) -> None:
         parts = line.split(b" ")
-        if len(parts) < 2 or parts[0] not in (b"O", b"E", b"R"):
+        if len(parts) < 2 or parts[0] not in (b"O", b"E", b"R", b"A"):
             return  # a partial line left from a connection that closed mid-answer
         with self.lock:
             pending = self.pending.get(parts[1].decode(errors="replace"))
@@ -155,6 +171,12 @@ class _Channel:
                 pending.out.append(base64.b64decode(payload))
             elif parts[0] == b"E":
                 pending.err.append(base64.b64decode(payload))
+            elif parts[0] == b"A":
+                for res in parts[2:]:
+                    code, _, data = res.partition(b":")
+                    pending.results.append((int(code), base64.b64decode(data)))
+                pending.rc = 0
+                pending.done.set()
             else:
                 pending.rc = int(payload)
                 pending.done.set()
@@ -216,6 +238,18 @@ class GuestHost(Host):
             raise GuestGone(f"{pending.error} (guest {self.name})" + self._console_tail())
         return pending.rc, b"".join(pending.out), b"".join(pending.err)  # type: ignore[return-value]
 
+    def echo(self, timeout: float = 30.0) -> float:
+        """One echo through the channel (the agent answers it without running anything): seconds."""
+        start = time.monotonic()
+        try:
+            pending = _channel(self.socket).call(None, None, timeout)
+        except TimeoutError:
+            self._check_agent()
+            raise CommandTimeout(["(echo)"], timeout, self.name) from None
+        if pending.error is not None:
+            raise GuestGone(f"{pending.error} (guest {self.name})" + self._console_tail())
+        return time.monotonic() - start
+
     def run(self, argv: Sequence[str], *, timeout: float = DEFAULT_TIMEOUT, check: bool = True,
             input: str | None = None, env: dict[str, str] | None = None) -> Result:
         argv = [str(a) for a in argv]
@@ -244,21 +278,73 @@ class GuestHost(Host):
         sys.stderr.flush()
         return rc
 
-    # ---- files ----------------------------------------------------------
-    def read(self, path: str | Path) -> str:
-        return self.run(["cat", str(path)], timeout=30).stdout
+    # ---- files: answered in the agent's own process (no fork in the guest) ------------------
+    def _files(self, ops: Sequence[str], what: Sequence[str], timeout: float) -> list[tuple[int, bytes]]:
+        """One `F` request: (errno or 0, data) per op, in order; `what` names the request in errors."""
+        if not self.alive():
+            raise GuestGone(f"guest {self.name} is not running (QEMU pid {self.pid} is gone)"
+                            + self._console_tail())
+        try:
+            pending = _channel(self.socket).call(None, None, timeout, ops=ops)
+        except TimeoutError:
+            self._check_agent()
+            raise CommandTimeout(list(what), timeout, self.name) from None
+        if pending.error is not None:
+            raise GuestGone(f"{pending.error} (guest {self.name})" + self._console_tail())
+        if len(pending.results) != len(ops):
+            raise GuestGone(f"the agent of guest {self.name} answered {len(pending.results)} of "
+                            f"{len(ops)} file operations: is its offlab-agent older than this offlab?")
+        return pending.results
+
+    def _check_agent(self) -> None:
+        """After a request that got no answer: a guest booted by an older offlab runs the shell agent,
+        which ignores requests it does not know (F, P) instead of answering them; say so."""
+        try:
+            rc, _, _ = self.run_bytes(["test", "-x", "/usr/bin/offlab-agent"], timeout=10)
+        except (CommandTimeout, GuestGone):
+            return
+        if rc != 0:
+            raise EnvironmentProblem(f"guest {self.name} runs the command agent of an older offlab, which does "
+                                     f"not answer file requests: take the lab down and up again (`offlab lab down`)")
+
+    def _failed(self, argv: list[str], code: int) -> CommandFailed:
+        return CommandFailed(argv, 1, f"{argv[0]}: {argv[-1]}: {os.strerror(code)}", self.name)
 
     def read_bytes(self, path: str | Path) -> bytes:
-        rc, out, err = self.run_bytes(["cat", str(path)], timeout=60)
-        if rc != 0:
-            raise CommandFailed(["cat", str(path)], rc, err.decode(errors="replace"), self.name)
-        return out
+        [(code, data)] = self._files([f"r:{_b64(path)}"], ["cat", str(path)], 60)
+        if code:
+            raise self._failed(["cat", str(path)], code)
+        return data
+
+    def read(self, path: str | Path) -> str:
+        return self.read_bytes(path).decode(errors="replace")
+
+    def read_many(self, paths: Sequence[str | Path], *, timeout: float = 30) -> dict[str, str | None]:
+        """Every file in one round trip, read in the given order by one guest process."""
+        results = self._files([f"r:{_b64(p)}" for p in paths], ["cat", *map(str, paths)], timeout)
+        return {str(p): None if code else data.decode(errors="replace") for p, (code, data) in zip(paths, results, strict=True)}
 
     def write(self, path: str | Path, text: str | bytes) -> None:
-        self.run(["sh", "-c", 'cat >"$1"', "sh", str(path)], input=text, timeout=30)  # type: ignore[arg-type]
+        data = text.encode() if isinstance(text, str) else bytes(text)
+        [(code, _)] = self._files([f"w:{_b64(path)}:{base64.b64encode(data).decode()}"], ["write", str(path)], 30)
+        if code:
+            raise self._failed(["write", str(path)], code)
 
     def exists(self, path: str | Path) -> bool:
-        return self.run(["test", "-e", str(path)], check=False, timeout=30).rc == 0
+        [(code, _)] = self._files([f"e:{_b64(path)}"], ["test", "-e", str(path)], 30)
+        return code == 0
+
+    def qdisc_json(self, *, timeout: float = 10) -> str | None:
+        """The qdiscs' counters as `tc -s -j qdisc show` prints them, from the agent's own rtnetlink
+        dump (no tc forked in the guest)."""
+        [(code, data)] = self._files(["q:"], ["tc", "-s", "-j", "qdisc", "show"], timeout)
+        return None if code else data.decode(errors="replace")
+
+    def wait_for_file(self, path: str | Path, seconds: float) -> bool:
+        """Whether `path` exists within `seconds`: the agent waits on inotify (no fork, no polling)."""
+        ms = max(0, int(seconds * 1000))
+        [(code, _)] = self._files([f"t:{_b64(path)}:{ms}"], ["wait", str(path)], seconds + 30)
+        return code == 0
 
     # ---- identity -------------------------------------------------------
     def ref(self) -> dict:
@@ -274,6 +360,10 @@ class GuestHost(Host):
 
     def _console_tail(self, lines: int = 8) -> str:
         return console_tail(self.console, lines)
+
+
+def _b64(path: str | Path) -> str:
+    return base64.b64encode(str(path).encode()).decode()
 
 
 def console_tail(path: str | None, lines: int = 8) -> str:

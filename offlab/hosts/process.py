@@ -8,7 +8,6 @@ ends, its exit code, and offers Popen's verbs over `host.run`.
 
 from __future__ import annotations
 
-import math
 import os
 import secrets
 import shlex
@@ -61,11 +60,10 @@ class _RemoteStream:
         pass
 
 
-# Waits in the remote host until "$1/rc" exists, at most $2 looks 0.2 s apart, and prints it if it does.
+# Waits in the remote host until "$1/rc" exists, at most $2 looks 0.2 s apart (0 after
+# `wait_for_file` said it is there); once it ended: its code, stdout, stderr, each after a line only
+# this call knows ($3), and the directory removed - the end of a process in one command.
 _WAIT_LOOP = 'n=$2; while [ ! -e "$1/rc" ] && [ "$n" -gt 0 ]; do sleep 0.2; n=$((n - 1)); done'
-_WAIT_RC = _WAIT_LOOP + '; cat "$1/rc" 2>/dev/null'
-# Waits the same; once it ended: its code, stdout, stderr, each after a line only this call knows
-# ($3), and the directory removed - the end of a process in one command.
 _WAIT_COLLECT = (_WAIT_LOOP + '; [ -e "$1/rc" ] || exit 0; printf \'%s\\n\' "$3"; cat "$1/rc"; '
                  'printf \'%s\\n\' "$3"; cat "$1/out"; printf \'\\n%s\\n\' "$3"; cat "$1/err"; rm -rf "$1"')
 WAIT_CHUNK_S = 10
@@ -106,20 +104,24 @@ class RemoteProcess:
                 self.returncode = int(res.stdout.strip())
         return self.returncode
 
+    def _ended_within(self, left: float | None) -> bool:
+        """Whether its exit code appeared within `left` seconds (at most WAIT_CHUNK_S; None: that):
+        the host looks itself (a guest's agent with a stat every 20 ms, no fork), not a command every
+        50 ms: each command is a round trip, and in a 1-vCPU TCG guest the forks of 20 a second took
+        the CPU from the traffic being measured (docs/vm.md, the guest TCP gap)."""
+        chunk = WAIT_CHUNK_S if left is None else max(0.0, min(WAIT_CHUNK_S, left))
+        return self.host.wait_for_file(f"{self.dir}/rc", chunk)
+
     def wait(self, timeout: float | None = None) -> int:
         deadline = None if timeout is None else time.monotonic() + timeout
         while self.returncode is None:
             left = None if deadline is None else deadline - time.monotonic()
-            # One command that returns with the exit code when it appears (or after a while), not a
-            # look every 50 ms: each look is a command round trip, and in a 1-vCPU TCG guest 20 of
-            # them a second took the CPU from the traffic being measured (docs/vm.md, the guest TCP gap).
-            chunk = max(1, min(WAIT_CHUNK_S, math.ceil(left))) if left is not None else WAIT_CHUNK_S
-            looks = 0 if left is not None and left <= 0 else chunk * 5  # out of time: one last look
-            res = self.host.run(["sh", "-c", _WAIT_RC, "sh", self.dir, str(looks)], check=False,
-                                timeout=chunk + 15)
-            if res.stdout.strip().lstrip("-").isdigit():
-                self.returncode = int(res.stdout.strip())
-            elif looks == 0:
+            if self._ended_within(left):
+                res = self.host.run(["cat", f"{self.dir}/rc"], check=False, timeout=15)
+                if res.stdout.strip().lstrip("-").isdigit():
+                    self.returncode = int(res.stdout.strip())
+                    continue
+            if left is not None and left <= 0:
                 raise subprocess.TimeoutExpired(self.args, timeout)
         return self.returncode
 
@@ -134,21 +136,20 @@ class RemoteProcess:
         self.send_signal(signal.SIGKILL)
 
     def communicate(self, input: str | None = None, timeout: float | None = None) -> tuple:
-        """Wait for the end and take its code, stdout and stderr, and remove its directory: one
-        command when it ends within WAIT_CHUNK_S (each is a round trip, 0.2-3 s in a loaded TCG guest)."""
+        """Wait for the end and take its code, stdout and stderr, and remove its directory: a wait
+        for its exit code (see `_ended_within`), then one command."""
         if self._cleaned:  # ended and collected (or stopped) before: nothing left to read
             return "", ""
         deadline = None if timeout is None else time.monotonic() + timeout
         mark = f"@@offlab-{secrets.token_hex(8)}@@"
         while True:
             left = None if deadline is None else deadline - time.monotonic()
-            chunk = max(1, min(WAIT_CHUNK_S, math.ceil(left))) if left is not None else WAIT_CHUNK_S
-            looks = 0 if left is not None and left <= 0 else chunk * 5
-            res = self.host.run(["sh", "-c", _WAIT_COLLECT, "sh", self.dir, str(looks), mark], check=False,
-                                timeout=chunk + 30)
-            if res.stdout.startswith(mark + "\n"):
-                break
-            if looks == 0:
+            if self._ended_within(left):
+                # ended: its code, stdout and stderr and the directory removed, in one command
+                res = self.host.run(["sh", "-c", _WAIT_COLLECT, "sh", self.dir, "0", mark], check=False, timeout=30)
+                if res.stdout.startswith(mark + "\n"):
+                    break
+            if left is not None and left <= 0:
                 raise subprocess.TimeoutExpired(self.args, timeout)
         rc, found, rest = res.stdout[len(mark) + 1:].partition(f"\n{mark}\n")
         out, found_err, err = rest.partition(f"\n{mark}\n")

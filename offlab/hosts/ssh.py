@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import re
+import secrets
 import shlex
 import shutil
 import subprocess
@@ -418,6 +419,18 @@ class SshHost(Host):
 
     def read(self, path: str | Path) -> str:
         return self.read_bytes(path).decode(errors="replace")
+
+    def read_many(self, paths: Sequence[str | Path], *, timeout: float = 30) -> dict[str, str | None]:
+        """Every file in one ssh command: each after a line only this call knows, with 0 or 1."""
+        mark = f"@@offlab-{secrets.token_hex(8)}@@"
+        script = ('m=$1; shift; for f; do if [ -r "$f" ]; then printf \'\\n%s 0\\n\' "$m"; cat -- "$f"; '
+                  'else printf \'\\n%s 1\\n\' "$m"; fi; done; exit 0')
+        _, rc, out, err, _ = self._exec(["sh", "-c", script, "sh", mark, *map(str, paths)], timeout=timeout,
+                                        input=None, env=None)
+        chunks = out.decode(errors="replace").split(f"\n{mark} ")[1:]
+        if rc != 0 or len(chunks) != len(paths):
+            raise CommandFailed(["cat", *map(str, paths)], rc, err.decode(errors="replace"), self.name)
+        return {str(p): c[2:] if c.startswith("0\n") else None for p, c in zip(paths, chunks, strict=True)}
 
     def write(self, path: str | Path, text: str | bytes) -> None:
         """Write a file on the host exactly (bytes as given, text as UTF-8)."""

@@ -5,8 +5,9 @@ process whose /proc/PID/net/* is read from here without spawning a command at th
 edges of the window), which keeps the two snapshots close to the instants they claim.
 A host with a kernel of its own (a guest, an SSH host) cannot be read from here: each
 snapshot starts one read per such host, all at once, before this machine's files are
-read (its clock and all its counter files in one `awk`; an SSH host through a reader
-stream), and the snapshot does not wait for the answers (`settle` does). Every host's
+read (its clock and all its counter files back to back: a guest's agent in one `read_many`
+request, answered without a fork; an SSH host with one `awk` through a reader stream), and
+the snapshot does not wait for the answers (`settle` does). Every host's
 read is timed (sent → answered, on this machine's clock, narrowed by the host's own
 clock), and this machine's UDP/IP counters are sampled meanwhile, so a witness that
 compares two hosts uses counters read at the same instants and knows how far apart they
@@ -111,18 +112,31 @@ class ProbeSession:
             self.close()
             raise
 
-    def _read_remote(self, role: str) -> str:
-        """One answer of _REMOTE_READ from a channel host: over its stream where it has one."""
+    def _read_remote(self, role: str) -> tuple[str, float, "_Async | str"]:
+        """One snapshot of a channel host's counters: the files' text as split_counter_files reads it,
+        the instant they were answered (this machine's monotonic clock), and its tc text (a string, or
+        an _Async that gives it). Over an SSH host's stream: one _REMOTE_READ answer. Elsewhere (a
+        guest): every file in one `read_many`, then its qdiscs (`qdisc_json`), both answered by its
+        agent without forking; the qdiscs are not waited for here: the files' read span stays theirs."""
         if role in self.streams:
-            return self.streams[role].ask()
-        return self.own_kernel[role].run(["sh", "-c", _REMOTE_READ], timeout=30).stdout
+            files, _, tc_text = self.streams[role].ask().partition(_SEP + "\n")
+            return files, time.monotonic(), tc_text
+        host = self.own_kernel[role]
+        texts = host.read_many(COUNTER_FILES)
+        tc = _Async(_tc_text, host)
+        answered = time.monotonic()
+        if texts.get("/proc/net/dev") is None:
+            raise OSError(f"{host.name} did not give its /proc/net/dev")
+        text = "".join(f"@@{path}\n{t}" + ("" if t.endswith("\n") else "\n")
+                       for path, t in texts.items() if t is not None)
+        return text, answered, tc
 
     def _read_clock(self, role: str) -> str:
-        """The host's /proc/uptime: over its stream where it has one, else alone (a guest's whole
-        counter read is ~5 forks and a few KB through the channel; the clock alone is one cat)."""
+        """The host's /proc/uptime: over its stream where it has one, else alone (a guest's agent
+        reads it without forking)."""
         if role in self.streams:
-            return split_counter_files(self._read_remote(role).partition(_SEP + "\n")[0])["uptime"]
-        return self.own_kernel[role].run(["cat", "/proc/uptime"], timeout=30).stdout
+            return split_counter_files(self.streams[role].ask().partition(_SEP + "\n")[0])["uptime"]
+        return self.own_kernel[role].read("/proc/uptime")
 
     def _exchange(self, role: str, count: int | None = None) -> None:
         """A few reads of the host's clock before the traffic: the quickest answers bound its offset."""
@@ -522,6 +536,20 @@ def split_counter_files(text: str) -> dict[str, str]:
     return files
 
 
+# What a guest's agent reads in one request (read_many), in this order: its clock first.
+COUNTER_FILES = ("/proc/uptime", "/proc/net/dev", "/proc/net/snmp", "/proc/net/netstat", "/proc/net/snmp6",
+                 "/proc/stat")
+
+
+def _tc_text(host) -> str:
+    """`tc -s -j qdisc show`'s JSON of a host (a guest's agent asks rtnetlink, no fork), "" where it
+    cannot say."""
+    try:
+        return host.qdisc_json(timeout=30) or ""
+    except OfflabError:
+        return ""
+
+
 # The same read, once per line on stdin, for a host that keeps a reader process (an SSH host's stream).
 _END = "@@offlab-end@@"
 _STREAM_READ = f"while read -r _; do {_REMOTE_READ}; echo {_END}; done"
@@ -560,10 +588,10 @@ class _Stream:
 
 
 class _Remote:
-    """One snapshot's files of a host with its own kernel, read in one command on a thread, timed."""
+    """One snapshot's files of a host with its own kernel, read in one request on a thread, timed."""
 
     def __init__(self, read, role: str, *, done=None) -> None:
-        self.read, self.role, self.out, self.error, self.done = read, role, "", None, done
+        self.read, self.role, self.out, self.tc, self.error, self.done = read, role, "", "", None, done
         self.sent = self.answered = time.monotonic()
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
@@ -571,8 +599,7 @@ class _Remote:
     def _run(self) -> None:
         try:
             self.sent = time.monotonic()
-            self.out = self.read(self.role)
-            self.answered = time.monotonic()
+            self.out, self.answered, self.tc = self.read(self.role)
         except (OfflabError, OSError) as exc:
             self.error = exc
         finally:
@@ -581,11 +608,11 @@ class _Remote:
 
     def result(self, lab: str, role: str) -> tuple[dict[str, str], str]:
         self.thread.join(timeout=35)
-        files, sep, tc_text = self.out.partition(_SEP + "\n")
-        if self.error is not None or not sep:
+        if self.error is not None or not self.out:
             raise EnvironmentProblem(f"lab {lab}: the counters of host {role} cannot be read"
                                      + (f": {self.error}" if self.error else ""))
-        return split_counter_files(files), tc_text
+        tc_text = self.tc.result(timeout=35) if isinstance(self.tc, _Async) else self.tc
+        return split_counter_files(self.out), tc_text or ""
 
 
 class _Async:
@@ -608,15 +635,23 @@ _MTUS = 'for d in /sys/class/net/*; do echo "${d##*/} $(cat "$d/mtu")"; done'
 
 
 def mtus(lab) -> dict[str, int]:
-    """"role:iface" → MTU of every interface of every lab host, read once after the window (sysfs, so a
-    guest's busybox answers too); a host that cannot say is left out."""
+    """"role:iface" → MTU of every interface of every lab host, read once beside the window (sysfs); a
+    host that cannot say is left out. A host with a kernel of its own (a guest) reads its interface
+    names and their MTU files in two `read_many` requests, which its agent answers without forking
+    (a shell loop there would fork a `cat` per interface in the guest, beside the traffic)."""
     def read(host) -> dict[str, int]:
         try:
-            res = host.run(["sh", "-c", _MTUS], check=False, timeout=10)
+            if host.shares_kernel:
+                res = host.run(["sh", "-c", _MTUS], check=False, timeout=10)
+                lines = res.stdout.splitlines() if res.ok else []
+            else:
+                names = [n for n in parse_net_dev(host.read_many(["/proc/net/dev"])["/proc/net/dev"] or "")]
+                found = host.read_many([f"/sys/class/net/{n}/mtu" for n in names], timeout=10)
+                lines = [f"{n} {found[f'/sys/class/net/{n}/mtu'] or ''}" for n in names]
         except OfflabError:
             return {}
         out = {}
-        for line in res.stdout.splitlines() if res.ok else []:
+        for line in lines:
             name, _, mtu = line.partition(" ")
             if mtu.strip().isdigit() and name != "lo":
                 out[name] = int(mtu)

@@ -30,10 +30,10 @@ def parse_tc(text: str) -> dict[str, dict]:
 def read(host) -> dict[str, dict] | None:
     """The host's root qdisc counters; None where `tc` cannot say (absent in a guest, for instance)."""
     try:
-        res = host.run(TC_SHOW, check=False, timeout=10)
+        text = host.qdisc_json(timeout=10)
     except OfflabError:
         return None
-    return parse_tc(res.stdout) if res.ok else None
+    return parse_tc(text) if text is not None else None
 
 
 def delta(before: dict[str, dict] | None, after: dict[str, dict] | None) -> dict[str, dict]:

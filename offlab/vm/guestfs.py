@@ -1,26 +1,26 @@
-"""The guest's own files: inittab, the boot script and the command agent (busybox sh).
+"""The guest's own files: inittab, the boot script, and the script that starts the command agent.
 
-The agent speaks the line protocol that `offlab.hosts.guest` speaks on the host side, over the
-virtio-serial port named `ctl`:
+The agent is `offlab-agent` (engine/src/agent.rs, built by `make install` and shipped like
+offlab-engine): a persistent process that holds the virtio-serial port named `ctl` and speaks the
+line protocol `offlab.hosts.guest` speaks on the host side:
 
     host → guest   Q <id> <base64 of the shell-quoted argv> <base64 of stdin, or ->
                    K <id>                       kill the process group of a running command
-    guest → host   O <id> <base64 chunk of stdout>     (any number, in order)
-                   E <id> <base64 chunk of stderr>
-                   R <id> <exit code>                  last line of one answer
+                   P <id>                       echo: answered `R <id> 0` at once (the channel alone)
+                   F <id> <op> ...              file operations in the agent's own process (no fork):
+                                                r:<b64 path>, w:<b64 path>:<b64 data>, e:<b64 path>,
+                                                t:<b64 path>:<ms> (wait until it exists)
+    guest → host   O <id> <base64 of stdout>    E <id> <base64 of stderr>    R <id> <exit code>
+                   A <id> <result> ...          one per op: `0:<b64 data>` or `<errno>:`
 
-Each command runs in its own background job, so a slow command never holds up the others; the
-answer is written one line per write() (shell builtins only), so answers of concurrent jobs
-interleave only at line boundaries and every line names its id. Forks are what a command costs
-under TCG, so a job makes few (decode, setsid, base64 only for non-empty output, rm); an answer
-of up to 30,000 base64 characters goes as one line. A host that gave up on a command sends `K`; the late
-answer then carries an id nobody waits for and is dropped. The port reads EOF while no host is
-connected, hence the outer loop; commands never inherit fd 3, since the port opens exclusively.
-Every command runs at the agent's own priority: running the agent at nice −20 (so that a counter
-read would overtake the traffic) let its plumbing take the vCPU from the traffic being measured,
-and on a loaded host did not make the reads answer sooner (the host's CPUs were the limit).
-Commands run under /bin/sh = dash, not busybox's shell, which would prefer its own `ip` and `tc`
-applets to the real iproute2 binaries whatever PATH says.
+A `Q` runs `/bin/sh -c` (dash: busybox's shell would prefer its own `ip` and `tc` applets to the
+real iproute2 binaries whatever PATH says) in a new session, on a thread of the agent, with stdin,
+stdout and stderr in memory files; every request has its own thread, so a slow one holds up
+nothing, and an answer is written whole under one lock. A host that gave up on a command sends
+`K`; the late answer then carries an id nobody waits for and is dropped. The port reads EOF while
+no host is connected (the agent looks again every 20 ms); commands never inherit it, since the
+port opens exclusively. Everything runs at the agent's own priority: an agent at nice −20 let its
+plumbing take the vCPU from the traffic being measured.
 """
 
 from __future__ import annotations
@@ -61,60 +61,8 @@ echo "offlab: booted in $up s"
 """
 
 AGENT = f"""#!/bin/busybox sh
-# The command agent: see offlab/vm/guestfs.py for the protocol.
+# The command agent (engine/src/agent.rs; protocol: offlab/vm/guestfs.py). init respawns it.
 export PATH={GUEST_PATH} HOME=/root
 cd /root
-port=
-while [ -z "$port" ]; do
-  for n in /sys/class/virtio-ports/*/name; do
-    [ "$(cat "$n" 2>/dev/null)" = {PORT_NAME} ] && {{ d=${{n%/name}}; port=/dev/${{d##*/}}; }}
-  done
-  [ -n "$port" ] && [ -e "$port" ] || {{ port=; sleep 0.1; }}
-done
-exec 3<>"$port"
-echo "READY $(cut -d' ' -f1 /proc/uptime) $port"
-
-# One line, one write(), when the answer fits a virtio-serial write (32 KiB): the shell's `read` takes
-# a system call per byte, which under TCG on a loaded host cost ~0.3 s per KiB of answer.
-say() {{
-  l=$(base64 -w 0 "$2")
-  if [ ${{#l}} -le 30000 ]; then echo "$1 $id $l"
-  else base64 "$2" >"$d.b"; while read -r l; do echo "$1 $id $l"; done <"$d.b"; fi
-}}
-
-job() {{
-  id=$1; d=/run/agent/$1
-  base64 -d >"$d.c" <<EOF
-$2
-EOF
-  IFS= read -r -d '' cmd <"$d.c"
-  in=/dev/null
-  if [ "$3" != - ]; then
-    base64 -d >"$d.i" <<EOF
-$3
-EOF
-    in=$d.i
-  fi
-  setsid /bin/sh -c "$cmd" <"$in" >"$d.o" 2>"$d.e" 3>&- &
-  echo $! >"$d.p"
-  wait $!; rc=$?
-  {{
-    if [ -s "$d.o" ]; then say O "$d.o"; fi
-    if [ -s "$d.e" ]; then say E "$d.e"; fi
-    echo "R $id $rc"
-  }} >&3
-  rm -f "$d.c" "$d.i" "$d.o" "$d.e" "$d.p" "$d.b"
-}}
-
-while :; do
-  while read -r t id a b <&3; do
-    jobs >/dev/null  # reaps finished jobs (a non-interactive ash does not on its own)
-    case $id in ''|*[!0-9a-z]*) continue ;; esac
-    case $t in
-      Q) job "$id" "$a" "$b" & ;;
-      K) p=$(cat "/run/agent/$id.p" 2>/dev/null) && kill -9 "-$p" 2>/dev/null ;;
-    esac
-  done
-  sleep 0.2
-done
+exec /usr/bin/offlab-agent
 """

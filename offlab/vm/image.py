@@ -8,7 +8,7 @@ kernel has one, and the initramfs is an uncompressed cpio (unpacking a gzip one 
 Everything comes from Debian packages on this machine or its archive: the kernel package is
 fetched with `apt-get download` and unpacked with `dpkg-deb -x` (never installed), busybox-static
 gives the userland, and the binaries the guest runs (iperf3, ethtool, iproute2, tcpdump,
-offlab-engine) are copied from the host with every library `ldd` names. The cache key hashes
+offlab-engine, offlab-agent) are copied from the host with every library `ldd` names. The cache key hashes
 every input, so a changed input builds a new image; an image is built in a temporary directory
 and renamed into place, so a half-written one is never used.
 """
@@ -152,11 +152,16 @@ def fetch_kernel(pkg: KernelPackage) -> Path:
 
 
 # ---- inputs and the cache key -----------------------------------------------------
-def _engine_path() -> str | None:
-    beside = Path(sys.executable).parent / "offlab-engine"
+# offlab's own binaries, built from engine/ by `make install`: the traffic engine and the guest's agent.
+OWN_BINARIES = ("offlab-engine", "offlab-agent")
+
+
+def _engine_path(name: str = "offlab-engine") -> str | None:
+    """offlab-engine or offlab-agent (both built by `make install`): next to this Python, else on PATH."""
+    beside = Path(sys.executable).parent / name
     if beside.exists():
         return str(beside)
-    return which("offlab-engine")
+    return which(name)
 
 
 def _guest_binaries() -> dict[str, str]:
@@ -168,11 +173,12 @@ def _guest_binaries() -> dict[str, str]:
             missing.append(tool)
         else:
             found[tool] = os.path.realpath(path)
-    engine = _engine_path()
-    if engine is None:
-        missing.append("offlab-engine")
-    else:
-        found["offlab-engine"] = os.path.realpath(engine)
+    for name in OWN_BINARIES:
+        path = _engine_path(name)
+        if path is None:
+            missing.append(name)
+        else:
+            found[name] = os.path.realpath(path)
     if missing:
         raise EnvironmentProblem(f"the guest image needs {', '.join(missing)}: run `make install` "
                                  f"(or `apt-get install iperf3 ethtool iproute2 tcpdump`)")
@@ -234,7 +240,7 @@ def _inputs(kernel_version: str | None) -> _Inputs:
     busybox = _busybox()
     binaries = {}
     for tool, path in _guest_binaries().items():
-        guest = "/usr/bin/offlab-engine" if tool == "offlab-engine" else _guest_location(tool, path)
+        guest = f"/usr/bin/{tool}" if tool in OWN_BINARIES else _guest_location(tool, path)
         binaries[guest] = path
         if tool == "dash":
             binaries["/bin/sh"] = path
