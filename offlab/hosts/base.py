@@ -16,7 +16,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, ClassVar, Protocol, Sequence
+from typing import Any, Callable, ClassVar, Protocol, Sequence
 
 from offlab.errors import BadInput, CommandFailed, CommandTimeout, ToolMissing
 
@@ -92,8 +92,12 @@ class Process(Protocol):
 
     pid: int
     returncode: int | None
-    stdout: object
-    stderr: object
+
+    # read-only here: a Popen's are IO objects or None, a RemoteProcess's its own stream readers
+    @property
+    def stdout(self) -> Any: ...
+    @property
+    def stderr(self) -> Any: ...
 
     def poll(self) -> int | None: ...
     def wait(self, timeout: float | None = None) -> int: ...

@@ -122,7 +122,7 @@ class RemoteProcess:
                     self.returncode = int(res.stdout.strip())
                     continue
             if left is not None and left <= 0:
-                raise subprocess.TimeoutExpired(self.args, timeout)
+                raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
         return self.returncode
 
     def send_signal(self, sig: int) -> None:
@@ -150,7 +150,7 @@ class RemoteProcess:
                 if res.stdout.startswith(mark + "\n"):
                     break
             if left is not None and left <= 0:
-                raise subprocess.TimeoutExpired(self.args, timeout)
+                raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
         rc, found, rest = res.stdout[len(mark) + 1:].partition(f"\n{mark}\n")
         out, found_err, err = rest.partition(f"\n{mark}\n")
         self._cleaned = True

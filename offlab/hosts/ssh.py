@@ -478,7 +478,7 @@ def _from_ref(ref: dict) -> SshHost:
     ssh_args = ref.get("ssh_args") or []
     if not isinstance(ssh_args, list):
         raise BadInput("invalid ssh_args in an ssh host reference")
-    return SshHost(ref.get("target"), user=ref.get("user"), port=ref.get("port"), identity=ref.get("identity"),
+    return SshHost(str(ref.get("target") or ""), user=ref.get("user"), port=ref.get("port"), identity=ref.get("identity"),
                    ssh_args=ssh_args, become=bool(ref.get("become")), config=ref.get("config"),
                    via_netns=ref.get("via_netns"), name=ref.get("name"),
                    connect_timeout=ref.get("connect_timeout", DEFAULT_CONNECT_TIMEOUT),
