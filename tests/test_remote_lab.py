@@ -366,3 +366,131 @@ def test_lab_show_lists_the_pending_changes_of_each_ssh_host(pair, inv, state_di
     finally:
         assert cli(state_dir, "lab", "down", lab_name).returncode == 0
     assert feature(pair.b.ns, "t2") is False and mtu(pair.a.ns, "t2") == 1500
+
+
+CRASH_PLAN = """
+name: crash
+topology: {kind: veth}
+workload: {tool: iperf3, protocol: tcp, duration: 60, warmup: 0.2}
+axes:
+  gro:
+    "on": {settings: {client:to-server: {gro: true, mtu: 1400}}}
+repeat: {min: 2, max: 2, level: 95, width: 50}
+"""
+
+
+def processes_in(ns: str) -> dict[int, str]:
+    """pid → command line of every process in namespace `ns` but its sshd (listener and sessions)."""
+    out = {}
+    for pid in subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split():
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+        except OSError:
+            continue
+        if not cmd.startswith("sshd") and not cmd.startswith("/usr/sbin/sshd"):
+            out[int(pid)] = cmd
+    return out
+
+
+def descendants(pid: int) -> list[int]:
+    """`pid` and every process below it (read from /proc)."""
+    children: dict[int, list[int]] = {}
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                stat = (p / "stat").read_text()
+            except OSError:
+                continue
+            children.setdefault(int(stat[stat.rindex(")") + 2:].split()[1]), []).append(int(p.name))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo += children.get(p, [])
+    return out
+
+
+@pytest.mark.parametrize("how", ["restore.sh", "offlab restore", "lab down --all --force"])
+def test_controller_killed_mid_run_over_an_ansible_inventory_leaves_nothing_on_the_hosts(pair, tmp_path, state_dir,
+                                                                                         how):
+    inv = tmp_path / "hosts.yml"
+    inv.write_text(sshd_mod.ansible_inventory(pair))
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(CRASH_PLAN)
+    before = (feature(pair.a.ns, "t1"), mtu(pair.a.ns, "t1"))
+    assert before == (False, 1500)
+    env = {**os.environ, "OFFLAB_STATE_DIR": str(state_dir)}
+    proc = subprocess.Popen([sys.executable, "-m", "offlab", "run", str(plan), "--inventory", str(inv), "--pair",
+                             "a:t1,b:t1", "--db", str(tmp_path / "r.db")], cwd=REPO, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and proc.poll() is None:
+            # Mid-sample: the server on b and the client on a run (each for 60 s unless ended).
+            servers = [c for c in processes_in(pair.b.ns).values() if c.startswith("iperf3 -s -1")]
+            clients = [c for c in processes_in(pair.a.ns).values() if c.startswith("iperf3 -c")]
+            if servers and clients and feature(pair.a.ns, "t1") is True and mtu(pair.a.ns, "t1") == 1400:
+                break
+            time.sleep(0.2)
+        assert proc.poll() is None, proc.stderr.read()
+    finally:
+        # The controller and its runners, all at once: a crash. Stopped first, until no new child
+        # appears, so none is forked past the list; then killed.
+        killed: list[int] = []
+        while new := [p for p in descendants(proc.pid) if p not in killed]:
+            for pid in new:
+                try:
+                    os.kill(pid, signal.SIGSTOP)
+                except ProcessLookupError:
+                    pass
+            killed += new
+        for pid in killed:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        proc.wait(timeout=10)
+        # Their ssh masters outlive them (for ControlPersist seconds, documented): ended here by pid.
+        for line in sshd_mod.mux_processes(sshd_mod.Sshd(pair.dir, pair.controller, pair.b.ns, "", "")):
+            if any(f"ControlPath=/tmp/offlab-ssh.{pid}." in line for pid in killed):
+                os.kill(int(line.split()[0]), signal.SIGTERM)
+    try:
+        time.sleep(0.5)
+        # What the crash left: the settings on a, iperf3's client on a and server on b (55 s more to go).
+        crashed = time.monotonic()
+        assert (feature(pair.a.ns, "t1"), mtu(pair.a.ns, "t1")) == (True, 1400)
+        assert any(c.startswith("iperf3 -s -1") for c in processes_in(pair.b.ns).values()), processes_in(pair.b.ns)
+        assert any(c.startswith("iperf3 -c") for c in processes_in(pair.a.ns).values()), processes_in(pair.a.ns)
+        if how == "restore.sh":  # on each host alone: only sh and its tools
+            for side in ("a", "b"):
+                res = NetnsHost(getattr(pair, side).ns).run(["sh", f"{pair.remote_dir(side)}/restore.sh"], check=False)
+                assert res.rc == 0, res.stderr
+            assert any(l.startswith("restored: stop iperf3 -s -1") for l in res.stdout.splitlines()), res.stdout
+        else:
+            res = cli(state_dir, *how.removeprefix("offlab ").split())
+            assert res.returncode == 0, res.stdout + res.stderr
+            assert "iperf3 -s -1" in res.stdout, res.stdout
+        assert (feature(pair.a.ns, "t1"), mtu(pair.a.ns, "t1")) == before, (res.stdout, killed, [
+            (p.name, p.read_text()[:3000]) for p in (state_dir / "journal").glob("*")])
+        # The controller's last commands there (a wait for iperf3's end, cut off with their ssh session)
+        # stop looking once its directory is gone.
+        left = {}
+        for _ in range(25):
+            left = {**processes_in(pair.a.ns), **processes_in(pair.b.ns)}
+            if not left:
+                break
+            time.sleep(0.2)
+        assert left == {}
+        assert time.monotonic() - crashed < 50  # ended, not run out
+        if how == "restore.sh":  # nothing of offlab's on the hosts, before the controller is even asked
+            for side in ("a", "b"):
+                assert not Path(pair.remote_dir(side)).exists(), list(Path(pair.remote_dir(side)).rglob("*"))
+    finally:
+        # The controller's own state (its labs and journal) goes; the hosts stay as they are now.
+        cli(state_dir, "restore")
+        res = cli(state_dir, "lab", "down", "--all", "--force")
+        assert res.returncode == 0, res.stdout + res.stderr
+    for side in ("a", "b"):
+        assert processes_in(getattr(pair, side).ns) == {}, side
+        assert not Path(pair.remote_dir(side)).exists(), list(Path(pair.remote_dir(side)).rglob("*"))
+    assert (feature(pair.a.ns, "t1"), mtu(pair.a.ns, "t1")) == before
