@@ -24,6 +24,7 @@ from offlab.errors import EnvironmentProblem
 from offlab.hosts import NetnsHost
 from tests import sshd as sshd_mod
 from tests.conftest import OUR_NAMESPACES, REPO, netns_names, offlab_cli, requires_root
+from tests.pgcluster import pg  # noqa: F401  (the session's private PostgreSQL)
 from tests.test_window_loss import tool_saw_no_loss
 
 pytestmark = requires_root
@@ -261,6 +262,28 @@ def test_fan_out_runs_one_plan_on_three_pairs_and_compare_sets_them_side_by_side
     assert compared == {(int(ids[1]), int(ids[0])), (int(ids[2]), int(ids[0]))}
     assert feature(pair.b.ns, "t1") is False
     assert not list((state_dir / "labs").glob("*.json")) and not Path(pair.remote_dir("b")).exists()
+
+
+def test_fan_out_into_a_shared_postgresql_and_compare_from_it(pair, inv, tmp_path, state_dir, pg):
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(PLAN % (2, 2))
+    url = pg.database()
+    res = cli(state_dir, "run", str(plan), "--inventory", str(inv), "--pair", "a:t1,b:t1", "--pair", "a:t2,b:t2",
+              "--db", url, "--json", timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    ids = [r["run_id"] for r in json.loads(res.stdout)["pairs"]]
+    from offlab.store import Store
+
+    with Store.open(url) as s:  # each pair's runner wrote its own run, its own samples only
+        runs = {r["id"]: r for r in s.list_runs()}
+        assert {runs[i]["name"] for i in ids} == {"pairs @ a:t1,b:t1", "pairs @ a:t2,b:t2"}
+        assert all((runs[i]["status"], runs[i]["samples"]) == ("done", 4) for i in ids)
+        for i in ids:
+            assert {x["cell_id"] for x in s.samples(i)} <= {c["id"] for c in s.cells(i)}
+    res = cli(state_dir, "compare", *map(str, ids), "--db", url, "--json")
+    assert res.returncode == 0, res.stderr
+    assert {(r["run"], r["baseline_run"]) for r in json.loads(res.stdout)["rows"]} == {(ids[1], ids[0])}
+    assert not Path(pair.remote_dir("a")).exists() and not Path(pair.remote_dir("b")).exists()
 
 
 def test_a_host_that_dies_mid_run_keeps_the_samples_and_names_the_host(pair, inv, tmp_path, state_dir):
