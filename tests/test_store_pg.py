@@ -219,3 +219,6 @@ def test_results_import_merges_sqlite_files_once_keeping_env_and_host_pair(pg, t
     res = offlab_cli("compare", str(a), str(c), "--db", url, "--json")
     assert res.returncode == 0, res.stderr
     assert {(r["run"], r["baseline_run"]) for r in json.loads(res.stdout)["rows"]} == {(c, a)}
+    res = offlab_cli("report", str(c), "-o", str(tmp_path / "c.html"), "--db", url)
+    assert res.returncode == 0, res.stderr
+    assert "uso @ c:p0,d:p0" in (tmp_path / "c.html").read_text()
