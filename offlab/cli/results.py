@@ -72,9 +72,11 @@ def import_cmd(
     files: list[Path] = typer.Argument(..., help="SQLite databases to merge in (e.g. copied from hosts that ran offline)."),
     db: Optional[str] = typer.Option(None, "--db", help="The database they go into. " + DB_HELP),
 ) -> None:
-    """Merge the runs of SQLite databases into this one (SQLite or PostgreSQL): each run with its plan,
-    environment, host pair, cells, samples, metrics and intervals, in one transaction; a run already
-    here (the same run id across copies: runs.uid) is skipped, so importing twice adds nothing."""
+    """Merge SQLite databases into this one (SQLite or PostgreSQL), each run once.
+
+    Each run comes with its plan, environment, host pair, cells, samples, metrics and intervals, in one
+    transaction; a run already here (the same runs.uid) is skipped, so importing twice adds nothing.
+    The files are only read."""
     from offlab.store import Store
 
     with Store.open(db) as target:
