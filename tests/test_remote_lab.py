@@ -394,7 +394,7 @@ def test_lab_show_lists_the_pending_changes_of_each_ssh_host(pair, inv, state_di
 CRASH_PLAN = """
 name: crash
 topology: {kind: veth}
-workload: {tool: iperf3, protocol: tcp, duration: 60, warmup: 0.2}
+workload: %s
 axes:
   gro:
     "on": {settings: {client:to-server: {gro: true, mtu: 1400}}}
@@ -415,6 +415,12 @@ def processes_in(ns: str) -> dict[int, str]:
     return out
 
 
+def name_of(cmdline: str) -> str:
+    """A command line with its program's directory dropped (the engine runs from the copy offlab put there)."""
+    head, _, rest = cmdline.partition(" ")
+    return f"{os.path.basename(head)} {rest}"
+
+
 def descendants(pid: int) -> list[int]:
     """`pid` and every process below it (read from /proc)."""
     children: dict[int, list[int]] = {}
@@ -433,13 +439,22 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
-@pytest.mark.parametrize("how", ["restore.sh", "offlab restore", "lab down --all --force"])
+# What runs on each host mid-sample, as the start of its command line: the server on b, the client on a.
+TOOLS = {"iperf3": ("{tool: iperf3, protocol: tcp, duration: 60, warmup: 0.2}", "iperf3 -s -1", "iperf3 -c"),
+         # rate-limited: 60 s of unlimited UDP would take the machine's 2 CPUs from everyone else
+         "engine": ("{tool: engine, protocol: udp, duration: 60, warmup: 0.2, rate: 2kpps}", "offlab-engine rx",
+                    "offlab-engine tx")}
+
+
+@pytest.mark.parametrize("tool,how", [("iperf3", "restore.sh"), ("iperf3", "offlab restore"),
+                                      ("iperf3", "lab down --all --force"), ("engine", "restore.sh")])
 def test_controller_killed_mid_run_over_an_ansible_inventory_leaves_nothing_on_the_hosts(pair, tmp_path, state_dir,
-                                                                                         how):
+                                                                                         tool, how):
+    workload, server_cmd, client_cmd = TOOLS[tool]
     inv = tmp_path / "hosts.yml"
     inv.write_text(sshd_mod.ansible_inventory(pair))
     plan = tmp_path / "plan.yaml"
-    plan.write_text(CRASH_PLAN)
+    plan.write_text(CRASH_PLAN % workload)
     before = (feature(pair.a.ns, "t1"), mtu(pair.a.ns, "t1"))
     assert before == (False, 1500)
     env = {**os.environ, "OFFLAB_STATE_DIR": str(state_dir)}
@@ -450,8 +465,8 @@ def test_controller_killed_mid_run_over_an_ansible_inventory_leaves_nothing_on_t
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline and proc.poll() is None:
             # Mid-sample: the server on b and the client on a run (each for 60 s unless ended).
-            servers = [c for c in processes_in(pair.b.ns).values() if c.startswith("iperf3 -s -1")]
-            clients = [c for c in processes_in(pair.a.ns).values() if c.startswith("iperf3 -c")]
+            servers = [c for c in processes_in(pair.b.ns).values() if name_of(c).startswith(server_cmd)]
+            clients = [c for c in processes_in(pair.a.ns).values() if name_of(c).startswith(client_cmd)]
             if servers and clients and feature(pair.a.ns, "t1") is True and mtu(pair.a.ns, "t1") == 1400:
                 break
             time.sleep(0.2)
@@ -479,20 +494,21 @@ def test_controller_killed_mid_run_over_an_ansible_inventory_leaves_nothing_on_t
                 os.kill(int(line.split()[0]), signal.SIGTERM)
     try:
         time.sleep(0.5)
-        # What the crash left: the settings on a, iperf3's client on a and server on b (55 s more to go).
+        # What the crash left: the settings on a, the client on a and the server on b (55 s more to go).
         crashed = time.monotonic()
         assert (feature(pair.a.ns, "t1"), mtu(pair.a.ns, "t1")) == (True, 1400)
-        assert any(c.startswith("iperf3 -s -1") for c in processes_in(pair.b.ns).values()), processes_in(pair.b.ns)
-        assert any(c.startswith("iperf3 -c") for c in processes_in(pair.a.ns).values()), processes_in(pair.a.ns)
+        assert any(name_of(c).startswith(server_cmd) for c in processes_in(pair.b.ns).values()), processes_in(pair.b.ns)
+        assert any(name_of(c).startswith(client_cmd) for c in processes_in(pair.a.ns).values()), processes_in(pair.a.ns)
         if how == "restore.sh":  # on each host alone: only sh and its tools
             for side in ("a", "b"):
                 res = NetnsHost(getattr(pair, side).ns).run(["sh", f"{pair.remote_dir(side)}/restore.sh"], check=False)
                 assert res.rc == 0, res.stderr
-            assert any(l.startswith("restored: stop iperf3 -s -1") for l in res.stdout.splitlines()), res.stdout
+            assert any(name_of(l.removeprefix("restored: stop ")).startswith(server_cmd)
+                       for l in res.stdout.splitlines()), res.stdout
         else:
             res = cli(state_dir, *how.removeprefix("offlab ").split())
             assert res.returncode == 0, res.stdout + res.stderr
-            assert "iperf3 -s -1" in res.stdout, res.stdout
+            assert server_cmd in res.stdout, res.stdout
         assert (feature(pair.a.ns, "t1"), mtu(pair.a.ns, "t1")) == before, (res.stdout, killed, [
             (p.name, p.read_text()[:3000]) for p in (state_dir / "journal").glob("*")])
         # The controller's last commands there (a wait for iperf3's end, cut off with their ssh session)

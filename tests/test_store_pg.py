@@ -43,6 +43,9 @@ def test_a_postgresql_url_is_a_database_never_a_directory_named_postgresql(pg, t
     assert res.returncode == 0, res.stderr
     assert [r["samples"] for r in json.loads(res.stdout)] == [5]
     assert list(tmp_path.iterdir()) == []  # no "postgresql:" directory, no SQLite file
+    # Through a path type the URL loses a slash (postgresql:/...): still the same database.
+    with Store.open(Path(url)) as s:
+        assert [r["samples"] for r in s.list_runs()] == [5] and s.backend == "postgresql"
 
 
 @pytest.mark.parametrize("how", ["no server", "no such role", "no such database", "not postgresql"])

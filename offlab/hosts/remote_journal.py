@@ -129,7 +129,7 @@ def boot_id() -> str:
         return "unknown"
 
 
-def process_record(remote_dir: str, argv: list[str]) -> tuple[str, str, str]:
+def process_record(remote_dir: str, argv: list[str], title: str | None = None) -> tuple[str, str, str]:
     """(stamp, undo script, start script) for one process: the start script, run with `remote_dir` and
     the stamp as $1 $2 and the undo script on stdin, records it in `remote_dir`, makes its directory,
     prints it, and leaves `"$D" argv...` as its arguments for the starter (hosts/process.py)."""
@@ -138,8 +138,8 @@ def process_record(remote_dir: str, argv: list[str]) -> tuple[str, str, str]:
     stamp = f"{time.time_ns():019d}{PROC_TAG}{secrets.token_hex(4)}"
     d = f"{remote_dir}/proc/{stamp}"
     owner = me()
-    what = " ".join(" ".join(argv).split())[:160]
-    undo = (f"# offlab: stop {what}\n{OWNER}{boot_id()} {owner['pid']} {owner['start']}\n"
+    what = title or "stop " + " ".join(" ".join(argv).split())[:160]
+    undo = (f"# offlab: {what}\n{OWNER}{boot_id()} {owner['pid']} {owner['start']}\n"
             f"d={shlex.quote(d)}\n{_END_PROCESS}")
     start = ('R=$1; S=$2; shift 2; umask 077; mkdir -p "$R/undo" "$R/proc" && printf "%s" '
              + shlex.quote(RESTORE_SH.replace("{dir}", remote_dir)) + ' >"$R/restore.sh" && '
@@ -181,3 +181,19 @@ def end_processes(host: Host, remote_dir: str, *, force: bool = False, also: fro
         return []
     res = host.run(["sh", "-c", _RUN_UNDO, "sh", remote_dir, *chosen], check=False, timeout=30 + 4 * len(chosen))
     return [l for l in res.stdout.splitlines() if l.strip()]
+
+
+def temp_dir(host: Host, remote_dir: str) -> tuple[str, str]:
+    """A private directory on the host for a while (the engine's ready file), recorded like a process
+    (with no process in it): restore.sh, `offlab restore` and `lab down` remove it after a crash.
+    (its path, its undo script's path); `drop_temp_dir` removes both."""
+    stamp, undo, start = process_record(remote_dir, [], title="remove a temporary directory")
+    res = host.run(["sh", "-c", start, "sh", remote_dir, stamp], input=undo, timeout=30)
+    d = f"{remote_dir}/proc/{stamp}"
+    if res.stdout.strip() != d:
+        raise OSError(f"could not make a temporary directory in {remote_dir} on {host.name}: {res.stderr.strip()[:200]}")
+    return d, f"{remote_dir}/undo/{stamp}.sh"
+
+
+def drop_temp_dir(host: Host, path: str, undo: str) -> None:
+    host.run(["sh", "-c", 'rm -rf -- "$1"; rm -f -- "$2"', "sh", path, undo], check=False, timeout=15)
