@@ -367,6 +367,9 @@ class Store:
     @classmethod
     def open_read_only(cls, path: str | Path) -> "Store":
         """An SQLite file opened for reading only (`results import` reads its sources so)."""
+        if is_url(path):
+            raise BadInput(f"{safe_url(str(path))}: results import reads SQLite files (from hosts that ran "
+                           f"offline); the database they go into is --db")
         path = Path(path).expanduser()
         if not path.is_file():
             raise BadInput(f"no SQLite database at {path}")

@@ -506,6 +506,10 @@ def test_controller_killed_mid_run_over_an_ansible_inventory_leaves_nothing_on_t
             assert any(name_of(l.removeprefix("restored: stop ")).startswith(server_cmd)
                        for l in res.stdout.splitlines()), res.stdout
         else:
+            if how == "offlab restore":  # --list says what it would end, and ends nothing
+                res = cli(state_dir, "restore", "--list")
+                assert res.returncode == 0 and f"would end on b: stop {server_cmd}" in res.stdout, res.stdout
+                assert any(name_of(c).startswith(server_cmd) for c in processes_in(pair.b.ns).values())
             res = cli(state_dir, *how.removeprefix("offlab ").split())
             assert res.returncode == 0, res.stdout + res.stderr
             assert server_cmd in res.stdout, res.stdout

@@ -225,3 +225,14 @@ def test_results_import_merges_sqlite_files_once_keeping_env_and_host_pair(pg, t
     res = offlab_cli("report", str(c), "-o", str(tmp_path / "c.html"), "--db", url)
     assert res.returncode == 0, res.stderr
     assert "uso @ c:p0,d:p0" in (tmp_path / "c.html").read_text()
+
+
+@pytest.mark.parametrize("what", ["missing", "not sqlite", "a url"])
+def test_results_import_of_a_file_that_is_not_an_offlab_database_is_one_line(tmp_path, what, pg):
+    src = {"missing": str(tmp_path / "nope.db"), "not sqlite": str(tmp_path / "notes.db"), "a url": pg.url("x")}[what]
+    (tmp_path / "notes.db").write_text("not a database\n" * 100)
+    res = offlab_cli("results", "import", src, "--db", str(tmp_path / "target.db"))
+    line = one_line_error(res)
+    assert res.returncode == 2, res.stderr
+    assert {"missing": f"no SQLite database at {src}", "not sqlite": f"{src} is not an SQLite database",
+            "a url": "results import reads SQLite files"}[what] in line, line

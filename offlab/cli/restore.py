@@ -35,11 +35,10 @@ def register(app: typer.Typer) -> None:
         report = restore_report(list_only=list_only, force=force)
         for line in report.lines:
             typer.echo(line)
-        if not list_only:
-            ended, failed = hosts_lab.end_orphans(hosts_lab.ssh_hosts_known(refs), force=force)
-            for line in ended + failed:
-                typer.echo(line)
-            report.failed += failed
+        ended, failed = hosts_lab.end_orphans(hosts_lab.ssh_hosts_known(refs), force=force, list_only=list_only)
+        for line in ended + failed:
+            typer.echo(line)
+        report.failed += failed
         for name in labs.abandoned():
             if list_only:
                 typer.echo(f"would remove lab {name}: its `lab up` died before the lab was up")

@@ -156,11 +156,11 @@ _RUN_UNDO = ('cd "$1/undo" 2>/dev/null || exit 0; shift; rc=0; for f; do [ -e "$
 _FILE_RE = re.compile(r"^[0-9]{19}" + PROC_TAG + r"[0-9a-f]{8}\.sh$")
 
 
-def end_processes(host: Host, remote_dir: str, *, force: bool = False, also: frozenset[int] | set[int] = frozenset()
-                  ) -> list[str]:
+def end_processes(host: Host, remote_dir: str, *, force: bool = False, also: frozenset[int] | set[int] = frozenset(),
+                  list_only: bool = False) -> list[str]:
     """End the processes recorded on `host` that a process of this machine started and that outlived
     it (also those of the live processes `also`; all of this machine's, with `force`); processes
-    another controller started are left alone.
+    another controller started are left alone. With `list_only`, only what would be ended.
     What was ended, one line each (`stop <argv>`)."""
     from offlab.state import owner_alive
 
@@ -179,6 +179,10 @@ def end_processes(host: Host, remote_dir: str, *, force: bool = False, also: fro
             chosen.append(name)
     if not chosen:
         return []
+    if list_only:  # what each would do, nothing done
+        res = host.run(["sh", "-c", 'cd "$1/undo" 2>/dev/null || exit 0; shift; for f; do '
+                        'sed -n "1s/^# offlab: //p" "$f"; done', "sh", remote_dir, *chosen], check=False, timeout=30)
+        return [l for l in res.stdout.splitlines() if l.strip()]
     res = host.run(["sh", "-c", _RUN_UNDO, "sh", remote_dir, *chosen], check=False, timeout=30 + 4 * len(chosen))
     return [l for l in res.stdout.splitlines() if l.strip()]
 

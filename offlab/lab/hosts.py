@@ -277,15 +277,16 @@ def ssh_hosts_known(extra_refs: list[dict] = ()) -> list[SshHost]:
     return list(out.values())
 
 
-def end_orphans(hosts: list[SshHost], *, force: bool = False) -> tuple[list[str], list[str]]:
+def end_orphans(hosts: list[SshHost], *, force: bool = False, list_only: bool = False) -> tuple[list[str], list[str]]:
     """`offlab restore`: end on each host the processes offlab started there whose offlab process is
-    gone (every one of this machine's, with `force`); (lines, failures)."""
+    gone (every one of this machine's, with `force`); (lines, failures). `list_only`: only say which."""
     lines, failed = [], []
     for host in hosts:
         try:
-            lines += [f"ended on {host.name}: {what}"
-                      for what in remote_journal.end_processes(host, host.remote_dir, force=force)]
-            remote_journal.tidy(host, host.remote_dir)
+            found = remote_journal.end_processes(host, host.remote_dir, force=force, list_only=list_only)
+            lines += [f"{'would end' if list_only else 'ended'} on {host.name}: {what}" for what in found]
+            if not list_only:
+                remote_journal.tidy(host, host.remote_dir)
         except (EnvironmentProblem, CommandFailed) as exc:
             failed.append(f"could not end the processes offlab started on {host.name}: {exc}")
     return lines, failed
