@@ -63,7 +63,8 @@ RUNS = sa.Table(
     sa.Column("note", sa.Text), sa.Column("started_at", sa.Text, nullable=False), sa.Column("finished_at", sa.Text),
     sa.Column("offlab_version", sa.Text, nullable=False), sa.Column("seed", sa.BigInteger),
     sa.Column("plan_text", sa.Text, nullable=False), sa.Column("plan", sa.Text, nullable=False),
-    sa.Column("env", sa.Text, nullable=False), sa.Column("baseline", sa.Text), sa.Column("repeat", sa.Text, nullable=False))
+    sa.Column("env", sa.Text, nullable=False), sa.Column("baseline", sa.Text),
+    sa.Column("repeat", sa.Text, nullable=False))
 CELLS = sa.Table(
     "cells", _ddl, _ID(), _FK("run_id", "runs"),
     sa.Column("key", sa.Text, nullable=False), sa.Column("position", sa.Integer, nullable=False),
@@ -75,7 +76,8 @@ SAMPLES = sa.Table(
     sa.Column("round", sa.Integer, nullable=False), sa.Column("created_at", sa.Text, nullable=False),
     sa.Column("sample", sa.Text, nullable=False), sa.Column("requested_vs_actual", sa.Text))
 METRICS = sa.Table(
-    "metrics", _ddl, sa.Column("sample_id", sa.Integer, sa.ForeignKey("samples.id", ondelete="CASCADE"), nullable=False),
+    "metrics", _ddl,
+    sa.Column("sample_id", sa.Integer, sa.ForeignKey("samples.id", ondelete="CASCADE"), nullable=False),
     _FK("cell_id", "cells"), _FK("run_id", "runs"),
     sa.Column("name", sa.Text, nullable=False), sa.Column("value", sa.Double, nullable=False),
     sa.PrimaryKeyConstraint("sample_id", "name"))
@@ -98,7 +100,6 @@ SAMPLE_SERIES = sa.Table(
 
 # MIGRATIONS[v] takes a database from version v - 1 to v: each step is portable SQL text, a table
 # (created in the dialect's DDL), or a function of the open transaction. Never edit a released step: add one.
-Step = "str | sa.Table | Callable[[sa.Connection], None]"
 MIGRATIONS: dict[int, list] = {
     1: [META, RUNS, CELLS, SAMPLES, METRICS,
         "CREATE INDEX cells_run ON cells(run_id)",
@@ -388,7 +389,8 @@ class Store:
                     raise EnvironmentProblem(
                         f"{path} has schema version {version} and is read-only, so this offlab "
                         f"(version {SCHEMA_VERSION}) cannot "
-                        + ("read it: upgrade offlab" if version > SCHEMA_VERSION else f"migrate it: make it writable ({why})"))
+                        + ("read it: upgrade offlab" if version > SCHEMA_VERSION
+                           else f"migrate it: make it writable ({why})"))
                 store._q("SELECT count(*) FROM runs")
                 return store
             except (sa.exc.DBAPIError, sqlite3.DatabaseError) as exc:
@@ -658,8 +660,8 @@ class Store:
         values = [{"s": sample_id, "c": cell_id, "r": run_id, "n": name, "v": float(v)} for name, v in metrics.items()
                   if v is not None and math.isfinite(float(v))]
         if values:
-            c.execute(sa.text("INSERT INTO metrics(sample_id, cell_id, run_id, name, value) VALUES (:s, :c, :r, :n, :v)"),
-                      values)
+            c.execute(sa.text("INSERT INTO metrics(sample_id, cell_id, run_id, name, value) "
+                              "VALUES (:s, :c, :r, :n, :v)"), values)
         return sample_id
 
     def set_run_status(self, run_id: int, status: str, note: str | None = None) -> None:

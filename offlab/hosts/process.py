@@ -37,8 +37,11 @@ _START = 'D=$(mktemp -d /tmp/offlab-proc.XXXXXX) || exit 1; echo "$D"; set -- "$
 # The same on a host that keeps offlab's journal (SSH): the runner also writes "$D/ids", each line
 # "PID START" (start = field 22 of /proc/PID/stat) of the command and of itself, before "$D/pid",
 # so the undo script recorded before the start ends exactly these processes, never a reused pid.
-_START_TIME = 'st() { s=$(cat /proc/$1/stat 2>/dev/null) || return 0; s=${s##*) }; set -- $s; [ "$1" = Z ] || echo "${20}"; }; '
-_INNER_IDS = ('D=$1; shift; ' + _DEFAULT_SIGNALS + _START_TIME + '"$@" >"$D/out" 2>"$D/err" </dev/null & p=$!; '
+# `st PID`: the process's start time (field 22 of /proc/PID/stat, after the command's parenthesis);
+# nothing once it is gone or a zombie. Also used by the undo scripts (offlab.hosts.remote_journal).
+START_TIME_SH = ('st() { s=$(cat /proc/$1/stat 2>/dev/null) || return 0; s=${s##*) }; set -- $s; '
+                 '[ "$1" = Z ] || echo "${20}"; }; ')
+_INNER_IDS = ('D=$1; shift; ' + _DEFAULT_SIGNALS + START_TIME_SH + '"$@" >"$D/out" 2>"$D/err" </dev/null & p=$!; '
               'printf "%s %s\n%s %s\n" "$p" "$(st $p)" "$$" "$(st $$)" >"$D/ids.t"; mv "$D/ids.t" "$D/ids"; '
               'echo $p >"$D/pid.t"; mv "$D/pid.t" "$D/pid"; wait $p; echo $? >"$D/rc.t"; mv "$D/rc.t" "$D/rc"')
 _OUTER_IDS = _OUTER.replace(shlex.quote(_INNER), shlex.quote(_INNER_IDS))

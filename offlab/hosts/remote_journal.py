@@ -26,9 +26,9 @@ import re
 import secrets
 import shlex
 import time
-from functools import lru_cache
 
 from offlab.hosts.base import Host
+from offlab.hosts.process import START_TIME_SH
 from offlab.hosts.ssh import remote_command
 
 NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,120}$")
@@ -88,8 +88,8 @@ def forget(host: Host, remote_dir: str, name: str) -> None:
 def tidy(host: Host, remote_dir: str) -> None:
     """Remove the private directory once nothing in it is left to restore (the host as it was found)."""
     host.run(["sh", "-c", 'cd "$1" 2>/dev/null || exit 0; rmdir undo 2>/dev/null; rmdir proc 2>/dev/null; '
-              '[ -e undo ] || [ -e proc ] || { rm -f restore.sh; cd /; rmdir "$1" 2>/dev/null; }; exit 0', "sh", remote_dir],
-             timeout=30)
+              '[ -e undo ] || [ -e proc ] || { rm -f restore.sh; cd /; rmdir "$1" 2>/dev/null; }; exit 0',
+              "sh", remote_dir], timeout=30)
 
 
 def pending(host: Host, remote_dir: str) -> list[str]:
@@ -106,7 +106,7 @@ OWNER = "# owner: "
 
 # The undo script of one process: its directory is $d; "$d/ids" holds "PID START" of the command and
 # of its runner (hosts/process.py). Each is signalled only while /proc/PID/stat still shows START.
-_END_PROCESS = r"""st() { s=$(cat /proc/$1/stat 2>/dev/null) || return 0; s=${s##*) }; set -- $s; [ "$1" = Z ] || echo "${20}"; }
+_END_PROCESS = START_TIME_SH + r"""
 if [ -s "$d/ids" ]; then
   while read -r p t; do
     [ -n "$p" ] && [ -n "$t" ] || continue
@@ -120,8 +120,8 @@ rm -rf -- "$d"
 """
 
 
-@lru_cache(maxsize=1)
 def boot_id() -> str:
+    """This machine's boot: a pid and start time name a process only within one boot."""
     try:
         with open("/proc/sys/kernel/random/boot_id") as f:
             return f.read().strip()
@@ -195,7 +195,8 @@ def temp_dir(host: Host, remote_dir: str) -> tuple[str, str]:
     res = host.run(["sh", "-c", start, "sh", remote_dir, stamp], input=undo, timeout=30)
     d = f"{remote_dir}/proc/{stamp}"
     if res.stdout.strip() != d:
-        raise OSError(f"could not make a temporary directory in {remote_dir} on {host.name}: {res.stderr.strip()[:200]}")
+        raise OSError(f"could not make a temporary directory in {remote_dir} on {host.name}: "
+                      f"{res.stderr.strip()[:200]}")
     return d, f"{remote_dir}/undo/{stamp}.sh"
 
 

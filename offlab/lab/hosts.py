@@ -198,7 +198,8 @@ def teardown(lab: LabState, also: frozenset[int] | set[int] = frozenset()) -> li
             continue
         host = lab.host(role)
         try:
-            removed += [f"{host.name}: {what}" for what in remote_journal.end_processes(host, host.remote_dir, also=also)]
+            ended = remote_journal.end_processes(host, host.remote_dir, also=also)
+            removed += [f"{host.name}: {what}" for what in ended]
         except (EnvironmentProblem, CommandFailed) as exc:
             failed.append(f"processes offlab started on {host.name} may still run ({exc}): `offlab lab down "
                           f"{lab.name}` again once it answers, or `sh {host.remote_dir}/restore.sh` there")
