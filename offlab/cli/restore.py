@@ -38,7 +38,8 @@ def register(app: typer.Typer) -> None:
         ended, failed = hosts_lab.end_orphans(hosts_lab.ssh_hosts_known(refs), force=force, list_only=list_only)
         for line in ended + failed:
             typer.echo(line)
-        report.failed += failed
+        if not list_only:
+            report.failed += failed
         for name in labs.abandoned():
             if list_only:
                 typer.echo(f"would remove lab {name}: its `lab up` died before the lab was up")
