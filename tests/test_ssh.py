@@ -42,7 +42,7 @@ def sshd(tmp_path_factory):
     finally:
         leftovers = sshd_mod.stop(s)
         assert not leftovers, f"sshd sessions had to be killed: {leftovers}"
-        assert not sshd_mod.mux_processes(sshd), f"ssh masters left: {sshd_mod.mux_processes(sshd)}"
+        assert not sshd_mod.mux_processes(s), f"ssh masters left: {sshd_mod.mux_processes(s)}"
         assert not ({n for n in netns_names() - before if n.startswith(OUR_NAMESPACES)}), "namespaces left"
 
 
