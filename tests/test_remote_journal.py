@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 from offlab.hosts import LOCAL
@@ -70,3 +71,19 @@ def test_a_process_collected_by_the_controller_leaves_no_record(tmp_path):
     remote_journal.drop_temp_dir(LOCAL, d, undo)
     remote_journal.tidy(LOCAL, str(remote))
     assert not remote.exists()
+
+
+def test_a_killed_owner_not_yet_reaped_is_not_alive():
+    """A runner killed with its parent stays a zombie until init reaps it: it owns nothing any more."""
+    from offlab.state import me, owner_alive, proc_start
+
+    child = subprocess.Popen(["sleep", "300"])
+    owner = {"pid": child.pid, "start": proc_start(child.pid)}
+    assert owner_alive(owner) and owner_alive(me())
+    child.kill()
+    for _ in range(100):  # not waited for: a zombie
+        if Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+            break
+        time.sleep(0.01)
+    assert not owner_alive(owner)
+    child.wait()

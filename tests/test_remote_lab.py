@@ -488,6 +488,14 @@ def test_controller_killed_mid_run_over_an_ansible_inventory_leaves_nothing_on_t
             except ProcessLookupError:
                 pass
         proc.wait(timeout=10)
+        from offlab.hosts.process import process_start_time
+
+        for _ in range(100):  # gone, or zombies nobody has reaped yet (as here: their parent died with them)
+            alive = {pid: Path(f"/proc/{pid}/stat").read_text() for pid in killed if process_start_time(pid)}
+            if not alive:
+                break
+            time.sleep(0.1)
+        assert not alive, alive
         # Their ssh masters outlive them (for ControlPersist seconds, documented): ended here by pid.
         for line in sshd_mod.mux_processes(sshd_mod.Sshd(pair.dir, pair.controller, pair.b.ns, "", "")):
             if any(f"ControlPath=/tmp/offlab-ssh.{pid}." in line for pid in killed):
