@@ -87,12 +87,15 @@ def read_state_json(path: Path, repair: str) -> dict:
 # ---- process identity ------------------------------------------------------------------
 
 def proc_start(pid: int) -> int | None:
-    """Start time of a process in clock ticks since boot (field 22 of /proc/PID/stat)."""
+    """Start time of a process in clock ticks since boot (field 22 of /proc/PID/stat); None once it is
+    gone or a zombie (dead, only not reaped yet: a killed runner whose parent was killed too stays one
+    until init reaps it, and must not be taken for a live owner meanwhile)."""
     try:
         text = Path(f"/proc/{int(pid)}/stat").read_text()
     except (OSError, ValueError):
         return None
-    return int(text.rsplit(")", 1)[1].split()[19])
+    fields = text.rsplit(")", 1)[1].split()
+    return None if fields[0] in ("Z", "X") else int(fields[19])
 
 
 def me() -> dict:

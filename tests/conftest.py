@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.pgcluster import pg  # noqa: F401  (the session's private PostgreSQL, a fixture for every module)
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Every long-lived program offlab or a test starts (comm, cut to 15 characters as the kernel keeps it).
 OUR_PROCESSES = ("iperf3", "offlab-engine", "ovs-vswitchd", "ovs-vswitchd-dp", "ovsdb-server", "tcpdump",

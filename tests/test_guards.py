@@ -10,7 +10,7 @@ from pathlib import Path
 from tests.conftest import REPO
 
 # hosts, knobs and store: every part above them calls them; a wrong type there is everyone's bug.
-TYPED = ["offlab/hosts", "offlab/knobs"]
+TYPED = ["offlab/hosts", "offlab/knobs", "offlab/store.py"]
 
 
 def _run(*argv: str) -> subprocess.CompletedProcess:
