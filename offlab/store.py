@@ -352,7 +352,9 @@ class Store:
             store._migrate()
             raw = store.engine.raw_connection()  # outside any transaction, where SQLite can change it
             try:
-                raw.driver_connection.execute("PRAGMA journal_mode = WAL")
+                conn = raw.driver_connection
+                assert conn is not None  # a pooled connection that is open: it has its driver's
+                conn.execute("PRAGMA journal_mode = WAL")
             finally:
                 raw.close()
         except (sa.exc.DBAPIError, sqlite3.DatabaseError) as exc:
@@ -466,7 +468,7 @@ class Store:
         """Rows of one read (its own short transaction)."""
         try:
             with self.engine.connect() as c:
-                return c.execute(sa.text(sql), params or {}).all()
+                return list(c.execute(sa.text(sql), params or {}).all())
         except sa.exc.DBAPIError as exc:
             if self.backend == "sqlite":
                 raise
@@ -550,7 +552,7 @@ class Store:
                 version = (int(r[0]) if (r := c.execute(sa.text("SELECT value FROM meta WHERE key = 'schema_version'"))
                                          .first()) else 0) if sa.inspect(c).has_table("meta") else 0
             else:
-                version = int(c.exec_driver_sql("PRAGMA user_version").scalar())
+                version = int(c.exec_driver_sql("PRAGMA user_version").scalar() or 0)
             if version > SCHEMA_VERSION:
                 raise self._too_new(version)
             for v in range(version + 1, SCHEMA_VERSION + 1):

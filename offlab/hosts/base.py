@@ -225,9 +225,11 @@ class Host:
 
     def wait_for_file(self, path: str | Path, seconds: float) -> bool:
         """Whether `path` exists within `seconds` (looks every 0.2 s in one command; a guest's agent
-        looks itself, without forking)."""
+        looks itself, without forking). The look stops when the file's directory is gone (a host's
+        restore.sh removed a process's directory after a crash): nothing will appear there."""
         looks = max(0, math.ceil(seconds / 0.2))
-        script = 'n=$2; while [ ! -e "$1" ] && [ "$n" -gt 0 ]; do sleep 0.2; n=$((n - 1)); done; [ -e "$1" ]'
+        script = ('n=$2; while [ ! -e "$1" ] && [ -d "${1%/*}" ] && [ "$n" -gt 0 ]; do sleep 0.2; n=$((n - 1)); '
+                  'done; [ -e "$1" ]')
         return self.run(["sh", "-c", script, "sh", str(path), str(looks)], check=False,
                         timeout=seconds + 15).rc == 0
 
