@@ -140,7 +140,7 @@ fn dispatch(agent: &Arc<Agent>, line: &[u8]) {
         b"P" => agent.send(format!("R {} 0\n", id).as_bytes()),
         b"K" => kill(agent, &id),
         b"Q" if parts.len() >= 3 => {
-            let (cmd, stdin) = match (b64_decode(parts[2]), parts.get(3).map(|s| *s)) {
+            let (cmd, stdin) = match (b64_decode(parts[2]), parts.get(3).copied()) {
                 (Some(c), None) | (Some(c), Some(b"-")) => (c, Vec::new()),
                 (Some(c), Some(s)) => match b64_decode(s) {
                     Some(d) => (c, d),
