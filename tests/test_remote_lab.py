@@ -192,6 +192,22 @@ with Transaction("controller") as tx:
 """
 
 
+def apply_then_kill_controller(pair, lab_name: str, state_dir) -> None:
+    """Run CONTROLLER (it changes gro, mtu and a sysctl on host b and waits), kill -9 it once it has,
+    then end its ssh masters by pid: they outlive it for ControlPersist seconds (documented), and the
+    machines' sshd must be left as found."""
+    proc = subprocess.Popen([sys.executable, "-c", CONTROLLER, lab_name], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "OFFLAB_STATE_DIR": str(state_dir)})
+    try:
+        assert proc.stdout.readline().strip() == "applied", proc.stderr.read() if proc.poll() is not None else ""
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        for line in sshd_mod.mux_processes(sshd_mod.Sshd(pair.dir, pair.controller, pair.b.ns, "", "")):
+            if f"ControlPath=/tmp/offlab-ssh.{proc.pid}." in line:
+                os.kill(int(line.split()[0]), signal.SIGTERM)
+
+
 def test_controller_killed_mid_run_the_remote_restores_alone(pair, inv, state_dir, lab_name):
     from offlab.experiment import teardown
     from offlab.lab import hosts as hosts_lab
@@ -200,19 +216,7 @@ def test_controller_killed_mid_run_the_remote_restores_alone(pair, inv, state_di
     try:
         before = (feature(pair.b.ns, "t1"), mtu(pair.b.ns, "t1"), sysctl(pair.b.ns, "net.ipv4.tcp_ecn"))
         assert before[:2] == (False, 1500) and before[2] != "1"
-        proc = subprocess.Popen([sys.executable, "-c", CONTROLLER, lab_name], cwd=REPO, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, env={**os.environ, "OFFLAB_STATE_DIR": str(state_dir)})
-        try:
-            assert proc.stdout.readline().strip() == "applied", proc.stderr.read() if proc.poll() is not None else ""
-        finally:
-            proc.send_signal(signal.SIGKILL)
-            proc.wait(timeout=10)
-            # Its ssh masters outlive it (for ControlPersist seconds, documented): ended here by pid,
-            # so the machines' sshd is left as found.
-            ps = subprocess.run(["ps", "-ww", "-eo", "pid=,args="], capture_output=True, text=True).stdout
-            for line in ps.splitlines():
-                if f"{state_dir}/ssh/{proc.pid}." in line and ("[mux]" in line or "ControlMaster=yes" in line):
-                    os.kill(int(line.split()[0]), signal.SIGTERM)
+        apply_then_kill_controller(pair, lab_name, state_dir)
         assert (feature(pair.b.ns, "t1"), mtu(pair.b.ns, "t1"), sysctl(pair.b.ns, "net.ipv4.tcp_ecn")) == (True, 1400, "1")
         # On the remote machine alone: no ssh, no offlab, no controller; only sh and its tools.
         restore = f"{pair.remote_dir('b')}/restore.sh"
@@ -250,17 +254,7 @@ def test_library_teardown_puts_an_ssh_hosts_settings_back_without_the_cli(pair, 
     hosts_lab.up(lab_name, str(inv), "a:t1,b:t1")
     try:
         before = (feature(pair.b.ns, "t1"), mtu(pair.b.ns, "t1"))
-        proc = subprocess.Popen([sys.executable, "-c", CONTROLLER, lab_name], cwd=REPO, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, env=env)
-        try:
-            assert proc.stdout.readline().strip() == "applied", proc.stderr.read() if proc.poll() is not None else ""
-        finally:
-            proc.send_signal(signal.SIGKILL)
-            proc.wait(timeout=10)
-            ps = subprocess.run(["ps", "-ww", "-eo", "pid=,args="], capture_output=True, text=True).stdout
-            for line in ps.splitlines():
-                if f"{state_dir}/ssh/{proc.pid}." in line and ("[mux]" in line or "ControlMaster=yes" in line):
-                    os.kill(int(line.split()[0]), signal.SIGTERM)
+        apply_then_kill_controller(pair, lab_name, state_dir)
         assert (feature(pair.b.ns, "t1"), mtu(pair.b.ns, "t1")) == (True, 1400)
         res = subprocess.run([sys.executable, "-c", LIBRARY_DOWN, lab_name], cwd=REPO, capture_output=True,
                              text=True, env=env, timeout=120)
