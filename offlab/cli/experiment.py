@@ -52,7 +52,8 @@ def run_cmd(
     pair: List[str] = typer.Option([], "--pair", help="With --inventory: CLIENT:IF,SERVER:IF, repeatable "
                                                       "(default: the inventory's pairs)."),
 ) -> None:
-    """Run a plan: every cell, repeated until its confidence target is met; results in SQLite."""
+    """Run a plan: every cell, repeated until each comparison is decided (or its confidence target is met);
+    results in SQLite or PostgreSQL."""
     if inventory is not None or pair:
         _fan_out(plan, inventory, pair, db, quick, as_json, resume, validate)
         return
