@@ -1,32 +1,44 @@
 """The results database: runs, their cells, every sample, and each metric in long format.
 
-SQLite in WAL mode, one file. Every sample is committed in its own transaction the moment it is
-measured, so a killed run keeps what it measured and a reader (`offlab results show`) sees it
-while the run goes on. Tables are meant to be queried with plain SQL (docs/results.md); JSON
-columns are TEXT that SQLite's json_extract() reads.
+Two backends behind one layer of SQL (SQLAlchemy Core, docs/results.md says why):
+
+- SQLite, the default: one file in WAL mode, embedded, nothing to run;
+- PostgreSQL (`--db postgresql://USER@HOST/DB` or `OFFLAB_DB`), through psycopg 3: one history
+  that many runners on many machines write at once.
+
+Every sample is committed in its own transaction the moment it is measured, so a killed run keeps
+what it measured and a reader (`offlab results show`) sees it while the run goes on. Tables are meant
+to be queried with plain SQL (docs/results.md); JSON columns are TEXT (SQLite's json_extract() reads
+them, PostgreSQL's `::jsonb` casts them). The schema is versioned: MIGRATIONS[v] takes a database
+from v - 1 to v, on either backend; a database newer than this offlab is refused (exit 3).
 """
 
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import math
 import os
+import re
 import sqlite3
 import threading
+import uuid
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
+
+import sqlalchemy as sa
 
 from offlab import __version__
 from offlab.errors import BadInput, EnvironmentProblem
 from offlab.state import owner_alive
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
-# Versions this offlab reads without migrating (a read-only file): 1 lacks only sample_series.
-READABLE_VERSIONS = (1, SCHEMA_VERSION)
+# Versions this offlab reads without migrating (a read-only file): 1 lacks sample_series, 2 runs.uid.
+READABLE_VERSIONS = (1, 2, SCHEMA_VERSION)
 
 # A "running" run whose lock names no live process, or that has no lock this long after it started
 # (the runner takes the lock right after creating the run), died without saying so (kill -9).
@@ -35,56 +47,61 @@ NO_LOCK_GRACE_S = 60.0
 RUN_STATUSES = ("running", "done", "interrupted", "failed", "budget_exhausted")
 CELL_STATUSES = ("pending", "running", "done", "confidence_not_reached", "skipped", "failed", "interrupted")
 
-# MIGRATIONS[v] takes a database from version v - 1 to v. Never edit a released step: add one.
-MIGRATIONS: dict[int, list[str]] = {
-    1: [
-        """CREATE TABLE meta (
-            key   TEXT PRIMARY KEY,
-            value TEXT NOT NULL
-        )""",
-        """CREATE TABLE runs (
-            id             INTEGER PRIMARY KEY,
-            name           TEXT NOT NULL,
-            status         TEXT NOT NULL,
-            note           TEXT,
-            started_at     TEXT NOT NULL,
-            finished_at    TEXT,
-            offlab_version TEXT NOT NULL,
-            seed           INTEGER,
-            plan_text      TEXT NOT NULL,
-            plan           TEXT NOT NULL,
-            env            TEXT NOT NULL,
-            baseline       TEXT,
-            repeat         TEXT NOT NULL
-        )""",
-        """CREATE TABLE cells (
-            id       INTEGER PRIMARY KEY,
-            run_id   INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
-            key      TEXT NOT NULL,
-            position INTEGER NOT NULL,
-            params   TEXT NOT NULL,
-            settings TEXT NOT NULL,
-            status   TEXT NOT NULL DEFAULT 'pending',
-            reason   TEXT,
-            UNIQUE (run_id, key)
-        )""",
-        """CREATE TABLE samples (
-            id                  INTEGER PRIMARY KEY,
-            run_id              INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
-            cell_id             INTEGER NOT NULL REFERENCES cells(id) ON DELETE CASCADE,
-            round               INTEGER NOT NULL,
-            created_at          TEXT NOT NULL,
-            sample              TEXT NOT NULL,
-            requested_vs_actual TEXT
-        )""",
-        """CREATE TABLE metrics (
-            sample_id INTEGER NOT NULL REFERENCES samples(id) ON DELETE CASCADE,
-            cell_id   INTEGER NOT NULL REFERENCES cells(id) ON DELETE CASCADE,
-            run_id    INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
-            name      TEXT NOT NULL,
-            value     REAL NOT NULL,
-            PRIMARY KEY (sample_id, name)
-        )""",
+# PostgreSQL: the advisory-lock class of offlab's locks (the run lock: (class, run id); migrating: (class, 0)).
+PG_LOCK_CLASS = 0x0FF1AB
+
+# ---- the schema, as SQLAlchemy tables (each dialect writes its own DDL: INTEGER PRIMARY KEY for
+# SQLite, SERIAL for PostgreSQL; Double is REAL there and double precision here) ----------------
+_ddl = sa.MetaData()
+_ID = lambda: sa.Column("id", sa.Integer, primary_key=True)  # noqa: E731
+_FK = lambda name, table: sa.Column(name, sa.Integer, sa.ForeignKey(f"{table}.id", ondelete="CASCADE"),  # noqa: E731
+                                    nullable=False)
+META = sa.Table("meta", _ddl, sa.Column("key", sa.Text, primary_key=True), sa.Column("value", sa.Text, nullable=False))
+RUNS = sa.Table(
+    "runs", _ddl, _ID(),
+    sa.Column("name", sa.Text, nullable=False), sa.Column("status", sa.Text, nullable=False),
+    sa.Column("note", sa.Text), sa.Column("started_at", sa.Text, nullable=False), sa.Column("finished_at", sa.Text),
+    sa.Column("offlab_version", sa.Text, nullable=False), sa.Column("seed", sa.BigInteger),
+    sa.Column("plan_text", sa.Text, nullable=False), sa.Column("plan", sa.Text, nullable=False),
+    sa.Column("env", sa.Text, nullable=False), sa.Column("baseline", sa.Text),
+    sa.Column("repeat", sa.Text, nullable=False))
+CELLS = sa.Table(
+    "cells", _ddl, _ID(), _FK("run_id", "runs"),
+    sa.Column("key", sa.Text, nullable=False), sa.Column("position", sa.Integer, nullable=False),
+    sa.Column("params", sa.Text, nullable=False), sa.Column("settings", sa.Text, nullable=False),
+    sa.Column("status", sa.Text, nullable=False, server_default="pending"), sa.Column("reason", sa.Text),
+    sa.UniqueConstraint("run_id", "key"))
+SAMPLES = sa.Table(
+    "samples", _ddl, _ID(), _FK("run_id", "runs"), _FK("cell_id", "cells"),
+    sa.Column("round", sa.Integer, nullable=False), sa.Column("created_at", sa.Text, nullable=False),
+    sa.Column("sample", sa.Text, nullable=False), sa.Column("requested_vs_actual", sa.Text))
+METRICS = sa.Table(
+    "metrics", _ddl,
+    sa.Column("sample_id", sa.Integer, sa.ForeignKey("samples.id", ondelete="CASCADE"), nullable=False),
+    _FK("cell_id", "cells"), _FK("run_id", "runs"),
+    sa.Column("name", sa.Text, nullable=False), sa.Column("value", sa.Double, nullable=False),
+    sa.PrimaryKeyConstraint("sample_id", "name"))
+# The figures a series row can hold: sample_series's columns after t_s, in order (offlab.traffic.series).
+SERIES_VALUES = ("dur_s", "warmup", "bytes", "bps", "datagrams", "pps", "lost", "reordered", "retransmits",
+                 "transactions", "tps", "rtt_p50_us", "rtt_p99_us", "rtt_max_us")
+_SERIES_TYPES = {"dur_s": sa.Double, "warmup": sa.Integer, "bytes": sa.BigInteger, "bps": sa.Double,
+                 "datagrams": sa.BigInteger, "pps": sa.Double, "lost": sa.BigInteger, "reordered": sa.BigInteger,
+                 "retransmits": sa.BigInteger, "transactions": sa.BigInteger, "tps": sa.Double,
+                 "rtt_p50_us": sa.Double, "rtt_p99_us": sa.Double, "rtt_max_us": sa.Double}
+SAMPLE_SERIES = sa.Table(
+    "sample_series", _ddl,
+    sa.Column("sample_id", sa.Integer, sa.ForeignKey("samples.id", ondelete="CASCADE"), nullable=False),
+    _FK("cell_id", "cells"), _FK("run_id", "runs"),
+    sa.Column("part", sa.Text, nullable=False), sa.Column("source", sa.Text, nullable=False),
+    sa.Column("i", sa.Integer, nullable=False), sa.Column("t_s", sa.Double, nullable=False),
+    *[sa.Column(n, t, nullable=n != "warmup", server_default="0" if n == "warmup" else None)
+      for n, t in _SERIES_TYPES.items()],
+    sa.PrimaryKeyConstraint("sample_id", "part", "source", "i"), sqlite_with_rowid=False)
+
+# MIGRATIONS[v] takes a database from version v - 1 to v: each step is portable SQL text, a table
+# (created in the dialect's DDL), or a function of the open transaction. Never edit a released step: add one.
+MIGRATIONS: dict[int, list] = {
+    1: [META, RUNS, CELLS, SAMPLES, METRICS,
         "CREATE INDEX cells_run ON cells(run_id)",
         "CREATE INDEX samples_cell ON samples(cell_id)",
         "CREATE INDEX metrics_cell_name ON metrics(cell_id, name)",
@@ -96,41 +113,60 @@ MIGRATIONS: dict[int, list[str]] = {
             FROM metrics m
             JOIN samples s ON s.id = m.sample_id
             JOIN cells c ON c.id = m.cell_id
-            JOIN runs r ON r.id = m.run_id""",
-    ],
+            JOIN runs r ON r.id = m.run_id"""],
     # Per-interval rows of each sample (issue #12): one row per interval, a column per figure.
-    2: [
-        """CREATE TABLE sample_series (
-            sample_id    INTEGER NOT NULL REFERENCES samples(id) ON DELETE CASCADE,
-            cell_id      INTEGER NOT NULL REFERENCES cells(id) ON DELETE CASCADE,
-            run_id       INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
-            part         TEXT NOT NULL,
-            source       TEXT NOT NULL,
-            i            INTEGER NOT NULL,
-            t_s          REAL NOT NULL,
-            dur_s        REAL,
-            warmup       INTEGER NOT NULL DEFAULT 0,
-            bytes        INTEGER,
-            bps          REAL,
-            datagrams    INTEGER,
-            pps          REAL,
-            lost         INTEGER,
-            reordered    INTEGER,
-            retransmits  INTEGER,
-            transactions INTEGER,
-            tps          REAL,
-            rtt_p50_us   REAL,
-            rtt_p99_us   REAL,
-            rtt_max_us   REAL,
-            PRIMARY KEY (sample_id, part, source, i)
-        ) WITHOUT ROWID""",
-        "CREATE INDEX sample_series_cell ON sample_series(cell_id)",
-    ],
+    2: [SAMPLE_SERIES, "CREATE INDEX sample_series_cell ON sample_series(cell_id)"],
+    # A run's identity across databases (issue #28: `results import` merges without duplicates).
+    3: ["ALTER TABLE runs ADD COLUMN uid TEXT",
+        lambda c: _backfill_uids(c),
+        "CREATE UNIQUE INDEX runs_uid ON runs(uid)"],
 }
 
-# The figures a series row can hold: sample_series's columns after t_s, in order (offlab.traffic.series).
-SERIES_VALUES = ("dur_s", "warmup", "bytes", "bps", "datagrams", "pps", "lost", "reordered", "retransmits",
-                 "transactions", "tps", "rtt_p50_us", "rtt_p99_us", "rtt_max_us")
+
+def legacy_uid(name: str, started_at: str, seed: int | None, plan_text: str) -> str:
+    """The identity of a run stored before runs had one: the same on every copy of that database."""
+    return "v2-" + hashlib.sha256(json.dumps([name, started_at, seed, plan_text]).encode()).hexdigest()[:32]
+
+
+def _backfill_uids(c: sa.Connection) -> None:
+    rows = c.execute(sa.text("SELECT id, name, started_at, seed, plan_text FROM runs WHERE uid IS NULL")).all()
+    if rows:
+        c.execute(sa.text("UPDATE runs SET uid = :uid WHERE id = :id"),
+                  [{"id": r[0], "uid": legacy_uid(r[1], r[2], r[3], r[4])} for r in rows])
+
+
+_URL_RE = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*):(?P<slashes>/*)(?P<rest>.*)$", re.S)
+
+
+def is_url(db: object) -> bool:
+    """A database given as a URL (scheme://...), not a file path."""
+    m = _URL_RE.match(str(db))
+    return bool(m and m["slashes"] and len(m["scheme"]) > 1)
+
+
+def _pg_url(text: str) -> sa.URL:
+    """A postgresql:// URL for SQLAlchemy with psycopg 3; BadInput naming what is wrong with it."""
+    m = _URL_RE.match(text)
+    scheme = m["scheme"].lower()
+    if scheme not in ("postgresql", "postgres", "postgresql+psycopg"):
+        raise BadInput(f"--db {safe_url(text)}: offlab stores results in an SQLite file (a path) or in "
+                       f"PostgreSQL (postgresql://USER@HOST/DB), not {scheme}")
+    # A URL that went through a path type lost one of its slashes (postgresql:/x): put it back.
+    text = f"postgresql+psycopg://{m['rest']}"
+    try:
+        url = sa.make_url(text)
+    except sa.exc.ArgumentError as exc:
+        raise BadInput(f"--db {safe_url(text)}: not a valid URL ({exc}); e.g. postgresql://offlab@db.lab/offlab "
+                       f"or postgresql://postgres@/offlab?host=/run/postgresql") from None
+    if not url.database:
+        raise BadInput(f"--db {safe_url(text)}: names no database; e.g. postgresql://offlab@db.lab/offlab")
+    return url
+
+
+def safe_url(text: str) -> str:
+    """The URL as it may be printed: without its password."""
+    return re.sub(r"(://[^:/@?]*):[^@/?]*@", r"\1:***@", str(text)).replace("postgresql+psycopg://", "postgresql://")
+
 
 
 def series_holders(sample: dict | None, depth: int = 3) -> Iterator[tuple[str, dict]]:
@@ -187,11 +223,12 @@ def _join_series(sample: dict | None, rows: dict[tuple[str, str], list[dict]]) -
                 s["rows"] = [[d.get(c) for c in cols] for d in rows.get((part, str(s.get("source") or "?")), [])]
 
 
-def default_db_path() -> Path:
-    """$OFFLAB_DB if set; else /var/lib/offlab/offlab.db as root; else ~/.local/share/offlab/offlab.db."""
+def default_db_path() -> Path | str:
+    """$OFFLAB_DB if set (a path, or a postgresql:// URL as given); else /var/lib/offlab/offlab.db as
+    root; else ~/.local/share/offlab/offlab.db."""
     env = os.environ.get("OFFLAB_DB")
     if env:
-        return Path(env).expanduser()
+        return env if is_url(env) else Path(env).expanduser()
     if os.geteuid() == 0:
         return Path("/var/lib/offlab/offlab.db")
     return Path.home() / ".local" / "share" / "offlab" / "offlab.db"
@@ -223,25 +260,82 @@ def _loads(text: str | None, where: str = "a JSON column") -> Any:
     try:
         return json.loads(text)
     except ValueError as exc:
-        raise BadInput(f"{where} is damaged (not valid JSON: {exc}): inspect it with `sqlite3`, or pass "
-                       f"--db PATH to another database") from None
+        raise BadInput(f"{where} is damaged (not valid JSON: {exc}): inspect it with `sqlite3` or `psql`, or "
+                       f"pass --db to another database") from None
+
+
+
+
+def _first_line(exc: BaseException) -> str:
+    orig = getattr(exc, "orig", None) or exc
+    lines = [l.strip() for l in str(orig).strip().splitlines() if l.strip()]
+    return lines[0] if lines else type(orig).__name__
+
+
+class PgRunLock:
+    """The one-writer lock of a run in PostgreSQL: a session advisory lock (PG_LOCK_CLASS, run id) held
+    on a connection of its own; the server drops it when that connection ends, however its process
+    died. The holder is named by the connection's application_name, for messages."""
+
+    def __init__(self, store: "Store", run_id: int) -> None:
+        self.store, self.run_id = store, run_id
+        self.conn: sa.Connection | None = None
+
+    def acquire(self, info: dict, wait: float = 0.0) -> dict | None:
+        conn = self.store.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+        try:
+            got = conn.execute(sa.text("SELECT pg_try_advisory_lock(:c, :r)"),
+                               {"c": PG_LOCK_CLASS, "r": self.run_id}).scalar()
+            if not got:
+                holder = self.store._pg_lock_holder(conn, self.run_id)
+                conn.close()
+                return holder or {"pid": "?"}
+            name = f"offlab run {self.run_id} pid {info.get('pid')} on {os.uname().nodename}"[:63]
+            conn.execute(sa.text("SELECT set_config('application_name', :n, false)"), {"n": name})
+        except sa.exc.DBAPIError as exc:
+            conn.close()
+            raise self.store._env_problem("taking the run lock", exc) from None
+        self.conn = conn
+        return None
+
+    def write(self, info: dict) -> None:
+        pass  # the holder is named by the connection itself
+
+    def release(self, keep: dict | None = None) -> None:
+        if self.conn is not None:
+            try:
+                self.conn.execute(sa.text("SELECT pg_advisory_unlock(:c, :r)"), {"c": PG_LOCK_CLASS, "r": self.run_id})
+            except sa.exc.DBAPIError:
+                pass  # the connection is gone: so is the lock
+            finally:
+                self.conn.close()
+                self.conn = None
 
 
 class Store:
     """One open results database. Safe to share between threads (writes are serialised)."""
 
-    def __init__(self, conn: sqlite3.Connection, path: Path) -> None:
-        self.conn = conn
-        self.path = path
+    def __init__(self, engine: sa.Engine, path: Path | None, url: str | None = None) -> None:
+        self.engine = engine
+        self.path = path  # the SQLite file; None for PostgreSQL
+        self.url = url  # the PostgreSQL URL as given (password hidden in every message)
+        self.where = str(path) if path is not None else safe_url(url or "")
+        self.backend = engine.dialect.name  # "sqlite" or "postgresql"
         self._lock = threading.RLock()
         self.read_only = False
+        self._raw: sqlite3.Connection | None = None
 
     # -- opening -----------------------------------------------------------------------------
 
     @classmethod
     def open(cls, path: str | Path | None = None, *, create: bool = True) -> "Store":
-        """Open (and with `create`, make) the database at `path`; migrate an older schema."""
-        path = Path(path).expanduser() if path is not None else default_db_path()
+        """Open (and with `create`, make) the database at `path` (a file, or a postgresql:// URL);
+        migrate an older schema."""
+        if path is None:
+            path = default_db_path()
+        if is_url(path):
+            return cls._open_pg(str(path), create=create)
+        path = Path(path).expanduser()
         if not path.exists():
             if not create:
                 raise BadInput(f"no offlab database at {path}: `offlab run PLAN.yaml` creates it "
@@ -251,46 +345,112 @@ class Store:
             except OSError as exc:
                 raise EnvironmentProblem(f"cannot create {path.parent}: {exc.strerror} "
                                          f"(pass --db PATH or set OFFLAB_DB to a writable place)") from exc
+        store = cls(_sqlite_engine(path), path)
         try:
-            conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False, timeout=10.0)
-            conn.execute("PRAGMA busy_timeout = 10000")
-            conn.execute("PRAGMA foreign_keys = ON")
-            store = cls(conn, path)
             store._migrate()
-            conn.execute("PRAGMA journal_mode = WAL")
-        except sqlite3.DatabaseError as exc:
-            if "not a database" in str(exc):
-                raise BadInput(f"{path} is not an SQLite database (pass --db PATH to an offlab database)") from exc
+            raw = store.engine.raw_connection()  # outside any transaction, where SQLite can change it
+            try:
+                raw.driver_connection.execute("PRAGMA journal_mode = WAL")
+            finally:
+                raw.close()
+        except (sa.exc.DBAPIError, sqlite3.DatabaseError) as exc:
+            store.engine.dispose()
+            orig = getattr(exc, "orig", exc)
+            if "not a database" in str(orig):
+                raise BadInput(f"{path} is not an SQLite database (pass --db PATH to an offlab database)") from None
             if not path.exists():
-                raise EnvironmentProblem(f"cannot open database {path}: {exc} "
-                                         f"(check permissions, or pass --db PATH / set OFFLAB_DB)") from exc
+                raise EnvironmentProblem(f"cannot open database {path}: {orig} "
+                                         f"(check permissions, or pass --db PATH / set OFFLAB_DB)") from None
             # A read-only file or file system, or a full disk: reading must still work.
-            store = cls._open_read_only(path, exc)
+            store = cls._open_read_only(path, orig)
         return store
 
     @classmethod
-    def _open_read_only(cls, path: Path, why: Exception) -> "Store":
+    def open_read_only(cls, path: str | Path) -> "Store":
+        """An SQLite file opened for reading only (`results import` reads its sources so)."""
+        if is_url(path):
+            raise BadInput(f"{safe_url(str(path))}: results import reads SQLite files (from hosts that ran "
+                           f"offline); the database they go into is --db")
+        path = Path(path).expanduser()
+        if not path.is_file():
+            raise BadInput(f"no SQLite database at {path}")
+        return cls._open_read_only(path, None)
+
+    @classmethod
+    def _open_read_only(cls, path: Path, why: Exception | None) -> "Store":
         """The database opened for reading only; writes then fail with one line."""
-        last: Exception = why
+        last: Exception | None = why
         for query in ("mode=ro", "immutable=1"):  # immutable: a WAL database on a read-only file system
+            store = cls(_sqlite_engine(path, query), path)
+            store.read_only = True
             try:
-                conn = sqlite3.connect(f"{path.resolve().as_uri()}?{query}", uri=True, isolation_level=None,
-                                       check_same_thread=False, timeout=10.0)
-                store = cls(conn, path)
-                store.read_only = True
-                if store.schema_version() not in READABLE_VERSIONS:
+                version = store.schema_version()
+                if version not in READABLE_VERSIONS:
                     raise EnvironmentProblem(
-                        f"{path} has schema version {store.schema_version()} and is read-only, so this offlab "
-                        f"(version {SCHEMA_VERSION}) cannot migrate it: make it writable ({why})")
-                conn.execute("SELECT count(*) FROM runs").fetchone()
+                        f"{path} has schema version {version} and is read-only, so this offlab "
+                        f"(version {SCHEMA_VERSION}) cannot "
+                        + ("read it: upgrade offlab" if version > SCHEMA_VERSION
+                           else f"migrate it: make it writable ({why})"))
+                store._q("SELECT count(*) FROM runs")
                 return store
-            except sqlite3.DatabaseError as exc:
-                last = exc
+            except (sa.exc.DBAPIError, sqlite3.DatabaseError) as exc:
+                store.engine.dispose()
+                last = getattr(exc, "orig", exc)
+                if "not a database" in str(last):
+                    raise BadInput(f"{path} is not an SQLite database") from None
         raise EnvironmentProblem(f"cannot open database {path}: {last} "
-                                 f"(check permissions, or pass --db PATH / set OFFLAB_DB)") from last
+                                 f"(check permissions, or pass --db PATH / set OFFLAB_DB)") from None
+
+    @classmethod
+    def _open_pg(cls, text: str, *, create: bool) -> "Store":
+        url = _pg_url(text)
+        engine = sa.create_engine(url, pool_pre_ping=True, pool_size=2, max_overflow=4,
+                                  connect_args={"connect_timeout": 10})
+        store = cls(engine, None, text)
+        try:
+            with engine.connect() as c:
+                c.execute(sa.text("SELECT 1"))
+        except sa.exc.DBAPIError as exc:
+            engine.dispose()
+            raise store._env_problem("connecting", exc) from None
+        if not create and store.schema_version() == 0:
+            engine.dispose()
+            raise BadInput(f"no offlab results in {store.where}: `offlab run PLAN.yaml --db {store.where}` "
+                           f"creates them")
+        try:
+            store._migrate()
+        except sa.exc.DBAPIError as exc:
+            engine.dispose()
+            raise store._env_problem("setting up its tables", exc) from None
+        return store
+
+    def _env_problem(self, doing: str, exc: BaseException) -> EnvironmentProblem:
+        """One line for a database that does not answer or refuses us: which one, what it said."""
+        why = _first_line(exc)
+        if "password" in why or "authentication" in why or "role" in why:
+            fix = "check the user and password in the URL (or ~/.pgpass, PGPASSWORD)"
+        elif "does not exist" in why and "database" in why:
+            fix = "create it (createdb), or name another database in the URL"
+        elif "permission denied" in why:
+            fix = "grant this user CREATE on the database's public schema, or use another database"
+        else:
+            fix = "check that the server runs and that the URL's host, port or socket directory is right"
+        return EnvironmentProblem(f"database {self.where}: {doing} failed: {why} ({fix})")
+
+    @property
+    def conn(self) -> sqlite3.Connection:
+        """A plain sqlite3 connection to the same file (for plain SQL beside the API; SQLite only)."""
+        if self.path is None:
+            raise BadInput(f"{self.where} is PostgreSQL: query it with psql")
+        if self._raw is None:
+            self._raw = _sqlite_connect(self.path, "mode=ro" if self.read_only else None)
+        return self._raw
 
     def close(self) -> None:
-        self.conn.close()
+        if self._raw is not None:
+            self._raw.close()
+            self._raw = None
+        self.engine.dispose()
 
     def __enter__(self) -> "Store":
         return self
@@ -298,78 +458,39 @@ class Store:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def schema_version(self) -> int:
-        return int(self.conn.execute("PRAGMA user_version").fetchone()[0])
+    # -- SQL ----------------------------------------------------------------------------------
 
-    def _migrate(self) -> None:
-        version = self.schema_version()
-        if version > SCHEMA_VERSION:
-            made_by = self._meta("written_by") or "a newer offlab"
-            raise EnvironmentProblem(
-                f"{self.path} has schema version {version} (written by offlab {made_by}); this offlab "
-                f"{__version__} knows up to version {SCHEMA_VERSION}: upgrade offlab, or pass --db PATH "
-                f"to another database")
-        if version == 0:
-            foreign = [r[0] for r in self.conn.execute(
-                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")]
-            if foreign:
-                raise BadInput(f"{self.path} is an SQLite database but not offlab's (it has tables "
-                               f"{', '.join(sorted(foreign)[:5])}): pass --db PATH to another file")
-        if version == SCHEMA_VERSION:
-            return
-        if version > 0 and not os.access(self.path, os.W_OK):
-            # Another user's file or a read-only file system: Store.open reads it as it is, unmigrated.
-            raise sqlite3.OperationalError("attempt to write a readonly database")
-        with self._tx():
-            # Re-read inside the write lock: another process may have migrated meanwhile.
-            version = self.schema_version()
-            for v in range(version + 1, SCHEMA_VERSION + 1):
-                for statement in MIGRATIONS[v]:
-                    self.conn.execute(statement)
-                self.conn.execute(f"PRAGMA user_version = {v}")
-            if version < SCHEMA_VERSION:
-                self.conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', ?)",
-                                  (str(SCHEMA_VERSION),))
-                self.conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('written_by', ?)",
-                                  (__version__,))
-                if version == 0:
-                    self.conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('created_at', ?)",
-                                      (now_utc(),))
-
-    def _meta(self, key: str) -> str | None:
+    def _q(self, sql: str, params: dict | None = None) -> list[sa.Row]:
+        """Rows of one read (its own short transaction)."""
         try:
-            row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
-        except sqlite3.OperationalError:
-            return None
-        return row[0] if row else None
+            with self.engine.connect() as c:
+                return c.execute(sa.text(sql), params or {}).all()
+        except sa.exc.DBAPIError as exc:
+            if self.backend == "sqlite":
+                raise
+            raise self._env_problem("reading", exc) from None
 
     @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction, committed on leaving (BEGIN IMMEDIATE: take the write lock now)."""
+    def _tx(self) -> Iterator[sa.Connection]:
+        """One write transaction, committed on leaving (SQLite: BEGIN IMMEDIATE, the write lock now)."""
         with self._lock:
             try:
-                self.conn.execute("BEGIN IMMEDIATE")
-            except sqlite3.OperationalError as exc:
+                conn = self.engine.connect().execution_options(offlab_write=True)
+            except sa.exc.DBAPIError as exc:
                 raise self._write_failed(exc) from None
             try:
-                yield self.conn
-                self.conn.execute("COMMIT")
-            except sqlite3.OperationalError as exc:
-                self._rollback()
+                with conn.begin():
+                    yield conn
+            except sa.exc.DBAPIError as exc:
                 raise self._write_failed(exc) from None
-            except BaseException:
-                self._rollback()
-                raise
+            finally:
+                conn.close()
 
-    def _rollback(self) -> None:
-        try:
-            self.conn.execute("ROLLBACK")
-        except sqlite3.OperationalError:
-            pass  # SQLite already rolled back (e.g. a full disk)
-
-    def _write_failed(self, exc: sqlite3.OperationalError) -> EnvironmentProblem:
-        """One line for a write the database refused: read-only, full, locked."""
-        why = str(exc)
+    def _write_failed(self, exc: sa.exc.DBAPIError) -> EnvironmentProblem:
+        """One line for a write the database refused: read-only, full, locked, gone."""
+        if self.backend != "sqlite":
+            return self._env_problem("writing", exc)
+        why = str(getattr(exc, "orig", exc))
         if "readonly" in why or self.read_only:
             fix = "it is read-only here: run as its owner (root), or pass --db PATH to a writable database"
         elif "full" in why:
@@ -378,18 +499,94 @@ class Store:
             fix = "pass --db PATH to another database"
         return EnvironmentProblem(f"cannot write to database {self.path}: {why} ({fix}); reading it still works")
 
+    # -- the schema ------------------------------------------------------------------------------
+
+    def schema_version(self) -> int:
+        if self.backend == "sqlite":
+            return int(self._q("PRAGMA user_version")[0][0])
+        try:
+            with self.engine.connect() as c:
+                if not sa.inspect(c).has_table("meta"):
+                    return 0
+                row = c.execute(sa.text("SELECT value FROM meta WHERE key = 'schema_version'")).first()
+        except sa.exc.DBAPIError as exc:
+            raise self._env_problem("reading its schema version", exc) from None
+        return int(row[0]) if row else 0
+
+    def _meta(self, key: str) -> str | None:
+        try:
+            rows = self._q("SELECT value FROM meta WHERE key = :k", {"k": key})
+        except (sa.exc.DBAPIError, EnvironmentProblem):
+            return None
+        return rows[0][0] if rows else None
+
+    def _too_new(self, version: int) -> EnvironmentProblem:
+        made_by = self._meta("written_by") or "a newer offlab"
+        return EnvironmentProblem(
+            f"{self.where} has schema version {version} (written by offlab {made_by}); this offlab "
+            f"{__version__} knows up to version {SCHEMA_VERSION}: upgrade offlab, or pass --db to another database")
+
+    def _migrate(self) -> None:
+        version = self.schema_version()
+        if version > SCHEMA_VERSION:
+            raise self._too_new(version)
+        if version == 0:
+            with self.engine.connect() as c:
+                foreign = [t for t in sa.inspect(c).get_table_names() if not t.startswith("sqlite_")]
+            if foreign:
+                raise BadInput(f"{self.where} is a database but not offlab's (it has tables "
+                               f"{', '.join(sorted(foreign)[:5])}): pass --db to another one")
+        if version == SCHEMA_VERSION:
+            return
+        if self.path is not None and version > 0 and not os.access(self.path, os.W_OK):
+            # Another user's file or a read-only file system: Store.open reads it as it is, unmigrated.
+            raise sqlite3.OperationalError("attempt to write a readonly database")
+        with self._tx() as c:
+            # Inside the write lock (SQLite's, or an advisory lock): another process may have migrated meanwhile.
+            if self.backend == "postgresql":
+                c.execute(sa.text("SELECT pg_advisory_xact_lock(:c, 0)"), {"c": PG_LOCK_CLASS})
+                version = (int(r[0]) if (r := c.execute(sa.text("SELECT value FROM meta WHERE key = 'schema_version'"))
+                                         .first()) else 0) if sa.inspect(c).has_table("meta") else 0
+            else:
+                version = int(c.exec_driver_sql("PRAGMA user_version").scalar())
+            if version > SCHEMA_VERSION:
+                raise self._too_new(version)
+            for v in range(version + 1, SCHEMA_VERSION + 1):
+                for step in MIGRATIONS[v]:
+                    if isinstance(step, str):
+                        c.execute(sa.text(step))
+                    elif isinstance(step, sa.Table):
+                        step.create(c)
+                    else:
+                        step(c)
+                if self.backend == "sqlite":
+                    c.exec_driver_sql(f"PRAGMA user_version = {v}")
+            if version < SCHEMA_VERSION:
+                put = ("INSERT INTO meta(key, value) VALUES (:k, :v) "
+                       "ON CONFLICT (key) DO UPDATE SET value = excluded.value")
+                c.execute(sa.text(put), [{"k": "schema_version", "v": str(SCHEMA_VERSION)},
+                                         {"k": "written_by", "v": __version__}])
+                if version == 0:
+                    c.execute(sa.text(put), {"k": "created_at", "v": now_utc()})
+
     # -- writing -----------------------------------------------------------------------------
 
     def create_run(self, name: str, plan_text: str, plan: dict, seed: int, env: dict,
                    baseline: dict | None, repeat: dict) -> int:
         """A new run, status "running", started now by this offlab version."""
         with self._tx() as c:
-            cur = c.execute(
-                "INSERT INTO runs(name, status, started_at, offlab_version, seed, plan_text, plan, env, "
-                "baseline, repeat) VALUES (?, 'running', ?, ?, ?, ?, ?, ?, ?, ?)",
-                (name, now_utc(), __version__, seed, plan_text, _dumps(plan), _dumps(env),
-                 None if baseline is None else _dumps(baseline), _dumps(repeat)))
-            return int(cur.lastrowid)
+            return self._insert_run(c, {
+                "name": name, "status": "running", "note": None, "started_at": now_utc(), "finished_at": None,
+                "offlab_version": __version__, "seed": seed, "plan_text": plan_text, "plan": _dumps(plan),
+                "env": _dumps(env), "baseline": None if baseline is None else _dumps(baseline),
+                "repeat": _dumps(repeat), "uid": uuid.uuid4().hex})
+
+    @staticmethod
+    def _insert_run(c: sa.Connection, row: dict) -> int:
+        return int(c.execute(sa.text(
+            "INSERT INTO runs(name, status, note, started_at, finished_at, offlab_version, seed, plan_text, plan, env, "
+            "baseline, repeat, uid) VALUES (:name, :status, :note, :started_at, :finished_at, :offlab_version, :seed, "
+            ":plan_text, :plan, :env, :baseline, :repeat, :uid) RETURNING id"), row).scalar_one())
 
     def add_cells(self, run_id: int, cells: list[dict]) -> dict[str, int]:
         """Add the run's cells (key, params, settings); key → cell id. Adding the same keys again
@@ -398,9 +595,9 @@ class Store:
         ids: dict[str, int] = {}
         with self._tx() as c:
             existing = {row[0]: (row[1], row[2]) for row in c.execute(
-                "SELECT key, id, params FROM cells WHERE run_id = ?", (run_id,))}
-            position = c.execute("SELECT coalesce(max(position) + 1, 0) FROM cells WHERE run_id = ?",
-                                 (run_id,)).fetchone()[0]
+                sa.text("SELECT key, id, params FROM cells WHERE run_id = :r"), {"r": run_id})}
+            position = c.execute(sa.text("SELECT coalesce(max(position) + 1, 0) FROM cells WHERE run_id = :r"),
+                                 {"r": run_id}).scalar_one()
             for cell in cells:
                 key = cell["key"]
                 params = _dumps(cell.get("params") or {})
@@ -411,47 +608,60 @@ class Store:
                                        f"not {params}: resume with the plan the run started with")
                     ids[key] = cell_id
                     continue
-                cur = c.execute(
-                    "INSERT INTO cells(run_id, key, position, params, settings, status) "
-                    "VALUES (?, ?, ?, ?, ?, 'pending')",
-                    (run_id, key, position, params, _dumps(cell.get("settings") or {})))
+                ids[key] = self._insert_cell(c, {"run_id": run_id, "key": key, "position": position, "params": params,
+                                                 "settings": _dumps(cell.get("settings") or {}), "status": "pending",
+                                                 "reason": None})
                 position += 1
-                ids[key] = int(cur.lastrowid)
                 existing[key] = (ids[key], params)
         return ids
+
+    @staticmethod
+    def _insert_cell(c: sa.Connection, row: dict) -> int:
+        return int(c.execute(sa.text(
+            "INSERT INTO cells(run_id, key, position, params, settings, status, reason) "
+            "VALUES (:run_id, :key, :position, :params, :settings, :status, :reason) RETURNING id"), row).scalar_one())
 
     def set_cell_status(self, cell_id: int, status: str, reason: str | None = None) -> None:
         if status not in CELL_STATUSES:
             raise ValueError(f"cell status {status!r} is not one of {', '.join(CELL_STATUSES)}")
         with self._tx() as c:
-            cur = c.execute("UPDATE cells SET status = ?, reason = ? WHERE id = ?", (status, reason, cell_id))
+            cur = c.execute(sa.text("UPDATE cells SET status = :s, reason = :r WHERE id = :id"),
+                            {"s": status, "r": reason, "id": cell_id})
             if cur.rowcount == 0:
-                raise BadInput(f"no cell {cell_id} in {self.path}")
+                raise BadInput(f"no cell {cell_id} in {self.where}")
 
     def add_sample(self, run_id: int, cell_id: int, round_no: int, sample: dict, metrics: dict[str, float],
                    requested_vs_actual: list[dict] | None = None) -> int:
         """Store one measured sample and its metrics, committed before returning; the sample id.
         Per-interval series go to sample_series, one row per interval; the sample keeps their headers."""
-        sample, found = _split_series(sample)
         with self._tx() as c:
-            row = c.execute("SELECT run_id FROM cells WHERE id = ?", (cell_id,)).fetchone()
+            row = c.execute(sa.text("SELECT run_id FROM cells WHERE id = :id"), {"id": cell_id}).first()
             if row is None or row[0] != run_id:
-                raise BadInput(f"no cell {cell_id} in run {run_id} of {self.path}")
-            cur = c.execute(
-                "INSERT INTO samples(run_id, cell_id, round, created_at, sample, requested_vs_actual) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
-                (run_id, cell_id, round_no, now_utc(), _dumps(sample),
-                 None if requested_vs_actual is None else _dumps(requested_vs_actual)))
-            sample_id = int(cur.lastrowid)
-            for part, s in found:
-                c.executemany(
-                    f"INSERT OR REPLACE INTO sample_series(sample_id, cell_id, run_id, part, source, i, t_s, "
-                    f"{', '.join(SERIES_VALUES)}) VALUES ({', '.join('?' * (7 + len(SERIES_VALUES)))})",
-                    _series_rows(sample_id, cell_id, run_id, part, s))
-            c.executemany(
-                "INSERT INTO metrics(sample_id, cell_id, run_id, name, value) VALUES (?, ?, ?, ?, ?)",
-                [(sample_id, cell_id, run_id, name, float(v)) for name, v in metrics.items()
-                 if v is not None and math.isfinite(float(v))])
+                raise BadInput(f"no cell {cell_id} in run {run_id} of {self.where}")
+            return self._insert_sample(c, run_id, cell_id, round_no, now_utc(), sample, metrics, requested_vs_actual)
+
+    @staticmethod
+    def _insert_sample(c: sa.Connection, run_id: int, cell_id: int, round_no: int, created_at: str, sample: dict,
+                       metrics: dict[str, float], requested_vs_actual: list[dict] | None) -> int:
+        sample, found = _split_series(sample)
+        sample_id = int(c.execute(sa.text(
+            "INSERT INTO samples(run_id, cell_id, round, created_at, sample, requested_vs_actual) "
+            "VALUES (:r, :c, :n, :at, :s, :rva) RETURNING id"),
+            {"r": run_id, "c": cell_id, "n": round_no, "at": created_at, "s": _dumps(sample),
+             "rva": None if requested_vs_actual is None else _dumps(requested_vs_actual)}).scalar_one())
+        names = ("sample_id", "cell_id", "run_id", "part", "source", "i", "t_s", *SERIES_VALUES)
+        rows: dict[tuple, dict] = {}  # the last of two rows with one key wins, as INSERT OR REPLACE did
+        for part, s in found:
+            for r in _series_rows(sample_id, cell_id, run_id, part, s):
+                rows[r[3:6]] = dict(zip(names, r))
+        if rows:
+            c.execute(sa.text(f"INSERT INTO sample_series({', '.join(names)}) "
+                              f"VALUES ({', '.join(':' + n for n in names)})"), list(rows.values()))
+        values = [{"s": sample_id, "c": cell_id, "r": run_id, "n": name, "v": float(v)} for name, v in metrics.items()
+                  if v is not None and math.isfinite(float(v))]
+        if values:
+            c.execute(sa.text("INSERT INTO metrics(sample_id, cell_id, run_id, name, value) "
+                              "VALUES (:s, :c, :r, :n, :v)"), values)
         return sample_id
 
     def set_run_status(self, run_id: int, status: str, note: str | None = None) -> None:
@@ -460,55 +670,81 @@ class Store:
             raise ValueError(f"run status {status!r} is not one of {', '.join(RUN_STATUSES)}")
         finished = None if status == "running" else now_utc()
         with self._tx() as c:
-            cur = c.execute("UPDATE runs SET status = ?, note = ?, finished_at = ? WHERE id = ?",
-                            (status, note, finished, run_id))
+            cur = c.execute(sa.text("UPDATE runs SET status = :s, note = :n, finished_at = :f WHERE id = :id"),
+                            {"s": status, "n": note, "f": finished, "id": run_id})
             if cur.rowcount == 0:
                 raise self._no_run(run_id)
+
+    # -- the run lock --------------------------------------------------------------------------
+
+    def run_lock_path(self, run_id: int) -> Path:
+        """The run's one-writer flock in SQLite (offlab.experiment.runner.run_lock): beside the database."""
+        return Path(f"{self.path}.locks") / f"run-{run_id}.lock"
+
+    def run_lock(self, run_id: int):
+        """The run's one-writer lock, not yet taken: an flock beside an SQLite file, an advisory lock in
+        PostgreSQL; each released by the kernel or the server when its holder dies."""
+        from offlab.state import FlockFile
+
+        return FlockFile(self.run_lock_path(run_id)) if self.backend == "sqlite" else PgRunLock(self, run_id)
+
+    def _pg_lock_holder(self, c: sa.Connection, run_id: int) -> dict | None:
+        """Who holds run `run_id`'s advisory lock in this database (from its connection's name); None: nobody."""
+        row = c.execute(sa.text(
+            "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+            "WHERE l.locktype = 'advisory' AND l.granted AND l.classid = :c AND l.objid = :r AND l.objsubid = 2 "
+            "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"),
+            {"c": PG_LOCK_CLASS, "r": run_id}).first()
+        if row is None:
+            return None
+        m = re.search(r"pid (\d+) on (\S+)", row[0] or "")
+        return {"pid": int(m[1]) if m else "?", "host": m[2] if m else "?"}
 
     # -- reading -----------------------------------------------------------------------------
 
     def _json(self, text: str | None, column: str, run_id: int, table: str = "run", row: int | None = None) -> Any:
         where = f"column {column} of {table} {row if row is not None else run_id}" + \
-            (f" (run {run_id})" if table != "run" else "") + f" in {self.path}"
+            (f" (run {run_id})" if table != "run" else "") + f" in {self.where}"
         return _loads(text, where)
 
     def _no_run(self, run_id: int) -> BadInput:
-        return BadInput(f"no run {run_id} in DB {self.path} (offlab results list)")
+        return BadInput(f"no run {run_id} in DB {self.where} (offlab results list)")
 
-    def _run_row(self, run_id: int) -> sqlite3.Row:
-        cur = self.conn.cursor()
-        cur.row_factory = sqlite3.Row
-        row = cur.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
-        if row is None:
+    def _run_row(self, run_id: int) -> dict:
+        rows = self._q("SELECT * FROM runs WHERE id = :id", {"id": run_id})
+        if not rows:
             raise self._no_run(run_id)
-        return row
-
-    def run_lock_path(self, run_id: int) -> Path:
-        """The run's one-writer flock (offlab.experiment.runner.run_lock): beside the database."""
-        return Path(f"{self.path}.locks") / f"run-{run_id}.lock"
+        return dict(rows[0]._mapping)
 
     def _dead_note(self, run_id: int, started_at: str) -> str | None:
         """Why a run stored as "running" is not running any more; None when its process is alive."""
-        try:
-            holder = json.loads(self.run_lock_path(run_id).read_text() or "{}")
-        except FileNotFoundError:
-            holder = None
-        except (OSError, ValueError):
-            return None  # unreadable: claim nothing
-        if isinstance(holder, dict) and holder.get("pid") is not None:
-            if owner_alive(holder):
-                return None
-            who = f"its process (pid {holder['pid']})"
+        if self.backend == "sqlite":
+            try:
+                holder = json.loads(self.run_lock_path(run_id).read_text() or "{}")
+            except FileNotFoundError:
+                holder = None
+            except (OSError, ValueError):
+                return None  # unreadable: claim nothing
+            if isinstance(holder, dict) and holder.get("pid") is not None:
+                if owner_alive(holder):
+                    return None
+                who = f"its process (pid {holder['pid']})"
+                return f"interrupted: {who} ended without finishing the run; resume with `offlab run --resume {run_id}`"
         else:
             try:
-                age = (datetime.now(timezone.utc) - datetime.strptime(started_at, "%Y-%m-%dT%H:%M:%S.%fZ")
-                       .replace(tzinfo=timezone.utc)).total_seconds()
-            except ValueError:
+                with self.engine.connect() as c:
+                    if self._pg_lock_holder(c, run_id) is not None:
+                        return None  # its runner's connection holds the lock, on whichever machine
+            except sa.exc.DBAPIError:
                 return None
-            if age < NO_LOCK_GRACE_S:
-                return None  # just created: its runner is about to take the lock
-            who = "its process"
-        return f"interrupted: {who} ended without finishing the run; resume with `offlab run --resume {run_id}`"
+        try:
+            age = (datetime.now(timezone.utc) - datetime.strptime(started_at, "%Y-%m-%dT%H:%M:%S.%fZ")
+                   .replace(tzinfo=timezone.utc)).total_seconds()
+        except ValueError:
+            return None
+        if age < NO_LOCK_GRACE_S:
+            return None  # just created: its runner is about to take the lock
+        return f"interrupted: its process ended without finishing the run; resume with `offlab run --resume {run_id}`"
 
     def _settle(self, run_id: int, status: str, note: str | None, started_at: str) -> tuple[str, str | None]:
         """(status, note) as they really are: a "running" run whose process is gone is "interrupted",
@@ -521,14 +757,14 @@ class Store:
         if not self.read_only:
             try:
                 with self._tx() as c:
-                    c.execute("UPDATE runs SET status = 'interrupted', note = ? WHERE id = ? AND status = 'running'",
-                              (dead, run_id))
+                    c.execute(sa.text("UPDATE runs SET status = 'interrupted', note = :n "
+                                      "WHERE id = :id AND status = 'running'"), {"n": dead, "id": run_id})
             except EnvironmentProblem:
                 pass  # a read-only or full database: still shown as interrupted
         return "interrupted", dead
 
     def get_run(self, run_id: int) -> dict:
-        """Everything about a run: plan (text and parsed), env, baseline, repeat, seed, status, times."""
+        """Everything about a run: plan (text and parsed), env, baseline, repeat, seed, status, times, uid."""
         r = self._run_row(run_id)
         status, note = self._settle(run_id, r["status"], r["note"], r["started_at"])
         return {
@@ -538,15 +774,16 @@ class Store:
             "plan_text": r["plan_text"], "plan": self._json(r["plan"], "plan", run_id),
             "env": self._json(r["env"], "env", run_id), "baseline": self._json(r["baseline"], "baseline", run_id),
             "repeat": self._json(r["repeat"], "repeat", run_id),
+            "uid": r.get("uid") or legacy_uid(r["name"], r["started_at"], r["seed"], r["plan_text"]),
         }
 
     def list_runs(self) -> list[dict]:
         """Every run, oldest first, with counts of cells and samples."""
-        rows = self.conn.execute(
+        rows = self._q(
             "SELECT r.id, r.name, r.status, r.note, r.started_at, r.finished_at, "
             "(SELECT count(*) FROM cells c WHERE c.run_id = r.id), "
             "(SELECT count(*) FROM samples s WHERE s.run_id = r.id) "
-            "FROM runs r ORDER BY r.id").fetchall()
+            "FROM runs r ORDER BY r.id")
         out = []
         for i, n, s, note, st, fi, nc, ns in rows:
             s, note = self._settle(i, s, note, st)
@@ -557,10 +794,10 @@ class Store:
     def cells(self, run_id: int) -> list[dict]:
         """The run's cells in plan order, each with its sample count."""
         self._run_row(run_id)
-        rows = self.conn.execute(
+        rows = self._q(
             "SELECT c.id, c.key, c.position, c.params, c.settings, c.status, c.reason, "
             "(SELECT count(*) FROM samples s WHERE s.cell_id = c.id) "
-            "FROM cells c WHERE c.run_id = ? ORDER BY c.position, c.id", (run_id,)).fetchall()
+            "FROM cells c WHERE c.run_id = :r ORDER BY c.position, c.id", {"r": run_id})
         return [{"id": i, "key": k, "position": pos, "params": self._json(p, "params", run_id, "cell", i),
                  "settings": self._json(st, "settings", run_id, "cell", i),
                  "status": status, "reason": reason, "n_samples": n}
@@ -569,15 +806,14 @@ class Store:
     def samples(self, run_id: int, cell_id: int | None = None) -> list[dict]:
         """The run's samples (or one cell's) in the order measured, with their metrics."""
         self._run_row(run_id)
-        where, args = "run_id = ?", [run_id]
+        where, args = "run_id = :r", {"r": run_id}
         if cell_id is not None:
-            where, args = where + " AND cell_id = ?", args + [cell_id]
-        rows = self.conn.execute(
-            f"SELECT id, cell_id, round, created_at, sample, requested_vs_actual FROM samples "
-            f"WHERE {where} ORDER BY id", args).fetchall()
+            where, args = where + " AND cell_id = :c", {**args, "c": cell_id}
+        rows = self._q(f"SELECT id, cell_id, round, created_at, sample, requested_vs_actual FROM samples "
+                       f"WHERE {where} ORDER BY id", args)
         metrics: dict[int, dict[str, float]] = {}
-        for sid, name, value in self.conn.execute(
-                f"SELECT sample_id, name, value FROM metrics WHERE {where} ORDER BY sample_id, name", args):
+        for sid, name, value in self._q(f"SELECT sample_id, name, value FROM metrics WHERE {where} "
+                                        f"ORDER BY sample_id, name", args):
             metrics.setdefault(sid, {})[name] = value
         series = self._series(where, args)
         out = []
@@ -589,15 +825,14 @@ class Store:
                         "requested_vs_actual": self._json(rva, "requested_vs_actual", run_id, "sample", sid)})
         return out
 
-    def _series(self, where: str, args: list) -> dict[int, dict[tuple[str, str], list[dict]]]:
+    def _series(self, where: str, args: dict) -> dict[int, dict[tuple[str, str], list[dict]]]:
         """sample id → (part, source) → rows as {column: value}, in time order."""
         out: dict[int, dict[tuple[str, str], list[dict]]] = {}
         names = ("t_s",) + SERIES_VALUES
         if self.schema_version() < 2:
             return out  # an old database opened read-only: no series were stored then
-        for row in self.conn.execute(
-                f"SELECT sample_id, part, source, {', '.join(names)} FROM sample_series WHERE {where} "
-                f"ORDER BY sample_id, part, source, i", args):
+        for row in self._q(f"SELECT sample_id, part, source, {', '.join(names)} FROM sample_series WHERE {where} "
+                           f"ORDER BY sample_id, part, source, i", args):
             d = dict(zip(names, row[3:]))
             d["warmup"] = bool(d["warmup"])
             out.setdefault(row[0], {}).setdefault((row[1], row[2]), []).append(d)
@@ -605,9 +840,9 @@ class Store:
 
     def metric_values(self, run_id: int, cell_id: int, metric: str) -> list[float]:
         """One metric's values in a cell, in the order measured."""
-        return [v for (v,) in self.conn.execute(
-            "SELECT value FROM metrics WHERE run_id = ? AND cell_id = ? AND name = ? ORDER BY sample_id",
-            (run_id, cell_id, metric))]
+        return [v for (v,) in self._q(
+            "SELECT value FROM metrics WHERE run_id = :r AND cell_id = :c AND name = :n ORDER BY sample_id",
+            {"r": run_id, "c": cell_id, "n": metric})]
 
     def cell_rounds(self, run_id: int, metric: str) -> dict[int, list[tuple[int, float]]]:
         """cell id → (round, value of `metric`) per sample, in the order measured: what a sequential
@@ -622,7 +857,74 @@ class Store:
     def cell_metrics(self, run_id: int) -> dict[int, dict[str, list[float]]]:
         """cell id → metric name → values in the order measured, for the whole run in one query."""
         out: dict[int, dict[str, list[float]]] = {}
-        for cid, name, value in self.conn.execute(
-                "SELECT cell_id, name, value FROM metrics WHERE run_id = ? ORDER BY sample_id", (run_id,)):
+        for cid, name, value in self._q(
+                "SELECT cell_id, name, value FROM metrics WHERE run_id = :r ORDER BY sample_id", {"r": run_id}):
             out.setdefault(cid, {}).setdefault(name, []).append(value)
         return out
+
+    # -- merging another database -------------------------------------------------------------
+
+    def import_from(self, other: "Store", on_line: Callable[[str], None] = lambda line: None) -> tuple[int, int]:
+        """Copy every run of `other` that this database does not hold yet (by its uid), with its cells,
+        samples, metrics and series, each run in one transaction; (imported, skipped)."""
+        imported = skipped = 0
+        for listed in other.list_runs():
+            run = other.get_run(listed["id"])
+            have = self._q("SELECT id FROM runs WHERE uid = :u", {"u": run["uid"]})
+            if have:
+                skipped += 1
+                on_line(f"run {run['id']} ({run['name']}): already here as run {have[0][0]}")
+                continue
+            cells = other.cells(run["id"])
+            samples = other.samples(run["id"])
+            try:
+                with self._tx() as c:
+                    new = self._insert_run(c, {
+                        "name": run["name"], "status": run["status"], "note": run["note"],
+                        "started_at": run["started_at"], "finished_at": run["finished_at"],
+                        "offlab_version": run["offlab_version"], "seed": run["seed"], "plan_text": run["plan_text"],
+                        "plan": _dumps(run["plan"]), "env": _dumps(run["env"]),
+                        "baseline": None if run["baseline"] is None else _dumps(run["baseline"]),
+                        "repeat": _dumps(run["repeat"]), "uid": run["uid"]})
+                    ids = {cell["id"]: self._insert_cell(c, {
+                        "run_id": new, "key": cell["key"], "position": cell["position"],
+                        "params": _dumps(cell["params"]), "settings": _dumps(cell["settings"]),
+                        "status": cell["status"], "reason": cell["reason"]}) for cell in cells}
+                    for smp in samples:
+                        self._insert_sample(c, new, ids[smp["cell_id"]], smp["round"], smp["created_at"],
+                                            smp["sample"], smp["metrics"], smp["requested_vs_actual"])
+            except EnvironmentProblem:
+                if self._q("SELECT id FROM runs WHERE uid = :u", {"u": run["uid"]}):
+                    skipped += 1  # another import took it at the same moment (the unique uid said no to us)
+                    on_line(f"run {run['id']} ({run['name']}): already here (imported at the same time)")
+                    continue
+                raise
+            imported += 1
+            on_line(f"run {run['id']} ({run['name']}): imported as run {new}, {len(cells)} cells, "
+                    f"{len(samples)} samples")
+        return imported, skipped
+
+
+def _sqlite_connect(path: Path, query: str | None = None) -> sqlite3.Connection:
+    if query:
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?{query}", uri=True, isolation_level=None,
+                               check_same_thread=False, timeout=10.0)
+    else:
+        conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False, timeout=10.0)
+    conn.execute("PRAGMA busy_timeout = 10000")
+    conn.execute("PRAGMA foreign_keys = ON")
+    return conn
+
+
+def _sqlite_engine(path: Path, query: str | None = None) -> sa.Engine:
+    """SQLAlchemy over our own sqlite3 connections: autocommit at the driver, so that offlab says when a
+    transaction begins — BEGIN IMMEDIATE for a write (the write lock at once, never a deadlock
+    between two upgrading readers), a plain BEGIN for a read."""
+    engine = sa.create_engine("sqlite://", creator=lambda: _sqlite_connect(path, query), poolclass=sa.pool.QueuePool,
+                              pool_size=2, max_overflow=4)
+
+    @sa.event.listens_for(engine, "begin")
+    def _begin(conn: sa.Connection) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get("offlab_write") else "BEGIN")
+
+    return engine

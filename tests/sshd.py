@@ -227,6 +227,21 @@ class SshdPair:
         return {"hosts": hosts, "pairs": [f"a:t{n},b:t{n}" for n in range(1, self.links + 1)]}
 
 
+def ansible_inventory(p: "SshdPair") -> str:
+    """The same two machines as an Ansible inventory (YAML), as a team keeps it for its playbooks,
+    offlab's own settings as offlab_* host vars."""
+    lines = ["all:", "  vars:", "    ansible_user: root", f"    ansible_port: {p.port}",
+             f"    ansible_ssh_private_key_file: {p.dir / 'userkey'}",
+             f"    ansible_ssh_common_args: \"-o UserKnownHostsFile={p.dir / 'known_hosts'} -o StrictHostKeyChecking=yes\"",
+             "    offlab_ssh_config: /dev/null", f"    offlab_via_netns: {p.controller}", "    offlab_connect_timeout: 5",
+             "  children:", "    pairs:", "      hosts:"]
+    for side, m in (("a", p.a), ("b", p.b)):
+        lines += [f"        {side}:", f"          ansible_host: {m.ssh_ip}", f"          offlab_remote_dir: {p.remote_dir(side)}",
+                  "          offlab_interfaces:"]
+        lines += [f"            - {{name: t{n}, addresses: [{p.test_ip(side, n)}/24]}}" for n in range(1, p.links + 1)]
+    return "\n".join(lines) + "\n"
+
+
 def start_pair(tmp: Path, prefix: str, subnet: int = 230, links: int = 1) -> SshdPair:
     """Namespaces `<prefix>-c`, `-a`, `-b`; an sshd in `a` and in `b` (one key pair for both); `links` test links."""
     d = tmp / "sshd-pair"

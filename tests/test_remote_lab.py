@@ -25,6 +25,7 @@ from offlab.hosts import NetnsHost
 from tests import sshd as sshd_mod
 from tests.conftest import OUR_NAMESPACES, REPO, netns_names, offlab_cli, requires_root
 from tests.helpers import tool_saw_no_loss
+from tests.pgcluster import pg  # noqa: F401  (the session's private PostgreSQL)
 
 pytestmark = requires_root
 
@@ -305,6 +306,28 @@ def test_fan_out_runs_one_plan_on_three_pairs_and_compare_sets_them_side_by_side
     assert not list((state_dir / "labs").glob("*.json")) and not Path(pair.remote_dir("b")).exists()
 
 
+def test_fan_out_into_a_shared_postgresql_and_compare_from_it(pair, inv, tmp_path, state_dir, pg):
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(PLAN % (2, 2))
+    url = pg.database()
+    res = cli(state_dir, "run", str(plan), "--inventory", str(inv), "--pair", "a:t1,b:t1", "--pair", "a:t2,b:t2",
+              "--db", url, "--json", timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    ids = [r["run_id"] for r in json.loads(res.stdout)["pairs"]]
+    from offlab.store import Store
+
+    with Store.open(url) as s:  # each pair's runner wrote its own run, its own samples only
+        runs = {r["id"]: r for r in s.list_runs()}
+        assert {runs[i]["name"] for i in ids} == {"pairs @ a:t1,b:t1", "pairs @ a:t2,b:t2"}
+        assert all((runs[i]["status"], runs[i]["samples"]) == ("done", 4) for i in ids)
+        for i in ids:
+            assert {x["cell_id"] for x in s.samples(i)} <= {c["id"] for c in s.cells(i)}
+    res = cli(state_dir, "compare", *map(str, ids), "--db", url, "--json")
+    assert res.returncode == 0, res.stderr
+    assert {(r["run"], r["baseline_run"]) for r in json.loads(res.stdout)["rows"]} == {(ids[1], ids[0])}
+    assert not Path(pair.remote_dir("a")).exists() and not Path(pair.remote_dir("b")).exists()
+
+
 def test_a_host_that_dies_mid_run_keeps_the_samples_and_names_the_host(pair, inv, tmp_path, state_dir):
     plan = tmp_path / "plan.yaml"
     plan.write_text(PLAN % (6, 6))
@@ -408,3 +431,151 @@ def test_lab_show_lists_the_pending_changes_of_each_ssh_host(pair, inv, state_di
     finally:
         assert cli(state_dir, "lab", "down", lab_name).returncode == 0
     assert feature(pair.b.ns, "t2") is False and mtu(pair.a.ns, "t2") == 1500
+
+
+CRASH_PLAN = """
+name: crash
+topology: {kind: veth}
+workload: %s
+axes:
+  gro:
+    "on": {settings: {client:to-server: {gro: true, mtu: 1400}}}
+repeat: {min: 2, max: 2, level: 95, width: 50}
+"""
+
+
+def processes_in(ns: str) -> dict[int, str]:
+    """pid → command line of every process in namespace `ns` but its sshd (listener and sessions)."""
+    out = {}
+    for pid in subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split():
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+        except OSError:
+            continue
+        if not cmd.startswith("sshd") and not cmd.startswith("/usr/sbin/sshd"):
+            out[int(pid)] = cmd
+    return out
+
+
+def name_of(cmdline: str) -> str:
+    """A command line with its program's directory dropped (the engine runs from the copy offlab put there)."""
+    head, _, rest = cmdline.partition(" ")
+    return f"{os.path.basename(head)} {rest}"
+
+
+def descendants(pid: int) -> list[int]:
+    """`pid` and every process below it (read from /proc)."""
+    children: dict[int, list[int]] = {}
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                stat = (p / "stat").read_text()
+            except OSError:
+                continue
+            children.setdefault(int(stat[stat.rindex(")") + 2:].split()[1]), []).append(int(p.name))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo += children.get(p, [])
+    return out
+
+
+# What runs on each host mid-sample, as the start of its command line: the server on b, the client on a.
+TOOLS = {"iperf3": ("{tool: iperf3, protocol: tcp, duration: 60, warmup: 0.2}", "iperf3 -s -1", "iperf3 -c"),
+         # rate-limited: 60 s of unlimited UDP would take the machine's 2 CPUs from everyone else
+         "engine": ("{tool: engine, protocol: udp, duration: 60, warmup: 0.2, rate: 2kpps}", "offlab-engine rx",
+                    "offlab-engine tx")}
+
+
+@pytest.mark.parametrize("tool,how", [("iperf3", "restore.sh"), ("iperf3", "offlab restore"),
+                                      ("iperf3", "lab down --all --force"), ("engine", "restore.sh")])
+def test_controller_killed_mid_run_over_an_ansible_inventory_leaves_nothing_on_the_hosts(pair, tmp_path, state_dir,
+                                                                                         tool, how):
+    workload, server_cmd, client_cmd = TOOLS[tool]
+    inv = tmp_path / "hosts.yml"
+    inv.write_text(sshd_mod.ansible_inventory(pair))
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(CRASH_PLAN % workload)
+    before = (feature(pair.a.ns, "t1"), mtu(pair.a.ns, "t1"))
+    assert before == (False, 1500)
+    env = {**os.environ, "OFFLAB_STATE_DIR": str(state_dir)}
+    proc = subprocess.Popen([sys.executable, "-m", "offlab", "run", str(plan), "--inventory", str(inv), "--pair",
+                             "a:t1,b:t1", "--db", str(tmp_path / "r.db")], cwd=REPO, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and proc.poll() is None:
+            # Mid-sample: the server on b and the client on a run (each for 60 s unless ended).
+            servers = [c for c in processes_in(pair.b.ns).values() if name_of(c).startswith(server_cmd)]
+            clients = [c for c in processes_in(pair.a.ns).values() if name_of(c).startswith(client_cmd)]
+            if servers and clients and feature(pair.a.ns, "t1") is True and mtu(pair.a.ns, "t1") == 1400:
+                break
+            time.sleep(0.2)
+        assert proc.poll() is None, proc.stderr.read()
+    finally:
+        # The controller and its runners, all at once: a crash. Stopped first, until no new child
+        # appears, so none is forked past the list; then killed.
+        killed: list[int] = []
+        while new := [p for p in descendants(proc.pid) if p not in killed]:
+            for pid in new:
+                try:
+                    os.kill(pid, signal.SIGSTOP)
+                except ProcessLookupError:
+                    pass
+            killed += new
+        for pid in killed:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        proc.wait(timeout=10)
+        # Their ssh masters outlive them (for ControlPersist seconds, documented): ended here by pid.
+        for line in sshd_mod.mux_processes(sshd_mod.Sshd(pair.dir, pair.controller, pair.b.ns, "", "")):
+            if any(f"ControlPath=/tmp/offlab-ssh.{pid}." in line for pid in killed):
+                os.kill(int(line.split()[0]), signal.SIGTERM)
+    try:
+        time.sleep(0.5)
+        # What the crash left: the settings on a, the client on a and the server on b (55 s more to go).
+        crashed = time.monotonic()
+        assert (feature(pair.a.ns, "t1"), mtu(pair.a.ns, "t1")) == (True, 1400)
+        assert any(name_of(c).startswith(server_cmd) for c in processes_in(pair.b.ns).values()), processes_in(pair.b.ns)
+        assert any(name_of(c).startswith(client_cmd) for c in processes_in(pair.a.ns).values()), processes_in(pair.a.ns)
+        if how == "restore.sh":  # on each host alone: only sh and its tools
+            for side in ("a", "b"):
+                res = NetnsHost(getattr(pair, side).ns).run(["sh", f"{pair.remote_dir(side)}/restore.sh"], check=False)
+                assert res.rc == 0, res.stderr
+            assert any(name_of(l.removeprefix("restored: stop ")).startswith(server_cmd)
+                       for l in res.stdout.splitlines()), res.stdout
+        else:
+            if how == "offlab restore":  # --list says what it would end, and ends nothing
+                res = cli(state_dir, "restore", "--list")
+                assert res.returncode == 0 and f"would end on b: stop {server_cmd}" in res.stdout, res.stdout
+                assert any(name_of(c).startswith(server_cmd) for c in processes_in(pair.b.ns).values())
+            res = cli(state_dir, *how.removeprefix("offlab ").split())
+            assert res.returncode == 0, res.stdout + res.stderr
+            assert server_cmd in res.stdout, res.stdout
+        assert (feature(pair.a.ns, "t1"), mtu(pair.a.ns, "t1")) == before, (res.stdout, killed, [
+            (p.name, p.read_text()[:3000]) for p in (state_dir / "journal").glob("*")])
+        # The controller's last commands there (a wait for iperf3's end, cut off with their ssh session)
+        # stop looking once its directory is gone.
+        left = {}
+        for _ in range(25):
+            left = {**processes_in(pair.a.ns), **processes_in(pair.b.ns)}
+            if not left:
+                break
+            time.sleep(0.2)
+        assert left == {}
+        assert time.monotonic() - crashed < 50  # ended, not run out
+        if how == "restore.sh":  # nothing of offlab's on the hosts, before the controller is even asked
+            for side in ("a", "b"):
+                assert not Path(pair.remote_dir(side)).exists(), list(Path(pair.remote_dir(side)).rglob("*"))
+    finally:
+        # The controller's own state (its labs and journal) goes; the hosts stay as they are now.
+        cli(state_dir, "restore")
+        res = cli(state_dir, "lab", "down", "--all", "--force")
+        assert res.returncode == 0, res.stdout + res.stderr
+    for side in ("a", "b"):
+        assert processes_in(getattr(pair, side).ns) == {}, side
+        assert not Path(pair.remote_dir(side)).exists(), list(Path(pair.remote_dir(side)).rglob("*"))
+    assert (feature(pair.a.ns, "t1"), mtu(pair.a.ns, "t1")) == before

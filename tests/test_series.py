@@ -143,8 +143,7 @@ def test_series_two_levels_down_are_stored_and_drawn_too(tmp_path):
 def _old_database(path: Path) -> None:
     """A database as the offlab before series wrote it: schema version 1, one sample."""
     conn = sqlite3.connect(path, isolation_level=None)
-    for statement in store_mod.MIGRATIONS[1]:
-        conn.execute(statement)
+    conn.executescript((Path(__file__).parent / "fixtures" / "schema_v1_sqlite.sql").read_text())
     conn.execute("PRAGMA user_version = 1")
     conn.execute("INSERT INTO runs VALUES (1, 'old', 'done', NULL, '2026-01-01T00:00:00.000Z', NULL, '0.1.0', 1, "
                  "'name: old', '{}', '{}', NULL, '{}')")

@@ -14,6 +14,7 @@ from offlab import store as store_mod
 from offlab.errors import BadInput, EnvironmentProblem
 from offlab.store import SCHEMA_VERSION, Store, default_db_path
 from synthetic_results import ENV, PLAN_TEXT, make_uso_run, sample
+from tests.pgcluster import pg  # noqa: F401  (the session's private PostgreSQL)
 
 REPEAT = {"min": 3, "max": 10, "level": 99, "width": 5}
 CELLS = [
@@ -30,8 +31,23 @@ def db(tmp_path) -> Path:
 
 
 @pytest.fixture
-def store(db):
+def sqlite_store(db):
     s = Store.open(db)
+    yield s
+    s.close()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def any_db(request, tmp_path) -> str:
+    """Each test that takes it runs twice: on an SQLite file, and on a database of the private PostgreSQL."""
+    if request.param == "sqlite":
+        return str(tmp_path / "lab" / "offlab.db")
+    return request.getfixturevalue("pg").database()
+
+
+@pytest.fixture
+def store(any_db):
+    s = Store.open(any_db)
     yield s
     s.close()
 
@@ -62,7 +78,8 @@ def test_reopening_an_existing_database_keeps_its_runs(db):
         assert s.conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
 
 
-def test_each_sample_is_committed_before_the_run_ends(store, db):
+def test_each_sample_is_committed_before_the_run_ends(sqlite_store, db):
+    store = sqlite_store
     run = new_run(store)
     ids = store.add_cells(run, CELLS)
     smp = sample(__import__("random").Random(1), payload=1472, mtu=1500, gso=False, throughput_bps=2e9)
@@ -207,8 +224,8 @@ def test_list_runs_counts_cells_and_samples(store):
     assert (row["cells"], row["samples"]) == (6, 5 * 3)
 
 
-def test_metrics_table_answers_plain_sql(store, db):
-    run, _ = make_uso_run(store, rounds=3)
+def test_metrics_table_answers_plain_sql(sqlite_store, db):
+    run, _ = make_uso_run(sqlite_store, rounds=3)
     sql = sqlite3.connect(db)
     means = dict(sql.execute(
         "SELECT c.key, avg(m.value) FROM metrics m JOIN cells c ON c.id = m.cell_id "
@@ -223,7 +240,8 @@ def test_metrics_table_answers_plain_sql(store, db):
     assert sql.execute("SELECT reason FROM cells WHERE status = 'skipped'").fetchone()[0].startswith("tx-udp")
 
 
-def test_results_cli_lists_shows_and_exports(store, db):
+def test_results_cli_lists_shows_and_exports(store, any_db):
+    db = any_db
     run, _ = make_uso_run(store, rounds=3)
     listed = offlab_cli("results", "list", "--json", "--db", str(db))
     assert listed.returncode == 0, listed.stderr

@@ -33,7 +33,7 @@ def register(app: typer.Typer) -> None:
 
 def run_cmd(
     plan: Optional[Path] = typer.Argument(None, help="Plan file (YAML)."),
-    db: Optional[Path] = typer.Option(None, "--db", help="SQLite database (default: see README)."),
+    db: Optional[str] = typer.Option(None, "--db", help="Results database: an SQLite file or a postgresql:// URL (default: see README)."),
     resume: Optional[int] = typer.Option(None, "--resume", help="Continue an interrupted run."),
     quick: bool = typer.Option(False, "--quick", help=QUICK_HELP),
     budget: Optional[str] = typer.Option(None, "--budget", help=BUDGET_HELP),
@@ -186,7 +186,7 @@ def suite_run(
     quick: bool = typer.Option(False, "--quick", help=QUICK_HELP),
     budget: Optional[str] = typer.Option(None, "--budget", help=BUDGET_HELP),
     until: Optional[str] = typer.Option(None, "--until", help=UNTIL_HELP),
-    db: Optional[Path] = typer.Option(None, "--db"),
+    db: Optional[str] = typer.Option(None, "--db", help="Results database: an SQLite file or a postgresql:// URL."),
     report_dir: Optional[Path] = typer.Option(None, "--report-dir", help="Write an HTML report per run here."),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
@@ -201,7 +201,7 @@ def suite_run(
 
 
 def demo_cmd(
-    db: Optional[Path] = typer.Option(None, "--db"),
+    db: Optional[str] = typer.Option(None, "--db", help="Results database: an SQLite file or a postgresql:// URL."),
     report_dir: Path = typer.Option(Path("offlab-reports"), "--report-dir", help="Where the reports go."),
 ) -> None:
     """The `make demo` job: the quick suite, its summaries, and where the reports are."""

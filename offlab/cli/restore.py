@@ -16,17 +16,31 @@ def register(app: typer.Typer) -> None:
                                    help="Also restore journals of processes that are still running."),
     ) -> None:
         """Replay the settings journals newest first: every original value goes back, then the journal goes;
-        then remove labs whose `lab up` was killed before they were up (their QEMU, testpmd, namespaces), and give
-        back the ports of phys labs that no live process uses (they are this machine's own)."""
+        then end the processes offlab started on SSH hosts (its labs' and its journals') whose offlab process is gone
+        (iperf3, the engine, tcpdump; each by pid checked against its start time); then remove labs whose `lab up`
+        was killed before they were up (their QEMU, testpmd, namespaces), and give back the ports of phys labs that
+        no live process uses (they are this machine's own)."""
         from offlab import lab as labs
         from offlab.experiment import teardown
         from offlab.knobs import restore_report
 
         if not list_only and not is_root():
             raise NotRoot("offlab restore")
+        # SSH hosts named by the journals, read before restoring removes them: the processes offlab
+        # started there (iperf3, the engine, tcpdump) outlive a killed controller.
+        from offlab.knobs.journal import all_journals, journal_dir
+        from offlab.lab import hosts as hosts_lab
+
+        refs = [e.data.get("host") for v in (all_journals() if journal_dir().exists() else [])
+                for e in v.open_entries]
         report = restore_report(list_only=list_only, force=force)
         for line in report.lines:
             typer.echo(line)
+        ended, failed = hosts_lab.end_orphans(hosts_lab.ssh_hosts_known(refs), force=force, list_only=list_only)
+        for line in ended + failed:
+            typer.echo(line)
+        if not list_only:
+            report.failed += failed
         for name in labs.abandoned():
             if list_only:
                 typer.echo(f"would remove lab {name}: its `lab up` died before the lab was up")
@@ -40,5 +54,5 @@ def register(app: typer.Typer) -> None:
             for what in teardown.down(name, force=True):
                 typer.echo(f"gave back (phys lab {name}): {what}")
         if report.failed:
-            raise EnvironmentProblem(f"{len(report.failed)} setting(s) could not be restored; "
+            raise EnvironmentProblem(f"{len(report.failed)} setting(s) or host(s) could not be restored; "
                                      f"their journal is kept for the next `offlab restore`")

@@ -19,20 +19,21 @@ from offlab.metrics import HEADLINE, METRICS, NOT_EXERCISED, TCG_MARK, not_exerc
 
 out = console()
 
-DB_HELP = ("Results database (default: $OFFLAB_DB, else /var/lib/offlab/offlab.db as root, "
-           "else ~/.local/share/offlab/offlab.db).")
+DB_HELP = ("Results database: an SQLite file or a postgresql://USER@HOST/DB URL (default: $OFFLAB_DB, else "
+           "/var/lib/offlab/offlab.db as root, else ~/.local/share/offlab/offlab.db).")
 
 
 def register(app: typer.Typer) -> None:
     results = typer.Typer(help="Runs stored in the results database.", no_args_is_help=True)
     results.command("list")(list_cmd)
     results.command("show")(show_cmd)
+    results.command("import")(import_cmd)
     app.add_typer(results, name="results")
     app.command("compare")(compare_cmd)
     app.command("report")(report_cmd)
 
 
-def _open(db: Optional[Path]):
+def _open(db: Optional[str]):
     from offlab.store import Store
 
     return Store.open(db, create=False)
@@ -49,7 +50,7 @@ def _json(obj) -> None:
 
 def list_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print the runs as JSON."),
-    db: Optional[Path] = typer.Option(None, "--db", help=DB_HELP),
+    db: Optional[str] = typer.Option(None, "--db", help=DB_HELP),
 ) -> None:
     """The runs in the database: status, times, cells and samples."""
     with _open(db) as store:
@@ -67,11 +68,29 @@ def list_cmd(
     out.print(t)
 
 
+def import_cmd(
+    files: list[Path] = typer.Argument(..., help="SQLite databases to merge in (e.g. copied from hosts that ran offline)."),
+    db: Optional[str] = typer.Option(None, "--db", help="The database they go into. " + DB_HELP),
+) -> None:
+    """Merge SQLite databases into this one (SQLite or PostgreSQL), each run once.
+
+    Each run comes with its plan, environment, host pair, cells, samples, metrics and intervals, in one
+    transaction; a run already here (the same runs.uid) is skipped, so importing twice adds nothing.
+    The files are only read."""
+    from offlab.store import Store
+
+    with Store.open(db) as target:
+        for f in files:
+            with Store.open_read_only(f) as source:
+                imported, skipped = target.import_from(source, lambda line: typer.echo(f"{f}: {line}"))
+            typer.echo(f"{f}: {imported} run(s) imported, {skipped} already in {target.where}")
+
+
 def show_cmd(
     run_id: int = typer.Argument(..., help="A run id (offlab results list)."),
     as_json: bool = typer.Option(False, "--json", help="Everything: run, plan, env, cells, samples, intervals."),
     as_csv: bool = typer.Option(False, "--csv", help="One row per sample with every metric."),
-    db: Optional[Path] = typer.Option(None, "--db", help=DB_HELP),
+    db: Optional[str] = typer.Option(None, "--db", help=DB_HELP),
 ) -> None:
     """One run: header, environment, and per cell the mean ± CI of the headline metrics."""
     from offlab.stats import mean_ci
@@ -364,7 +383,7 @@ def compare_cmd(
                                                         "slower than its baseline by more than PCT %."),
     as_json: bool = typer.Option(False, "--json", help="Print the rows as JSON."),
     as_csv: bool = typer.Option(False, "--csv", help="Print the rows as CSV."),
-    db: Optional[Path] = typer.Option(None, "--db", help=DB_HELP),
+    db: Optional[str] = typer.Option(None, "--db", help=DB_HELP),
 ) -> None:
     """Ratio with its confidence interval and a verdict, per cell and metric; with two runs or more, what
     changed between them (kernel, cmdline, accelerator, interfaces' offloads and MTUs, sysctls, settings
@@ -519,7 +538,7 @@ def report_cmd(
     output: Path = typer.Option(..., "-o", "--output", help="HTML file to write."),
     baseline: List[str] = typer.Option([], "--baseline", help="AXIS=VALUE, repeatable: compare against this "
                                                               "instead of the run's baseline."),
-    db: Optional[Path] = typer.Option(None, "--db", help=DB_HELP),
+    db: Optional[str] = typer.Option(None, "--db", help=DB_HELP),
 ) -> None:
     """One self-contained HTML report (charts inline, opens offline)."""
     from offlab import report

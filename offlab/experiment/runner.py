@@ -71,12 +71,13 @@ class LabRemoved(EnvironmentProblem):
 
 
 def run_lock(store: Store, run_id: int) -> FlockFile:
-    """The one-writer lock of a run: an flock beside the database, dropped by the kernel when its holder dies.
+    """The one-writer lock of a run: an flock beside an SQLite database, dropped by the kernel when its
+    holder dies; in PostgreSQL an advisory lock on a connection of its own, dropped by the server.
 
-    Beside the database (not in the state directory) because two state directories may
-    share one database, and it is the database's run that must have one writer.
+    With the database (not in the state directory) because two state directories, or two machines,
+    may share one database, and it is the database's run that must have one writer.
     """
-    lock = FlockFile(store.run_lock_path(run_id))
+    lock = store.run_lock(run_id)
     holder = lock.acquire({**me(), "run": run_id})
     if holder is not None:
         pid = holder.get("pid", "?")

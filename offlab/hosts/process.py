@@ -35,6 +35,17 @@ _OUTER = ('D=$1; setsid sh -c ' + shlex.quote(_INNER) + ' sh "$@" >/dev/null 2>&
 # Makes the private directory and starts the command in it, in one command (a guest's round trip is
 # 0.2-3 s under load here): prints the directory, then the pid.
 _START = 'D=$(mktemp -d /tmp/offlab-proc.XXXXXX) || exit 1; echo "$D"; set -- "$D" "$@"; ' + _OUTER
+# The same on a host that keeps offlab's journal (SSH): the runner also writes "$D/ids", each line
+# "PID START" (start = field 22 of /proc/PID/stat) of the command and of itself, before "$D/pid",
+# so the undo script recorded before the start ends exactly these processes, never a reused pid.
+# `st PID`: the process's start time (field 22 of /proc/PID/stat, after the command's parenthesis);
+# nothing once it is gone or a zombie. Also used by the undo scripts (offlab.hosts.remote_journal).
+START_TIME_SH = ('st() { s=$(cat /proc/$1/stat 2>/dev/null) || return 0; s=${s##*) }; set -- $s; '
+                 '[ "$1" = Z ] || echo "${20}"; }; ')
+_INNER_IDS = ('D=$1; shift; ' + _DEFAULT_SIGNALS + START_TIME_SH + '"$@" >"$D/out" 2>"$D/err" </dev/null & p=$!; '
+              'printf "%s %s\n%s %s\n" "$p" "$(st $p)" "$$" "$(st $$)" >"$D/ids.t"; mv "$D/ids.t" "$D/ids"; '
+              'echo $p >"$D/pid.t"; mv "$D/pid.t" "$D/pid"; wait $p; echo $? >"$D/rc.t"; mv "$D/rc.t" "$D/rc"')
+_OUTER_IDS = _OUTER.replace(shlex.quote(_INNER), shlex.quote(_INNER_IDS))
 
 
 def pinned(argv: list[str], cpu: int | None) -> list[str]:
@@ -61,34 +72,55 @@ class _RemoteStream:
         pass
 
 
-# Waits in the remote host until "$1/rc" exists, at most $2 looks 0.2 s apart, and prints it if it does.
-_WAIT_LOOP = 'n=$2; while [ ! -e "$1/rc" ] && [ "$n" -gt 0 ]; do sleep 0.2; n=$((n - 1)); done'
+# Waits in the remote host until "$1/rc" exists, at most $2 looks 0.2 s apart, and prints it if it does;
+# stops looking once the directory is gone (the host's restore.sh ended the process after a crash).
+_WAIT_LOOP = 'n=$2; while [ -d "$1" ] && [ ! -e "$1/rc" ] && [ "$n" -gt 0 ]; do sleep 0.2; n=$((n - 1)); done'
 _WAIT_RC = _WAIT_LOOP + '; cat "$1/rc" 2>/dev/null'
 # Waits the same; once it ended: its code, stdout, stderr, each after a line only this call knows
 # ($3), and the directory removed - the end of a process in one command.
 _WAIT_COLLECT = (_WAIT_LOOP + '; [ -e "$1/rc" ] || exit 0; printf \'%s\\n\' "$3"; cat "$1/rc"; '
-                 'printf \'%s\\n\' "$3"; cat "$1/out"; printf \'\\n%s\\n\' "$3"; cat "$1/err"; rm -rf "$1"')
+                 'printf \'%s\\n\' "$3"; cat "$1/out"; printf \'\\n%s\\n\' "$3"; cat "$1/err"; rm -rf "$1"; '
+                 '[ -z "$4" ] || rm -f "$4"')
 WAIT_CHUNK_S = 10
 
 
 class RemoteProcess:
     """A detached process on a channel host, with the verbs of `subprocess.Popen` offlab uses."""
 
-    def __init__(self, host: Host, argv: Sequence[str], *, text: bool = True) -> None:
+    def __init__(self, host: Host, argv: Sequence[str], *, text: bool = True, remote_dir: str | None = None) -> None:
+        """Start argv detached on `host`. With `remote_dir` (a host that keeps offlab's journal, SSH) the
+        process is recorded there before it starts (offlab.hosts.remote_journal): its directory is
+        `<remote_dir>/proc/<stamp>`, and the host's restore.sh, `offlab restore` and `lab down` end it."""
         self.host = host
         self.args = [str(a) for a in argv]
         self.text = text
         self.returncode: int | None = None
-        res = host.run(["sh", "-c", _START, "sh", *self.args], check=False, timeout=15)
+        self.undo = ""  # the host's undo script for this process, when recorded
+        if remote_dir is None:
+            res = host.run(["sh", "-c", _START, "sh", *self.args], check=False, timeout=15)
+            want = "/tmp/offlab-proc."
+        else:
+            from offlab.hosts import remote_journal
+
+            stamp, undo_text, start = remote_journal.process_record(remote_dir, self.args)
+            want = f"{remote_dir}/proc/{stamp}"
+            self.undo = f"{remote_dir}/undo/{stamp}.sh"
+            res = host.run(["sh", "-c", start + _OUTER_IDS, "sh", remote_dir, stamp, *self.args], check=False,
+                           timeout=15, input=undo_text)
         lines = res.stdout.strip().splitlines()
-        self.dir = lines[0] if lines and lines[0].startswith("/tmp/offlab-proc.") else ""
+        self.dir = lines[0] if lines and lines[0].startswith(want) else ""
         if not self.dir:
+            if self.undo:
+                host.run(["sh", "-c", self._forget_sh(), "sh", want, self.undo], check=False, timeout=15)
             raise OSError(f"could not start {self.args[0]} on {host.name}: no private directory "
                           f"({res.stderr.strip()[:200]})")
         try:
             self.pid = int(lines[-1])
         except ValueError:
-            host.run(["rm", "-rf", self.dir], check=False, timeout=15)
+            # Not started, or its pid not seen in 5 s: the recorded undo ends it if it did start.
+            if self.undo:
+                host.run(["sh", self.undo], check=False, timeout=15)
+            host.run(["sh", "-c", self._forget_sh(), "sh", self.dir, self.undo], check=False, timeout=15)
             raise OSError(f"could not start {self.args[0]} on {host.name}: no pid ({res.stderr.strip()[:200]})")
         self.stdout = _RemoteStream(self, "out")
         self.stderr = _RemoteStream(self, "err")
@@ -144,7 +176,7 @@ class RemoteProcess:
             left = None if deadline is None else deadline - time.monotonic()
             chunk = max(1, min(WAIT_CHUNK_S, math.ceil(left))) if left is not None else WAIT_CHUNK_S
             looks = 0 if left is not None and left <= 0 else chunk * 5
-            res = self.host.run(["sh", "-c", _WAIT_COLLECT, "sh", self.dir, str(looks), mark], check=False,
+            res = self.host.run(["sh", "-c", _WAIT_COLLECT, "sh", self.dir, str(looks), mark, self.undo], check=False,
                                 timeout=chunk + 30)
             if res.stdout.startswith(mark + "\n"):
                 break
@@ -162,8 +194,13 @@ class RemoteProcess:
     def cleanup(self) -> None:
         """Remove the process's private directory on the host (after it ended)."""
         if not self._cleaned:
-            self.host.run(["rm", "-rf", self.dir], check=False, timeout=15)
+            self.host.run(["sh", "-c", self._forget_sh(), "sh", self.dir, self.undo], check=False, timeout=15)
             self._cleaned = True
+
+    @staticmethod
+    def _forget_sh() -> str:
+        """Its directory, then its undo script (so a crash in between leaves a harmless script, not a directory)."""
+        return 'rm -rf -- "$1"; [ -z "$2" ] || rm -f -- "$2"'
 
 
 def wait_listening(host: Host, port: int, proto: str, proc: Process, timeout: float = 5.0) -> bool:

@@ -6,6 +6,14 @@ before it is made, as a small shell script of the exact commands that undo it:
     <remote_dir>/undo/<time_ns>-<name>.sh      # "# offlab: <what>" then one quoted argv per line
     <remote_dir>/restore.sh                    # runs every undo script, newest first, and removes it
 
+A process offlab starts there (iperf3, the engine, tcpdump, sockperf: RemoteProcess) is recorded
+the same way in the same command that starts it, before it starts: its undo script ends the
+process and its runner by pid, each checked against the start time the runner wrote beside it
+(field 22 of /proc/PID/stat), so a pid the kernel gave to another process since is never hit, then
+removes its directory `<remote_dir>/proc/<stamp>` (its output files). A second comment line names
+the controller process that started it (boot id, pid, start time): `offlab restore` and `lab down`
+on that controller end the processes whose owner is dead, and leave a live run's alone.
+
 `remote_dir` defaults to /run/offlab-remote: a tmpfs that a reboot empties, exactly when the
 kernel has forgotten the settings too. Restoring needs only `sh` and the tools the scripts call
 (ip, ethtool): `sh /run/offlab-remote/restore.sh` as root on the host, also after the controller
@@ -15,16 +23,20 @@ was killed with SIGKILL. The controller removes a script once it has restored th
 from __future__ import annotations
 
 import re
+import secrets
+import shlex
 import time
 
 from offlab.hosts.base import Host
+from offlab.hosts.process import START_TIME_SH
 from offlab.hosts.ssh import remote_command
 
 NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,120}$")
 
 RESTORE_SH = """#!/bin/sh
 # Written by offlab. Puts back, newest first, every change offlab made on this host and has not
-# restored yet; each undo/*.sh holds the exact commands for one change. Needs sh, ip, ethtool.
+# restored yet, and ends every process it started here and did not end itself (each checked by its
+# start time); each undo/*.sh holds the exact commands for one. Needs sh, ip, ethtool, kill.
 # Run as root:  sh {dir}/restore.sh      (exit 0: all put back; 1: see the lines on stderr)
 cd "$(dirname "$0")" || exit 1
 rc=0
@@ -37,7 +49,10 @@ for f in $(ls -1 undo 2>/dev/null | sort -r); do
     rc=1; echo "could not restore: $what (kept: $PWD/undo/$f)" >&2
   fi
 done
-[ "$rc" = 0 ] && [ -z "$(ls -A undo 2>/dev/null)" ] && rmdir undo 2>/dev/null
+# All put back: nothing of offlab's is left here (this script is already read; sh keeps it open).
+if [ "$rc" = 0 ] && [ -z "$(ls -A undo 2>/dev/null)" ]; then
+  rmdir undo proc 2>/dev/null; rm -f restore.sh; d=$PWD; cd / && rmdir "$d" 2>/dev/null
+fi
 exit $rc
 """
 
@@ -72,9 +87,9 @@ def forget(host: Host, remote_dir: str, name: str) -> None:
 
 def tidy(host: Host, remote_dir: str) -> None:
     """Remove the private directory once nothing in it is left to restore (the host as it was found)."""
-    host.run(["sh", "-c", 'cd "$1" 2>/dev/null || exit 0; rmdir undo 2>/dev/null; '
-              '[ -e undo ] || { rm -f restore.sh; cd /; rmdir "$1" 2>/dev/null; }; exit 0', "sh", remote_dir],
-             timeout=30)
+    host.run(["sh", "-c", 'cd "$1" 2>/dev/null || exit 0; rmdir undo 2>/dev/null; rmdir proc 2>/dev/null; '
+              '[ -e undo ] || [ -e proc ] || { rm -f restore.sh; cd /; rmdir "$1" 2>/dev/null; }; exit 0',
+              "sh", remote_dir], timeout=30)
 
 
 def pending(host: Host, remote_dir: str) -> list[str]:
@@ -82,3 +97,108 @@ def pending(host: Host, remote_dir: str) -> list[str]:
     res = host.run(["sh", "-c", 'cd "$1/undo" 2>/dev/null || exit 0; for f in $(ls -1 | sort -r); do '
                     'sed -n "1s/^# offlab: //p" "$f"; done', "sh", remote_dir], timeout=30)
     return [l for l in res.stdout.splitlines() if l.strip()]
+
+
+# ---- processes ---------------------------------------------------------------------------------
+
+PROC_TAG = "-proc-"
+OWNER = "# owner: "
+
+# The undo script of one process: its directory is $d; "$d/ids" holds "PID START" of the command and
+# of its runner (hosts/process.py). Each is signalled only while /proc/PID/stat still shows START.
+_END_PROCESS = START_TIME_SH + r"""
+if [ -s "$d/ids" ]; then
+  while read -r p t; do
+    [ -n "$p" ] && [ -n "$t" ] || continue
+    [ "$(st "$p")" = "$t" ] || continue
+    kill -TERM "$p" 2>/dev/null || true
+    n=0; while [ "$(st "$p")" = "$t" ] && [ $n -lt 30 ]; do sleep 0.1; n=$((n + 1)); done
+    if [ "$(st "$p")" = "$t" ]; then kill -KILL "$p" 2>/dev/null || true; sleep 0.1; fi
+  done <"$d/ids"
+fi
+rm -rf -- "$d"
+"""
+
+
+def boot_id() -> str:
+    """This machine's boot: a pid and start time name a process only within one boot."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return "unknown"
+
+
+def process_record(remote_dir: str, argv: list[str], title: str | None = None) -> tuple[str, str, str]:
+    """(stamp, undo script, start script) for one process: the start script, run with `remote_dir` and
+    the stamp as $1 $2 and the undo script on stdin, records it in `remote_dir`, makes its directory,
+    prints it, and leaves `"$D" argv...` as its arguments for the starter (hosts/process.py)."""
+    from offlab.state import me
+
+    stamp = f"{time.time_ns():019d}{PROC_TAG}{secrets.token_hex(4)}"
+    d = f"{remote_dir}/proc/{stamp}"
+    owner = me()
+    what = title or "stop " + " ".join(" ".join(argv).split())[:160]
+    undo = (f"# offlab: {what}\n{OWNER}{boot_id()} {owner['pid']} {owner['start']}\n"
+            f"d={shlex.quote(d)}\n{_END_PROCESS}")
+    start = ('R=$1; S=$2; shift 2; umask 077; mkdir -p "$R/undo" "$R/proc" && printf "%s" '
+             + shlex.quote(RESTORE_SH.replace("{dir}", remote_dir)) + ' >"$R/restore.sh" && '
+             'cat >"$R/undo/.$S.tmp" && mv "$R/undo/.$S.tmp" "$R/undo/$S.sh" && mkdir "$R/proc/$S" || exit 1; '
+             'umask 022; D="$R/proc/$S"; echo "$D"; set -- "$D" "$@"; ')
+    return stamp, undo, start
+
+
+_LIST_PROCS = ('cd "$1/undo" 2>/dev/null || exit 0; for f in *' + PROC_TAG + '*.sh; do [ -e "$f" ] || continue; '
+               'printf "%s %s\n" "$f" "$(sed -n "s/^' + OWNER + '//p" "$f")"; done')
+_RUN_UNDO = ('cd "$1/undo" 2>/dev/null || exit 0; shift; rc=0; for f; do [ -e "$f" ] || continue; '
+             'what=$(sed -n "1s/^# offlab: //p" "$f"); if sh -e "$f"; then rm -f "$f"; echo "$what"; '
+             'else rc=1; echo "could not: $what" >&2; fi; done; exit $rc')
+_FILE_RE = re.compile(r"^[0-9]{19}" + PROC_TAG + r"[0-9a-f]{8}\.sh$")
+
+
+def end_processes(host: Host, remote_dir: str, *, force: bool = False, also: frozenset[int] | set[int] = frozenset(),
+                  list_only: bool = False) -> list[str]:
+    """End the processes recorded on `host` that a process of this machine started and that outlived
+    it (also those of the live processes `also`; all of this machine's, with `force`); processes
+    another controller started are left alone. With `list_only`, only what would be ended.
+    What was ended, one line each (`stop <argv>`)."""
+    from offlab.state import owner_alive
+
+    listed = host.run(["sh", "-c", _LIST_PROCS, "sh", remote_dir], timeout=30).stdout
+    chosen = []
+    for line in listed.splitlines():
+        name, _, owner = line.partition(" ")
+        parts = owner.split()
+        if not _FILE_RE.fullmatch(name) or len(parts) != 3 or parts[0] != boot_id():
+            continue  # another controller's (or not ours to read)
+        try:
+            pid, alive = int(parts[1]), owner_alive({"pid": int(parts[1]), "start": int(parts[2])})
+        except ValueError:
+            continue
+        if force or not alive or pid in also:
+            chosen.append(name)
+    if not chosen:
+        return []
+    if list_only:  # what each would do, nothing done
+        res = host.run(["sh", "-c", 'cd "$1/undo" 2>/dev/null || exit 0; shift; for f; do '
+                        'sed -n "1s/^# offlab: //p" "$f"; done', "sh", remote_dir, *chosen], check=False, timeout=30)
+        return [l for l in res.stdout.splitlines() if l.strip()]
+    res = host.run(["sh", "-c", _RUN_UNDO, "sh", remote_dir, *chosen], check=False, timeout=30 + 4 * len(chosen))
+    return [l for l in res.stdout.splitlines() if l.strip()]
+
+
+def temp_dir(host: Host, remote_dir: str) -> tuple[str, str]:
+    """A private directory on the host for a while (the engine's ready file), recorded like a process
+    (with no process in it): restore.sh, `offlab restore` and `lab down` remove it after a crash.
+    (its path, its undo script's path); `drop_temp_dir` removes both."""
+    stamp, undo, start = process_record(remote_dir, [], title="remove a temporary directory")
+    res = host.run(["sh", "-c", start, "sh", remote_dir, stamp], input=undo, timeout=30)
+    d = f"{remote_dir}/proc/{stamp}"
+    if res.stdout.strip() != d:
+        raise OSError(f"could not make a temporary directory in {remote_dir} on {host.name}: "
+                      f"{res.stderr.strip()[:200]}")
+    return d, f"{remote_dir}/undo/{stamp}.sh"
+
+
+def drop_temp_dir(host: Host, path: str, undo: str) -> None:
+    host.run(["sh", "-c", 'rm -rf -- "$1"; rm -f -- "$2"', "sh", path, undo], check=False, timeout=15)

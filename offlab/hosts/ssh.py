@@ -397,8 +397,10 @@ class SshHost(Host):
                                 text=True, bufsize=1)
 
     def spawn(self, argv: Sequence[str], **popen_kwargs) -> RemoteProcess:
-        """A detached process on the host; its output goes to files there (`popen_kwargs` are ignored)."""
-        return RemoteProcess(self, self.with_tool([str(a) for a in argv]), text=popen_kwargs.get("text", True))
+        """A detached process on the host, recorded in its journal before it starts (so the host's
+        restore.sh ends it after a crash); its output goes to files there (`popen_kwargs` are ignored)."""
+        return RemoteProcess(self, self.with_tool([str(a) for a in argv]), text=popen_kwargs.get("text", True),
+                             remote_dir=self.remote_dir)
 
     def interactive(self, argv: Sequence[str]) -> int:
         remote = self._remote_argv(argv, None)

@@ -223,7 +223,7 @@ def remove(name: str, *, put_back: Callable[[LabState], list[str]], force: bool 
     if lab is not None and lab.topology == "hosts":
         from offlab.lab import hosts as hosts_lab
 
-        removed += hosts_lab.teardown(lab)
+        removed += hosts_lab.teardown(lab, also={u["pid"] for u in users if isinstance(u.get("pid"), int)})
     if lab is not None:
         for d in reversed(lab.daemons):
             if d.netns is None or d.netns in ours:

@@ -188,9 +188,21 @@ def _local_engine() -> str | None:
     return None
 
 
-def teardown(lab: LabState) -> list[str]:
-    """`lab down` of a hosts lab: nothing of the hosts is removed; only the engine offlab copied."""
+def teardown(lab: LabState, also: frozenset[int] | set[int] = frozenset()) -> list[str]:
+    """`lab down` of a hosts lab: nothing of the hosts is removed; only what offlab put there: the
+    processes it started that outlived their offlab process (and those of `also`, the lab's holders
+    with --force), then the engine it copied."""
     removed, failed = [], []
+    for role, entry in lab.hosts.items():
+        if entry.ref is None:
+            continue
+        host = lab.host(role)
+        try:
+            ended = remote_journal.end_processes(host, host.remote_dir, also=also)
+            removed += [f"{host.name}: {what}" for what in ended]
+        except (EnvironmentProblem, CommandFailed) as exc:
+            failed.append(f"processes offlab started on {host.name} may still run ({exc}): `offlab lab down "
+                          f"{lab.name}` again once it answers, or `sh {host.remote_dir}/restore.sh` there")
     copied = lab.options.get("copied") or {}
     for role, bindir in copied.items():
         entry = lab.hosts.get(role)
@@ -245,3 +257,37 @@ def _server_mtu(lab: LabState) -> int:
 
     iface = lab.hosts["server"].interfaces[0].name
     return int(netdev.link(lab.host("server"), iface)["mtu"])
+
+
+def ssh_hosts_known(extra_refs: list[dict] = ()) -> list[SshHost]:
+    """Every SSH host this state directory knows of: those of its `hosts` labs, and `extra_refs` (the
+    host references of journal entries), once each."""
+    from offlab.hosts import from_ref
+    from offlab.lab import list_labs
+
+    refs = [e.ref for lab in list_labs() if lab.topology == "hosts" for e in lab.hosts.values() if e.ref]
+    out: dict[tuple, SshHost] = {}
+    for ref in [*refs, *extra_refs]:
+        if not isinstance(ref, dict) or ref.get("kind") != "ssh":
+            continue
+        try:
+            host = from_ref(ref)
+        except OfflabError:
+            continue
+        out.setdefault((host._key, host.remote_dir), host)
+    return list(out.values())
+
+
+def end_orphans(hosts: list[SshHost], *, force: bool = False, list_only: bool = False) -> tuple[list[str], list[str]]:
+    """`offlab restore`: end on each host the processes offlab started there whose offlab process is
+    gone (every one of this machine's, with `force`); (lines, failures). `list_only`: only say which."""
+    lines, failed = [], []
+    for host in hosts:
+        try:
+            found = remote_journal.end_processes(host, host.remote_dir, force=force, list_only=list_only)
+            lines += [f"{'would end' if list_only else 'ended'} on {host.name}: {what}" for what in found]
+            if not list_only:
+                remote_journal.tidy(host, host.remote_dir)
+        except (EnvironmentProblem, CommandFailed) as exc:
+            failed.append(f"could not end the processes offlab started on {host.name}: {exc}")
+    return lines, failed

@@ -178,6 +178,16 @@ def _ready_dir(server: Host) -> Iterator[str]:
         with tempfile.TemporaryDirectory(prefix="offlab-engine-") as tmp:
             yield tmp
         return
+    remote_dir = getattr(server, "remote_dir", None)
+    if remote_dir is not None:  # an SSH host: in its journal, so a crash leaves nothing there either
+        from offlab.hosts import remote_journal
+
+        tmp, undo = remote_journal.temp_dir(server, remote_dir)
+        try:
+            yield tmp
+        finally:
+            remote_journal.drop_temp_dir(server, tmp, undo)
+        return
     tmp = server.run(["mktemp", "-d", "/tmp/offlab-engine.XXXXXX"], timeout=15).stdout.strip()
     try:
         yield tmp

@@ -1,0 +1,72 @@
+"""The record a host keeps of the processes offlab starts there, exercised on this machine (LocalHost
+runs the same shell an SSH host runs): the undo script ends exactly the recorded process, never
+another that got its pid, and leaves nothing."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+from offlab.hosts import LOCAL
+from offlab.hosts import remote_journal
+from offlab.hosts.process import RemoteProcess, process_start_time
+
+
+def test_restore_sh_ends_a_recorded_process_and_its_runner_and_leaves_nothing(tmp_path):
+    remote = tmp_path / "remote"
+    p = RemoteProcess(LOCAL, ["sleep", "300"], remote_dir=str(remote))
+    ids = [tuple(map(int, line.split())) for line in Path(p.dir, "ids").read_text().splitlines()]
+    assert ids[0] == (p.pid, process_start_time(p.pid)) and len(ids) == 2  # the process, then its runner
+    undo = list((remote / "undo").iterdir())
+    assert [u.name for u in undo] == [Path(p.undo).name]
+    assert undo[0].read_text().splitlines()[:2] == [
+        "# offlab: stop sleep 300", f"# owner: {remote_journal.boot_id()} {os.getpid()} {process_start_time(os.getpid())}"]
+    res = subprocess.run(["sh", str(remote / "restore.sh")], capture_output=True, text=True, timeout=30)
+    assert (res.returncode, res.stdout) == (0, "restored: stop sleep 300\n"), res.stderr
+    assert all(process_start_time(pid) is None for pid, _ in ids)
+    assert not remote.exists()
+
+
+def test_a_pid_that_belongs_to_another_process_now_is_never_signalled(tmp_path):
+    remote = tmp_path / "remote"
+    p = RemoteProcess(LOCAL, ["sleep", "300"], remote_dir=str(remote))
+    other = subprocess.Popen(["sleep", "300"])  # what the kernel might have given the recorded pid since
+    try:
+        ids = Path(p.dir, "ids")
+        start = process_start_time(other.pid)
+        ids.write_text(f"{other.pid} {start + 1}\n" + ids.read_text().splitlines()[1] + "\n")
+        res = subprocess.run(["sh", str(remote / "restore.sh")], capture_output=True, text=True, timeout=30)
+        assert res.returncode == 0, res.stderr
+        assert other.poll() is None and process_start_time(other.pid) == start
+        assert not remote.exists()
+    finally:
+        other.kill()
+        other.wait()
+        os.kill(p.pid, signal.SIGKILL)  # ours, left running by design of this test (its record named another)
+
+
+def test_end_processes_leaves_a_live_owners_process_and_ends_a_dead_owners(tmp_path):
+    remote = str(tmp_path / "remote")
+    p = RemoteProcess(LOCAL, ["sleep", "300"], remote_dir=remote)
+    assert remote_journal.end_processes(LOCAL, remote) == []  # its owner (this test) is alive
+    assert process_start_time(p.pid) is not None
+    assert remote_journal.end_processes(LOCAL, remote, list_only=True, force=True) == ["stop sleep 300"]
+    assert process_start_time(p.pid) is not None
+    assert remote_journal.end_processes(LOCAL, remote, also={os.getpid()}) == ["stop sleep 300"]
+    assert process_start_time(p.pid) is None
+    remote_journal.tidy(LOCAL, remote)
+    assert not Path(remote).exists()
+
+
+def test_a_process_collected_by_the_controller_leaves_no_record(tmp_path):
+    remote = tmp_path / "remote"
+    p = RemoteProcess(LOCAL, ["sh", "-c", "echo out; echo err >&2"], remote_dir=str(remote))
+    assert p.communicate(timeout=30) == ("out\n", "err\n") and p.returncode == 0
+    assert list((remote / "undo").iterdir()) == [] and list((remote / "proc").iterdir()) == []
+    d, undo = remote_journal.temp_dir(LOCAL, str(remote))
+    assert Path(d).is_dir() and Path(undo).is_file()
+    remote_journal.drop_temp_dir(LOCAL, d, undo)
+    remote_journal.tidy(LOCAL, str(remote))
+    assert not remote.exists()
