@@ -15,10 +15,13 @@ import sqlite3
 import subprocess
 import sys
 import tarfile
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
+from offlab.hosts import NetnsHost
 from tests import sshd as sshd_mod
 from tests.conftest import OUR_NAMESPACES, REPO, netns_names, requires_root
 
@@ -37,12 +40,12 @@ repeat: {min: 1, max: 1, level: 95, width: 50}
 
 
 def _newest_source() -> float:
-    return max(p.stat().st_mtime for p in (REPO / "offlab").rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    return max(p.stat().st_mtime for p in (Path(REPO) / "offlab").rglob("*") if p.is_file() and "__pycache__" not in p.parts)
 
 
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory) -> Path:
-    made = REPO / "dist" / "offlab-bundle.tar"
+    made = Path(REPO) / "dist" / "offlab-bundle.tar"
     if made.is_file() and made.stat().st_mtime > _newest_source():
         return made
     d = tmp_path_factory.mktemp("bundle")
@@ -147,6 +150,59 @@ def test_a_host_that_fails_costs_only_its_pair_and_names_it(fleet, bundle, tmp_p
     assert leftovers_on_the_machines(fleet) == []
 
 
+def test_a_server_lost_mid_run_keeps_its_pairs_samples_and_the_other_pair_goes_on(fleet, bundle, tmp_path):
+    inv = tmp_path / "inventory.yml"
+    inv.write_text(fleet.ansible_inventory())
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(PLAN.replace("min: 1, max: 1", "min: 4, max: 4"))
+    db = tmp_path / "results.db"
+    b2 = NetnsHost(fleet.machines["b2"].ns)
+    cut = threading.Event()
+
+    def cut_b2_after_its_first_sample():
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline and not cut.is_set():
+            for f in (fleet.path("prefix", "a2") / "runs").glob("*/results.db"):
+                try:
+                    with sqlite3.connect(f"file:{f}?mode=ro", uri=True, timeout=1) as conn:
+                        n = conn.execute("SELECT COUNT(*) FROM samples").fetchone()[0]
+                except sqlite3.Error:
+                    n = 0
+                if n >= 1:
+                    b2.run(["ip", "link", "set", "mgmt", "down"])
+                    cut.set()
+                    return
+            time.sleep(0.5)
+
+    watcher = threading.Thread(target=cut_b2_after_its_first_sample, daemon=True)
+    watcher.start()
+    try:
+        res = fleet_cli(fleet, tmp_path, "fleet", "run", str(plan), "--inventory", str(inv), "--group", "rack",
+                        "--db", str(db), "--bundle", str(bundle))
+    finally:
+        cut.set()
+        watcher.join()
+        b2.run(["ip", "link", "set", "mgmt", "up"])
+    assert res.returncode == 3, (res.stdout + res.stderr)[-3000:]
+    assert "a1:t1,b1:t1: ok: run " in res.stdout, res.stdout
+    failed = [l for l in res.stdout.splitlines() if l.startswith("a2:t1,b2:t1: failed: ")]
+    assert len(failed) == 1 and "b2" in failed[0].split("failed: ")[1] and "samples kept in run" in failed[0], res.stdout
+    assert "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    with sqlite3.connect(db) as conn:
+        counts = dict(conn.execute("SELECT r.name, COUNT(s.id) FROM runs r LEFT JOIN samples s ON s.run_id = r.id "
+                                   "GROUP BY r.id").fetchall())
+    assert counts["fleet @ a1:t1,b1:t1"] == 8 and 1 <= counts["fleet @ a2:t1,b2:t1"] < 8, counts
+    # b2 could not be cleaned while cut off: its own restore.sh and `fleet clean` finish the job.
+    found = leftovers_on_the_machines(fleet)
+    assert found and all(l.startswith("b2: ") for l in found), found
+    script = fleet.path("remote", "b2") / "restore.sh"
+    if script.exists():
+        b2.run(["sh", str(script)])
+    res = fleet_cli(fleet, tmp_path, "fleet", "clean", "--inventory", str(inv), "--host", "b2")
+    assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
+    assert leftovers_on_the_machines(fleet) == []
+
+
 def test_fleet_clean_removes_the_installation_from_every_host(fleet, tmp_path):
     inv = tmp_path / "inventory.yml"
     inv.write_text(fleet.ansible_inventory())
@@ -156,7 +212,7 @@ def test_fleet_clean_removes_the_installation_from_every_host(fleet, tmp_path):
     assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
     for name in fleet.names():
         assert not fleet.path("prefix", name).exists()
-        assert f"offlab-fleet-" not in fleet.path("authorized_keys", name).read_text()
+        assert "offlab-fleet-" not in fleet.path("authorized_keys", name).read_text()
         assert fleet.path("authorized_keys", name).read_text().startswith("ssh-ed25519 ")
     assert leftovers_on_the_machines(fleet) == []
 

@@ -253,7 +253,8 @@ def clean(inventory: str, hosts: list[str] | None = None, *, forks: int = 5) -> 
         inv.host(n)
     player = ansible_playbook()
     with tempfile.TemporaryDirectory(prefix="offlab-fleet.") as tmp:
-        (Path(tmp) / "extra.json").write_text(json.dumps({"offlab_fleet_hosts": ",".join(names)}))
+        (Path(tmp) / "extra.json").write_text(json.dumps({"offlab_fleet_hosts": ",".join(names), "offlab_fleet_clients": ",".join(names),
+                                                          "offlab_fleet_serial": "100%", "offlab_fleet_run": "clean"}))
         argv = [player, "-i", os.path.abspath(inventory), str(PLAYBOOK), "--tags", "clean",
                 "-e", f"@{tmp}/extra.json", "--forks", str(forks)]
         return _play(argv, Path(tmp), None).returncode
