@@ -364,6 +364,8 @@ def start_fleet(tmp: Path, prefix: str, pairs: int = 2, mgmt: int = 240) -> Flee
                 f"ListenAddress {m.ssh_ip}", f"Port {f.port}", f"HostKey {d / 'hostkey'}",
                 f"AuthorizedKeysFile {keys}", f"PidFile {d / f'sshd-{name}.pid'}",
                 "PermitRootLogin prohibit-password", "UsePAM no", "StrictModes no",
+                # a session whose client vanished (a test cuts a machine off) ends within ~6 s
+                "ClientAliveInterval 2", "ClientAliveCountMax 3",
             ]) + "\n")
             m.proc = _start_sshd(m.ns, conf, d / f"sshd-{name}.log")
     except BaseException:

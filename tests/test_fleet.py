@@ -24,6 +24,7 @@ import pytest
 from offlab.hosts import NetnsHost
 from tests import sshd as sshd_mod
 from tests.conftest import OUR_NAMESPACES, REPO, netns_names, requires_root
+from tests.pgcluster import pg  # noqa: F401, F811  (the session's private PostgreSQL)
 
 pytestmark = requires_root
 
@@ -131,22 +132,25 @@ def test_fleet_run_runs_each_pair_from_its_client_and_imports_both_side_by_side(
         assert (fleet.path("prefix", name) / "venv" / "bin" / "offlab-engine").is_file()
 
 
-def test_a_host_that_fails_costs_only_its_pair_and_names_it(fleet, bundle, tmp_path):
+def test_a_host_that_fails_costs_only_its_pair_and_names_it_into_a_shared_postgresql(fleet, bundle, tmp_path, pg):  # noqa: F811
     inv = tmp_path / "inventory.yml"
     inv.write_text(fleet.ansible_inventory({"b2": {"ansible_port": 2299}}))  # nothing listens there
     plan = tmp_path / "plan.yaml"
     plan.write_text(PLAN)
-    db = tmp_path / "results.db"
+    url = pg.database()
     res = fleet_cli(fleet, tmp_path, "fleet", "run", str(plan), "--inventory", str(inv), "--group", "rack",
-                    "--db", str(db), "--bundle", str(bundle))
+                    "--db", url, "--bundle", str(bundle))
     assert res.returncode == 3, (res.stdout + res.stderr)[-3000:]
     assert "a1:t1,b1:t1: ok: run 1 (2 samples)" in res.stdout.splitlines(), res.stdout
     failed = [l for l in res.stdout.splitlines() if l.startswith("a2:t1,b2:t1: failed: ")]
     assert len(failed) == 1 and "host b2 unreachable" in failed[0] and "2299" in failed[0], res.stdout
     assert res.stderr.strip().splitlines() == [res.stderr.strip()] and "Traceback" not in res.stderr
     assert "1 of 2 pair(s) failed: a2:t1,b2:t1: host b2 unreachable" in res.stderr, res.stderr
-    with sqlite3.connect(db) as conn:
-        assert conn.execute("SELECT name FROM runs").fetchall() == [("fleet @ a1:t1,b1:t1",)]
+    from offlab.store import Store
+
+    with Store.open(url) as store:
+        runs = store.list_runs()
+        assert [(r["name"], r["status"], r["samples"]) for r in runs] == [("fleet @ a1:t1,b1:t1", "done", 2)]
     assert leftovers_on_the_machines(fleet) == []
 
 
@@ -186,19 +190,21 @@ def test_a_server_lost_mid_run_keeps_its_pairs_samples_and_the_other_pair_goes_o
     assert res.returncode == 3, (res.stdout + res.stderr)[-3000:]
     assert "a1:t1,b1:t1: ok: run " in res.stdout, res.stdout
     failed = [l for l in res.stdout.splitlines() if l.startswith("a2:t1,b2:t1: failed: ")]
-    assert len(failed) == 1 and "b2" in failed[0].split("failed: ")[1] and "samples kept in run" in failed[0], res.stdout
+    assert len(failed) == 1 and "b2" in failed[0].split("failed: ", 1)[1] and "samples kept in run" in failed[0], res.stdout
     assert "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
     with sqlite3.connect(db) as conn:
         counts = dict(conn.execute("SELECT r.name, COUNT(s.id) FROM runs r LEFT JOIN samples s ON s.run_id = r.id "
                                    "GROUP BY r.id").fetchall())
     assert counts["fleet @ a1:t1,b1:t1"] == 8 and 1 <= counts["fleet @ a2:t1,b2:t1"] < 8, counts
-    # b2 could not be cleaned while cut off: its own restore.sh and `fleet clean` finish the job.
+    # The lost pair's journal stays on both its ends and b2 keeps the run's key (it was cut off): each
+    # machine's own restore.sh and `fleet clean` finish the job; the other pair left nothing.
     found = leftovers_on_the_machines(fleet)
-    assert found and all(l.startswith("b2: ") for l in found), found
-    script = fleet.path("remote", "b2") / "restore.sh"
-    if script.exists():
-        b2.run(["sh", str(script)])
-    res = fleet_cli(fleet, tmp_path, "fleet", "clean", "--inventory", str(inv), "--host", "b2")
+    assert "b2: key offlab-fleet-" in " ".join(found) and all(l.startswith(("a2: ", "b2: ")) for l in found), found
+    for name in ("a2", "b2"):
+        script = fleet.path("remote", name) / "restore.sh"
+        if script.exists():
+            NetnsHost(fleet.machines[name].ns).run(["sh", str(script)])
+    res = fleet_cli(fleet, tmp_path, "fleet", "clean", "--inventory", str(inv), "--host", "a2", "--host", "b2")
     assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
     assert leftovers_on_the_machines(fleet) == []
 

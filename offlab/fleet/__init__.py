@@ -205,6 +205,16 @@ def _ansible_reason(text: str, host: str) -> str | None:
     return None
 
 
+def _client_reason(status: dict, pair: str) -> str:
+    """Why the client host's `offlab run` failed: its own line for the pair, else its last error line."""
+    mine = f"{pair}: failed: "
+    for line in reversed(status.get("stdout", [])):
+        if line.startswith(mine):
+            return re.sub(r"\s*\(samples kept in run \d+\)$", "", line[len(mine):]).removeprefix("offlab: error: ")
+    lines = [l for l in status.get("stderr", []) if l.strip()]
+    return lines[-1].removeprefix("offlab: error: ") if lines else "no message"
+
+
 def _collect(pairs: list[str], jobs: dict, out: Path, text: str, db: str, ansible_rc: int) -> list[PairResult]:
     from offlab.store import Store
 
@@ -225,8 +235,7 @@ def _collect(pairs: list[str], jobs: dict, out: Path, text: str, db: str, ansibl
             if status is not None and status.get("rc") == 0:
                 r.ok = True
             elif status is not None and status.get("rc", -1) > 0:
-                lines = [l for l in status.get("stderr", []) if l.strip()]
-                r.why = f"offlab on {client} exit {status['rc']}: " + (lines[-1] if lines else "no message")
+                r.why = f"offlab on {client} exit {status['rc']}: " + _client_reason(status, pair)
             else:
                 why = []
                 for h in (client, server):
