@@ -10,7 +10,7 @@ PYTHON ?= /usr/bin/python3
 TEST_JOBS ?= 2
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
-.PHONY: demo test install deps guest clean test-durations
+.PHONY: demo test install deps guest clean test-durations bundle
 
 install: deps $(VENV)/.installed guest
 
@@ -27,7 +27,7 @@ $(VENV)/.installed: pyproject.toml $(shell find offlab engine/src -type f -not -
 	  echo "offlab: rebuilding $(VENV) with $(PYTHON) (its interpreter was $$(readlink -f $(PY)))"; rm -rf $(VENV); fi
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@$(PY) -m pip install -q --upgrade pip setuptools setuptools-rust wheel
-	@$(PY) -m pip install -q '.[test]'
+	@$(PY) -m pip install -q '.[test,fleet]'
 	@chmod -R a+rX $(VENV)
 	@scripts/check-traversable $(VENV)/bin/offlab
 	@touch $@
@@ -39,6 +39,17 @@ test: install
 	cargo clippy -q --release --all-targets --manifest-path engine/Cargo.toml -- -D warnings -D clippy::undocumented_unsafe_blocks
 	cargo test -q --manifest-path engine/Cargo.toml
 	$(VENV)/bin/python -m pytest -q -p no:cacheprovider -n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder --durations=30 tests
+
+# The offline bundle `offlab fleet run` copies to each host (docs/remote.md): offlab's wheel (with the
+# offlab-engine binary, built by setuptools-rust) and every dependency's wheel, for this interpreter
+# and architecture; hosts install it with `pip install --no-index --find-links`.
+BUNDLE ?= dist/offlab-bundle.tar
+bundle: $(BUNDLE)
+$(BUNDLE): $(VENV)/.installed
+	@rm -rf dist/offlab-bundle && mkdir -p dist
+	@$(PY) -m pip wheel -q --no-build-isolation . -w dist/offlab-bundle
+	@tar -cf $@.tmp -C dist/offlab-bundle . && mv $@.tmp $@
+	@echo "offlab: bundle $@ ($$(ls dist/offlab-bundle | wc -l) wheels)"
 
 # After a `make test`: its per-module durations become the order a fresh clone's first run starts from.
 test-durations:

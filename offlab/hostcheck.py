@@ -14,6 +14,7 @@ from typing import Any
 
 from offlab import netdev
 from offlab.errors import BadInput, CommandFailed, EnvironmentProblem
+from offlab.hosts import LOCAL
 from offlab.hosts.ssh import HostUnreachable, SshHost
 from offlab.inventory import Inventory, InventoryHost
 
@@ -67,17 +68,19 @@ class HostReport:
         return d
 
 
-def check_inventory(inv: Inventory, names: list[str] | None = None, workers: int = 8) -> list[HostReport]:
+def check_inventory(inv: Inventory, names: list[str] | None = None, workers: int = 8,
+                    local: bool = False) -> list[HostReport]:
     hosts = [inv.host(n) for n in names] if names else list(inv.hosts.values())
     with ThreadPoolExecutor(max_workers=max(1, min(workers, len(hosts)))) as pool:
-        return list(pool.map(check_host, hosts))
+        return list(pool.map(lambda ih: check_host(ih, local), hosts))
 
 
-def check_host(ih: InventoryHost) -> HostReport:
-    rep = HostReport(ih.name, _target_text(ih))
+def check_host(ih: InventoryHost, local: bool = False) -> HostReport:
+    """`local`: this machine itself (`hosts check --local`, what a fleet run checks on each host)."""
+    rep = HostReport(ih.name, "this machine" if local else _target_text(ih))
     # Reads need no root; sudo is checked on its own, so a missing sudo cannot hide the rest.
-    plain = ih.ssh_host()
-    if plain.become:
+    plain = LOCAL if local else ih.ssh_host()
+    if not local and plain.become:
         plain = SshHost(**{**_kwargs(ih), "become": False})
     try:
         # One round trip for who and where: kernel, uid, user name, and the address we came in on
@@ -103,7 +106,8 @@ def check_host(ih: InventoryHost) -> HostReport:
         if rep.reachable:
             rep.checks.append(Check("host", "host", "fail", str(exc)))
     finally:
-        plain.close()
+        if not local:
+            plain.close()
     return rep
 
 

@@ -258,7 +258,9 @@ def _parse_offlab(data: dict, source: str) -> Inventory:
 # ---- Ansible's format -------------------------------------------------------------------------
 _GROUP_KEYS = {"hosts", "children", "vars"}
 _OFFLAB_VARS = {"offlab_interfaces", "offlab_allow_management_traffic", "offlab_ssh_config",
-                "offlab_via_netns", "offlab_connect_timeout", "offlab_remote_dir", "offlab_pairs"}
+                "offlab_via_netns", "offlab_connect_timeout", "offlab_remote_dir", "offlab_pairs",
+                # read by the fleet playbook (offlab/fleet/ansible/fleet.yml), not by offlab itself
+                "offlab_prefix", "offlab_authorized_keys", "offlab_python"}
 
 
 @dataclass

@@ -289,3 +289,98 @@ def stop_pair(p: SshdPair) -> list[str]:
         if netns_exists(ns):
             LOCAL.run(["ip", "netns", "del", ns], check=False)
     return leftovers
+
+
+@dataclass
+class Fleet:
+    """`pairs` pairs of stand-in machines (a1 b1, a2 b2, ...) behind one controller namespace `c`, as a team's
+    rack behind its Ansible controller: each machine a namespace with its own sshd on its management
+    address (10.200.<mgmt+i>.2, reached from `c` at .1), each pair's machines cabled by a test link `t1`
+    (10.200.<mgmt+8+k>.1/.2). `c` forwards between the management links, so a client machine reaches its
+    server's sshd as it would over a management network. Each machine keeps its own prefix, remote_dir
+    and authorized_keys file under `dir` (the stand-ins share this machine's file system)."""
+
+    dir: Path
+    controller: str
+    machines: dict[str, Machine]
+    mgmt: int
+    port: int = PORT
+
+    def names(self) -> list[str]:
+        return list(self.machines)
+
+    def test_ip(self, name: str) -> str:
+        k = int(name[1:])
+        return f"10.200.{self.mgmt + 8 + k}.{1 if name[0] == 'a' else 2}"
+
+    def path(self, what: str, name: str) -> Path:
+        return self.dir / f"{what}-{name}"
+
+    def ansible_inventory(self, extra: dict[str, dict] | None = None) -> str:
+        lines = ["all:", "  vars:", "    ansible_user: root", f"    ansible_port: {self.port}",
+                 f"    ansible_ssh_private_key_file: {self.dir / 'userkey'}",
+                 f"    ansible_ssh_common_args: \"-o UserKnownHostsFile={self.dir / 'known_hosts'} -o StrictHostKeyChecking=yes\"",
+                 "    ansible_python_interpreter: /usr/bin/python3", "    offlab_connect_timeout: 5",
+                 "  children:", "    rack:", "      hosts:"]
+        for name, m in self.machines.items():
+            lines += [f"        {name}:", f"          ansible_host: {m.ssh_ip}",
+                      f"          offlab_remote_dir: {self.path('remote', name)}",
+                      f"          offlab_prefix: {self.path('prefix', name)}",
+                      f"          offlab_authorized_keys: {self.path('authorized_keys', name)}",
+                      f"          offlab_interfaces: [{{name: t1, addresses: [{self.test_ip(name)}/24]}}]"]
+            lines += [f"          {k}: {v}" for k, v in (extra or {}).get(name, {}).items()]
+        return "\n".join(lines) + "\n"
+
+
+def start_fleet(tmp: Path, prefix: str, pairs: int = 2, mgmt: int = 240) -> Fleet:
+    d = tmp / "sshd-fleet"
+    d.mkdir(mode=0o700)
+    names = [f"{side}{k}" for k in range(1, pairs + 1) for side in ("a", "b")]
+    f = Fleet(d, f"{prefix}-c", {n: Machine(f"{prefix}-{n}", f"10.200.{mgmt + i}.2") for i, n in enumerate(names)}, mgmt)
+    made: list[str] = []
+    try:
+        for ns in [f.controller] + [m.ns for m in f.machines.values()]:
+            LOCAL.run(["ip", "netns", "add", ns])
+            made.append(ns)
+        NetnsHost(f.controller).run(["sysctl", "-qw", "net.ipv4.ip_forward=1"])
+        for i, (name, m) in enumerate(f.machines.items()):
+            _veth(f.controller, f"m{name}", f"10.200.{mgmt + i}.1", m.ns, "mgmt", m.ssh_ip)
+            NetnsHost(m.ns).run(["ip", "route", "add", f"10.200.{mgmt}.0/{24 - (len(names) - 1).bit_length()}",
+                                 "via", f"10.200.{mgmt + i}.1", "dev", "mgmt"])
+        for k in range(1, pairs + 1):
+            _veth(f.machines[f"a{k}"].ns, "t1", f.test_ip(f"a{k}"), f.machines[f"b{k}"].ns, "t1", f.test_ip(f"b{k}"))
+        for key in ("hostkey", "userkey"):
+            LOCAL.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"offlab-test-{key}", "-f", str(d / key)])
+        host_pub = (d / "hostkey.pub").read_text().split()
+        (d / "known_hosts").write_text("".join(f"[{m.ssh_ip}]:{f.port} {host_pub[0]} {host_pub[1]}\n"
+                                               for m in f.machines.values()))
+        os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
+        for name, m in f.machines.items():
+            keys = f.path("authorized_keys", name)
+            keys.write_text((d / "userkey.pub").read_text())
+            os.chmod(keys, 0o600)
+            conf = d / f"sshd_config-{name}"
+            conf.write_text("\n".join([
+                f"ListenAddress {m.ssh_ip}", f"Port {f.port}", f"HostKey {d / 'hostkey'}",
+                f"AuthorizedKeysFile {keys}", f"PidFile {d / f'sshd-{name}.pid'}",
+                "PermitRootLogin prohibit-password", "UsePAM no", "StrictModes no",
+                # a session whose client vanished (a test cuts a machine off) ends within ~6 s
+                "ClientAliveInterval 2", "ClientAliveCountMax 3",
+            ]) + "\n")
+            m.proc = _start_sshd(m.ns, conf, d / f"sshd-{name}.log")
+    except BaseException:
+        stop_fleet(f)
+        raise
+    return f
+
+
+def stop_fleet(f: Fleet) -> list[str]:
+    """Stop every sshd and its sessions by pid, delete the namespaces; what had to be killed."""
+    close_all()
+    leftovers = []
+    for m in f.machines.values():
+        leftovers += _end_sshd(m.proc, Sshd(f.dir, f.controller, m.ns, "", ""))
+    for ns in [f.controller] + [m.ns for m in f.machines.values()]:
+        if netns_exists(ns):
+            LOCAL.run(["ip", "netns", "del", ns], check=False)
+    return leftovers

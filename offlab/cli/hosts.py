@@ -17,13 +17,15 @@ def check_cmd(
     inventory: str = typer.Argument(..., help="offlab or Ansible YAML inventory."),
     host: Optional[List[str]] = typer.Option(None, "--host", help="Check only this host (repeatable)."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON (schema offlab-hosts-check/1)."),
+    local: bool = typer.Option(False, "--local", help="Check this machine itself as the inventory's host "
+                                                      "(what `offlab fleet run` runs on each host)."),
 ) -> None:
     """Connect to each host: kernel, drivers, features, MTU, addresses, tools, and what is missing."""
     from offlab import hostcheck
     from offlab.inventory import load
 
     inv = load(inventory)
-    reports = hostcheck.check_inventory(inv, host or None)
+    reports = hostcheck.check_inventory(inv, host or None, local=local)
     if as_json:
         typer.echo(json.dumps(hostcheck.to_json(inv, reports), indent=2))
     else:

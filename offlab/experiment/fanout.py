@@ -73,6 +73,11 @@ def fan_out(plan_path: str, inventory: str, db: str, pairs: list[str] | None = N
         inv_mod.parse_pair(pair, inv)  # every pair checked before anything connects
     prefix = os.environ.get("OFFLAB_LAB_PREFIX") or f"x{os.getpid() % 100000}"
     runs = [PairRun(pair, f"{prefix}f{i}"[:15]) for i, pair in enumerate(pairs)]
+    # The database made (schema and all) before the runners start: several runners creating one new
+    # SQLite file at once raced, one finding the others' half-made schema ("not offlab's").
+    from offlab.store import Store
+
+    Store.open(db).close()
     made: list[str] = []
     try:
         for r in runs:

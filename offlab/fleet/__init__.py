@@ -1,0 +1,273 @@
+"""`offlab fleet run PLAN --inventory FILE`: the plan on every host pair, driven by Ansible.
+
+    controller: offlab ─ ansible-playbook offlab/fleet/ansible/fleet.yml (forks, serial batches)
+        play 1, every host: the bundle copied, offlab installed offline in offlab_prefix, `hosts check --local`
+        play 2, every pair's client host: a key pair made for the run, authorized on both ends (marked),
+                `offlab run PLAN --inventory PAIR.json --pair A:IF,B:IF` there (per-sample ssh stays in
+                the pair), its SQLite file fetched home
+        play 3, every host: this run's keys and run directory removed (the installation stays)
+    controller: each pair's SQLite file `results import`ed into --db; one line per pair
+
+offlab schedules nothing itself: Ansible's forks and serial batches decide what runs at once, and a
+pair that fails is rescued by the playbook, so the others go on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from offlab import inventory as inv_mod
+from offlab.errors import BadInput, EnvironmentProblem
+
+PLAYBOOK = Path(__file__).parent / "ansible" / "fleet.yml"
+DEFAULT_BUNDLE = "dist/offlab-bundle.tar"
+RUNDIR = "@RUNDIR@"
+
+
+@dataclass
+class PairResult:
+    pair: str
+    ok: bool
+    why: str = ""
+    run_id: int | None = None  # in the controller's database
+    samples: int = 0
+
+
+def ansible_playbook() -> str:
+    """$OFFLAB_ANSIBLE_PLAYBOOK, else ansible-playbook beside this offlab (the `fleet` extra), else on PATH;
+    exit 3 when absent."""
+    given = os.environ.get("OFFLAB_ANSIBLE_PLAYBOOK")
+    if given:
+        if not (os.path.isfile(given) and os.access(given, os.X_OK)):
+            raise EnvironmentProblem(f"OFFLAB_ANSIBLE_PLAYBOOK={given}: not an executable file: point it at "
+                                     f"ansible-playbook, or unset it to use the fleet extra's")
+        return given
+    here = Path(sys.executable).parent / "ansible-playbook"
+    if here.is_file() and os.access(here, os.X_OK):
+        return str(here)
+    found = shutil.which("ansible-playbook")
+    if not found:
+        raise EnvironmentProblem("ansible-playbook not found: install the fleet extra "
+                                 "(pip install 'offlab[fleet]'; `make install` does) or put ansible-core on PATH")
+    return found
+
+
+def pairs_for(inv: inv_mod.Inventory, pairs: list[str] | None, group: str | None) -> list[str]:
+    """--pair, else the inventory's pairs, else the hosts of --group paired in order (1st-2nd, 3rd-4th...),
+    each on its first declared test interface. Each host in one pair at most."""
+    if pairs:
+        out = list(pairs)
+    elif inv.pairs and group is None:
+        out = list(inv.pairs)
+    else:
+        g = group or "all"
+        names = [h.name for h in inv.hosts.values() if g == "all" or g in h.groups]
+        if not names:
+            raise BadInput(f"{inv.source}: group {g!r} has no hosts (groups: "
+                           f"{', '.join(sorted({x for h in inv.hosts.values() for x in h.groups})) or 'none'})")
+        if len(names) % 2:
+            raise BadInput(f"{inv.source}: group {g!r} has {len(names)} hosts ({', '.join(names)}): pairs need an "
+                           f"even number; add a host, or name the pairs with --pair A:IF,B:IF")
+        inv.require_interfaces(names)
+        out = [f"{a}:{inv.host(a).interfaces[0].name},{b}:{inv.host(b).interfaces[0].name}"
+               for a, b in zip(names[::2], names[1::2], strict=True)]
+    seen: dict[str, str] = {}
+    for p in out:
+        for ih, _ in inv_mod.parse_pair(p, inv):
+            if ih.name in seen and seen[ih.name] != p:
+                raise BadInput(f"--pair {p!r}: host {ih.name!r} is also in pair {seen[ih.name]!r}: a fleet run "
+                               f"gives each host to one pair (run the other pair in another fleet run)")
+            seen[ih.name] = p
+    return out
+
+
+def _known_hosts(ih: inv_mod.InventoryHost) -> str:
+    """The known_hosts file the controller's inventory names for this host, else ~/.ssh/known_hosts."""
+    args = list(ih.ssh_args)
+    for i, a in enumerate(args):
+        opt = a[2:] if a.startswith("-o") and len(a) > 2 else (args[i + 1] if a == "-o" and i + 1 < len(args) else "")
+        key, _, val = opt.partition("=")
+        if key.strip().lower() == "userknownhostsfile" and val.strip():
+            return os.path.expanduser(val.strip().split()[0])
+    return os.path.expanduser("~/.ssh/known_hosts")
+
+
+def _end(ih: inv_mod.InventoryHost, rundir: str, address: str | None) -> dict:
+    """One end as the client host's offlab reaches it: over ssh with the run's key and known_hosts."""
+    entry: dict = {"ssh": address or ih.target, "identity_file": f"{rundir}/id",
+                   "ssh_args": ["-o", f"UserKnownHostsFile={rundir}/known_hosts", "-o", "StrictHostKeyChecking=yes"],
+                   "connect_timeout": ih.connect_timeout, "remote_dir": ih.remote_dir, "sudo": ih.become,
+                   "interfaces": [{"name": i.name, "addresses": list(i.addresses)} for i in ih.interfaces],
+                   "allow_management_traffic": ih.allow_management_traffic}
+    if ih.user:
+        entry["user"] = ih.user
+    if ih.port:
+        entry["port"] = ih.port
+    if ih.ssh_config:
+        entry["ssh_config"] = ih.ssh_config
+    return entry
+
+
+def run(plan_path: str, inventory: str, db: str, pairs: list[str] | None = None, *, group: str | None = None,
+        forks: int = 5, serial: int | None = None, bundle: str | None = None,
+        on_line: Callable[[str], None] = lambda line: None) -> list[PairResult]:
+    from offlab.experiment.fanout import check_plan
+    from offlab.experiment.plan import load_plan_file
+
+    plan = load_plan_file(plan_path)
+    check_plan(plan)
+    inv = inv_mod.load(inventory)
+    if inv.format != "ansible":
+        raise BadInput(f"{inventory}: `offlab fleet run` takes an Ansible YAML inventory (this is offlab's own "
+                       f"format: use `offlab run PLAN --inventory {inventory}`)")
+    pairs = pairs_for(inv, pairs, group)
+    if forks < 1 or (serial is not None and serial < 1):
+        raise BadInput("--forks and --serial: 1 or more")
+    bundle_path = Path(bundle or os.environ.get("OFFLAB_BUNDLE") or DEFAULT_BUNDLE)
+    if not bundle_path.is_file():
+        raise BadInput(f"--bundle {bundle_path}: no such file: build it with `make bundle` in offlab's checkout")
+    player = ansible_playbook()
+    token = secrets.token_hex(6)
+    with tempfile.TemporaryDirectory(prefix="offlab-fleet.") as tmp:
+        out = Path(tmp) / "out"
+        out.mkdir()
+        jobs, checks, hosts = {}, {}, []
+        for i, p in enumerate(pairs):
+            (client, cif), (server, sif) = inv_mod.parse_pair(p, inv)
+            hosts += [client.name, server.name]
+            rundir = RUNDIR  # replaced on the host by the playbook (offlab_prefix is the inventory's)
+            jobs[client.name] = {
+                "index": i, "pair": p, "server": server.name, "known_hosts": _known_hosts(server),
+                "inventory": {"hosts": {client.name: _end(client, rundir, None),
+                                        server.name: _end(server, rundir, None)}, "pairs": [p]}}
+            for ih in (client, server):
+                checks[ih.name] = {"hosts": {ih.name: {"ssh": "localhost", "interfaces": [
+                    {"name": x.name, "addresses": list(x.addresses)} for x in ih.interfaces]}}}
+        extra = {"offlab_fleet_run": token, "offlab_fleet_hosts": ",".join(hosts),
+                 "offlab_fleet_clients": ",".join(jobs), "offlab_fleet_serial": serial or "100%",
+                 "offlab_fleet_bundle": str(bundle_path.resolve()), "offlab_fleet_plan": os.path.abspath(plan_path),
+                 "offlab_fleet_out": str(out), "offlab_fleet_jobs": jobs, "offlab_fleet_checks": checks}
+        (Path(tmp) / "extra.json").write_text(json.dumps(extra))
+        argv = [player, "-i", os.path.abspath(inventory), str(PLAYBOOK), "-e", f"@{tmp}/extra.json",
+                "--forks", str(forks)]
+        log = Path(tmp) / "ansible.log"
+        on_line(f"ansible-playbook: {len(pairs)} pair(s), {len(hosts)} host(s), forks {forks}, "
+                f"serial {serial or 'all'}")
+        with open(log, "w") as f:
+            proc = _play(argv, Path(tmp), f)
+        text = log.read_text()
+        keep = os.environ.get("OFFLAB_FLEET_LOG")
+        if keep:
+            shutil.copyfile(log, keep)
+        results = _collect(pairs, jobs, out, text, db, proc.returncode)
+    return results
+
+
+def _play(argv: list[str], tmp: Path, out) -> subprocess.CompletedProcess:
+    """ansible-playbook with its ssh masters in our own directory, closed when it is done (Ansible leaves
+    them to ControlPersist: a minute of idle sessions on every host)."""
+    cp = tmp / "cp"
+    cp.mkdir(mode=0o700, exist_ok=True)
+    env = {**os.environ, "ANSIBLE_HOST_KEY_CHECKING": "True", "ANSIBLE_RETRY_FILES_ENABLED": "False",
+           "ANSIBLE_NOCOLOR": "1", "ANSIBLE_DEPRECATION_WARNINGS": "False", "ANSIBLE_SSH_CONTROL_PATH_DIR": str(cp)}
+    try:
+        return subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+    finally:
+        for sock in cp.iterdir():
+            subprocess.run(["ssh", "-o", f"ControlPath={sock}", "-O", "exit", "offlab-fleet"],
+                           capture_output=True, stdin=subprocess.DEVNULL, timeout=30)
+
+
+_UNREACHABLE = re.compile(r"^fatal: \[([^\]]+)\]: UNREACHABLE! => (\{.*)$", re.M)
+_FATAL = re.compile(r"^fatal: \[([^\]]+)\]: FAILED! => (\{.*)$", re.M)
+
+
+def _ansible_reason(text: str, host: str) -> str | None:
+    for rx, what in ((_UNREACHABLE, "unreachable"), (_FATAL, "failed")):
+        for m in rx.finditer(text):
+            if m.group(1) == host:
+                try:
+                    msg = json.loads(m.group(2)).get("msg", "")
+                except ValueError:
+                    msg = m.group(2)[:200]
+                return f"host {host} {what}: {' '.join(str(msg).split())[:300]}"
+    return None
+
+
+def _client_reason(status: dict, pair: str) -> str:
+    """Why the client host's `offlab run` failed: its own line for the pair, else its last error line."""
+    mine = f"{pair}: failed: "
+    for line in reversed(status.get("stdout", [])):
+        if line.startswith(mine):
+            return re.sub(r"\s*\(samples kept in run \d+\)$", "", line[len(mine):]).removeprefix("offlab: error: ")
+    lines = [l for l in status.get("stderr", []) if l.strip()]
+    return lines[-1].removeprefix("offlab: error: ") if lines else "no message"
+
+
+def _collect(pairs: list[str], jobs: dict, out: Path, text: str, db: str, ansible_rc: int) -> list[PairResult]:
+    from offlab.store import Store
+
+    results = []
+    with Store.open(db) as target:
+        for client, job in jobs.items():
+            i, pair, server = job["index"], job["pair"], job["server"]
+            r = PairResult(pair, ok=False)
+            status_file, db_file = out / f"{i}.json", out / f"{i}.db"
+            status = json.loads(status_file.read_text()) if status_file.is_file() else None
+            if db_file.is_file() and db_file.stat().st_size > 0:
+                with Store.open_read_only(db_file) as source:
+                    uids = [source.get_run(x["id"])["uid"] for x in source.list_runs()]
+                    r.samples = sum(len(source.samples(x["id"])) for x in source.list_runs())
+                    target.import_from(source)
+                ids = {target.get_run(x["id"])["uid"]: x["id"] for x in target.list_runs()}
+                r.run_id = next((ids[u] for u in reversed(uids) if u in ids), None)
+            if status is not None and status.get("rc") == 0:
+                r.ok = True
+            elif status is not None and status.get("rc", -1) > 0:
+                r.why = f"offlab on {client} exit {status['rc']}: " + _client_reason(status, pair)
+            else:
+                why = []
+                for h in (client, server):
+                    hf = out / f"host-{h}.json"
+                    if hf.is_file():
+                        info = json.loads(hf.read_text())
+                        why.append(f"host {h}: {info['task']}: {info['error']}")
+                    else:
+                        reason = _ansible_reason(text, h)
+                        if reason and (status is None or "unreachable" in reason):
+                            why.append(reason)
+                if not why and status is not None:
+                    why.append(status.get("error", ""))
+                r.why = "; ".join(why) or f"no result from {client} (ansible-playbook exit {ansible_rc})"
+            results.append(r)
+    return results
+
+
+def clean(inventory: str, hosts: list[str] | None = None, *, forks: int = 5) -> int:
+    """`offlab fleet clean`: the playbook's `clean` tag: offlab_prefix and any fleet key off the hosts."""
+    inv = inv_mod.load(inventory)
+    names = hosts or list(inv.hosts)
+    for n in names:
+        inv.host(n)
+    player = ansible_playbook()
+    with tempfile.TemporaryDirectory(prefix="offlab-fleet.") as tmp:
+        (Path(tmp) / "extra.json").write_text(json.dumps({"offlab_fleet_hosts": ",".join(names), "offlab_fleet_clients": ",".join(names),
+                                                          "offlab_fleet_serial": "100%", "offlab_fleet_run": "clean"}))
+        argv = [player, "-i", os.path.abspath(inventory), str(PLAYBOOK), "--tags", "clean",
+                "-e", f"@{tmp}/extra.json", "--forks", str(forks)]
+        return _play(argv, Path(tmp), None).returncode
+
+
+def command_line(argv: list[str]) -> str:
+    return " ".join(shlex.quote(a) for a in argv)

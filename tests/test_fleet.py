@@ -1,0 +1,260 @@
+"""`offlab fleet run`: a plan across an Ansible inventory, driven by the real ansible-playbook.
+
+Four stand-in machines (namespaces a1 b1 a2 b2, each with its own sshd, its own prefix, remote_dir and
+authorized_keys; tests/sshd.py `start_fleet`) behind one controller namespace where offlab and Ansible
+run. The bundle is `make bundle`'s (dist/offlab-bundle.tar) when present and newer than the package,
+else built once for the module into a temp dir. Nothing is mocked: Ansible installs the bundle on each
+machine, each pair's plan runs from its client machine, the results come home.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import tarfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from offlab.hosts import NetnsHost
+from tests import sshd as sshd_mod
+from tests.conftest import OUR_NAMESPACES, REPO, netns_names, requires_root
+
+pytestmark = requires_root
+
+PLAN = """
+name: fleet
+topology: {kind: veth}
+workload: {tool: iperf3, protocol: tcp, duration: 1, warmup: 0.3}
+axes:
+  gro:
+    "off": {settings: {server:to-client: {gro: false}}}
+    "on": {settings: {server:to-client: {gro: true}}}
+repeat: {min: 1, max: 1, level: 95, width: 50}
+"""
+
+
+def _newest_source() -> float:
+    return max(p.stat().st_mtime for p in (Path(REPO) / "offlab").rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory) -> Path:
+    made = Path(REPO) / "dist" / "offlab-bundle.tar"
+    if made.is_file() and made.stat().st_mtime > _newest_source():
+        return made
+    d = tmp_path_factory.mktemp("bundle")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-build-isolation", str(REPO), "-w",
+                    str(d / "wheels")], check=True, timeout=900, cwd=REPO)
+    with tarfile.open(d / "offlab-bundle.tar", "w") as tar:
+        for whl in sorted((d / "wheels").iterdir()):
+            tar.add(whl, arcname=whl.name)
+    return d / "offlab-bundle.tar"
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory):
+    if os.geteuid() != 0:
+        pytest.skip("needs root for network namespaces")
+    before = netns_names()
+    f = sshd_mod.start_fleet(tmp_path_factory.mktemp("fl"), f"{OUR_NAMESPACES[0]}fl")
+    try:
+        yield f
+    finally:
+        leftovers = sshd_mod.stop_fleet(f)
+        assert not leftovers, f"sshd sessions had to be killed: {leftovers}"
+        assert not {n for n in netns_names() - before if n.startswith(OUR_NAMESPACES)}, "namespaces left"
+
+
+def fleet_cli(f, tmp_path, *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
+    """The real `offlab` in the controller namespace, as the team's Ansible controller runs it."""
+    env = {**os.environ, "OFFLAB_STATE_DIR": str(tmp_path / "state")}
+    return subprocess.run(["ip", "netns", "exec", f.controller, sys.executable, "-m", "offlab", *args],
+                          capture_output=True, text=True, timeout=timeout, cwd=REPO, env=env)
+
+
+def leftovers_on_the_machines(f) -> list[str]:
+    """What a run must not leave: a fleet key, a run directory, a remote journal, a process in a machine."""
+    found = []
+    for name, m in f.machines.items():
+        keys = f.path("authorized_keys", name).read_text().splitlines()
+        found += [f"{name}: key {k.split()[-1]}" for k in keys if "offlab-fleet-" in k]
+        runs = f.path("prefix", name) / "runs"
+        found += [f"{name}: {p}" for p in runs.iterdir()] if runs.is_dir() else []
+        if f.path("remote", name).exists():
+            found.append(f"{name}: {f.path('remote', name)}")
+        pids = subprocess.run(["ip", "netns", "pids", m.ns], capture_output=True, text=True).stdout.split()
+        for pid in pids:
+            try:
+                comm = Path(f"/proc/{pid}/comm").read_text().strip()
+            except OSError:
+                continue
+            if comm != "sshd":
+                found.append(f"{name}: process {pid} {comm}")
+    return found
+
+
+def test_fleet_run_runs_each_pair_from_its_client_and_imports_both_side_by_side(fleet, bundle, tmp_path):
+    inv = tmp_path / "inventory.yml"
+    inv.write_text(fleet.ansible_inventory())
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(PLAN)
+    db = tmp_path / "results.db"
+    res = fleet_cli(fleet, tmp_path, "fleet", "run", str(plan), "--inventory", str(inv), "--group", "rack",
+                    "--db", str(db), "--bundle", str(bundle), "--forks", "4")
+    assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
+    lines = res.stdout.splitlines()
+    assert [l.split(": ok:")[0] for l in lines if ": ok: run " in l] == ["a1:t1,b1:t1", "a2:t1,b2:t1"], res.stdout
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute("SELECT r.name, r.status, COUNT(s.id) FROM runs r LEFT JOIN samples s ON s.run_id = r.id "
+                            "GROUP BY r.id ORDER BY r.name").fetchall()
+    assert rows == [("fleet @ a1:t1,b1:t1", "done", 2), ("fleet @ a2:t1,b2:t1", "done", 2)]
+    # Each run was made on its client machine (its own offlab, its own state directory), not here.
+    with sqlite3.connect(db) as conn:
+        envs = [json.loads(e) for (e,) in conn.execute("SELECT env FROM runs ORDER BY name")]
+    assert all(e for e in envs)
+    assert not (tmp_path / "state" / "labs").exists() or not list((tmp_path / "state" / "labs").glob("*.json"))
+    side = [l for l in lines if l.startswith("side by side: offlab compare ")]
+    assert side, res.stdout
+    ids = side[0].split("compare ")[1].split(" --db")[0].split()
+    cmp = fleet_cli(fleet, tmp_path, "compare", *ids, "--db", str(db), "--json")
+    assert cmp.returncode == 0, cmp.stderr
+    assert {(r["run"], r["baseline_run"]) for r in json.loads(cmp.stdout)["rows"]} == {(int(ids[1]), int(ids[0]))}
+    # What the run put there is gone; the installation stays, each machine in its own prefix.
+    assert leftovers_on_the_machines(fleet) == []
+    for name in fleet.names():
+        assert (fleet.path("prefix", name) / "venv" / "bin" / "offlab-engine").is_file()
+
+
+def test_a_host_that_fails_costs_only_its_pair_and_names_it_into_a_shared_postgresql(fleet, bundle, tmp_path, pg):  # noqa: F811
+    inv = tmp_path / "inventory.yml"
+    inv.write_text(fleet.ansible_inventory({"b2": {"ansible_port": 2299}}))  # nothing listens there
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(PLAN)
+    url = pg.database()
+    res = fleet_cli(fleet, tmp_path, "fleet", "run", str(plan), "--inventory", str(inv), "--group", "rack",
+                    "--db", url, "--bundle", str(bundle))
+    assert res.returncode == 3, (res.stdout + res.stderr)[-3000:]
+    assert "a1:t1,b1:t1: ok: run 1 (2 samples)" in res.stdout.splitlines(), res.stdout
+    failed = [l for l in res.stdout.splitlines() if l.startswith("a2:t1,b2:t1: failed: ")]
+    assert len(failed) == 1 and "host b2 unreachable" in failed[0] and "2299" in failed[0], res.stdout
+    assert res.stderr.strip().splitlines() == [res.stderr.strip()] and "Traceback" not in res.stderr
+    assert "1 of 2 pair(s) failed: a2:t1,b2:t1: host b2 unreachable" in res.stderr, res.stderr
+    from offlab.store import Store
+
+    with Store.open(url) as store:
+        runs = store.list_runs()
+        assert [(r["name"], r["status"], r["samples"]) for r in runs] == [("fleet @ a1:t1,b1:t1", "done", 2)]
+    assert leftovers_on_the_machines(fleet) == []
+
+
+def test_a_server_lost_mid_run_keeps_its_pairs_samples_and_the_other_pair_goes_on(fleet, bundle, tmp_path):
+    inv = tmp_path / "inventory.yml"
+    inv.write_text(fleet.ansible_inventory())
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(PLAN.replace("min: 1, max: 1", "min: 4, max: 4"))
+    db = tmp_path / "results.db"
+    b2 = NetnsHost(fleet.machines["b2"].ns)
+    cut = threading.Event()
+
+    def cut_b2_after_its_first_sample():
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline and not cut.is_set():
+            for f in (fleet.path("prefix", "a2") / "runs").glob("*/results.db"):
+                try:
+                    with sqlite3.connect(f"file:{f}?mode=ro", uri=True, timeout=1) as conn:
+                        n = conn.execute("SELECT COUNT(*) FROM samples").fetchone()[0]
+                except sqlite3.Error:
+                    n = 0
+                if n >= 1:
+                    b2.run(["ip", "link", "set", "mgmt", "down"])
+                    cut.set()
+                    return
+            time.sleep(0.5)
+
+    watcher = threading.Thread(target=cut_b2_after_its_first_sample, daemon=True)
+    watcher.start()
+    try:
+        res = fleet_cli(fleet, tmp_path, "fleet", "run", str(plan), "--inventory", str(inv), "--group", "rack",
+                        "--db", str(db), "--bundle", str(bundle))
+    finally:
+        cut.set()
+        watcher.join()
+        b2.run(["ip", "link", "set", "mgmt", "up"])
+    assert res.returncode == 3, (res.stdout + res.stderr)[-3000:]
+    assert "a1:t1,b1:t1: ok: run " in res.stdout, res.stdout
+    failed = [l for l in res.stdout.splitlines() if l.startswith("a2:t1,b2:t1: failed: ")]
+    assert len(failed) == 1 and "b2" in failed[0].split("failed: ", 1)[1] and "samples kept in run" in failed[0], res.stdout
+    assert "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    with sqlite3.connect(db) as conn:
+        counts = dict(conn.execute("SELECT r.name, COUNT(s.id) FROM runs r LEFT JOIN samples s ON s.run_id = r.id "
+                                   "GROUP BY r.id").fetchall())
+    assert counts["fleet @ a1:t1,b1:t1"] == 8 and 1 <= counts["fleet @ a2:t1,b2:t1"] < 8, counts
+    # The lost pair's journal stays on both its ends and b2 keeps the run's key (it was cut off): each
+    # machine's own restore.sh and `fleet clean` finish the job; the other pair left nothing.
+    found = leftovers_on_the_machines(fleet)
+    assert "b2: key offlab-fleet-" in " ".join(found) and all(l.startswith(("a2: ", "b2: ")) for l in found), found
+    for name in ("a2", "b2"):
+        script = fleet.path("remote", name) / "restore.sh"
+        if script.exists():
+            NetnsHost(fleet.machines[name].ns).run(["sh", str(script)])
+    res = fleet_cli(fleet, tmp_path, "fleet", "clean", "--inventory", str(inv), "--host", "a2", "--host", "b2")
+    assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
+    assert leftovers_on_the_machines(fleet) == []
+
+
+def test_fleet_clean_removes_the_installation_from_every_host(fleet, tmp_path):
+    inv = tmp_path / "inventory.yml"
+    inv.write_text(fleet.ansible_inventory())
+    stale = fleet.path("authorized_keys", "b1")  # a key a crashed run left behind
+    stale.write_text(stale.read_text() + "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIDontUseThisKeyAnywhereXXXXXXXXXXXXXXXXXXXX offlab-fleet-0123abcd\n")
+    res = fleet_cli(fleet, tmp_path, "fleet", "clean", "--inventory", str(inv))
+    assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
+    for name in fleet.names():
+        assert not fleet.path("prefix", name).exists()
+        assert "offlab-fleet-" not in fleet.path("authorized_keys", name).read_text()
+        assert fleet.path("authorized_keys", name).read_text().startswith("ssh-ed25519 ")
+    assert leftovers_on_the_machines(fleet) == []
+
+
+def _bad(tmp_path, inventory: str, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    inv = tmp_path / "inventory.yml"
+    inv.write_text(inventory)
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(PLAN)
+    bundle = tmp_path / "bundle.tar"
+    bundle.write_bytes(b"")
+    res = subprocess.run([sys.executable, "-m", "offlab", "fleet", "run", str(plan), "--inventory", str(inv),
+                          "--bundle", str(bundle), *args], capture_output=True, text=True, timeout=60, cwd=REPO,
+                         env={**os.environ, **(env or {})})
+    assert "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    return res
+
+
+THREE = """
+all:
+  children:
+    rack:
+      hosts:
+        h1: {ansible_host: 192.0.2.1, offlab_interfaces: [{name: t1, addresses: [10.200.1.1/24]}]}
+        h2: {ansible_host: 192.0.2.2, offlab_interfaces: [{name: t1, addresses: [10.200.1.2/24]}]}
+        h3: {ansible_host: 192.0.2.3, offlab_interfaces: [{name: t1, addresses: [10.200.2.1/24]}]}
+"""
+
+
+def test_bad_fleet_input_is_refused_in_one_line_before_anything_connects(tmp_path):
+    res = _bad(tmp_path, THREE, "--group", "rack")
+    assert res.returncode == 2 and "group 'rack' has 3 hosts (h1, h2, h3): pairs need an even number" in res.stderr
+    res = _bad(tmp_path, THREE, "--pair", "h1:t1,h9:t1")
+    assert res.returncode == 2 and "no host 'h9' in the inventory (hosts: h1, h2, h3)" in res.stderr, res.stderr
+    res = _bad(tmp_path, THREE, "--pair", "h1:t1,h2:t1", "--pair", "h3:t1,h2:t1")
+    assert res.returncode == 2 and "host 'h2' is also in pair 'h1:t1,h2:t1'" in res.stderr, res.stderr
+    res = _bad(tmp_path, THREE, "--pair", "h1:t1,h2:t1", env={"OFFLAB_ANSIBLE_PLAYBOOK": "/nonexistent/ansible-playbook"})
+    assert res.returncode == 3 and "OFFLAB_ANSIBLE_PLAYBOOK=/nonexistent/ansible-playbook: not an executable" in res.stderr
+    res = _bad(tmp_path, THREE, "--pair", "h1:t1,h2:t1", "--bundle", str(tmp_path / "none.tar"))
+    assert res.returncode == 2 and "none.tar: no such file: build it with `make bundle`" in res.stderr, res.stderr
