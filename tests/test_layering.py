@@ -36,6 +36,7 @@ PARTS = {
     "offlab.doctor": "doctor",
     "offlab.experiment": "experiment",
     "offlab.store": "store",
+    "offlab.fleet": "fleet",  # a plan across an inventory's pairs, driven by ansible-playbook
     "offlab.report": "report",
     "offlab.cli": "cli",
     "offlab.__main__": "cli",
@@ -60,6 +61,7 @@ ALLOWED: dict[str, set[str]] = {
     "store": {*_LOW},
     "report": {"store", *_LOW},
     "experiment": {"lab", "vm", "dpdk", "inventory", "knobs", "traffic", "probes", "netdev", "mtu", "hosts", "store", *_LOW},
+    "fleet": {"experiment", "store", "inventory", "hosts", *_LOW},
     "cli": set(PARTS.values()),
 }
 

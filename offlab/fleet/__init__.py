@@ -29,6 +29,7 @@ from typing import Callable
 
 from offlab import inventory as inv_mod
 from offlab.errors import BadInput, EnvironmentProblem
+from offlab.hosts import LOCAL
 
 PLAYBOOK = Path(__file__).parent / "ansible" / "fleet.yml"
 DEFAULT_BUNDLE = "dist/offlab-bundle.tar"
@@ -181,12 +182,17 @@ def _play(argv: list[str], tmp: Path, out) -> subprocess.CompletedProcess:
     cp.mkdir(mode=0o700, exist_ok=True)
     env = {**os.environ, "ANSIBLE_HOST_KEY_CHECKING": "True", "ANSIBLE_RETRY_FILES_ENABLED": "False",
            "ANSIBLE_NOCOLOR": "1", "ANSIBLE_DEPRECATION_WARNINGS": "False", "ANSIBLE_SSH_CONTROL_PATH_DIR": str(cp)}
+    proc = LOCAL.spawn(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
     try:
-        return subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+        rc = proc.wait()
+    except BaseException:  # Ctrl-C, SIGTERM: the playbook is ours to end, as subprocess.run would
+        proc.kill()
+        proc.wait()
+        raise
     finally:
         for sock in cp.iterdir():
-            subprocess.run(["ssh", "-o", f"ControlPath={sock}", "-O", "exit", "offlab-fleet"],
-                           capture_output=True, stdin=subprocess.DEVNULL, timeout=30)
+            LOCAL.run(["ssh", "-o", f"ControlPath={sock}", "-O", "exit", "offlab-fleet"], check=False, timeout=30)
+    return subprocess.CompletedProcess(argv, rc)
 
 
 _UNREACHABLE = re.compile(r"^fatal: \[([^\]]+)\]: UNREACHABLE! => (\{.*)$", re.M)
