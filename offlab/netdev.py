@@ -175,7 +175,9 @@ def ovs_env(rundir: str | Path) -> dict[str, str]:
     return {"OVS_RUNDIR": d, "OVS_LOGDIR": d, "OVS_DBDIR": d, "OVS_SYSCONFDIR": d}
 
 
-def vsctl(host: Host, rundir: str | Path, *args: str) -> str:
-    """ovs-vsctl against the private OVS database in `rundir` (a lab's, or one found in the journal)."""
-    return host.run(["ovs-vsctl", f"--db=unix:{rundir}/db.sock", "--timeout=10", *args],
-                    env=ovs_env(rundir), timeout=20).stdout
+def vsctl(host: Host, rundir: str | Path, *args: str, wait: int = 10) -> str:
+    """ovs-vsctl against the private OVS database in `rundir` (a lab's, or one found in the journal).
+    `wait`: seconds ovs-vsctl waits for ovs-vswitchd to apply the change; adding a DPDK port (the
+    PMD probes the device and starts its queues) takes longer than that on a loaded machine."""
+    return host.run(["ovs-vsctl", f"--db=unix:{rundir}/db.sock", f"--timeout={wait}", *args],
+                    env=ovs_env(rundir), timeout=wait + 10).stdout

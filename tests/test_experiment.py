@@ -17,7 +17,7 @@ from offlab.experiment.plan import load_plan
 from offlab.experiment.runner import Runner
 from offlab.store import Store
 from tests.conftest import REPO, netns_names, requires_root
-from tests.helpers import USO, run_until_samples
+from tests.helpers import USO, run_until_samples, uso_plan
 
 pytestmark = [requires_root, pytest.mark.network]
 
@@ -32,7 +32,8 @@ def test_uso_gso_gro_is_faster_and_an_impossible_feature_is_skipped(tmp_path, cl
                         r" — cannot test lro=on here", cells["offload=lro"]["reason"]), cells["offload=lro"]["reason"]
     assert store.samples(run_id, cells["offload=lro"]["id"]) == []
     rows = [r for r in compare_run(store, run_id) if r.metric == "throughput_bps" and r.cell == "offload=on"]
-    assert rows and rows[0].verdict == "faster" and rows[0].ratio > 3
+    # GSO+GRO vs one datagram per call: 5x on a quiet machine, 3.4x at load 7-11
+    assert rows and rows[0].verdict == "faster" and rows[0].ratio > 2, rows
     env = run["env"]
     assert env["kernel"] and env["cpus"] == os.cpu_count() and env["labs"][0]["hosts"]["client"]["interfaces"]
     # The knobs' requested vs actual state is stored with every sample.
@@ -66,8 +67,7 @@ def test_jumbo_9000_beats_1500_through_a_bridge(tmp_path, clean_machine):
 
 def test_sigint_mid_run_then_resume_completes_without_lost_or_duplicated_samples(tmp_path, clean_machine, state_dir):
     plan_path = tmp_path / "p.yaml"
-    lines = [l for l in USO.splitlines(keepends=True) if "lro" not in l]
-    plan_path.write_text("".join(lines).replace("min: 2, max: 3", "min: 3, max: 3"))
+    plan_path.write_text(uso_plan((3, 3), lro=False))
     db = tmp_path / "i.db"
     # interrupt once two samples exist, i.e. in the middle of the matrix
     proc, store, env = run_until_samples(plan_path, db, state_dir, 2)
@@ -94,8 +94,7 @@ def test_sigint_mid_run_then_resume_completes_without_lost_or_duplicated_samples
 
 def test_sigterm_mid_cell_ends_interrupted_and_resumable(tmp_path, clean_machine, state_dir):
     plan_path = tmp_path / "p.yaml"
-    lines = [l for l in USO.splitlines(keepends=True) if "lro" not in l]
-    plan_path.write_text("".join(lines).replace("min: 2, max: 3", "min: 2, max: 2"))
+    plan_path.write_text(uso_plan((2, 2), lro=False))
     db = tmp_path / "t.db"
     proc, store, env = run_until_samples(plan_path, db, state_dir, 1)  # the next cell is being measured
     time.sleep(0.5)  # inside the next cell (1.3 s of traffic), its knobs' transaction open

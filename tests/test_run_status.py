@@ -12,15 +12,14 @@ import pytest
 
 from offlab.store import Store
 from tests.conftest import REPO, netns_names, requires_root
-from tests.helpers import USO, run_until_samples
+from tests.helpers import run_until_samples, uso_plan
 
 
 @requires_root
 @pytest.mark.network
 def test_a_run_killed_with_sigkill_is_listed_interrupted_once_its_pid_is_gone(tmp_path, clean_machine, state_dir):
     plan_path = tmp_path / "p.yaml"
-    plan_path.write_text("".join(l for l in USO.splitlines(keepends=True) if "lro" not in l)
-                         .replace("min: 2, max: 3", "min: 3, max: 3"))
+    plan_path.write_text(uso_plan((3, 3), lro=False))
     db = tmp_path / "k.db"
     proc, store, env = run_until_samples(plan_path, db, state_dir, 1)
     run_id = store.list_runs()[0]["id"]

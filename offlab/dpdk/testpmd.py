@@ -29,7 +29,7 @@ from typing import Callable, Iterable, Iterator
 from offlab.dpdk import parse
 from offlab.errors import BadInput, EnvironmentProblem
 from offlab.hosts import LOCAL, NetnsHost, require_tool
-from offlab.hosts.process import process_start_time, signal_pid
+from offlab.hosts.process import process_start_time, signal_pid, wait_gone
 from offlab.state import read_json, state_dir, write_json_atomic
 
 DAEMON = "dpdk-testpmd"  # also its /proc/PID/comm
@@ -230,6 +230,8 @@ class Testpmd:
                     time.sleep(0.05)
                 if not self.alive():
                     break
+            # alive() ends at the leader's exit; its other threads hold the ports for a moment more
+            wait_gone(self.info.pid, 5.0)
         remove_runtime(runtime_dir(self.info.prefix))
 
     # ---- the command line ----------------------------------------------------

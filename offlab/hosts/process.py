@@ -259,6 +259,16 @@ def running(pid: int) -> bool:
         return False
 
 
+def wait_gone(pid: int, timeout: float) -> bool:
+    """Wait until a process of this machine no longer `running` (its last thread too); True if gone."""
+    deadline = time.monotonic() + timeout
+    while running(pid):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
 def signal_pid(pid: int, sig: int, start_time: int | None = None) -> bool:
     """Send `sig` to a process of this machine offlab started, only if it still is that process (its
     start time, when given, matches: a reused pid is never hit); False if it is gone or not ours."""

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from pathlib import Path
 
 from offlab import netdev
 from offlab.errors import BadInput
 from offlab.hosts import NetnsHost, require_tool
-from offlab.hosts.process import process_start_time, running, signal_pid
+from offlab.hosts.process import process_start_time, running, signal_pid, wait_gone
 from offlab.lab.model import Daemon, Interface
 from offlab.state import ensure_dir, state_dir
 
@@ -72,8 +71,8 @@ class Ovs:
                                          start_time=process_start_time(pid)))
         self.b.lab.save()
 
-    def vsctl(self, *args: str) -> str:
-        return netdev.vsctl(self.host, self.rundir, *args)
+    def vsctl(self, *args: str, wait: int = 10) -> str:
+        return netdev.vsctl(self.host, self.rundir, *args, wait=wait)
 
     def add_bridge(self, name: str) -> None:
         with self.b.step(f"OVS bridge {name} (datapath_type=netdev)"):
@@ -118,9 +117,8 @@ def stop_daemon(d: Daemon, timeout: float = 5.0, *, netns_inode: int | None = No
             return
     if not signal_pid(d.pid, signal.SIGTERM):
         return
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not alive(d.pid):
-            return
-        time.sleep(0.02)
-    signal_pid(d.pid, signal.SIGKILL)
+    if not wait_gone(d.pid, timeout):
+        # and wait again: under load a killed daemon's threads (testpmd's, holding its ports and
+        # memory) take a moment to go, and the caller removes what they hold next
+        signal_pid(d.pid, signal.SIGKILL)
+        wait_gone(d.pid, timeout)

@@ -41,6 +41,9 @@ MEMORY_MB = 1024
 # buffer space available` and dropped both vhost ports, which only a guest restart recovers)
 VHOST_MEMORY_MB = 2048
 INIT_TIMEOUT = 90.0
+# seconds ovs-vsctl waits for vswitchd to attach a DPDK port: the PMD probes the device and starts
+# its queues, which took over 10 s (ovs-vsctl's usual wait) under a loaded CI run
+DPDK_PORT_WAIT = 60
 # --pmd → the PMD of the dpdk ports; what each takes is in offlab/dpdk/ports.py: above MTU 1500 OVS
 # refuses mtu_request and detaches the port until it is cleared.
 PORT_TYPES = {"tap": "net_tap", "af_packet": "net_af_packet"}
@@ -101,7 +104,7 @@ def ovs_dpdk_vm(b: Builder, mtu: int) -> None:
         port = f"vhu-{role}"
         with b.step(f"OVS-DPDK vhost-user port {port} (mtu_request={mtu})"):
             switch.vsctl("add-port", BRIDGE, port, "--", "set", "Interface", port, "type=dpdkvhostuser",
-                         f"mtu_request={mtu}")
+                         f"mtu_request={mtu}", wait=DPDK_PORT_WAIT)
             b.lab.hosts["switch"].interfaces.append(Interface(port, "ovs-dpdk", peer_host=role, role="port"))
             b.lab.save()
             error = port_error(switch.vsctl, port)
@@ -221,7 +224,7 @@ def add_dpdk_port(b: Builder, switch: Ovs, port: str, devargs: str, *, mtu: int)
     wants as many rx as tx queues (with n_rxq=1 the port fails `Operation not permitted`)."""
     with b.step(f"OVS-DPDK port {port} ({devargs}, mtu_request={mtu})"):
         switch.vsctl("add-port", BRIDGE, port, "--", "set", "Interface", port, "type=dpdk",
-                     f"options:dpdk-devargs={devargs}", "options:n_rxq=2", f"mtu_request={mtu}")
+                     f"options:dpdk-devargs={devargs}", "options:n_rxq=2", f"mtu_request={mtu}", wait=DPDK_PORT_WAIT)
         b.lab.hosts["switch"].interfaces.append(Interface(port, "ovs-dpdk", role="port"))
         b.lab.save()
         error = port_error(switch.vsctl, port)
