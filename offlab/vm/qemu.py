@@ -24,7 +24,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, Sequence
 
 from offlab.errors import BadInput, CommandTimeout, EnvironmentProblem
 from offlab.hosts import LOCAL, Host, which
@@ -360,17 +360,31 @@ def boot(image: Image, where: Host, rundir: str | Path, *, name: str, nics: list
     wait. A guest that does not answer within `timeout` → EnvironmentProblem with its console
     tail, QEMU stopped by pid.
     """
-    rundir = Path(rundir)
+    if accel == "auto":
+        accel = accelerator(image)
+
+    def until_ready(guest: Guest, proc, qemu_log: Path, start: float) -> None:
+        _wait_ready(guest, proc, qemu_log, start + timeout, timeout)
+
+    return launch(image, where, Path(rundir), name=name, nics=list(nics), memory=memory, smp=smp, accel=accel,
+                  lab=lab, role=role, on_started=on_started, until_ready=until_ready)
+
+
+def launch(image: Image, where: Host, rundir: Path, *, name: str, nics: list, memory: int, smp: int, accel: str,
+           lab: str | None, role: str | None, on_started: Callable[[int, int], None] | None,
+           until_ready: Callable[[Guest, Any, Path, float], None], extra: Sequence[str] = ()) -> Guest:
+    """Start QEMU (`command` + `extra`) in `where` with its files in `rundir`; `on_started(pid,
+    start_time)` as soon as it exists, then `until_ready(guest, proc, qemu_log, start)` (a cold
+    boot's agent wait, a restore's migration). On any failure QEMU is stopped by pid and its agent
+    socket removed; `ready_seconds` is the time from start to ready."""
     rundir.mkdir(parents=True, exist_ok=True)
     socket, console = str(rundir / f"{name}.sock"), str(rundir / f"{name}.console.log")
     qmp = str(rundir / f"{name}.qmp")
     qemu_log = rundir / f"{name}.qemu.log"
     for stale in (socket, console, qmp):
         Path(stale).unlink(missing_ok=True)
-    if accel == "auto":
-        accel = accelerator(image)
-    argv = command(image, socket=socket, console=console, nics=list(nics), memory=memory, smp=smp,
-                   accel=accel, name=name, qmp=qmp)
+    argv = command(image, socket=socket, console=console, nics=nics, memory=memory, smp=smp,
+                   accel=accel, name=name, qmp=qmp) + list(extra)
     start = time.monotonic()
     with open(qemu_log, "w") as log:
         proc = where.spawn(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
@@ -384,7 +398,7 @@ def boot(image: Image, where: Host, rundir: str | Path, *, name: str, nics: list
             raise EnvironmentProblem(f"QEMU for guest {name} exited at once: {_read(str(qemu_log)).strip()[-300:]}")
         if on_started is not None:
             on_started(proc.pid, started)
-        _wait_ready(guest, proc, qemu_log, start + timeout, timeout)
+        until_ready(guest, proc, qemu_log, start)
     except BaseException:
         stop(guest.pid, guest.start_time, None)
         _reap(proc)
@@ -463,4 +477,4 @@ def _reap(proc) -> None:
 
 
 __all__ = ["Guest", "Nic", "VhostUserNic", "accelerator", "boot", "check_nic_properties", "command", "device_id",
-           "mac_for", "nic_properties", "qemu_version", "shared_memory_argv", "stop"]
+           "launch", "mac_for", "nic_properties", "qemu_version", "shared_memory_argv", "stop"]

@@ -38,7 +38,6 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -47,7 +46,6 @@ from typing import Callable
 
 from offlab.errors import EnvironmentProblem, OfflabError
 from offlab.hosts import LOCAL, Host
-from offlab.hosts.guest import process_start_time
 from offlab.vm import qemu
 from offlab.vm.image import Image, cache_root
 from offlab.vm.qmp import Qmp, QmpError
@@ -249,39 +247,14 @@ def restore(image: Image, where: Host, rundir: Path, state: Path, manifest: dict
             memory: int, smp: int, accel: str, lab: str | None, role: str | None,
             on_started: Callable[[int, int], None] | None) -> qemu.Guest:
     """A guest loaded from `state`, re-checked; EnvironmentProblem (QEMU stopped) if it cannot be."""
-    rundir.mkdir(parents=True, exist_ok=True)
-    socket, console = str(rundir / f"{name}.sock"), str(rundir / f"{name}.console.log")
-    qmp_path, qemu_log = str(rundir / f"{name}.qmp"), rundir / f"{name}.qemu.log"
-    for stale in (socket, console, qmp_path):
-        Path(stale).unlink(missing_ok=True)
-    argv = qemu.command(image, socket=socket, console=console, qmp=qmp_path, nics=nics, memory=memory,
-                        smp=smp, accel=accel, name=name) + ["-incoming", "defer"]
-    start = time.monotonic()
-    with open(qemu_log, "w") as log:
-        proc = where.spawn(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                           start_new_session=True)
-    started = process_start_time(proc.pid)
-    guest = qemu.Guest(name=name, pid=proc.pid, start_time=started or 0, socket=socket, console=console,
-                       accel=accel, qemu_version=qemu.qemu_version(), kernel_release=image.kernel_release,
-                       argv=argv, lab=lab, role=role, qmp=qmp_path)
-    try:
-        if started is None:
-            raise EnvironmentProblem(f"QEMU exited at once: {_tail(qemu_log)}")
-        if on_started is not None:
-            on_started(proc.pid, started)
+
+    def until_ready(guest: qemu.Guest, proc, qemu_log: Path, start: float) -> None:
         deadline = start + RESTORE_TIMEOUT
         _migrate_in(guest, proc, state, qemu_log, deadline)
         _recheck(guest.host(), nics, manifest, deadline)
-    except BaseException:
-        qemu.stop(guest.pid, guest.start_time, None, grace=0)
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
-        Path(socket).unlink(missing_ok=True)
-        raise
-    guest.ready_seconds = round(time.monotonic() - start, 2)
-    return guest
+
+    return qemu.launch(image, where, rundir, name=name, nics=nics, memory=memory, smp=smp, accel=accel, lab=lab,
+                       role=role, on_started=on_started, until_ready=until_ready, extra=["-incoming", "defer"])
 
 
 def _migrate_in(guest: qemu.Guest, proc, state: Path, qemu_log: Path, deadline: float) -> None:
