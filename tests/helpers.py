@@ -6,9 +6,10 @@ import copy
 import json
 import os
 import shutil
+import signal
+import site
 import subprocess
 import sys
-import site
 import textwrap
 import time
 
@@ -49,20 +50,23 @@ def run(*args: str) -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
 
 
-def run_until_samples(plan_path, db, state_dir, samples: int):
-    """Start `offlab run` on a plan; return (process, store, env) once `samples` samples are stored."""
+def run_until_samples(plan_path, db, state_dir, samples: int, timeout: float = 90):
+    """Start `offlab run` on a plan; return (process, store, env) once `samples` samples are stored.
+    A run that dies first, or stores fewer within `timeout`, fails the test (the run ended)."""
     env = {**os.environ, "OFFLAB_STATE_DIR": str(state_dir)}
     proc = subprocess.Popen([sys.executable, "-m", "offlab", "run", str(plan_path), "--db", str(db)], cwd=REPO,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     store = Store.open(db)
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         runs = store.list_runs()
         if runs and len(store.samples(runs[0]["id"])) >= samples:
-            break
+            return proc, store, env
         assert proc.poll() is None, proc.communicate()[1]
         time.sleep(0.1)
-    return proc, store, env
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=60)
+    raise AssertionError(f"the background run stored fewer than {samples} samples in {timeout:g} s")
 
 
 def uso_plan(rounds: tuple[int, int] = (2, 6), lro: bool = True) -> str:

@@ -18,6 +18,7 @@ from offlab.hosts import LOCAL
 from offlab.knobs import Change, Transaction
 from offlab.store import Store
 from tests.conftest import REPO, offlab_cli, requires_root
+from tests.helpers import run_until_samples
 
 pytestmark = [requires_root, pytest.mark.network]
 
@@ -42,20 +43,8 @@ def _start_run(tmp_path: Path, state_dir: Path, samples: int) -> tuple[subproces
     """`offlab run` in the background, returned once it has committed `samples` samples."""
     plan = tmp_path / "p.yaml"
     plan.write_text(PLAN)
-    db = tmp_path / "c.db"
-    env = {**os.environ, "OFFLAB_STATE_DIR": str(state_dir)}
-    proc = subprocess.Popen([sys.executable, "-m", "offlab", "run", str(plan), "--db", str(db)], cwd=REPO,
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    store = Store.open(db)
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        runs = store.list_runs()
-        if runs and len(store.samples(runs[0]["id"])) >= samples:
-            return proc, store, runs[0]["id"]
-        assert proc.poll() is None, proc.communicate()[1]
-        time.sleep(0.1)
-    proc.kill()
-    raise AssertionError("the background run measured nothing in 90 s")
+    proc, store, _ = run_until_samples(plan, tmp_path / "c.db", state_dir, samples)
+    return proc, store, store.list_runs()[0]["id"]
 
 
 def _stop(proc: subprocess.Popen) -> tuple[str, str]:
