@@ -14,12 +14,12 @@ from typing import Any
 
 from offlab import netdev
 from offlab.errors import BadInput, CommandFailed, EnvironmentProblem
-from offlab.hosts import LOCAL
+from offlab.hosts import LOCAL, TOOL_PACKAGES
 from offlab.hosts.ssh import HostUnreachable, SshHost
 from offlab.inventory import Inventory, InventoryHost
 
 SCHEMA = "offlab-hosts-check/1"
-TOOLS = {"ip": "iproute2", "ethtool": "ethtool", "iperf3": "iperf3", "tcpdump": "tcpdump"}
+TOOLS = {t: TOOL_PACKAGES[t] for t in ("ip", "ethtool", "iperf3", "tcpdump")}
 ENGINE = "offlab-engine"
 # Features shown on the text line (the ones offlab's experiments flip); JSON has them all.
 SHOWN_FEATURES = {

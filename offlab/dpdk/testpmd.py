@@ -28,7 +28,7 @@ from typing import Callable, Iterable, Iterator
 
 from offlab.dpdk import parse
 from offlab.errors import BadInput, EnvironmentProblem
-from offlab.hosts import LOCAL, NetnsHost, require_tool
+from offlab.hosts import LOCAL, TOOL_PACKAGES, NetnsHost, require_tool
 from offlab.hosts.process import process_start_time, signal_pid, wait_gone
 from offlab.state import read_json, state_dir, write_json_atomic
 
@@ -37,7 +37,7 @@ PROMPT = "testpmd> "
 RUNTIME_ROOT = Path("/var/run/dpdk")
 OWNER_FILE = "offlab-owner"
 STATE_FILE = "testpmd.json"
-INSTALL = "apt-get install dpdk-dev"
+INSTALL = f"apt-get install {TOOL_PACKAGES['dpdk-testpmd']}"
 START_TIMEOUT = 90.0
 COMMAND_TIMEOUT = 20.0
 DESCRIPTORS = 512

@@ -25,14 +25,13 @@ import os
 from typing import Iterator
 
 from offlab import netdev
+from offlab.addresses import CLIENT4, CLIENT6, SERVER4, SERVER6
 from offlab.errors import BadInput, CommandFailed, EnvironmentProblem, OfflabError
 from offlab.hosts import LOCAL, Host, NetnsHost, netns_exists, require_tool
 from offlab.lab.build import Builder
 from offlab.lab.model import Interface, LabState
 from offlab.names import check_ifname
 
-CLIENT4, SERVER4 = "10.200.1.1/24", "10.200.1.2/24"
-CLIENT6, SERVER6 = "fd00:200:0:1::1/64", "fd00:200:0:1::2/64"
 # One `lab up phys` at a time checks and moves ports (any state directory): two cannot take one port.
 LOCK = "/run/lock/offlab-phys.lock"
 

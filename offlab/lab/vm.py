@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from offlab.addresses import (BEHIND4, BEHIND6, CLIENT4, CLIENT6, ROUTER_C4, ROUTER_C6, ROUTER_S4, ROUTER_S6,
+                              SERVER4, SERVER6, address)
 from offlab.errors import BadInput
 from offlab.hosts import Host
 from offlab.lab.build import Builder, LabBuildFailed
@@ -21,12 +23,6 @@ from offlab.lab.model import Adjustment, Daemon, HostEntry, Interface
 from offlab.names import link_name, netns_name
 from offlab.state import ensure_dir, state_dir
 
-CLIENT4, SERVER4 = "10.200.1.1/24", "10.200.1.2/24"
-CLIENT6, SERVER6 = "fd00:200:0:1::1/64", "fd00:200:0:1::2/64"
-# vm-router: the client's subnet and the server's, the guest .254 / ::fe on each (as `router`)
-ROUTER_C4, ROUTER_C6 = "10.200.1.254/24", "fd00:200:0:1::fe/64"
-ROUTER_S4, ROUTER_S6 = "10.200.2.254/24", "fd00:200:0:2::fe/64"
-BEHIND4, BEHIND6 = "10.200.2.2/24", "fd00:200:0:2::2/64"
 QEMU_DAEMON = "qemu-system-x86_64"  # /proc/PID/comm shows its first 15 characters
 MAX_GUEST_CPUS = 8
 FORWARD_WHY = "the guest routes between its two virtio-net NICs (seed 002's VM-as-router)"
@@ -67,8 +63,8 @@ def vm_router(b: Builder, mtu: int) -> None:
     guest_sysctl(b, "router", guest, "net.ipv4.ip_forward", "1", FORWARD_WHY)
     if b.lab.ipv6:
         guest_sysctl(b, "router", guest, "net.ipv6.conf.all.forwarding", "1", FORWARD_WHY)
-    b.default_route("client", ROUTER_C4.split("/")[0], ROUTER_C6.split("/")[0])
-    b.default_route("server", ROUTER_S4.split("/")[0], ROUTER_S6.split("/")[0])
+    b.default_route("client", address(ROUTER_C4), address(ROUTER_C6))
+    b.default_route("server", address(ROUTER_S4), address(ROUTER_S6))
 
 
 def vm_pair(b: Builder, mtu: int) -> None:
