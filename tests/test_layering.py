@@ -279,6 +279,34 @@ def test_the_pmd_limits_the_role_pattern_and_the_tool_packages_are_written_once(
     assert not problems, "\n".join(problems)
 
 
+def _knob_classes() -> set[str]:
+    from offlab.knobs.base import Knob
+    from offlab.knobs.registry import KINDS
+
+    seen, todo = set(), [Knob, *KINDS.values()]
+    while todo:
+        cls = todo.pop()
+        if cls.__name__ not in seen:
+            seen.add(cls.__name__)
+            todo += cls.__subclasses__()
+    return seen
+
+
+def test_plan_checks_name_no_knob_class():
+    """A knob class judges its own plan values and places (Knob.plan_value_problem, plan_place_problem):
+    experiment/plan/checks.py asks the class, so a new knob touches only `knobs`."""
+    classes = _knob_classes()
+    assert {"Mtu", "Feature", "Sysctl", "TestpmdSetting", "BridgeNf"} <= classes
+    file = PACKAGE / "experiment" / "plan" / "checks.py"
+    named = []
+    for node in ast.walk(ast.parse(file.read_text())):
+        if isinstance(node, ast.Name) and node.id in classes:
+            named.append((node.lineno, node.id))
+        elif isinstance(node, ast.alias) and (node.asname or node.name) in classes:
+            named.append((getattr(node, "lineno", 0), node.name))
+    assert not named, f"{file} names knob classes (move the check into the class): {named}"
+
+
 # ---- one teardown ----------------------------------------------------------------------------
 
 def test_labs_are_removed_only_through_the_one_teardown():

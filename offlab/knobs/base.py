@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from offlab.errors import BadInput, CommandFailed
@@ -45,11 +46,36 @@ class Plan:
         return int(self.links(target)[iface]["mtu"])
 
 
+@dataclass(frozen=True)
+class PlanPlace:
+    """Where a plan sets a knob, as far as it is known before any lab exists."""
+
+    topology: str  # the lab's kind: veth, router, dpdk, ...
+    target: str  # HOST[:IFACE] as the plan writes it
+    role: str
+    ref: str | None  # the IFACE part, if any
+    iface_kind: str | None = None  # the kind of the interface it names (veth, bridge, ovs-dpdk, ...), if known
+    bridges: tuple[str, ...] = ()  # the lab's bridges, as HOST:NAME
+
+
 class Knob:
     """One setting of one target. Subclasses fill in the five verbs."""
 
     kind: ClassVar[str] = ""
     needs_iface: ClassVar[bool] = True
+    on_machine: ClassVar[bool] = False  # a plan may set it host-wide, under `machine`
+    on_ovs_dpdk_port: ClassVar[bool] = False  # an OVS-DPDK port (no kernel interface) takes it
+
+    # ---- a plan's judgement, before any lab exists ---------------------
+    @classmethod
+    def plan_value_problem(cls, key: str, value: Any) -> str | None:
+        """What is wrong with `key: value` wherever a plan sets it; None if nothing."""
+        return None
+
+    @classmethod
+    def plan_place_problem(cls, key: str, value: Any, place: PlanPlace) -> str | None:
+        """What is wrong with `key: value` at `place` (its interface resolved if it needs one); None if nothing."""
+        return None
 
     def __init__(self, target: Target, key: str) -> None:
         self.target = target
