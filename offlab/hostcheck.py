@@ -7,7 +7,6 @@ still are.
 
 from __future__ import annotations
 
-import json
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -183,7 +182,7 @@ def _interface(host: SshHost, ih: InventoryHost, name: str, declared: list[str],
     info["present"] = True
     info["mtu"] = link.get("mtu")
     info["state"] = link.get("operstate")
-    addr = json.loads(host.run(["ip", "-j", "addr", "show", "dev", name], timeout=20).stdout or "[]")
+    addr = netdev.addr_rows(host, name, timeout=20)
     info["addresses"] = [f"{a['local']}/{a['prefixlen']}" for entry in addr for a in entry.get("addr_info", [])
                          if a.get("scope") != "link"]
     drv = host.run(["ethtool", "-i", name], check=False, timeout=20)

@@ -51,9 +51,9 @@ ALLOWED: dict[str, set[str]] = {
     "hosts": {"base", "common"},  # common: where offlab keeps its files (SSH control sockets)
     "inventory": {"hosts", *_LOW},
     "netdev": {"hosts", "base"},
-    "mtu": {"hosts", *_LOW},
+    "mtu": {"hosts", "netdev", *_LOW},  # netdev: the route to a destination and its device
     "vm": {"hosts", "netdev", *_LOW},
-    "dpdk": {"hosts", *_LOW},
+    "dpdk": {"hosts", "netdev", *_LOW},  # netdev: a tap's addresses before testpmd takes it back
     "lab": {"vm", "dpdk", "hosts", "inventory", "netdev", "mtu", *_LOW},
     "knobs": {"hosts", "dpdk", "netdev", "mtu", *_LOW},
     "traffic": {"hosts", "netdev", *_LOW},
@@ -276,6 +276,22 @@ def test_the_pmd_limits_the_role_pattern_and_the_tool_packages_are_written_once(
                 if again:
                     problems.append(f"{file}:{node.lineno}: the package of {again} written again "
                                     "(use offlab.hosts.TOOL_PACKAGES)")
+    assert not problems, "\n".join(problems)
+
+
+def test_every_ip_json_command_is_built_in_netdev():
+    """`ip -j …` argv lists live in netdev.py (ip_argv and the readers on it: link_rows, find_link, addr_rows,
+    routes, route_get, netns_names); the other parts call those. Shell scripts that batch one round trip
+    (lab/hosts.py's SSH probe, vm/saved.py's guest recheck) are not argv lists and stay where they are."""
+    problems = []
+    for mod, (file, source, _) in load(PACKAGE).items():
+        if mod == "offlab.netdev":
+            continue
+        for node in ast.walk(ast.parse(source)):
+            if (isinstance(node, ast.List) and node.elts and isinstance(node.elts[0], ast.Constant)
+                    and node.elts[0].value == "ip"
+                    and any(isinstance(e, ast.Constant) and e.value == "-j" for e in node.elts)):
+                problems.append(f"{file}:{node.lineno}: an `ip -j` command written again (use offlab.netdev)")
     assert not problems, "\n".join(problems)
 
 

@@ -7,11 +7,11 @@ into the short text people read ("on", "9000", "fq").
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from offlab import netdev
 from offlab.errors import BadInput, CommandFailed
 from offlab.hosts import Host
 from offlab.knobs.target import Target
@@ -35,8 +35,7 @@ class Plan:
 
     def links(self, target: Target) -> dict[str, dict]:
         if target.host_key not in self._links:
-            out = target.host.run(["ip", "-d", "-j", "link", "show"], timeout=10).stdout
-            self._links[target.host_key] = {l["ifname"]: l for l in json.loads(out or "[]")}
+            self._links[target.host_key] = {l["ifname"]: l for l in netdev.link_rows(target.host, details=True)}
         return self._links[target.host_key]
 
     def mtu(self, target: Target, iface: str) -> int:
@@ -142,8 +141,8 @@ class Knob:
         """Why this setting no longer exists (its interface was removed), or None."""
         if self.target.iface is None:
             return None
-        res = self.host.run(["ip", "-j", "link", "show", "dev", self.iface], check=False, timeout=10)
-        return None if res.ok else f"interface {self.iface} gone: nothing to restore"
+        gone = netdev.ip_json_or_none(self.host, "link", "show", "dev", self.iface) is None
+        return f"interface {self.iface} gone: nothing to restore" if gone else None
 
     # ---- journal ------------------------------------------------------
     def to_entry(self) -> dict:

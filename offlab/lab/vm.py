@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from offlab import netdev
 from offlab.addresses import (BEHIND4, BEHIND6, CLIENT4, CLIENT6, ROUTER_C4, ROUTER_C6, ROUTER_S4, ROUTER_S6,
                               SERVER4, SERVER6, address)
 from offlab.errors import BadInput
@@ -151,9 +152,8 @@ def _backend(nic) -> dict:
 
 
 def _check_nic_order(host: Host, nics: list) -> None:
-    import json
 
-    by_mac = {l.get("address"): l["ifname"] for l in json.loads(host.run(["ip", "-j", "link", "show"]).stdout)}
+    by_mac = {l.get("address"): l["ifname"] for l in netdev.link_rows(host, timeout=30)}
     for i, nic in enumerate(nics):
         if by_mac.get(nic.mac) != f"eth{i}":
             raise LabBuildFailed(f"the guest's NIC on {next(iter(_backend(nic).values()))} (MAC {nic.mac}) is "

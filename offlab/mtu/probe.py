@@ -13,10 +13,10 @@ nothing leaves the namespaces offlab made.
 from __future__ import annotations
 
 import ipaddress
-import json
 import re
 from dataclasses import asdict, dataclass, field
 
+from offlab import netdev
 from offlab.addresses import LAB_NET4, LAB_NET6, LOOPBACK, RANGES
 from offlab.errors import BadInput, EnvironmentProblem
 from offlab.hosts import Host
@@ -102,18 +102,13 @@ def route_mtu(host: Host, dest: str) -> tuple[str | None, int | None]:
     Refuses (exit 2) a route that could leave the machine: through a gateway
     outside offlab's ranges, or out of a device with hardware behind it.
     """
-    res = host.run(["ip", "-j", "route", "get", dest], check=False, timeout=10)
-    if not res.ok or not res.stdout.strip():
-        detail = res.stderr.strip().splitlines()[-1] if res.stderr.strip() else "no route"
-        raise EnvironmentProblem(f"no route to {dest} from {host.name}: {detail}")
-    route = json.loads(res.stdout)[0]
+    route = netdev.route_get(host, dest)
     dev, gateway = route.get("dev"), route.get("gateway")
     if gateway and not _allowed(ipaddress.ip_address(gateway)):
         raise BadInput(f"{dest} is routed via {gateway} from {host.name}: outside offlab's ranges, refusing")
     if not dev:
         return None, None
-    link = host.run(["ip", "-d", "-j", "link", "show", "dev", dev], check=False, timeout=10)
-    info = json.loads(link.stdout)[0] if link.ok and link.stdout.strip() else {}
+    info = netdev.find_link(host, dev, details=True) or {}
     if info.get("parentbus") or info.get("parentdev"):
         raise BadInput(f"{dest} is routed out of {dev} in {host.name}, a device with hardware behind it: refusing")
     return dev, info.get("mtu")
