@@ -141,7 +141,10 @@ class Knob:
         """Why this setting no longer exists (its interface was removed), or None."""
         if self.target.iface is None:
             return None
-        gone = netdev.ip_json_or_none(self.host, "link", "show", "dev", self.iface) is None
+        try:
+            gone = netdev.ip_json_or_none(self.host, "link", "show", "dev", self.iface) is None
+        except ValueError:  # ip answered, not in JSON: the interface is there
+            gone = False
         return f"interface {self.iface} gone: nothing to restore" if gone else None
 
     # ---- journal ------------------------------------------------------
