@@ -7,19 +7,18 @@ still are.
 
 from __future__ import annotations
 
-import json
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from offlab import netdev
 from offlab.errors import BadInput, CommandFailed, EnvironmentProblem
-from offlab.hosts import LOCAL
+from offlab.hosts import LOCAL, TOOL_PACKAGES
 from offlab.hosts.ssh import HostUnreachable, SshHost
 from offlab.inventory import Inventory, InventoryHost
 
 SCHEMA = "offlab-hosts-check/1"
-TOOLS = {"ip": "iproute2", "ethtool": "ethtool", "iperf3": "iperf3", "tcpdump": "tcpdump"}
+TOOLS = {t: TOOL_PACKAGES[t] for t in ("ip", "ethtool", "iperf3", "tcpdump")}
 ENGINE = "offlab-engine"
 # Features shown on the text line (the ones offlab's experiments flip); JSON has them all.
 SHOWN_FEATURES = {
@@ -183,7 +182,7 @@ def _interface(host: SshHost, ih: InventoryHost, name: str, declared: list[str],
     info["present"] = True
     info["mtu"] = link.get("mtu")
     info["state"] = link.get("operstate")
-    addr = json.loads(host.run(["ip", "-j", "addr", "show", "dev", name], timeout=20).stdout or "[]")
+    addr = netdev.addr_rows(host, name, timeout=20)
     info["addresses"] = [f"{a['local']}/{a['prefixlen']}" for entry in addr for a in entry.get("addr_info", [])
                          if a.get("scope") != "link"]
     drv = host.run(["ethtool", "-i", name], check=False, timeout=20)

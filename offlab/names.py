@@ -6,7 +6,11 @@ import re
 
 from offlab.errors import BadInput
 
-IFNAME_RE = re.compile(r"^[A-Za-z0-9_.:@-]{1,15}$")
+IFNAME_PATTERN = r"[A-Za-z0-9_.:@-]{1,15}"
+IFNAME_RE = re.compile(f"^{IFNAME_PATTERN}$")
+# A host's role in a lab (client, server, switch, hv1, ...), as plans and --capture name it.
+ROLE_PATTERN = r"[a-z][a-z0-9]{0,15}"
+ROLE_RE = re.compile(f"^{ROLE_PATTERN}$")
 LAB_NAME_RE = re.compile(r"^[a-z][a-z0-9]{0,9}$")
 
 MTU_MIN = 68

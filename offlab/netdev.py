@@ -12,8 +12,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from offlab.errors import BadInput, CommandFailed
-from offlab.hosts import Host
+from offlab.errors import BadInput, CommandFailed, EnvironmentProblem
+from offlab.hosts import Host, check_netns
 from offlab.names import check_ifname
 
 
@@ -93,9 +93,66 @@ def features(host: Host, iface: str) -> dict[str, Feature]:
     return parse_features(res.stdout)
 
 
+# ---- `ip -j`: every one offlab runs is built and read here ---------------------------------
+
+def ip_argv(*args: str, details: bool = False, netns: str | None = None) -> list[str]:
+    """`ip [-n NETNS] [-d] -j ARGS…`, the command line (doctor looks it up in a sosreport by this argv)."""
+    return ["ip", *(["-n", check_netns(netns)] if netns else []), *(["-d"] if details else []), "-j", *args]
+
+
+def ip_json(host: Host, *args: str, details: bool = False, netns: str | None = None,
+            timeout: float = 10) -> list[dict]:
+    """The rows `ip -j ARGS…` prints in `host` (none for empty output); CommandFailed if ip fails."""
+    return json.loads(host.run(ip_argv(*args, details=details, netns=netns), timeout=timeout).stdout or "[]")
+
+
+def ip_json_or_none(host: Host, *args: str, details: bool = False, netns: str | None = None,
+                    timeout: float = 10) -> list[dict] | None:
+    """As ip_json, but None when ip fails (the device, the route or the namespace is not there)."""
+    res = host.run(ip_argv(*args, details=details, netns=netns), check=False, timeout=timeout)
+    return json.loads(res.stdout or "[]") if res.ok else None
+
+
 def links(host: Host) -> list[dict]:
     """`ip -d -j addr show`: every link with its details and addresses."""
-    return json.loads(host.run(["ip", "-d", "-j", "addr", "show"], timeout=10).stdout)
+    return ip_json(host, "addr", "show", details=True)
+
+
+def link_rows(host: Host, *, details: bool = False, netns: str | None = None, timeout: float = 10) -> list[dict]:
+    """`ip [-d] -j link show`: every link of `host` (or of namespace `netns`, run from `host`)."""
+    return ip_json(host, "link", "show", details=details, netns=netns, timeout=timeout)
+
+
+def find_link(host: Host, iface: str, *, details: bool = False, netns: str | None = None) -> dict | None:
+    """`ip -j link show dev IFACE`: the link, or None when there is none by that name (or no such namespace)."""
+    rows = ip_json_or_none(host, "link", "show", "dev", check_ifname(iface), details=details, netns=netns)
+    return rows[0] if rows else None
+
+
+def addr_rows(host: Host, iface: str | None = None, *, details: bool = False, netns: str | None = None,
+              timeout: float = 10) -> list[dict]:
+    """`ip [-d] -j addr show [dev IFACE]`: links with their addresses (addr_info)."""
+    dev = ("dev", check_ifname(iface)) if iface is not None else ()
+    return ip_json(host, "addr", "show", *dev, details=details, netns=netns, timeout=timeout)
+
+
+def routes(host: Host, family: int, *selector: str) -> list[dict]:
+    """`ip -j -4|-6 route show SELECTOR…` (e.g. default, or dev IFACE); none when ip fails."""
+    return ip_json_or_none(host, f"-{family}", "route", "show", *selector) or []
+
+
+def route_get(host: Host, dest: str) -> dict:
+    """`ip -j route get DEST`: the route the kernel would take; EnvironmentProblem (with ip's word) if none."""
+    res = host.run(ip_argv("route", "get", dest), check=False, timeout=10)
+    if not res.ok or not res.stdout.strip():
+        detail = res.stderr.strip().splitlines()[-1] if res.stderr.strip() else "no route"
+        raise EnvironmentProblem(f"no route to {dest} from {host.name}: {detail}")
+    return json.loads(res.stdout)[0]
+
+
+def netns_names(host: Host, *, timeout: float = 10) -> list[str]:
+    """`ip -j netns list`: the named network namespaces `host` has (none when ip fails)."""
+    return [n["name"] for n in ip_json_or_none(host, "netns", "list", timeout=timeout) or []]
 
 
 def link(host: Host, iface: str) -> dict:

@@ -21,6 +21,7 @@ PARTS = {
     "offlab.state": "common",  # where offlab keeps its files
     "offlab.stats": "common",  # pure statistics
     "offlab.metrics": "common",  # what a sample measures, by name
+    "offlab.addresses": "common",  # the lab's address ranges and host addresses (labs, the MTU probe, help texts)
     "offlab.hosts": "hosts",
     "offlab.inventory": "inventory",  # inventories (offlab's YAML, Ansible's) → SSH hosts and test interfaces
     "offlab.hostcheck": "doctor",  # `hosts check`: an audit of inventory hosts
@@ -50,9 +51,9 @@ ALLOWED: dict[str, set[str]] = {
     "hosts": {"base", "common"},  # common: where offlab keeps its files (SSH control sockets)
     "inventory": {"hosts", *_LOW},
     "netdev": {"hosts", "base"},
-    "mtu": {"hosts", *_LOW},
+    "mtu": {"hosts", "netdev", *_LOW},  # netdev: the route to a destination and its device
     "vm": {"hosts", "netdev", *_LOW},
-    "dpdk": {"hosts", *_LOW},
+    "dpdk": {"hosts", "netdev", *_LOW},  # netdev: a tap's addresses before testpmd takes it back
     "lab": {"vm", "dpdk", "hosts", "inventory", "netdev", "mtu", *_LOW},
     "knobs": {"hosts", "dpdk", "netdev", "mtu", *_LOW},
     "traffic": {"hosts", "netdev", *_LOW},
@@ -223,6 +224,103 @@ def test_the_vxlan_overhead_and_the_ovs_vsctl_call_are_written_once():
                     and isinstance(node.elts[0], ast.Constant) and node.elts[0].value == "ovs-vsctl"):
                 problems.append(f"{file}:{node.lineno}: an ovs-vsctl call written again (use offlab.netdev.vsctl)")
     assert not problems, "\n".join(problems)
+
+
+def _non_doc_strings(source: str):
+    """(line, text) of every string constant that is not a docstring or a bare string statement."""
+    tree = ast.parse(source)
+    docs = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)}
+    return [(n.lineno, n.value) for n in ast.walk(tree)
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs]
+
+
+def test_the_lab_addresses_are_written_once():
+    """10.200.x.y and fd00:200:… live in offlab/addresses.py; labs, the MTU probe and help texts import them
+    (a docstring may show one as an example)."""
+    problems = [f"{file}:{line}: a lab address written again (use offlab.addresses): {text!r}"
+                for mod, (file, source, _) in load(PACKAGE).items() if mod != "offlab.addresses"
+                for line, text in _non_doc_strings(source) if "10.200." in text or "fd00:200" in text.lower()]
+    assert not problems, "\n".join(problems)
+
+
+def test_the_addresses_module_gives_the_addresses_labs_have_always_had():
+    from offlab import addresses as a
+
+    assert (a.CLIENT4, a.SERVER4, a.CLIENT6, a.SERVER6) == (
+        "10.200.1.1/24", "10.200.1.2/24", "fd00:200:0:1::1/64", "fd00:200:0:1::2/64")
+    assert (a.ROUTER_C4, a.ROUTER_S4, a.BEHIND4, a.HV1_UNDERLAY, a.HV2_UNDERLAY) == (
+        "10.200.1.254/24", "10.200.2.254/24", "10.200.2.2/24", "10.200.254.1/24", "10.200.254.2/24")
+    assert (a.ROUTER_C6, a.ROUTER_S6, a.BEHIND6) == ("fd00:200:0:1::fe/64", "fd00:200:0:2::fe/64", "fd00:200:0:2::2/64")
+    assert a.address(a.ROUTER_C6) == "fd00:200:0:1::fe"
+
+
+def test_the_pmd_limits_the_role_pattern_and_the_tool_packages_are_written_once():
+    """The tap/af_packet PMD MTU and frame limits live in dpdk/ports.py, the role pattern (client, hv1, ...) in
+    names.py, the tool → Debian package map in hosts/base.py; elsewhere they are imported."""
+    from offlab.hosts import TOOL_PACKAGES
+    from offlab.names import ROLE_PATTERN
+
+    problems = []
+    for mod, (file, source, _) in load(PACKAGE).items():
+        for node in ast.walk(ast.parse(source)):
+            if (mod != "offlab.dpdk.ports" and isinstance(node, ast.Assign) and _literal_number(node.value)
+                    and any(isinstance(t, ast.Name) and t.id.endswith(("MAX_MTU", "MAX_FRAME")) for t in node.targets)):
+                problems.append(f"{file}:{node.lineno}: a PMD limit written again (import offlab.dpdk.ports)")
+            if (mod != "offlab.names" and isinstance(node, ast.Constant) and isinstance(node.value, str)
+                    and ROLE_PATTERN in node.value):
+                problems.append(f"{file}:{node.lineno}: the role pattern written again (use offlab.names.ROLE_RE)")
+            if mod != "offlab.hosts.base" and isinstance(node, ast.Dict):
+                again = [k.value for k, v in zip(node.keys, node.values, strict=True)
+                         if isinstance(k, ast.Constant) and isinstance(v, ast.Constant)
+                         and k.value in TOOL_PACKAGES and v.value == TOOL_PACKAGES[k.value]]
+                if again:
+                    problems.append(f"{file}:{node.lineno}: the package of {again} written again "
+                                    "(use offlab.hosts.TOOL_PACKAGES)")
+    assert not problems, "\n".join(problems)
+
+
+def test_every_ip_json_command_is_built_in_netdev():
+    """`ip -j …` argv lists live in netdev.py (ip_argv and the readers on it: link_rows, find_link, addr_rows,
+    routes, route_get, netns_names); the other parts call those. Shell scripts that batch one round trip
+    (lab/hosts.py's SSH probe, vm/saved.py's guest recheck) are not argv lists and stay where they are."""
+    problems = []
+    for mod, (file, source, _) in load(PACKAGE).items():
+        if mod == "offlab.netdev":
+            continue
+        for node in ast.walk(ast.parse(source)):
+            if (isinstance(node, ast.List) and node.elts and isinstance(node.elts[0], ast.Constant)
+                    and node.elts[0].value == "ip"
+                    and any(isinstance(e, ast.Constant) and e.value == "-j" for e in node.elts)):
+                problems.append(f"{file}:{node.lineno}: an `ip -j` command written again (use offlab.netdev)")
+    assert not problems, "\n".join(problems)
+
+
+def _knob_classes() -> set[str]:
+    from offlab.knobs.base import Knob
+    from offlab.knobs.registry import KINDS
+
+    seen, todo = set(), [Knob, *KINDS.values()]
+    while todo:
+        cls = todo.pop()
+        if cls.__name__ not in seen:
+            seen.add(cls.__name__)
+            todo += cls.__subclasses__()
+    return seen
+
+
+def test_plan_checks_name_no_knob_class():
+    """A knob class judges its own plan values and places (Knob.plan_value_problem, plan_place_problem):
+    experiment/plan/checks.py asks the class, so a new knob touches only `knobs`."""
+    classes = _knob_classes()
+    assert {"Mtu", "Feature", "Sysctl", "TestpmdSetting", "BridgeNf"} <= classes
+    file = PACKAGE / "experiment" / "plan" / "checks.py"
+    named = []
+    for node in ast.walk(ast.parse(file.read_text())):
+        if isinstance(node, ast.Name) and node.id in classes:
+            named.append((node.lineno, node.id))
+        elif isinstance(node, ast.alias) and (node.asname or node.name) in classes:
+            named.append((getattr(node, "lineno", 0), node.name))
+    assert not named, f"{file} names knob classes (move the check into the class): {named}"
 
 
 # ---- one teardown ----------------------------------------------------------------------------

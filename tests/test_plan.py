@@ -154,6 +154,35 @@ def test_bad_plans_name_file_line_and_field(case, text, where, needle):
     assert "\n" not in msg
 
 
+KNOB_PLACES = [
+    ("ovs-dpdk", "{switch:dpdk0: {gro: off}}", "gro: switch:dpdk0 is an OVS-DPDK port, "
+     "not a kernel interface; its one setting is mtu (its mtu_request)"),
+    ("ovs-dpdk", "{switch:dpdk0: {mtu: 40}}", "mtu 40 is out of range: an MTU is 68..65535"),
+    ("veth", "{client: {gso_max_size: 600000}}", "client gso_max_size=600000: more than "
+     "a veth's tso_max_size, 524280; use at most 524280"),
+    ("bridge", "{switch:br0: {gro_flush_timeout: -1}}", "gro_flush_timeout takes an integer 0..1000000000, got -1"),
+    ("veth", "{client: {mtu: 9000}, machine: {net.core.busy_poll: 2147483648}}",
+     "net.core.busy_poll takes an integer 0..2147483647, got 2147483648"),
+    ("veth", "{machine: {grp: on}}", "unknown feature 'grp'"),  # a feature's name is judged before its place
+    ("veth", "{machine: {tso: on}}", "'machine' takes host-wide sysctls only (net.*, kernel.*, vm.*), not 'tso'"),
+    ("dpdk", "{client: {testpmd.gro: on}}", "testpmd.gro is a setting of the testpmd on host switch, not of client"),
+    ("dpdk", "{switch: {testpmd.burst: 0}}", "testpmd.burst"),
+    ("veth", "{client: {nf_call_iptables: 0}}", "nf_call_iptables is a per-bridge setting; client is not a bridge "
+     "(a veth lab's bridges: )"),
+    ("bridge", "{switch: {mtu: 1500}}", "mtu is a setting of an interface: host 'switch' of a bridge lab has several "
+     "interfaces"),
+]
+
+
+@pytest.mark.parametrize("kind, settings, needle", KNOB_PLACES, ids=[f"{k}-{s}" for k, s, _ in KNOB_PLACES])
+def test_each_knob_judges_its_value_and_place_in_a_plan(kind, settings, needle):
+    text = (f"name: t\ntopology: {{kind: {kind}}}\naxes:\n  x:\n    a: {{settings: {settings}}}\n"
+            "workload: {tool: engine, duration: 1}\n")
+    with pytest.raises(BadInput) as err:
+        load_plan(text, "t.yaml")
+    assert needle in str(err.value), str(err.value)
+
+
 def test_bad_plan_on_the_cli_exits_2_without_running(tmp_path, state_dir):
     plan = tmp_path / "bad.yaml"
     plan.write_text(BAD[3][1])

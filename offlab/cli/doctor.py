@@ -10,6 +10,7 @@ from typing import List, Optional
 import typer
 from offlab.cli.console import console as make_console
 
+from offlab import netdev
 from offlab.errors import BadInput, EnvironmentProblem, NotRoot
 from offlab.hosts import LOCAL, NetnsHost, is_root
 
@@ -23,8 +24,7 @@ def _host_for(netns: str | None):
         raise BadInput(f"invalid --netns {netns!r}: use letters, digits, _ . -")
     if not is_root():
         raise NotRoot("doctor --netns")
-    out = LOCAL.run(["ip", "-j", "netns", "list"], check=False)
-    names = {n["name"] for n in json.loads(out.stdout)} if out.ok and out.stdout.strip() else set()
+    names = set(netdev.netns_names(LOCAL, timeout=30))
     if netns not in names:
         raise BadInput(f"no network namespace {netns!r} (ip netns list)")
     return NetnsHost(netns)

@@ -11,6 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from offlab import lab as labs
+from offlab.addresses import LAB_NET6
 from offlab.experiment import teardown
 from offlab.lab.catalog import DPDK_TOPOLOGIES
 from offlab.errors import BadInput, EnvironmentProblem, NotRoot
@@ -27,7 +28,7 @@ def up_cmd(
     topology: str = typer.Argument(..., help=" | ".join([*labs.TOPOLOGIES, "hosts"])),
     name: Optional[str] = typer.Option(None, "--name", "-n", help="Lab name (default: the topology)."),
     mtu: int = typer.Option(1500, "--mtu", help="MTU of every host-facing link (the overlay MTU for vxlan)."),
-    ipv6: bool = typer.Option(False, "--ipv6", help="Also address hosts from fd00:200::/48."),
+    ipv6: bool = typer.Option(False, "--ipv6", help=f"Also address hosts from {LAB_NET6}."),
     vni: Optional[int] = typer.Option(None, "--vni", help="vxlan: VXLAN network identifier (default 4242)."),
     port: Optional[int] = typer.Option(None, "--port", help="vxlan: UDP destination port (default 4789)."),
     underlay_mtu: Optional[int] = typer.Option(None, "--underlay-mtu", help="vxlan: underlay MTU (default MTU + 50)."),

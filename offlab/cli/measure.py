@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 from typing import TYPE_CHECKING, Optional
 
 import typer
@@ -14,7 +13,7 @@ from rich.table import Table
 from offlab.errors import BadInput
 from offlab.experiment.effects import NOT_EXERCISED
 from offlab.report import format as fmt
-from offlab.names import IFNAME_RE
+from offlab.names import IFNAME_RE, ROLE_RE
 
 if TYPE_CHECKING:
     from offlab.experiment.measure import Sample
@@ -103,7 +102,7 @@ def measure_cmd(
         raise BadInput(f"--frames {frames}: 1..{MAX_FRAMES}")
     if capture is not None:
         role, _, iface = capture.partition(":")
-        if not re.fullmatch(r"[a-z][a-z0-9]{0,15}", role) or (iface and not IFNAME_RE.fullmatch(iface)):
+        if not ROLE_RE.fullmatch(role) or (iface and not IFNAME_RE.fullmatch(iface)):
             raise BadInput(f"--capture {capture!r}: write HOST[:IFACE], e.g. server or switch:to-server")
     from offlab.experiment.measure import CaptureRequest, measure, measure_rr_under_load
     from offlab.lab import LabState, hold

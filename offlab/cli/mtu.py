@@ -9,6 +9,7 @@ import typer
 from offlab.cli.console import console
 from rich.table import Table
 
+from offlab.addresses import RANGES
 from offlab.errors import BadInput
 
 app = typer.Typer(help="MTU arithmetic and path-MTU probing inside labs.", no_args_is_help=True)
@@ -43,7 +44,7 @@ def calc_cmd(
 
 @app.command("probe")
 def probe_cmd(
-    dest: str = typer.Argument(..., help="Address in 10.200.0.0/16, fd00:200::/48 or loopback."),
+    dest: str = typer.Argument(..., help=f"Address in {RANGES} or loopback."),
     netns: Optional[str] = typer.Option(None, "--netns", help="Probe from this network namespace."),
     lab: Optional[str] = typer.Option(None, "--lab", help="Probe from a host of this lab (with --host)."),
     host: Optional[str] = typer.Option(None, "--host", help="The lab host to probe from (default client)."),

@@ -116,7 +116,7 @@ class Context:
     @traced
     def links(self) -> list[dict]:
         """Every link of this host/namespace (ip -d -j link; `ip -d address` text in a sosreport)."""
-        out = self.run(["ip", "-d", "-j", "link", "show"])
+        out = self.run(netdev.ip_argv("link", "show", details=True))
         if out is None or not out.ok or not out.stdout.strip():
             out = self.run(["ip", "-d", "address"]) or self.run(["ip", "-d", "link"])
         if out is not None and out.ok and out.stdout.strip():

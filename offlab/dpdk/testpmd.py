@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import os
 import secrets
 import signal
@@ -26,9 +25,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
+from offlab import netdev
 from offlab.dpdk import parse
 from offlab.errors import BadInput, EnvironmentProblem
-from offlab.hosts import LOCAL, NetnsHost, require_tool
+from offlab.hosts import LOCAL, TOOL_PACKAGES, NetnsHost, require_tool
 from offlab.hosts.process import process_start_time, signal_pid, wait_gone
 from offlab.state import read_json, state_dir, write_json_atomic
 
@@ -37,7 +37,7 @@ PROMPT = "testpmd> "
 RUNTIME_ROOT = Path("/var/run/dpdk")
 OWNER_FILE = "offlab-owner"
 STATE_FILE = "testpmd.json"
-INSTALL = "apt-get install dpdk-dev"
+INSTALL = f"apt-get install {TOOL_PACKAGES['dpdk-testpmd']}"
 START_TIMEOUT = 90.0
 COMMAND_TIMEOUT = 20.0
 DESCRIPTORS = 512
@@ -352,10 +352,10 @@ class Testpmd:
         for p in self.info.ports:
             if p.index not in ports or p.pmd != "tap" or not p.home or p.home == self.info.netns:
                 continue
-            res = LOCAL.run(["ip", "-n", p.home, "-j", "addr", "show", "dev", p.iface], check=False, timeout=10)
+            rows = netdev.ip_json_or_none(LOCAL, "addr", "show", "dev", p.iface, netns=p.home)
             addrs = []
-            if res.ok and res.stdout.strip():
-                for a in json.loads(res.stdout)[0].get("addr_info", []):
+            if rows:
+                for a in rows[0].get("addr_info", []):
                     if a.get("scope") == "global":
                         addrs.append([a["local"] + f"/{a['prefixlen']}", *(["nodad"] if a.get("family") == "inet6" else [])])
             LOCAL.run(["ip", "-n", p.home, "link", "set", p.iface, "netns", self.info.netns], timeout=10)

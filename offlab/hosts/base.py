@@ -38,6 +38,7 @@ TOOL_PACKAGES = {
     "ovs-vsctl": "openvswitch-switch",
     "ovsdb-tool": "openvswitch-switch",
     "ovs-appctl": "openvswitch-switch",
+    "ovs-vswitchd-dpdk": "openvswitch-switch-dpdk",
     "ping": "iputils-ping",
     "sysctl": "procps",
     "taskset": "util-linux",

@@ -7,10 +7,11 @@ into the short text people read ("on", "9000", "fq").
 
 from __future__ import annotations
 
-import json
 import re
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from offlab import netdev
 from offlab.errors import BadInput, CommandFailed
 from offlab.hosts import Host
 from offlab.knobs.target import Target
@@ -34,8 +35,7 @@ class Plan:
 
     def links(self, target: Target) -> dict[str, dict]:
         if target.host_key not in self._links:
-            out = target.host.run(["ip", "-d", "-j", "link", "show"], timeout=10).stdout
-            self._links[target.host_key] = {l["ifname"]: l for l in json.loads(out or "[]")}
+            self._links[target.host_key] = {l["ifname"]: l for l in netdev.link_rows(target.host, details=True)}
         return self._links[target.host_key]
 
     def mtu(self, target: Target, iface: str) -> int:
@@ -45,11 +45,36 @@ class Plan:
         return int(self.links(target)[iface]["mtu"])
 
 
+@dataclass(frozen=True)
+class PlanPlace:
+    """Where a plan sets a knob, as far as it is known before any lab exists."""
+
+    topology: str  # the lab's kind: veth, router, dpdk, ...
+    target: str  # HOST[:IFACE] as the plan writes it
+    role: str
+    ref: str | None  # the IFACE part, if any
+    iface_kind: str | None = None  # the kind of the interface it names (veth, bridge, ovs-dpdk, ...), if known
+    bridges: tuple[str, ...] = ()  # the lab's bridges, as HOST:NAME
+
+
 class Knob:
     """One setting of one target. Subclasses fill in the five verbs."""
 
     kind: ClassVar[str] = ""
     needs_iface: ClassVar[bool] = True
+    on_machine: ClassVar[bool] = False  # a plan may set it host-wide, under `machine`
+    on_ovs_dpdk_port: ClassVar[bool] = False  # an OVS-DPDK port (no kernel interface) takes it
+
+    # ---- a plan's judgement, before any lab exists ---------------------
+    @classmethod
+    def plan_value_problem(cls, key: str, value: Any) -> str | None:
+        """What is wrong with `key: value` wherever a plan sets it; None if nothing."""
+        return None
+
+    @classmethod
+    def plan_place_problem(cls, key: str, value: Any, place: PlanPlace) -> str | None:
+        """What is wrong with `key: value` at `place` (its interface resolved if it needs one); None if nothing."""
+        return None
 
     def __init__(self, target: Target, key: str) -> None:
         self.target = target
@@ -116,8 +141,11 @@ class Knob:
         """Why this setting no longer exists (its interface was removed), or None."""
         if self.target.iface is None:
             return None
-        res = self.host.run(["ip", "-j", "link", "show", "dev", self.iface], check=False, timeout=10)
-        return None if res.ok else f"interface {self.iface} gone: nothing to restore"
+        try:
+            gone = netdev.ip_json_or_none(self.host, "link", "show", "dev", self.iface) is None
+        except ValueError:  # ip answered, not in JSON: the interface is there
+            gone = False
+        return f"interface {self.iface} gone: nothing to restore" if gone else None
 
     # ---- journal ------------------------------------------------------
     def to_entry(self) -> dict:

@@ -22,7 +22,7 @@ from typing import Any
 
 from offlab import rtnl
 from offlab.errors import BadInput
-from offlab.knobs.base import FileKnob, Knob, Plan, as_bool, as_int
+from offlab.knobs.base import FileKnob, Knob, Plan, PlanPlace, as_bool, as_int
 from offlab.knobs.features import forget_reads, shared_memo
 from offlab.netdev import link as _link
 
@@ -73,6 +73,11 @@ def link_sizes(host, iface: str) -> dict[str, int]:
 
 class LinkSize(Knob):
     kind = "link_size"
+
+    @classmethod
+    def plan_place_problem(cls, key: str, value: Any, place: PlanPlace) -> str | None:
+        problem = plan_size_problem(key, value, place.iface_kind or "")
+        return f"{place.target} {problem}" if problem else None
 
     def check(self, value: Any, plan: Plan) -> str:
         me = plan.links(self.target).get(self.iface)

@@ -10,13 +10,20 @@ from __future__ import annotations
 from typing import Any
 
 from offlab.errors import BadInput
-from offlab.knobs.base import FileKnob, Plan, as_bool, onoff
+from offlab.knobs.base import FileKnob, Plan, PlanPlace, as_bool, onoff
 
 BRIDGE_NF_KEYS = ("nf_call_iptables", "nf_call_ip6tables", "nf_call_arptables")
 
 
 class BridgeNf(FileKnob):
     kind = "bridge_nf"
+
+    @classmethod
+    def plan_place_problem(cls, key: str, value: Any, place: PlanPlace) -> str | None:
+        if place.iface_kind != "bridge":
+            return (f"{key} is a per-bridge setting; {place.target} is not a bridge (a {place.topology} lab's "
+                    f"bridges: {', '.join(place.bridges)})")
+        return None
 
     @property
     def path(self) -> str:

@@ -15,6 +15,8 @@ import contextlib
 import difflib
 import threading
 from fnmatch import fnmatchcase
+from functools import cache
+from importlib import resources
 from typing import Any, Iterator
 
 from offlab import netdev
@@ -144,6 +146,12 @@ def state(names: list[str], snap: dict[str, list]) -> str:
     return "mixed (" + ", ".join(f"{n} {onoff(snap[n][0])}" for n in free) + ")"
 
 
+@cache
+def kernel_features() -> frozenset[str]:
+    """Every feature name `ethtool -k` shows on the kernels offlab knows (kernel_features.txt), for plans."""
+    return frozenset(resources.files("offlab.knobs").joinpath("kernel_features.txt").read_text().split())
+
+
 class Feature(Knob):
     """One feature or a group of them (`tx`, `tso`, `sg`) on one interface."""
 
@@ -168,6 +176,17 @@ class Feature(Knob):
                     _NAMES[key] = names
             self._names = list(names)
         return self._names
+
+    @classmethod
+    def plan_value_problem(cls, key: str, value: Any) -> str | None:
+        known = kernel_features() | set(LEGACY) | set(ALIASES) | set(LONG_TO_SHORT)
+        if key not in known:
+            close = difflib.get_close_matches(str(key), sorted(known), n=3, cutoff=0.6)
+            return f"unknown feature {key!r}" + (f"; did you mean {', '.join(close)}?" if close else
+                                                 "; `ethtool -k` lists the features")
+        if not (isinstance(value, bool) or value in ("on", "off")):
+            return f"feature {key} must be on or off, got {value!r}"
+        return None
 
     def check(self, value: Any, plan: Plan) -> str:
         flag = as_bool(f"{self.label}", value)

@@ -22,9 +22,9 @@ from typing import Any
 
 from offlab.dpdk.ports import DPDK_TYPES, PINNED_MTU, max_mtu
 from offlab.errors import BadInput, EnvironmentProblem
-from offlab.knobs.base import Knob, Plan, as_int
+from offlab.knobs.base import Knob, Plan, PlanPlace, as_int
 from offlab.mtu.calc import VXLAN_OVERHEAD
-from offlab.names import MTU_MAX, MTU_MIN
+from offlab.names import MTU_MAX, MTU_MIN, check_mtu
 from offlab.netdev import link as _link
 from offlab.netdev import vsctl
 
@@ -49,6 +49,15 @@ class OvsPortRefused(EnvironmentProblem):
 
 class Mtu(Knob):
     kind = "mtu"
+    on_ovs_dpdk_port = True  # its mtu_request
+
+    @classmethod
+    def plan_place_problem(cls, key: str, value: Any, place: PlanPlace) -> str | None:
+        try:
+            check_mtu(value, "mtu")
+        except BadInput as exc:
+            return str(exc)
+        return None
 
     def __init__(self, target, key: str) -> None:
         super().__init__(target, key)

@@ -25,6 +25,13 @@ NAPI_KEYS = {"gro_flush_timeout": ("ns", MAX_FLUSH_NS), "napi_defer_hard_irqs": 
 class NapiParam(FileKnob):
     kind = "napi"
 
+    @classmethod
+    def plan_value_problem(cls, key: str, value: Any) -> str | None:
+        top = NAPI_KEYS[key][1]
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= top:
+            return f"{key} takes an integer 0..{top}, got {value!r}"
+        return None
+
     @property
     def path(self) -> str:
         return f"/sys/class/net/{self.iface}/{self.key}"

@@ -55,6 +55,12 @@ def knob_class(key: str) -> type[Knob]:
     return Feature
 
 
+def plan_knob_class(key: str, section: str) -> type[Knob]:
+    """The class that judges `key` in a plan's `section`: every key under `features` is judged as a feature."""
+    cls = knob_class(key)
+    return Feature if section == "features" else cls
+
+
 def knob_for(target: Target, key: str) -> Knob:
     cls = knob_class(key)
     if cls.needs_iface and target.iface is None:

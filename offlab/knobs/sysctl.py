@@ -19,7 +19,7 @@ from typing import Any
 
 from offlab.errors import BadInput, CommandFailed
 from offlab.hosts import LOCAL
-from offlab.knobs.base import Knob, Plan
+from offlab.knobs.base import Knob, Plan, PlanPlace
 
 SYSCTL_RE = re.compile(r"^(net|kernel|vm)(\.[A-Za-z0-9_:@/-]{1,64}){1,8}$")
 WORD_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
@@ -46,6 +46,26 @@ def sysctl_path(key: str) -> str:
 class Sysctl(Knob):
     kind = "sysctl"
     needs_iface = False
+    on_machine = True
+
+    @classmethod
+    def plan_value_problem(cls, key: str, value: Any) -> str | None:
+        if key not in RANGES:
+            return None
+        lo, hi = RANGES[key]
+        if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+            return f"{key} takes an integer {lo}..{hi}, got {value!r}"
+        return None
+
+    @classmethod
+    def plan_place_problem(cls, key: str, value: Any, place: PlanPlace) -> str | None:
+        if key in RANGES:  # the machine-wide ones offlab's suites vary: no namespace has them
+            return (f"{key} is host-wide (no network namespace has it): write it under machine, "
+                    f"e.g. settings: {{machine: {{{key}: {value}}}}}")
+        if place.ref is not None:
+            return (f"{key} is a sysctl of {place.role}'s namespace, not of an interface: write {place.role} "
+                    f"without :{place.ref}")
+        return None
 
     @property
     def path(self) -> str:

@@ -18,9 +18,10 @@ from __future__ import annotations
 from typing import Any
 
 from offlab.dpdk import Testpmd
+from offlab.dpdk.ports import PMD_MAX_MTU
 from offlab.dpdk.testpmd import TestpmdNoAnswer
 from offlab.errors import BadInput
-from offlab.knobs.base import Knob, Plan, as_bool, as_int, onoff
+from offlab.knobs.base import Knob, Plan, PlanPlace, as_bool, as_int, onoff
 
 PREFIX = "testpmd."
 FWD_MODES = ("io", "mac", "macswap", "csum", "5tswap", "rxonly", "icmpecho")
@@ -29,7 +30,8 @@ PER_PORT = {"gro", "gso", "tso_segsz", *(f"csum.{p}" for p in CSUM_PROTOS)}
 # name → (lowest, highest) for the integer settings; testpmd's own limits (22.11 cmdline and config)
 RANGES = {"burst": (1, 512), "rxd": (16, 4096), "txd": (16, 4096), "gro_flush": (1, 4), "gso_segsz": (64, 1514),
           "tso_segsz": (0, 9000)}
-TAP_TSO_MAX = 1500 - 66  # the tap PMD drops a TSO segment whose size + Ethernet/IPv4/TCP headers exceed MTU 1500
+TSO_HEADERS = 66  # Ethernet + IPv4 + TCP with timestamps, the headers the tap PMD adds to a TSO segment
+TAP_TSO_MAX = PMD_MAX_MTU - TSO_HEADERS  # the tap PMD drops a TSO segment whose size + headers exceed its MTU
 NAMES = ("fwd", "burst", "rxd", "txd", "gro", "gro_flush", "gso", "gso_segsz", "tso_segsz",
          *(f"csum.{p}" for p in CSUM_PROTOS))
 # Settings that need their port stopped (and so its tap moved back) to take: descriptors all ports.
@@ -97,6 +99,18 @@ class TestpmdSetting(Knob):
     kind = "testpmd"
     needs_iface = False
 
+    @classmethod
+    def plan_place_problem(cls, key: str, value: Any, place: PlanPlace) -> str | None:
+        if place.topology not in ("dpdk", "dpdk-vm"):
+            return f"{key} is a setting of dpdk-testpmd: only a dpdk or dpdk-vm lab runs one, not {place.topology}"
+        if place.role != "switch" or place.ref is not None:
+            return f"{key} is a setting of the testpmd on host switch, not of {place.target}"
+        try:  # the same judgement as `lab set` makes before it asks testpmd
+            check_value(key, value)
+        except BadInput as exc:
+            return str(exc)
+        return None
+
     @property
     def name(self) -> str:
         name = self.key[len(PREFIX):]
@@ -159,7 +173,7 @@ class TestpmdSetting(Knob):
             self._need_capability(tp, "TCP_TSO", ports)
             if "tap" in pmds and n > TAP_TSO_MAX:
                 raise BadInput(f"{self.key}={n}: the tap PMD (DPDK {ver}) drops every TSO segment whose segment "
-                               f"size + 66 B of headers exceeds its MTU 1500; use at most {TAP_TSO_MAX}")
+                               f"size + {TSO_HEADERS} B of headers exceeds its MTU {PMD_MAX_MTU}; use at most {TAP_TSO_MAX}")
         return str(n)
 
     def _need_capability(self, tp: Testpmd, flag: str, ports: list) -> None:

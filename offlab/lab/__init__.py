@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import shutil
 import signal
 import time
 from typing import Callable
 
+from offlab import netdev
 from offlab.errors import BadInput, EnvironmentProblem, NotRoot, OfflabError
 from offlab.hosts import LOCAL, is_root, require_tool
 from offlab.hosts.process import process_start_time, signal_pid
@@ -145,7 +145,7 @@ def _check_mtus(lab: LabState) -> None:
     for role, entry in lab.hosts.items():
         if entry.netns is None:
             continue  # an SSH host: a lab over existing machines sets no MTU of its own
-        links = json.loads(lab.host(role).run(["ip", "-d", "-j", "link", "show"]).stdout)
+        links = netdev.link_rows(lab.host(role), details=True, timeout=30)
         for link in links:
             if link["ifname"] == "lo" or link.get("ifname") == "ovs-netdev":
                 continue
@@ -380,12 +380,8 @@ def _last_words(lab: LabState, daemon: str) -> str:
 
 def _namespaces_named(lab: str) -> list[str]:
     """Namespaces that follow this lab's naming (ol-<lab>-<host>), state file or not."""
-    res = LOCAL.run(["ip", "-j", "netns", "list"], check=False)
-    if not res.ok or not res.stdout.strip():
-        return []
     prefix = f"ol-{lab}-"
-    return [n["name"] for n in json.loads(res.stdout) if n["name"].startswith(prefix)
-            and "-" not in n["name"][len(prefix):]]
+    return [n for n in netdev.netns_names(LOCAL, timeout=30) if n.startswith(prefix) and "-" not in n[len(prefix):]]
 
 
 def _kill_processes_in(ns: str) -> None:

@@ -10,7 +10,9 @@ import os
 import time
 from typing import Callable
 
+from offlab.addresses import CLIENT4, CLIENT6, SERVER4, SERVER6
 from offlab.dpdk import Port, Testpmd
+from offlab.dpdk.ports import PMD_MAX_FRAME, PMD_MAX_MTU
 from offlab.dpdk.testpmd import DAEMON, rundir_for
 from offlab.errors import BadInput
 from offlab.lab.build import Builder, LabBuildFailed
@@ -18,11 +20,9 @@ from offlab.lab.model import Daemon, Interface
 from offlab.names import link_name, netns_name
 from offlab.state import ensure_dir
 
-CLIENT4, SERVER4 = "10.200.1.1/24", "10.200.1.2/24"
-CLIENT6, SERVER6 = "fd00:200:0:1::1/64", "fd00:200:0:1::2/64"
 PMDS = ("tap", "af_packet")
-# The largest frame each PMD takes in DPDK 22.11 (show port info: 1522 tap, 1518 af_packet): MTU 1500.
-MAX_MTU = 1500
+# The largest MTU the tap and af_packet PMDs take (their frames: offlab/dpdk/ports.py).
+MAX_MTU = PMD_MAX_MTU
 AF_PACKET_CSUM_WHY = ("the af_packet PMD hands testpmd partial-checksum frames and io forwarding passes them "
                       "on unchanged, so TCP is black-holed unless the senders checksum in software")
 
@@ -35,10 +35,10 @@ def check_options(options: dict, mtu: int, topology: str = "dpdk") -> None:
         raise BadInput(f"--pmd {pmd!r}: choose tap or af_packet")
     if mtu != MAX_MTU and topology == "dpdk-vm":
         raise BadInput(f"--mtu {mtu}: the dpdk-vm lab's tap port takes at most {MAX_MTU} (DPDK 22.11 net_tap "
-                       f"frames ≤ 1522 B), and so does the path through it")
+                       f"frames ≤ {PMD_MAX_FRAME['net_tap']} B), and so does the path through it")
     if mtu != MAX_MTU:
         raise BadInput(f"--mtu {mtu}: the dpdk lab's ports take at most {MAX_MTU} (DPDK 22.11 net_tap frames "
-                       f"≤ 1522 B, net_af_packet ≤ 1518 B); jumbo frames need vhost-user ports at both ends "
+                       f"≤ {PMD_MAX_FRAME['net_tap']} B, net_af_packet ≤ {PMD_MAX_FRAME['net_af_packet']} B); jumbo frames need vhost-user ports at both ends "
                        f"(dpdk-vm has a tap port too)")
     check_cpu(options.get("cpu"))
 

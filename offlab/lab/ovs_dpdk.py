@@ -19,9 +19,11 @@ import subprocess
 import time
 
 from offlab import netdev
+from offlab.addresses import CLIENT4, CLIENT6, SERVER4, SERVER6
 from offlab.dpdk.ports import PMD_MAX_FRAME, PMD_MAX_MTU, VHOST_MAX_FRAME, VHOST_MAX_MTU
 from offlab.dpdk.testpmd import OWNER_FILE, owner_mark, runtime_dir, version
 from offlab.errors import BadInput, EnvironmentProblem, OfflabError, ToolMissing
+from offlab.hosts import TOOL_PACKAGES
 from offlab.hosts.process import process_start_time
 from offlab.lab.build import Builder
 from offlab.lab.dpdk import attach_ports, check_cpu, default_cpu
@@ -31,9 +33,7 @@ from offlab.names import link_name
 
 VSWITCHD = "/usr/lib/openvswitch-switch-dpdk/ovs-vswitchd-dpdk"
 DAEMON = "ovs-vswitchd-dpdk"
-PACKAGE = "openvswitch-switch-dpdk"
-CLIENT4, SERVER4 = "10.200.1.1/24", "10.200.1.2/24"
-CLIENT6, SERVER6 = "fd00:200:0:1::1/64", "fd00:200:0:1::2/64"
+PACKAGE = TOOL_PACKAGES[DAEMON]
 BRIDGE = "br0"
 MEMORY_MB = 1024
 # vhost-user ports at up to 9710: jumbo mbufs, and a run-time MTU change needs a second pool while
@@ -88,7 +88,6 @@ def ovs_dpdk_vm(b: Builder, mtu: int) -> None:
     directory, with `mtu_request` = the lab's MTU (9000 works here, unlike tap and af_packet);
     each QEMU (TCG, in the switch namespace) is its client, guest RAM shared memfd memory.
     """
-    from offlab.lab.vm import CLIENT4 as GC4, CLIENT6 as GC6, SERVER4 as GS4, SERVER6 as GS6
     from offlab.lab.vm import boot_guest, guest_address
 
     opts = b.lab.options
@@ -100,7 +99,7 @@ def ovs_dpdk_vm(b: Builder, mtu: int) -> None:
     switch.add_bridge(BRIDGE)
     with b.step(f"OVS bridge {BRIDGE} mtu_request={mtu}"):
         switch.vsctl("set", "Interface", BRIDGE, f"mtu_request={mtu}")
-    for role, cidr4, cidr6 in (("client", GC4, GC6), ("server", GS4, GS6)):
+    for role, cidr4, cidr6 in (("client", CLIENT4, CLIENT6), ("server", SERVER4, SERVER6)):
         port = f"vhu-{role}"
         with b.step(f"OVS-DPDK vhost-user port {port} (mtu_request={mtu})"):
             switch.vsctl("add-port", BRIDGE, port, "--", "set", "Interface", port, "type=dpdkvhostuser",

@@ -20,9 +20,9 @@ directory, so both are owned through their namespace.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 
+from offlab import netdev
 from offlab.hosts import LOCAL
 from offlab.hosts.local import NETNS_DIR, check_netns
 from offlab.state import state_dir
@@ -56,12 +56,15 @@ def inode(ns: str) -> int | None:
 
 def owner_of(ns: str) -> str | None:
     """The state directory named by `ns`'s mark; "" when unmarked; None when `ns` is gone."""
-    res = LOCAL.run(["ip", "-n", check_netns(ns), "-j", "link", "show", "dev", "lo"], check=False, timeout=10)
-    if not res.ok:
+    try:
+        rows = netdev.ip_json_or_none(LOCAL, "link", "show", "dev", "lo", netns=check_netns(ns))
+    except ValueError:  # not JSON
+        return ""
+    if rows is None:
         return None
     try:
-        alias = json.loads(res.stdout)[0].get("ifalias", "")
-    except (ValueError, IndexError, AttributeError):
+        alias = rows[0].get("ifalias", "")
+    except (IndexError, AttributeError):
         return ""
     return alias[len(PREFIX):] if alias.startswith(PREFIX) else ""
 

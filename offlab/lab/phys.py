@@ -20,19 +20,17 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import ipaddress
-import json
 import os
 from typing import Iterator
 
 from offlab import netdev
+from offlab.addresses import CLIENT4, CLIENT6, SERVER4, SERVER6
 from offlab.errors import BadInput, CommandFailed, EnvironmentProblem, OfflabError
 from offlab.hosts import LOCAL, Host, NetnsHost, netns_exists, require_tool
 from offlab.lab.build import Builder
 from offlab.lab.model import Interface, LabState
 from offlab.names import check_ifname
 
-CLIENT4, SERVER4 = "10.200.1.1/24", "10.200.1.2/24"
-CLIENT6, SERVER6 = "fd00:200:0:1::1/64", "fd00:200:0:1::2/64"
 # One `lab up phys` at a time checks and moves ports (any state directory): two cannot take one port.
 LOCK = "/run/lock/offlab-phys.lock"
 
@@ -45,7 +43,7 @@ def check_ports(ports: object, lab_name: str) -> list[str]:
     names = [check_ifname(p, "--ports port") for p in ports]
     if names[0] == names[1]:
         raise BadInput(f"--ports names {names[0]} twice: give two different ports (client,server)")
-    links = {l["ifname"]: l for l in json.loads(LOCAL.run(["ip", "-d", "-j", "addr", "show"], timeout=10).stdout)}
+    links = {l["ifname"]: l for l in netdev.links(LOCAL)}
     busy = _default_route_devs()
     conns = _established()
     for name in names:
@@ -85,13 +83,12 @@ def _by_altname(links: dict[str, dict], name: str) -> dict | None:
 def _default_route_devs() -> dict[str, str]:
     """Devices of the default routes (v4 and v6, multipath included) → the route, for the message."""
     out: dict[str, str] = {}
-    for fam in ("-4", "-6"):
-        res = LOCAL.run(["ip", "-j", fam, "route", "show", "default"], check=False, timeout=10)
-        for r in json.loads(res.stdout) if res.ok and res.stdout.strip() else []:
+    for fam in (4, 6):
+        for r in netdev.routes(LOCAL, fam, "default"):
             via = f"default via {r['gateway']}" if r.get("gateway") else "default"
             for dev in [r.get("dev"), *(h.get("dev") for h in r.get("nexthops", []))]:
                 if dev:
-                    out.setdefault(dev, f"IPv{fam[1]} {via}")
+                    out.setdefault(dev, f"IPv{fam} {via}")
     return out
 
 
@@ -119,8 +116,7 @@ def _established() -> list[tuple[str, str, bool]]:
 
 
 def _namespace_holding(name: str) -> str | None:
-    res = LOCAL.run(["ip", "-j", "netns", "list"], check=False, timeout=10)
-    for ns in (n["name"] for n in json.loads(res.stdout)) if res.ok and res.stdout.strip() else []:
+    for ns in netdev.netns_names(LOCAL):
         if LOCAL.run(["ip", "-n", ns, "link", "show", "dev", name], check=False, timeout=10).ok:
             parts = ns.split("-")
             lab = f", offlab lab {parts[1]}'s" if len(parts) == 3 and parts[0] == "ol" else ""
@@ -154,7 +150,7 @@ def _lock() -> Iterator[None]:
 def snapshot(name: str) -> dict:
     """Everything `give_back` puts back (and checks), as the port is now in this namespace."""
     host = LOCAL
-    link = json.loads(host.run(["ip", "-d", "-j", "addr", "show", "dev", name], timeout=10).stdout)[0]
+    link = netdev.addr_rows(host, name, details=True)[0]
     feats = netdev.features(host, name)
     return {
         "name": link["ifname"],
@@ -179,12 +175,11 @@ def snapshot(name: str) -> dict:
 def _routes(host: Host, name: str) -> list[dict]:
     """Routes of the main table through the port that the kernel does not make again by itself."""
     out = []
-    for fam in ("-4", "-6"):
-        res = host.run(["ip", "-j", fam, "route", "show", "dev", name], check=False, timeout=10)
-        for r in json.loads(res.stdout) if res.ok and res.stdout.strip() else []:
+    for fam in (4, 6):
+        for r in netdev.routes(host, fam, "dev", name):
             if r.get("protocol") in ("kernel", "ra", "redirect") or r.get("type") in ("multicast", "local"):
                 continue
-            out.append({"family": fam, **{k: r[k] for k in ("dst", "gateway", "metric", "prefsrc", "scope",
+            out.append({"family": f"-{fam}", **{k: r[k] for k in ("dst", "gateway", "metric", "prefsrc", "scope",
                                                             "protocol") if k in r}})
     return out
 
@@ -297,10 +292,9 @@ def _locate(lab: LabState, rec: dict) -> str | None:
 
 
 def _same_port(host: Host, rec: dict) -> bool:
-    res = host.run(["ip", "-j", "link", "show", "dev", rec["name"]], check=False, timeout=10)
-    if not res.ok or not res.stdout.strip():
+    link = netdev.find_link(host, rec["name"])
+    if link is None:
         return False
-    link = json.loads(res.stdout)[0]
     mac = link.get("permaddr") or link.get("address")
     if rec.get("mac") and mac != rec["mac"]:
         raise EnvironmentProblem(f"the link named {rec['name']} in {host.name} has MAC {mac}, not the port's "
@@ -390,9 +384,9 @@ def ifindex_note(lab: LabState) -> list[str]:
     """The kernel may give a returning port a new ifindex when its old one was taken: say so."""
     notes = []
     for rec in lab.ports:
-        res = LOCAL.run(["ip", "-j", "link", "show", "dev", rec["name"]], check=False, timeout=10)
-        if res.ok and res.stdout.strip():
-            idx = json.loads(res.stdout)[0]["ifindex"]
+        link = netdev.find_link(LOCAL, rec["name"])
+        if link is not None:
+            idx = link["ifindex"]
             if idx != rec["ifindex"]:
                 notes.append(f"port {rec['name']}: ifindex {idx} now, {rec['ifindex']} before (the kernel chose)")
     return notes

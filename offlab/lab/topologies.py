@@ -1,19 +1,18 @@
 """One function per topology; each reads like its picture.
 
 Addresses are the same in every lab (labs live in separate namespaces, so they
-never meet): hosts on 10.200.1.0/24 (and 10.200.2.0/24 behind a router), the
-VXLAN underlay on 10.200.254.0/24, IPv6 on fd00:200:0:<subnet>::/64 (inside fd00:200::/48).
+never meet); offlab/addresses.py holds them.
 """
 
 from __future__ import annotations
 
+from offlab.addresses import (BEHIND4, BEHIND6, CLIENT4, CLIENT6, HV1_UNDERLAY, HV2_UNDERLAY, ROUTER_C4,
+                              ROUTER_C6, ROUTER_S4, ROUTER_S6, SERVER4, SERVER6, address)
 from offlab.lab.build import Builder
 from offlab.lab.model import Interface
 from offlab.lab.ovs import Ovs
 from offlab.mtu.calc import VXLAN_OVERHEAD
 
-CLIENT4, SERVER4 = "10.200.1.1/24", "10.200.1.2/24"
-CLIENT6, SERVER6 = "fd00:200:0:1::1/64", "fd00:200:0:1::2/64"
 
 DEFAULT_VNI = 4242
 DEFAULT_VXLAN_PORT = 4789
@@ -48,14 +47,14 @@ def router(b: Builder, mtu: int) -> None:
     c, r_c = b.wire("client", "router", mtu=mtu)
     r_s, s = b.wire("router", "server", mtu=mtu)
     b.address("client", c, CLIENT4, CLIENT6, reach=True)
-    b.address("router", r_c, "10.200.1.254/24", "fd00:200:0:1::fe/64", reach=False)
-    b.address("router", r_s, "10.200.2.254/24", "fd00:200:0:2::fe/64", reach=False)
-    b.address("server", s, "10.200.2.2/24", "fd00:200:0:2::2/64", reach=True)
+    b.address("router", r_c, ROUTER_C4, ROUTER_C6, reach=False)
+    b.address("router", r_s, ROUTER_S4, ROUTER_S6, reach=False)
+    b.address("server", s, BEHIND4, BEHIND6, reach=True)
     b.sysctl("router", "net.ipv4.ip_forward", "1")
     if b.lab.ipv6:
         b.sysctl("router", "net.ipv6.conf.all.forwarding", "1")
-    b.default_route("client", "10.200.1.254", "fd00:200:0:1::fe")
-    b.default_route("server", "10.200.2.254", "fd00:200:0:2::fe")
+    b.default_route("client", address(ROUTER_C4), address(ROUTER_C6))
+    b.default_route("server", address(ROUTER_S4), address(ROUTER_S6))
 
 
 def vxlan(b: Builder, mtu: int) -> None:
@@ -76,13 +75,13 @@ def vxlan(b: Builder, mtu: int) -> None:
     hv2_s, s = b.wire("hv2", "server", mtu=mtu)
     b.bridge("switch", "br0", [sw_1, sw_2], mtu=under)
     for hv, local, remote, port_to_host in (
-        ("hv1", "10.200.254.1", "10.200.254.2", hv1_c),
-        ("hv2", "10.200.254.2", "10.200.254.1", hv2_s),
+        ("hv1", HV1_UNDERLAY, HV2_UNDERLAY, hv1_c),
+        ("hv2", HV2_UNDERLAY, HV1_UNDERLAY, hv2_s),
     ):
-        b.address(hv, "u0", f"{local}/24", None, reach=False)
+        b.address(hv, "u0", local, None, reach=False)
         with b.step(f"vxlan0 (VNI {vni}, port {port}) in {hv}"):
             b.ip(hv, "link", "add", "vxlan0", "mtu", str(mtu), "type", "vxlan", "id", str(vni),
-                 "local", local, "remote", remote, "dstport", str(port), "dev", "u0")
+                 "local", address(local), "remote", address(remote), "dstport", str(port), "dev", "u0")
             b.lab.hosts[hv].interfaces.append(Interface("vxlan0", "vxlan", role="overlay"))
             b.ip(hv, "link", "set", "vxlan0", "up")
         b.bridge(hv, "br-int", [port_to_host, "vxlan0"], mtu=mtu)

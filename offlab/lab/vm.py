@@ -14,6 +14,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from offlab import netdev
+from offlab.addresses import (BEHIND4, BEHIND6, CLIENT4, CLIENT6, ROUTER_C4, ROUTER_C6, ROUTER_S4, ROUTER_S6,
+                              SERVER4, SERVER6, address)
 from offlab.errors import BadInput
 from offlab.hosts import Host
 from offlab.lab.build import Builder, LabBuildFailed
@@ -21,12 +24,6 @@ from offlab.lab.model import Adjustment, Daemon, HostEntry, Interface
 from offlab.names import link_name, netns_name
 from offlab.state import ensure_dir, state_dir
 
-CLIENT4, SERVER4 = "10.200.1.1/24", "10.200.1.2/24"
-CLIENT6, SERVER6 = "fd00:200:0:1::1/64", "fd00:200:0:1::2/64"
-# vm-router: the client's subnet and the server's, the guest .254 / ::fe on each (as `router`)
-ROUTER_C4, ROUTER_C6 = "10.200.1.254/24", "fd00:200:0:1::fe/64"
-ROUTER_S4, ROUTER_S6 = "10.200.2.254/24", "fd00:200:0:2::fe/64"
-BEHIND4, BEHIND6 = "10.200.2.2/24", "fd00:200:0:2::2/64"
 QEMU_DAEMON = "qemu-system-x86_64"  # /proc/PID/comm shows its first 15 characters
 MAX_GUEST_CPUS = 8
 FORWARD_WHY = "the guest routes between its two virtio-net NICs (seed 002's VM-as-router)"
@@ -67,8 +64,8 @@ def vm_router(b: Builder, mtu: int) -> None:
     guest_sysctl(b, "router", guest, "net.ipv4.ip_forward", "1", FORWARD_WHY)
     if b.lab.ipv6:
         guest_sysctl(b, "router", guest, "net.ipv6.conf.all.forwarding", "1", FORWARD_WHY)
-    b.default_route("client", ROUTER_C4.split("/")[0], ROUTER_C6.split("/")[0])
-    b.default_route("server", ROUTER_S4.split("/")[0], ROUTER_S6.split("/")[0])
+    b.default_route("client", address(ROUTER_C4), address(ROUTER_C6))
+    b.default_route("server", address(ROUTER_S4), address(ROUTER_S6))
 
 
 def vm_pair(b: Builder, mtu: int) -> None:
@@ -155,9 +152,8 @@ def _backend(nic) -> dict:
 
 
 def _check_nic_order(host: Host, nics: list) -> None:
-    import json
 
-    by_mac = {l.get("address"): l["ifname"] for l in json.loads(host.run(["ip", "-j", "link", "show"]).stdout)}
+    by_mac = {l.get("address"): l["ifname"] for l in netdev.link_rows(host, timeout=30)}
     for i, nic in enumerate(nics):
         if by_mac.get(nic.mac) != f"eth{i}":
             raise LabBuildFailed(f"the guest's NIC on {next(iter(_backend(nic).values()))} (MAC {nic.mac}) is "

@@ -6,23 +6,23 @@
     silent    no reply and no ICMP: the packet vanished. Larger probes silent while
               smaller ones pass is a black hole (a bridge port with a smaller MTU, ICMP filtered)
 
-Probes go only to 10.200.0.0/16, fd00:200::/48 or loopback: the addresses offlab's
-labs use, so nothing leaves the namespaces offlab made.
+Probes go only to the addresses offlab's labs use (offlab/addresses.py) or loopback, so
+nothing leaves the namespaces offlab made.
 """
 
 from __future__ import annotations
 
 import ipaddress
-import json
 import re
 from dataclasses import asdict, dataclass, field
 
+from offlab import netdev
+from offlab.addresses import LAB_NET4, LAB_NET6, LOOPBACK, RANGES
 from offlab.errors import BadInput, EnvironmentProblem
 from offlab.hosts import Host
 from offlab.mtu.calc import ICMP_HEADER, IP_MAX, IPV4_HEADER, IPV6_HEADER, MIN_MTU
 
-ALLOWED = (ipaddress.ip_network("10.200.0.0/16"), ipaddress.ip_network("fd00:200::/48"),
-           ipaddress.ip_network("127.0.0.0/8"), ipaddress.ip_network("::1/128"))
+ALLOWED = (LAB_NET4, LAB_NET6, *LOOPBACK)
 MAX_PROBES = 20
 
 _FRAG_RE = re.compile(r"(?:Frag needed and DF set \(mtu = (\d+)\)|Packet too big: mtu=(\d+))")
@@ -35,10 +35,10 @@ def check_dest(dest: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
     try:
         addr = ipaddress.ip_address(dest)
     except ValueError:
-        raise BadInput(f"DEST {dest!r} is not an IP address: give one from 10.200.0.0/16, fd00:200::/48 "
+        raise BadInput(f"DEST {dest!r} is not an IP address: give one from {RANGES} "
                        "or loopback (names are refused: they could resolve outside the lab)") from None
     if not _allowed(addr):
-        raise BadInput(f"DEST {dest} is outside 10.200.0.0/16, fd00:200::/48 and loopback: "
+        raise BadInput(f"DEST {dest} is outside {RANGES} and loopback: "
                        "offlab only probes inside the namespaces it made")
     return addr
 
@@ -102,18 +102,13 @@ def route_mtu(host: Host, dest: str) -> tuple[str | None, int | None]:
     Refuses (exit 2) a route that could leave the machine: through a gateway
     outside offlab's ranges, or out of a device with hardware behind it.
     """
-    res = host.run(["ip", "-j", "route", "get", dest], check=False, timeout=10)
-    if not res.ok or not res.stdout.strip():
-        detail = res.stderr.strip().splitlines()[-1] if res.stderr.strip() else "no route"
-        raise EnvironmentProblem(f"no route to {dest} from {host.name}: {detail}")
-    route = json.loads(res.stdout)[0]
+    route = netdev.route_get(host, dest)
     dev, gateway = route.get("dev"), route.get("gateway")
     if gateway and not _allowed(ipaddress.ip_address(gateway)):
         raise BadInput(f"{dest} is routed via {gateway} from {host.name}: outside offlab's ranges, refusing")
     if not dev:
         return None, None
-    link = host.run(["ip", "-d", "-j", "link", "show", "dev", dev], check=False, timeout=10)
-    info = json.loads(link.stdout)[0] if link.ok and link.stdout.strip() else {}
+    info = netdev.find_link(host, dev, details=True) or {}
     if info.get("parentbus") or info.get("parentdev"):
         raise BadInput(f"{dest} is routed out of {dev} in {host.name}, a device with hardware behind it: refusing")
     return dev, info.get("mtu")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 
+from offlab import netdev
 from offlab.errors import CommandFailed, EnvironmentProblem
 from offlab.hosts import which
 
@@ -52,7 +53,7 @@ class BigPacketCounters:
         if which("nft") is None:
             raise EnvironmentProblem("counting packets over 64 KiB needs nft (Debian package nftables; "
                                      "`make install` installs it)")
-        links = json.loads(self.host.run(["ip", "-j", "link", "show"], timeout=10).stdout or "[]")
+        links = netdev.link_rows(self.host)
         ifaces = [l["ifname"] for l in links if l.get("ifname") and l["ifname"] != "lo"]
         self.remove()  # a table left by a killed run in the same namespace: start from zero
         try:

@@ -28,13 +28,13 @@ from typing import Any, Callable, Sequence
 
 from offlab.errors import BadInput, CommandTimeout, EnvironmentProblem
 from offlab.hosts import LOCAL, Host, which
+from offlab.names import IFNAME_RE
 from offlab.hosts.guest import GuestGone, GuestHost, console_tail, process_start_time
 from offlab.hosts.process import signal_pid
 from offlab.vm.image import INSTALL_HINT, Image, cache_root
 
 QEMU = "qemu-system-x86_64"
 KVM_PROBE_TIMEOUT = 20.0
-IFNAME_RE = re.compile(r"^[A-Za-z0-9_.:@-]{1,15}$")
 MAC_RE = re.compile(r"^[0-9a-f]{2}(:[0-9a-f]{2}){5}$")
 _VALUE_RE = re.compile(r"^[A-Za-z0-9_.-]{1,32}$")
 SOCKET_PATH_MAX = 107

@@ -11,11 +11,11 @@ from __future__ import annotations
 from offlab.doctor import parse
 from offlab.doctor.model import Outcome
 from offlab.doctor.registry import Context, NotApplicable, check, no_data
+from offlab.hosts import TOOL_PACKAGES
 
 # what each lab needs → the Debian package that brings it (PMD packages carry the DPDK ABI: a glob)
-PACKAGES = {"dpdk-testpmd": "dpdk-dev", "ovs-vswitchd-dpdk": "openvswitch-switch-dpdk",
-            "the tap PMD": "librte-net-tap*", "the af_packet PMD": "librte-net-af-packet*",
-            "the vhost PMD": "librte-net-vhost*"}
+PACKAGES = {tool: TOOL_PACKAGES[tool] for tool in ("dpdk-testpmd", "ovs-vswitchd-dpdk")} | {
+    "the tap PMD": "librte-net-tap*", "the af_packet PMD": "librte-net-af-packet*", "the vhost PMD": "librte-net-vhost*"}
 QUERY = ["dpkg-query", "-W", "-f", "${db:Status-Abbrev}${Package} ${Version}\\n", *PACKAGES.values()]
 
 

@@ -46,7 +46,7 @@ def _peer_tx(ctx: Context, port: dict) -> dict:
     entry["peer_netns"] = peer_ns or f"nsid {nsid}"
     if peer_ns is None:
         return entry
-    res = ctx.run(["ip", "-n", peer_ns, "-j", "link", "show"])
+    res = ctx.run(netdev.ip_argv("link", "show", netns=peer_ns))
     if res is None or not res.ok:
         return entry
     peer = next((l["ifname"] for l in parse.ip_links(res.stdout) if l.get("ifindex") == index), None)

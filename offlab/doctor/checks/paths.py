@@ -8,6 +8,7 @@ depends on ICMP "frag needed" reaching the sender.
 
 from __future__ import annotations
 
+from offlab import netdev
 from offlab.doctor import parse
 from offlab.doctor.model import FixChange, Outcome
 from offlab.doctor.registry import Context, check, no_data
@@ -57,7 +58,7 @@ def _walk(ctx: Context) -> tuple[dict[str, list[dict]], dict[str, dict[int, str]
             if len(spaces) >= MAX_NAMESPACES:
                 unreachable.append(peer_ns)
                 continue
-            res = ctx.run(["ip", "-n", peer_ns, "-d", "-j", "link", "show"])
+            res = ctx.run(netdev.ip_argv("link", "show", details=True, netns=peer_ns))
             if res is None or not res.ok or not res.stdout.strip():
                 unreachable.append(peer_ns)
                 continue

@@ -6,10 +6,8 @@ Each check here replaces an error that used to surface only once the lab was up
 
 from __future__ import annotations
 
-import difflib
 import re
-from functools import cache
-from importlib import resources
+from dataclasses import replace
 from typing import Any, Callable
 
 from offlab.errors import BadInput
@@ -17,17 +15,12 @@ from offlab.experiment.plan import topology as static
 from offlab.experiment.plan.errors import PlanErrors
 from offlab.experiment.plan.models import Cell, Plan
 from offlab.mtu.calc import VXLAN_OVERHEAD as VXLAN_OVERHEAD_BY_FAMILY
+from offlab.names import IFNAME_PATTERN, ROLE_PATTERN
 from offlab.traffic import BadWorkload
 
-TARGET_RE = re.compile(r"^(machine|[a-z][a-z0-9]{0,15})(:[A-Za-z0-9_.:@-]{1,15})?$")
+TARGET_RE = re.compile(f"^(machine|{ROLE_PATTERN})(:{IFNAME_PATTERN})?$")
 VXLAN_OVERHEAD = VXLAN_OVERHEAD_BY_FAMILY[4]  # the lab's underlay is IPv4 (offlab/lab/topologies.py)
 VXLAN_ONLY = ("underlay_mtu", "vni", "port")
-
-
-@cache
-def kernel_features() -> frozenset[str]:
-    text = resources.files("offlab.experiment").joinpath("kernel_features.txt").read_text()
-    return frozenset(text.split())
 
 
 def check_target(err: PlanErrors, path: tuple, target: Any, kind: str, *, machine_ok: bool = True) -> tuple[str, str | None]:
@@ -51,78 +44,37 @@ def check_target(err: PlanErrors, path: tuple, target: Any, kind: str, *, machin
 
 
 def check_knob(err: PlanErrors, path: tuple, kind: str, target: str, key: Any, value: Any, section: str) -> None:
-    """One `features`/`settings` entry: a known key, on a host and interface it can apply to, a sane value."""
-    from offlab.knobs.features import ALIASES, LEGACY, LONG_TO_SHORT, Feature
-    from offlab.knobs.link import Mtu
-    from offlab.knobs.registry import knob_class
-    from offlab.knobs.sysctl import Sysctl
-    from offlab.knobs.bridge import BridgeNf
-    from offlab.knobs.bigtcp import LinkSize, plan_size_problem
-    from offlab.knobs.napi import NAPI_KEYS, NapiParam
-    from offlab.knobs.sysctl import RANGES
-    from offlab.names import check_mtu
+    """One `features`/`settings` entry: a known key, on a host and interface it can apply to, a sane value.
+    The knob's class judges its value and place (Knob.plan_value_problem, plan_place_problem)."""
+    from offlab.knobs.base import PlanPlace
+    from offlab.knobs.registry import plan_knob_class
 
     role, ref = target.partition(":")[0], target.partition(":")[2] or None
     try:
-        cls = knob_class(key)
+        cls = plan_knob_class(key, section)
     except BadInput as exc:
         err.fail(path, str(exc))
-    if section == "features" or cls is Feature:
-        known = kernel_features() | set(LEGACY) | set(ALIASES) | set(LONG_TO_SHORT)
-        if key not in known:
-            close = difflib.get_close_matches(str(key), sorted(known), n=3, cutoff=0.6)
-            err.fail(path, f"unknown feature {key!r}" + (f"; did you mean {', '.join(close)}?" if close else
-                                                         "; `ethtool -k` lists the features"))
-        if not (isinstance(value, bool) or value in ("on", "off")):
-            err.fail(path, f"feature {key} must be on or off, got {value!r}")
-    if key in RANGES or cls is NapiParam:
-        lo, hi = RANGES.get(key) or (0, NAPI_KEYS[key][1])
-        if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-            err.fail(path, f"{key} takes an integer {lo}..{hi}, got {value!r}")
+    problem = cls.plan_value_problem(key, value)
+    if problem:
+        err.fail(path, problem)
     if role == "machine":
-        if cls is not Sysctl:
+        if not cls.on_machine:
             err.fail(path, f"'machine' takes host-wide sysctls only (net.*, kernel.*, vm.*), not {key!r}")
         return
-    from offlab.knobs.testpmd import TestpmdSetting, check_value as testpmd_value
-
-    if cls is TestpmdSetting:
-        if kind not in ("dpdk", "dpdk-vm"):
-            err.fail(path, f"{key} is a setting of dpdk-testpmd: only a dpdk or dpdk-vm lab runs one, not {kind}")
-        if role != "switch" or ref is not None:
-            err.fail(path, f"{key} is a setting of the testpmd on host switch, not of {target}")
-        try:  # the same judgement as `lab set` makes before it asks testpmd
-            testpmd_value(key, value)
-        except BadInput as exc:
-            err.fail(path, str(exc))
-        return
-    if cls is Sysctl:
-        if key in RANGES:  # the machine-wide ones offlab's suites vary: no namespace has them
-            err.fail(path, f"{key} is host-wide (no network namespace has it): write it under machine, "
-                           f"e.g. settings: {{machine: {{{key}: {value}}}}}")
-        if ref is not None:
-            err.fail(path, f"{key} is a sysctl of {role}'s namespace, not of an interface: write {role} "
-                           f"without :{ref}")
-        return
-    try:
-        iface = static.resolve(kind, role, ref)
-    except ValueError as exc:
-        err.fail(path, f"{key} is a setting of an interface: {exc}")
-    if iface.kind == "ovs-dpdk" and cls is not Mtu:
-        err.fail(path, f"{key}: {target} is an OVS-DPDK port, not a kernel interface; its one setting is mtu "
-                       f"(its mtu_request)")
-    if cls is Mtu:
+    bridges = tuple(f"{r}:{i.name}" for r, ifs in static.HOSTS[kind].items() for i in ifs if i.kind == "bridge")
+    place = PlanPlace(kind, target, role, ref, bridges=bridges)
+    if cls.needs_iface:
         try:
-            check_mtu(value, "mtu")
-        except BadInput as exc:
-            err.fail(path, str(exc))
-    if cls is LinkSize:
-        problem = plan_size_problem(key, value, iface.kind)
-        if problem:
-            err.fail(path, f"{target} {problem}")
-    if cls is BridgeNf and iface.kind != "bridge":
-        err.fail(path, f"{key} is a per-bridge setting; {target} is not a bridge (a {kind} lab's bridges: "
-                       + ", ".join(f"{r}:{i.name}" for r, ifs in static.HOSTS[kind].items()
-                                   for i in ifs if i.kind == "bridge") + ")")
+            iface = static.resolve(kind, role, ref)
+        except ValueError as exc:
+            err.fail(path, f"{key} is a setting of an interface: {exc}")
+        if iface.kind == "ovs-dpdk" and not cls.on_ovs_dpdk_port:
+            err.fail(path, f"{key}: {target} is an OVS-DPDK port, not a kernel interface; its one setting is mtu "
+                           f"(its mtu_request)")
+        place = replace(place, iface_kind=iface.kind)
+    problem = cls.plan_place_problem(key, value, place)
+    if problem:
+        err.fail(path, problem)
 
 
 def check_cell(err: PlanErrors, cell: Cell, blame: Callable[[str, str], tuple]) -> None:
