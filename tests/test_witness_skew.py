@@ -148,23 +148,26 @@ def _loss_check_tolerance(consistency: dict) -> float:
     return [c for c in consistency["checks"] if c["check"] == "loss"][0]["tolerance"]
 
 
-def test_a_channel_hosts_clock_exchanges_are_kept_for_its_next_session_and_a_reboot_voids_them(monkeypatch):
+def test_a_channel_hosts_clock_exchanges_are_kept_for_its_next_session_and_a_reboot_voids_them():
     """A guest's next sample asks for one fresh exchange, not three; kept ones from an earlier life
     (the same key after a reboot) disagree with the new clock, and then no offset is claimed."""
     import time
 
     from offlab import probes
+    from offlab.hosts import GuestHost
 
-    class Host:
-        def ref(self) -> dict:
-            return {"kind": "guest", "pid": 4242, "start_time": 7, "socket": "/tmp/test-clock-keep.sock"}
+    def host() -> GuestHost:  # a value rebuilt from its ref, as every caller gets one
+        return GuestHost("/tmp/test-clock-keep.sock", 4242, 7)
 
-    monkeypatch.setattr(probes, "_CLOCKS", {})
     now = time.monotonic()
     old = (now - probes.CLOCK_KEEP_S - 1, 50.0, now - probes.CLOCK_KEEP_S - 0.9)
     kept = [(now - 2.0, 100.00, now - 1.8), (now - 1.0, 101.00, now - 0.95)]
-    probes._keep_exchanges(Host(), [old, *kept])
-    assert probes._kept_exchanges(Host()) == kept  # older than CLOCK_KEEP_S: dropped
+    try:
+        probes.keep_exchanges(host(), [old, *kept])
+        assert probes.kept_exchanges(host()) == kept  # older than CLOCK_KEEP_S: dropped
+    finally:
+        host().forget()
+    assert probes.kept_exchanges(host()) == []  # its lab removed: nothing kept
     assert clock_offset(kept) is not None
     rebooted = (now - 0.5, 3.00, now - 0.4)  # the same key, a clock that started again
     assert clock_offset([*kept, rebooted]) is None

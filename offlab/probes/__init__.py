@@ -86,7 +86,7 @@ class ProbeSession:
         # role → (sent, its clock, answered) of every exchange with a channel host: together they pin
         # its clock against this machine's (see read_times).
         self.exchanges: dict[str, list[tuple[float, float, float]]] = {
-            role: _kept_exchanges(h) for role, h in self.own_kernel.items()}
+            role: kept_exchanges(h) for role, h in self.own_kernel.items()}
         self.samples: list[tuple[float, float, dict]] = []
         self.sampling_cpu_s = 0.0
         self._pending_reads, self._pending_lock, self._reading = 0, threading.Lock(), threading.Event()
@@ -151,7 +151,7 @@ class ProbeSession:
 
     def close(self) -> None:
         for role, host in self.own_kernel.items():
-            _keep_exchanges(host, self.exchanges.get(role, []))
+            keep_exchanges(host, self.exchanges.get(role, []))
         self._stop_sampling()
         for counting in self.big.values():
             counting.remove()
@@ -434,25 +434,20 @@ UPTIME_STEP_S = 0.01  # /proc/uptime prints hundredths
 # and exchanges that disagree (a reboot, a jump) make clock_offset claim nothing. So a new session
 # of the same host (a guest's pid and start time, an SSH host's address) adds one exchange to those
 # of the last CLOCK_KEEP_S instead of three: two round trips less before every sample in a guest.
+# They outlive the probe session (one per sample) on purpose, so they are kept in the host's memo,
+# which ends with the host's lab (hosts/memo.py): a lab built again under the same name starts afresh.
 CLOCK_KEEP_S = 300.0
 CLOCK_KEEP_MAX = 32
-_CLOCKS: dict[str, list[tuple[float, float, float]]] = {}
-_CLOCKS_LOCK = threading.Lock()
 
 
-def _clock_key(host) -> str:
-    return repr(sorted(host.ref().items()))
-
-
-def _kept_exchanges(host) -> list[tuple[float, float, float]]:
+def kept_exchanges(host) -> list[tuple[float, float, float]]:
+    """The host's exchanges of earlier sessions, those of the last CLOCK_KEEP_S."""
     now = time.monotonic()
-    with _CLOCKS_LOCK:
-        return [e for e in _CLOCKS.get(_clock_key(host), []) if now - e[0] < CLOCK_KEEP_S]
+    return [e for e in host.memo.get("clock exchanges", []) if now - e[0] < CLOCK_KEEP_S]
 
 
-def _keep_exchanges(host, exchanges: list[tuple[float, float, float]]) -> None:
-    with _CLOCKS_LOCK:
-        _CLOCKS[_clock_key(host)] = sorted(set(exchanges))[-CLOCK_KEEP_MAX:]
+def keep_exchanges(host, exchanges: list[tuple[float, float, float]]) -> None:
+    host.memo.put("clock exchanges", sorted(set(exchanges))[-CLOCK_KEEP_MAX:])
 
 
 def _nearest(samples: list, instant: float):

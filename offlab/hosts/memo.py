@@ -1,0 +1,66 @@
+"""What this process learned about a host that stays true while the host lives, kept for that life only.
+
+A host with a kernel of its own (a guest, an SSH host) answers each question in a round trip (0.2-3 s
+for a TCG guest under load), so what does not change while it lives (what a feature key resolves to,
+its CPU count, its clock against this machine's, a guest's open channel) is asked once and kept in the
+host's `Memo`. Hosts are values, rebuilt from their `ref()` wherever they are needed, so the memo is
+found by the host's own `key`; it ends with the host's lab: removing a lab calls `Host.forget()` on
+each of its hosts (lab.remove), which drops the memo and closes what it holds. A guest's key names its
+life (QEMU pid and start time), so a new guest of the same lab name starts empty even where another
+process removed the old one. This registry is the one place that keys anything by host: callers
+above `hosts` keep nothing of their own (tests/test_layering.py).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Hashable
+from typing import Any
+
+_MEMOS: dict[str, "Memo"] = {}
+_LOCK = threading.Lock()
+
+
+class Memo:
+    """One host's facts, by a key the caller names (e.g. ("feature names", iface, key))."""
+
+    def __init__(self) -> None:
+        self._values: dict[Hashable, Any] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: Hashable, default: Any = None) -> Any:
+        with self._lock:
+            return self._values.get(key, default)
+
+    def put(self, key: Hashable, value: Any) -> None:
+        with self._lock:
+            self._values[key] = value
+
+    def values(self) -> list[Any]:
+        with self._lock:
+            return list(self._values.values())
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._values)
+
+
+def memo_of(key: str) -> Memo:
+    """The memo of the host whose `Host.key` is `key` (a new, empty one if it has none)."""
+    with _LOCK:
+        memo = _MEMOS.get(key)
+        if memo is None:
+            memo = _MEMOS[key] = Memo()
+        return memo
+
+
+def drop(key: str) -> Memo | None:
+    """End the memo of that host: the caller closes what it held (Host.forget)."""
+    with _LOCK:
+        return _MEMOS.pop(key, None)
+
+
+def kept(key: str) -> bool:
+    """Whether this process keeps a memo for that host (tests: a removed lab's hosts have none)."""
+    with _LOCK:
+        return key in _MEMOS
