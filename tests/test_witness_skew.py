@@ -24,7 +24,7 @@ FIX = os.path.join(os.path.dirname(__file__), "fixtures", "probes")
 
 
 def test_one_answer_of_a_guest_splits_into_its_clock_and_counter_files():
-    # captured from a TCG guest (offlab lab up vm): the awk read of _REMOTE_READ, then tc's JSON
+    # captured from a TCG guest (offlab lab up vm): the awk read of REMOTE_READ, then tc's JSON
     with open(os.path.join(FIX, "guest_counters_answer.txt")) as f:
         files, sep, tc_text = f.read().partition("@@offlab-probe@@\n")
     got = split_counter_files(files)
@@ -42,15 +42,15 @@ def test_the_counter_read_a_guest_runs_keeps_every_file_under_busybox():
     import shutil
     import subprocess
 
-    from offlab.probes import _REMOTE_READ, _SEP
+    from offlab.probes.remote import REMOTE_READ, SEP
     from offlab.probes.counters import SNMP_KEEP
 
     busybox = shutil.which("busybox")
     if busybox is None:
         pytest.skip("busybox is not installed (scripts/install-deps installs busybox-static)")
-    cmd = _REMOTE_READ.replace("awk '", f"{busybox} awk '", 1)
+    cmd = REMOTE_READ.replace("awk '", f"{busybox} awk '", 1)
     out = subprocess.run([busybox, "sh", "-c", cmd], capture_output=True, text=True, timeout=20).stdout
-    got = split_counter_files(out.partition(_SEP + "\n")[0])
+    got = split_counter_files(out.partition(SEP + "\n")[0])
     assert got["stat"].startswith("cpu ")
     tcpext = parse_snmp(got["snmp"] + got["netstat"])["TcpExt"]
     assert set(tcpext) == set(SNMP_KEEP["TcpExt"])
