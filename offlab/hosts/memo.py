@@ -2,13 +2,14 @@
 
 A host with a kernel of its own (a guest, an SSH host) answers each question in a round trip (0.2-3 s
 for a TCG guest under load), so what does not change while it lives (what a feature key resolves to,
-its CPU count, its clock against this machine's, a guest's open channel) is asked once and kept in the
+its CPU count, its clock against this machine's, testpmd's answers) is asked once and kept in the
 host's `Memo`. Hosts are values, rebuilt from their `ref()` wherever they are needed, so the memo is
 found by the host's own `key`; it ends with the host's lab: removing a lab calls `Host.forget()` on
-each of its hosts (lab.remove), which drops the memo and closes what it holds. A guest's key names its
+each of its hosts (lab.remove), which drops the memo (a guest also closes its channel, guest.py's
+pool, kept by socket). A guest's key names its
 life (QEMU pid and start time), so a new guest of the same lab name starts empty even where another
-process removed the old one. This registry is the one place that keys anything by host: callers
-above `hosts` keep nothing of their own (tests/test_layering.py).
+process removed the old one. Parts above `hosts` keep no cache of their own: what they learn about
+a host goes here (tests/test_layering.py checks that no module above `hosts` fills a module-level dict).
 """
 
 from __future__ import annotations
