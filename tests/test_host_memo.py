@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
 import pytest
 
@@ -40,6 +41,23 @@ def test_a_removed_labs_namespaces_keep_nothing_and_its_successor_starts_empty(l
         assert again.host("client").memo.get("probe") is None
     finally:
         teardown.down(lab_name)
+
+
+@pytest.mark.skipif(shutil.which("qemu-system-x86_64") is None,
+                    reason="QEMU is not installed (scripts/install-deps installs it)")
+def test_a_removed_guest_labs_channel_is_closed_and_what_it_learned_is_gone(lab_name, clean_machine):
+    from offlab.hosts.guest import _CHANNELS
+
+    built = labs.up("vm", lab_name)
+    try:
+        guest = built.host("client")
+        names = knob_for(target_for(guest, "eth0", built), "gro").names  # a round trip, kept in its memo
+        assert names and guest.socket in _CHANNELS
+        assert built.host("client").memo.get(("feature names", "eth0", "gro")) == names
+    finally:
+        teardown.down(lab_name)
+    assert guest.socket not in _CHANNELS  # closed with its lab, not left for the process's life
+    assert not memo.kept(guest.key)
 
 
 @pytest.fixture(scope="module")

@@ -37,14 +37,6 @@ class Memo:
         with self._lock:
             self._values[key] = value
 
-    def values(self) -> list[Any]:
-        with self._lock:
-            return list(self._values.values())
-
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self._values)
-
 
 def memo_of(key: str) -> Memo:
     """The memo of the host whose `Host.key` is `key` (a new, empty one if it has none)."""
