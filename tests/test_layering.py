@@ -396,3 +396,79 @@ def test_no_part_above_hosts_asks_which_kind_a_host_is_or_signals_a_pid_itself()
                     and isinstance(f.value, ast.Name) and f.value.id == "os"):
                 problems.append(f"{file}:{node.lineno}: {mod} ({part}) calls os.{f.attr}: use Host.signal or signal_pid")
     assert not problems, "\n".join(problems)
+
+
+# ---- caches have an owner that ends -------------------------------------------------------------
+
+_MUTATORS = {"setdefault", "update", "pop", "popitem", "clear", "append", "add", "extend", "insert", "remove",
+             "discard", "__setitem__"}
+_CONTAINERS = {"dict", "set", "list", "defaultdict", "OrderedDict"}
+
+
+def _mutable_value(value: ast.expr | None) -> bool:
+    if isinstance(value, (ast.Dict, ast.Set, ast.List, ast.DictComp, ast.SetComp, ast.ListComp)):
+        return True
+    return (isinstance(value, ast.Call) and getattr(value.func, "id", getattr(value.func, "attr", None)) in _CONTAINERS)
+
+
+def module_caches(source: str) -> list[tuple[int, str]]:
+    """(line, name) of every module-level dict, set or list that a function fills or empties: a cache
+    that lives as long as the process (the module), whatever it was about."""
+    tree = ast.parse(source)
+    globals_: dict[str, int] = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and _mutable_value(node.value):
+            globals_.update({t.id: node.lineno for t in node.targets if isinstance(t, ast.Name)})
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and _mutable_value(node.value):
+            globals_[node.target.id] = node.lineno
+    found: dict[str, int] = {}
+    for fn in ast.walk(tree):
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            continue
+        declared = {n for g in ast.walk(fn) if isinstance(g, ast.Global) for n in g.names}
+        for node in ast.walk(fn):
+            name = None
+            if isinstance(node, ast.Subscript) and isinstance(node.ctx, (ast.Store, ast.Del)):
+                name = getattr(node.value, "id", None)
+            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                  and node.func.attr in _MUTATORS):
+                name = getattr(node.func.value, "id", None)
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store) and node.id in declared:
+                name = node.id
+            if name in globals_:
+                found.setdefault(name, globals_[name])
+    return sorted((line, name) for name, line in found.items())
+
+
+# Above `hosts`, what a part learns about a host, a lab or a daemon belongs to an object that ends with
+# it (the host's memo, which its lab's removal drops; a probe session; a Testpmd), never to the module
+# (STYLE.md: "Module-global caches without a lifetime"). `hosts` keeps the one registry of memos and its
+# connections (hosts/memo.py). These few are not caches, and say why:
+NOT_CACHES = {
+    ("offlab.knobs.lease", "_HELD"): "the leases this process holds: Lease.release removes each",
+    ("offlab.knobs.journal", "_MIRRORS"): "where journal records are copied (undo.py's hooks), not a memory",
+    ("offlab.doctor.registry", "REGISTRY"): "the checks, filled once by their decorators as modules load",
+}
+
+
+def test_no_part_above_hosts_keeps_a_cache_in_a_module():
+    """A dict (or set, or list) at module level that a function fills lives as long as the process:
+    e.g. feature names keyed by host, which outlived the lab they were read in and needed
+    monkeypatching in tests (features, queues, probes' clocks, testpmd's answers, explain's bits)."""
+    problems = [f"{file}:{line}: {mod} keeps {name} at module level and fills it in a function"
+                for mod, (file, source, _) in load(PACKAGE).items() if part_of(mod) != "hosts"
+                for line, name in module_caches(source) if (mod, name) not in NOT_CACHES]
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("source,names", [
+    ("_NAMES: dict[tuple, list[str]] = {}\ndef f(k):\n    _NAMES[k] = 1\n", ["_NAMES"]),
+    ("_C = dict()\ndef f(k):\n    return _C.setdefault(k, [])\n", ["_C"]),
+    ("_S = set()\nclass A:\n    def m(self, x):\n        _S.add(x)\n", ["_S"]),
+    ("_L = {}\ndef f():\n    global _L\n    _L = {1: 2}\n", ["_L"]),
+    ("_D = {}\ndef f(k):\n    del _D[k]\n", ["_D"]),
+    # a constant table only read, and a function's own dict: no cache
+    ("TABLE = {'a': 1}\ndef f(k):\n    d = {}\n    d[k] = TABLE[k]\n    return d\n", []),
+])
+def test_the_module_cache_checker_finds_each_way_of_filling_one(source, names):
+    assert [n for _, n in module_caches(source)] == names

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 from offlab.experiment.measure import RCVQ_MARK, VETH_NOTE, sample_notes, service_demands
 from offlab.metrics import TCG_MARK
+from offlab.probes import ProbeResult
 
 
-def probe(*, steal: float = 0.0, avg: float = 1500.0, snmp: dict | None = None) -> dict:
-    return {"window_s": 2.0,
-            "cpu": {"client": {"busy": 50.0}, "server": {"busy": 25.0}, "system": {"busy_s": 1.5, "steal_pct": steal}},
-            "interfaces": {"client:a": {"rx_avg_bytes": None, "tx_avg_bytes": avg}},
-            "snmp": snmp or {"server": {}}}
+def probe(*, steal: float = 0.0, avg: float = 1500.0, snmp: dict | None = None) -> ProbeResult:
+    return ProbeResult(
+        window_s=2.0, t0_mono_s=0.0, reads={},
+        cpu={"client": {"busy": 50.0}, "server": {"busy": 25.0}, "system": {"busy_s": 1.5, "steal_pct": steal}},
+        processes=[], interfaces={"client:a": {"rx_avg_bytes": None, "tx_avg_bytes": avg}},
+        snmp=snmp or {"server": {}}, softnet={}, qdisc={})
 
 
 def test_service_demand_per_side_and_total_by_hand():

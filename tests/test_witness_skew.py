@@ -24,7 +24,7 @@ FIX = os.path.join(os.path.dirname(__file__), "fixtures", "probes")
 
 
 def test_one_answer_of_a_guest_splits_into_its_clock_and_counter_files():
-    # captured from a TCG guest (offlab lab up vm): the awk read of _REMOTE_READ, then tc's JSON
+    # captured from a TCG guest (offlab lab up vm): the awk read of REMOTE_READ, then tc's JSON
     with open(os.path.join(FIX, "guest_counters_answer.txt")) as f:
         files, sep, tc_text = f.read().partition("@@offlab-probe@@\n")
     got = split_counter_files(files)
@@ -42,15 +42,15 @@ def test_the_counter_read_a_guest_runs_keeps_every_file_under_busybox():
     import shutil
     import subprocess
 
-    from offlab.probes import _REMOTE_READ, _SEP
+    from offlab.probes.remote import REMOTE_READ, SEP
     from offlab.probes.counters import SNMP_KEEP
 
     busybox = shutil.which("busybox")
     if busybox is None:
         pytest.skip("busybox is not installed (scripts/install-deps installs busybox-static)")
-    cmd = _REMOTE_READ.replace("awk '", f"{busybox} awk '", 1)
+    cmd = REMOTE_READ.replace("awk '", f"{busybox} awk '", 1)
     out = subprocess.run([busybox, "sh", "-c", cmd], capture_output=True, text=True, timeout=20).stdout
-    got = split_counter_files(out.partition(_SEP + "\n")[0])
+    got = split_counter_files(out.partition(SEP + "\n")[0])
     assert got["stat"].startswith("cpu ")
     tcpext = parse_snmp(got["snmp"] + got["netstat"])["TcpExt"]
     assert set(tcpext) == set(SNMP_KEEP["TcpExt"])
@@ -148,23 +148,26 @@ def _loss_check_tolerance(consistency: dict) -> float:
     return [c for c in consistency["checks"] if c["check"] == "loss"][0]["tolerance"]
 
 
-def test_a_channel_hosts_clock_exchanges_are_kept_for_its_next_session_and_a_reboot_voids_them(monkeypatch):
+def test_a_channel_hosts_clock_exchanges_are_kept_for_its_next_session_and_a_reboot_voids_them():
     """A guest's next sample asks for one fresh exchange, not three; kept ones from an earlier life
     (the same key after a reboot) disagree with the new clock, and then no offset is claimed."""
     import time
 
     from offlab import probes
+    from offlab.hosts import GuestHost
 
-    class Host:
-        def ref(self) -> dict:
-            return {"kind": "guest", "pid": 4242, "start_time": 7, "socket": "/tmp/test-clock-keep.sock"}
+    def host() -> GuestHost:  # a value rebuilt from its ref, as every caller gets one
+        return GuestHost("/tmp/test-clock-keep.sock", 4242, 7)
 
-    monkeypatch.setattr(probes, "_CLOCKS", {})
     now = time.monotonic()
     old = (now - probes.CLOCK_KEEP_S - 1, 50.0, now - probes.CLOCK_KEEP_S - 0.9)
     kept = [(now - 2.0, 100.00, now - 1.8), (now - 1.0, 101.00, now - 0.95)]
-    probes._keep_exchanges(Host(), [old, *kept])
-    assert probes._kept_exchanges(Host()) == kept  # older than CLOCK_KEEP_S: dropped
+    try:
+        probes.keep_exchanges(host(), [old, *kept])
+        assert probes.kept_exchanges(host()) == kept  # older than CLOCK_KEEP_S: dropped
+    finally:
+        host().forget()
+    assert probes.kept_exchanges(host()) == []  # its lab removed: nothing kept
     assert clock_offset(kept) is not None
     rebooted = (now - 0.5, 3.00, now - 0.4)  # the same key, a clock that started again
     assert clock_offset([*kept, rebooted]) is None

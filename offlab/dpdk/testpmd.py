@@ -28,7 +28,7 @@ from typing import Callable, Iterable, Iterator
 from offlab import netdev
 from offlab.dpdk import parse
 from offlab.errors import BadInput, EnvironmentProblem
-from offlab.hosts import LOCAL, TOOL_PACKAGES, NetnsHost, require_tool
+from offlab.hosts import LOCAL, TOOL_PACKAGES, Memo, NetnsHost, require_tool
 from offlab.hosts.process import process_start_time, signal_pid, wait_gone
 from offlab.state import read_json, state_dir, write_json_atomic
 
@@ -414,8 +414,8 @@ class Testpmd:
 
     def _answers(self) -> dict[str, str]:
         """The answers of the `show` commands `settings` reads; the last ones if the log has not grown."""
-        ident = (str(self.rundir), self.info.pid, self.info.start_time)
-        last = _LAST_ANSWERS.get(ident)
+        ident = ("testpmd answers", str(self.rundir), self.info.pid, self.info.start_time)
+        last = self._memo.get(ident)
         if last is not None and last[0] == self._size() and self.alive():
             return last[1]
         answers = {"rxtx": self.command("show config rxtx")}
@@ -423,15 +423,24 @@ class Testpmd:
             answers[f"gro {p.index}"] = self.command(f"show port {p.index} gro")
             answers[f"gso {p.index}"] = self.command(f"show port {p.index} gso")
             answers[f"tx {p.index}"] = self.command(f"show port {p.index} tx_offload configuration")
-        _LAST_ANSWERS[ident] = (self._size(), answers)
+        self._memo.put(ident, (self._size(), answers))
         return answers
 
     def capabilities(self, port: int) -> set[str]:
         """The port's TX offload capabilities: fixed for the life of the port, so asked once per testpmd."""
-        ident = (str(self.rundir), self.info.pid, self.info.start_time, port)
-        if ident not in _CAPABILITIES:
-            _CAPABILITIES[ident] = parse.offloads(self.command(f"show port {port} tx_offload capabilities"))
-        return set(_CAPABILITIES[ident])
+        ident = ("testpmd capabilities", str(self.rundir), self.info.pid, self.info.start_time, port)
+        caps = self._memo.get(ident)
+        if caps is None:
+            caps = parse.offloads(self.command(f"show port {port} tx_offload capabilities"))
+            self._memo.put(ident, caps)
+        return set(caps)
+
+    @property
+    def _memo(self) -> Memo:
+        """Where its answers are kept between `Testpmd` objects (one per call of for_lab): the memo of
+        the namespace it runs in, which ends with its lab (lab.remove); the keys carry its pid and
+        start time, so a testpmd started again in the same namespace is asked anew."""
+        return NetnsHost(self.info.netns).memo
 
     def port_info(self, port: int) -> dict:
         return parse.port_info(self.command(f"show port info {port}"))
@@ -446,11 +455,6 @@ class Testpmd:
             out["settings"] = self.settings()
         return out
 
-
-# testpmd (rundir, pid, start time) → (its log's size right after, the answers): see Testpmd.settings
-_LAST_ANSWERS: dict[tuple, tuple[int, dict[str, str]]] = {}
-# testpmd (rundir, pid, start time, port) → that port's TX offload capabilities
-_CAPABILITIES: dict[tuple, set[str]] = {}
 
 # `show port N tx_offload configuration` names → the protocol `csum set PROTO hw N` offloads.
 CSUM_FLAGS = {"ip": "IPV4_CKSUM", "udp": "UDP_CKSUM", "tcp": "TCP_CKSUM", "sctp": "SCTP_CKSUM"}

@@ -17,7 +17,7 @@ from offlab.errors import BadInput, EnvironmentProblem, OfflabError
 from offlab.lab.explain import guest_chains
 from offlab.lab.model import LabState
 from offlab.metrics import TCG_MARK
-from offlab.probes import ProbeSession, Snapshot, mtus, service_demand, system_service_demand
+from offlab.probes import ProbeResult, ProbeSession, Snapshot, mtus, service_demand, system_service_demand
 from offlab.probes.counters import rcvq_pruned
 from offlab.probes.cpu import NOTABLE_STEAL_PCT
 from offlab.dpdk import Testpmd
@@ -158,9 +158,9 @@ def _measure(lab: LabState, w: Workload, capture: CaptureRequest | None, *,
         if window.ended_early_s is not None or window.start is None or window.end is None:
             raise _ended_early(lab, w, traffic, window.ended_early_s)
         probe = probes.result(window.start, window.end, client_cpu=w.client_cpu, server_cpu=w.server_cpu)
-    probe["mtus"] = mtu_read.result(timeout=60)
+    probe.mtus = mtu_read.result(timeout=60)
     if tp_read is not None:
-        probe["testpmd_settings"] = tp_read.result(timeout=60)
+        probe.testpmd_settings = tp_read.result(timeout=60)
     same_kernel = lab.client.shares_kernel and lab.server.shares_kernel
     guests = {role: {k: e.guest.get(k) for k in ("accel", "vhost", "qemu_version", "kernel_release")}
               for role, e in lab.hosts.items() if e.guest}
@@ -171,7 +171,7 @@ def _measure(lab: LabState, w: Workload, capture: CaptureRequest | None, *,
     notes = sample_notes(probe, lab.mtu, guests, channel_margin_s=None if w_run is w else CHANNEL_MARGIN_S,
                          late_start_s=window.late_start_s)
     sample = Sample(lab=lab.name, topology=lab.topology, workload=w.to_dict(), started_at=started_at,
-                    traffic=traffic.to_dict(), probes=probe,
+                    traffic=traffic.to_dict(), probes=probe.to_dict(),  # stored as JSON from here on
                     service_demand_us_per_kib=service_demands(probe, traffic.throughput_bps, same_kernel),
                     capture=window.capture.to_dict() if window.capture else None, notes=notes,
                     guests=guests or None)
@@ -191,18 +191,18 @@ class Window:
     error: BaseException | None = None
 
 
-def service_demands(probe: dict, throughput_bps: float, same_kernel: bool) -> dict[str, float | None]:
+def service_demands(probe: ProbeResult, throughput_bps: float, same_kernel: bool) -> dict[str, float | None]:
     """CPU µs per KiB on each side, and in total when both sides share this machine's kernel (netperf's
     definition: the whole system's CPU time; the pinned per-side figures are the split)."""
-    kib = throughput_bps * probe["window_s"] / 8 / 1024
-    sd = {side: service_demand(probe["cpu"][side]["busy"], probe["window_s"], kib)
-          for side in ("client", "server") if side in probe["cpu"]}
+    kib = throughput_bps * probe.window_s / 8 / 1024
+    sd = {side: service_demand(probe.cpu[side]["busy"], probe.window_s, kib)
+          for side in ("client", "server") if side in probe.cpu}
     if same_kernel:
-        sd["total"] = system_service_demand(probe["cpu"]["system"]["busy_s"], kib)
+        sd["total"] = system_service_demand(probe.cpu["system"]["busy_s"], kib)
     return sd
 
 
-def sample_notes(probe: dict, lab_mtu: int, guests: dict, *, channel_margin_s: float | None,
+def sample_notes(probe: ProbeResult, lab_mtu: int, guests: dict, *, channel_margin_s: float | None,
                  late_start_s: float | None) -> list[str]:
     """What a reader of the sample must know about how it was measured, one line each."""
     notes = []
@@ -213,13 +213,13 @@ def sample_notes(probe: dict, lab_mtu: int, guests: dict, *, channel_margin_s: f
     if late_start_s:
         notes.append(f"no traffic showed on this machine's lab interfaces within {late_start_s:g} s of the "
                      f"warm-up: the window began then, and may hold little of the traffic")
-    steal = probe["cpu"]["system"]["steal_pct"]
+    steal = probe.cpu["system"]["steal_pct"]
     if steal >= NOTABLE_STEAL_PCT:
         notes.append(f"CPU steal {steal:.1f} % of the window: the hypervisor ran other work on "
                      f"these CPUs; expect noise")
-    if any(max(d["rx_avg_bytes"] or 0, d["tx_avg_bytes"] or 0) > lab_mtu + 14 for d in probe["interfaces"].values()):
+    if any(max(d["rx_avg_bytes"] or 0, d["tx_avg_bytes"] or 0) > lab_mtu + 14 for d in probe.interfaces.values()):
         notes.append(VETH_NOTE)
-    for role, d in probe["snmp"].items():
+    for role, d in probe.snmp.items():
         pruned = rcvq_pruned(d)
         if pruned:
             notes.append(f"{RCVQ_MARK}: {role} hit its TCP receive-memory limit and pruned or collapsed its "
@@ -358,18 +358,18 @@ def measure_rr(lab: LabState, rw: rr_driver.RrWorkload) -> Sample:
                                      f"nothing measured (run `offlab measure {lab.name} --workload rr` again)")
         probe = probes.result(window.start, window.end, client_cpu=rw.client_cpu, server_cpu=rw.server_cpu)
     idle = result.to_dict()
-    idle["cpu"] = {k: v for k, v in probe["cpu"].items() if k != "per_cpu"}
+    idle["cpu"] = {k: v for k, v in probe.cpu.items() if k != "per_cpu"}
     idle["cpu_us_per_transaction"] = cpu_per_transaction(probe, result.transactions_per_s)
     notes = [f"rr kernel check: {result.kernel_check['status']}"] if result.kernel_check else []
     return Sample(lab=lab.name, topology=lab.topology, workload={"kind": "rr", **rw.to_dict()},
-                  started_at=started_at, traffic={}, probes=probe, service_demand_us_per_kib={}, notes=notes,
+                  started_at=started_at, traffic={}, probes=probe.to_dict(), service_demand_us_per_kib={}, notes=notes,
                   rr={"idle": idle})
 
 
-def cpu_per_transaction(probe: dict, tps: float) -> float | None:
+def cpu_per_transaction(probe: ProbeResult, tps: float) -> float | None:
     """The whole system's CPU µs per transaction over the probe window (both ends share this kernel)."""
-    n = tps * probe["window_s"]
-    return probe["cpu"]["system"]["busy_s"] * 1e6 / n if n > 0 else None
+    n = tps * probe.window_s
+    return probe.cpu["system"]["busy_s"] * 1e6 / n if n > 0 else None
 
 
 def check_under_load(w: Workload) -> Workload:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Callable, ClassVar, Protocol, Sequence
 
 from offlab.errors import BadInput, CommandFailed, CommandTimeout, ToolMissing
+from offlab.hosts.memo import Memo, drop, memo_of
 
 DEFAULT_TIMEOUT = 30.0
 TC_QDISC_SHOW = ["tc", "-s", "-j", "qdisc", "show"]
@@ -251,6 +252,16 @@ class Host:
     def key(self) -> str:
         """A stable identity string for caches and journals: equal for equal hosts, in any process."""
         return repr(sorted(self.ref().items()))
+
+    @property
+    def memo(self) -> Memo:
+        """What this process learned about this host while it lives (hosts/memo.py); ends with `forget`."""
+        return memo_of(self.key)
+
+    def forget(self) -> None:
+        """Drop what this process keeps for this host (a guest also closes its channel): called when
+        the host's lab is removed."""
+        drop(self.key)
 
     @property
     def netns_name(self) -> str | None:

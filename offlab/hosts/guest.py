@@ -118,6 +118,17 @@ class _Channel:
         self._drop(cid)
         return pending
 
+    def close(self) -> None:
+        """Close the connection: its reader fails what is still pending (the guest's lab is gone)."""
+        with self.lock:
+            sock, self.sock = self.sock, None
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            sock.close()
+
     def _drop(self, cid: str) -> None:
         with self.lock:
             self.pending.pop(cid, None)
@@ -185,16 +196,40 @@ class _Channel:
             pending.done.set()
 
 
-_CHANNELS: dict[str, _Channel] = {}
-_CHANNELS_LOCK = threading.Lock()
+class _Channels:
+    """This process's channels, one per guest socket, each from its first use until its guest's lab is
+    removed (`GuestHost.forget`, from lab.remove). Keyed by the socket, not by `Host.key`: QEMU's
+    chardev takes one connection at a time, and the hosts of one guest are rebuilt from refs that
+    differ (with or without its lab and role), so they must all share its one connection. An idle
+    channel's socket closes by itself (IDLE_CLOSE) and opens again on the next call."""
+
+    def __init__(self) -> None:
+        self._open: dict[str, _Channel] = {}
+        self._lock = threading.Lock()
+
+    def get(self, path: str) -> _Channel:
+        with self._lock:
+            ch = self._open.get(path)
+            if ch is None:
+                ch = self._open[path] = _Channel(path)
+            return ch
+
+    def close(self, path: str) -> None:
+        with self._lock:
+            ch = self._open.pop(path, None)
+        if ch is not None:
+            ch.close()
+
+    def __contains__(self, path: str) -> bool:
+        with self._lock:
+            return path in self._open
+
+
+_CHANNELS = _Channels()
 
 
 def _channel(path: str) -> _Channel:
-    with _CHANNELS_LOCK:
-        ch = _CHANNELS.get(path)
-        if ch is None:
-            ch = _CHANNELS[path] = _Channel(path)
-        return ch
+    return _CHANNELS.get(path)
 
 
 class GuestHost(Host):
@@ -353,6 +388,10 @@ class GuestHost(Host):
 
     def alive(self) -> bool:
         return process_start_time(self.pid) == self.start_time and os.path.exists(self.socket)
+
+    def forget(self) -> None:
+        super().forget()
+        _CHANNELS.close(self.socket)
 
     @property
     def shares_kernel(self) -> bool:

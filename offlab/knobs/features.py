@@ -66,10 +66,6 @@ NEEDS: list[tuple[str, list[str]]] = [
 ]
 
 
-# What a key resolves to on a host with a kernel of its own (a guest, an SSH host), where each
-# `ethtool -k` is a round trip (0.2-3 s for a TCG guest under load here): a device's feature names
-# do not change while its host lives, and the host key names that life (a guest's pid, start time).
-_NAMES: dict[tuple, list[str]] = {}
 # Inside shared_reads(): each interface's features read once, for a pass that only reads.
 _SHARED = threading.local()
 
@@ -168,12 +164,16 @@ class Feature(Knob):
     def names(self) -> list[str]:
         if self._names is None:
             host = self.host
-            key = None if host.shares_kernel else (self.target.host_key, self.iface, self.key)
-            names = _NAMES.get(key) if key else None
+            # What a key resolves to on a host with a kernel of its own (a guest, an SSH host), where
+            # each `ethtool -k` is a round trip (0.2-3 s for a TCG guest under load here), is kept in
+            # the host's memo: a device's feature names do not change while its host lives, and the
+            # memo ends with the host's lab (hosts/memo.py). Here, reading them again is cheap.
+            memo = None if host.shares_kernel else host.memo
+            names = memo.get(("feature names", self.iface, self.key)) if memo is not None else None
             if names is None:
                 names = resolve(self.key, leaves(host, self.iface), self.target.where)
-                if key:
-                    _NAMES[key] = names
+                if memo is not None:
+                    memo.put(("feature names", self.iface, self.key), names)
             self._names = list(names)
         return self._names
 

@@ -18,20 +18,18 @@ MASK_RE = re.compile(r"^(0x)?([0-9a-fA-F]{1,64})$")
 QUEUE_RE = re.compile(r"^(rx|tx)-[0-9]{1,5}$")
 
 
-# A guest's or an SSH host's CPU ids, by its reference (a guest's pid and start time): fixed for its
-# life, and each read there is a channel round trip, made at every validation of a cell's mask.
-_POSSIBLE: dict[str, int] = {}
-
-
 def possible_cpus(host: Host = LOCAL) -> int:
     """Number of CPU ids on `host` (highest possible CPU + 1), from its /sys/devices/system/cpu/possible."""
-    key = None if host.shares_kernel else host.key
-    if key in _POSSIBLE:
-        return _POSSIBLE[key]
+    # A guest's or an SSH host's CPU ids are fixed for its life, and each read there is a channel round
+    # trip, made at every validation of a cell's mask: kept in the host's memo, which ends with its lab.
+    memo = None if host.shares_kernel else host.memo
+    cpus = memo.get("possible cpus") if memo is not None else None
+    if cpus is not None:
+        return cpus
     text = host.read("/sys/devices/system/cpu/possible").strip()
     cpus = max(int(part.split("-")[-1]) for part in text.split(",")) + 1
-    if key is not None:
-        _POSSIBLE[key] = cpus
+    if memo is not None:
+        memo.put("possible cpus", cpus)
     return cpus
 
 

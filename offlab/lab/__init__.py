@@ -11,7 +11,7 @@ from typing import Callable
 
 from offlab import netdev
 from offlab.errors import BadInput, EnvironmentProblem, NotRoot, OfflabError
-from offlab.hosts import LOCAL, is_root, require_tool
+from offlab.hosts import LOCAL, NetnsHost, is_root, require_tool
 from offlab.hosts.process import process_start_time, signal_pid
 from offlab.lab import owner
 from offlab.dpdk import remove_runtime
@@ -246,8 +246,22 @@ def remove(name: str, *, put_back: Callable[[LabState], list[str]], force: bool 
         removed.append(f"nothing of namespace {ns}: it belongs to {who}, not to this state directory")
     if lab is not None and lab.rundir:
         shutil.rmtree(lab.rundir, ignore_errors=True)
+    _forget_hosts(lab, ours)
     path.unlink(missing_ok=True)
     return Removal(removed, ours)
+
+
+def _forget_hosts(lab: LabState | None, namespaces: list[str]) -> None:
+    """What this process kept about the lab's hosts ends with the lab (hosts/memo.py): a lab of the
+    same name built next starts with nothing learned from this one."""
+    hosts = [NetnsHost(ns) for ns in namespaces]
+    for role in lab.hosts if lab is not None else []:
+        try:
+            hosts.append(lab.host(role))
+        except OfflabError:
+            pass  # a reference this offlab cannot follow kept nothing here either
+    for host in hosts:
+        host.forget()
 
 
 def _delete_namespace(ns: str) -> str:

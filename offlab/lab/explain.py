@@ -163,23 +163,22 @@ def nic_chain(lab: LabState, role: str, nic: dict) -> virtio.NicChain:
                         vhost_user=nic.get("vhost_user"), backend_bits=backend_bits)
 
 
-# The bits a guest's driver accepted, by guest life (QEMU pid and start time) and NIC: they are
-# negotiated once, when the driver binds, so a sample reads them once per guest, not per sample
-# (each read is a round trip through the guest's agent, seconds on a loaded machine under TCG).
-_ACCEPTED: dict[tuple, set[int]] = {}
-
-
 def _accepted(host, ref: dict, iface: str, mac: str) -> set[int]:
     """The feature bits the guest's driver accepted for its NIC with this MAC (checked, not assumed)."""
-    key = (ref.get("pid"), ref.get("start_time"), iface, mac)
-    if key[0] is not None and key in _ACCEPTED:
-        return _ACCEPTED[key]
+    # Negotiated once, when the driver binds, so a sample reads them once per guest, not per sample
+    # (each read is a round trip through the guest's agent, seconds on a loaded machine under TCG):
+    # kept in the guest's memo, which ends with its lab (hosts/memo.py); a guest started again is
+    # another host (its QEMU pid and start time), so its bits are read anew.
+    key = ("accepted bits", iface, mac)
+    known = ref.get("pid") is not None
+    if known and (bits := host.memo.get(key)) is not None:
+        return bits
     got = host.read(f"/sys/class/net/{iface}/address").strip()
     if got != mac:
         raise ValueError(f"it has MAC {got}, not the NIC's {mac}: the chain is not read")
     bits = virtio.parse_sysfs_features(host.read(f"/sys/class/net/{iface}/device/features"))
-    if key[0] is not None:
-        _ACCEPTED[key] = bits
+    if known:
+        host.memo.put(key, bits)
     return bits
 
 

@@ -1,5 +1,5 @@
-"""Counters read before and after the window: interfaces, /proc/net/snmp and /proc/net/snmp6
-(softnet_stat: offlab.netdev)."""
+"""Counters read before and after the window: interfaces (/proc/net/dev), /proc/net/snmp and
+/proc/net/snmp6 (softnet_stat: offlab.netdev)."""
 
 from __future__ import annotations
 
@@ -24,6 +24,23 @@ def rcvq_pruned(snmp_delta: dict) -> dict[str, int]:
     """The receive-queue prune/collapse counters that moved over the window ({} if none did)."""
     ext = snmp_delta.get("TcpExt", {})
     return {k: ext[k] for k in RCVQ_PRUNED if ext.get(k)}
+
+
+def parse_net_dev(text: str) -> dict[str, dict[str, int]]:
+    """/proc/net/dev → {ifname: {rx_bytes, rx_packets, rx_errors, rx_dropped, tx_...}}."""
+    out = {}
+    for line in text.splitlines()[2:]:
+        name, _, rest = line.partition(":")
+        cols = [int(c) for c in rest.split()]
+        if len(cols) < 16:
+            continue
+        out[name.strip()] = {
+            "rx_bytes": cols[0], "rx_packets": cols[1], "rx_errors": cols[2], "rx_dropped": cols[3],
+            "rx_fifo": cols[4], "rx_frame": cols[5],
+            "tx_bytes": cols[8], "tx_packets": cols[9], "tx_errors": cols[10], "tx_dropped": cols[11],
+            "tx_fifo": cols[12], "tx_carrier": cols[14],
+        }
+    return out
 
 
 def parse_snmp(text: str) -> dict[str, dict[str, int]]:

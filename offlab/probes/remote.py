@@ -1,0 +1,189 @@
+"""Readers of the hosts with a kernel of their own (a guest, an SSH host): one request per snapshot.
+
+Such a host cannot be read from here: each snapshot sends it one request for its clock and all its
+counter files back to back (a guest's agent answers a `read_many` without forking; an SSH host runs
+one `awk` through a reader stream it keeps for the session), on a thread, timed (sent → answered on
+this machine's clock), and the snapshot does not wait for the answer (`ProbeSession.settle` does).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+
+from offlab.errors import EnvironmentProblem, OfflabError
+from offlab.hosts import Host
+from offlab.probes import counters, qdisc
+
+
+class RemoteReaders:
+    """The channel hosts of one probe session, by role, with the reader stream of each that keeps one."""
+
+    def __init__(self, hosts: dict[str, Host], *, lifetime: float) -> None:
+        self.hosts = hosts
+        self.streams: dict[str, Stream] = {}
+        try:
+            for role, host in hosts.items():
+                if (proc := host.stream(["sh", "-c", STREAM_READ], lifetime=lifetime)) is not None:
+                    self.streams[role] = Stream(proc, host.name)
+        except BaseException:
+            self.close()
+            raise
+
+    def read(self, role: str) -> tuple[str, float, "Async | str"]:
+        """One snapshot of a channel host's counters: the files' text as split_counter_files reads it,
+        the instant they were answered (this machine's monotonic clock), and its tc text (a string, or
+        an Async that gives it). Over an SSH host's stream: one REMOTE_READ answer. Elsewhere (a
+        guest): every file in one `read_many`, then its qdiscs (`qdisc_json`), both answered by its
+        agent without forking; the qdiscs are not waited for here: the files' read span stays theirs."""
+        if role in self.streams:
+            files, _, tc_text = self.streams[role].ask().partition(SEP + "\n")
+            return files, time.monotonic(), tc_text
+        host = self.hosts[role]
+        texts = host.read_many(COUNTER_FILES)
+        tc = Async(read_tc_text, host)
+        answered = time.monotonic()
+        if texts.get("/proc/net/dev") is None:
+            raise OSError(f"{host.name} did not give its /proc/net/dev")
+        text = "".join(f"@@{path}\n{t}" + ("" if t.endswith("\n") else "\n")
+                       for path, t in texts.items() if t is not None)
+        return text, answered, tc
+
+    def read_clock(self, role: str) -> str:
+        """The host's /proc/uptime: over its stream where it has one, else alone (a guest's agent
+        reads it without forking)."""
+        if role in self.streams:
+            return split_counter_files(self.streams[role].ask().partition(SEP + "\n")[0])["uptime"]
+        return self.hosts[role].read("/proc/uptime")
+
+    def close(self) -> None:
+        for stream in self.streams.values():
+            stream.close()
+
+
+SEP = "@@offlab-probe@@"
+# One process reads every counter file back to back, its own clock first (/proc/uptime), and sends
+# only the lines offlab keeps with single spaces: the answer crosses a guest's channel at a few KB a
+# second under TCG (6 KB took ~1.5 s here, a load of 7 on 2 cores). tc, a command, comes after.
+REMOTE_READ = (
+    'set -- /proc/uptime /proc/net/dev /proc/net/snmp /proc/net/netstat; '
+    '[ -e /proc/net/snmp6 ] && set -- "$@" /proc/net/snmp6; '
+    "awk 'FNR==1{print \"@@\" FILENAME} "
+    "FILENAME ~ /snmp$/ && !/^(Ip|Tcp|Udp):/ {next} "
+    # /proc/net/netstat's TcpExt has ~120 columns: only those offlab keeps (names, then values)
+    "FILENAME ~ /netstat$/ {if (!/^TcpExt:/) next; if (!n) for (i = 2; i <= NF; i++) "
+    f"if ($i ~ /^({'|'.join(counters.SNMP_KEEP['TcpExt'])})$/) k[++n] = i; "
+    "l = $1; for (j = 1; j <= n; j++) l = l \" \" $(k[j]); print l; next} "
+    "FILENAME ~ /snmp6$/ && !/^(Ip6|Udp6)[A-Z]/ {next} "
+    "FILENAME ~ /\\/stat$/ && !/^cpu/ {next} {$1=$1; print}' \"$@\" /proc/stat; "
+    f"echo {SEP}; {' '.join(qdisc.TC_SHOW)} 2>/dev/null")
+
+
+def split_counter_files(text: str) -> dict[str, str]:
+    """The answer of REMOTE_READ before its tc part → {"uptime": ..., "dev": ..., "snmp": ..., "netstat": ...,
+    "snmp6": ..., "stat": ...} (a file the host lacks is "")."""
+    files = {name: "" for name in ("uptime", "dev", "snmp", "netstat", "snmp6", "stat")}
+    name = None
+    for line in text.splitlines(keepends=True):
+        if line.startswith("@@/proc/"):
+            name = line.strip().rsplit("/", 1)[1]
+        elif name in files:
+            files[name] += line
+    return files
+
+
+# What a guest's agent reads in one request (read_many), in this order: its clock first.
+COUNTER_FILES = ("/proc/uptime", "/proc/net/dev", "/proc/net/snmp", "/proc/net/netstat", "/proc/net/snmp6",
+                 "/proc/stat")
+
+
+def read_tc_text(host) -> str:
+    """`tc -s -j qdisc show`'s JSON of a host (a guest's agent asks rtnetlink, no fork), "" where it
+    cannot say."""
+    try:
+        return host.qdisc_json(timeout=30) or ""
+    except OfflabError:
+        return ""
+
+
+# The same read, once per line on stdin, for a host that keeps a reader process (an SSH host's stream).
+END = "@@offlab-end@@"
+STREAM_READ = f"while read -r _; do {REMOTE_READ}; echo {END}; done"
+
+
+class Stream:
+    """A reader process on a channel host: a line in, one REMOTE_READ answer out (ends with END)."""
+
+    def __init__(self, proc, name: str) -> None:
+        self.proc, self.name, self.lock = proc, name, threading.Lock()
+
+    def ask(self) -> str:
+        with self.lock:
+            try:
+                self.proc.stdin.write("\n")
+                self.proc.stdin.flush()
+            except OSError as exc:
+                raise OSError(f"the counter reader on {self.name} is gone: {exc}") from None
+            lines = []
+            while (line := self.proc.stdout.readline()) and line.rstrip("\n") != END:
+                lines.append(line)
+            if not line:
+                raise OSError(f"the counter reader on {self.name} ended")
+            return "".join(lines)
+
+    def close(self) -> None:
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()  # our own ssh client, by its pid
+            self.proc.wait()
+
+
+class RemoteRead:
+    """One snapshot's files of a host with its own kernel, read in one request on a thread, timed."""
+
+    def __init__(self, read, role: str, *, done=None) -> None:
+        self.read, self.role, self.out, self.tc, self.done = read, role, "", "", done
+        self.error: OfflabError | OSError | None = None
+        self.sent = self.answered = time.monotonic()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.sent = time.monotonic()
+            self.out, self.answered, self.tc = self.read(self.role)
+        except (OfflabError, OSError) as exc:
+            self.error = exc
+        finally:
+            if self.done is not None:
+                self.done()
+
+    def result(self, lab: str, role: str) -> tuple[dict[str, str], str]:
+        self.thread.join(timeout=35)
+        if self.error is not None or not self.out:
+            raise EnvironmentProblem(f"lab {lab}: the counters of host {role} cannot be read"
+                                     + (f": {self.error}" if self.error else ""))
+        tc_text = self.tc.result(timeout=35) if isinstance(self.tc, Async) else self.tc
+        return split_counter_files(self.out), tc_text or ""
+
+
+class Async:
+    """fn(*args) on a thread; `result()` waits for it (None if it did not finish in time)."""
+
+    def __init__(self, fn, *args) -> None:
+        self.value = None
+        self.thread = threading.Thread(target=self._run, args=(fn, *args), daemon=True)
+        self.thread.start()
+
+    def _run(self, fn, *args) -> None:
+        self.value = fn(*args)
+
+    def result(self, timeout: float = 15.0):
+        self.thread.join(timeout=timeout)
+        return self.value

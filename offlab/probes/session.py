@@ -1,0 +1,370 @@
+"""A probe session: what is measured beside the traffic, in the traffic window only (after warm-up).
+
+A `ProbeSession` opens each lab host's `net_reader()` (for a namespace, an idle anchor
+process whose /proc/PID/net/* is read from here without spawning a command at the
+edges of the window), which keeps the two snapshots close to the instants they claim.
+A host with a kernel of its own (a guest, an SSH host) cannot be read from here: each
+snapshot starts one read per such host, all at once, before this machine's files are
+read (remote.py), and the snapshot does not wait for the answers (`settle` does). Every
+host's read is timed (sent → answered, on this machine's clock, narrowed by the host's own
+clock: clock.py), and this machine's UDP/IP counters are sampled meanwhile, so a witness that
+compares two hosts uses counters read at the same instants and knows how far apart they
+may still be (`reads`, `aligned`, `witnesses.skew`; docs/results.md). `result` gives the
+window's deltas as a `ProbeResult`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+
+from offlab.dpdk import Testpmd
+from offlab.errors import EnvironmentProblem
+from offlab.netdev import parse_softnet
+from offlab.probes import bigpackets, counters, cpu, dpdk_ports, qdisc
+from offlab.probes.bigpackets import BigPacketCounters
+from offlab.probes.clock import Clocks, is_number, read_times
+from offlab.probes.remote import Async, RemoteRead, RemoteReaders
+from offlab.probes.result import ProbeResult
+
+WATCHED_THREADS = ("ksoftirqd/", "vhost-")
+# wait_for_traffic: bytes over all lab interfaces here (a frame counts once per interface it crosses)
+DATA_LOOK_BYTES = 4096  # in 20 ms: a few full-size frames; a TCP handshake with iperf3's parameters is less
+DATA_BYTES = 65536
+SAMPLE_EVERY_S = 0.01
+MAX_SAMPLES = 20000  # ~2 minutes of samples: a bound, never reached by a window and its reads
+
+
+@dataclass
+class Snapshot:
+    t: float
+    stat: dict[str, dict[str, int]]
+    procs: dict[int, tuple[str, int]]
+    netdev: dict[str, dict[str, dict[str, int]]]
+    snmp: dict[str, dict[str, dict[str, int]]]
+    softnet: dict[int, dict[str, int]]
+    guest_stat: dict[str, dict[str, dict[str, int]]] | None = None  # role → /proc/stat of a host with its own kernel
+    qdisc: dict[str, dict[str, dict] | None] = field(default_factory=dict)  # role → root qdisc counters per dev
+    testpmd_ports: dict[int, dict[str, int]] | None = None  # a dpdk lab's testpmd port counters
+    big: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)  # role → iface → packets > 64 KiB
+    # role → (sent, answered) on this machine's monotonic clock: the counters of that host were read
+    # at some instant in between (microseconds apart for a namespace, a round trip for a channel host).
+    reads: dict[str, tuple[float, float]] = field(default_factory=dict)
+    # role → that host's own clock (/proc/uptime, 10 ms steps) read by the same process just before its
+    # counters: the length of its window on its own clock, whatever the channel's delays.
+    clocks: dict[str, float] = field(default_factory=dict)
+    pending: dict = field(default_factory=dict, repr=False)  # role → a channel host's read still under way
+
+
+class ProbeSession:
+    """Anchors in every lab host; `snapshot()` twice; `result(a, b)` the deltas."""
+
+    def __init__(self, lab, *, lifetime: float = 600.0, big_packets: bool = False) -> None:
+        self.lab = lab
+        self.readers = {}
+        # role → nftables counters of packets over 64 KiB (namespace hosts; only when asked: bigpackets)
+        self.big: dict[str, BigPacketCounters] = {}
+        self.pids: dict[str, int] = {}  # role → pid of the process under test (client, server)
+        hosts = {role: lab.host(role) for role in lab.hosts}
+        # Hosts with a kernel of their own (a guest, an SSH host) are read in one command per snapshot
+        # (their counters and /proc/stat, see remote.py); the others through their net_reader.
+        self.own_kernel = {role: h for role, h in hosts.items() if not h.shares_kernel}
+        self.testpmd = Testpmd.for_lab(lab.name) if lab.has_testpmd else None
+        self.clocks = Clocks(self.own_kernel)
+        self.exchanges = self.clocks.exchanges  # role → (sent, its clock, answered): see clock.py
+        self.samples: list[tuple[float, float, dict]] = []
+        self.sampling_cpu_s = 0.0
+        self._pending_reads, self._pending_lock, self._reading = 0, threading.Lock(), threading.Event()
+        self._sampler: threading.Thread | None = None
+        self._sampling = False
+        self.remote: RemoteReaders | None = None
+        try:
+            for role, host in hosts.items():
+                if role not in self.own_kernel:
+                    self.readers[role] = host.net_reader()
+            self.remote = RemoteReaders(self.own_kernel, lifetime=lifetime)
+            calls = [Async(self.clocks.exchange, role, self.remote.read_clock, self.clocks.needed(role))
+                     for role in self.own_kernel]
+            for c in calls:
+                c.result(timeout=60)
+            if big_packets:
+                for role, host in hosts.items():
+                    if host.netns_name is not None:
+                        self.big[role] = BigPacketCounters(host)
+                        self.big[role].add()
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        self.clocks.keep()
+        self._stop_sampling()
+        for counting in self.big.values():
+            counting.remove()
+        for reader in self.readers.values():
+            reader.close()
+        if self.remote is not None:
+            self.remote.close()
+
+    # ---- this machine's counters, sampled while a channel host's read is under way ----------------
+    # A channel host's counters are read when its command gets there (1–2.5 s after it was sent, seen
+    # under TCG on a loaded machine); this machine's are cheap to read at any instant. So while a
+    # snapshot's channel reads are under way (from their sending to the last answer: the only span in
+    # which the host can have read its counters), the UDP counters of every local role are sampled every
+    # SAMPLE_EVERY_S, and the cross-host witnesses compare the channel host's counters with the local
+    # ones read when it read its own (`aligned`), not with the local ones read at the window's edges.
+    # Between the edges nothing is sampled: the sampler's reads would compete with the traffic for the
+    # same CPUs (benchmarks/probe_sampling, docs/results.md).
+    # Off only to measure what the sampling costs (benchmarks/probe_sampling): `aligned` is then None.
+    sampling = True
+
+    def _reads_begin(self, n: int) -> None:
+        with self._pending_lock:
+            self._pending_reads += n
+            self._reading.set()
+
+    def _read_done(self) -> None:
+        with self._pending_lock:
+            self._pending_reads -= 1
+            if self._pending_reads <= 0:
+                self._reading.clear()
+
+    def _start_sampling(self) -> None:
+        if self._sampler is not None or not self.own_kernel or not self.readers or not self.sampling:
+            return
+        self._sampling = True
+        self._sampler = threading.Thread(target=self._sample, daemon=True)
+        self._sampler.start()
+
+    def _sample(self) -> None:
+        roles = [r for r in self.readers if r in ("client", "server", "router")]
+        cpu0 = time.thread_time()
+        try:
+            while self._sampling and len(self.samples) < MAX_SAMPLES:
+                if not self._reading.wait(timeout=0.1):
+                    continue
+                t0 = time.monotonic()
+                # the files' text only: of all the samples, `aligned` parses the two it picks
+                raw = {r: _udp_text(self.readers[r]) for r in roles}
+                self.samples.append((t0, time.monotonic(), raw))
+                time.sleep(SAMPLE_EVERY_S)
+        except OSError:
+            pass
+        finally:
+            self.sampling_cpu_s = time.thread_time() - cpu0  # this thread's own CPU time: what it cost
+
+    def _stop_sampling(self) -> None:
+        self._sampling = False
+        if self._sampler is not None:
+            self._sampler.join(timeout=5)
+
+    def __enter__(self) -> "ProbeSession":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def wait_for_traffic(self, timeout: float) -> bool:
+        """Wait until this machine's lab interfaces carry the traffic (a look every 20 ms: DATA_LOOK_BYTES
+        more than the last look, or DATA_BYTES more than the first), at most `timeout` s: a sender in a
+        guest starts sending well after offlab hears it started, and a loaded TCG guest's iperf3 took
+        over a second from its control connection (a handshake, its parameters: a few hundred bytes,
+        which once opened the window on nothing but those) to its data. True if traffic was seen;
+        False (at once) where no lab host is read from here."""
+        if not self.readers:
+            return False
+        deadline, first, last = time.monotonic() + timeout, None, None
+        while time.monotonic() < deadline:
+            try:
+                now = sum(d["rx_bytes"] + d["tx_bytes"] for r in self.readers.values()
+                          for name, d in counters.parse_net_dev(r.read("dev")).items() if name != "lo")
+            except OSError:
+                return False
+            if last is not None and (now - last >= DATA_LOOK_BYTES or now - first >= DATA_BYTES):
+                return True
+            first = now if first is None else first
+            last = now
+            time.sleep(0.02)
+        return False
+
+    def watch(self, role: str, pid: int) -> None:
+        self.pids[role] = pid
+
+    def snapshot(self) -> Snapshot:
+        netdev, snmp, guest_stat = {}, {}, {}
+        # A host with a kernel of its own answers over a channel (tens of ms): one command each for
+        # all its files, all of them at once, while this machine's files are read.
+        self._start_sampling()
+        track = self._sampler is not None  # this machine's counters are sampled while those reads are under way
+        if track:
+            self._reads_begin(len(self.own_kernel))
+        remote = {role: RemoteRead(self.remote.read, role, done=self._read_done if track else None)
+                  for role in self.own_kernel}
+        # tc is a command, not a file: one per namespace, all at once, while the files are read.
+        tc = {role: Async(qdisc.read, self.lab.host(role)) for role in self.readers}
+        big = {role: Async(counting.read) for role, counting in self.big.items()}
+        reads, clocks = {}, {}
+        for role, reader in self.readers.items():
+            try:
+                t0 = time.monotonic()
+                netdev[role] = counters.parse_net_dev(reader.read("dev"))
+                if role in ("client", "server", "router"):
+                    snmp[role] = {**counters.parse_snmp(reader.read("snmp") + reader.read("netstat")),
+                                  **_snmp6(reader)}
+                reads[role] = (t0, time.monotonic())
+            except OSError as exc:
+                # The reader's anchor process dies with its namespace: the lab went away mid-window.
+                raise EnvironmentProblem(
+                    f"lab {self.lab.name}: the counters of host {role} cannot be read any more "
+                    f"({exc.strerror or exc}): was the lab removed (`offlab lab list`)?") from None
+        procs = {}
+        lab_daemons = {d.pid for d in self.lab.daemons}  # e.g. this lab's ovs-vswitchd, not another's
+        for pid in {*self.pids.values(), *lab_daemons, *cpu.kernel_threads(WATCHED_THREADS)}:
+            ticks = cpu.process_ticks(pid)
+            if ticks:
+                procs[pid] = ticks
+        t = time.monotonic()
+        ports = dpdk_ports.read(self.testpmd) if self.testpmd is not None else None
+        stat = cpu.parse_proc_stat(_read("/proc/stat"))
+        softnet = {r.cpu: {"processed": r.processed, "dropped": r.dropped, "time_squeeze": r.time_squeeze,
+                           "received_rps": r.received_rps}
+                   for r in parse_softnet(_read("/proc/net/softnet_stat"))}
+        qdiscs = {role: a.result() for role, a in tc.items()}
+        big_read = {role: a.result() for role, a in big.items()}
+        if any(v is None for v in big_read.values()):
+            raise EnvironmentProblem(f"lab {self.lab.name}: the counters of packets over 64 KiB could not be read "
+                                     f"(hosts {', '.join(r for r, v in big_read.items() if v is None)})")
+        # The channel hosts' answers are not waited for here: a guest under TCG may take seconds to
+        # answer, and the window's other edge must still come on time. `settle` collects them.
+        return Snapshot(t, stat, procs, netdev, snmp, softnet, guest_stat, qdiscs, ports, big_read, reads, clocks,
+                        pending=remote)
+
+    def aligned(self, a: Snapshot, b: Snapshot) -> dict | None:
+        """The local roles' UDP/IP counters over the channel hosts' own windows (the samples nearest to
+        the instants they read theirs), with those hosts' counters: {"snmp": {role: delta}, "reads":
+        {role: {"start": [..], "end": [..]}}} in seconds from a.t / b.t, as `reads`."""
+        remote = [r for r in self.own_kernel if r in a.snmp and r in b.snmp]
+        if not remote or not self.samples:
+            return None
+        times = read_times(a, b, self.exchanges)
+        out_snmp = {r: counters.delta(a.snmp[r], b.snmp[r]) for r in remote}
+        out_reads = {r: times[r] for r in remote if r in times}
+        picked = []
+        for snap, edge in ((a, "start"), (b, "end")):
+            spans = [times[r][edge] for r in remote if r in times]
+            if not spans:
+                return None
+            instant = snap.t + (min(x[0] for x in spans) + max(x[1] for x in spans)) / 2
+            picked.append(_nearest(self.samples, instant))
+        (a0, a1, sa), (b0, b1, sb) = picked
+        for role in sa.keys() & sb.keys():
+            out_snmp[role] = counters.delta(_parse_udp_text(*sa[role]), _parse_udp_text(*sb[role]))
+            out_reads[role] = {"start": [round(a0 - a.t, 6), round(a1 - a.t, 6)],
+                               "end": [round(b0 - b.t, 6), round(b1 - b.t, 6)]}
+        return {"snmp": out_snmp, "reads": out_reads}
+
+    def settle(self, snap: Snapshot) -> Snapshot:
+        """Wait for the channel hosts' answers to `snap` and fold them in (done once)."""
+        for role, r in snap.pending.items():
+            files, tc_text = r.result(self.lab.name, role)
+            snap.netdev[role] = counters.parse_net_dev(files["dev"])
+            snap.snmp[role] = {**counters.parse_snmp(files["snmp"] + files["netstat"]),
+                               **counters.parse_snmp6(files["snmp6"])}
+            snap.guest_stat[role] = cpu.parse_proc_stat(files["stat"])
+            snap.qdisc[role] = qdisc.parse_tc(tc_text) if tc_text.strip() else None
+            snap.reads[role] = (r.sent, r.answered)
+            uptime = files["uptime"].split()
+            if uptime and is_number(uptime[0]):
+                snap.clocks[role] = float(uptime[0])
+                self.clocks.add(role, r.sent, float(uptime[0]), r.answered)
+        snap.pending = {}
+        return snap
+
+    def result(self, a: Snapshot, b: Snapshot, *, client_cpu: int | None, server_cpu: int | None) -> ProbeResult:
+        self.settle(a)
+        self.settle(b)
+        self._stop_sampling()
+        window = b.t - a.t
+        hz = cpu.ticks_per_second()
+        per_cpu = {name: cpu.cpu_split(a.stat[name], b.stat[name]) for name in b.stat if name in a.stat}
+        sides = {}
+        for side, n in (("client", client_cpu), ("server", server_cpu)):
+            if side in self.own_kernel:
+                continue
+            if n is not None and f"cpu{n}" in per_cpu:
+                sides[side] = {"cpu": f"cpu{n}", **per_cpu[f"cpu{n}"]}
+        own = {}
+        for role, before in (a.guest_stat or {}).items():
+            after = (b.guest_stat or {}).get(role, {})
+            names = [n for n in before if n in after]
+            total_a = {k: sum(before[n].get(k, 0) for n in names) for k in cpu.STAT_FIELDS}
+            total_b = {k: sum(after[n].get(k, 0) for n in names) for k in cpu.STAT_FIELDS}
+            # Its own CPUs, all of them: a guest's vCPUs are not pinned by offlab.
+            own[role] = {"per_cpu": {n: cpu.cpu_split(before[n], after[n]) for n in names},
+                         "system": cpu.system_time(before, after, hz)}
+            if role in ("client", "server"):
+                sides[role] = {"cpu": f"{role}'s own {len(names)} CPU(s)", **cpu.cpu_split(total_a, total_b)}
+        procs = []
+        role_of = {pid: role for role, pid in self.pids.items()}
+        for pid, (comm, ticks) in b.procs.items():
+            if pid not in a.procs:
+                continue
+            pct = 100.0 * (ticks - a.procs[pid][1]) / hz / window if window > 0 else 0.0
+            if pct > 0 or pid in role_of:
+                procs.append({"pid": pid, "comm": comm, "role": role_of.get(pid), "cpu_pct": round(pct, 2)})
+        procs.sort(key=lambda p: (p["role"] is None, -p["cpu_pct"]))
+        interfaces = {}
+        for role, links in b.netdev.items():
+            for ifname, after in links.items():
+                before = a.netdev.get(role, {}).get(ifname)
+                if ifname == "lo" or before is None:
+                    continue
+                d = counters.delta(before, after)
+                if d["rx_packets"] or d["tx_packets"]:
+                    interfaces[f"{role}:{ifname}"] = {**d, **counters.average_sizes(d)}
+        return ProbeResult(
+            window_s=window, t0_mono_s=round(a.t, 6), reads=read_times(a, b, self.exchanges),
+            aligned=self.aligned(a, b),
+            local_sampling={"samples": len(self.samples), "every_s": SAMPLE_EVERY_S,
+                            "cpu_s": round(self.sampling_cpu_s, 4)} if self._sampler is not None else None,
+            cpu={"per_cpu": per_cpu, **sides, "system": cpu.system_time(a.stat, b.stat, hz),
+                 **({"own_kernel": own} if own else {})},
+            processes=procs,
+            interfaces=interfaces,
+            snmp={role: counters.delta(a.snmp[role], b.snmp[role]) for role in b.snmp if role in a.snmp},
+            softnet={c: counters.delta(a.softnet[c], v) for c, v in b.softnet.items() if c in a.softnet},
+            qdisc={f"{role}:{dev}": d for role in b.qdisc for dev, d in qdisc.delta(a.qdisc.get(role), b.qdisc[role]).items()},
+            big_packets=bigpackets.delta(a.big, b.big) if self.big else None,
+            testpmd=dpdk_ports.result(a.testpmd_ports, b.testpmd_ports)
+            if a.testpmd_ports is not None and b.testpmd_ports is not None else None,
+        )
+
+
+def _udp_text(reader) -> tuple[str, str]:
+    """/proc/net/snmp and snmp6 as text ("" where IPv6 is disabled): one sample, parsed only if picked."""
+    try:
+        v6 = reader.read("snmp6")
+    except FileNotFoundError:
+        v6 = ""
+    return reader.read("snmp"), v6
+
+
+def _parse_udp_text(snmp: str, snmp6: str) -> dict[str, dict[str, int]]:
+    return {**counters.parse_snmp(snmp), **(counters.parse_snmp6(snmp6) if snmp6 else {})}
+
+
+def _snmp6(reader) -> dict[str, dict[str, int]]:
+    try:
+        return counters.parse_snmp6(reader.read("snmp6"))
+    except FileNotFoundError:  # IPv6 disabled in that namespace
+        return {}
+
+
+def _nearest(samples: list, instant: float):
+    return min(samples, key=lambda smp: abs((smp[0] + smp[1]) / 2 - instant)) if samples else None
+
+
+def _read(path: str) -> str:
+    with open(path) as f:
+        return f.read()
