@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 from typing import TYPE_CHECKING, Optional
 
 import typer
@@ -11,15 +10,12 @@ from offlab.cli.console import console
 from rich.markup import escape
 from rich.table import Table
 
-from offlab.errors import BadInput
 from offlab.experiment.effects import NOT_EXERCISED
+from offlab.experiment.request import MeasureRequest
 from offlab.report import format as fmt
-from offlab.names import IFNAME_RE
 
 if TYPE_CHECKING:
     from offlab.experiment.measure import Sample
-
-MAX_FRAMES = 1_000_000  # the same bound as a plan's capture.frames
 
 out = console()
 
@@ -28,98 +24,50 @@ def register(app: typer.Typer) -> None:
     app.command("measure")(measure_cmd)
 
 
+_D = MeasureRequest(lab="")  # the options' defaults are the request's
+
+
 def measure_cmd(
     lab: str = typer.Argument(..., help="An existing lab (offlab lab list)."),
-    tool: str = typer.Option("iperf3", "--tool", help="iperf3 | engine"),
-    proto: Optional[str] = typer.Option(None, "--proto", help="tcp | udp (default: udp for the engine, tcp for iperf3)"),
-    size: Optional[int] = typer.Option(None, "--size", help="UDP payload per datagram / TCP write length, bytes."),
-    gso: bool = typer.Option(False, "--gso", help="engine: UDP_SEGMENT on the sender."),
-    gro: bool = typer.Option(False, "--gro", help="engine: UDP_GRO on the receiver."),
-    batch: Optional[int] = typer.Option(None, "--batch", help="engine: sendmmsg/recvmmsg batch."),
-    send: Optional[str] = typer.Option(None, "--send", help="engine: send | sendmmsg | zerocopy (MSG_ZEROCOPY, "
-                                                           "completions and kernel copies reported)."),
-    rate: Optional[str] = typer.Option(None, "--rate", help="Packets/s (100kpps, 10Mpps; engine only) or bit/s (250M, 1G); default: as fast as possible."),
-    streams: int = typer.Option(1, "--streams", help="iperf3 parallel streams."),
-    duration: float = typer.Option(2.0, "--duration", help="Seconds measured (after warm-up)."),
-    warmup: float = typer.Option(0.5, "--warmup", help="Seconds of traffic before the window opens."),
-    ipv6: bool = typer.Option(False, "--ipv6", help="Use the lab's IPv6 addresses."),
-    big_packets: bool = typer.Option(False, "--big-packets", help="Count packets over 64 KiB on every interface of "
-                                                                  "the lab's namespaces (nftables; BIG TCP's proof)."),
-    capture: Optional[str] = typer.Option(None, "--capture", help="HOST[:IFACE] to capture on (IFACE may be to-<host>)."),
-    frames: int = typer.Option(2000, "--frames", help="Frames to capture."),
+    tool: str = typer.Option(_D.tool, "--tool", help="iperf3 | engine"),
+    proto: Optional[str] = typer.Option(_D.proto, "--proto", help="tcp | udp (default: udp for the engine, tcp for iperf3)"),
+    size: Optional[int] = typer.Option(_D.size, "--size", help="UDP payload per datagram / TCP write length, bytes."),
+    gso: bool = typer.Option(_D.gso, "--gso", help="engine: UDP_SEGMENT on the sender."),
+    gro: bool = typer.Option(_D.gro, "--gro", help="engine: UDP_GRO on the receiver."),
+    batch: Optional[int] = typer.Option(_D.batch, "--batch", help="engine: sendmmsg/recvmmsg batch."),
+    send: Optional[str] = typer.Option(_D.send, "--send", help="engine: send | sendmmsg | zerocopy (MSG_ZEROCOPY, "
+                                                              "completions and kernel copies reported)."),
+    rate: Optional[str] = typer.Option(_D.rate, "--rate", help="Packets/s (100kpps, 10Mpps; engine only) or bit/s (250M, 1G); default: as fast as possible."),
+    streams: int = typer.Option(_D.streams, "--streams", help="iperf3 parallel streams."),
+    duration: float = typer.Option(_D.duration, "--duration", help="Seconds measured (after warm-up)."),
+    warmup: float = typer.Option(_D.warmup, "--warmup", help="Seconds of traffic before the window opens."),
+    ipv6: bool = typer.Option(_D.ipv6, "--ipv6", help="Use the lab's IPv6 addresses."),
+    big_packets: bool = typer.Option(_D.big_packets, "--big-packets", help="Count packets over 64 KiB on every interface of "
+                                                                          "the lab's namespaces (nftables; BIG TCP's proof)."),
+    capture: Optional[str] = typer.Option(_D.capture, "--capture", help="HOST[:IFACE] to capture on (IFACE may be to-<host>)."),
+    frames: int = typer.Option(_D.frames, "--frames", help="Frames to capture."),
     as_json: bool = typer.Option(False, "--json", help="Print the sample as JSON (with its per-interval series)."),
-    workload: str = typer.Option("stream", "--workload", help="stream | rr (request/response with offlab-engine) | "
-                                                             "rr-under-load (rr alone, then rr beside the stream)."),
-    request_size: int = typer.Option(64, "--request-size", help="rr: bytes per request."),
-    response_size: int = typer.Option(64, "--response-size", help="rr: bytes per response."),
-    flows: int = typer.Option(1, "--flows", help="rr: parallel flows."),
-    rr_timeout: float = typer.Option(1.0, "--timeout", help="rr: seconds before a transaction counts as lost."),
-    rr_proto: str = typer.Option("udp", "--rr-proto", help="rr-under-load: the probe's udp | tcp | tcp-crr "
-                                                           "(--proto is the stream's)."),
-    rr_rate: Optional[str] = typer.Option(None, "--rr-rate", help="rr-under-load: the probe's transactions/s "
-                                                                  "(default: closed loop)."),
+    workload: str = typer.Option(_D.workload, "--workload", help="stream | rr (request/response with offlab-engine) | "
+                                                                "rr-under-load (rr alone, then rr beside the stream)."),
+    request_size: int = typer.Option(_D.request_size, "--request-size", help="rr: bytes per request."),
+    response_size: int = typer.Option(_D.response_size, "--response-size", help="rr: bytes per response."),
+    flows: int = typer.Option(_D.flows, "--flows", help="rr: parallel flows."),
+    rr_timeout: float = typer.Option(_D.rr_timeout, "--timeout", help="rr: seconds before a transaction counts as lost."),
+    rr_proto: str = typer.Option(_D.rr_proto, "--rr-proto", help="rr-under-load: the probe's udp | tcp | tcp-crr "
+                                                                "(--proto is the stream's)."),
+    rr_rate: Optional[str] = typer.Option(_D.rr_rate, "--rr-rate", help="rr-under-load: the probe's transactions/s "
+                                                                       "(default: closed loop)."),
 ) -> None:
     """Run one measurement in a lab: throughput, pps, loss, CPU per side, service demand, wire proof."""
-    from offlab.traffic import Workload, default_protocol
-    from offlab.traffic import rr
+    options = dict(locals())  # first: every parameter, nothing else
+    as_json = options.pop("as_json")
+    from offlab.experiment import request
 
-    if workload not in ("stream", "rr", "rr-under-load"):
-        raise BadInput(f"--workload {workload!r}: choose stream, rr or rr-under-load")
-    if workload == "rr":
-        # --rate is transactions/s here; --proto also takes tcp-crr.
-        from offlab.experiment.measure import measure_rr
-        from offlab.lab import LabState, hold
-
-        rw = rr.RrWorkload(protocol=proto or "udp", request_size=request_size, response_size=response_size,
-                           flows=flows, rate=rr.parse_tps(rate), duration=duration, warmup=warmup,
-                           timeout=rr_timeout, ipv6=ipv6).check()
-        state = LabState.load(lab)
-        with hold(lab, "offlab measure --workload rr"):
-            sample = measure_rr(state, rw)
-        res = sample.rr["idle"]
-        if as_json:
-            typer.echo(json.dumps({**res, "probes": sample.probes, "notes": sample.notes}, indent=2, default=str))
-        else:
-            for line in rr.RrResult(**{k: res[k] for k in rr.RrResult.__dataclass_fields__ if k in res}).summary_lines():
-                out.print(line)
-            _print_series(res.get("series") or [], "rtt_p99_us", lambda v: f"{v:.1f} µs", "rtt p99")
-            out.print(_rr_cpu_line(res))
-        return
-    rw = None
-    if workload == "rr-under-load":
-        if rr_proto not in ("udp", "tcp", "tcp-crr"):
-            raise BadInput(f"--rr-proto {rr_proto!r}: the probe is udp, tcp or tcp-crr (--proto is the stream's)")
-        rw = rr.RrWorkload(protocol=rr_proto, request_size=request_size, response_size=response_size, flows=flows,
-                           rate=rr.parse_tps(rr_rate), duration=duration, warmup=warmup, timeout=rr_timeout,
-                           ipv6=ipv6).check()
-    # Every value is checked before the lab is even read, so no child tool starts on a bad one.
-    w = Workload(tool=tool, protocol=proto or default_protocol(tool), size=size, gso=gso, gro=gro, batch=batch, send=send, rate=rate,
-                 streams=streams, duration=duration, warmup=warmup, ipv6=ipv6, big_packets=big_packets).check()
-    if rw is not None:
-        from offlab.experiment.measure import check_under_load
-
-        check_under_load(w)
-    if not 1 <= frames <= MAX_FRAMES:
-        raise BadInput(f"--frames {frames}: 1..{MAX_FRAMES}")
-    if capture is not None:
-        role, _, iface = capture.partition(":")
-        if not re.fullmatch(r"[a-z][a-z0-9]{0,15}", role) or (iface and not IFNAME_RE.fullmatch(iface)):
-            raise BadInput(f"--capture {capture!r}: write HOST[:IFACE], e.g. server or switch:to-server")
-    from offlab.experiment.measure import CaptureRequest, measure, measure_rr_under_load
-    from offlab.lab import LabState, hold
-
-    state = LabState.load(lab)
-    if ipv6 and not state.ipv6:
-        raise BadInput(f"lab {lab} has no IPv6 addresses: rebuild it with `offlab lab up ... --ipv6`")
-    cap = None
-    if capture:
-        role, _, iface = capture.partition(":")
-        cap = CaptureRequest(role, iface or None, frames)
-        state.resolve_iface(role, iface or None)  # fail before any traffic
-    with hold(lab, "offlab measure"):  # `lab down` refuses the lab meanwhile (issue #14, item 8)
-        sample = measure(state, w, cap, settings=lab_settings(state)) if rw is None else \
-            measure_rr_under_load(state, w, rw, cap)
-    if as_json:
+    job = request.check(request_from_options(options))
+    sample = request.run(job)
+    if job.kind == "rr":
+        print_rr(sample, as_json)
+    elif as_json:
         typer.echo(json.dumps(sample.to_dict(), indent=2, default=str))
     else:
         print_sample(sample)
@@ -127,16 +75,22 @@ def measure_cmd(
             print_rr_under_load(sample.rr)
 
 
-def lab_settings(state) -> list[dict]:
-    """The settings `lab set` made on the lab and that still hold (its journal): each gets an effect witness."""
-    from offlab.knobs import pending_changes
+def request_from_options(options: dict) -> MeasureRequest:
+    """`offlab measure`'s options (its parameters by name, --json left out) → the request they ask for."""
+    return MeasureRequest(**options)
 
-    role_of = {e.netns: role for role, e in state.hosts.items() if e.netns and not e.guest}
-    held: dict[tuple, dict] = {}
-    for c in pending_changes(role_of, state.name):  # newest first: a later `lab set` of a key wins
-        where = f"{c['host']}:{c['iface']}" if c.get("iface") else str(c["host"])
-        held.setdefault((where, c["key"]), {"where": where, "key": c["key"], "value": c["value"]})
-    return list(held.values())
+
+def print_rr(sample: Sample, as_json: bool) -> None:
+    from offlab.traffic import rr
+
+    res = sample.rr["idle"]
+    if as_json:
+        typer.echo(json.dumps({**res, "probes": sample.probes, "notes": sample.notes}, indent=2, default=str))
+        return
+    for line in rr.RrResult(**{k: res[k] for k in rr.RrResult.__dataclass_fields__ if k in res}).summary_lines():
+        out.print(line)
+    _print_series(res.get("series") or [], "rtt_p99_us", lambda v: f"{v:.1f} µs", "rtt p99")
+    out.print(_rr_cpu_line(res))
 
 
 def _rr_cpu_line(res: dict) -> str:
