@@ -21,6 +21,7 @@ PARTS = {
     "offlab.state": "common",  # where offlab keeps its files
     "offlab.stats": "common",  # pure statistics
     "offlab.metrics": "common",  # what a sample measures, by name
+    "offlab.sample": "common",  # a stored sample read as dataclasses (witnesses, report, results)
     "offlab.hosts": "hosts",
     "offlab.inventory": "inventory",  # inventories (offlab's YAML, Ansible's) → SSH hosts and test interfaces
     "offlab.hostcheck": "doctor",  # `hosts check`: an audit of inventory hosts

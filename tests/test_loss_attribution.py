@@ -14,6 +14,7 @@ import pytest
 from offlab import lab as labs
 from offlab.experiment import teardown
 from offlab.experiment import witnesses
+from offlab.sample import StoredSample
 from offlab.experiment.measure import measure
 from offlab.probes import ProbeSession, qdisc
 from offlab.probes.counters import parse_snmp
@@ -56,7 +57,7 @@ def test_datagrams_to_a_port_nobody_listens_on_are_attributed_to_noports(veth_la
     sent = json.loads(res.stdout)["datagrams"]
     sample = {"traffic": {"tool": "engine", "datagrams_sent": sent, "datagrams_received": 0, "loss": 1.0},
               "probes": probe, "workload": {"protocol": "udp", "gso": False, "gro": False}}
-    la = witnesses.attribute_loss(sample)
+    la = witnesses.attribute_loss(StoredSample.from_json(sample))
     assert la["lost"] == sent > 5000
     top = la["places"][0]
     assert top["where"] == "server Udp NoPorts" and top["count"] == sent and top["share"] == pytest.approx(1.0)

@@ -1,0 +1,322 @@
+"""A stored sample, read: typed fields for what witnesses, reports and `results` use.
+
+A sample crosses parts as JSON (`offlab measure --json`, the store's `samples.sample` column). Readers
+take `StoredSample.from_json(d)` at that edge and use fields from then on; every key they do not name
+is kept as it came (`extra`), so `from_json(d).to_json() == d`, key order included. A field's default
+is what a reader takes for an absent key (0 for a counter, None for a figure); the key stays absent in
+`to_json` unless the field was set since.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+V = TypeVar("V", bound="JsonView")
+
+
+def _view(cls: type, *, map: bool = False, list: bool = False, default_factory: Any = None) -> Any:
+    """A field holding a nested view (or a dict or list of them); None by default unless a factory is given."""
+    meta = {"view": cls, "map": map, "list": list}
+    if default_factory is None:
+        return field(default=None, metadata=meta)
+    return field(default_factory=default_factory, metadata=meta)
+
+
+@dataclass
+class JsonView:
+    """One JSON object as a dataclass: its named keys as fields, the rest in `extra`."""
+
+    extra: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    _keys: tuple[str, ...] = field(default=(), repr=False, compare=False)
+
+    @classmethod
+    def _named(cls) -> dict[str, dataclasses.Field]:
+        return {f.name: f for f in dataclasses.fields(cls) if f.name not in ("extra", "_keys")}
+
+    @classmethod
+    def from_json(cls: type[V], d: dict | None) -> V:
+        d = d or {}
+        named = cls._named()
+        kw = {k: _load(named[k], v) for k, v in d.items() if k in named}
+        return cls(**kw, extra={k: v for k, v in d.items() if k not in named}, _keys=tuple(d))
+
+    def to_json(self) -> dict:
+        named = self._named()
+        out: dict[str, Any] = {}
+        for k in self._keys:
+            out[k] = _dump(getattr(self, k)) if k in named else self.extra[k]
+        for k, f in named.items():  # set since it was read
+            if k not in out and getattr(self, k) != _default(f):
+                out[k] = _dump(getattr(self, k))
+        for k, v in self.extra.items():
+            out.setdefault(k, v)
+        return out
+
+
+def _default(f: dataclasses.Field) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    return f.default_factory() if f.default_factory is not dataclasses.MISSING else None  # type: ignore[misc]
+
+
+def _load(f: dataclasses.Field, v: Any) -> Any:
+    cls = f.metadata.get("view")
+    if cls is None or v is None:
+        return v
+    if f.metadata.get("map"):
+        return {k: cls.from_json(x) for k, x in v.items()}
+    if f.metadata.get("list"):
+        return [cls.from_json(x) for x in v]
+    return cls.from_json(v)
+
+
+def _dump(v: Any) -> Any:
+    if isinstance(v, JsonView):
+        return v.to_json()
+    if isinstance(v, dict) and any(isinstance(x, JsonView) for x in v.values()):
+        return {k: _dump(x) for k, x in v.items()}
+    if isinstance(v, list) and any(isinstance(x, JsonView) for x in v):
+        return [_dump(x) for x in v]
+    return v
+
+
+@dataclass
+class SampleWorkload(JsonView):
+    """What was asked (offlab.traffic Workload.to_dict, or an rr workload with its `kind`)."""
+
+    tool: str | None = None
+    protocol: str | None = None
+    size: int | None = None
+    gso: bool = False
+    gro: bool = False
+    ipv6: bool = False
+    rate: str | None = None
+    warmup: float = 0.0
+    kind: str | None = None  # rr | rr-under-load; absent for a stream
+
+
+@dataclass
+class Series(JsonView):
+    """One per-interval series of the tool (offlab.traffic.series: columns and rows, as stored)."""
+
+    source: str | None = None
+    columns: list[str] = field(default_factory=list)
+    t0_mono_s: float | None = None  # its first row's start on its host's CLOCK_MONOTONIC
+
+
+@dataclass
+class Zerocopy(JsonView):
+    """MSG_ZEROCOPY completions the engine saw (--send zerocopy)."""
+
+    completed: int = 0
+    copied: int = 0
+    pending_at_end: int = 0
+
+
+@dataclass
+class Traffic(JsonView):
+    """What the traffic tool reported (offlab.traffic TrafficResult.to_dict)."""
+
+    tool: str | None = None
+    throughput_bps: float | None = None
+    sent_bps: float | None = None
+    pps: float | None = None
+    sent_pps: float | None = None
+    datagrams_sent: int | None = None
+    datagrams_received: int | None = None
+    loss: float | None = None
+    loss_source: str | None = None  # "kernel" when the tool's own loss was impossible
+    jitter_us: float | None = None
+    retransmits: int | None = None
+    errors: dict[str, int] = field(default_factory=dict)  # errno name → count
+    receiver_stop: str | None = None
+    zerocopy: Zerocopy | None = _view(Zerocopy)
+    series: list[Series] = _view(Series, list=True, default_factory=list)
+
+    def error(self, name: str) -> int:
+        return (self.errors or {}).get(name, 0)
+
+
+@dataclass
+class Iface(JsonView):
+    """One lab interface's counter deltas over the window (`probes.interfaces["host:iface"]`)."""
+
+    rx_packets: int = 0
+    tx_packets: int = 0
+    rx_bytes: int = 0
+    tx_bytes: int = 0
+    rx_dropped: int = 0
+    tx_dropped: int = 0
+    rx_errors: int = 0
+    tx_errors: int = 0
+    rx_fifo: int = 0
+    tx_fifo: int = 0
+    rx_avg_bytes: float | None = None
+    tx_avg_bytes: float | None = None
+
+    def packets(self, way: str) -> int:
+        return (self.rx_packets if way == "rx" else self.tx_packets) or 0
+
+    def octets(self, way: str) -> int:
+        return (self.rx_bytes if way == "rx" else self.tx_bytes) or 0
+
+    def counter(self, name: str) -> int:
+        """A drop or error counter by its name (rx_dropped, tx_fifo...), 0 when not read."""
+        return (getattr(self, name) if name in self._named() else self.extra.get(name)) or 0
+
+
+@dataclass
+class Read(JsonView):
+    """When a host's counters were read at the window's edges, in seconds from this machine's reference
+    instants ([earliest, latest]); a host with a clock of its own also gives its offset's bounds."""
+
+    start: list[float] = field(default_factory=lambda: [0.0, 0.0])
+    end: list[float] = field(default_factory=lambda: [0.0, 0.0])
+    own_window_s: float | None = None
+    clock_offset_s: list[float] | None = None
+
+    @property
+    def has_own_clock(self) -> bool:
+        return "own_window_s" in self._keys or self.own_window_s is not None
+
+
+Counters = dict[str, dict[str, int]]  # /proc/net/snmp group → counter → delta
+
+
+def counter(snmp: dict[str, Counters], role: str, group: str, name: str, default: int | None = 0) -> int | None:
+    """One host's /proc/net/snmp(6) counter delta from `snmp` (role → group → counter), `default` when
+    that host, group or counter was not read."""
+    return ((snmp or {}).get(role) or {}).get(group, {}).get(name, default)
+
+
+@dataclass
+class Qdisc(JsonView):
+    """One lab interface's root qdisc over the window (`probes.qdisc["host:iface"]`)."""
+
+    kind: str | None = None
+    drops: int = 0
+
+
+@dataclass
+class Softnet(JsonView):
+    """One CPU's /proc/net/softnet_stat deltas."""
+
+    dropped: int = 0
+    time_squeeze: int = 0
+
+
+@dataclass
+class BigCount(JsonView):
+    """Packets over 64 KiB counted on one interface (offlab.probes.bigpackets)."""
+
+    rx: int = 0
+    tx: int = 0
+
+
+@dataclass
+class Aligned(JsonView):
+    """The local hosts' counters sampled when a channel host read its own (offlab.probes `aligned`)."""
+
+    snmp: dict[str, Counters] = field(default_factory=dict)
+    reads: dict[str, Read] = _view(Read, map=True, default_factory=dict)
+
+
+@dataclass
+class Probes(JsonView):
+    """Every probe's deltas over the window (offlab.probes ProbeSession.result)."""
+
+    window_s: float = 0.0
+    t0_mono_s: float | None = None
+    reads: dict[str, Read] = _view(Read, map=True, default_factory=dict)
+    aligned: Aligned | None = _view(Aligned)
+    cpu: dict[str, dict] = field(default_factory=dict)
+    processes: list[dict] = field(default_factory=list)
+    interfaces: dict[str, Iface] = _view(Iface, map=True, default_factory=dict)
+    snmp: dict[str, Counters] = field(default_factory=dict)  # role → group → counter
+    softnet: dict[str, Softnet] = _view(Softnet, map=True, default_factory=dict)
+    qdisc: dict[str, Qdisc] = _view(Qdisc, map=True, default_factory=dict)
+    testpmd: dict | None = None
+    mtus: dict[str, int] = field(default_factory=dict)
+    big_packets: dict[str, BigCount] | None = _view(BigCount, map=True)
+
+    def counter(self, role: str, group: str, name: str, default: int | None = 0) -> int | None:
+        """One host's /proc/net/snmp(6) counter delta over the window, `default` when not read."""
+        return counter(self.snmp, role, group, name, default)
+
+    def loss_view(self) -> tuple[dict[str, Counters], dict[str, Read]]:
+        """(snmp, reads) for witnesses across hosts: where a channel host took part, the local hosts'
+        counters sampled when it read its own (`aligned`), else the window's."""
+        if self.aligned:
+            return self.aligned.snmp or {}, self.aligned.reads or {}
+        return self.snmp or {}, self.reads or {}
+
+
+@dataclass
+class Capture(JsonView):
+    """What the wire showed (offlab.probes.capture CaptureSummary.to_dict)."""
+
+    host: str = ""
+    iface: str = ""
+    frames: int = 0
+    verdict: str = ""
+
+
+@dataclass
+class Check(JsonView):
+    check: str = ""
+    ok: bool = False
+    detail: str = ""
+
+
+@dataclass
+class Consistency(JsonView):
+    """The second witnesses of the headline figures (offlab.experiment.witnesses.cross_check)."""
+
+    status: str = ""
+    checks: list[Check] = _view(Check, list=True, default_factory=list)
+
+
+@dataclass
+class Segment(JsonView):
+    """Packets vs bytes on one interface and direction (offlab.experiment.witnesses.segmentation)."""
+
+    interface: str = ""
+    direction: str = ""
+    verdict: str = ""
+    line: str = ""
+
+
+@dataclass
+class Effect(JsonView):
+    """One setting's effect witness (offlab.experiment.effects)."""
+
+    setting: str = ""
+    value: str = ""
+    where: str = ""
+    status: str = ""
+    detail: str = ""
+    cause: str | None = None
+
+
+@dataclass
+class StoredSample(JsonView):
+    """One sample as stored (offlab.experiment.measure Sample.to_dict)."""
+
+    lab: str = ""
+    topology: str = ""
+    workload: SampleWorkload = _view(SampleWorkload, default_factory=SampleWorkload)
+    started_at: float | None = None
+    traffic: Traffic = _view(Traffic, default_factory=Traffic)
+    probes: Probes = _view(Probes, default_factory=Probes)
+    service_demand_us_per_kib: dict[str, float | None] = field(default_factory=dict)
+    capture: Capture | None = _view(Capture)
+    notes: list[str] = field(default_factory=list)
+    search: dict | None = None
+    consistency: Consistency | None = _view(Consistency)
+    loss_attribution: dict | None = None
+    segmentation: list[Segment] | None = _view(Segment, list=True)
+    rr: dict | None = None
+    effects: list[Effect] | None = _view(Effect, list=True)
+    guests: dict[str, dict] | None = None  # role → accel, vhost, QEMU, kernel, nics
