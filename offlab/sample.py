@@ -216,6 +216,74 @@ class BigCount(JsonView):
 
 
 @dataclass
+class Cpu(JsonView):
+    """One side's CPU over the window (`probes.cpu[side]`; "system" is the whole machine's)."""
+
+    cpu: str | None = None  # the CPU the side was pinned to
+    busy: float | None = None  # % of the window
+    user: float = 0.0
+    system: float = 0.0
+    softirq: float = 0.0
+    irq: float = 0.0
+    busy_s: float | None = None  # system: CPU seconds busy
+    steal_pct: float = 0.0
+
+
+@dataclass
+class Process(JsonView):
+    """A busy process over the window (`probes.processes`)."""
+
+    comm: str = ""
+    role: str | None = None
+    cpu_pct: float = 0.0
+
+
+@dataclass
+class PortCounters(JsonView):
+    """One dpdk-testpmd port's counters over the window."""
+
+    rx_packets: int = 0
+    tx_packets: int = 0
+    rx_bytes: int = 0
+    tx_bytes: int = 0
+    rx_errors: int = 0
+    tx_errors: int = 0
+    rx_missed: int = 0
+    fwd_tx_dropped: int = 0
+
+    @property
+    def lost(self) -> int:
+        """Errors, misses and forwarding drops, both ways."""
+        return self.tx_errors + self.rx_errors + self.rx_missed + self.fwd_tx_dropped
+
+
+@dataclass
+class Direction(JsonView):
+    """Packets into one testpmd port and out of the other ("0>1")."""
+
+    rx_packets: int = 0
+    tx_packets: int = 0
+    rx_bytes: int = 0
+    out_per_in: float | None = None
+
+
+@dataclass
+class TestpmdCounters(JsonView):
+    """dpdk-testpmd's port counters over the window (`probes.testpmd`)."""
+
+    __test__ = False  # not a pytest class, whatever its name
+
+    ports: dict[str, PortCounters] = _view(PortCounters, map=True, default_factory=dict)
+    directions: dict[str, Direction] = _view(Direction, map=True, default_factory=dict)
+    data_direction: str = ""
+    out_per_in: float | None = None
+
+    @property
+    def data(self) -> Direction:
+        return self.directions.get(self.data_direction) or Direction()
+
+
+@dataclass
 class Aligned(JsonView):
     """The local hosts' counters sampled when a channel host read its own (offlab.probes `aligned`)."""
 
@@ -231,13 +299,13 @@ class Probes(JsonView):
     t0_mono_s: float | None = None
     reads: dict[str, Read] = _view(Read, map=True, default_factory=dict)
     aligned: Aligned | None = _view(Aligned)
-    cpu: dict[str, dict] = field(default_factory=dict)
-    processes: list[dict] = field(default_factory=list)
+    cpu: dict[str, Cpu] = _view(Cpu, map=True, default_factory=dict)
+    processes: list[Process] = _view(Process, list=True, default_factory=list)
     interfaces: dict[str, Iface] = _view(Iface, map=True, default_factory=dict)
     snmp: dict[str, Counters] = field(default_factory=dict)  # role → group → counter
     softnet: dict[str, Softnet] = _view(Softnet, map=True, default_factory=dict)
     qdisc: dict[str, Qdisc] = _view(Qdisc, map=True, default_factory=dict)
-    testpmd: dict | None = None
+    testpmd: TestpmdCounters | None = _view(TestpmdCounters)
     mtus: dict[str, int] = field(default_factory=dict)
     big_packets: dict[str, BigCount] | None = _view(BigCount, map=True)
 
@@ -320,3 +388,21 @@ class StoredSample(JsonView):
     rr: dict | None = None
     effects: list[Effect] | None = _view(Effect, list=True)
     guests: dict[str, dict] | None = None  # role → accel, vhost, QEMU, kernel, nics
+
+
+@dataclass
+class SampleRecord(JsonView):
+    """A sample as the store gives it back (offlab.store Store.samples): its row, metrics and the sample."""
+
+    id: int = 0
+    cell_id: int = 0
+    round: int = 0
+    created_at: str | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
+    sample: StoredSample = _view(StoredSample, default_factory=StoredSample)
+    requested_vs_actual: dict | None = None
+
+
+def records(rows: list[dict]) -> list[SampleRecord]:
+    """Store.samples' rows, read."""
+    return [SampleRecord.from_json(r) for r in rows]
