@@ -226,7 +226,7 @@ class Cpu(JsonView):
     softirq: float = 0.0
     irq: float = 0.0
     busy_s: float | None = None  # system: CPU seconds busy
-    steal_pct: float = 0.0
+    steal_pct: float | None = None  # system: % of the window the hypervisor ran other work
 
 
 @dataclass
@@ -369,11 +369,40 @@ class Effect(JsonView):
 
 
 @dataclass
+class Guest(JsonView):
+    """How a QEMU guest of the lab ran (`guests[role]`): TCG marks the sample emulated."""
+
+    accel: str | None = None
+    vhost: bool | None = None
+    qemu_version: str | None = None
+    kernel_release: str | None = None
+    nics: list[dict] = field(default_factory=list)  # offlab.lab.explain's negotiation chain per NIC
+
+
+@dataclass
+class Held(JsonView):
+    """A setting in force during the sample, read back at the end of its window (`in_force`)."""
+
+    where: str | None = None
+    key: str | None = None
+    value: Any = None
+
+
+@dataclass
+class KnobOutcome(JsonView):
+    """What setting one knob for the sample's cell did (`knobs`; offlab.knobs' outcome): the value found first."""
+
+    where: str | None = None
+    key: str | None = None
+    original: Any = None
+
+
+@dataclass
 class StoredSample(JsonView):
     """One sample as stored (offlab.experiment.measure Sample.to_dict)."""
 
-    lab: str = ""
-    topology: str = ""
+    lab: str | None = None
+    topology: str | None = None
     workload: SampleWorkload = _view(SampleWorkload, default_factory=SampleWorkload)
     started_at: float | None = None
     traffic: Traffic = _view(Traffic, default_factory=Traffic)
@@ -387,7 +416,9 @@ class StoredSample(JsonView):
     segmentation: list[Segment] | None = _view(Segment, list=True)
     rr: dict | None = None
     effects: list[Effect] | None = _view(Effect, list=True)
-    guests: dict[str, dict] | None = None  # role → accel, vhost, QEMU, kernel, nics
+    guests: dict[str, Guest] | None = _view(Guest, map=True)  # role → how that guest ran
+    in_force: list[Held] | None = _view(Held, list=True)  # a plan's sample: the settings it ran with
+    knobs: list[KnobOutcome] | None = _view(KnobOutcome, list=True)  # a plan's sample: its cell's settings made
 
 
 @dataclass

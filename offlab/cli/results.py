@@ -221,7 +221,7 @@ def print_losses(store, run_id: int) -> None:
 
     from offlab.report import segmentations
 
-    samples = store.samples(run_id)
+    samples = records(store.samples(run_id))
     segs = segmentations(store.cells(run_id), samples)
     if segs:
         out.print("[bold]segmentation by counters[/bold] (first sample of each cell: packets vs bytes per hop)")
@@ -311,7 +311,7 @@ def print_searches(store, run_id: int) -> None:
     """The zero-loss headline of each searched sample, with its trials (offered vs achieved)."""
     from offlab.report import searches
 
-    found = searches(store.cells(run_id), store.samples(run_id))
+    found = searches(store.cells(run_id), records(store.samples(run_id)))
     if not found:
         return
     out.print("[bold]zero-loss search[/bold] (target → achieved offered pps, loss; ✓ met the criterion)")
