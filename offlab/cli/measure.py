@@ -13,6 +13,7 @@ from rich.table import Table
 from offlab.experiment.effects import NOT_EXERCISED
 from offlab.experiment.request import MeasureRequest
 from offlab.report import format as fmt
+from offlab.sample import StoredSample
 
 if TYPE_CHECKING:
     from offlab.experiment.measure import Sample
@@ -137,79 +138,79 @@ def _print_series(series: list[dict], col: str, fmt, label: str) -> None:
         out.print(f"  {label:<11} " + summary(series[0], col, fmt), markup=False, highlight=False)
 
 
-def print_sample(s: Sample) -> None:
+def print_sample(sample: Sample) -> None:
+    s = StoredSample.from_json(sample.to_dict())
     t, p, w = s.traffic, s.probes, s.workload
-    what = f"{w['tool']} {w['protocol']}" + (f" {w['size']} B" if w["size"] else "") + \
-        (" gso" if w["gso"] else "") + (" gro" if w["gro"] else "")
-    out.print(f"[bold]{s.lab}[/bold] ({s.topology}) {what}: window {p['window_s']:.2f} s after "
-              f"{w['warmup']:g} s warm-up")
-    out.print(f"  throughput  {_si(t['throughput_bps'], 'bit/s')} received"
-              + (f"   (sent {_si(t['sent_bps'], 'bit/s')})" if t.get("sent_bps") else ""))
-    if t.get("pps") is not None:
-        out.print(f"  datagrams   {_si(t['pps'], 'pps')} received, {t['datagrams_received']} of "
-                  f"{t['datagrams_sent']} sent, loss {100 * (t['loss'] or 0):.3f} %"
-                  + (f", jitter {t['jitter_us']:.1f} µs" if t.get("jitter_us") is not None else ""))
-    if t.get("retransmits") is not None:
-        out.print(f"  retransmits {t['retransmits']}")
-    _print_series(t.get("series") or [], "bps", lambda v: _si(v, "bit/s"), "over time")
-    if t.get("errors"):
-        out.print(f"  send errors {t['errors']}")
+    what = f"{w.tool} {w.protocol}" + (f" {w.size} B" if w.size else "") + \
+        (" gso" if w.gso else "") + (" gro" if w.gro else "")
+    out.print(f"[bold]{s.lab}[/bold] ({s.topology}) {what}: window {p.window_s:.2f} s after "
+              f"{w.warmup:g} s warm-up")
+    out.print(f"  throughput  {_si(t.throughput_bps, 'bit/s')} received"
+              + (f"   (sent {_si(t.sent_bps, 'bit/s')})" if t.sent_bps else ""))
+    if t.pps is not None:
+        out.print(f"  datagrams   {_si(t.pps, 'pps')} received, {t.datagrams_received} of "
+                  f"{t.datagrams_sent} sent, loss {100 * (t.loss or 0):.3f} %"
+                  + (f", jitter {t.jitter_us:.1f} µs" if t.jitter_us is not None else ""))
+    if t.retransmits is not None:
+        out.print(f"  retransmits {t.retransmits}")
+    _print_series([x.to_json() for x in t.series], "bps", lambda v: _si(v, "bit/s"), "over time")
+    if t.errors:
+        out.print(f"  send errors {t.errors}")
     sd = s.service_demand_us_per_kib
     cpu = Table("side", "cpu", "usr %", "sys %", "softirq %", "irq %", "busy %", "µs/KiB", box=None)
     for side in ("client", "server"):
-        c = p["cpu"].get(side)
+        c = p.cpu.get(side)
         if c:
-            cpu.add_row(side, c["cpu"], f"{c['user']:.1f}", f"{c['system']:.1f}", f"{c['softirq']:.1f}",
-                        f"{c['irq']:.1f}", f"{c['busy']:.1f}", f"{sd.get(side) or 0:.3f}")
+            cpu.add_row(side, c.cpu, f"{c.user:.1f}", f"{c.system:.1f}", f"{c.softirq:.1f}",
+                        f"{c.irq:.1f}", f"{c.busy:.1f}", f"{sd.get(side) or 0:.3f}")
     out.print(cpu)
-    procs = ", ".join(f"{x['comm']}{'(' + x['role'] + ')' if x['role'] else ''} {x['cpu_pct']:.0f}%"
-                      for x in p["processes"][:6])
+    procs = ", ".join(f"{x.comm}{'(' + x.role + ')' if x.role else ''} {x.cpu_pct:.0f}%" for x in p.processes[:6])
     out.print(f"  processes   {procs}")
     ifs = Table("interface", "rx pkts", "rx avg B", "tx pkts", "tx avg B", "drops", box=None)
-    for name, d in p["interfaces"].items():
-        ifs.add_row(name, str(d["rx_packets"]), f"{d['rx_avg_bytes'] or 0:.0f}", str(d["tx_packets"]),
-                    f"{d['tx_avg_bytes'] or 0:.0f}", str(d["rx_dropped"] + d["tx_dropped"]))
+    for name, d in p.interfaces.items():
+        ifs.add_row(name, str(d.rx_packets), f"{d.rx_avg_bytes or 0:.0f}", str(d.tx_packets),
+                    f"{d.tx_avg_bytes or 0:.0f}", str(d.rx_dropped + d.tx_dropped))
     out.print(ifs)
-    tp = p.get("testpmd")
+    tp = p.testpmd
     if tp:
-        for port, d in tp["ports"].items():
-            out.print(f"  testpmd     port {port}: rx {d.get('rx_packets', 0)} pkts {d.get('rx_bytes', 0)} B, "
-                      f"tx {d.get('tx_packets', 0)} pkts {d.get('tx_bytes', 0)} B, errors rx {d.get('rx_errors', 0)} "
-                      f"tx {d.get('tx_errors', 0)}, missed {d.get('rx_missed', 0)}, "
-                      f"fwd drops {d.get('fwd_tx_dropped', 0)}")
-        if tp["out_per_in"] is not None:
-            out.print(f"  testpmd     packets out per packet in ({tp['data_direction'].replace('>', ' → ')}): "
-                      f"{tp['out_per_in']:.3f}")
+        for port, q in tp.ports.items():
+            out.print(f"  testpmd     port {port}: rx {q.rx_packets} pkts {q.rx_bytes} B, "
+                      f"tx {q.tx_packets} pkts {q.tx_bytes} B, errors rx {q.rx_errors} "
+                      f"tx {q.tx_errors}, missed {q.rx_missed}, fwd drops {q.fwd_tx_dropped}")
+        if tp.out_per_in is not None:
+            out.print(f"  testpmd     packets out per packet in ({tp.data_direction.replace('>', ' → ')}): "
+                      f"{tp.out_per_in:.3f}")
     for role, g in (s.guests or {}).items():
-        for nic in g.get("nics") or []:  # the chain at sample time: only what is fixed off, and why
+        for nic in g.nics or []:  # the chain at sample time: only what is fixed off, and why (offlab.lab.explain)
             for r in nic["rows"]:
                 if any(v.startswith("off [fixed]") for v in r["guest"].values()):
                     out.print(f"  guest       {role}:{nic['iface']} {escape(r['why'])}")
-    for role, snmp in p["snmp"].items():
+    for role in p.snmp:
         for group in ("Udp", "Udp6"):
-            udp = snmp.get(group, {})
-            if udp.get("RcvbufErrors"):
-                out.print(f"  {role}: {group} RcvbufErrors +{udp['RcvbufErrors']} (receive buffer overflow explains loss)")
-    squeeze = sum(v["time_squeeze"] for v in p["softnet"].values())
-    dropped = sum(v["dropped"] for v in p["softnet"].values())
+            dropped = p.counter(role, group, "RcvbufErrors")
+            if dropped:
+                out.print(f"  {role}: {group} RcvbufErrors +{dropped} (receive buffer overflow explains loss)")
+    squeeze = sum(v.time_squeeze for v in p.softnet.values())
+    dropped = sum(v.dropped for v in p.softnet.values())
     if squeeze or dropped:
         out.print(f"  softnet     time_squeeze +{squeeze}, dropped +{dropped}")
     if s.capture:
         c = s.capture
-        out.print(f"  wire        {c['host']}:{c['iface']} {c['frames']} frames: {c['verdict']}")
+        out.print(f"  wire        {c.host}:{c.iface} {c.frames} frames: {c.verdict}")
     for seg in s.segmentation or []:
-        out.print(f"  segments    {escape(seg['line'])}")
+        out.print(f"  segments    {escape(seg.line)}")
     for line in fmt.loss_lines(s.loss_attribution):
         out.print(f"  {escape(line)}")
-    if s.loss_attribution and s.loss_attribution.get("receiver_absent"):
-        out.print(f"  [bold red]no receiver[/bold red] {escape(s.loss_attribution['receiver_absent'])}")
+    absent = (s.loss_attribution or {}).get("receiver_absent")
+    if absent:
+        out.print(f"  [bold red]no receiver[/bold red] {escape(absent)}")
     for e in s.effects or []:
-        style = "bold red" if e["status"] == NOT_EXERCISED else "dim"
-        out.print(f"  [{style}]{escape(e['status'])}[/{style}] {escape(e['setting'])}={escape(e['value'])} at "
-                  f"{escape(e['where'])}: {escape(e['detail'])}" + (f" — {escape(e['cause'])}" if e["cause"] else ""))
-    if s.consistency and s.consistency["status"] != "consistent":
-        for c in s.consistency["checks"]:
-            if not c["ok"]:
-                out.print(f"  [bold red]inconsistent[/bold red] {c['check']}: {c['detail']}")
+        style = "bold red" if e.status == NOT_EXERCISED else "dim"
+        out.print(f"  [{style}]{escape(e.status)}[/{style}] {escape(e.setting)}={escape(e.value)} at "
+                  f"{escape(e.where)}: {escape(e.detail)}" + (f" — {escape(e.cause)}" if e.cause else ""))
+    if s.consistency and s.consistency.status != "consistent":
+        for check in s.consistency.checks:
+            if not check.ok:
+                out.print(f"  [bold red]inconsistent[/bold red] {check.check}: {check.detail}")
     for note in s.notes:
         out.print(f"  [dim]note: {note}[/dim]")
