@@ -83,3 +83,33 @@ def test_the_frames_bound_is_checked_only_after_the_workload():
     # The order the options were checked in before the request existed: the workload's error comes first.
     with pytest.raises(BadInput, match="--streams 0"):
         check(MeasureRequest(lab="l", streams=0, frames=0))
+
+
+def test_run_overrides_share_the_budget_over_a_suites_plans_and_set_the_stopping_rule():
+    from offlab.experiment import suites
+    from offlab.experiment.request import PlanOverrides, override
+
+    plans = suites.plans("quick")
+    assert len(plans) >= 2
+    override(plans, PlanOverrides(budget="10m", until="width"))
+    assert [p.budget_s for p in plans] == [600 / len(plans)] * len(plans)
+    assert {p.repeat.until for p in plans} == {"width"}
+    untouched = suites.plans("quick")
+    assert override(untouched, PlanOverrides()) == untouched  # nothing asked, nothing changed
+    assert [p.repeat.until for p in untouched] == [p.repeat.until for p in suites.plans("quick")]
+
+
+@pytest.mark.parametrize("o, message", [
+    ({"until": "forever"}, "--until 'forever': choose decided or width"),
+    ({"budget": "soon"}, "--budget is seconds (600) or a duration like 90s, 10m, 2h, not 'soon'"),
+])
+def test_a_bad_run_override_is_refused_before_any_plan_changes(o, message):
+    from offlab.experiment import suites
+    from offlab.experiment.request import PlanOverrides, override
+
+    plans = suites.plans("quick")
+    before = [(p.budget_s, p.repeat.until) for p in plans]
+    with pytest.raises(BadInput) as err:
+        override(plans, PlanOverrides(**o))
+    assert message in str(err.value)
+    assert [(p.budget_s, p.repeat.until) for p in plans] == before

@@ -1,4 +1,5 @@
-"""What `offlab measure` was asked for (a request of plain values), checked into workloads, then run.
+"""What `offlab measure` was asked for (a request of plain values), checked into workloads, then run;
+and what `offlab run` / `suite run` change in the plans they run (PlanOverrides).
 
 The CLI maps its options to a `MeasureRequest` and prints what `run` returns; every value is checked
 here (`check`, pure: no lab is read) before the lab is even loaded, so no child tool starts on a bad one.
@@ -15,6 +16,7 @@ from offlab.names import IFNAME_RE
 
 if TYPE_CHECKING:  # imported where used: the CLI reads MeasureRequest's defaults at start-up
     from offlab.experiment.measure import CaptureRequest, Sample
+    from offlab.experiment.plan import Plan
     from offlab.traffic import Workload
     from offlab.traffic.rr import RrWorkload
 
@@ -141,3 +143,29 @@ def lab_settings(state) -> list[dict]:
         where = f"{c['host']}:{c['iface']}" if c.get("iface") else str(c["host"])
         held.setdefault((where, c["key"]), {"where": where, "key": c["key"], "value": c["value"]})
     return list(held.values())
+
+
+UNTIL = ("decided", "width")
+
+
+@dataclass(frozen=True)
+class PlanOverrides:
+    """`--budget` (shared out over the plans of a suite as they run) and `--until`, over the plans' own."""
+
+    budget: str | None = None
+    until: str | None = None
+
+
+def override(plans: list[Plan], o: PlanOverrides) -> list[Plan]:
+    """The plans with `o` applied (in place); BadInput names the option. Checked before any plan is touched."""
+    from offlab.experiment.plan.load import parse_budget
+
+    if o.until is not None and o.until not in UNTIL:
+        raise BadInput(f"--until {o.until!r}: choose decided or width")
+    seconds = parse_budget(o.budget, "--budget") if o.budget is not None else None
+    for p in plans:
+        if o.until is not None:
+            p.repeat = p.repeat.model_copy(update={"until": o.until})
+        if seconds is not None:
+            p.budget_s = seconds / len(plans)
+    return plans
