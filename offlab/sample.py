@@ -357,6 +357,62 @@ class Segment(JsonView):
 
 
 @dataclass
+class LossPlace(JsonView):
+    """One place where datagrams died (offlab.experiment.witnesses Place, as stored). Older samples
+    counted every place as datagrams and stored no `unit`, `datagrams`, `low` or `high`."""
+
+    host: str | None = None
+    where: str = ""
+    what: str | None = None
+    count: int = 0
+    layer: str | None = None
+    unit: str = "datagrams"  # or "packets": converted at per_packet
+    datagrams: float | None = None
+    low: float | None = None
+    high: float | None = None
+    per_packet: float | None = None
+    basis: str | None = None
+    share: float = 0.0
+
+    def bound(self, name: str) -> float:
+        """datagrams, low or high; an older place's count where it stored none."""
+        v = getattr(self, name)
+        return self.count if v is None else v
+
+
+@dataclass
+class NotLost(JsonView):
+    """Sends counted as drops that were not lost (the engine sent them again)."""
+
+    where: str = ""
+    count: int = 0
+    what: str | None = None
+
+
+@dataclass
+class LossAttribution(JsonView):
+    """Where a sample's lost datagrams died (offlab.experiment.witnesses.attribute_loss), or a cell's samples'
+    summed (offlab.report.format.merge_attributions: then `samples`, and `cell` in the report)."""
+
+    lost: int = 0
+    sent: int | None = None
+    lost_source: str | None = None
+    lost_over: str | None = None  # absent: stored by an older offlab (format.OLDER_ATTRIBUTION)
+    skew_s: float | None = None
+    lost_uncertainty: int | None = None
+    places: list[LossPlace] = _view(LossPlace, list=True, default_factory=list)
+    explained: float | None = None
+    explained_low: float | None = None  # absent in older samples
+    explained_high: float | None = None
+    unexplained: float = 0
+    unread: list[str] = field(default_factory=list)
+    not_lost: list[NotLost] = _view(NotLost, list=True, default_factory=list)
+    receiver_absent: str | None = None
+    samples: int | None = None  # merged: how many samples
+    cell: str | None = None  # merged, in a report: the cell's key
+
+
+@dataclass
 class Effect(JsonView):
     """One setting's effect witness (offlab.experiment.effects)."""
 
@@ -412,7 +468,7 @@ class StoredSample(JsonView):
     notes: list[str] = field(default_factory=list)
     search: dict | None = None
     consistency: Consistency | None = _view(Consistency)
-    loss_attribution: dict | None = None
+    loss_attribution: LossAttribution | None = _view(LossAttribution)
     segmentation: list[Segment] | None = _view(Segment, list=True)
     rr: dict | None = None
     effects: list[Effect] | None = _view(Effect, list=True)

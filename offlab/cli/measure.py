@@ -201,9 +201,8 @@ def print_sample(sample: Sample) -> None:
         out.print(f"  segments    {escape(seg.line)}")
     for line in fmt.loss_lines(s.loss_attribution):
         out.print(f"  {escape(line)}")
-    absent = (s.loss_attribution or {}).get("receiver_absent")
-    if absent:
-        out.print(f"  [bold red]no receiver[/bold red] {escape(absent)}")
+    if s.loss_attribution and s.loss_attribution.receiver_absent:
+        out.print(f"  [bold red]no receiver[/bold red] {escape(s.loss_attribution.receiver_absent)}")
     for e in s.effects or []:
         style = "bold red" if e.status == NOT_EXERCISED else "dim"
         out.print(f"  [{style}]{escape(e.status)}[/{style}] {escape(e.setting)}={escape(e.value)} at "

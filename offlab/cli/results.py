@@ -234,7 +234,7 @@ def print_losses(store, run_id: int) -> None:
         return
     out.print("[bold]where the loss went[/bold] (counters before and after on every hop; share of the lost)")
     for la in found:
-        out.print(f"  {escape(la['cell'])}:")
+        out.print(f"  {escape(la.cell or '?')}:")
         for line in fmt.loss_lines(la):
             out.print(f"    {escape(line)}")
 

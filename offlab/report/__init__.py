@@ -3,6 +3,7 @@ SVG, CPU split, wire captures, skipped cells, environment and plan. Opens offlin
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -12,7 +13,7 @@ from offlab.report.compare import (Row, any_compared, axes_of, by_cell, compare_
 from offlab.errors import BadInput, EnvironmentProblem
 from offlab.metrics import HEADLINE, METRICS, NOT_EXERCISED, TCG_MARK, not_exercised_by_cell
 from offlab.report import format as fmt
-from offlab.sample import Cpu, SampleRecord, StoredSample, records
+from offlab.sample import Cpu, LossAttribution, SampleRecord, StoredSample, records
 from offlab.stats import CI, is_improvement, mean_ci
 from offlab.store import Store, series_holders
 
@@ -296,9 +297,9 @@ def searches(cells: list[dict], samples: list[SampleRecord]) -> list[dict]:
     return out
 
 
-def losses(cells: list[dict], samples: list[SampleRecord]) -> list[dict]:
-    """Per cell with lost datagrams, where they died: its samples' attributions summed."""
-    per_cell: dict[int, list[dict]] = {}
+def losses(cells: list[dict], samples: list[SampleRecord]) -> list[LossAttribution]:
+    """Per cell with lost datagrams, where they died: its samples' attributions summed (`cell`: its key)."""
+    per_cell: dict[int, list[LossAttribution]] = {}
     for s in samples:
         la = _attribution(s.sample or StoredSample())
         if la:
@@ -307,16 +308,17 @@ def losses(cells: list[dict], samples: list[SampleRecord]) -> list[dict]:
     for c in cells:
         merged = fmt.merge_attributions(per_cell.get(c["id"], [])) if c["status"] not in NO_FIGURES else None
         if merged:
-            out.append({"cell": c["key"], **merged})
+            merged.cell = c["key"]
+            out.append(merged)
     return out
 
 
-def _attribution(sample: StoredSample) -> dict | None:
+def _attribution(sample: StoredSample) -> LossAttribution | None:
     """The sample's loss attribution as stored; one stored by an offlab that counted a GRO packet as a
     datagram and took the loss over the tool's whole run says so (offlab.report.format.OLDER_ATTRIBUTION)."""
     la = sample.loss_attribution
-    if la and "lost_over" not in la:
-        la = {**la, "unread": list(la.get("unread") or []) + [fmt.OLDER_ATTRIBUTION]}
+    if la and la.lost_over is None:
+        la = dataclasses.replace(la, unread=[*la.unread, fmt.OLDER_ATTRIBUTION])
     return la
 
 
