@@ -454,6 +454,37 @@ class KnobOutcome(JsonView):
 
 
 @dataclass
+class RrPhase(JsonView):
+    """One request/response measurement of the sample (offlab.traffic.rr RrResult.to_dict, with the CPU
+    over its window): `rr["idle"]`, and under load `rr["loaded"]`."""
+
+    protocol: str | None = None
+    request_size: int = 0
+    response_size: int = 0
+    flows: int = 0
+    transactions_per_s: float = 0.0
+    lost: int = 0
+    rtt_p50_us: float | None = None
+    rtt_p90_us: float | None = None
+    rtt_p99_us: float | None = None
+    rtt_p99_9_us: float | None = None
+    rtt_max_us: float | None = None
+    rtt_mean_us: float | None = None
+    cpu: dict[str, Cpu] = _view(Cpu, map=True, default_factory=dict)  # idle only: its probe window's
+    cpu_us_per_transaction: float | None = None
+    series: list[Series] = _view(Series, list=True, default_factory=list)
+
+
+@dataclass
+class Rr(JsonView):
+    """A request/response sample's round trips: alone (idle) and beside the stream (loaded), with the factor."""
+
+    idle: RrPhase | None = _view(RrPhase)
+    loaded: RrPhase | None = _view(RrPhase)
+    loaded_over_idle: dict[str, float | None] = field(default_factory=dict)  # rtt_* key → loaded / idle
+
+
+@dataclass
 class StoredSample(JsonView):
     """One sample as stored (offlab.experiment.measure Sample.to_dict)."""
 
@@ -470,7 +501,7 @@ class StoredSample(JsonView):
     consistency: Consistency | None = _view(Consistency)
     loss_attribution: LossAttribution | None = _view(LossAttribution)
     segmentation: list[Segment] | None = _view(Segment, list=True)
-    rr: dict | None = None
+    rr: Rr | None = _view(Rr)
     effects: list[Effect] | None = _view(Effect, list=True)
     guests: dict[str, Guest] | None = _view(Guest, map=True)  # role → how that guest ran
     in_force: list[Held] | None = _view(Held, list=True)  # a plan's sample: the settings it ran with

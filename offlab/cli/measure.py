@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
 import typer
 from offlab.cli.console import console
@@ -13,10 +13,7 @@ from rich.table import Table
 from offlab.experiment.effects import NOT_EXERCISED
 from offlab.experiment.request import MeasureRequest
 from offlab.report import format as fmt
-from offlab.sample import StoredSample
-
-if TYPE_CHECKING:
-    from offlab.experiment.measure import Sample
+from offlab.sample import Rr, RrPhase, StoredSample
 
 out = console()
 
@@ -66,14 +63,18 @@ def measure_cmd(
 
     job = request.check(request_from_options(options))
     sample = request.run(job)
+    if as_json:
+        rr_idle = sample.rr["idle"] if job.kind == "rr" else None  # an rr sample prints its result, at the top
+        doc = sample.to_dict() if rr_idle is None else {**rr_idle, "probes": sample.probes, "notes": sample.notes}
+        typer.echo(json.dumps(doc, indent=2, default=str))
+        return
+    s = StoredSample.from_json(sample.to_dict())
     if job.kind == "rr":
-        print_rr(sample, as_json)
-    elif as_json:
-        typer.echo(json.dumps(sample.to_dict(), indent=2, default=str))
-    else:
-        print_sample(sample)
-        if sample.rr:
-            print_rr_under_load(sample.rr)
+        print_rr(s)
+        return
+    print_sample(s)
+    if s.rr:
+        print_rr_under_load(s.rr)
 
 
 def request_from_options(options: dict) -> MeasureRequest:
@@ -81,38 +82,38 @@ def request_from_options(options: dict) -> MeasureRequest:
     return MeasureRequest(**options)
 
 
-def print_rr(sample: Sample, as_json: bool) -> None:
+def print_rr(s: StoredSample) -> None:
     from offlab.traffic import rr
 
-    res = sample.rr["idle"]
-    if as_json:
-        typer.echo(json.dumps({**res, "probes": sample.probes, "notes": sample.notes}, indent=2, default=str))
-        return
-    for line in rr.RrResult(**{k: res[k] for k in rr.RrResult.__dataclass_fields__ if k in res}).summary_lines():
+    res = s.rr.idle if s.rr and s.rr.idle else RrPhase()
+    stored = res.to_json()
+    for line in rr.RrResult(**{k: stored[k] for k in rr.RrResult.__dataclass_fields__ if k in stored}).summary_lines():
         out.print(line)
-    _print_series(res.get("series") or [], "rtt_p99_us", lambda v: f"{v:.1f} µs", "rtt p99")
+    _print_series([x.to_json() for x in res.series], "rtt_p99_us", lambda v: f"{v:.1f} µs", "rtt p99")
     out.print(_rr_cpu_line(res))
 
 
-def _rr_cpu_line(res: dict) -> str:
-    c = res.get("cpu") or {}
-    sides = "  ".join(f"{side} {c[side]['cpu']} {c[side]['busy']:.0f} % busy" for side in ("client", "server")
-                      if side in c)
-    per = res.get("cpu_us_per_transaction")
+def _rr_cpu_line(res: RrPhase) -> str:
+    sides = "  ".join(f"{side} {res.cpu[side].cpu} {res.cpu[side].busy:.0f} % busy" for side in ("client", "server")
+                      if side in res.cpu)
+    per = res.cpu_us_per_transaction
     return f"  cpu          {sides}; {'-' if per is None else f'{per:.1f}'} µs CPU per transaction (whole system)"
 
 
-def print_rr_under_load(rr: dict) -> None:
+RTT_ROWS = (("rtt_p50_us", "p50"), ("rtt_p90_us", "p90"), ("rtt_p99_us", "p99"), ("rtt_p99_9_us", "p99.9"),
+            ("rtt_max_us", "max"), ("rtt_mean_us", "mean"))
+
+
+def print_rr_under_load(rr: Rr) -> None:
     """Idle vs loaded round trips side by side, with the factor."""
-    idle, loaded, x = rr["idle"], rr["loaded"], rr["loaded_over_idle"]
+    idle, loaded, x = rr.idle or RrPhase(), rr.loaded or RrPhase(), rr.loaded_over_idle
     t = Table("rtt (whole round trip)", "idle (just before)", "under load", "× idle", box=None)
-    for key, label in (("rtt_p50_us", "p50"), ("rtt_p90_us", "p90"), ("rtt_p99_us", "p99"),
-                       ("rtt_p99_9_us", "p99.9"), ("rtt_max_us", "max"), ("rtt_mean_us", "mean")):
+    for key, label in RTT_ROWS:
         f = x.get(key)
-        t.add_row(label, _us(idle.get(key)), _us(loaded.get(key)), "-" if f is None else f"{f:.1f}")
-    t.add_row("transactions/s", f"{idle['transactions_per_s']:.0f}", f"{loaded['transactions_per_s']:.0f}", "")
-    t.add_row("lost", str(idle["lost"]), str(loaded["lost"]), "")
-    out.print(f"  rr {idle['protocol']} {idle['request_size']}/{idle['response_size']} B, {idle['flows']} flow(s):")
+        t.add_row(label, _us(getattr(idle, key)), _us(getattr(loaded, key)), "-" if f is None else f"{f:.1f}")
+    t.add_row("transactions/s", f"{idle.transactions_per_s:.0f}", f"{loaded.transactions_per_s:.0f}", "")
+    t.add_row("lost", str(idle.lost), str(loaded.lost), "")
+    out.print(f"  rr {idle.protocol} {idle.request_size}/{idle.response_size} B, {idle.flows} flow(s):")
     out.print(t)
     out.print(_rr_cpu_line(idle).replace("cpu         ", "idle cpu    "))
 
@@ -138,8 +139,7 @@ def _print_series(series: list[dict], col: str, fmt, label: str) -> None:
         out.print(f"  {label:<11} " + summary(series[0], col, fmt), markup=False, highlight=False)
 
 
-def print_sample(sample: Sample) -> None:
-    s = StoredSample.from_json(sample.to_dict())
+def print_sample(s: StoredSample) -> None:
     t, p, w = s.traffic, s.probes, s.workload
     what = f"{w.tool} {w.protocol}" + (f" {w.size} B" if w.size else "") + \
         (" gso" if w.gso else "") + (" gro" if w.gro else "")
