@@ -107,3 +107,20 @@ def test_results_show_prints_a_dpdk_vm_runs_testpmd_and_guest_counters(tmp_path)
     assert "testpmd 23, QEMU 20, guest 100" in text
     assert "receive queue pruned in 1 of 1 samples: server hit its TCP receive-memory limit and pruned or " \
            "collapsed its receive queue (TCPRcvQDrop 3)" in text
+
+
+def test_rr_under_load_prints_the_idle_and_loaded_round_trips_of_a_real_sample():
+    from offlab.cli.measure import out, print_rr_under_load
+
+    d = json.loads((FIX / "sample" / "rr_under_load_measure.json").read_text())
+    s = StoredSample.from_json(d)
+    idle, loaded = d["rr"]["idle"], d["rr"]["loaded"]
+    assert (s.rr.idle.rtt_p99_us, s.rr.loaded.transactions_per_s) == (idle["rtt_p99_us"], loaded["transactions_per_s"])
+    with out.capture() as got:
+        print_rr_under_load(s.rr)
+    text = " ".join(got.get().split())
+    f = d["rr"]["loaded_over_idle"]["rtt_p99_us"]
+    assert f"p99 {idle['rtt_p99_us']:.1f} µs {loaded['rtt_p99_us']:.1f} µs {f:.1f}" in text
+    assert f"transactions/s {idle['transactions_per_s']:.0f} {loaded['transactions_per_s']:.0f}" in text
+    assert f"rr udp {idle['request_size']}/{idle['response_size']} B, {idle['flows']} flow(s)" in text
+    assert "idle cpu client cpu0" in text
