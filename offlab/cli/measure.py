@@ -64,7 +64,7 @@ def measure_cmd(
     job = request.check(request_from_options(options))
     sample = request.run(job)
     if as_json:
-        rr_idle = sample.rr["idle"] if job.kind == "rr" else None  # an rr sample prints its result, at the top
+        rr_idle = sample.rr["idle"] if job.kind == "rr" and sample.rr else None  # an rr sample: its result on top
         doc = sample.to_dict() if rr_idle is None else {**rr_idle, "probes": sample.probes, "notes": sample.notes}
         typer.echo(json.dumps(doc, indent=2, default=str))
         return
@@ -195,8 +195,8 @@ def print_sample(s: StoredSample) -> None:
     if squeeze or dropped:
         out.print(f"  softnet     time_squeeze +{squeeze}, dropped +{dropped}")
     if s.capture:
-        c = s.capture
-        out.print(f"  wire        {c.host}:{c.iface} {c.frames} frames: {c.verdict}")
+        cap = s.capture
+        out.print(f"  wire        {cap.host}:{cap.iface} {cap.frames} frames: {cap.verdict}")
     for seg in s.segmentation or []:
         out.print(f"  segments    {escape(seg.line)}")
     for line in fmt.loss_lines(s.loss_attribution):

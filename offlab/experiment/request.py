@@ -75,21 +75,21 @@ def check(req: MeasureRequest) -> MeasureJob:
         raise BadInput(f"--workload {req.workload!r}: choose stream, rr or rr-under-load")
     if req.workload == "rr":
         # --rate is transactions/s here; --proto also takes tcp-crr.
-        rw = _rr(req, req.proto or "udp", req.rate)
-        return MeasureJob(req.lab, req.workload, None, rw, None)
-    rw = None
+        return MeasureJob(req.lab, req.workload, None, _rr(req, req.proto or "udp", req.rate), None)
+    probe: RrWorkload | None = None
     if req.workload == "rr-under-load":
         if req.rr_proto not in RR_PROTOCOLS:
             raise BadInput(f"--rr-proto {req.rr_proto!r}: the probe is udp, tcp or tcp-crr (--proto is the stream's)")
-        rw = _rr(req, req.rr_proto, req.rr_rate)
-    w = Workload(tool=req.tool, protocol=req.proto or default_protocol(req.tool), size=req.size, gso=req.gso,
-                 gro=req.gro, batch=req.batch, send=req.send, rate=req.rate, streams=req.streams,
+        probe = _rr(req, req.rr_proto, req.rr_rate)
+    # tool and protocol are any text here: Workload.check names a bad one
+    w = Workload(tool=req.tool, protocol=req.proto or default_protocol(req.tool),  # type: ignore[arg-type]
+                 size=req.size, gso=req.gso, gro=req.gro, batch=req.batch, send=req.send, rate=req.rate, streams=req.streams,
                  duration=req.duration, warmup=req.warmup, ipv6=req.ipv6, big_packets=req.big_packets).check()
-    if rw is not None:
+    if probe is not None:
         check_under_load(w)
     if not 1 <= req.frames <= MAX_FRAMES:
         raise BadInput(f"--frames {req.frames}: 1..{MAX_FRAMES}")
-    return MeasureJob(req.lab, req.workload, w, rw, capture_request(req.capture, req.frames))
+    return MeasureJob(req.lab, req.workload, w, probe, capture_request(req.capture, req.frames))
 
 
 def capture_request(text: str | None, frames: int) -> CaptureRequest | None:

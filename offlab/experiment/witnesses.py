@@ -135,7 +135,7 @@ def window_loss(traffic: Traffic, probes: Probes) -> WindowLoss:
                else "no receiver series (run with --interval 0, or measured before series)")
         return WindowLoss(why=why)
     series = found[0]
-    source = series.source
+    source = series.source or ""  # one of RECEIVER_SERIES: found above
     role = RECEIVER_SERIES[source]
     t0, w0, window = series.t0_mono_s, probes.t0_mono_s, probes.window_s or 0
     if t0 is None or w0 is None or window <= 0:

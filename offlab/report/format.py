@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Sequence
 
 from offlab.metrics import METRICS
 from offlab.sample import LossAttribution, LossPlace, NotLost
@@ -151,7 +152,7 @@ def place_text(p: LossPlace) -> str:
             f"{p.basis}; bounds {p.low}..{p.high})")
 
 
-def merge_attributions(found: list[LossAttribution | None]) -> LossAttribution | None:
+def merge_attributions(found: Sequence[LossAttribution | None]) -> LossAttribution | None:
     """The attributions of a cell's samples summed: lost, each place's count and share of the total."""
     got = [a for a in found if a]
     if not got:
