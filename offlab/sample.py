@@ -62,14 +62,15 @@ def _default(f: dataclasses.Field) -> Any:
 
 
 def _load(f: dataclasses.Field, v: Any) -> Any:
+    """A nested object read as its view; anything else (None, a shape an older offlab stored) as it came."""
     cls = f.metadata.get("view")
-    if cls is None or v is None:
+    if cls is None:
         return v
-    if f.metadata.get("map"):
-        return {k: cls.from_json(x) for k, x in v.items()}
-    if f.metadata.get("list"):
-        return [cls.from_json(x) for x in v]
-    return cls.from_json(v)
+    if f.metadata.get("map") and isinstance(v, dict):
+        return {k: cls.from_json(x) if isinstance(x, dict) else x for k, x in v.items()}
+    if f.metadata.get("list") and isinstance(v, list):
+        return [cls.from_json(x) if isinstance(x, dict) else x for x in v]
+    return cls.from_json(v) if isinstance(v, dict) and not (f.metadata.get("map") or f.metadata.get("list")) else v
 
 
 def _dump(v: Any) -> Any:

@@ -124,3 +124,12 @@ def test_rr_under_load_prints_the_idle_and_loaded_round_trips_of_a_real_sample()
     assert f"transactions/s {idle['transactions_per_s']:.0f} {loaded['transactions_per_s']:.0f}" in text
     assert f"rr udp {idle['request_size']}/{idle['response_size']} B, {idle['flows']} flow(s)" in text
     assert "idle cpu client cpu0" in text
+
+
+def test_a_shape_no_view_expects_is_kept_as_it_came():
+    # an older or damaged sample: a CPU side that is null, a capture that is text, places that are not objects
+    d = {"probes": {"cpu": {"client": None, "server": {"busy": 50.0}}}, "capture": "none",
+         "loss_attribution": {"lost": 3, "places": ["?"]}}
+    s = StoredSample.from_json(d)
+    assert s.probes.cpu["client"] is None and s.probes.cpu["server"].busy == 50.0
+    assert s.to_json() == d
