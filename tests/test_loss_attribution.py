@@ -14,6 +14,7 @@ import pytest
 from offlab import lab as labs
 from offlab.experiment import teardown
 from offlab.experiment import witnesses
+from offlab.sample import LossAttribution, StoredSample
 from offlab.experiment.measure import measure
 from offlab.probes import ProbeSession, qdisc
 from offlab.probes.counters import parse_snmp
@@ -56,12 +57,12 @@ def test_datagrams_to_a_port_nobody_listens_on_are_attributed_to_noports(veth_la
     sent = json.loads(res.stdout)["datagrams"]
     sample = {"traffic": {"tool": "engine", "datagrams_sent": sent, "datagrams_received": 0, "loss": 1.0},
               "probes": probe, "workload": {"protocol": "udp", "gso": False, "gro": False}}
-    la = witnesses.attribute_loss(sample)
+    la = witnesses.attribute_loss(StoredSample.from_json(sample))
     assert la["lost"] == sent > 5000
     top = la["places"][0]
     assert top["where"] == "server Udp NoPorts" and top["count"] == sent and top["share"] == pytest.approx(1.0)
     assert la["unexplained"] == 0
-    lines = fmt.loss_lines(la)
+    lines = fmt.loss_lines(LossAttribution.from_json(la))
     assert lines[0] == f"lost {sent} of {sent} datagrams (client Udp OutDatagrams − server Udp InDatagrams)"
     assert f"  server Udp NoPorts {sent} (100 %): no socket on the port" in lines
 
@@ -85,6 +86,6 @@ def test_a_router_queue_that_overflows_is_attributed_with_its_share(lab_name, cl
         assert top and top["where"] == f"{port} qdisc (tbf) drops", la["places"]
         # the queue saw the whole window, the engine counts the whole run: the window's share is most of it
         assert 0.5 < top["share"] <= 1.05, top
-        assert any(line.startswith(f"  {port} qdisc (tbf) drops") for line in fmt.loss_lines(la))
+        assert any(line.startswith(f"  {port} qdisc (tbf) drops") for line in fmt.loss_lines(LossAttribution.from_json(la)))
     finally:
         teardown.down(lab_name)

@@ -4,7 +4,6 @@ counters' own window. Captured real samples (tests/fixtures/loss/README.md), the
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 
@@ -15,39 +14,40 @@ from offlab.experiment import teardown
 from offlab.experiment import witnesses
 from offlab.experiment.measure import measure
 from offlab.report import format as fmt
+from offlab.sample import LossAttribution, SampleWorkload, StoredSample
 from offlab.traffic import Workload
 from tests.conftest import requires_root
 
 FIX = os.path.join(os.path.dirname(__file__), "fixtures", "loss")
 
 
-def captured(name: str) -> dict:
+def captured(name: str) -> StoredSample:
     with open(os.path.join(FIX, f"{name}.json")) as f:
         s = json.load(f)
-    return {"traffic": s["traffic"], "probes": s["probes"], "workload": s["workload"]}
+    return StoredSample.from_json({"traffic": s["traffic"], "probes": s["probes"], "workload": s["workload"]})
 
 
 def test_a_gro_packet_of_1472_byte_datagrams_holds_at_most_44():
-    assert witnesses.max_datagrams_per_packet({"size": 1472}) == 44
-    assert witnesses.max_datagrams_per_packet({"size": 1472, "ipv6": True}) == 44  # (65535 − 8) // 1472
-    assert witnesses.max_datagrams_per_packet({"size": 8972}) == 7
-    assert witnesses.max_datagrams_per_packet({"size": 100}) == 128  # UDP_MAX_SEGMENTS first
+    assert witnesses.max_datagrams_per_packet(SampleWorkload(size=1472)) == 44
+    assert witnesses.max_datagrams_per_packet(SampleWorkload(size=1472, ipv6=True)) == 44  # (65535 − 8) // 1472
+    assert witnesses.max_datagrams_per_packet(SampleWorkload(size=8972)) == 7
+    assert witnesses.max_datagrams_per_packet(SampleWorkload(size=100)) == 128  # UDP_MAX_SEGMENTS first
 
 
 def test_the_demos_uso_cell_converts_rcvbuf_errors_to_datagrams_and_explains_the_windows_loss():
     s = captured("uso")
-    rcvbuf = s["probes"]["snmp"]["server"]["Udp"]["RcvbufErrors"]
-    whole_run = s["traffic"]["datagrams_sent"] - s["traffic"]["datagrams_received"]
+    rcvbuf = s.probes.counter("server", "Udp", "RcvbufErrors")
+    whole_run = s.traffic.datagrams_sent - s.traffic.datagrams_received
     assert rcvbuf / whole_run < 0.05  # what the old attribution said: RcvbufErrors against the whole run
     la = witnesses.attribute_loss(s)
     assert la["lost_over"] == "window" and la["lost"] < whole_run
-    assert la["lost"] == witnesses.window_loss(s["traffic"], s["probes"])["lost"]
+    assert la["lost"] == witnesses.window_loss(s.traffic, s.probes).lost
     place = la["places"][0]
     assert place["where"] == "server Udp RcvbufErrors" and place["unit"] == "packets" and place["count"] == rcvbuf
     assert place["per_packet"] == pytest.approx(44.0, abs=0.05)  # 64810 B per packet on the server's veth
     assert place["low"] == rcvbuf and place["high"] == rcvbuf * 44 and place["low"] <= place["datagrams"] <= place["high"]
     assert la["explained"] / la["lost"] >= 0.9 and la["unread"] == []
-    lines = fmt.loss_lines(la)
+    lines = fmt.loss_lines(LossAttribution.from_json(la))
     assert lines[0].startswith(f"lost {la['lost']} of ") and "intervals in the window" in lines[0]
     assert f"server Udp RcvbufErrors {rcvbuf} packets ≈ {place['datagrams']} datagrams (44.0 per packet" in lines[1]
 
@@ -60,31 +60,31 @@ def test_a_small_receive_buffer_with_gro_on_and_off_is_at_least_90_percent_attri
     top = la["places"][0]
     assert top["where"] == "server Udp RcvbufErrors" and top.get("per_packet") == (
         None if per_packet is None else pytest.approx(per_packet, abs=0.05))
-    assert la["explained"] / la["lost"] >= 0.9, fmt.loss_lines(la)
+    assert la["explained"] / la["lost"] >= 0.9, fmt.loss_lines(LossAttribution.from_json(la))
     assert la["lost_over"] == "window"
 
 
 def test_with_gro_the_loss_is_the_windows_not_the_whole_runs():
     s = captured("rcvbuf-gro-on")
     la = witnesses.attribute_loss(s)
-    whole_run = s["traffic"]["datagrams_sent"] - s["traffic"]["datagrams_received"]
+    whole_run = s.traffic.datagrams_sent - s.traffic.datagrams_received
     assert la["lost"] < 0.95 * whole_run  # the warm-up's loss is not in the counters' window
     assert "intervals in the window" in la["lost_source"]
 
 
 def test_without_a_series_the_output_names_what_could_not_be_read():
-    s = copy.deepcopy(captured("uso"))
-    s["traffic"]["series"] = []
+    s = captured("uso")
+    s.traffic.series = []
     la = witnesses.attribute_loss(s)
     assert la["lost_over"] == "whole run"
     assert any("the tool's loss over the counters' window" in u and "no receiver series" in u for u in la["unread"])
-    assert any(l.startswith("  not read: the tool's loss over the counters' window") for l in fmt.loss_lines(la))
+    assert any(l.startswith("  not read: the tool's loss over the counters' window") for l in fmt.loss_lines(LossAttribution.from_json(la)))
 
 
 def test_without_interface_counters_the_output_says_the_counts_are_taken_as_datagrams():
-    s = copy.deepcopy(captured("rcvbuf-gso-gro"))
-    s["probes"]["interfaces"] = {}
-    s["probes"]["snmp"]["server"]["Udp"]["InDatagrams"] = 0  # nor the delivered buffers
+    s = captured("rcvbuf-gso-gro")
+    s.probes.interfaces = {}
+    s.probes.snmp["server"]["Udp"]["InDatagrams"] = 0  # nor the delivered buffers
     la = witnesses.attribute_loss(s)
     assert la["places"][0]["unit"] == "datagrams"
     assert any(u.startswith("server's datagrams per packet: no lab interface") for u in la["unread"])
@@ -92,10 +92,10 @@ def test_without_interface_counters_the_output_says_the_counts_are_taken_as_data
 
 def test_a_cells_samples_merge_in_datagrams_with_their_bounds():
     la = witnesses.attribute_loss(captured("uso"))
-    merged = fmt.merge_attributions([la, la])
-    p = merged["places"][0]
-    assert p["datagrams"] == 2 * la["places"][0]["datagrams"] and p["high"] == 2 * la["places"][0]["high"]
-    assert merged["explained"] == 2 * la["explained"] and merged["samples"] == 2
+    merged = fmt.merge_attributions([LossAttribution.from_json(la)] * 2)
+    p = merged.places[0]
+    assert p.datagrams == 2 * la["places"][0]["datagrams"] and p.high == 2 * la["places"][0]["high"]
+    assert merged.explained == 2 * la["explained"] and merged.samples == 2
 
 
 def test_the_report_shows_the_attribution_in_datagrams_and_marks_an_older_one(tmp_path):
@@ -136,7 +136,7 @@ def test_a_real_bridge_lab_attributes_90_percent_of_its_udp_loss_in_datagrams(la
             # samples here (93-100 %); one in five at load 6-11 lands at 86-89 %, even at its upper bound.
             # A small loss (3 % of what was sent) is within the window edges' skew: 1-2 % of the datagrams.
             explained = la["explained"] / la["lost"] >= 0.8 or la["unexplained"] <= 0.02 * la["sent"]
-            assert explained or la["unread"], (kw, fmt.loss_lines(la))
+            assert explained or la["unread"], (kw, fmt.loss_lines(LossAttribution.from_json(la)))
             assert la["places"][0]["where"] == "server Udp RcvbufErrors", (kw, la["places"])
             if kw.get("gso"):
                 assert la["places"][0]["unit"] == "packets" and la["places"][0]["per_packet"] > 40

@@ -69,6 +69,7 @@ def test_ratio_interval_never_goes_below_zero_for_a_nonnegative_metric():
 
 def test_segmentation_verdict_from_packets_and_bytes_against_the_mtu():
     from offlab.experiment import witnesses
+    from offlab.sample import Probes
 
     probes = {"interfaces": {
         # seed 000's question: 1512 packets of 63 880 B on the veth, where tcpdump on the sender is ambiguous
@@ -76,7 +77,7 @@ def test_segmentation_verdict_from_packets_and_bytes_against_the_mtu():
         "server:olv1": {"rx_packets": 66000, "rx_bytes": 66000 * 1514, "tx_packets": 0, "tx_bytes": 0},
         "router:olv2": {"rx_packets": 500, "rx_bytes": 500 * 1500, "tx_packets": 0, "tx_bytes": 0}}}
     seg = {(s["interface"], s["direction"]): s for s in witnesses.segmentation(
-        probes, {"client:olv0": 1500, "server:olv1": 1500})}
+        Probes.from_json(probes), {"client:olv0": 1500, "server:olv1": 1500})}
     assert set(seg) == {("client:olv0", "tx"), ("server:olv1", "rx"), ("router:olv2", "rx")}  # 3 ARP/ACKs: no claim
     assert seg[("client:olv0", "tx")]["line"] == \
         "client:olv0 tx: 1512 pkts of avg 63880 B (super-packets: not segmented on this hop)"

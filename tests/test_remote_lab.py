@@ -373,6 +373,7 @@ def test_a_host_that_dies_mid_run_keeps_the_samples_and_names_the_host(pair, inv
 def test_ssh_hosts_samples_state_the_skew_of_their_reads_and_still_flag_a_disagreement(pair, inv, state_dir, lab_name):
     from offlab import lab as labs
     from offlab.experiment import witnesses
+    from offlab.sample import StoredSample
     from offlab.experiment.measure import measure
     from offlab.traffic import Workload
 
@@ -400,7 +401,7 @@ def test_ssh_hosts_samples_state_the_skew_of_their_reads_and_still_flag_a_disagr
         # ... and a tool that did not see that loss is contradicted by the kernel's counters whenever the
         # loss exceeds the tolerance the check states
         # (its total and every row of its series doctored: the check compares the rows over the window)
-        again = witnesses.cross_check(tool_saw_no_loss(lossy.to_dict()))
+        again = witnesses.cross_check(StoredSample.from_json(tool_saw_no_loss(lossy.to_dict())))
         (zero,) = [c for c in again["checks"] if c["check"] == "loss"]
         assert again["status"] == ("inconsistent" if check["kernel"] > zero["tolerance"] else "consistent"), again
     finally:

@@ -271,11 +271,12 @@ def test_segmentation_by_counters_is_in_the_report_and_results_show(pps):
 
 def test_loss_attribution_stored_by_an_older_offlab_still_reads():
     from offlab.report import format as fmt
+    from offlab.sample import LossAttribution
 
     old = {"lost": 40, "places": [{"where": "server Udp RcvbufErrors (socket receive buffer full)", "count": 30,
                                    "share": 0.75}], "unexplained": 10}
-    merged = fmt.merge_attributions([old, old])
-    assert merged["lost"] == 80 and merged["places"][0]["count"] == 60
+    merged = fmt.merge_attributions([LossAttribution.from_json(old)] * 2)
+    assert merged.lost == 80 and merged.places[0].count == 60
     assert fmt.loss_lines(merged) == ["lost 80 datagrams",
                                       "  server Udp RcvbufErrors (socket receive buffer full) 60 (75 %)",
                                       "  unexplained 20 (25 %)"]

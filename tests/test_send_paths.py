@@ -9,6 +9,7 @@ import pytest
 from offlab.errors import BadInput
 from offlab.experiment.measure import measure
 from offlab.experiment.witnesses import zerocopy
+from offlab.sample import Traffic
 from offlab.traffic import Workload
 from tests.conftest import requires_root
 
@@ -32,9 +33,9 @@ def test_every_send_path_delivers_and_zerocopy_reports_the_kernels_copies(veth_l
 
 
 def test_zerocopy_note_says_what_was_not_copied():
-    assert zerocopy({"zerocopy": {"completed": 10, "copied": 4, "pending_at_end": 0}}) == \
+    assert zerocopy(Traffic.from_json({"zerocopy": {"completed": 10, "copied": 4, "pending_at_end": 0}})) == \
         "zerocopy: 6 of 10 MSG_ZEROCOPY sends completed without a copy"
-    assert zerocopy({"zerocopy": None}) is None
+    assert zerocopy(Traffic.from_json({"zerocopy": None})) is None
 
 
 @pytest.mark.parametrize("fields, message", [

@@ -8,6 +8,7 @@ import os
 import pytest
 
 from offlab.experiment import witnesses
+from offlab.sample import StoredSample
 from offlab.probes.counters import SNMP6_KEEP, delta, parse_snmp6
 from tests.conftest import requires_root
 
@@ -35,7 +36,8 @@ def test_ipv6_loss_is_witnessed_and_attributed_with_udp6_counters():
              "client": {"Udp": {"OutDatagrams": 3}, "Udp6": {"OutDatagrams": 1000}},
              "server": {"Udp": {"InDatagrams": 3}, "Udp6": {"InDatagrams": 600, "RcvbufErrors": 400,
                                                             "InErrors": 400}, "Ip6": {"InDiscards": 0}}}}}
-    assert witnesses.kernel_loss(s["probes"], s["workload"])[0] == pytest.approx(0.4)
+    s = StoredSample.from_json(s)
+    assert witnesses.kernel_loss(s.probes, s.workload)[0] == pytest.approx(0.4)
     assert witnesses.cross_check(s)["status"] == "inconsistent"  # the tool said 0 %
     la = witnesses.attribute_loss(s)
     assert la["lost_source"] == "client Udp6 OutDatagrams − server Udp6 InDatagrams"

@@ -58,9 +58,11 @@ def test_compare_rows_of_an_emulated_run_carry_the_mark_and_others_do_not(db):
 
 
 def test_a_sample_that_records_its_tcg_guest_marks_a_run_without_that_environment():
-    samples = [{"sample": {"lab": "v", "guests": {"client": GUEST}}}]
+    from offlab.sample import records
+
+    samples = records([{"sample": {"lab": "v", "guests": {"client": GUEST}}}])
     assert compare.emulated({"env": {}}, samples) == ["v:client (tcg, QEMU 10.0.2)"]
-    assert compare.emulated({"env": {}}, [{"sample": {"lab": "v"}}]) == []
+    assert compare.emulated({"env": {}}, records([{"sample": {"lab": "v"}}])) == []
 
 
 def test_results_show_and_compare_print_the_mark_once(db):

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from offlab.experiment import witnesses
+from offlab.sample import Probes, StoredSample, Traffic
 from offlab.traffic import Workload, iperf3
 from tests.conftest import requires_root
 from tests.helpers import tool_saw_no_loss
@@ -28,7 +29,7 @@ def load(name: str) -> dict:
 
 
 def loss_check(sample: dict) -> tuple[str, dict]:
-    result = witnesses.cross_check(sample)
+    result = witnesses.cross_check(StoredSample.from_json(sample))
     (check,) = [c for c in result["checks"] if c["check"] == "loss"]
     return result["status"], check
 
@@ -101,7 +102,7 @@ def test_a_receiver_with_its_own_clock_is_placed_by_its_offset_and_its_uncertain
 def test_iperf3s_client_intervals_count_no_loss_so_its_whole_run_is_compared_and_it_says_so():
     doc = json.loads((FIX / "iperf3" / "udp_interval_100ms_omit.json").read_text())
     res = iperf3.parse(doc, Workload(tool="iperf3", protocol="udp", duration=1, warmup=1))
-    why = witnesses.window_loss(res.to_dict(), {"t0_mono_s": 1.0, "window_s": 1.0})["why"]
+    why = witnesses.window_loss(Traffic.from_json(res.to_dict()), Probes(t0_mono_s=1.0, window_s=1.0)).why
     assert why == "iperf3's client reports the sender's intervals, which count no loss"
 
 

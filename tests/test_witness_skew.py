@@ -15,6 +15,7 @@ import shutil
 import pytest
 
 from offlab.experiment import witnesses
+from offlab.sample import Probes, StoredSample
 from offlab.probes import clock_offset, read_instant, split_counter_files
 from offlab.probes.counters import parse_snmp, parse_snmp6
 from tests.conftest import requires_root
@@ -68,19 +69,19 @@ def test_a_host_clock_read_with_its_counters_pins_when_they_were_read():
     assert clock_offset([(10.0, 100.0, 10.1), (20.0, 100.0, 20.1)]) is None  # a clock that went back
 
 
-def _udp_sample(tool_loss, client_out, server_in, reads, window=2.0):
-    return {"traffic": {"tool": "engine", "loss": tool_loss, "datagrams_sent": client_out},
+def _udp_sample(tool_loss, client_out, server_in, reads, window=2.0) -> StoredSample:
+    return StoredSample.from_json({"traffic": {"tool": "engine", "loss": tool_loss, "datagrams_sent": client_out},
             "workload": {"protocol": "udp", "gso": False, "gro": False},
             "probes": {"window_s": window, "reads": reads, "interfaces": {}, "softnet": {},
                        "snmp": {"client": {"Udp": {"OutDatagrams": client_out}},
-                                "server": {"Udp": {"InDatagrams": server_in}}}}}
+                                "server": {"Udp": {"InDatagrams": server_in}}}}})
 
 
 def test_tolerance_grows_with_the_traffic_that_flowed_between_the_reads_and_says_so():
     # 10,000 datagrams in 2 s; the server's counters read at the edges, the client's 0.2–0.4 s later at
     # both: up to 5000 pps × 0.8 s = 3000 datagrams counted on one side only.
     late = {"client": {"start": [0.2, 0.4], "end": [0.2, 0.4]}, "server": {"start": [0, 0], "end": [0, 0]}}
-    assert witnesses.skew({"reads": late}, "client", "server") == pytest.approx(0.8)
+    assert witnesses.skew(Probes.from_json({"reads": late}).reads, "client", "server") == pytest.approx(0.8)
     s = _udp_sample(0.0, 10_000, 7_500, late)
     check = witnesses.cross_check(s)["checks"][0]
     assert check["ok"] and check["skew_s"] == pytest.approx(0.8)
@@ -137,7 +138,7 @@ def test_guest_samples_are_not_flagged_when_clean_and_are_when_the_witnesses_dis
         # whenever the loss exceeds the stated tolerance (5 % + rate × skew: wider on a loaded machine,
         # where the slowed guest also loses less), and is let pass only within it
         # (its total and every row of its series doctored: the check compares the rows over the window)
-        again = witnesses.cross_check(tool_saw_no_loss(s.to_dict()))
+        again = witnesses.cross_check(StoredSample.from_json(tool_saw_no_loss(s.to_dict())))
         tolerance = _loss_check_tolerance(again)
         assert again["status"] == ("inconsistent" if check["kernel"] > tolerance else "consistent"), (check, again)
     finally:

@@ -59,6 +59,7 @@ def run_cmd(
         return
     from offlab.errors import BadInput
     from offlab.experiment.plan import check_tools, load_plan_file
+    from offlab.experiment.request import PlanOverrides, override
     from offlab.experiment.runner import Runner
     from offlab.store import Store, default_db_path
 
@@ -69,7 +70,7 @@ def run_cmd(
     if plan is not None:
         # The plan is judged before the database is opened, so --validate needs none.
         p = load_plan_file(str(plan), quick=quick)
-        _override([p], budget, until)
+        override([p], PlanOverrides(budget=budget, until=until))
         _warn_no_ops(p)
         if validate:
             _validate_tools(p)
@@ -84,21 +85,6 @@ def run_cmd(
         return
     _ready([p], "offlab run")  # before the database: a non-root user's first error should be root
     _run_plans([p], Store.open(db or default_db_path()), as_json)
-
-
-def _override(plans: list[Plan], budget: str | None, until: str | None) -> None:
-    """--budget (shared out over the plans of a suite as they run) and --until, over the plans' own."""
-    from offlab.errors import BadInput
-    from offlab.experiment.plan.load import parse_budget
-
-    if until is not None and until not in ("decided", "width"):
-        raise BadInput(f"--until {until!r}: choose decided or width")
-    seconds = parse_budget(budget, "--budget") if budget is not None else None
-    for p in plans:
-        if until is not None:
-            p.repeat = p.repeat.model_copy(update={"until": until})
-        if seconds is not None:
-            p.budget_s = seconds / len(plans)
 
 
 def _fan_out(plan, inventory, pairs, db, quick: bool, as_json: bool, resume, validate: bool) -> None:
@@ -200,10 +186,11 @@ def suite_run(
 ) -> None:
     """Run a built-in suite."""
     from offlab.experiment import suites as suite_lib
+    from offlab.experiment.request import PlanOverrides, override
     from offlab.store import Store, default_db_path
 
     plans = suite_lib.plans(name, quick=quick)
-    _override(plans, budget, until)
+    override(plans, PlanOverrides(budget=budget, until=until))
     _ready(plans, "offlab suite run")
     _run_plans(plans, Store.open(db or default_db_path()), as_json, report_dir)
 

@@ -16,6 +16,7 @@ from rich.table import Table
 
 from offlab.errors import BadInput
 from offlab.metrics import HEADLINE, METRICS, NOT_EXERCISED, TCG_MARK, not_exercised_by_cell
+from offlab.sample import Capture, Cpu, Iface, StoredSample, TestpmdCounters, records
 
 out = console()
 
@@ -123,17 +124,18 @@ def show_cmd(
         print_published(store, run_id, rule_named=False)
 
 
-def _samples_csv(run: dict, cells: list[dict], samples: list[dict]) -> None:
+def _samples_csv(run: dict, cells: list[dict], rows: list[dict]) -> None:
+    samples = records(rows)
     axes = list(dict.fromkeys(k for c in cells for k in c["params"]))
-    names = [m for m in METRICS if any(m in s["metrics"] for s in samples)]
-    names += sorted({m for s in samples for m in s["metrics"]} - set(names))
+    names = [m for m in METRICS if any(m in s.metrics for s in samples)]
+    names += sorted({m for s in samples for m in s.metrics} - set(names))
     by_id = {c["id"]: c for c in cells}
     w = csv.writer(sys.stdout, lineterminator="\n")
     w.writerow(["run_id", "run", "cell_id", "cell", *axes, "cell_status", "round", "sample_id", "created_at", *names])
     for s in samples:
-        c = by_id[s["cell_id"]]
+        c = by_id[s.cell_id]
         w.writerow([run["id"], run["name"], c["id"], c["key"], *(c["params"].get(a, "") for a in axes), c["status"],
-                    s["round"], s["id"], s["created_at"], *(_csv_num(s["metrics"].get(m)) for m in names)])
+                    s.round, s.id, s.created_at, *(_csv_num(s.metrics.get(m)) for m in names)])
 
 
 def _csv_num(v: float | None) -> str:
@@ -199,17 +201,17 @@ def print_published(store, run_id: int, rule_named: bool = True) -> None:
 def print_captures(store, run_id: int) -> None:
     """What the wire showed in each cell: the capture verdict of its first captured sample."""
     keys = {c["id"]: c["key"] for c in store.cells(run_id)}
-    seen: dict[int, dict] = {}
-    for s in store.samples(run_id):
-        cap = (s["sample"] or {}).get("capture")
-        if cap and s["cell_id"] not in seen:
-            seen[s["cell_id"]] = cap
+    seen: dict[int, Capture] = {}
+    for s in records(store.samples(run_id)):
+        cap = (s.sample or StoredSample()).capture
+        if cap and s.cell_id not in seen:
+            seen[s.cell_id] = cap
     if not seen:
         return
     out.print("[bold]on the wire[/bold] (capture of the first sample of each cell)")
     for cid, cap in sorted(seen.items(), key=lambda kv: keys.get(kv[0], "")):
-        out.print(f"  {escape(keys.get(cid, '?'))}: {cap['host']}:{cap['iface']} {cap['frames']} frames: "
-                  f"{escape(cap['verdict'])}")
+        out.print(f"  {escape(keys.get(cid, '?'))}: {cap.host}:{cap.iface} {cap.frames} frames: "
+                  f"{escape(cap.verdict)}")
 
 
 def print_losses(store, run_id: int) -> None:
@@ -219,7 +221,7 @@ def print_losses(store, run_id: int) -> None:
 
     from offlab.report import segmentations
 
-    samples = store.samples(run_id)
+    samples = records(store.samples(run_id))
     segs = segmentations(store.cells(run_id), samples)
     if segs:
         out.print("[bold]segmentation by counters[/bold] (first sample of each cell: packets vs bytes per hop)")
@@ -232,7 +234,7 @@ def print_losses(store, run_id: int) -> None:
         return
     out.print("[bold]where the loss went[/bold] (counters before and after on every hop; share of the lost)")
     for la in found:
-        out.print(f"  {escape(la['cell'])}:")
+        out.print(f"  {escape(la.cell or '?')}:")
         for line in fmt.loss_lines(la):
             out.print(f"    {escape(line)}")
 
@@ -242,61 +244,74 @@ def print_testpmd(store, run_id: int) -> None:
     with a guest (dpdk-vm), its NIC's frames and IP packets, the CPU of testpmd, QEMU and the guest,
     and the samples where a receiver pruned its receive queue."""
     keys = {c["id"]: c["key"] for c in store.cells(run_id)}
-    per_cell: dict[int, list[dict]] = {}
-    stages: dict[int, list[dict]] = {}
-    for s in store.samples(run_id):
-        sample = s["sample"] or {}
-        tp = (sample.get("probes") or {}).get("testpmd")
-        if tp and tp.get("out_per_in") is not None:
-            per_cell.setdefault(s["cell_id"], []).append(tp)
-            stages.setdefault(s["cell_id"], []).append(_guest_stages(sample))
+    per_cell: dict[int, list[TestpmdCounters]] = {}
+    stages: dict[int, list[GuestStages]] = {}
+    for s in records(store.samples(run_id)):
+        sample = s.sample or StoredSample()
+        tp = sample.probes.testpmd
+        if tp and tp.out_per_in is not None:
+            per_cell.setdefault(s.cell_id, []).append(tp)
+            stages.setdefault(s.cell_id, []).append(guest_stages(sample))
     if not per_cell:
         return
     out.print("[bold]testpmd port counters[/bold] (data direction; packets out per packet in, mean over samples)")
     for cid, tps in sorted(per_cell.items(), key=lambda kv: keys.get(kv[0], "")):
-        ratio = sum(t["out_per_in"] for t in tps) / len(tps)
-        d = tps[0]["directions"][tps[0]["data_direction"]]
-        errors = sum(p.get("tx_errors", 0) + p.get("rx_errors", 0) + p.get("rx_missed", 0) + p.get("fwd_tx_dropped", 0)
-                     for t in tps for p in t["ports"].values())
-        out.print(f"  {escape(keys.get(cid, '?'))}: {ratio:.3f} out per in (first sample: {d['rx_packets']} in → "
-                  f"{d['tx_packets']} out, port {tps[0]['data_direction'].replace('>', ' → ')}); "
+        ratio = sum(t.out_per_in or 0 for t in tps) / len(tps)
+        d = tps[0].data
+        errors = sum(p.lost for t in tps for p in t.ports.values())
+        out.print(f"  {escape(keys.get(cid, '?'))}: {ratio:.3f} out per in (first sample: {d.rx_packets} in → "
+                  f"{d.tx_packets} out, port {tps[0].data_direction.replace('>', ' → ')}); "
                   f"errors/missed/drops {errors}")
         st = stages.get(cid) or []
-        if st and st[0].get("guest"):
+        if st and st[0].guest:
             first, n = st[0], len(st)
-            mean = {k: sum(x[k] for x in st) / n for k in ("testpmd_cpu", "qemu_cpu", "guest_cpu")}
-            out.print(f"    guest {first['guest']}: eth0 rx {first['rx']} / tx {first['tx']} frames, IP packets in "
-                      f"{first['ip_in']} out {first['ip_out']} (first sample); CPU % (mean) testpmd "
-                      f"{mean['testpmd_cpu']:.0f}, QEMU {mean['qemu_cpu']:.0f}, guest {mean['guest_cpu']:.0f}")
-            pruned = [x["pruned"] for x in st if x["pruned"]]
+            out.print(f"    guest {first.guest}: eth0 rx {first.rx} / tx {first.tx} frames, IP packets in "
+                      f"{first.ip_in} out {first.ip_out} (first sample); CPU % (mean) testpmd "
+                      f"{sum(x.testpmd_cpu for x in st) / n:.0f}, QEMU {sum(x.qemu_cpu for x in st) / n:.0f}, "
+                      f"guest {sum(x.guest_cpu for x in st) / n:.0f}")
+            pruned = [x.pruned for x in st if x.pruned]
             if pruned:
                 out.print(f"    [yellow]receive queue pruned in {len(pruned)} of {n} samples[/yellow]: "
                           + escape("; ".join(pruned)))
 
 
-def _guest_stages(sample: dict) -> dict:
+@dataclasses.dataclass
+class GuestStages:
     """A dpdk-vm sample's guest side: its eth0 frames, IP packets, CPU; testpmd's and QEMU's CPU."""
+
+    guest: str | None
+    rx: int
+    tx: int
+    ip_in: int
+    ip_out: int
+    testpmd_cpu: float
+    qemu_cpu: float
+    guest_cpu: float
+    pruned: str  # the receive-queue prune counts of the sample's notes, "" when none
+
+
+def guest_stages(sample: StoredSample) -> GuestStages:
     from offlab.experiment.measure import RCVQ_MARK
 
-    probes = sample.get("probes") or {}
-    procs = probes.get("processes") or []
-    cpu = {name: sum(p["cpu_pct"] for p in procs if p["comm"].startswith(name)) for name in ("dpdk-testpmd", "qemu")}
-    guest = next((r for r, g in (sample.get("guests") or {}).items()), None)
-    eth = (probes.get("interfaces") or {}).get(f"{guest}:eth0") or {}
-    ip = ((probes.get("snmp") or {}).get(guest) or {}).get("Ip") or {}
-    own = ((probes.get("cpu") or {}).get(guest) or {})
-    return {"guest": guest, "rx": eth.get("rx_packets", 0), "tx": eth.get("tx_packets", 0),
-            "ip_in": ip.get("InReceives", 0), "ip_out": ip.get("OutRequests", 0),
-            "testpmd_cpu": cpu["dpdk-testpmd"], "qemu_cpu": cpu["qemu"], "guest_cpu": own.get("busy", 0) or 0,
-            "pruned": "; ".join(n.split(": ", 1)[1].split("):")[0] + ")" for n in sample.get("notes") or []
-                                if n.startswith(RCVQ_MARK))}
+    probes = sample.probes
+    cpu = {name: sum(p.cpu_pct for p in probes.processes if p.comm.startswith(name))
+           for name in ("dpdk-testpmd", "qemu")}
+    guest = next(iter(sample.guests or {}), None)
+    eth = probes.interfaces.get(f"{guest}:eth0") or Iface()
+    own = probes.cpu.get(guest or "") or Cpu()
+    return GuestStages(guest=guest, rx=eth.rx_packets, tx=eth.tx_packets,
+                       ip_in=probes.counter(guest or "", "Ip", "InReceives") or 0,
+                       ip_out=probes.counter(guest or "", "Ip", "OutRequests") or 0,
+                       testpmd_cpu=cpu["dpdk-testpmd"], qemu_cpu=cpu["qemu"], guest_cpu=own.busy or 0,
+                       pruned="; ".join(n.split(": ", 1)[1].split("):")[0] + ")" for n in sample.notes or []
+                                        if n.startswith(RCVQ_MARK)))
 
 
 def print_searches(store, run_id: int) -> None:
     """The zero-loss headline of each searched sample, with its trials (offered vs achieved)."""
     from offlab.report import searches
 
-    found = searches(store.cells(run_id), store.samples(run_id))
+    found = searches(store.cells(run_id), records(store.samples(run_id)))
     if not found:
         return
     out.print("[bold]zero-loss search[/bold] (target → achieved offered pps, loss; ✓ met the criterion)")

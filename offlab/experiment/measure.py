@@ -20,6 +20,7 @@ from offlab.metrics import TCG_MARK
 from offlab.probes import ProbeResult, ProbeSession, Snapshot, mtus, service_demand, system_service_demand
 from offlab.probes.counters import rcvq_pruned
 from offlab.probes.cpu import NOTABLE_STEAL_PCT
+from offlab.sample import StoredSample
 from offlab.dpdk import Testpmd
 from offlab.experiment import effects, witnesses
 from offlab.probes.capture import Capture, CaptureSummary, read_pcap, summarize
@@ -233,23 +234,23 @@ def sample_notes(probe: ProbeResult, lab_mtu: int, guests: dict, *, channel_marg
 
 def _witnessed(sample: Sample, settings: list[dict]) -> Sample:
     """The sample's second witnesses, loss attribution, segmentation and effect witnesses (pure, over
-    its own figures)."""
-    probe = sample.probes
-    d = {"traffic": sample.traffic, "probes": probe, "workload": sample.workload}
-    sample.notes += witnesses.bound(sample.traffic)
-    short = witnesses.offered_short(sample.workload, sample.traffic)
+    its own figures, read through offlab.sample's view; what they clamp goes back into its traffic)."""
+    view = StoredSample.from_json({"traffic": sample.traffic, "probes": sample.probes, "workload": sample.workload})
+    sample.notes += witnesses.bound(view.traffic)
+    short = witnesses.offered_short(view.workload, view.traffic)
     if short:
         sample.notes.append(short)
-    sample.consistency = witnesses.cross_check(d)
-    sample.loss_attribution = witnesses.attribute_loss(d)
-    sample.segmentation = witnesses.segmentation(probe, probe["mtus"])
-    zc = witnesses.zerocopy(sample.traffic)
+    sample.consistency = witnesses.cross_check(view)
+    sample.traffic = view.traffic.to_json()
+    sample.loss_attribution = witnesses.attribute_loss(view)
+    sample.segmentation = witnesses.segmentation(view.probes, view.probes.mtus)
+    zc = witnesses.zerocopy(view.traffic)
     if zc:
         sample.notes.append(zc)
-    big = witnesses.big_packets(probe)
+    big = witnesses.big_packets(view.probes)
     if big:
         sample.notes.append(big)
-    sample.notes += witnesses.out_of_range(sample.to_dict())
+    sample.notes += witnesses.out_of_range(StoredSample.from_json(sample.to_dict()))
     sample.effects = effects.witness(sample.to_dict(), settings)
     return sample
 

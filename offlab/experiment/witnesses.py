@@ -7,12 +7,16 @@ The kernel saw the same datagrams: the client's `Udp OutDatagrams` and the serve
 the witnesses are compared, and a disagreement beyond a stated tolerance marks the
 sample "inconsistent" with both values, never silently one of them.
 
-Pure functions over `Sample.to_dict()`-shaped dicts, so they are tested on numbers.
+Pure functions over a stored sample's view (offlab.sample), so they are tested on numbers. What they
+return is stored with the sample (JSON): `cross_check`, `attribute_loss` and `segmentation` give dicts.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from offlab.metrics import METRICS, impossible
+from offlab.sample import Probes, Read, SampleWorkload, StoredSample, Traffic, counter
 from offlab.traffic.rate import parse_rate
 from offlab.traffic.series import as_dicts
 
@@ -32,13 +36,13 @@ RATE_TOLERANCE = 0.10
 # the sum of the two edges' spans, and says so.
 
 
-def skew(probes: dict, *roles: str) -> float:
+def skew(reads: dict[str, Read], *roles: str) -> float:
     """Seconds by which the reads of `roles`' counters (role "window": this machine's reference instants)
     may be apart, summed over the window's two edges."""
-    reads = probes.get("reads") or {}
+    reads = reads or {}
     total = 0.0
     for edge in ("start", "end"):
-        spans = [[0.0, 0.0] if role == "window" else reads[role][edge]
+        spans = [[0.0, 0.0] if role == "window" else getattr(reads[role], edge)
                  for role in roles if role == "window" or role in reads]
         if len(spans) >= 2:
             total += max(s[1] for s in spans) - min(s[0] for s in spans)
@@ -50,58 +54,49 @@ def skew(probes: dict, *roles: str) -> float:
 END_MARKER_NOPORTS = 2
 
 
-def bound(traffic: dict) -> list[str]:
+def bound(traffic: Traffic) -> list[str]:
     """Clamp impossible figures in place (received < 0, loss outside 0..1); say what was clamped."""
     notes = []
-    sent, received = traffic.get("datagrams_sent"), traffic.get("datagrams_received")
+    sent, received = traffic.datagrams_sent, traffic.datagrams_received
     if received is not None and received < 0:
         notes.append(f"the tool reported {received} datagrams received: impossible, taken as unknown")
-        traffic["datagrams_received"] = None
-        traffic["pps"] = None
-    loss = traffic.get("loss")
+        traffic.datagrams_received = None
+        traffic.pps = None
+    loss = traffic.loss
     if loss is not None and not 0.0 <= loss <= 1.0:
         notes.append(f"the tool reported loss {100 * loss:.1f} %: impossible, taken as unknown")
-        traffic["loss"] = None
-    if sent is not None and received is not None and received > sent > 0 and traffic.get("tool") == "iperf3":
+        traffic.loss = None
+    if sent is not None and received is not None and received > sent > 0 and traffic.tool == "iperf3":
         notes.append(f"the tool reported {received} received of {sent} sent")
     return notes
 
 
-def out_of_range(sample: dict) -> list[str]:
+def out_of_range(sample: StoredSample) -> list[str]:
     """A note per metric whose value is impossible (it is then stored as no figure, see metrics_of)."""
     return [f"{METRICS[name].label} {value:.6g} {METRICS[name].unit} is outside its possible range: not a figure"
-            for name, value in impossible(sample).items()]
+            for name, value in impossible(sample.to_json()).items()]
 
 
-def loss_counters(probes: dict) -> tuple[dict, dict]:
-    """(snmp deltas, read times) for witnesses across hosts: where a channel host took part, the
-    local hosts' counters sampled when it read its own (offlab.probes `aligned`), else the window's."""
-    aligned = probes.get("aligned")
-    if aligned:
-        return aligned.get("snmp") or {}, {"reads": aligned.get("reads") or {}}
-    return probes.get("snmp") or {}, probes
-
-
-def udp_group(workload: dict | None) -> str:
+def udp_group(workload: SampleWorkload | None) -> str:
     """The kernel's UDP counters for the workload's family: /proc/net/snmp's Udp, or snmp6's Udp6."""
-    return "Udp6" if workload and workload.get("ipv6") else "Udp"
+    return "Udp6" if workload and workload.ipv6 else "Udp"
 
 
-def ip_group(workload: dict | None) -> str:
-    return "Ip6" if workload and workload.get("ipv6") else "Ip"
+def ip_group(workload: SampleWorkload | None) -> str:
+    return "Ip6" if workload and workload.ipv6 else "Ip"
 
 
-def kernel_loss(probes: dict, workload: dict | None = None) -> tuple[float | None, int | None, int | None]:
+def kernel_loss(probes: Probes, workload: SampleWorkload | None = None) -> tuple[float | None, int | None, int | None]:
     """(loss, sent, received) from the client's Udp OutDatagrams and the server's Udp InDatagrams.
 
     With UDP GRO on the receiver the kernel counts one InDatagram per merged buffer, and with
     UDP_SEGMENT one OutDatagram per super-packet, so these counters cannot witness loss then.
     """
-    if workload and (workload.get("gro") or workload.get("gso")):
+    if workload and (workload.gro or workload.gso):
         return None, None, None
-    snmp, udp = loss_counters(probes)[0], udp_group(workload)
-    out = (snmp.get("client") or {}).get(udp, {}).get("OutDatagrams")
-    got = (snmp.get("server") or {}).get(udp, {}).get("InDatagrams")
+    snmp, udp = probes.loss_view()[0], udp_group(workload)
+    out = counter(snmp, "client", udp, "OutDatagrams", None)
+    got = counter(snmp, "server", udp, "InDatagrams", None)
     if not out or got is None:
         return None, out, got
     return max(0.0, min(1.0, (out - got) / out)), out, got
@@ -112,87 +107,104 @@ def kernel_loss(probes: dict, workload: dict | None = None) -> tuple[float | Non
 RECEIVER_SERIES = {"offlab-engine rx": "server"}
 
 
-def window_loss(traffic: dict, probes: dict) -> dict:
-    """The tool's loss over the kernel counters' window, from its receiver's per-interval rows:
-    {"loss", "lost", "received", "rows", "alignment_s"}, or {"why": ...} when it cannot be had.
+@dataclass
+class WindowLoss:
+    """The tool's loss cut to the counters' window (window_loss), or `why` it cannot be had."""
+
+    loss: float | None = None
+    lost: int | None = None
+    received: int | None = None
+    rows: int = 0
+    source: str | None = None
+    alignment_s: float | None = None  # None: not cut to the window (see why)
+    why: str | None = None
+
+
+def window_loss(traffic: Traffic, probes: Probes) -> WindowLoss:
+    """The tool's loss over the kernel counters' window, from its receiver's per-interval rows, or
+    only `why` when it cannot be had.
 
     The rows are placed on this machine's clock (the series' `t0_mono_s`, less the receiving host's clock
     offset where it has a clock of its own), each counted for the part of it between the server's two
     counter reads. `alignment_s` is how far those edges may be from the reads, summed over both edges:
     the reads' own spans and, on a channel host, its clock offset's bounds.
     """
-    found = [s for s in traffic.get("series") or [] if s.get("source") in RECEIVER_SERIES]
-    if not found or "lost" not in found[0].get("columns", []):
-        why = ("iperf3's client reports the sender's intervals, which count no loss" if traffic.get("tool") == "iperf3"
+    found = [s for s in traffic.series or [] if s.source in RECEIVER_SERIES]
+    if not found or "lost" not in (found[0].columns or []):
+        why = ("iperf3's client reports the sender's intervals, which count no loss" if traffic.tool == "iperf3"
                else "no receiver series (run with --interval 0, or measured before series)")
-        return {"why": why}
+        return WindowLoss(why=why)
     series = found[0]
-    role = RECEIVER_SERIES[series["source"]]
-    t0, w0, window = series.get("t0_mono_s"), probes.get("t0_mono_s"), probes.get("window_s") or 0
+    source = series.source or ""  # one of RECEIVER_SERIES: found above
+    role = RECEIVER_SERIES[source]
+    t0, w0, window = series.t0_mono_s, probes.t0_mono_s, probes.window_s or 0
     if t0 is None or w0 is None or window <= 0:
-        return {"why": "the series or the window has no start on CLOCK_MONOTONIC (a sample measured before the window's loss was compared)"}
-    read = (loss_counters(probes)[1].get("reads") or {}).get(role) or {"start": [0.0, 0.0], "end": [0.0, 0.0]}
+        return WindowLoss(why="the series or the window has no start on CLOCK_MONOTONIC (a sample measured before "
+                              "the window's loss was compared)")
+    read = probes.loss_view()[1].get(role) or Read()
     offset, clock_err = 0.0, 0.0
-    if "own_window_s" in read:  # a host with a clock of its own
-        if not read.get("clock_offset_s"):
-            return {"why": f"the {role}'s clock offset from this machine's is unknown"}
-        lo, hi = read["clock_offset_s"]
+    if read.has_own_clock:  # a host with a clock of its own
+        if not read.clock_offset_s:
+            return WindowLoss(why=f"the {role}'s clock offset from this machine's is unknown")
+        lo, hi = read.clock_offset_s
         offset, clock_err = (lo + hi) / 2, (hi - lo) / 2
-    (s0, s1), (e0, e1) = read["start"], read["end"]
+    (s0, s1), (e0, e1) = read.start, read.end
     k0, k1 = w0 + (s0 + s1) / 2, w0 + window + (e0 + e1) / 2
     # Each row counts for the part of it inside the window: a 100 ms row half inside counts half (its
     # datagrams taken as spread evenly over it). Whole rows by their middle were up to half a row off at
     # each edge: 10 % of a 1 s window, which left that much of a loss unexplained by counters that were right.
     kept = []
-    for row in as_dicts(series):
+    for row in as_dicts(series.to_json()):  # the rows, in offlab.traffic.series' own shape
         start, dur = t0 + row["t_s"] - offset, row["dur_s"]
         inside = min(start + dur, k1) - max(start, k0)
         if dur > 0 and inside > 0:
             kept.append((inside / dur, row))
     if not kept:
-        return {"why": "no interval of the tool's series lies in the window"}
+        return WindowLoss(why="no interval of the tool's series lies in the window")
     # what remains uncertain: where within the reads' spans each edge lies, and the clock offset's bounds
     alignment = (s1 - s0) / 2 + (e1 - e0) / 2 + 2 * clock_err
     lost = round(sum(f * (r.get("lost") or 0) for f, r in kept))
     received = round(sum(f * (r.get("datagrams") or 0) for f, r in kept))
     loss = max(0.0, min(1.0, lost / (received + lost))) if received + lost > 0 else None
-    return {"loss": loss, "lost": lost, "received": received, "rows": len(kept), "source": series["source"],
-            "alignment_s": round(alignment, 6)}
+    return WindowLoss(loss=loss, lost=lost, received=received, rows=len(kept), source=source,
+                      alignment_s=round(alignment, 6))
 
 
-def cross_check(sample: dict) -> dict:
-    """Every check run on the sample: name, ok, and the values each witness gave."""
-    traffic, probes, w = sample["traffic"], sample["probes"], sample["workload"]
+def cross_check(sample: StoredSample) -> dict:
+    """Every check run on the sample: name, ok, and the values each witness gave. Where the tool's loss
+    was impossible (bound), the kernel's takes its place in `sample.traffic`."""
+    traffic, probes, w = sample.traffic, sample.probes, sample.workload
     checks = []
-    if w.get("protocol") == "udp":
+    if w.protocol == "udp":
         k_loss, k_sent, k_got = kernel_loss(probes, w)
-        t_loss = traffic.get("loss")
-        if k_loss is not None:
+        t_loss = traffic.loss
+        if k_loss is not None and k_sent:
             udp = udp_group(w)
-            apart = skew(loss_counters(probes)[1], "client", "server")
-            window = probes.get("window_s") or 0
+            apart = skew(probes.loss_view()[1], "client", "server")
+            window = probes.window_s or 0
             rate = k_sent / window if window > 0 else 0.0
             in_skew = rate * apart  # datagrams that may be counted by one host's reads and not the other's
             # Like with like: the tool's loss over the same window, from its series; its whole run only without one.
             wl = window_loss(traffic, probes)
-            align = wl.get("alignment_s", 0.0)
+            cut = wl.alignment_s is not None
+            align = wl.alignment_s or 0.0
             in_align = rate * align  # datagrams that may be in the tool's rows and not the kernel's window, or back
             tolerance = LOSS_TOLERANCE + (in_skew + in_align) / k_sent
-            t_cmp = wl.get("loss") if "alignment_s" in wl else t_loss
+            t_cmp = wl.loss if cut else t_loss
             ok = t_cmp is not None and abs(t_cmp - k_loss) <= tolerance
-            if "alignment_s" in wl:
-                tool_said = (f"loss over the window {_pct(t_cmp)} by {traffic.get('tool')} (its receiver's "
-                             f"{wl['rows']} intervals there: {wl['lost']} lost, {wl['received']} received; whole run "
+            if cut:
+                tool_said = (f"loss over the window {_pct(t_cmp)} by {traffic.tool} (its receiver's "
+                             f"{wl.rows} intervals there: {wl.lost} lost, {wl.received} received; whole run "
                              f"{_pct(t_loss)})")
                 aligned = (f" + {in_align:.0f} datagrams in the {1000 * align:.1f} ms its intervals and the "
                            f"kernel's reads may be apart at the window's edges ({rate:.4g} pps × {1000 * align:.1f} ms)")
             else:
-                tool_said = (f"loss {_pct(t_loss)} by {traffic.get('tool')} over its whole run, warm-up included "
-                             f"(not cut to the window: {wl['why']})")
+                tool_said = (f"loss {_pct(t_loss)} by {traffic.tool} over its whole run, warm-up included "
+                             f"(not cut to the window: {wl.why})")
                 aligned = ""
             checks.append({
                 "check": "loss", "ok": ok,
-                "tool": t_cmp, "tool_over": "window" if "alignment_s" in wl else "whole run",
+                "tool": t_cmp, "tool_over": "window" if cut else "whole run",
                 "tool_whole_run": t_loss, "kernel": k_loss, "kernel_sent": k_sent, "kernel_received": k_got,
                 "skew_s": round(apart, 6), "alignment_s": align, "tolerance": tolerance,
                 "detail": (f"{tool_said}, {_pct(k_loss)} by the kernel over the window "
@@ -203,22 +215,22 @@ def cross_check(sample: dict) -> dict:
             })
             if t_loss is None:
                 # The tool's count was impossible: the kernel's sender/receiver counts are the best source.
-                traffic["loss"] = k_loss
-                traffic["loss_source"] = "kernel"
-        size, pps, bps = w.get("size"), traffic.get("pps"), traffic.get("throughput_bps")
+                traffic.loss = k_loss
+                traffic.loss_source = "kernel"
+        size, pps, bps = w.size, traffic.pps, traffic.throughput_bps
         if size and pps and bps:
             implied = pps * size * 8
             ok = abs(bps - implied) <= RATE_TOLERANCE * max(bps, implied)
             checks.append({"check": "throughput = pps × size", "ok": ok, "throughput_bps": bps,
                            "pps_times_size_bps": implied,
                            "detail": f"throughput {bps:.4g} bit/s vs {pps:.4g} pps × {size} B = {implied:.4g} bit/s"})
-    app_bytes = (traffic.get("throughput_bps") or 0) * probes.get("window_s", 0) / 8
+    app_bytes = (traffic.throughput_bps or 0) * (probes.window_s or 0) / 8
     rx_bytes = _server_rx_bytes(probes)
     if app_bytes > 0 and rx_bytes is not None:
         # The tool's throughput times this machine's window against the server's counters, read (on
         # a channel host) up to `apart` away from the window's edges.
-        apart = skew(probes, "window", "server")
-        in_skew = (traffic.get("throughput_bps") or 0) / 8 * apart
+        apart = skew(probes.reads, "window", "server")
+        in_skew = (traffic.throughput_bps or 0) / 8 * apart
         ok = app_bytes <= rx_bytes * 1.02 + in_skew
         checks.append({"check": "application bytes ≤ interface bytes", "ok": ok, "application_bytes": app_bytes,
                        "interface_bytes": rx_bytes, "skew_s": round(apart, 6),
@@ -230,8 +242,8 @@ def cross_check(sample: dict) -> dict:
     return {"status": status, "checks": checks}
 
 
-def _server_rx_bytes(probes: dict) -> int | None:
-    found = [d["rx_bytes"] for name, d in (probes.get("interfaces") or {}).items() if name.startswith("server:")]
+def _server_rx_bytes(probes: Probes) -> int | None:
+    found = [d.rx_bytes for name, d in (probes.interfaces or {}).items() if name.startswith("server:")]
     return sum(found) if found else None
 
 
@@ -261,33 +273,41 @@ UDP_HEADER = 8
 SUPER_PACKET_MIN = 1.05
 
 
-def _ip_header(w: dict) -> int:
-    return 40 if w.get("ipv6") else 20
+def _ip_header(w: SampleWorkload) -> int:
+    return 40 if w.ipv6 else 20
 
 
-def max_datagrams_per_packet(w: dict) -> int | None:
+def max_datagrams_per_packet(w: SampleWorkload) -> int | None:
     """The most datagrams of the workload's payload one GSO/GRO packet can carry: 44 at 1472 B over IPv4."""
-    size = w.get("size")
-    if not size:
+    if not w.size:
         return None
-    room = IP_MAX_PACKET - (0 if w.get("ipv6") else 20) - UDP_HEADER  # IPv6's payload length excludes its header
-    return max(1, min(UDP_MAX_SEGMENTS, room // size))
+    room = IP_MAX_PACKET - (0 if w.ipv6 else 20) - UDP_HEADER  # IPv6's payload length excludes its header
+    return max(1, min(UDP_MAX_SEGMENTS, room // w.size))
 
 
-def datagrams_per_packet(probes: dict, host: str, w: dict) -> dict | None:
+@dataclass
+class PerPacket:
+    """Datagrams one counted packet carried on average, and what that average was read from."""
+
+    per: float
+    interface: str
+    avg_bytes: float | None
+
+
+def datagrams_per_packet(probes: Probes, host: str, w: SampleWorkload) -> PerPacket | None:
     """How many datagrams one packet counted on `host` carried on average over the window, from its busiest
     lab interface: (bytes − packets × headers) / (packets × payload). A veth or tap counts a GSO/GRO
     super-packet once, so every per-packet counter of that host counts in these units.
-    {"per": x, "interface", "avg_bytes"}, or None when the host's interfaces carried too few packets."""
-    size = w.get("size")
+    None when the host's interfaces carried too few packets."""
+    size = w.size
     if not size:
         return None
     best = None
-    for name, d in (probes.get("interfaces") or {}).items():
+    for name, d in (probes.interfaces or {}).items():
         if name.split(":", 1)[0] != host:
             continue
         for way in ("rx", "tx"):
-            packets, octets = d.get(f"{way}_packets") or 0, d.get(f"{way}_bytes") or 0
+            packets, octets = d.packets(way), d.octets(way)
             if packets >= SEGMENTATION_MIN_PACKETS and (best is None or octets > best[2]):
                 best = (f"{name} {way}", packets, octets)
     if best is None:
@@ -295,52 +315,85 @@ def datagrams_per_packet(probes: dict, host: str, w: dict) -> dict | None:
     name, packets, octets = best
     headers = ETH_HEADER + _ip_header(w) + UDP_HEADER
     per = max(1.0, (octets - packets * headers) / (packets * size))
-    return {"per": per, "interface": name, "avg_bytes": octets / packets}
+    return PerPacket(per=per, interface=name, avg_bytes=octets / packets)
 
 
-def _delivered_per_packet(sample: dict, window: dict) -> dict | None:
+def _delivered_per_packet(sample: StoredSample, window: WindowLoss | None) -> PerPacket | None:
     """With UDP GRO on the receiver: datagrams the tool received in the window per server Udp InDatagrams
     (one per buffer the socket took): what the server's UDP and IP counters count in, when its interface
     saw single datagrams that GRO merged above it."""
-    w = sample["workload"]
-    got = ((sample["probes"].get("snmp") or {}).get("server") or {}).get(udp_group(w), {}).get("InDatagrams")
-    if not w.get("gro") or not got or not window.get("received"):
+    w = sample.workload
+    got = sample.probes.counter("server", udp_group(w), "InDatagrams", None)
+    if not w.gro or not got or window is None or not window.received:
         return None
-    return {"per": max(1.0, window["received"] / got), "interface": f"{window['received']} datagrams received by "
-            f"the tool in the window / server {udp_group(w)} InDatagrams {got}", "avg_bytes": None}
+    return PerPacket(per=max(1.0, window.received / got), interface=f"{window.received} datagrams received by "
+                     f"the tool in the window / server {udp_group(w)} InDatagrams {got}", avg_bytes=None)
 
 
-def _lost(sample: dict) -> dict:
-    """The loss the counters explain, over their own window, in datagrams: {"lost", "source", "sent", "over"},
-    plus "why" when only the tool's whole run could be had.
+@dataclass
+class Lost:
+    """The loss the counters explain, over their own window, in datagrams (None: no count could be had)."""
 
-    The kernel's sender and receiver counts where they count datagrams (no GSO, no GRO); else the tool's
+    lost: int | None
+    source: str | None = None
+    sent: int | None = None
+    over: str | None = None  # "window" | "whole run"
+    window: WindowLoss | None = None  # the tool's series cut to the window, when that was the source
+    why: str | None = None  # why only the tool's whole run could be had
+
+
+def _lost(sample: StoredSample) -> Lost:
+    """The kernel's sender and receiver counts where they count datagrams (no GSO, no GRO); else the tool's
     receiver series cut to the window (window_loss); else, named as such, the tool's whole run."""
-    traffic, probes = sample["traffic"], sample["probes"]
-    _, k_sent, k_got = kernel_loss(probes, sample["workload"])
+    traffic, probes, w = sample.traffic, sample.probes, sample.workload
+    _, k_sent, k_got = kernel_loss(probes, w)
     if k_sent is not None and k_got is not None:
-        udp = udp_group(sample["workload"])
+        udp = udp_group(w)
         source = f"client {udp} OutDatagrams − server {udp} InDatagrams"
-        if traffic.get("tool") != "engine":
+        if traffic.tool != "engine":
             # Without IP_RECVERR a send its qdisc dropped "succeeds" but counts in SndbufErrors, not OutDatagrams.
-            refused = ((probes.get("snmp") or {}).get("client") or {}).get(udp, {}).get("SndbufErrors", 0)
+            refused = probes.counter("client", udp, "SndbufErrors")
             if refused:
                 k_sent += refused
                 source = f"client {udp} OutDatagrams + SndbufErrors − server {udp} InDatagrams"
-        return {"lost": k_sent - k_got, "source": source, "sent": k_sent, "over": "window"}
+        return Lost(k_sent - k_got, source, k_sent, "window")
     wl = window_loss(traffic, probes)
-    if "lost" in wl:
-        return {"lost": wl["lost"], "sent": wl["lost"] + wl["received"], "over": "window", "window": wl,
-                "source": (f"{traffic.get('tool')} receiver's {wl['rows']} intervals in the window: sequence "
-                           f"numbers missing; ± {1000 * wl['alignment_s']:.0f} ms at the window's edges")}
-    sent, got = traffic.get("datagrams_sent"), traffic.get("datagrams_received")
+    if wl.lost is not None and wl.received is not None and wl.alignment_s is not None:
+        return Lost(wl.lost, sent=wl.lost + wl.received, over="window", window=wl,
+                    source=(f"{traffic.tool} receiver's {wl.rows} intervals in the window: sequence "
+                            f"numbers missing; ± {1000 * wl.alignment_s:.0f} ms at the window's edges"))
+    sent, got = traffic.datagrams_sent, traffic.datagrams_received
     if sent is not None and got is not None and 0 <= got <= sent:
-        return {"lost": sent - got, "source": f"{traffic.get('tool')} sent − received, whole run", "sent": sent,
-                "over": "whole run", "why": wl.get("why")}
-    return {"lost": None}
+        return Lost(sent - got, f"{traffic.tool} sent − received, whole run", sent, "whole run", why=wl.why)
+    return Lost(None)
 
 
-def attribute_loss(sample: dict) -> dict | None:
+@dataclass
+class Place:
+    """One place where datagrams died (attribute_loss's `places`): a counter, in datagrams with bounds."""
+
+    host: str
+    where: str
+    what: str
+    count: int
+    layer: str  # queue | device | softnet | ip | udp
+    datagrams: float
+    low: float
+    high: float
+    unit: str = "datagrams"  # or "packets": counted per super-packet, converted at `per_packet`
+    per_packet: float | None = None
+    basis: str | None = None
+    share: float = 0.0
+
+    def to_json(self) -> dict:
+        d = {"host": self.host, "where": self.where, "what": self.what, "count": self.count, "layer": self.layer,
+             "unit": self.unit, "datagrams": self.datagrams, "low": self.low, "high": self.high}
+        if self.unit == "packets":
+            d.update(per_packet=self.per_packet, basis=self.basis)
+        return {**d, "share": self.share}
+
+
+def attribute_loss(sample: StoredSample) -> dict | None:
     """Where the lost datagrams died, hop by hop, from counter deltas, in datagrams, with the share each explains.
 
     Sender queue (qdisc) drops; every lab interface's drops and errors; softnet backlog drops; a
@@ -353,101 +406,102 @@ def attribute_loss(sample: dict) -> dict | None:
     Places can overlap (a backlog drop counts in softnet and in the device's rx_dropped), so shares are
     each estimate / lost and `unexplained` is what no place covers.
     """
-    traffic, probes, w = sample["traffic"], sample["probes"], sample["workload"]
-    if w.get("protocol") != "udp":
+    traffic, probes, w = sample.traffic, sample.probes, sample.workload
+    if w.protocol != "udp":
         return None
     found = _lost(sample)
-    lost = found["lost"]
+    lost = found.lost
     if not lost or lost <= 0:
         return None
     unread: list[str] = []
-    if found["over"] == "whole run":
-        unread.append(f"the tool's loss over the counters' window ({found.get('why') or 'no series'}): the lost "
+    if found.over == "whole run":
+        unread.append(f"the tool's loss over the counters' window ({found.why or 'no series'}): the lost "
                       f"count is its whole run, warm-up included, while every counter covers only the window")
     top = max_datagrams_per_packet(w)
-    units: dict[str, dict | None] = {}
+    units: dict[str, PerPacket | None] = {}
 
-    def unit(host: str, layer: str) -> dict | None:
+    def unit(host: str, layer: str) -> PerPacket | None:
         key = f"{host}/{'l4' if host == 'server' and layer in ('udp', 'ip') else 'dev'}"
         if key not in units:
             u = datagrams_per_packet(probes, "server" if host == "machine" else host, w)
-            if key == "server/l4" and (u is None or u["per"] <= SUPER_PACKET_MIN):
+            if key == "server/l4" and (u is None or u.per <= SUPER_PACKET_MIN):
                 # The interface saw single datagrams: GRO may still have merged them above it.
-                u = _delivered_per_packet(sample, found.get("window") or {}) or u
+                u = _delivered_per_packet(sample, found.window) or u
             if u and top:
-                u["per"] = min(u["per"], top)  # an average beyond the most one packet can carry is skew
-            units[key] = u if u and u["per"] > SUPER_PACKET_MIN else None
-            if u is None and (w.get("gso") or w.get("gro")) and w.get("size"):
+                u.per = min(u.per, top)  # an average beyond the most one packet can carry is skew
+            units[key] = u if u and u.per > SUPER_PACKET_MIN else None
+            if u is None and (w.gso or w.gro) and w.size:
                 unread.append(f"{host}'s datagrams per packet: no lab interface of {host} carried "
                               f"{SEGMENTATION_MIN_PACKETS} packets in the window; its counts are taken as datagrams")
         return units[key]
 
-    places: list[dict] = []
+    places: list[Place] = []
     not_lost: list[dict] = []
 
-    def place(host: str, where: str, what: str, n: int, layer: str) -> None:
+    def place(host: str, where: str, what: str, n: int | None, layer: str) -> None:
         if not n or n <= 0:
             return
-        p = {"host": host, "where": where, "what": what, "count": n, "layer": layer, "unit": "datagrams",
-             "datagrams": n, "low": n, "high": n}
+        p = Place(host=host, where=where, what=what, count=n, layer=layer, datagrams=n, low=n, high=n)
         u = unit(host, layer)
         if u is not None:
-            p.update(unit="packets", per_packet=round(u["per"], 2), datagrams=round(n * u["per"]),
-                     high=n * (top or 1), basis=(f"{u['interface']}: {u['avg_bytes']:.0f} B per packet"
-                                                 if u["avg_bytes"] else u["interface"]))
+            p.unit, p.per_packet, p.datagrams, p.high = "packets", round(u.per, 2), round(n * u.per), n * (top or 1)
+            p.basis = f"{u.interface}: {u.avg_bytes:.0f} B per packet" if u.avg_bytes else u.interface
         places.append(p)
 
     # A sender with IP_RECVERR (the engine) sees a send its qdisc refused as ENOBUFS and sends again: not
     # loss. A queue that segments a GSO send and drops part of it says nothing to the sender: loss.
     # (ENOBUFS counts refused sends over the whole run; with GSO one send carries several datagrams.)
-    retried = (traffic.get("errors") or {}).get("ENOBUFS", 0) if traffic.get("tool") == "engine" else 0
-    for name, q in (probes.get("qdisc") or {}).items():
-        host, drops = name.split(":", 1)[0], q.get("drops", 0)
+    retried = traffic.error("ENOBUFS") if traffic.tool == "engine" else 0
+    for name, q in (probes.qdisc or {}).items():
+        host, drops = name.split(":", 1)[0], q.drops or 0
         if host == "client" and retried and drops:
-            not_lost.append({"where": f"{name} qdisc ({q.get('kind')})", "count": min(drops, retried),
+            not_lost.append({"where": f"{name} qdisc ({q.kind})", "count": min(drops, retried),
                              "what": "sends the queue refused (ENOBUFS), sent again by the engine"})
             drops -= min(drops, retried)
-        place(host, f"{name} qdisc ({q.get('kind')}) drops", "queue full or over its rate", drops, "queue")
-    for name, d in (probes.get("interfaces") or {}).items():
+        place(host, f"{name} qdisc ({q.kind}) drops", "queue full or over its rate", drops, "queue")
+    for name, d in (probes.interfaces or {}).items():
         host = name.split(":", 1)[0]
         for key, what in DEVICE_DROPS:
-            place(host, f"{name} {key}", what, d.get(key, 0), "device")
-    backlog = sum(v.get("dropped", 0) for v in (probes.get("softnet") or {}).values())
+            place(host, f"{name} {key}", what, d.counter(key), "device")
+    backlog = sum(v.dropped or 0 for v in (probes.softnet or {}).values())
     place("machine", "softnet backlog dropped", "per-CPU input backlog full (netdev_max_backlog)", backlog, "softnet")
     # IPv6 traffic dies in /proc/net/snmp6's counters (Ip6…, Udp6…), IPv4 in /proc/net/snmp's.
     ig, ug = ip_group(w), udp_group(w)
-    for role, snmp in (probes.get("snmp") or {}).items():
-        ip, udp = snmp.get(ig, {}), snmp.get(ug, {})
+    for role in probes.snmp or {}:
+        def n(group: str, name: str, role: str = role) -> int:
+            return probes.counter(role, group, name) or 0
+
         for key, what in (IP6_DROPS if ig == "Ip6" else IP_DROPS):
             # The sender's own IP OutDiscards are its qdisc drops again (or a send the app saw fail).
             if role == "client" and key == "OutDiscards":
                 continue
-            place(role, f"{role} {ig} {key}", what, ip.get(key, 0), "ip")
+            place(role, f"{role} {ig} {key}", what, n(ig, key), "ip")
         if role == "server":
             # InErrors already counts RcvbufErrors and InCsumErrors: only the rest is its own place.
-            other = udp.get("InErrors", 0) - udp.get("RcvbufErrors", 0) - udp.get("InCsumErrors", 0)
+            other = n(ug, "InErrors") - n(ug, "RcvbufErrors") - n(ug, "InCsumErrors")
             for key, what in UDP_DROPS:
-                place(role, f"{role} {ug} {key}", what, other if key == "InErrors" else udp.get(key, 0), "udp")
-        if role == "client" and traffic.get("tool") != "engine":
-            queue = sum(q.get("drops", 0) for n, q in (probes.get("qdisc") or {}).items() if n.startswith("client:"))
+                place(role, f"{role} {ug} {key}", what, other if key == "InErrors" else n(ug, key), "udp")
+        if role == "client" and traffic.tool != "engine":
+            queue = sum(q.drops or 0 for name, q in (probes.qdisc or {}).items() if name.startswith("client:"))
             # Without IP_RECVERR a send the qdisc dropped returns success and counts in SndbufErrors.
             place(role, f"{role} {ug} SndbufErrors", "send dropped before the wire (send buffer or queue full)",
-                  max(0, udp.get("SndbufErrors", 0) - queue), "udp")
+                  max(0, n(ug, "SndbufErrors") - queue), "udp")
     # A backlog drop also counts as the receiving device's rx_dropped: count it once.
-    dev_rx = [p for p in places if p["layer"] == "device" and p["where"].endswith(" rx_dropped")]
-    soft = next((p for p in places if p["layer"] == "softnet"), None)
-    overlap = {k: min(soft[k], sum(p[k] for p in dev_rx)) if soft else 0 for k in ("datagrams", "low", "high")}
-    explained = {k: sum(p[k] for p in places) - overlap[k] for k in ("datagrams", "low", "high")}
+    dev_rx = [p for p in places if p.layer == "device" and p.where.endswith(" rx_dropped")]
+    soft = next((p for p in places if p.layer == "softnet"), None)
+    bounds = ("datagrams", "low", "high")
+    overlap = {k: min(getattr(soft, k), sum(getattr(p, k) for p in dev_rx)) if soft else 0 for k in bounds}
+    explained = {k: sum(getattr(p, k) for p in places) - overlap[k] for k in bounds}
     for p in places:
         # tc and /proc are read a few ms apart: a place that explains everything may count a few more.
-        p["share"] = min(1.0, p["datagrams"] / lost)
+        p.share = min(1.0, p.datagrams / lost)
     order = {"client": 0, "switch": 1, "router": 2, "machine": 3, "server": 4}
-    places.sort(key=lambda p: (order.get(p["host"], 2), -p["datagrams"]))
+    places.sort(key=lambda p: (order.get(p.host, 2), -p.datagrams))
     return {
-        "lost": lost, "lost_source": found["source"], "sent": found["sent"], "lost_over": found["over"],
+        "lost": lost, "lost_source": found.source, "sent": found.sent, "lost_over": found.over,
         # client and server reads up to skew_s apart: lost is known to ± this many datagrams
-        **_lost_uncertainty(probes, found["source"], found["sent"]),
-        "places": places,
+        **_lost_uncertainty(probes, found.source, found.sent),
+        "places": [p.to_json() for p in places],
         "explained": min(lost, explained["datagrams"]),
         "explained_low": min(lost, explained["low"]), "explained_high": min(lost, explained["high"]),
         "unexplained": max(0, lost - explained["datagrams"]),
@@ -457,15 +511,15 @@ def attribute_loss(sample: dict) -> dict | None:
     }
 
 
-def _lost_uncertainty(probes: dict, source: str | None, sent: int | None) -> dict:
-    window = probes.get("window_s") or 0
+def _lost_uncertainty(probes: Probes, source: str | None, sent: int | None) -> dict:
+    window = probes.window_s or 0
     if not source or not source.startswith("client") or not sent or window <= 0:
         return {}
-    apart = skew(loss_counters(probes)[1], "client", "server")
+    apart = skew(probes.loss_view()[1], "client", "server")
     return {"skew_s": round(apart, 6), "lost_uncertainty": round(sent / window * apart)}
 
 
-def receiver_absent(sample: dict) -> str | None:
+def receiver_absent(sample: StoredSample) -> str | None:
     """Why datagrams found no receiver, when the counters say they did not: the harness's fault, not the path's.
 
     A receiver that listens on its port gets no UdpNoPorts but the END marker's; more means the
@@ -474,13 +528,13 @@ def receiver_absent(sample: dict) -> str | None:
     then sees ECONNREFUSED from the ICMP port-unreachable replies. With UDP_SEGMENT the receiving
     kernel counts a super-packet that finds no socket once, so NoPorts × segments ≈ datagrams.
     """
-    traffic, probes, w = sample["traffic"], sample["probes"], sample["workload"]
-    noports = ((probes.get("snmp") or {}).get("server") or {}).get(udp_group(w), {}).get("NoPorts", 0) or 0
-    refused = (traffic.get("errors") or {}).get("ECONNREFUSED", 0)
+    traffic, w = sample.traffic, sample.workload
+    noports = sample.probes.counter("server", udp_group(w), "NoPorts") or 0
+    refused = traffic.error("ECONNREFUSED")
     if noports <= END_MARKER_NOPORTS and not refused:
         return None
-    stop = traffic.get("receiver_stop")
-    seen = [f"server {udp_group(w)} NoPorts +{noports}" + (" (one per UDP_SEGMENT super-packet)" if w.get("gso") else "")]
+    stop = traffic.receiver_stop
+    seen = [f"server {udp_group(w)} NoPorts +{noports}" + (" (one per UDP_SEGMENT super-packet)" if w.gso else "")]
     if refused:
         seen.append(f"sender ECONNREFUSED ×{refused}")
     if stop and stop != "end":
@@ -496,16 +550,16 @@ ETH_HEADER = 14
 SEGMENTATION_MIN_PACKETS = 20
 
 
-def segmentation(probes: dict, mtus: dict[str, int]) -> list[dict]:
+def segmentation(probes: Probes, mtus: dict[str, int]) -> list[dict]:
     """Per lab interface and direction: packets, bytes, average packet size against the MTU, and what
     that proves. A veth (or a tap into a guest) counts a GSO/GRO super-packet as one packet, so an
     average above MTU + 14 on a hop is the proof that super-packets crossed it unsegmented, even where
     a capture on the sender is ambiguous (tcpdump there sees super-packets before segmentation)."""
     out = []
-    for name, d in (probes.get("interfaces") or {}).items():
+    for name, d in (probes.interfaces or {}).items():
         mtu = mtus.get(name)
         for way in ("tx", "rx"):
-            packets, size = d.get(f"{way}_packets") or 0, d.get(f"{way}_bytes") or 0
+            packets, size = d.packets(way), d.octets(way)
             if packets < SEGMENTATION_MIN_PACKETS:
                 continue
             avg = size / packets
@@ -521,34 +575,34 @@ def segmentation(probes: dict, mtus: dict[str, int]) -> list[dict]:
     return out
 
 
-def big_packets(probes: dict) -> str | None:
+def big_packets(probes: Probes) -> str | None:
     """What the 64 KiB counters (offlab.probes.bigpackets, where the workload asked) prove, in one line:
     which hops carried packets over 64 KiB, and how many crossed a router unsegmented; None if not counted."""
-    counts = probes.get("big_packets")
+    counts = probes.big_packets
     if counts is None:
         return None
-    hops = {name: d for name, d in counts.items() if d["rx"] or d["tx"]}
+    hops = {name: d for name, d in counts.items() if d.rx or d.tx}
     if not hops:
         return f"{BIG_MARK}: no packet over 64 KiB on any counted hop ({len(counts)} interfaces): BIG TCP did not take effect"
-    routed = sum(d["tx"] for name, d in hops.items() if name.startswith("router:"))
-    reached = sum(d["rx"] for name, d in hops.items() if name.startswith("router:"))
+    routed = sum(d.tx for name, d in hops.items() if name.startswith("router:"))
+    reached = sum(d.rx for name, d in hops.items() if name.startswith("router:"))
     head = f"{routed} packets > 64 KiB crossed the router unsegmented; " if routed else \
         f"the router received {reached} packets > 64 KiB and sent none on; " if reached else ""
     return f"{BIG_MARK}: {head}over 64 KiB per hop: " + ", ".join(
-        f"{name} rx {d['rx']} tx {d['tx']}" for name, d in sorted(hops.items()))
+        f"{name} rx {d.rx} tx {d.tx}" for name, d in sorted(hops.items()))
 
 
 BIG_MARK = "packets over 64 KiB"
 ZC_MARK = "zerocopy"
 
 
-def zerocopy(traffic: dict) -> str | None:
+def zerocopy(traffic: Traffic) -> str | None:
     """What the kernel's MSG_ZEROCOPY completions say (engine --send zerocopy): every send copied after
     all (SO_EE_CODE_ZEROCOPY_COPIED; a veth or loopback always copies), some, or none; None otherwise."""
-    z = traffic.get("zerocopy")
+    z = traffic.zerocopy
     if not z:
         return None
-    done, copied, pending = z.get("completed", 0), z.get("copied", 0), z.get("pending_at_end", 0)
+    done, copied, pending = z.completed, z.copied, z.pending_at_end
     tail = f"; {pending} still held by the kernel at the end" if pending else ""
     if done and copied == done:
         return (f"{ZC_MARK}: the kernel copied all {done} MSG_ZEROCOPY sends (SO_EE_CODE_ZEROCOPY_COPIED): "
@@ -563,16 +617,16 @@ def _pct(x: float | None) -> str:
 OFFERED_SHORT = 0.02  # the zero-loss search's generator-limited threshold, for a single measure too
 
 
-def offered_short(workload: dict, traffic: dict) -> str | None:
+def offered_short(workload: SampleWorkload, traffic: Traffic) -> str | None:
     """A note when the sender offered clearly less than the rate asked (its CPU, not the path, set the
     rate), so a paced figure is never read as the rate that was asked for."""
-    if not workload.get("rate"):
+    if not workload.rate:
         return None
-    rate = parse_rate(workload["rate"])
-    if rate.pps is not None and traffic.get("sent_pps") is not None:
-        asked, got, unit = rate.pps, traffic["sent_pps"], "pps"
-    elif rate.bps is not None and traffic.get("sent_bps") is not None:
-        asked, got, unit = rate.bps, traffic["sent_bps"], "bit/s"
+    rate = parse_rate(workload.rate)
+    if rate.pps is not None and traffic.sent_pps is not None:
+        asked, got, unit = rate.pps, traffic.sent_pps, "pps"
+    elif rate.bps is not None and traffic.sent_bps is not None:
+        asked, got, unit = rate.bps, traffic.sent_bps, "bit/s"
     else:
         return None
     if got >= asked * (1 - OFFERED_SHORT):

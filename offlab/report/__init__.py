@@ -3,6 +3,7 @@ SVG, CPU split, wire captures, skipped cells, environment and plan. Opens offlin
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from offlab.report.compare import (Row, any_compared, axes_of, by_cell, compare_
 from offlab.errors import BadInput, EnvironmentProblem
 from offlab.metrics import HEADLINE, METRICS, NOT_EXERCISED, TCG_MARK, not_exercised_by_cell
 from offlab.report import format as fmt
+from offlab.sample import Cpu, LossAttribution, SampleRecord, StoredSample, records
 from offlab.stats import CI, is_improvement, mean_ci
 from offlab.store import Store, series_holders
 
@@ -110,15 +112,14 @@ def _metric_charts(cells, cis, metrics, lay: Layout) -> list[dict]:
     return out
 
 
-def _cpu_split(cells: list[dict], samples: list[dict]) -> list[tuple[str, dict]]:
+def _cpu_split(cells: list[dict], samples: list[SampleRecord]) -> list[tuple[str, dict]]:
     """(cell key, {side: {part: mean %}}) for cells with CPU figures."""
-    per_cell: dict[int, list[dict]] = {}
+    per_cell: dict[int, list[dict[str, Cpu]]] = {}
     shown = {c["id"] for c in cells if c["status"] not in NO_FIGURES}
     for s in samples:
-        if s["cell_id"] not in shown:
+        if s.cell_id not in shown:
             continue
-        cpu = ((s["sample"] or {}).get("probes") or {}).get("cpu") or {}
-        per_cell.setdefault(s["cell_id"], []).append(cpu)
+        per_cell.setdefault(s.cell_id, []).append((s.sample or StoredSample()).probes.cpu or {})
     out = []
     for c in cells:
         cpus = per_cell.get(c["id"])
@@ -126,23 +127,24 @@ def _cpu_split(cells: list[dict], samples: list[dict]) -> list[tuple[str, dict]]
             continue
         split = {}
         for side in ("client", "server"):
-            got = [cpu[side] for cpu in cpus if isinstance(cpu.get(side), dict)]
+            got = [cpu[side] for cpu in cpus if isinstance(cpu.get(side), Cpu)]
             if got:
-                split[side] = {part: sum(g.get(part) or 0.0 for g in got) / len(got)
+                split[side] = {part: sum(getattr(g, part) or 0.0 for g in got) / len(got)
                                for part in ("user", "system", "softirq", "irq", "busy")}
         if split:
             out.append((c["key"], split))
     return out
 
 
-def _captures(cells: list[dict], samples: list[dict]) -> list[dict]:
-    """The first capture of each cell (the wire does not change between rounds of one cell)."""
+def _captures(cells: list[dict], samples: list[SampleRecord]) -> list[dict]:
+    """The first capture of each cell (the wire does not change between rounds of one cell), as the
+    report's template and frame histograms take it (the stored capture, with the round)."""
     first: dict[int, dict] = {}
     shown = {c["id"] for c in cells if c["status"] not in NO_FIGURES}
     for s in samples:
-        cap = (s["sample"] or {}).get("capture") if s["cell_id"] in shown else None
-        if cap and s["cell_id"] not in first:
-            first[s["cell_id"]] = {**cap, "round": s["round"]}
+        cap = (s.sample or StoredSample()).capture if s.cell_id in shown else None
+        if cap and s.cell_id not in first:
+            first[s.cell_id] = {**cap.to_json(), "round": s.round}
     return [{"cell": c["key"], **first[c["id"]]} for c in cells if c["id"] in first]
 
 
@@ -150,11 +152,12 @@ def _captures(cells: list[dict], samples: list[dict]) -> list[dict]:
 MAX_SERIES_CHARTS = 40
 
 
-def _series_of(sample: dict) -> list[tuple[str, dict, dict | None]]:
+def _series_of(sample: StoredSample | None) -> list[tuple[str, dict, dict | None]]:
     """(part, series, sender's series or None) for each part of a sample that has per-interval series: its
-    first one (the receiver's for an engine stream, the client's for rr), and the engine sender's beside it."""
+    first one (the receiver's for an engine stream, the client's for rr), and the engine sender's beside it.
+    The series stay in their stored columnar shape: the charts draw that."""
     out = []
-    for part, holder in series_holders(sample):
+    for part, holder in series_holders(sample.to_json() if sample else {}):
         drawn = [s for s in holder["series"] if isinstance(s, dict) and s.get("rows")
                  and "t_s" in (s.get("columns") or [])]
         if drawn:
@@ -163,14 +166,14 @@ def _series_of(sample: dict) -> list[tuple[str, dict, dict | None]]:
     return out
 
 
-def _series_charts(cells: list[dict], samples: list[dict]) -> dict:
+def _series_charts(cells: list[dict], samples: list[SampleRecord]) -> dict:
     """Per cell (and part), every round's series overlaid: the charts, and the cells left undrawn."""
     from offlab.report import charts
 
     per_cell: dict[tuple[int, str], list[tuple[str, dict, dict | None]]] = {}
     for s in samples:
-        for part, series, sent in _series_of(s["sample"]):
-            per_cell.setdefault((s["cell_id"], part), []).append((f"round {s['round']}", series, sent))
+        for part, series, sent in _series_of(s.sample):
+            per_cell.setdefault((s.cell_id, part), []).append((f"round {s.round}", series, sent))
     out, undrawn = [], []
     for c in cells:
         for (cid, part), rounds in per_cell.items():
@@ -279,52 +282,53 @@ def env_groups(env: dict) -> list[dict]:
     return [{"title": title, "items": items} for title, items in groups.items()]
 
 
-def searches(cells: list[dict], samples: list[dict]) -> list[dict]:
+def searches(cells: list[dict], samples: list[SampleRecord]) -> list[dict]:
     """Zero-loss search results, one per searched sample: the headline sentence and its trials."""
     keys = {c["id"]: c["key"] for c in cells}
     status = {c["id"]: c["status"] for c in cells}
     order = {c["id"]: i for i, c in enumerate(cells)}
     out = []
-    for s in sorted(samples, key=lambda s: (order.get(s["cell_id"], 0), s["round"], s["id"])):
-        z = (s["sample"] or {}).get("search")
-        if not z or status.get(s["cell_id"]) in NO_FIGURES:
+    for s in sorted(samples, key=lambda s: (order.get(s.cell_id, 0), s.round, s.id)):
+        z = (s.sample or StoredSample()).search
+        if not z or status.get(s.cell_id) in NO_FIGURES:
             continue
-        out.append({"cell": keys.get(s["cell_id"], "?"), "round": s["round"], **z,
+        out.append({"cell": keys.get(s.cell_id, "?"), "round": s.round, **z,
                     "criterion": f"≤ {100 * z.get('max_loss', 0):g} % loss"})
     return out
 
 
-def losses(cells: list[dict], samples: list[dict]) -> list[dict]:
-    """Per cell with lost datagrams, where they died: its samples' attributions summed."""
-    per_cell: dict[int, list[dict]] = {}
+def losses(cells: list[dict], samples: list[SampleRecord]) -> list[LossAttribution]:
+    """Per cell with lost datagrams, where they died: its samples' attributions summed (`cell`: its key)."""
+    per_cell: dict[int, list[LossAttribution]] = {}
     for s in samples:
-        la = _attribution(s["sample"] or {})
+        la = _attribution(s.sample or StoredSample())
         if la:
-            per_cell.setdefault(s["cell_id"], []).append(la)
+            per_cell.setdefault(s.cell_id, []).append(la)
     out = []
     for c in cells:
         merged = fmt.merge_attributions(per_cell.get(c["id"], [])) if c["status"] not in NO_FIGURES else None
         if merged:
-            out.append({"cell": c["key"], **merged})
+            merged.cell = c["key"]
+            out.append(merged)
     return out
 
 
-def _attribution(sample: dict) -> dict | None:
+def _attribution(sample: StoredSample) -> LossAttribution | None:
     """The sample's loss attribution as stored; one stored by an offlab that counted a GRO packet as a
     datagram and took the loss over the tool's whole run says so (offlab.report.format.OLDER_ATTRIBUTION)."""
-    la = sample.get("loss_attribution")
-    if la and "lost_over" not in la:
-        la = {**la, "unread": list(la.get("unread") or []) + [fmt.OLDER_ATTRIBUTION]}
+    la = sample.loss_attribution
+    if la and la.lost_over is None:
+        la = dataclasses.replace(la, unread=[*la.unread, fmt.OLDER_ATTRIBUTION])
     return la
 
 
-def segmentations(cells: list[dict], samples: list[dict]) -> list[dict]:
-    """Per cell, the segmentation lines of its first sample that has them (packets vs bytes per hop)."""
+def segmentations(cells: list[dict], samples: list[SampleRecord]) -> list[dict]:
+    """Per cell, the segmentation lines of its first sample that has them (packets vs bytes per hop), as stored."""
     first: dict[int, list[dict]] = {}
     for s in samples:
-        seg = (s["sample"] or {}).get("segmentation")
-        if seg and s["cell_id"] not in first:
-            first[s["cell_id"]] = seg
+        seg = (s.sample or StoredSample()).segmentation
+        if seg and s.cell_id not in first:
+            first[s.cell_id] = [h.to_json() for h in seg]
     return [{"cell": c["key"], "hops": first[c["id"]]} for c in cells
             if c["id"] in first and c["status"] not in NO_FIGURES]
 
@@ -393,7 +397,8 @@ def build_report(store: Store, run_id: int, *, baseline: dict | None = None,
     width = (run.get("repeat") or {}).get("width")
     cells = store.cells(run_id)
     values = store.cell_metrics(run_id)
-    samples = store.samples(run_id)
+    stored = store.samples(run_id)
+    samples = records(stored)
     present = [m for m in metrics if any(values.get(c["id"], {}).get(m) for c in cells)]
     cis = _cell_cis(cells, values, present, level)
     axes = axes_of(cells)
@@ -433,7 +438,7 @@ def build_report(store: Store, run_id: int, *, baseline: dict | None = None,
         charts_ctx["frames"] = charts.frame_histograms([(c["cell"], c) for c in captures])
     env = run.get("env") or {}
     published = published_rows(store, run_id)
-    unexercised = not_exercised_by_cell(samples)
+    unexercised = not_exercised_by_cell(stored)
     context = {
         "run": run, "level": level, "width": width, "version": __version__,
         "emulated": emulated(run, samples), "tcg_mark": TCG_MARK,

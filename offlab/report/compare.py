@@ -19,6 +19,7 @@ from typing import Iterable, Sequence
 from offlab import stats
 from offlab.errors import BadInput
 from offlab.metrics import HEADLINE, METRICS, NOT_EXERCISED, TCG_MARK, not_exercised_by_cell
+from offlab.sample import SampleRecord, StoredSample
 from offlab.store import Store
 
 # Verdicts of rows that could not be compared (beside the statistical ones in offlab.stats).
@@ -285,7 +286,7 @@ def _fill(row: Row, a: list[float], b: list[float], level: float) -> None:
     row.improved = stats.is_improvement(row.verdict)
 
 
-def emulated(run: dict, samples: Sequence[dict] = ()) -> list[str]:
+def emulated(run: dict, samples: Sequence[SampleRecord] = ()) -> list[str]:
     """Guests of a run that ran emulated (TCG), as "lab:role (tcg, QEMU v)"; empty if none did.
 
     From the run's environment (every lab's hosts as `lab show` describes them) and from each
@@ -298,10 +299,10 @@ def emulated(run: dict, samples: Sequence[dict] = ()) -> list[str]:
             if g.get("accel") == "tcg":
                 found[f"{lab.get('name')}:{role}"] = f"tcg, QEMU {g.get('qemu_version') or '?'}"
     for s in samples:
-        for role, g in ((s.get("sample") or {}).get("guests") or {}).items():
-            if g.get("accel") == "tcg":
-                found.setdefault(f"{(s.get('sample') or {}).get('lab')}:{role}",
-                                 f"tcg, QEMU {g.get('qemu_version') or '?'}")
+        sample = s.sample or StoredSample()
+        for role, g in (sample.guests or {}).items():
+            if g.accel == "tcg":
+                found.setdefault(f"{sample.lab}:{role}", f"tcg, QEMU {g.qemu_version or '?'}")
     return [f"{who} ({how})" for who, how in sorted(found.items())]
 
 

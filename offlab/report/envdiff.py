@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Iterable
 
 from offlab.errors import BadInput
+from offlab.sample import Cpu, StoredSample, records
 from offlab.store import Store
 
 # Most likely cause of a different figure first: the kernel and how it was booted, and an emulated CPU;
@@ -207,14 +208,13 @@ def _in_force(store: Store, ra: dict, rb: dict, ea: dict, eb: dict) -> list[Chan
             host, _, iface = where.partition(":")
             return keys.get(iface, where) if iface else host
 
-        for s in store.samples(run["id"]):
-            sample, cell = s["sample"] or {}, cells.get(s["cell_id"], "?")
-            for item in sample.get("in_force") or []:
-                value.setdefault(cell, {})[(place(item.get("where") or "?"), item.get("key"))] = _text(item.get("value"))
-            for o in sample.get("knobs") or []:
-                if o.get("original") is not None:
-                    found.setdefault(cell, {}).setdefault((place(o.get("where") or "?"), o.get("key")),
-                                                          _text(o["original"]))
+        for s in records(store.samples(run["id"])):
+            sample, cell = s.sample or StoredSample(), cells.get(s.cell_id, "?")
+            for item in sample.in_force or []:
+                value.setdefault(cell, {})[(place(item.where or "?"), item.key)] = _text(item.value)
+            for o in sample.knobs or []:
+                if o.original is not None:
+                    found.setdefault(cell, {}).setdefault((place(o.where or "?"), o.key), _text(o.original))
         return value, found
 
     (ha, fa), (hb, fb) = held(ra, ea), held(rb, eb)
@@ -242,8 +242,8 @@ def _in_force(store: Store, ra: dict, rb: dict, ea: dict, eb: dict) -> list[Chan
 def _load(store: Store, ra: dict, rb: dict, ea: dict, eb: dict) -> list[Change]:
     """CPU steal during the samples and the load average when each run started, where they differ enough."""
     def steal(run: dict) -> float | None:
-        vals = [((s["sample"] or {}).get("probes") or {}).get("cpu", {}).get("system", {}).get("steal_pct")
-                for s in store.samples(run["id"])]
+        vals = [(s.sample or StoredSample()).probes.cpu.get("system", Cpu()).steal_pct
+                for s in records(store.samples(run["id"]))]
         vals = [v for v in vals if v is not None]
         return sum(vals) / len(vals) if vals else None
 

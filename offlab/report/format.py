@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import math
+from typing import Sequence
 
 from offlab.metrics import METRICS
+from offlab.sample import LossAttribution, LossPlace, NotLost
 from offlab.stats import CI
 
 MINUS = "\u2212"
@@ -115,7 +117,7 @@ OLDER_ATTRIBUTION = ("stored by an older offlab: its counts are as each counter 
                      "over the window")
 
 
-def loss_lines(la: dict | None) -> list[str]:
+def loss_lines(la: LossAttribution | None) -> list[str]:
     """Loss attribution (offlab.experiment.witnesses.attribute_loss) as lines people read, in datagrams:
     'router:oltrq2 qdisc (tbf) drops 27410 (98 %): queue full or over its rate';
     'server Udp RcvbufErrors 87137 packets ≈ 3834028 datagrams (44.0 per packet, server:x rx: 64810 B per
@@ -123,65 +125,69 @@ def loss_lines(la: dict | None) -> list[str]:
     if not la:
         return []
     # Samples stored before offlab recorded the source and the sent count still read.
-    of = f" of {la['sent']}" if la.get("sent") else ""
-    head = f"lost {la['lost']}{of} datagrams" + (f" ({la['lost_source']})" if la.get("lost_source") else "")
-    if not la["places"]:
+    of = f" of {la.sent}" if la.sent else ""
+    head = f"lost {la.lost}{of} datagrams" + (f" ({la.lost_source})" if la.lost_source else "")
+    if not la.places:
         head += ": no counter explains them"
-    lines = [head] + [f"  {place_text(p)} ({100 * p['share']:.0f} %)" + (f": {p['what']}" if p.get("what") else "")
-                      for p in la["places"]]
-    if la["places"] and "explained_low" in la and la["explained_low"] != la["explained_high"]:
-        lines.append(f"  explained {la['explained']} datagrams ({100 * la['explained'] / la['lost']:.0f} %), "
-                     f"bounds {la['explained_low']}..{la['explained_high']}")
-    if la["places"] and la["unexplained"]:
-        lines.append(f"  unexplained {la['unexplained']} ({100 * la['unexplained'] / la['lost']:.0f} %)")
-    lines += [f"  not loss: {n['where']} {n['count']}: {n['what']}" for n in la.get("not_lost", [])]
-    lines += [f"  not read: {u}" for u in la.get("unread", [])]
-    if la.get("lost_uncertainty"):
-        lines.append(f"  ± {la['lost_uncertainty']} datagrams: the client's and the server's counters were read "
-                     f"up to {1000 * la['skew_s']:.1f} ms apart")
+    lines = [head] + [f"  {place_text(p)} ({100 * p.share:.0f} %)" + (f": {p.what}" if p.what else "")
+                      for p in la.places]
+    if la.places and la.explained_low is not None and la.explained_low != la.explained_high:
+        lines.append(f"  explained {la.explained} datagrams ({100 * (la.explained or 0) / la.lost:.0f} %), "
+                     f"bounds {la.explained_low}..{la.explained_high}")
+    if la.places and la.unexplained:
+        lines.append(f"  unexplained {la.unexplained} ({100 * la.unexplained / la.lost:.0f} %)")
+    lines += [f"  not loss: {n.where} {n.count}: {n.what}" for n in la.not_lost]
+    lines += [f"  not read: {u}" for u in la.unread]
+    if la.lost_uncertainty:
+        lines.append(f"  ± {la.lost_uncertainty} datagrams: the client's and the server's counters were read "
+                     f"up to {1000 * (la.skew_s or 0):.1f} ms apart")
     return lines
 
 
-def place_text(p: dict) -> str:
+def place_text(p: LossPlace) -> str:
     """A place and its count in datagrams; a per-packet count with its conversion and bounds."""
-    if p.get("unit") != "packets":
-        return f"{p['where']} {p['count']}"
-    return (f"{p['where']} {p['count']} packets ≈ {p['datagrams']} datagrams ({p['per_packet']:.1f} per packet, "
-            f"{p['basis']}; bounds {p['low']}..{p['high']})")
+    if p.unit != "packets":
+        return f"{p.where} {p.count}"
+    return (f"{p.where} {p.count} packets ≈ {p.datagrams} datagrams ({p.per_packet:.1f} per packet, "
+            f"{p.basis}; bounds {p.low}..{p.high})")
 
 
-def merge_attributions(found: list[dict]) -> dict | None:
+def merge_attributions(found: Sequence[LossAttribution | None]) -> LossAttribution | None:
     """The attributions of a cell's samples summed: lost, each place's count and share of the total."""
-    found = [a for a in found if a]
-    if not found:
+    got = [a for a in found if a]
+    if not got:
         return None
-    lost = sum(a["lost"] for a in found)
-    places: dict[str, dict] = {}
-    for a in found:
-        for p in a["places"]:
+    lost = sum(a.lost for a in got)
+    places: dict[str, LossPlace] = {}
+    for a in got:
+        for p in a.places:
             # Older samples counted every place in datagrams, without an estimate of their own.
-            q = places.setdefault(p["where"], {**p, "count": 0, "datagrams": 0, "low": 0, "high": 0})
-            q["count"] += p["count"]
-            for k in ("datagrams", "low", "high"):
-                q[k] += p.get(k, p["count"])
+            q = places.get(p.where)
+            if q is None:
+                q = places[p.where] = LossPlace.from_json({**p.to_json(), "count": 0, "datagrams": 0, "low": 0,
+                                                           "high": 0})
+            q.count += p.count
+            q.datagrams, q.low, q.high = (q.bound(k) + p.bound(k) for k in ("datagrams", "low", "high"))
     for q in places.values():
-        if q.get("unit") == "packets":
-            q["per_packet"] = q["datagrams"] / q["count"]
-            q["basis"] = f"mean over {len(found)} sample(s)" if len(found) > 1 else q["basis"]
-    not_lost: dict[str, dict] = {}
-    for a in found:
-        for n in a.get("not_lost", []):
-            q = not_lost.setdefault(n["where"], {**n, "count": 0})
-            q["count"] += n["count"]
-    for p in places.values():
-        p["share"] = min(1.0, p["datagrams"] / lost)
-    sources = sorted({_source_kind(a["lost_source"]) for a in found if a.get("lost_source")})
-    out = {"lost": lost, "sent": sum(a.get("sent") or 0 for a in found), "lost_source": ", ".join(sources),
-           "places": list(places.values()), "unexplained": sum(a["unexplained"] for a in found),
-           "not_lost": list(not_lost.values()), "samples": len(found),
-           "unread": sorted({u for a in found for u in a.get("unread", [])})}
-    if all("explained_low" in a for a in found):
-        out.update({k: sum(a[k] for a in found) for k in ("explained", "explained_low", "explained_high")})
+        if q.unit == "packets":
+            q.per_packet = (q.datagrams or 0) / q.count
+            q.basis = f"mean over {len(got)} sample(s)" if len(got) > 1 else q.basis
+    not_lost: dict[str, NotLost] = {}
+    for a in got:
+        for n in a.not_lost:
+            m = not_lost.setdefault(n.where, NotLost.from_json({**n.to_json(), "count": 0}))
+            m.count += n.count
+    for q in places.values():
+        q.share = min(1.0, q.bound("datagrams") / lost)
+    sources = sorted({_source_kind(a.lost_source) for a in got if a.lost_source})
+    out = LossAttribution(lost=lost, sent=sum(a.sent or 0 for a in got), lost_source=", ".join(sources),
+                          places=list(places.values()), unexplained=sum(a.unexplained for a in got),
+                          not_lost=list(not_lost.values()), samples=len(got),
+                          unread=sorted({u for a in got for u in a.unread}))
+    if all(a.explained_low is not None for a in got):
+        out.explained = sum(a.explained or 0 for a in got)
+        out.explained_low = sum(a.explained_low or 0 for a in got)
+        out.explained_high = sum(a.explained_high or 0 for a in got)
     return out
 
 

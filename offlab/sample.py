@@ -1,0 +1,527 @@
+"""A stored sample, read: typed fields for what witnesses, reports and `results` use.
+
+A sample crosses parts as JSON (`offlab measure --json`, the store's `samples.sample` column). Readers
+take `StoredSample.from_json(d)` at that edge and use fields from then on; every key they do not name
+is kept as it came (`extra`), so `from_json(d).to_json() == d`, key order included. A field's default
+is what a reader takes for an absent key (0 for a counter, None for a figure); the key stays absent in
+`to_json` unless the field was set since.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+V = TypeVar("V", bound="JsonView")
+
+
+def _view(cls: type, *, map: bool = False, list: bool = False, default_factory: Any = None) -> Any:
+    """A field holding a nested view (or a dict or list of them); None by default unless a factory is given."""
+    meta = {"view": cls, "map": map, "list": list}
+    if default_factory is None:
+        return field(default=None, metadata=meta)
+    return field(default_factory=default_factory, metadata=meta)
+
+
+@dataclass
+class JsonView:
+    """One JSON object as a dataclass: its named keys as fields, the rest in `extra`."""
+
+    extra: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    _keys: tuple[str, ...] = field(default=(), repr=False, compare=False)
+
+    @classmethod
+    def _named(cls) -> dict[str, dataclasses.Field]:
+        return {f.name: f for f in dataclasses.fields(cls) if f.name not in ("extra", "_keys")}
+
+    @classmethod
+    def from_json(cls: type[V], d: dict | None) -> V:
+        d = d or {}
+        named = cls._named()
+        kw = {k: _load(named[k], v) for k, v in d.items() if k in named}
+        return cls(**kw, extra={k: v for k, v in d.items() if k not in named}, _keys=tuple(d))
+
+    def to_json(self) -> dict:
+        named = self._named()
+        out: dict[str, Any] = {}
+        for k in self._keys:
+            out[k] = _dump(getattr(self, k)) if k in named else self.extra[k]
+        for k, f in named.items():  # set since it was read
+            if k not in out and getattr(self, k) != _default(f):
+                out[k] = _dump(getattr(self, k))
+        for k, v in self.extra.items():
+            out.setdefault(k, v)
+        return out
+
+
+def _default(f: dataclasses.Field) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    return f.default_factory() if f.default_factory is not dataclasses.MISSING else None  # type: ignore[misc]
+
+
+def _load(f: dataclasses.Field, v: Any) -> Any:
+    """A nested object read as its view; anything else (None, a shape an older offlab stored) as it came."""
+    cls = f.metadata.get("view")
+    if cls is None:
+        return v
+    if f.metadata.get("map") and isinstance(v, dict):
+        return {k: cls.from_json(x) if isinstance(x, dict) else x for k, x in v.items()}
+    if f.metadata.get("list") and isinstance(v, list):
+        return [cls.from_json(x) if isinstance(x, dict) else x for x in v]
+    return cls.from_json(v) if isinstance(v, dict) and not (f.metadata.get("map") or f.metadata.get("list")) else v
+
+
+def _dump(v: Any) -> Any:
+    if isinstance(v, JsonView):
+        return v.to_json()
+    if isinstance(v, dict) and any(isinstance(x, JsonView) for x in v.values()):
+        return {k: _dump(x) for k, x in v.items()}
+    if isinstance(v, list) and any(isinstance(x, JsonView) for x in v):
+        return [_dump(x) for x in v]
+    return v
+
+
+@dataclass
+class SampleWorkload(JsonView):
+    """What was asked (offlab.traffic Workload.to_dict, or an rr workload with its `kind`)."""
+
+    tool: str | None = None
+    protocol: str | None = None
+    size: int | None = None
+    gso: bool = False
+    gro: bool = False
+    ipv6: bool = False
+    rate: str | None = None
+    warmup: float = 0.0
+    kind: str | None = None  # rr | rr-under-load; absent for a stream
+
+
+@dataclass
+class Series(JsonView):
+    """One per-interval series of the tool (offlab.traffic.series: columns and rows, as stored)."""
+
+    source: str | None = None
+    columns: list[str] = field(default_factory=list)
+    t0_mono_s: float | None = None  # its first row's start on its host's CLOCK_MONOTONIC
+
+
+@dataclass
+class Zerocopy(JsonView):
+    """MSG_ZEROCOPY completions the engine saw (--send zerocopy)."""
+
+    completed: int = 0
+    copied: int = 0
+    pending_at_end: int = 0
+
+
+@dataclass
+class Traffic(JsonView):
+    """What the traffic tool reported (offlab.traffic TrafficResult.to_dict)."""
+
+    tool: str | None = None
+    throughput_bps: float | None = None
+    sent_bps: float | None = None
+    pps: float | None = None
+    sent_pps: float | None = None
+    datagrams_sent: int | None = None
+    datagrams_received: int | None = None
+    loss: float | None = None
+    loss_source: str | None = None  # "kernel" when the tool's own loss was impossible
+    jitter_us: float | None = None
+    retransmits: int | None = None
+    errors: dict[str, int] = field(default_factory=dict)  # errno name → count
+    receiver_stop: str | None = None
+    zerocopy: Zerocopy | None = _view(Zerocopy)
+    series: list[Series] = _view(Series, list=True, default_factory=list)
+
+    def error(self, name: str) -> int:
+        return (self.errors or {}).get(name, 0)
+
+
+@dataclass
+class Iface(JsonView):
+    """One lab interface's counter deltas over the window (`probes.interfaces["host:iface"]`)."""
+
+    rx_packets: int = 0
+    tx_packets: int = 0
+    rx_bytes: int = 0
+    tx_bytes: int = 0
+    rx_dropped: int = 0
+    tx_dropped: int = 0
+    rx_errors: int = 0
+    tx_errors: int = 0
+    rx_fifo: int = 0
+    tx_fifo: int = 0
+    rx_avg_bytes: float | None = None
+    tx_avg_bytes: float | None = None
+
+    def packets(self, way: str) -> int:
+        return (self.rx_packets if way == "rx" else self.tx_packets) or 0
+
+    def octets(self, way: str) -> int:
+        return (self.rx_bytes if way == "rx" else self.tx_bytes) or 0
+
+    def counter(self, name: str) -> int:
+        """A drop or error counter by its name (rx_dropped, tx_fifo...), 0 when not read."""
+        return (getattr(self, name) if name in self._named() else self.extra.get(name)) or 0
+
+
+@dataclass
+class Read(JsonView):
+    """When a host's counters were read at the window's edges, in seconds from this machine's reference
+    instants ([earliest, latest]); a host with a clock of its own also gives its offset's bounds."""
+
+    start: list[float] = field(default_factory=lambda: [0.0, 0.0])
+    end: list[float] = field(default_factory=lambda: [0.0, 0.0])
+    own_window_s: float | None = None
+    clock_offset_s: list[float] | None = None
+
+    @property
+    def has_own_clock(self) -> bool:
+        return "own_window_s" in self._keys or self.own_window_s is not None
+
+
+Counters = dict[str, dict[str, int]]  # /proc/net/snmp group → counter → delta
+
+
+def counter(snmp: dict[str, Counters], role: str, group: str, name: str, default: int | None = 0) -> int | None:
+    """One host's /proc/net/snmp(6) counter delta from `snmp` (role → group → counter), `default` when
+    that host, group or counter was not read."""
+    return ((snmp or {}).get(role) or {}).get(group, {}).get(name, default)
+
+
+@dataclass
+class Qdisc(JsonView):
+    """One lab interface's root qdisc over the window (`probes.qdisc["host:iface"]`)."""
+
+    kind: str | None = None
+    drops: int = 0
+
+
+@dataclass
+class Softnet(JsonView):
+    """One CPU's /proc/net/softnet_stat deltas."""
+
+    dropped: int = 0
+    time_squeeze: int = 0
+
+
+@dataclass
+class BigCount(JsonView):
+    """Packets over 64 KiB counted on one interface (offlab.probes.bigpackets)."""
+
+    rx: int = 0
+    tx: int = 0
+
+
+@dataclass
+class Cpu(JsonView):
+    """One side's CPU over the window (`probes.cpu[side]`; "system" is the whole machine's)."""
+
+    cpu: str | None = None  # the CPU the side was pinned to
+    busy: float | None = None  # % of the window
+    user: float = 0.0
+    system: float = 0.0
+    softirq: float = 0.0
+    irq: float = 0.0
+    busy_s: float | None = None  # system: CPU seconds busy
+    steal_pct: float | None = None  # system: % of the window the hypervisor ran other work
+
+
+@dataclass
+class Process(JsonView):
+    """A busy process over the window (`probes.processes`)."""
+
+    comm: str = ""
+    role: str | None = None
+    cpu_pct: float = 0.0
+
+
+@dataclass
+class PortCounters(JsonView):
+    """One dpdk-testpmd port's counters over the window."""
+
+    rx_packets: int = 0
+    tx_packets: int = 0
+    rx_bytes: int = 0
+    tx_bytes: int = 0
+    rx_errors: int = 0
+    tx_errors: int = 0
+    rx_missed: int = 0
+    fwd_tx_dropped: int = 0
+
+    @property
+    def lost(self) -> int:
+        """Errors, misses and forwarding drops, both ways."""
+        return self.tx_errors + self.rx_errors + self.rx_missed + self.fwd_tx_dropped
+
+
+@dataclass
+class Direction(JsonView):
+    """Packets into one testpmd port and out of the other ("0>1")."""
+
+    rx_packets: int = 0
+    tx_packets: int = 0
+    rx_bytes: int = 0
+    out_per_in: float | None = None
+
+
+@dataclass
+class TestpmdCounters(JsonView):
+    """dpdk-testpmd's port counters over the window (`probes.testpmd`)."""
+
+    __test__ = False  # not a pytest class, whatever its name
+
+    ports: dict[str, PortCounters] = _view(PortCounters, map=True, default_factory=dict)
+    directions: dict[str, Direction] = _view(Direction, map=True, default_factory=dict)
+    data_direction: str = ""
+    out_per_in: float | None = None
+
+    @property
+    def data(self) -> Direction:
+        return self.directions.get(self.data_direction) or Direction()
+
+
+@dataclass
+class Aligned(JsonView):
+    """The local hosts' counters sampled when a channel host read its own (offlab.probes `aligned`)."""
+
+    snmp: dict[str, Counters] = field(default_factory=dict)
+    reads: dict[str, Read] = _view(Read, map=True, default_factory=dict)
+
+
+@dataclass
+class Probes(JsonView):
+    """Every probe's deltas over the window (offlab.probes ProbeSession.result)."""
+
+    window_s: float = 0.0
+    t0_mono_s: float | None = None
+    reads: dict[str, Read] = _view(Read, map=True, default_factory=dict)
+    aligned: Aligned | None = _view(Aligned)
+    cpu: dict[str, Cpu] = _view(Cpu, map=True, default_factory=dict)
+    processes: list[Process] = _view(Process, list=True, default_factory=list)
+    interfaces: dict[str, Iface] = _view(Iface, map=True, default_factory=dict)
+    snmp: dict[str, Counters] = field(default_factory=dict)  # role → group → counter
+    softnet: dict[str, Softnet] = _view(Softnet, map=True, default_factory=dict)
+    qdisc: dict[str, Qdisc] = _view(Qdisc, map=True, default_factory=dict)
+    testpmd: TestpmdCounters | None = _view(TestpmdCounters)
+    mtus: dict[str, int] = field(default_factory=dict)
+    big_packets: dict[str, BigCount] | None = _view(BigCount, map=True)
+
+    def counter(self, role: str, group: str, name: str, default: int | None = 0) -> int | None:
+        """One host's /proc/net/snmp(6) counter delta over the window, `default` when not read."""
+        return counter(self.snmp, role, group, name, default)
+
+    def loss_view(self) -> tuple[dict[str, Counters], dict[str, Read]]:
+        """(snmp, reads) for witnesses across hosts: where a channel host took part, the local hosts'
+        counters sampled when it read its own (`aligned`), else the window's."""
+        if self.aligned:
+            return self.aligned.snmp or {}, self.aligned.reads or {}
+        return self.snmp or {}, self.reads or {}
+
+
+@dataclass
+class Capture(JsonView):
+    """What the wire showed (offlab.probes.capture CaptureSummary.to_dict)."""
+
+    host: str = ""
+    iface: str = ""
+    frames: int = 0
+    verdict: str = ""
+
+
+@dataclass
+class Check(JsonView):
+    check: str = ""
+    ok: bool = False
+    detail: str = ""
+
+
+@dataclass
+class Consistency(JsonView):
+    """The second witnesses of the headline figures (offlab.experiment.witnesses.cross_check)."""
+
+    status: str = ""
+    checks: list[Check] = _view(Check, list=True, default_factory=list)
+
+
+@dataclass
+class Segment(JsonView):
+    """Packets vs bytes on one interface and direction (offlab.experiment.witnesses.segmentation)."""
+
+    interface: str = ""
+    direction: str = ""
+    verdict: str = ""
+    line: str = ""
+
+
+@dataclass
+class LossPlace(JsonView):
+    """One place where datagrams died (offlab.experiment.witnesses Place, as stored). Older samples
+    counted every place as datagrams and stored no `unit`, `datagrams`, `low` or `high`."""
+
+    host: str | None = None
+    where: str = ""
+    what: str | None = None
+    count: int = 0
+    layer: str | None = None
+    unit: str = "datagrams"  # or "packets": converted at per_packet
+    datagrams: float | None = None
+    low: float | None = None
+    high: float | None = None
+    per_packet: float | None = None
+    basis: str | None = None
+    share: float = 0.0
+
+    def bound(self, name: str) -> float:
+        """datagrams, low or high; an older place's count where it stored none."""
+        v = getattr(self, name)
+        return self.count if v is None else v
+
+
+@dataclass
+class NotLost(JsonView):
+    """Sends counted as drops that were not lost (the engine sent them again)."""
+
+    where: str = ""
+    count: int = 0
+    what: str | None = None
+
+
+@dataclass
+class LossAttribution(JsonView):
+    """Where a sample's lost datagrams died (offlab.experiment.witnesses.attribute_loss), or a cell's samples'
+    summed (offlab.report.format.merge_attributions: then `samples`, and `cell` in the report)."""
+
+    lost: int = 0
+    sent: int | None = None
+    lost_source: str | None = None
+    lost_over: str | None = None  # absent: stored by an older offlab (format.OLDER_ATTRIBUTION)
+    skew_s: float | None = None
+    lost_uncertainty: int | None = None
+    places: list[LossPlace] = _view(LossPlace, list=True, default_factory=list)
+    explained: float | None = None
+    explained_low: float | None = None  # absent in older samples
+    explained_high: float | None = None
+    unexplained: float = 0
+    unread: list[str] = field(default_factory=list)
+    not_lost: list[NotLost] = _view(NotLost, list=True, default_factory=list)
+    receiver_absent: str | None = None
+    samples: int | None = None  # merged: how many samples
+    cell: str | None = None  # merged, in a report: the cell's key
+
+
+@dataclass
+class Effect(JsonView):
+    """One setting's effect witness (offlab.experiment.effects)."""
+
+    setting: str = ""
+    value: str = ""
+    where: str = ""
+    status: str = ""
+    detail: str = ""
+    cause: str | None = None
+
+
+@dataclass
+class Guest(JsonView):
+    """How a QEMU guest of the lab ran (`guests[role]`): TCG marks the sample emulated."""
+
+    accel: str | None = None
+    vhost: bool | None = None
+    qemu_version: str | None = None
+    kernel_release: str | None = None
+    nics: list[dict] = field(default_factory=list)  # offlab.lab.explain's negotiation chain per NIC
+
+
+@dataclass
+class Held(JsonView):
+    """A setting in force during the sample, read back at the end of its window (`in_force`)."""
+
+    where: str | None = None
+    key: str | None = None
+    value: Any = None
+
+
+@dataclass
+class KnobOutcome(JsonView):
+    """What setting one knob for the sample's cell did (`knobs`; offlab.knobs' outcome): the value found first."""
+
+    where: str | None = None
+    key: str | None = None
+    original: Any = None
+
+
+@dataclass
+class RrPhase(JsonView):
+    """One request/response measurement of the sample (offlab.traffic.rr RrResult.to_dict, with the CPU
+    over its window): `rr["idle"]`, and under load `rr["loaded"]`."""
+
+    protocol: str | None = None
+    request_size: int = 0
+    response_size: int = 0
+    flows: int = 0
+    transactions_per_s: float = 0.0
+    lost: int = 0
+    rtt_p50_us: float | None = None
+    rtt_p90_us: float | None = None
+    rtt_p99_us: float | None = None
+    rtt_p99_9_us: float | None = None
+    rtt_max_us: float | None = None
+    rtt_mean_us: float | None = None
+    cpu: dict[str, Cpu] = _view(Cpu, map=True, default_factory=dict)  # idle only: its probe window's
+    cpu_us_per_transaction: float | None = None
+    series: list[Series] = _view(Series, list=True, default_factory=list)
+
+
+@dataclass
+class Rr(JsonView):
+    """A request/response sample's round trips: alone (idle) and beside the stream (loaded), with the factor."""
+
+    idle: RrPhase | None = _view(RrPhase)
+    loaded: RrPhase | None = _view(RrPhase)
+    loaded_over_idle: dict[str, float | None] = field(default_factory=dict)  # rtt_* key → loaded / idle
+
+
+@dataclass
+class StoredSample(JsonView):
+    """One sample as stored (offlab.experiment.measure Sample.to_dict)."""
+
+    lab: str | None = None
+    topology: str | None = None
+    workload: SampleWorkload = _view(SampleWorkload, default_factory=SampleWorkload)
+    started_at: float | None = None
+    traffic: Traffic = _view(Traffic, default_factory=Traffic)
+    probes: Probes = _view(Probes, default_factory=Probes)
+    service_demand_us_per_kib: dict[str, float | None] = field(default_factory=dict)
+    capture: Capture | None = _view(Capture)
+    notes: list[str] = field(default_factory=list)
+    search: dict | None = None
+    consistency: Consistency | None = _view(Consistency)
+    loss_attribution: LossAttribution | None = _view(LossAttribution)
+    segmentation: list[Segment] | None = _view(Segment, list=True)
+    rr: Rr | None = _view(Rr)
+    effects: list[Effect] | None = _view(Effect, list=True)
+    guests: dict[str, Guest] | None = _view(Guest, map=True)  # role → how that guest ran
+    in_force: list[Held] | None = _view(Held, list=True)  # a plan's sample: the settings it ran with
+    knobs: list[KnobOutcome] | None = _view(KnobOutcome, list=True)  # a plan's sample: its cell's settings made
+
+
+@dataclass
+class SampleRecord(JsonView):
+    """A sample as the store gives it back (offlab.store Store.samples): its row, metrics and the sample."""
+
+    id: int = 0
+    cell_id: int = 0
+    round: int = 0
+    created_at: str | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
+    sample: StoredSample = _view(StoredSample, default_factory=StoredSample)
+    requested_vs_actual: dict | None = None
+
+
+def records(rows: list[dict]) -> list[SampleRecord]:
+    """Store.samples' rows, read."""
+    return [SampleRecord.from_json(r) for r in rows]
