@@ -221,3 +221,18 @@ def test_bridge_counters_parse_from_real_output_and_merge_with_inet():
     inet = {"br-int": {"rx": 1222, "tx": 1222}, "u0": {"rx": 0, "tx": 0}, "vxlan0": {"rx": 0, "tx": 0}}
     assert merged(inet, bridge) == {"br-int": {"rx": 1222, "tx": 1222}, "u0": {"rx": 0, "tx": 0},
                                     "vxlan0": {"rx": 1222, "tx": 0}, "olx1052a4": {"rx": 0, "tx": 1222}}
+
+
+def test_big_tcp_quick_is_the_router_at_185k_vs_64k_and_a_full_run_adds_vxlan():
+    from offlab.experiment.suites import plans
+
+    full, quick = plans("big-tcp"), plans("big-tcp", quick=True)
+    assert [p.name for p in full] == ["big-tcp-router", "big-tcp-vxlan"] and full[1].topology.kind == "vxlan"
+    (router,) = quick
+    assert router.name == "big-tcp-router" and router.budget_s == 120.0
+    assert sorted(c.key for c in router.cells) == ["family=ipv4,size=185k", "family=ipv4,size=64k",
+                                                   "family=ipv6,size=185k", "family=ipv6,size=64k"]
+    # the tunnel part counts on the VXLAN devices' hops: both hypervisors' vxlan0 carry the size
+    changes = {c.key: c.changes for c in full[1].cells}["family=ipv4,size=185k"]
+    assert ("hv1:vxlan0", "gso_ipv4_max_size", 189440) in changes and ("hv2:vxlan0", "gro_ipv4_max_size", 189440) in changes
+    assert ("hv1:u0", "tx-udp_tnl-segmentation", "off") in changes  # the underlay is a wire
