@@ -4,6 +4,7 @@ packets over 64 KiB cross the router only when BIG TCP is on."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -236,3 +237,32 @@ def test_big_tcp_quick_is_the_router_at_185k_vs_64k_and_a_full_run_adds_vxlan():
     changes = {c.key: c.changes for c in full[1].cells}["family=ipv4,size=185k"]
     assert ("hv1:vxlan0", "gso_ipv4_max_size", 189440) in changes and ("hv2:vxlan0", "gro_ipv4_max_size", 189440) in changes
     assert ("hv1:u0", "tx-udp_tnl-segmentation", "off") in changes  # the underlay is a wire
+
+
+@pytest.mark.network
+@requires_root
+@pytest.mark.skipif(shutil.which("qemu-system-x86_64") is None, reason="QEMU is not installed (scripts/install-deps)")
+def test_a_guest_nic_and_its_tap_refuse_big_tcp_and_no_packet_over_64k_crosses_the_tap(lab_name, clean_machine, state_dir):
+    """Issue 29 item 5, one guest: virtio-net in the guest and the tap both have tso_max_size 65536, so a
+    gso size above it is refused through the guest channel naming that limit; a gro size is set and put
+    back; guest → host TCP crosses the tap as super-packets of at most 64 KiB."""
+    lab = labs.up("vm", lab_name)
+    try:
+        link = lab.client.run(["ip", "-d", "link", "show", "eth0"]).stdout
+        assert "tso_max_size 65536" in link and "gso_max_size 65536" in link, link
+        res = offlab_cli("lab", "set", lab_name, "client", "to-server", "gso_max_size=196608")
+        assert res.returncode == 2 and "eth0's tso_max_size 65536" in res.stderr and "Traceback" not in res.stderr, res.stderr
+        res = offlab_cli("lab", "set", lab_name, "client", "to-server", "gro_ipv4_max_size=196608")
+        assert res.returncode == 3 and "this host's `ip` does not show gro_ipv4_max_size" in res.stdout + res.stderr
+        tap = lab.resolve_iface("server", "to-client")
+        res = offlab_cli("lab", "set", lab_name, "server", tap, "gso_max_size=196608")
+        assert res.returncode == 2 and f"{tap}'s tso_max_size 65536" in res.stderr, res.stderr
+        res = offlab_cli("lab", "set", lab_name, "client", "to-server", "gro_max_size=196608")
+        assert res.returncode == 0 and "gro_max_size: 65536 → 196608" in res.stdout, res.stdout + res.stderr
+        sample = measure(lab, Workload(tool="iperf3", protocol="tcp", duration=1, warmup=1, big_packets=True).check())
+        assert seen(sample.probes["big_packets"], f"server:{tap}", "rx") == 0
+        tap_rx = sample.probes["interfaces"][f"server:{tap}"]
+        assert tap_rx["rx_bytes"] / tap_rx["rx_packets"] > 1514  # super-packets crossed it whole, at most 64 KiB
+    finally:
+        teardown.down(lab_name)
+    assert journals(state_dir) == []  # gro_max_size went back with the lab
