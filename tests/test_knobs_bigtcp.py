@@ -265,3 +265,24 @@ def test_a_guest_nic_and_its_tap_refuse_big_tcp_and_no_packet_over_64k_crosses_t
     finally:
         teardown.down(lab_name)
     assert journals(state_dir) == []  # gro_max_size went back with the lab
+
+
+@pytest.mark.network
+@requires_root
+def test_a_request_response_sample_counts_packets_over_64k_when_asked(veth_lab, state_dir):
+    """The kernel authors' own test is TCP_RR with 80000-byte messages: `measure --workload rr
+    --big-packets` counts, and each message crosses as one packet over 64 KiB only with BIG TCP."""
+    from offlab.experiment.measure import measure_rr
+    from offlab.traffic import rr
+
+    lab = veth_lab
+    counted = {}
+    for size in (65536, 196608):
+        with Transaction(label="bigtcp") as tx:
+            assert all(o.ok for o in tx.apply([Change(lab.client, "gso_ipv4_max_size", size, "to-server", lab),
+                                                Change(lab.server, "gso_ipv4_max_size", size, "to-client", lab)]))
+            rw = rr.RrWorkload(protocol="tcp", request_size=80000, response_size=80000, duration=1, warmup=0.5)
+            sample = measure_rr(lab, rw.check(), big_packets=True)
+        counted[size] = seen(sample.probes["big_packets"], f"client:{lab.resolve_iface('client')}", "tx")
+    assert counted[65536] == 0 and counted[196608] > 0, counted
+    assert journals(state_dir) == []

@@ -75,7 +75,7 @@ def measure_cmd(
                            timeout=rr_timeout, ipv6=ipv6).check()
         state = LabState.load(lab)
         with hold(lab, "offlab measure --workload rr"):
-            sample = measure_rr(state, rw)
+            sample = measure_rr(state, rw, big_packets=big_packets)
         res = sample.rr["idle"]
         if as_json:
             typer.echo(json.dumps({**res, "probes": sample.probes, "notes": sample.notes}, indent=2, default=str))
