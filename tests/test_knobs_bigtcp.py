@@ -4,6 +4,7 @@ packets over 64 KiB cross the router only when BIG TCP is on."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from offlab.experiment.measure import measure
 from offlab.knobs import Change, Transaction
 from offlab.knobs.bigtcp import LinkSize, link_sizes
 from offlab.knobs.target import Target
-from offlab.probes.bigpackets import TABLE, parse, seen
+from offlab.probes.bigpackets import TABLE, merged, parse, seen
 from offlab.traffic import Workload
 from tests.conftest import REPO, offlab_cli, requires_root
 from tests.helpers import journals
@@ -172,3 +173,116 @@ def test_the_big_tcp_suite_needs_nft_and_counts_in_every_cell():
     for quick in (False, True):
         for p in plans("big-tcp", quick=quick):
             assert "nft" in required_tools(p) and all(c.workload.big_packets for c in p.cells)
+
+
+def _vxlan_big(lab, size: int):
+    """BIG TCP through the tunnel at `size`: the sender's and hv1's VXLAN device's gso, GRO rebuilding
+    super-packets on hv2's underlay (bounded by the gro size of hv2's VXLAN device, not u0's: with u0's
+    alone none was rebuilt here), hv2's port to the server passing them on; the underlay stays 64 KiB."""
+    hv1, hv2 = lab.host("hv1"), lab.host("hv2")
+    changes = [Change(lab.client, "gso_ipv4_max_size", size, "to-hv1", lab),
+               Change(hv1, "gso_ipv4_max_size", size, "vxlan0", lab),
+               Change(hv2, "gro", "on", "u0", lab), Change(hv2, "gro_ipv4_max_size", size, "vxlan0", lab),
+               Change(hv2, "gso_ipv4_max_size", size, "to-server", lab)]
+    with Transaction(label="bigtcp") as tx:
+        assert all(o.ok for o in tx.apply(changes))
+        return measure(lab, Workload(tool="iperf3", protocol="tcp", duration=1, warmup=1, big_packets=True).check())
+
+
+@pytest.mark.network
+@requires_root
+def test_packets_over_64k_cross_the_vxlan_tunnel_only_with_big_tcp(lab_name, clean_machine, state_dir):
+    """The bridge table counts the VXLAN devices (bridge ports): super-packets enter hv1's vxlan0 and
+    leave hv2's, rebuilt by GRO, only with the sizes above 64 KiB; the underlay between carries none."""
+    lab = labs.up("vxlan", lab_name)
+    try:
+        off, on = _vxlan_big(lab, 65536), _vxlan_big(lab, 189440)
+        to_server = f"hv2:{lab.resolve_iface('hv2', 'to-server')}"
+        server = f"server:{lab.resolve_iface('server')}"
+        for where, way in (("hv1:vxlan0", "tx"), ("hv2:vxlan0", "rx"), (to_server, "tx"), (server, "rx")):
+            assert seen(off.probes["big_packets"], where, way) == 0, (where, off.probes["big_packets"])
+            assert seen(on.probes["big_packets"], where, way) > 0, (where, on.probes["big_packets"])
+        # between the hypervisors the underlay segmented them (its gso size is 64 KiB)
+        assert sum(d["rx"] + d["tx"] for n, d in on.probes["big_packets"].items() if n.startswith("switch:")) == 0
+        assert seen(on.probes["big_packets"], "hv2:u0", "rx") == 0
+        for role in ("hv1", "switch", "hv2"):  # both tables went with the sample
+            tables = lab.host(role).run(["nft", "list", "tables"]).stdout
+            assert TABLE not in tables
+    finally:
+        teardown.down(lab_name)
+    assert journals(state_dir) == []
+
+
+def test_bridge_counters_parse_from_real_output_and_merge_with_inet():
+    """`nft -j list table bridge offlab_big` from hv2 of a vxlan lab mid-sample (nftables 1.0.6): the
+    decapsulated super-packets by bridge port; an interface's count is the larger of the two families'."""
+    bridge = parse((FIXTURES / "nft-offlab-big-bridge-hv2.json").read_text())
+    assert bridge == {"vxlan0": {"rx": 1222, "tx": 0}, "olx1052a4": {"rx": 0, "tx": 1222}}
+    inet = {"br-int": {"rx": 1222, "tx": 1222}, "u0": {"rx": 0, "tx": 0}, "vxlan0": {"rx": 0, "tx": 0}}
+    assert merged(inet, bridge) == {"br-int": {"rx": 1222, "tx": 1222}, "u0": {"rx": 0, "tx": 0},
+                                    "vxlan0": {"rx": 1222, "tx": 0}, "olx1052a4": {"rx": 0, "tx": 1222}}
+
+
+def test_big_tcp_quick_is_the_router_at_185k_vs_64k_and_a_full_run_adds_vxlan():
+    from offlab.experiment.suites import plans
+
+    full, quick = plans("big-tcp"), plans("big-tcp", quick=True)
+    assert [p.name for p in full] == ["big-tcp-router", "big-tcp-vxlan"] and full[1].topology.kind == "vxlan"
+    (router,) = quick
+    assert router.name == "big-tcp-router" and router.budget_s == 120.0
+    assert sorted(c.key for c in router.cells) == ["family=ipv4,size=185k", "family=ipv4,size=64k",
+                                                   "family=ipv6,size=185k", "family=ipv6,size=64k"]
+    # the tunnel part counts on the VXLAN devices' hops: both hypervisors' vxlan0 carry the size
+    changes = {c.key: c.changes for c in full[1].cells}["family=ipv4,size=185k"]
+    assert ("hv1:vxlan0", "gso_ipv4_max_size", 189440) in changes and ("hv2:vxlan0", "gro_ipv4_max_size", 189440) in changes
+    assert ("hv1:u0", "tx-udp_tnl-segmentation", "off") in changes  # the underlay is a wire
+
+
+@pytest.mark.network
+@requires_root
+@pytest.mark.skipif(shutil.which("qemu-system-x86_64") is None, reason="QEMU is not installed (scripts/install-deps)")
+def test_a_guest_nic_and_its_tap_refuse_big_tcp_and_no_packet_over_64k_crosses_the_tap(lab_name, clean_machine, state_dir):
+    """Issue 29 item 5, one guest: virtio-net in the guest and the tap both have tso_max_size 65536, so a
+    gso size above it is refused through the guest channel naming that limit; a gro size is set and put
+    back; guest → host TCP crosses the tap as super-packets of at most 64 KiB."""
+    lab = labs.up("vm", lab_name)
+    try:
+        link = lab.client.run(["ip", "-d", "link", "show", "eth0"]).stdout
+        assert "tso_max_size 65536" in link and "gso_max_size 65536" in link, link
+        res = offlab_cli("lab", "set", lab_name, "client", "to-server", "gso_max_size=196608")
+        assert res.returncode == 2 and "eth0's tso_max_size 65536" in res.stderr and "Traceback" not in res.stderr, res.stderr
+        res = offlab_cli("lab", "set", lab_name, "client", "to-server", "gro_ipv4_max_size=196608")
+        assert res.returncode == 3 and "this host's `ip` does not show gro_ipv4_max_size" in res.stdout + res.stderr
+        tap = lab.resolve_iface("server", "to-client")
+        res = offlab_cli("lab", "set", lab_name, "server", tap, "gso_max_size=196608")
+        assert res.returncode == 2 and f"{tap}'s tso_max_size 65536" in res.stderr, res.stderr
+        res = offlab_cli("lab", "set", lab_name, "client", "to-server", "gro_max_size=196608")
+        assert res.returncode == 0 and "gro_max_size: 65536 → 196608" in res.stdout, res.stdout + res.stderr
+        sample = measure(lab, Workload(tool="iperf3", protocol="tcp", duration=1, warmup=1, big_packets=True).check())
+        assert seen(sample.probes["big_packets"], f"server:{tap}", "rx") == 0
+        tap_rx = sample.probes["interfaces"][f"server:{tap}"]
+        assert tap_rx["rx_bytes"] / tap_rx["rx_packets"] > 1514  # super-packets crossed it whole, at most 64 KiB
+    finally:
+        teardown.down(lab_name)
+    assert journals(state_dir) == []  # gro_max_size went back with the lab
+
+
+@pytest.mark.network
+@requires_root
+def test_a_request_response_sample_counts_packets_over_64k_when_asked(veth_lab, state_dir):
+    """The kernel authors' own test is TCP_RR with 80000-byte messages: `measure --workload rr
+    --big-packets` counts, and each message crosses as one packet over 64 KiB only with BIG TCP."""
+    from offlab.experiment.measure import measure_rr
+    from offlab.traffic import rr
+
+    lab = veth_lab
+    counted = {}
+    for size in (65536, 196608):
+        with Transaction(label="bigtcp") as tx:
+            assert all(o.ok for o in tx.apply([Change(lab.client, "gso_ipv4_max_size", size, "to-server", lab),
+                                                Change(lab.server, "gso_ipv4_max_size", size, "to-client", lab)]))
+            rw = rr.RrWorkload(protocol="tcp", request_size=80000, response_size=80000, duration=1, warmup=0.5)
+            sample = measure_rr(lab, rw.check(), big_packets=True)
+        counted[size] = seen(sample.probes["big_packets"], f"client:{lab.resolve_iface('client')}", "tx")
+    assert counted[65536] == 0 and counted[196608] > 0, counted
+    assert journals(state_dir) == []

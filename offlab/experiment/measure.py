@@ -330,12 +330,13 @@ def _mtu(lab: LabState, role: str, iface: str) -> int:
 LOADED_END_MARGIN_S = 0.2
 
 
-def measure_rr(lab: LabState, rw: rr_driver.RrWorkload) -> Sample:
-    """One request/response sample with CPU, interface and softnet probes over its window (after warm-up)."""
+def measure_rr(lab: LabState, rw: rr_driver.RrWorkload, *, big_packets: bool = False) -> Sample:
+    """One request/response sample with CPU, interface and softnet probes over its window (after warm-up);
+    with `big_packets`, the packets over 64 KiB per interface too (BIG TCP's proof, as for a stream)."""
     rw.ipv6 = rw.ipv6 and bool(lab.entry("server").address6)
     rw.check()
     started_at = time.time()
-    with ProbeSession(lab) as probes:
+    with ProbeSession(lab, big_packets=big_packets) as probes:
         window = Window()
         probe_thread: threading.Thread | None = None
 
@@ -362,6 +363,9 @@ def measure_rr(lab: LabState, rw: rr_driver.RrWorkload) -> Sample:
     idle["cpu"] = {k: v for k, v in probe.cpu.items() if k != "per_cpu"}
     idle["cpu_us_per_transaction"] = cpu_per_transaction(probe, result.transactions_per_s)
     notes = [f"rr kernel check: {result.kernel_check['status']}"] if result.kernel_check else []
+    big = witnesses.big_packets(probe)
+    if big:
+        notes.append(big)
     return Sample(lab=lab.name, topology=lab.topology, workload={"kind": "rr", **rw.to_dict()},
                   started_at=started_at, traffic={}, probes=probe.to_dict(), service_demand_us_per_kib={}, notes=notes,
                   rr={"idle": idle})

@@ -62,6 +62,7 @@ class MeasureJob:
     stream: Workload | None  # None for rr
     rr: RrWorkload | None  # None for stream
     capture: CaptureRequest | None
+    big_packets: bool = False  # rr: count packets over 64 KiB (a stream's workload carries its own)
 
 
 def check(req: MeasureRequest) -> MeasureJob:
@@ -73,7 +74,8 @@ def check(req: MeasureRequest) -> MeasureJob:
         raise BadInput(f"--workload {req.workload!r}: choose stream, rr or rr-under-load")
     if req.workload == "rr":
         # --rate is transactions/s here; --proto also takes tcp-crr.
-        return MeasureJob(req.lab, req.workload, None, _rr(req, req.proto or "udp", req.rate), None)
+        return MeasureJob(req.lab, req.workload, None, _rr(req, req.proto or "udp", req.rate), None,
+                          big_packets=req.big_packets)
     probe: RrWorkload | None = None
     if req.workload == "rr-under-load":
         if req.rr_proto not in RR_PROTOCOLS:
@@ -119,7 +121,7 @@ def run(job: MeasureJob) -> Sample:
     if job.kind == "rr":
         assert job.rr is not None
         with hold(job.lab, "offlab measure --workload rr"):
-            return measure_rr(state, job.rr)
+            return measure_rr(state, job.rr, big_packets=job.big_packets)
     assert job.stream is not None
     if job.stream.ipv6 and not state.ipv6:
         raise BadInput(f"lab {job.lab} has no IPv6 addresses: rebuild it with `offlab lab up ... --ipv6`")

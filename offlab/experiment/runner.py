@@ -419,7 +419,7 @@ class Runner:
             cap = CaptureRequest(c.host, c.iface, c.frames)
         spec = cell.workload
         if spec.kind == "rr":
-            sample = measure_rr(lab, spec.rr_workload(ipv6=cell.topology.ipv6)).to_dict()
+            sample = measure_rr(lab, spec.rr_workload(ipv6=cell.topology.ipv6), big_packets=spec.big_packets).to_dict()
         elif spec.kind == "rr-under-load":
             sample = measure_rr_under_load(lab, w, spec.rr_workload(ipv6=cell.topology.ipv6), cap).to_dict()
         elif spec.search_max_loss is not None:

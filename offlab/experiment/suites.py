@@ -33,12 +33,15 @@ def description(name: str) -> str:
 
 
 def plans(name: str, *, quick: bool = False) -> list[Plan]:
-    """The plans a suite runs: itself, or each part a composite suite includes."""
+    """The plans a suite runs: itself, or each part a composite suite includes (with --quick, those
+    that do not say `in_quick: false`)."""
     data, _ = yamlio.load(text(name), f"suite {name}")
     if "include" not in data:
         return [load_plan(text(name), f"suite {name}", quick=quick)]
     out = []
     for i, part in enumerate(data["include"]):
+        if quick and part.get("in_quick") is False:  # a part too slow for --quick's two minutes
+            continue
         base, _ = yamlio.load(text(part["suite"]), f"suite {part['suite']}")
         for key in ("only", "exclude", "repeat", "budget", "headline", "quick", "quick_workload"):
             if key in part:

@@ -4,7 +4,13 @@ The kernel's own selftest (tools/testing/selftests/net/big_tcp.sh) proves BIG TC
 match; so does this probe. In each namespace host of the lab it adds one nftables table,
 `inet offlab_big`, with a counter per interface and direction: `meta length > 65535` on packets
 received (prerouting, after GRO) and sent (postrouting, before the device or GSO splits them).
-The table lives only in the lab's namespaces: `close()` deletes it, and it goes with the namespace
+A bridged packet (a VXLAN device or a veth on a bridge) never passes the inet hooks under its
+port's name, so where the namespace has bridge ports a second table, `bridge offlab_big`, counts
+them by port the same way (bridge prerouting/postrouting, where the length is the IP packet's too);
+an interface's count is the larger of the two tables' (a name is counted by one family only). A
+postrouting count is a packet handed to the device: a device whose own gso size is smaller still
+segments it (software GSO) before the wire, which the next hop's rx count shows.
+The tables live only in the lab's namespaces: `remove()` deletes them, and they go with the namespace
 if the process dies first. A base chain costs every packet a little, so the probe is on only where a
 workload asks for it (`big_packets: true`), never for every sample.
 """
@@ -21,11 +27,12 @@ TABLE = "offlab_big"
 LIMIT = 65535  # the largest IP packet without BIG TCP
 
 
-def ruleset(ifaces: list[str]) -> str:
-    """The table for these interfaces: one counting rule per interface and direction, named by its comment."""
+def ruleset(ifaces: list[str], family: str = "inet") -> str:
+    """The table of this family (inet, or bridge for bridge ports) for these interfaces: one counting rule
+    per interface and direction, named by its comment."""
     rx = "".join(f'    meta length > {LIMIT} iifname "{i}" counter comment "rx {i}"\n' for i in ifaces)
     tx = "".join(f'    meta length > {LIMIT} oifname "{i}" counter comment "tx {i}"\n' for i in ifaces)
-    return (f"table inet {TABLE} {{\n"
+    return (f"table {family} {TABLE} {{\n"
             f"  chain rx {{\n    type filter hook prerouting priority -300; policy accept;\n{rx}  }}\n"
             f"  chain tx {{\n    type filter hook postrouting priority 300; policy accept;\n{tx}  }}\n}}\n")
 
@@ -43,11 +50,24 @@ def parse(text: str) -> dict[str, dict[str, int]]:
     return out
 
 
+def merged(*tables: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+    """The inet and bridge tables' counts as one: per interface and direction the larger (a packet is
+    counted under a port's name by the bridge table only, under any other name by the inet table only)."""
+    out: dict[str, dict[str, int]] = {}
+    for table in tables:
+        for iface, d in table.items():
+            now = out.setdefault(iface, {"rx": 0, "tx": 0})
+            for way in ("rx", "tx"):
+                now[way] = max(now[way], d.get(way, 0))
+    return out
+
+
 class BigPacketCounters:
     """The table in one namespace host: `add()`, `read()` at each edge of the window, `remove()`."""
 
     def __init__(self, host) -> None:
         self.host = host
+        self.ports: list[str] = []  # bridge ports, counted by the bridge table
 
     def add(self) -> None:
         if which("nft") is None:
@@ -55,18 +75,23 @@ class BigPacketCounters:
                                      "`make install` installs it)")
         links = netdev.link_rows(self.host)
         ifaces = [l["ifname"] for l in links if l.get("ifname") and l["ifname"] != "lo"]
+        self.ports = [l["ifname"] for l in links if l.get("ifname") and l.get("master")]
         self.remove()  # a table left by a killed run in the same namespace: start from zero
+        text = ruleset(ifaces) + (ruleset(self.ports, "bridge") if self.ports else "")
         try:
-            self.host.run(["nft", "-f", "-"], input=ruleset(ifaces), timeout=15)
+            self.host.run(["nft", "-f", "-"], input=text, timeout=15)
         except CommandFailed as exc:
             raise EnvironmentProblem(f"{self.host.name}: nft could not add the 64 KiB counters: "
                                      f"{exc.stderr.strip().splitlines()[-1] if exc.stderr.strip() else exc}") from None
 
     def read(self) -> dict[str, dict[str, int]]:
-        return parse(self.host.run(["nft", "-j", "list", "table", "inet", TABLE], timeout=15).stdout)
+        families = ("inet", "bridge") if self.ports else ("inet",)
+        return merged(*(parse(self.host.run(["nft", "-j", "list", "table", f, TABLE], timeout=15).stdout)
+                        for f in families))
 
     def remove(self) -> None:
-        self.host.run(["nft", "delete", "table", "inet", TABLE], check=False, timeout=15)
+        for family in ("inet", "bridge"):
+            self.host.run(["nft", "delete", "table", family, TABLE], check=False, timeout=15)
 
 
 def delta(before: dict[str, dict[str, dict[str, int]]], after: dict[str, dict[str, dict[str, int]]]) -> dict:
