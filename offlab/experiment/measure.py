@@ -20,7 +20,7 @@ from offlab.metrics import TCG_MARK
 from offlab.probes import ProbeResult, ProbeSession, Snapshot, mtus, service_demand, system_service_demand
 from offlab.probes.counters import rcvq_pruned
 from offlab.probes.cpu import NOTABLE_STEAL_PCT
-from offlab.sample import StoredSample
+from offlab.sample import Probes, StoredSample
 from offlab.dpdk import Testpmd
 from offlab.experiment import effects, witnesses
 from offlab.probes.capture import Capture, CaptureSummary, read_pcap, summarize
@@ -363,11 +363,12 @@ def measure_rr(lab: LabState, rw: rr_driver.RrWorkload, *, big_packets: bool = F
     idle["cpu"] = {k: v for k, v in probe.cpu.items() if k != "per_cpu"}
     idle["cpu_us_per_transaction"] = cpu_per_transaction(probe, result.transactions_per_s)
     notes = [f"rr kernel check: {result.kernel_check['status']}"] if result.kernel_check else []
-    big = witnesses.big_packets(probe)
+    stored = probe.to_dict()
+    big = witnesses.big_packets(Probes.from_json(stored))
     if big:
         notes.append(big)
     return Sample(lab=lab.name, topology=lab.topology, workload={"kind": "rr", **rw.to_dict()},
-                  started_at=started_at, traffic={}, probes=probe.to_dict(), service_demand_us_per_kib={}, notes=notes,
+                  started_at=started_at, traffic={}, probes=stored, service_demand_us_per_kib={}, notes=notes,
                   rr={"idle": idle})
 
 
