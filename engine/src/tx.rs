@@ -604,7 +604,7 @@ pub fn run(o: &TxOpts) -> Result<Value, Failure> {
         .u("end_markers_sent", end_markers)
         .set("series", intervals.map_or(Value::Null, |d| series_json(&d, o.size as u64)))
         .s("send_path", o.send.name())
-        .set("zerocopy", zc.map_or(Value::Null, |z| zerocopy_json(&z, zc_waits)));
+        .set("zerocopy", zc.map_or(Value::Null, |z| zerocopy_json(&z, zc_waits, o.send)));
     Ok(out.into_value())
 }
 
@@ -646,9 +646,16 @@ fn open_ring(o: &TxOpts, pool: usize) -> Result<uring::Ring, Failure> {
 }
 
 /// The kernel's own account of the zero-copy sends: completed, copied after all, still held at the end.
-fn zerocopy_json(z: &ZeroCopy, waits: u64) -> Value {
+fn zerocopy_json(z: &ZeroCopy, waits: u64, send: SendPath) -> Value {
+    let (via, flag) = if send == SendPath::IoUringZc {
+        ("IORING_OP_SEND_ZC", "IORING_NOTIF_USAGE_ZC_COPIED")
+    } else {
+        ("MSG_ZEROCOPY", "SO_EE_CODE_ZEROCOPY_COPIED")
+    };
     let mut o = Obj::new();
-    o.u("sends", z.sends)
+    o.s("via", via)
+        .s("copied_flag", flag)
+        .u("sends", z.sends)
         .u("completed", z.completed)
         .u("copied", z.copied)
         .u("pending_at_end", z.in_flight as u64)

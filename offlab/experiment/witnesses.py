@@ -549,11 +549,12 @@ def zerocopy(traffic: dict) -> str | None:
     if not z:
         return None
     done, copied, pending = z.get("completed", 0), z.get("copied", 0), z.get("pending_at_end", 0)
+    via, flag = z.get("via", "MSG_ZEROCOPY"), z.get("copied_flag", "SO_EE_CODE_ZEROCOPY_COPIED")
     tail = f"; {pending} still held by the kernel at the end" if pending else ""
     if done and copied == done:
-        return (f"{ZC_MARK}: the kernel copied all {done} MSG_ZEROCOPY sends (SO_EE_CODE_ZEROCOPY_COPIED): "
+        return (f"{ZC_MARK}: the kernel copied all {done} {via} sends ({flag}): "
                 f"not a zero-copy figure{tail}")
-    return f"{ZC_MARK}: {done - copied} of {done} MSG_ZEROCOPY sends completed without a copy{tail}"
+    return f"{ZC_MARK}: {done - copied} of {done} {via} sends completed without a copy{tail}"
 
 
 def _pct(x: float | None) -> str:
