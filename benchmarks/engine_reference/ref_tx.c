@@ -8,7 +8,11 @@
  *   io_uring N / io_uring-zc N: N linked IORING_OP_SEND (SEND_ZC with IORING_SEND_ZC_REPORT_USAGE)
  *   SQEs per io_uring_enter(), which waits for their N completions, on a ring set up as the engine's
  *   (SINGLE_ISSUER | DEFER_TASKRUN, CQSIZE); raw syscalls, no liburing. Zero-copy notifications are
- *   counted (and their copied flag) as they come; the one buffer is never rewritten.
+ *   counted (and their copied flag) as they come; buffers are never rewritten.
+ * Buffers: as many as offlab-engine cycles through for the same path, so both touch the same memory:
+ * one for send, N for sendmmsg / io_uring (message i from buffer i), and for the zero-copy paths the
+ * engine's pool (engine/src/tx.rs zc_pool: twice the sends SO_SNDBUF admits, at least two batches, at
+ * most 256, a power of two), used round robin.
  * Prints one JSON line: datagrams, bytes, calls, errors, seconds (sender side). */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -127,9 +131,9 @@ static int ring_pop(struct ring *r, struct io_uring_cqe *c)
 
 static unsigned long long zc_notifs, zc_notif_copied;
 
-/* n linked sends of buf (len bytes) in one io_uring_enter that waits for their n completions;
- * returns how many succeeded. */
-static int ring_batch(struct ring *r, int fd, const char *buf, size_t len, int n, int zc)
+/* n linked sends of bufs first.. (len bytes each, modulo nbufs) in one io_uring_enter that waits for
+ * their n completions; returns how many succeeded. */
+static int ring_batch(struct ring *r, int fd, const char *bufs, int first, int nbufs, size_t len, int n, int zc)
 {
 	for (int i = 0; i < n; i++) {
 		struct io_uring_sqe *sqe = &r->sqes[r->local_tail++ & r->sq_mask];
@@ -138,7 +142,7 @@ static int ring_batch(struct ring *r, int fd, const char *buf, size_t len, int n
 		sqe->flags = i + 1 < n ? IOSQE_IO_LINK : 0;
 		sqe->ioprio = zc ? IORING_SEND_ZC_REPORT_USAGE : 0;
 		sqe->fd = fd;
-		sqe->addr = (unsigned long)buf;
+		sqe->addr = (unsigned long)(bufs + (size_t)((first + i) % nbufs) * len);
 		sqe->len = len;
 		sqe->user_data = i;
 	}
@@ -202,7 +206,19 @@ int main(int argc, char **argv)
 	}
 	size_t len = (size_t)size * (segs > 0 ? segs : 1);
 	unsigned long long zc_sent = 0, zc_done = 0, zc_copied = 0;
-	char *buf = calloc(1, len);
+	int nbufs = batch;
+	if (zc || uring_zc) {
+		int sndbuf = 0;
+		socklen_t sl = sizeof(sndbuf);
+		getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, &sl);
+		int held = sndbuf / (int)len > 1 ? sndbuf / (int)len : 1;
+		int lo = 2 * batch, hi = 256 > 2 * batch ? 256 : 2 * batch, want = 2 * held;
+		want = want < lo ? lo : want > hi ? hi : want;
+		for (nbufs = 1; nbufs < want; nbufs <<= 1)
+			;
+	}
+	char *buf = calloc(nbufs, len);
+	int next = 0; /* the buffer of the next send, round robin */
 	unsigned long long calls = 0, errors = 0, bytes = 0;
 	struct ring ring;
 	unsigned cq = 2 * batch + (uring_zc ? 512 : 0);
@@ -211,15 +227,17 @@ int main(int argc, char **argv)
 		return 3;
 	}
 	struct mmsghdr *msgs = calloc(batch, sizeof(*msgs));
-	struct iovec iov = {.iov_base = buf, .iov_len = len};
+	struct iovec *iov = calloc(batch, sizeof(*iov));
 	for (int i = 0; i < batch; i++) {
-		msgs[i].msg_hdr.msg_iov = &iov;
+		iov[i].iov_base = buf + (size_t)i * len;
+		iov[i].iov_len = len;
+		msgs[i].msg_hdr.msg_iov = &iov[i];
 		msgs[i].msg_hdr.msg_iovlen = 1;
 	}
 	double start = now(), end = start + secs, t = start;
 	while (t < end && (mmsg || uring)) {
 		for (int i = 0; i < 64; i++) {
-			int k = uring ? ring_batch(&ring, fd, buf, len, batch, uring_zc)
+			int k = uring ? ring_batch(&ring, fd, buf, next, nbufs, len, batch, uring_zc)
 				      : sendmmsg(fd, msgs, batch, 0);
 			calls++;
 			if (k <= 0)
@@ -227,13 +245,15 @@ int main(int argc, char **argv)
 			else
 				bytes += (unsigned long long)k * len;
 			zc_sent += uring_zc && k > 0 ? k : 0;
+			next = (next + batch) % nbufs;
 		}
 		t = now();
 	}
 	while (t < end && !mmsg && !uring) {
 		/* Read the clock every 64 calls only: the loop is the measurement. */
 		for (int i = 0; i < 64; i++) {
-			ssize_t r = send(fd, buf, len, zc ? MSG_ZEROCOPY : 0);
+			ssize_t r = send(fd, buf + (size_t)next * len, len, zc ? MSG_ZEROCOPY : 0);
+			next = (next + 1) % nbufs;
 			calls++;
 			if (r < 0) {
 				errors++;

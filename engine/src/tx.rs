@@ -25,9 +25,18 @@ const END_OFFSETS_MS: [u64; 3] = [0, 10, 30];
 const SO_ZEROCOPY: libc::c_int = 60;
 const SO_EE_ORIGIN_ZEROCOPY: u8 = 5;
 const SO_EE_CODE_ZEROCOPY_COPIED: u8 = 1;
-/// Buffers a zero-copy sender cycles through: one may be rewritten only once the kernel has
-/// reported the send that used it complete.
+/// At most this many buffers a zero-copy sender cycles through: one may be rewritten only once the
+/// kernel has reported the send that used it complete.
 const ZC_POOL: usize = 256;
+
+/// The buffers a zero-copy sender needs: the kernel holds at most what the send buffer admits (a
+/// zero-copy skb is charged its pinned bytes), so twice that many sends, at least two batches and at
+/// most ZC_POOL, a power of two. Fewer buffers than needed would only make the sender wait
+/// (`buffer_waits`); more would only spread its writes over more cache (256 x 64 KiB is 16 MiB).
+fn zc_pool(sndbuf: u64, msg_len: usize, batch: usize) -> usize {
+    let held = (sndbuf as usize / msg_len.max(1)).max(1);
+    (2 * held).clamp(2 * batch, ZC_POOL.max(2 * batch)).next_power_of_two()
+}
 /// How long the end of a zero-copy run waits for the kernel's last completions.
 const ZC_DRAIN_NS: u64 = 2_000_000_000;
 
@@ -52,7 +61,7 @@ struct ZeroCopy {
 impl ZeroCopy {
     /// `pool` buffers, a power of two.
     fn new(pool: usize) -> ZeroCopy {
-        debug_assert!(pool.is_power_of_two());
+        assert!(pool.is_power_of_two(), "MSG_ZEROCOPY ids wrap at 2^32: the pool must divide it");
         ZeroCopy {
             busy: vec![false; pool],
             ok: vec![false; pool],
@@ -298,10 +307,9 @@ pub fn run(o: &TxOpts) -> Result<Value, Failure> {
                 sys::describe(e)
             )));
         }
-        Some(ZeroCopy::new(ZC_POOL))
+        Some(ZeroCopy::new(zc_pool(sndbuf, o.size * o.gso_segments, 1)))
     } else if o.send == SendPath::IoUringZc {
-        // Two batches' worth at least, so one can be filled while the kernel holds the other.
-        Some(ZeroCopy::new(ZC_POOL.max((2 * o.batch).next_power_of_two())))
+        Some(ZeroCopy::new(zc_pool(sndbuf, o.size * o.gso_segments, o.batch)))
     } else {
         None
     };
@@ -752,4 +760,19 @@ fn send_end_markers(sock: &Socket, run_id: u32, sent: u64, stop: u64) -> u64 {
         }
     }
     ok
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_zero_copy_pool_covers_what_the_send_buffer_admits() {
+        // Linux's default send buffer (212992) holds 144 datagrams of 1472 B but 3 GSO sends of 44 x 1472 B.
+        assert_eq!(zc_pool(212_992, 1472, 1), 256);
+        assert_eq!(zc_pool(212_992, 44 * 1472, 1), 8);
+        assert_eq!(zc_pool(212_992, 44 * 1472, 8), 16);
+        assert_eq!(zc_pool(212_992, 1472, 512), 1024);
+        assert_eq!(zc_pool(0, 1472, 1), 2);
+    }
 }

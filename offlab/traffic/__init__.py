@@ -152,7 +152,8 @@ def validate(w: Workload) -> None:
             raise BadWorkload("send", w.send, f"sends one datagram a call: batch {w.batch} needs send "
                                               f"{', '.join(BATCHED_SEND_PATHS)}")
     if w.batch is not None and (not _is_int(w.batch) or not 1 <= w.batch <= MAX_BATCH):
-        raise BadWorkload("batch", w.batch, f"datagrams per sendmmsg/recvmmsg call, 1..{MAX_BATCH}")
+        raise BadWorkload("batch", w.batch, f"datagrams per sendmmsg/recvmmsg call or linked SQEs per io_uring_enter, "
+                                          f"1..{MAX_BATCH}")
     if w.rate is not None:
         try:
             rate = parse_rate(w.rate, option_of("rate"))
