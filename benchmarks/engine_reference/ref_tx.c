@@ -10,9 +10,9 @@
  *   (SINGLE_ISSUER | DEFER_TASKRUN, CQSIZE); raw syscalls, no liburing. Zero-copy notifications are
  *   counted (and their copied flag) as they come; buffers are never rewritten.
  * Buffers: as many as offlab-engine cycles through for the same path, so both touch the same memory:
- * one for send, N for sendmmsg / io_uring (message i from buffer i), and for the zero-copy paths the
- * engine's pool (engine/src/tx.rs zc_pool: twice the sends SO_SNDBUF admits, at least two batches, at
- * most 256, a power of two), used round robin.
+ * one for send, N for sendmmsg / io_uring (message i from buffer i), 256 for zerocopy, and for
+ * io_uring-zc the engine's pool (engine/src/tx.rs zc_pool: twice the sends SO_SNDBUF admits, at least
+ * two batches, at most 256, a power of two), used round robin.
  * Prints one JSON line: datagrams, bytes, calls, errors, seconds (sender side). */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -207,7 +207,9 @@ int main(int argc, char **argv)
 	size_t len = (size_t)size * (segs > 0 ? segs : 1);
 	unsigned long long zc_sent = 0, zc_done = 0, zc_copied = 0;
 	int nbufs = batch;
-	if (zc || uring_zc) {
+	if (zc)
+		nbufs = 256;
+	if (uring_zc) {
 		int sndbuf = 0;
 		socklen_t sl = sizeof(sndbuf);
 		getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, &sl);
