@@ -10,8 +10,8 @@
  *   (SINGLE_ISSUER | DEFER_TASKRUN, CQSIZE); raw syscalls, no liburing. Zero-copy notifications are
  *   counted (and their copied flag) as they come; buffers are never rewritten.
  * Buffers: as many as offlab-engine cycles through for the same path, so both touch the same memory:
- * one for send, N for sendmmsg / io_uring (message i from buffer i), 256 for zerocopy, and for
- * io_uring-zc the engine's pool (engine/src/tx.rs zc_pool: twice the sends SO_SNDBUF admits, at least
+ * one for send, N for sendmmsg / io_uring (message i from buffer i), and for the zero-copy paths the
+ * engine's pool (engine/src/tx.rs zc_pool: twice the sends SO_SNDBUF admits, at least
  * two batches, at most 256, a power of two), used round robin.
  * Prints one JSON line: datagrams, bytes, calls, errors, seconds (sender side). */
 #define _GNU_SOURCE
@@ -207,9 +207,7 @@ int main(int argc, char **argv)
 	size_t len = (size_t)size * (segs > 0 ? segs : 1);
 	unsigned long long zc_sent = 0, zc_done = 0, zc_copied = 0;
 	int nbufs = batch;
-	if (zc)
-		nbufs = 256;
-	if (uring_zc) {
+	if (zc || uring_zc) {
 		int sndbuf = 0;
 		socklen_t sl = sizeof(sndbuf);
 		getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, &sl);
@@ -218,6 +216,8 @@ int main(int argc, char **argv)
 		want = want < lo ? lo : want > hi ? hi : want;
 		for (nbufs = 1; nbufs < want; nbufs <<= 1)
 			;
+		if (zc && nbufs < 32)
+			nbufs = 32; /* the engine's ZC_MIN_MSG */
 	}
 	/* Written through, as the engine writes its headers into every segment: calloc'ed pages never
 	 * written would all map the kernel's one zero page, and copying from it stays in cache. */
@@ -257,6 +257,15 @@ int main(int argc, char **argv)
 	while (t < end && !mmsg && !uring) {
 		/* Read the clock every 64 calls only: the loop is the measurement. */
 		for (int i = 0; i < 64; i++) {
+#ifdef REF_STAMP
+			/* -DREF_STAMP: write a sequence number and a time into every segment, as the engine's
+			 * header does (to measure what that costs; the benchmark builds without it). */
+			for (size_t o = 0; o + 16 <= len; o += size) {
+				unsigned long long *h = (unsigned long long *)(buf + (size_t)next * len + o);
+				h[0] = calls;
+				h[1] = (unsigned long long)t;
+			}
+#endif
 			ssize_t r = send(fd, buf + (size_t)next * len, len, zc ? MSG_ZEROCOPY : 0);
 			next = (next + 1) % nbufs;
 			calls++;
