@@ -85,3 +85,40 @@ def test_io_uring_zc_over_a_veth_reports_every_send_copied(veth_lab, state_dir):
                and "not a zero-copy figure" in n for n in s.notes), s.notes
     zc = [e for e in s.effects if e["setting"] == "workload send (zerocopy)"]
     assert [e["status"] for e in zc] == [NOT_EXERCISED], zc
+
+
+def _refuse_io_uring_setup() -> None:
+    """In the child before exec: a seccomp filter that makes io_uring_setup fail with EPERM, as the
+    kernel does for everyone under kernel.io_uring_disabled = 2 (without changing that sysctl for the
+    whole machine)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    # ld [nr]; jeq 425 (io_uring_setup on x86_64) ? next : skip; ret ERRNO|EPERM; ret ALLOW
+    filt = (ctypes.c_uint64 * 4)(*[code | jt << 16 | jf << 24 | k << 32 for code, jt, jf, k in (
+        (0x20, 0, 0, 0), (0x15, 0, 1, 425), (0x06, 0, 0, 0x00050000 | 1), (0x06, 0, 0, 0x7FFF0000))])
+
+    class Prog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    prog = Prog(4, ctypes.addressof(filt))
+    if libc.prctl(38, 1, 0, 0, 0) or libc.prctl(22, 2, ctypes.byref(prog), 0, 0):  # NO_NEW_PRIVS, SECCOMP
+        raise OSError(ctypes.get_errno(), "seccomp")
+
+
+@pytest.mark.parametrize("send", ["io_uring", "io_uring-zc"])
+def test_where_io_uring_is_refused_the_engine_says_cannot_test_here(send):
+    import platform
+    import subprocess
+
+    from offlab.traffic.engine import engine_path
+
+    if platform.machine() != "x86_64":
+        pytest.skip("the seccomp filter names x86_64's io_uring_setup number")
+    p = subprocess.run([engine_path(), "tx", "--dest", "127.0.0.1", "--port", "9", "--duration", "0.2",
+                        "--send", send], capture_output=True, text=True, timeout=30,
+                       preexec_fn=_refuse_io_uring_setup)
+    assert p.returncode == 3 and p.stdout == ""
+    assert p.stderr.count("\n") == 1, p.stderr
+    assert p.stderr.startswith(f"offlab-engine: error: --send {send}: io_uring_setup: Operation not permitted "
+                               "(EPERM)") and p.stderr.rstrip().endswith(": cannot test here"), p.stderr
