@@ -122,3 +122,47 @@ def test_where_io_uring_is_refused_the_engine_says_cannot_test_here(send):
     assert p.stderr.count("\n") == 1, p.stderr
     assert p.stderr.startswith(f"offlab-engine: error: --send {send}: io_uring_setup: Operation not permitted "
                                "(EPERM)") and p.stderr.rstrip().endswith(": cannot test here"), p.stderr
+
+
+SKIP_PLAN = """\
+name: uring-skip
+topology: {kind: veth}
+axes:
+  path:
+    send: {send: send}
+    io_uring: {send: io_uring, batch: 8}
+workload: {tool: engine, protocol: udp, size: 1472, duration: 0.5, warmup: 0.2}
+repeat: {min: 1, max: 1}
+baseline: {path: send}
+"""
+
+RUN_PLAN = """\
+import json, sys
+from offlab.experiment.plan import load_plan
+from offlab.experiment.runner import Runner
+from offlab.store import Store
+store = Store.open(sys.argv[1])
+run_id = Runner(load_plan(sys.argv[2], "uring-skip.yaml"), store).run()
+print(json.dumps({"run": store.get_run(run_id)["status"],
+                  "cells": {c["key"]: [c["status"], c["reason"]] for c in store.cells(run_id)}}))
+"""
+
+
+def test_a_run_where_io_uring_is_refused_skips_its_cells_and_measures_the_rest(tmp_path, clean_machine):
+    import json
+    import platform
+    import subprocess
+    import sys
+
+    if platform.machine() != "x86_64":
+        pytest.skip("the seccomp filter names x86_64's io_uring_setup number")
+    # The whole run (offlab and every engine it starts) under the filter: io_uring_setup says EPERM.
+    p = subprocess.run([sys.executable, "-c", RUN_PLAN, str(tmp_path / "r.db"), SKIP_PLAN], capture_output=True,
+                       text=True, timeout=300, preexec_fn=_refuse_io_uring_setup)
+    assert p.returncode == 0, p.stderr[-2000:]
+    got = json.loads(p.stdout.strip().splitlines()[-1])
+    assert got["run"] == "done"
+    status, reason = got["cells"]["path=io_uring"]
+    assert status == "skipped" and reason.startswith("cannot test here: offlab-engine tx: --send io_uring: "
+                                                     "io_uring_setup: Operation not permitted (EPERM)"), reason
+    assert got["cells"]["path=send"][0] == "done"
