@@ -21,6 +21,11 @@ class EnvironmentProblem(OfflabError):
     exit_code = 3
 
 
+class CannotTestHere(EnvironmentProblem):
+    """This machine cannot run a setting a cell asks for (a kernel feature disabled or absent, e.g.
+    io_uring with kernel.io_uring_disabled = 2): a run skips that cell as "cannot test here"."""
+
+
 class CommandFailed(EnvironmentProblem):
     """A system command failed; carries its argv and stderr."""
 

@@ -109,11 +109,13 @@ class Series(JsonView):
 
 @dataclass
 class Zerocopy(JsonView):
-    """MSG_ZEROCOPY completions the engine saw (--send zerocopy)."""
+    """Zero-copy completions the engine saw (--send zerocopy: MSG_ZEROCOPY; io_uring-zc: SEND_ZC notifications)."""
 
     completed: int = 0
     copied: int = 0
     pending_at_end: int = 0
+    via: str = "MSG_ZEROCOPY"  # the mechanism (samples before io_uring have no `via`)
+    copied_flag: str = "SO_EE_CODE_ZEROCOPY_COPIED"  # the kernel's flag that says a send was copied
 
 
 @dataclass

@@ -154,7 +154,7 @@ CASES = [
          plan=plan("duration: 1", "duration: 1, size: 70000")),
     Case("plan-size-ipv6-ok-v4-not", 2, "24..65507", plan=plan("duration: 1", "duration: 1, size: 65520")),
     Case("plan-duration-negative", 2, "workload.duration: seconds, more than 0", plan=plan("duration: 1", "duration: -1")),
-    Case("plan-batch-0", 2, "workload.batch: datagrams per sendmmsg/recvmmsg call, 1..1024 (got 0)",
+    Case("plan-batch-0", 2, "workload.batch: datagrams per sendmmsg/recvmmsg call or linked SQEs per io_uring_enter, 1..1024 (got 0)",
          plan=plan("duration: 1", "duration: 1, batch: 0")),
     Case("plan-ipv6-mtu", 2, ".yaml:2: topology.mtu: mtu 1000 with ipv6: IPv6 needs an MTU of at least 1280",
          plan=plan("kind: bridge}", "kind: bridge, ipv6: true, mtu: 1000}")),
@@ -165,7 +165,7 @@ CASES = [
          plan=plan("duration: 1", "duration: 1, search_max_loss: 0.001, search_low: 2Mpps, search_high: 10kpps")),
     Case("plan-budget-zero", 2, "budget is seconds", plan=plan(extra="budget: 0s\n")),
     # ---- 7. values checked before any child tool runs -------------------------------------------
-    Case("measure-batch-0", 2, "--batch 0: datagrams per sendmmsg/recvmmsg call, 1..1024", argv=[*MEASURE, "--batch", "0"]),
+    Case("measure-batch-0", 2, "--batch 0: datagrams per sendmmsg/recvmmsg call or linked SQEs per io_uring_enter, 1..1024", argv=[*MEASURE, "--batch", "0"]),
     Case("measure-batch-100000", 2, "--batch 100000: ", argv=[*MEASURE, "--tool", "engine", "--proto", "udp", "--batch", "100000"]),
     Case("measure-rate-banana", 2, "--rate 'banana': a rate is", argv=[*MEASURE, "--rate", "banana"]),
     Case("measure-rate-pps-iperf3", 2, "--rate 100kpps: iperf3 takes a bit rate", argv=[*MEASURE, "--rate", "100kpps"]),

@@ -65,6 +65,10 @@ pub enum SendPath {
     Sendmmsg,
     /// send(MSG_ZEROCOPY): the kernel pins the buffer and reports on the error queue when it is done.
     Zerocopy,
+    /// io_uring IORING_OP_SEND: up to --batch linked sends per io_uring_enter().
+    IoUring,
+    /// io_uring IORING_OP_SEND_ZC: as IoUring; a buffer is reused only after its notification CQE.
+    IoUringZc,
 }
 
 impl SendPath {
@@ -73,7 +77,14 @@ impl SendPath {
             SendPath::Send => "send",
             SendPath::Sendmmsg => "sendmmsg",
             SendPath::Zerocopy => "zerocopy",
+            SendPath::IoUring => "io_uring",
+            SendPath::IoUringZc => "io_uring-zc",
         }
+    }
+
+    /// Whether --batch N > 1 applies: messages per sendmmsg() call, SQEs per io_uring_enter().
+    pub fn batches(self) -> bool {
+        matches!(self, SendPath::Sendmmsg | SendPath::IoUring | SendPath::IoUringZc)
     }
 }
 
@@ -146,10 +157,12 @@ usage: offlab-engine tx --dest ADDR [options]
   --gso                UDP_SEGMENT: one send carries --gso-segments datagrams of --size
   --gso-segments K     1..64, size*K <= 65507 (IPv4) / 65527 (IPv6)
                        (default: as many as fit, at most 64)
-  --batch N            messages per sendmmsg call, 1..1024 (default 1: send)
+  --batch N            messages per sendmmsg call or io_uring_enter, 1..1024 (default 1: send)
   --send PATH          send | sendmmsg | zerocopy (send with MSG_ZEROCOPY; completions read
-                       from the error queue, copies the kernel made reported); default: send,
-                       or sendmmsg with --batch > 1
+                       from the error queue, copies the kernel made reported) | io_uring
+                       (IORING_OP_SEND, --batch linked SQEs per io_uring_enter) | io_uring-zc
+                       (IORING_OP_SEND_ZC; a buffer is reused after its notification CQE,
+                       copies reported); default: send, or sendmmsg with --batch > 1
   --rate R             0 = unlimited (default); 500pps, 100kpps, 1Mpps;
                        bit/s of UDP payload: 1000000, 200k, 200M, 200Mbit, 1G, 1Gbit
   --duration S         seconds to send, > 0 (default 10)
@@ -270,7 +283,14 @@ fn parse_tx(argv: &[String]) -> Result<Command, ArgError> {
                     "send" => SendPath::Send,
                     "sendmmsg" => SendPath::Sendmmsg,
                     "zerocopy" => SendPath::Zerocopy,
-                    _ => return err(format!("--send '{}': choose send, sendmmsg or zerocopy", v)),
+                    "io_uring" => SendPath::IoUring,
+                    "io_uring-zc" => SendPath::IoUringZc,
+                    _ => {
+                        return err(format!(
+                            "--send '{}': choose send, sendmmsg, zerocopy, io_uring or io_uring-zc",
+                            v
+                        ))
+                    }
                 })
             }
             "--rate" => {
@@ -331,9 +351,9 @@ fn parse_tx(argv: &[String]) -> Result<Command, ArgError> {
         1
     };
     let send = send.unwrap_or(if batch > 1 { SendPath::Sendmmsg } else { SendPath::Send });
-    if send != SendPath::Sendmmsg && batch > 1 {
+    if !send.batches() && batch > 1 {
         return err(format!(
-            "--send {} sends one message a call: --batch {} needs --send sendmmsg",
+            "--send {} sends one message a call: --batch {} needs --send sendmmsg, io_uring or io_uring-zc",
             send.name(),
             batch
         ));
@@ -512,7 +532,9 @@ mod tests {
         assert_eq!(tx("tx --dest 10.200.1.2 --send zerocopy --gso").unwrap().send, SendPath::Zerocopy);
         let e = tx("tx --dest 10.200.1.2 --send zerocopy --batch 8").unwrap_err();
         assert!(e.0.contains("--batch 8 needs --send sendmmsg"), "{}", e.0);
-        assert!(tx("tx --dest 10.200.1.2 --send io_uring").unwrap_err().0.starts_with("--send 'io_uring'"));
+        assert_eq!(tx("tx --dest 10.200.1.2 --send io_uring --batch 8").unwrap().send, SendPath::IoUring);
+        assert_eq!(tx("tx --dest 10.200.1.2 --send io_uring-zc --gso").unwrap().send, SendPath::IoUringZc);
+        assert!(tx("tx --dest 10.200.1.2 --send uring").unwrap_err().0.starts_with("--send 'uring'"));
     }
 
     #[test]

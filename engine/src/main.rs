@@ -18,6 +18,7 @@ mod series;
 mod stats;
 mod sys;
 mod tx;
+mod uring;
 
 use std::io::Write;
 use std::process::exit;

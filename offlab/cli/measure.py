@@ -32,9 +32,11 @@ def measure_cmd(
     size: Optional[int] = typer.Option(_D.size, "--size", help="UDP payload per datagram / TCP write length, bytes."),
     gso: bool = typer.Option(_D.gso, "--gso", help="engine: UDP_SEGMENT on the sender."),
     gro: bool = typer.Option(_D.gro, "--gro", help="engine: UDP_GRO on the receiver."),
-    batch: Optional[int] = typer.Option(_D.batch, "--batch", help="engine: sendmmsg/recvmmsg batch."),
+    batch: Optional[int] = typer.Option(_D.batch, "--batch", help="engine: sendmmsg/recvmmsg batch, or linked SQEs "
+                                                                "per io_uring_enter with --send io_uring[-zc]."),
     send: Optional[str] = typer.Option(_D.send, "--send", help="engine: send | sendmmsg | zerocopy (MSG_ZEROCOPY, "
-                                                              "completions and kernel copies reported)."),
+                                                              "completions and kernel copies reported) | io_uring "
+                                                              "(IORING_OP_SEND) | io_uring-zc (IORING_OP_SEND_ZC)."),
     rate: Optional[str] = typer.Option(_D.rate, "--rate", help="Packets/s (100kpps, 10Mpps; engine only) or bit/s (250M, 1G); default: as fast as possible."),
     streams: int = typer.Option(_D.streams, "--streams", help="iperf3 parallel streams."),
     duration: float = typer.Option(_D.duration, "--duration", help="Seconds measured (after warm-up)."),

@@ -456,13 +456,15 @@ def big_size_effect(key: str, value: str, where: str, probes: dict) -> Effect:
 
 
 def zerocopy_effect(traffic: dict) -> list[Effect]:
-    """engine --send zerocopy: the kernel's completions say whether any send went without a copy."""
+    """engine --send zerocopy or io_uring-zc: the kernel's completions (the error queue's, or io_uring's
+    notification CQEs) say whether any send went without a copy."""
     z = traffic.get("zerocopy")
     if not z:
         return []
     done, copied = z.get("completed", 0), z.get("copied", 0)
+    via, flag = z.get("via", "MSG_ZEROCOPY"), z.get("copied_flag", "SO_EE_CODE_ZEROCOPY_COPIED")
     e = Effect("workload send (zerocopy)", "client (socket)", "zerocopy", NOT_APPLICABLE,
-               f"{done} MSG_ZEROCOPY completions, {copied} of them copied (SO_EE_CODE_ZEROCOPY_COPIED)",
+               f"{done} {via} completions, {copied} of them copied ({flag})",
                {"completed": done, "copied": copied})
     if not done:
         e.cause = "no completion was read"

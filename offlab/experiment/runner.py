@@ -21,7 +21,7 @@ from typing import Callable
 
 from offlab import lab as labs
 from offlab.experiment import teardown
-from offlab.errors import BadInput, EnvironmentProblem, NotRoot, OfflabError
+from offlab.errors import BadInput, CannotTestHere, EnvironmentProblem, NotRoot, OfflabError
 from offlab.experiment import decide
 from offlab.experiment.decide import Decider
 from offlab.experiment.env import environment
@@ -385,6 +385,11 @@ class Runner:
         self.on_event("sample", {"cell": cell.key, "round": rnd})
         try:
             return self._sample_in(cs, rnd, lab, position)
+        except CannotTestHere as exc:  # e.g. the engine's io_uring send paths where io_uring is disabled
+            cs.status, cs.reason = "skipped", f"cannot test here: {exc}"
+            self.store.set_cell_status(cs.cell_id, "skipped", cs.reason)
+            self.on_event("skipped", {"cell": cell.key, "reason": cs.reason})
+            return None
         except (OfflabError, OSError, ValueError, KeyError):
             gone = labs.removed(lab)
             if gone is None:

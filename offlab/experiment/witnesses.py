@@ -603,11 +603,12 @@ def zerocopy(traffic: Traffic) -> str | None:
     if not z:
         return None
     done, copied, pending = z.completed, z.copied, z.pending_at_end
+    via, flag = z.via, z.copied_flag
     tail = f"; {pending} still held by the kernel at the end" if pending else ""
     if done and copied == done:
-        return (f"{ZC_MARK}: the kernel copied all {done} MSG_ZEROCOPY sends (SO_EE_CODE_ZEROCOPY_COPIED): "
+        return (f"{ZC_MARK}: the kernel copied all {done} {via} sends ({flag}): "
                 f"not a zero-copy figure{tail}")
-    return f"{ZC_MARK}: {done - copied} of {done} MSG_ZEROCOPY sends completed without a copy{tail}"
+    return f"{ZC_MARK}: {done - copied} of {done} {via} sends completed without a copy{tail}"
 
 
 def _pct(x: float | None) -> str:

@@ -18,7 +18,9 @@ UDP_MAX_PAYLOAD = {4: 65507, 6: 65527}
 # What each tool accepts (iperf3 3.12's own limits; the engine's in engine/src/args.rs).
 SIZE_RANGE = {("iperf3", "udp"): (16, 65507), ("iperf3", "tcp"): (1, 1 << 20), ("engine", "udp"): (24, None)}
 MAX_BATCH = 1024
-SEND_PATHS = ("send", "sendmmsg", "zerocopy")  # offlab-engine tx --send
+SEND_PATHS = ("send", "sendmmsg", "zerocopy", "io_uring", "io_uring-zc")  # offlab-engine tx --send
+# The send paths that take a batch above 1: messages per sendmmsg() call, linked SQEs per io_uring_enter().
+BATCHED_SEND_PATHS = ("sendmmsg", "io_uring", "io_uring-zc")
 MAX_STREAMS = 128
 MAX_BUFFER = 2**31 - 1
 MAX_CPU = 4095
@@ -102,7 +104,7 @@ class TrafficResult:
     window_s: float | None = None  # receive window the throughput is over
     tool_cpu: dict | None = None  # the tool's own CPU figures, for comparison only
     errors: dict = field(default_factory=dict)  # errno name → count (engine tx)
-    # engine --send zerocopy: the kernel's completions (sends, completed, copied, pending_at_end, all_copied)
+    # engine --send zerocopy / io_uring-zc: the kernel's completions (sends, completed, copied, pending_at_end, all_copied)
     zerocopy: dict | None = None
     series: list = field(default_factory=list)  # per-interval rows (offlab.traffic.series), the receiver's first
     receiver_stop: str | None = None  # why the receiver stopped (engine: end | idle | duration | signal)
@@ -146,10 +148,12 @@ def validate(w: Workload) -> None:
             raise BadWorkload("send", w.send, "needs tool engine (iperf3 has one send path)")
         if w.send not in SEND_PATHS:
             raise BadWorkload("send", repr(w.send), f"choose {', '.join(SEND_PATHS)}")
-        if w.send != "sendmmsg" and (w.batch or 1) > 1:
-            raise BadWorkload("send", w.send, f"sends one datagram a call: batch {w.batch} needs send sendmmsg")
+        if w.send not in BATCHED_SEND_PATHS and (w.batch or 1) > 1:
+            raise BadWorkload("send", w.send, f"sends one datagram a call: batch {w.batch} needs send "
+                                              f"{', '.join(BATCHED_SEND_PATHS)}")
     if w.batch is not None and (not _is_int(w.batch) or not 1 <= w.batch <= MAX_BATCH):
-        raise BadWorkload("batch", w.batch, f"datagrams per sendmmsg/recvmmsg call, 1..{MAX_BATCH}")
+        raise BadWorkload("batch", w.batch, f"datagrams per sendmmsg/recvmmsg call or linked SQEs per io_uring_enter, "
+                                          f"1..{MAX_BATCH}")
     if w.rate is not None:
         try:
             rate = parse_rate(w.rate, option_of("rate"))

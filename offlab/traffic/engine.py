@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Iterator
 
-from offlab.errors import ToolMissing
+from offlab.errors import CannotTestHere, ToolMissing
 from offlab.hosts import Host, which
 from offlab.traffic import TrafficResult, Workload
 from offlab.traffic import series as intervals
@@ -160,6 +160,9 @@ def run(client: Host, server: Host, server_addr: str, w: Workload, *, on_started
             if on_started:
                 on_started(tx.pid, rx.pid)
             tx_out, tx_err = tx.communicate(timeout=w.warmup + w.duration + 30)
+            if tx.returncode == 3 and "cannot test here" in tx_err:
+                # The engine's own verdict on a send path this kernel cannot take (io_uring disabled).
+                raise CannotTestHere(f"offlab-engine tx: {tx_err.strip().removeprefix('offlab-engine: error: ')}")
             if tx.returncode != 0:
                 raise TrafficFailed(f"offlab-engine tx: {tx_err.strip() or 'exit ' + str(tx.returncode)}")
             rx_out, rx_err = rx.communicate(timeout=15)

@@ -52,7 +52,7 @@ class WorkloadSpec(Strict):
     gso: bool = False
     gro: bool = False
     batch: int | None = None
-    send: Literal["send", "sendmmsg", "zerocopy"] | None = None  # engine tx's send path
+    send: Literal["send", "sendmmsg", "zerocopy", "io_uring", "io_uring-zc"] | None = None  # engine tx's send path
     rate: str | None = None
     streams: int = 1
     duration: float = 2.0
