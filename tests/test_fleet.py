@@ -24,19 +24,11 @@ import pytest
 from offlab.hosts import NetnsHost
 from tests import sshd as sshd_mod
 from tests.conftest import OUR_NAMESPACES, REPO, netns_names, requires_root
+from tests.helpers import pair_plan
 
 pytestmark = requires_root
 
-PLAN = """
-name: fleet
-topology: {kind: veth}
-workload: {tool: iperf3, protocol: tcp, duration: 1, warmup: 0.3}
-axes:
-  gro:
-    "off": {settings: {server:to-client: {gro: false}}}
-    "on": {settings: {server:to-client: {gro: true}}}
-repeat: {min: 1, max: 1, level: 95, width: 50}
-"""
+PLAN = pair_plan("fleet", 1)
 
 
 def _newest_source() -> float:
@@ -66,7 +58,7 @@ def fleet(tmp_path_factory):
     try:
         yield f
     finally:
-        leftovers = sshd_mod.stop_fleet(f)
+        leftovers = sshd_mod.stop_machines(f)
         assert not leftovers, f"sshd sessions had to be killed: {leftovers}"
         assert not {n for n in netns_names() - before if n.startswith(OUR_NAMESPACES)}, "namespaces left"
 
@@ -157,7 +149,7 @@ def test_a_server_lost_mid_run_keeps_its_pairs_samples_and_the_other_pair_goes_o
     inv = tmp_path / "inventory.yml"
     inv.write_text(fleet.ansible_inventory())
     plan = tmp_path / "plan.yaml"
-    plan.write_text(PLAN.replace("min: 1, max: 1", "min: 4, max: 4"))
+    plan.write_text(pair_plan("fleet", 4))
     db = tmp_path / "results.db"
     b2 = NetnsHost(fleet.machines["b2"].ns)
     cut = threading.Event()
