@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -305,6 +306,58 @@ def test_a_server_whose_sshd_dies_mid_run_is_put_back_by_fleet_clean_once_it_ans
     assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
     assert leftovers_on_the_machines(fleet) == []
     assert settings_of(fleet) == before
+
+
+def test_a_database_gone_during_the_run_keeps_every_pairs_results_in_files_it_names(fleet, bundle, tmp_path, pg):  # noqa: F811
+    inv = tmp_path / "inventory.yml"
+    inv.write_text(fleet.ansible_inventory())
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(PLAN)
+    url = pg.database()
+    name = url.split("@/")[1].split("?")[0]
+    dropped = threading.Event()
+
+    def drop_once_a_pair_has_measured():  # the database answered at the start; it is gone at the import
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline and not dropped.is_set():
+            for f in (fleet.path("prefix", "a1") / "runs").glob("*/results.db"):
+                try:
+                    with sqlite3.connect(f"file:{f}?mode=ro", uri=True, timeout=1) as conn:
+                        n = conn.execute("SELECT COUNT(*) FROM samples").fetchone()[0]
+                except sqlite3.Error:
+                    n = 0
+                if n >= 1:
+                    pg.psql(f"DROP DATABASE {name}")
+                    dropped.set()
+                    return
+            time.sleep(0.3)
+
+    watcher = threading.Thread(target=drop_once_a_pair_has_measured, daemon=True)
+    watcher.start()
+    try:
+        res = fleet_cli(fleet, tmp_path, "fleet", "run", str(plan), "--inventory", str(inv), "--group", "rack",
+                        "--db", url, "--bundle", str(bundle))
+    finally:
+        dropped.set()
+        watcher.join()
+    assert res.returncode == 3, (res.stdout + res.stderr)[-3000:]
+    line = res.stderr.strip()
+    assert "Traceback" not in line and len(line.splitlines()) == 1, res.stderr
+    assert f'database "{name}" does not exist' in line and "the pairs' results are kept in " in line, line
+    home = Path(line.split("the pairs' results are kept in ")[1].split()[0])
+    try:
+        assert sorted(f.name for f in home.iterdir()) == ["a1_t1-b1_t1.db", "a2_t1-b2_t1.db"]
+        db = tmp_path / "later.db"
+        for f in sorted(home.iterdir()):  # what the line says to do once a database answers
+            imp = fleet_cli(fleet, tmp_path, "results", "import", str(f), "--db", str(db))
+            assert imp.returncode == 0, imp.stderr
+        with sqlite3.connect(db) as conn:
+            rows = conn.execute("SELECT r.name, r.status, COUNT(s.id) FROM runs r LEFT JOIN samples s ON s.run_id = r.id "
+                                "GROUP BY r.id ORDER BY r.name").fetchall()
+        assert rows == [("fleet @ a1:t1,b1:t1", "done", 2), ("fleet @ a2:t1,b2:t1", "done", 2)]
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+    assert leftovers_on_the_machines(fleet) == []
 
 
 def test_fleet_clean_removes_the_installation_from_every_host(fleet, tmp_path):
