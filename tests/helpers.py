@@ -69,6 +69,38 @@ def run_until_samples(plan_path, db, state_dir, samples: int, timeout: float = 9
     raise AssertionError(f"the background run stored fewer than {samples} samples in {timeout:g} s")
 
 
+def pair_plan(name: str, rounds: int, rate: str | None = None) -> str:
+    """The small plan the host-pair tests and benchmarks/fleet_scale run: iperf3 TCP 1 s (`rate`-limited when
+    given) with the server's gro off and on, `rounds` samples of each."""
+    limit = f", rate: {rate}" if rate else ""
+    return textwrap.dedent(f"""
+        name: {name}
+        topology: {{kind: veth}}
+        workload: {{tool: iperf3, protocol: tcp, duration: 1, warmup: 0.3{limit}}}
+        axes:
+          gro:
+            "off": {{settings: {{server:to-client: {{gro: false}}}}}}
+            "on": {{settings: {{server:to-client: {{gro: true}}}}}}
+        repeat: {{min: {rounds}, max: {rounds}, level: 95, width: 50}}
+        """)
+
+
+# One runner writing a run of its own (each sample its own transaction, as `offlab run` commits them):
+# `python -c WRITER URL TAG N`; tests/test_store_pg.py and benchmarks/store_writers start many at once.
+WRITER = textwrap.dedent("""
+    import sys, time
+    from offlab.store import Store
+    url, tag, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    with Store.open(url) as s:
+        run = s.create_run(f"writer {tag}", "name: w", {"name": "w"}, 1, {"host": tag}, None, {})
+        cells = s.add_cells(run, [{"key": f"k={i}", "params": {"k": i}} for i in range(2)])
+        print(run, flush=True)
+        for i in range(n):
+            s.add_sample(run, cells[f"k={i % 2}"], i, {"writer": tag, "i": i}, {"throughput_bps": float(i)})
+        s.set_run_status(run, "done")
+""")
+
+
 def uso_plan(rounds: tuple[int, int] = (2, 6), lro: bool = True) -> str:
     """USO+GSO+GRO vs neither on a veth pair, engine at 1472 B; `lro` adds a cell this machine
     cannot test (veth's LRO is fixed off). Up to 6 rounds by default: the verdict is the sequential

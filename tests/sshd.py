@@ -59,15 +59,20 @@ class Sshd:
 
     def sshd_pids(self) -> set[int]:
         """Every sshd in the server namespace: the listener and one per connection."""
-        out = LOCAL.run(["ip", "netns", "pids", self.server_ns], check=False).stdout
-        pids = set()
-        for pid in out.split():
-            try:
-                if Path(f"/proc/{pid}/comm").read_text().strip() == "sshd":
-                    pids.add(int(pid))
-            except OSError:
-                pass
-        return pids
+        return sshd_pids(self.server_ns)
+
+
+def sshd_pids(ns: str) -> set[int]:
+    """Every sshd in namespace `ns`: the listener and one per connection."""
+    out = LOCAL.run(["ip", "netns", "pids", ns], check=False).stdout
+    pids = set()
+    for pid in out.split():
+        try:
+            if Path(f"/proc/{pid}/comm").read_text().strip() == "sshd":
+                pids.add(int(pid))
+        except OSError:
+            pass
+    return pids
 
 
 def _veth(a_ns: str, a: str, a_ip: str, b_ns: str, b: str, b_ip: str) -> None:
@@ -140,15 +145,15 @@ def stop(s: Sshd) -> list[str]:
     Returns what had to be killed beyond the listener (should be empty: the masters closed cleanly).
     """
     close_all()
-    leftovers = _end_sshd(s.proc, s)
+    leftovers = _end_sshd(s.proc, s.server_ns)
     for ns in (s.client_ns, s.server_ns):
         if netns_exists(ns):
             LOCAL.run(["ip", "netns", "del", ns], check=False)
     return leftovers
 
 
-def _end_sshd(proc: subprocess.Popen | None, s: Sshd) -> list[str]:
-    """Stop the listener by pid, wait for its sessions to end; kill (and name) those that do not."""
+def _end_sshd(proc: subprocess.Popen | None, ns: str, grace: float = 3) -> list[str]:
+    """Stop the listener by pid, wait `grace` s for its sessions to end; kill (and name) those that do not."""
     if proc is not None and proc.poll() is None:
         proc.terminate()
         try:
@@ -157,9 +162,9 @@ def _end_sshd(proc: subprocess.Popen | None, s: Sshd) -> list[str]:
             proc.kill()
             proc.wait(timeout=5)
     leftovers = []
-    deadline = time.monotonic() + 3
-    while netns_exists(s.server_ns) and (pids := s.sshd_pids()):
-        if time.monotonic() > deadline:
+    deadline = time.monotonic() + grace
+    while netns_exists(ns) and (pids := sshd_pids(ns)):
+        if time.monotonic() >= deadline:
             for pid in pids:
                 leftovers.append(f"sshd pid {pid}")
                 try:
@@ -205,6 +210,10 @@ class SshdPair:
     subnet: int
     links: int
     port: int = PORT
+
+    @property
+    def machines(self) -> dict[str, Machine]:
+        return {"a": self.a, "b": self.b}
 
     def test_ip(self, side: str, n: int) -> str:
         return f"10.200.{self.subnet + 1 + n}.{1 if side == 'a' else 2}"
@@ -274,29 +283,17 @@ def start_pair(tmp: Path, prefix: str, subnet: int = 230, links: int = 1) -> Ssh
             ]) + "\n")
             m.proc = _start_sshd(m.ns, conf, d / f"sshd-{side}.log")
     except BaseException:
-        stop_pair(p)
+        stop_machines(p)
         raise
     return p
-
-
-def stop_pair(p: SshdPair) -> list[str]:
-    """Close our masters, stop both sshds and their sessions by pid, delete the namespaces; what had to be killed."""
-    close_all()
-    leftovers = []
-    for m in (p.a, p.b):
-        leftovers += _end_sshd(m.proc, Sshd(p.dir, p.controller, m.ns, "", ""))
-    for ns in (p.controller, p.a.ns, p.b.ns):
-        if netns_exists(ns):
-            LOCAL.run(["ip", "netns", "del", ns], check=False)
-    return leftovers
 
 
 @dataclass
 class Fleet:
     """`pairs` pairs of stand-in machines (a1 b1, a2 b2, ...) behind one controller namespace `c`, as a team's
     rack behind its Ansible controller: each machine a namespace with its own sshd on its management
-    address (10.200.<mgmt+i>.2, reached from `c` at .1), each pair's machines cabled by a test link `t1`
-    (10.200.<mgmt+8+k>.1/.2). `c` forwards between the management links, so a client machine reaches its
+    address (10.200.<mgmt+i>.2, reached from `c` at .1; the management block is `span` /24s, 8 up to 4 pairs,
+    16 for 5 to 8), each pair's machines cabled by a test link `t1` (10.200.<mgmt+span+k>.1/.2). `c` forwards between the management links, so a client machine reaches its
     server's sshd as it would over a management network. Each machine keeps its own prefix, remote_dir
     and authorized_keys file under `dir` (the stand-ins share this machine's file system)."""
 
@@ -304,6 +301,7 @@ class Fleet:
     controller: str
     machines: dict[str, Machine]
     mgmt: int
+    span: int = 8
     port: int = PORT
 
     def names(self) -> list[str]:
@@ -311,7 +309,7 @@ class Fleet:
 
     def test_ip(self, name: str) -> str:
         k = int(name[1:])
-        return f"10.200.{self.mgmt + 8 + k}.{1 if name[0] == 'a' else 2}"
+        return f"10.200.{self.mgmt + self.span + k}.{1 if name[0] == 'a' else 2}"
 
     def path(self, what: str, name: str) -> Path:
         return self.dir / f"{what}-{name}"
@@ -332,11 +330,19 @@ class Fleet:
         return "\n".join(lines) + "\n"
 
 
-def start_fleet(tmp: Path, prefix: str, pairs: int = 2, mgmt: int = 240) -> Fleet:
+def start_fleet(tmp: Path, prefix: str, pairs: int = 2, mgmt: int | None = None) -> Fleet:
+    """`pairs` pairs (1 to 8); the management block starts at 10.200.`mgmt`.0 (default 240 up to 4 pairs,
+    224 beyond, so the test links after it stay below 10.200.255)."""
+    names = [f"{side}{k}" for k in range(1, pairs + 1) for side in ("a", "b")]
+    span = max(8, 1 << (len(names) - 1).bit_length())
+    mgmt = (240 if span == 8 else 256 - 2 * span) if mgmt is None else mgmt
+    if not 1 <= pairs <= 8 or mgmt % span or mgmt + span + pairs > 254:
+        raise ValueError(f"start_fleet: {pairs} pairs from 10.200.{mgmt}.0 do not fit (1 to 8 pairs, the "
+                         f"management block aligned to {span} /24s, the test links below 10.200.255)")
     d = tmp / "sshd-fleet"
     d.mkdir(mode=0o700)
-    names = [f"{side}{k}" for k in range(1, pairs + 1) for side in ("a", "b")]
-    f = Fleet(d, f"{prefix}-c", {n: Machine(f"{prefix}-{n}", f"10.200.{mgmt + i}.2") for i, n in enumerate(names)}, mgmt)
+    f = Fleet(d, f"{prefix}-c", {n: Machine(f"{prefix}-{n}", f"10.200.{mgmt + i}.2") for i, n in enumerate(names)},
+              mgmt, span)
     made: list[str] = []
     try:
         for ns in [f.controller] + [m.ns for m in f.machines.values()]:
@@ -345,7 +351,7 @@ def start_fleet(tmp: Path, prefix: str, pairs: int = 2, mgmt: int = 240) -> Flee
         NetnsHost(f.controller).run(["sysctl", "-qw", "net.ipv4.ip_forward=1"])
         for i, (name, m) in enumerate(f.machines.items()):
             _veth(f.controller, f"m{name}", f"10.200.{mgmt + i}.1", m.ns, "mgmt", m.ssh_ip)
-            NetnsHost(m.ns).run(["ip", "route", "add", f"10.200.{mgmt}.0/{24 - (len(names) - 1).bit_length()}",
+            NetnsHost(m.ns).run(["ip", "route", "add", f"10.200.{mgmt}.0/{24 - (span - 1).bit_length()}",
                                  "via", f"10.200.{mgmt + i}.1", "dev", "mgmt"])
         for k in range(1, pairs + 1):
             _veth(f.machines[f"a{k}"].ns, "t1", f.test_ip(f"a{k}"), f.machines[f"b{k}"].ns, "t1", f.test_ip(f"b{k}"))
@@ -369,18 +375,33 @@ def start_fleet(tmp: Path, prefix: str, pairs: int = 2, mgmt: int = 240) -> Flee
             ]) + "\n")
             m.proc = _start_sshd(m.ns, conf, d / f"sshd-{name}.log")
     except BaseException:
-        stop_fleet(f)
+        stop_machines(f)
         raise
     return f
 
 
-def stop_fleet(f: Fleet) -> list[str]:
-    """Stop every sshd and its sessions by pid, delete the namespaces; what had to be killed."""
+def stop_machines(group: "SshdPair | Fleet") -> list[str]:
+    """Close our masters, stop every machine's sshd and its sessions by pid, delete the namespaces (the
+    controller's too); what had to be killed beyond the listeners (should be empty)."""
     close_all()
     leftovers = []
-    for m in f.machines.values():
-        leftovers += _end_sshd(m.proc, Sshd(f.dir, f.controller, m.ns, "", ""))
-    for ns in [f.controller] + [m.ns for m in f.machines.values()]:
+    for m in group.machines.values():
+        leftovers += _end_sshd(m.proc, m.ns)
+    for ns in [group.controller] + [m.ns for m in group.machines.values()]:
         if netns_exists(ns):
             LOCAL.run(["ip", "netns", "del", ns], check=False)
     return leftovers
+
+
+def lose(f: Fleet, name: str) -> None:
+    """Machine `name` drops off the network as a crashed sshd would: its listener and every session
+    (the clients' masters with it) ended by pid; what its sessions started keeps running."""
+    m = f.machines[name]
+    _end_sshd(m.proc, m.ns, grace=0)
+    m.proc = None
+
+
+def bring_back(f: Fleet, name: str) -> None:
+    """Machine `name`'s sshd started again with its own config, as after a reboot of the daemon."""
+    m = f.machines[name]
+    m.proc = _start_sshd(m.ns, f.dir / f"sshd_config-{name}", f.dir / f"sshd-{name}.log")

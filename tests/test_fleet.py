@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
 import tarfile
 import threading
 import time
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -24,19 +26,11 @@ import pytest
 from offlab.hosts import NetnsHost
 from tests import sshd as sshd_mod
 from tests.conftest import OUR_NAMESPACES, REPO, netns_names, requires_root
+from tests.helpers import pair_plan
 
 pytestmark = requires_root
 
-PLAN = """
-name: fleet
-topology: {kind: veth}
-workload: {tool: iperf3, protocol: tcp, duration: 1, warmup: 0.3}
-axes:
-  gro:
-    "off": {settings: {server:to-client: {gro: false}}}
-    "on": {settings: {server:to-client: {gro: true}}}
-repeat: {min: 1, max: 1, level: 95, width: 50}
-"""
+PLAN = pair_plan("fleet", 1)
 
 
 def _newest_source() -> float:
@@ -66,14 +60,14 @@ def fleet(tmp_path_factory):
     try:
         yield f
     finally:
-        leftovers = sshd_mod.stop_fleet(f)
+        leftovers = sshd_mod.stop_machines(f)
         assert not leftovers, f"sshd sessions had to be killed: {leftovers}"
         assert not {n for n in netns_names() - before if n.startswith(OUR_NAMESPACES)}, "namespaces left"
 
 
-def fleet_cli(f, tmp_path, *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
+def fleet_cli(f, tmp_path, *args: str, timeout: float = 900, env: dict | None = None) -> subprocess.CompletedProcess:
     """The real `offlab` in the controller namespace, as the team's Ansible controller runs it."""
-    env = {**os.environ, "OFFLAB_STATE_DIR": str(tmp_path / "state")}
+    env = {**os.environ, "OFFLAB_STATE_DIR": str(tmp_path / "state"), **(env or {})}
     return subprocess.run(["ip", "netns", "exec", f.controller, sys.executable, "-m", "offlab", *args],
                           capture_output=True, text=True, timeout=timeout, cwd=REPO, env=env)
 
@@ -99,6 +93,22 @@ def leftovers_on_the_machines(f) -> list[str]:
     return found
 
 
+def feature(ns: str, iface: str = "t1", name: str = "generic-receive-offload") -> bool:
+    return json.loads(NetnsHost(ns).run(["ethtool", "--json", "-k", iface]).stdout)[0][name]["active"]
+
+
+def settings_of(f) -> dict[str, tuple[bool, str]]:
+    """Each machine's test link as the plan touches it: gro, and the link's MTU as a witness of the rest."""
+    return {name: (feature(m.ns), NetnsHost(m.ns).run(["cat", "/sys/class/net/t1/mtu"]).stdout.strip())
+            for name, m in f.machines.items()}
+
+
+def run_times(db) -> dict[str, tuple[datetime, datetime]]:
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute("SELECT name, started_at, finished_at FROM runs").fetchall()
+    return {n: (datetime.fromisoformat(s), datetime.fromisoformat(e)) for n, s, e in rows}
+
+
 def test_fleet_run_runs_each_pair_from_its_client_and_imports_both_side_by_side(fleet, bundle, tmp_path):
     inv = tmp_path / "inventory.yml"
     inv.write_text(fleet.ansible_inventory())
@@ -114,6 +124,9 @@ def test_fleet_run_runs_each_pair_from_its_client_and_imports_both_side_by_side(
         rows = conn.execute("SELECT r.name, r.status, COUNT(s.id) FROM runs r LEFT JOIN samples s ON s.run_id = r.id "
                             "GROUP BY r.id ORDER BY r.name").fetchall()
     assert rows == [("fleet @ a1:t1,b1:t1", "done", 2), ("fleet @ a2:t1,b2:t1", "done", 2)]
+    # No --serial: one batch, both pairs measured at once (each started before the other finished).
+    (s1, e1), (s2, e2) = run_times(db)["fleet @ a1:t1,b1:t1"], run_times(db)["fleet @ a2:t1,b2:t1"]
+    assert s1 < e2 and s2 < e1, run_times(db)
     # Each run was made on its client machine (its own offlab, its own state directory), not here.
     with sqlite3.connect(db) as conn:
         envs = [json.loads(e) for (e,) in conn.execute("SELECT env FROM runs ORDER BY name")]
@@ -157,7 +170,7 @@ def test_a_server_lost_mid_run_keeps_its_pairs_samples_and_the_other_pair_goes_o
     inv = tmp_path / "inventory.yml"
     inv.write_text(fleet.ansible_inventory())
     plan = tmp_path / "plan.yaml"
-    plan.write_text(PLAN.replace("min: 1, max: 1", "min: 4, max: 4"))
+    plan.write_text(pair_plan("fleet", 4))
     db = tmp_path / "results.db"
     b2 = NetnsHost(fleet.machines["b2"].ns)
     cut = threading.Event()
@@ -205,6 +218,145 @@ def test_a_server_lost_mid_run_keeps_its_pairs_samples_and_the_other_pair_goes_o
             NetnsHost(fleet.machines[name].ns).run(["sh", str(script)])
     res = fleet_cli(fleet, tmp_path, "fleet", "clean", "--inventory", str(inv), "--host", "a2", "--host", "b2")
     assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
+    assert leftovers_on_the_machines(fleet) == []
+
+
+def batches_of(log: str, task: str) -> list[list[str]]:
+    """The hosts that ran `task`, per time the playbook's output shows it (each serial batch shows it anew)."""
+    batches, current = [], None
+    for line in log.splitlines():
+        if line.startswith("TASK ["):
+            current = [] if line.startswith(f"TASK [{task}]") else None
+            if current is not None:
+                batches.append(current)
+        elif current is not None and line.split(":")[0] in ("ok", "changed", "failed", "fatal"):
+            current.append(line.split("[", 1)[1].split("]")[0])
+    return batches
+
+
+def test_serial_runs_the_pairs_in_ansible_batches_one_after_the_other(fleet, bundle, tmp_path):
+    inv = tmp_path / "inventory.yml"
+    inv.write_text(fleet.ansible_inventory())
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(PLAN)
+    db, log = tmp_path / "results.db", tmp_path / "ansible.log"
+    res = fleet_cli(fleet, tmp_path, "fleet", "run", str(plan), "--inventory", str(inv), "--group", "rack",
+                    "--db", str(db), "--bundle", str(bundle), "--forks", "4", "--serial", "1",
+                    env={"OFFLAB_FLEET_LOG": str(log)})
+    assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
+    assert "forks 4, serial 1" in res.stdout.splitlines()[0], res.stdout
+    # Ansible's own batches: the run play shown once per batch, each with one client host.
+    text = log.read_text()
+    assert text.count("PLAY [run the plan from each pair's client host]") == 2, text[-3000:]
+    assert batches_of(text, "offlab run, from the client host") == [["a1"], ["a2"]], text[-3000:]
+    # ...so the second pair's run started after the first pair's had finished.
+    times = run_times(db)
+    assert times["fleet @ a1:t1,b1:t1"][1] <= times["fleet @ a2:t1,b2:t1"][0], times
+    assert leftovers_on_the_machines(fleet) == []
+
+
+def test_a_server_whose_sshd_dies_mid_run_is_put_back_by_fleet_clean_once_it_answers(fleet, bundle, tmp_path):
+    inv = tmp_path / "inventory.yml"
+    inv.write_text(fleet.ansible_inventory())
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(pair_plan("fleet", 4))
+    db = tmp_path / "results.db"
+    before = settings_of(fleet)
+    lost: dict[str, object] = {}
+
+    def lose_b2_while_its_setting_is_changed():
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline and "done" not in lost:
+            for f in (fleet.path("prefix", "a2") / "runs").glob("*/results.db"):
+                try:
+                    with sqlite3.connect(f"file:{f}?mode=ro", uri=True, timeout=1) as conn:
+                        n = conn.execute("SELECT COUNT(*) FROM samples").fetchone()[0]
+                except sqlite3.Error:
+                    n = 0
+                if n >= 1 and feature(fleet.machines["b2"].ns) != before["b2"][0]:
+                    sshd_mod.lose(fleet, "b2")  # the listener and every session, by pid
+                    lost["gro"] = feature(fleet.machines["b2"].ns)
+                    lost["done"] = True
+                    return
+            time.sleep(0.2)
+
+    watcher = threading.Thread(target=lose_b2_while_its_setting_is_changed, daemon=True)
+    watcher.start()
+    try:
+        res = fleet_cli(fleet, tmp_path, "fleet", "run", str(plan), "--inventory", str(inv), "--group", "rack",
+                        "--db", str(db), "--bundle", str(bundle))
+    finally:
+        lost["done"] = True
+        watcher.join()
+        if fleet.machines["b2"].proc is None:
+            sshd_mod.bring_back(fleet, "b2")
+    assert "gro" in lost, (res.stdout + res.stderr)[-3000:]
+    assert res.returncode == 3, (res.stdout + res.stderr)[-3000:]
+    assert "a1:t1,b1:t1: ok: run " in res.stdout, res.stdout
+    failed = [l for l in res.stdout.splitlines() if l.startswith("a2:t1,b2:t1: failed: ")]
+    assert len(failed) == 1 and "b2" in failed[0].split("failed: ", 1)[1] and "samples kept in run" in failed[0], res.stdout
+    assert "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    # Nobody could put b2 back while it was gone: its setting, its journal and the run's key are still there.
+    assert lost["gro"] != before["b2"][0] and feature(fleet.machines["b2"].ns) == lost["gro"]
+    found = leftovers_on_the_machines(fleet)
+    assert "b2: key offlab-fleet-" in " ".join(found) and f"b2: {fleet.path('remote', 'b2')}" in found, found
+    assert all(l.startswith(("a2: ", "b2: ")) for l in found), found
+    # Back: `fleet clean` alone (the host's own restore.sh first) leaves nothing on either end of the pair.
+    res = fleet_cli(fleet, tmp_path, "fleet", "clean", "--inventory", str(inv), "--host", "a2", "--host", "b2")
+    assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
+    assert leftovers_on_the_machines(fleet) == []
+    assert settings_of(fleet) == before
+
+
+def test_a_database_gone_during_the_run_keeps_every_pairs_results_in_files_it_names(fleet, bundle, tmp_path, pg):  # noqa: F811
+    inv = tmp_path / "inventory.yml"
+    inv.write_text(fleet.ansible_inventory())
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(PLAN)
+    url = pg.database()
+    name = url.split("@/")[1].split("?")[0]
+    dropped = threading.Event()
+
+    def drop_once_a_pair_has_measured():  # the database answered at the start; it is gone at the import
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline and not dropped.is_set():
+            for f in (fleet.path("prefix", "a1") / "runs").glob("*/results.db"):
+                try:
+                    with sqlite3.connect(f"file:{f}?mode=ro", uri=True, timeout=1) as conn:
+                        n = conn.execute("SELECT COUNT(*) FROM samples").fetchone()[0]
+                except sqlite3.Error:
+                    n = 0
+                if n >= 1:
+                    pg.psql(f"DROP DATABASE {name}")
+                    dropped.set()
+                    return
+            time.sleep(0.3)
+
+    watcher = threading.Thread(target=drop_once_a_pair_has_measured, daemon=True)
+    watcher.start()
+    try:
+        res = fleet_cli(fleet, tmp_path, "fleet", "run", str(plan), "--inventory", str(inv), "--group", "rack",
+                        "--db", url, "--bundle", str(bundle))
+    finally:
+        dropped.set()
+        watcher.join()
+    assert res.returncode == 3, (res.stdout + res.stderr)[-3000:]
+    line = res.stderr.strip()
+    assert "Traceback" not in line and len(line.splitlines()) == 1, res.stderr
+    assert f'database "{name}" does not exist' in line and "the pairs' results are kept in " in line, line
+    home = Path(line.split("the pairs' results are kept in ")[1].split()[0])
+    try:
+        assert sorted(f.name for f in home.iterdir()) == ["a1_t1-b1_t1.db", "a2_t1-b2_t1.db"]
+        db = tmp_path / "later.db"
+        for f in sorted(home.iterdir()):  # what the line says to do once a database answers
+            imp = fleet_cli(fleet, tmp_path, "results", "import", str(f), "--db", str(db))
+            assert imp.returncode == 0, imp.stderr
+        with sqlite3.connect(db) as conn:
+            rows = conn.execute("SELECT r.name, r.status, COUNT(s.id) FROM runs r LEFT JOIN samples s ON s.run_id = r.id "
+                                "GROUP BY r.id ORDER BY r.name").fetchall()
+        assert rows == [("fleet @ a1:t1,b1:t1", "done", 2), ("fleet @ a2:t1,b2:t1", "done", 2)]
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
     assert leftovers_on_the_machines(fleet) == []
 
 
@@ -258,3 +410,17 @@ def test_bad_fleet_input_is_refused_in_one_line_before_anything_connects(tmp_pat
     assert res.returncode == 3 and "OFFLAB_ANSIBLE_PLAYBOOK=/nonexistent/ansible-playbook: not an executable" in res.stderr
     res = _bad(tmp_path, THREE, "--pair", "h1:t1,h2:t1", "--bundle", str(tmp_path / "none.tar"))
     assert res.returncode == 2 and "none.tar: no such file: build it with `make bundle`" in res.stderr, res.stderr
+
+
+def test_a_database_that_cannot_take_the_results_is_refused_before_any_host_is_touched(tmp_path, pg):
+    res = _bad(tmp_path, THREE, "--pair", "h1:t1,h2:t1", "--db", f"postgresql://postgres@/offlab?host={tmp_path}&port={pg.port}")
+    assert res.returncode == 3 and "connecting failed: " in res.stderr and "check that the server runs" in res.stderr
+    assert "ansible-playbook: " not in res.stdout, res.stdout  # the playbook never started
+    url = pg.database()
+    from offlab.store import SCHEMA_VERSION, Store
+
+    Store.open(url).close()
+    pg.psql(f"UPDATE meta SET value = '{SCHEMA_VERSION + 1}' WHERE key = 'schema_version'", db=url.split("@/")[1].split("?")[0])
+    res = _bad(tmp_path, THREE, "--pair", "h1:t1,h2:t1", "--db", url)
+    assert res.returncode == 3 and f"schema version {SCHEMA_VERSION + 1}" in res.stderr, res.stderr
+    assert "ansible-playbook: " not in res.stdout, res.stdout  # the playbook never started

@@ -24,7 +24,7 @@ from offlab.errors import EnvironmentProblem
 from offlab.hosts import NetnsHost
 from tests import sshd as sshd_mod
 from tests.conftest import OUR_NAMESPACES, REPO, netns_names, offlab_cli, requires_root
-from tests.helpers import tool_saw_no_loss
+from tests.helpers import pair_plan, tool_saw_no_loss
 
 pytestmark = requires_root
 
@@ -38,7 +38,7 @@ def pair(tmp_path_factory):
     try:
         yield p
     finally:
-        leftovers = sshd_mod.stop_pair(p)
+        leftovers = sshd_mod.stop_machines(p)
         assert not leftovers, f"sshd sessions had to be killed: {leftovers}"
         assert not {n for n in netns_names() - before if n.startswith(OUR_NAMESPACES)}, "namespaces left"
 
@@ -266,21 +266,9 @@ def test_library_teardown_puts_an_ssh_hosts_settings_back_without_the_cli(pair, 
         teardown.down(lab_name, force=True)
 
 
-PLAN = """
-name: pairs
-topology: {kind: veth}
-workload: {tool: iperf3, protocol: tcp, duration: 1, warmup: 0.3}
-axes:
-  gro:
-    "off": {settings: {server:to-client: {gro: false}}}
-    "on": {settings: {server:to-client: {gro: true}}}
-repeat: {min: %d, max: %d, level: 95, width: 50}
-"""
-
-
 def test_fan_out_runs_one_plan_on_three_pairs_and_compare_sets_them_side_by_side(pair, inv, tmp_path, state_dir):
     plan = tmp_path / "plan.yaml"
-    plan.write_text(PLAN % (1, 1))
+    plan.write_text(pair_plan("pairs", 1))
     db = tmp_path / "results.db"
     res = cli(state_dir, "run", str(plan), "--inventory", str(inv), "--db", str(db), "--json", timeout=600)
     assert res.returncode == 0, res.stderr[-2000:]
@@ -301,7 +289,7 @@ def test_fan_out_runs_one_plan_on_three_pairs_and_compare_sets_them_side_by_side
 
 def test_fan_out_into_a_shared_postgresql_and_compare_from_it(pair, inv, tmp_path, state_dir, pg):
     plan = tmp_path / "plan.yaml"
-    plan.write_text(PLAN % (2, 2))
+    plan.write_text(pair_plan("pairs", 2))
     url = pg.database()
     res = cli(state_dir, "run", str(plan), "--inventory", str(inv), "--pair", "a:t1,b:t1", "--pair", "a:t2,b:t2",
               "--db", url, "--json", timeout=600)
@@ -323,7 +311,7 @@ def test_fan_out_into_a_shared_postgresql_and_compare_from_it(pair, inv, tmp_pat
 
 def test_a_host_that_dies_mid_run_keeps_the_samples_and_names_the_host(pair, inv, tmp_path, state_dir):
     plan = tmp_path / "plan.yaml"
-    plan.write_text(PLAN % (6, 6))
+    plan.write_text(pair_plan("pairs", 6))
     db = tmp_path / "results.db"
 
     def kill_b_after_first_sample() -> None:

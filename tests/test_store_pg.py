@@ -15,11 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, offlab_cli
+from tests.conftest import REPO, offlab_cli
 from offlab.errors import EnvironmentProblem
 from offlab.experiment.runner import RunBusy, run_lock
 from offlab.store import SCHEMA_VERSION, Store
 from synthetic_results import make_uso_run
+from tests.helpers import WRITER
 
 
 def one_line_error(res: subprocess.CompletedProcess) -> str:
@@ -81,20 +82,6 @@ def test_a_schema_newer_than_this_offlab_is_refused_in_one_line(pg):
         Store.open(url)
     res = offlab_cli("results", "list", "--db", url)
     assert res.returncode == 3 and f"knows up to version {SCHEMA_VERSION}" in one_line_error(res)
-
-
-WRITER = textwrap.dedent("""
-    import sys, time
-    from offlab.store import Store
-    url, tag, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    with Store.open(url) as s:
-        run = s.create_run(f"writer {tag}", "name: w", {"name": "w"}, 1, {"host": tag}, None, {})
-        cells = s.add_cells(run, [{"key": f"k={i}", "params": {"k": i}} for i in range(2)])
-        print(run, flush=True)
-        for i in range(n):
-            s.add_sample(run, cells[f"k={i % 2}"], i, {"writer": tag, "i": i}, {"throughput_bps": float(i)})
-        s.set_run_status(run, "done")
-""")
 
 
 @pytest.mark.parametrize("backend", ["postgresql", "sqlite"])

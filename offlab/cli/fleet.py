@@ -55,7 +55,8 @@ def clean_cmd(
     inventory: Path = typer.Option(..., "--inventory", help="The Ansible YAML inventory of the fleet run."),
     host: Optional[List[str]] = typer.Option(None, "--host", help="Only this host (repeatable)."),
 ) -> None:
-    """Remove offlab from the hosts (offlab_prefix: venv, bundle, state) and any fleet key left by a crash."""
+    """Put back what a crashed run left (each host's own restore.sh: settings, offlab's processes), then
+    remove offlab from the hosts (offlab_prefix: venv, bundle, state) and any fleet key."""
     from offlab import fleet
 
     rc = fleet.clean(str(inventory), host or None)

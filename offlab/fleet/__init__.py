@@ -139,6 +139,11 @@ def run(plan_path: str, inventory: str, db: str, pairs: list[str] | None = None,
     if not bundle_path.is_file():
         raise BadInput(f"--bundle {bundle_path}: no such file: build it with `make bundle` in offlab's checkout")
     player = ansible_playbook()
+    from offlab.store import Store
+
+    # The database answers (and has offlab's schema, not a newer one) before any host is touched: an
+    # unreachable one is one line now, not after the whole fleet has run.
+    Store.open(db).close()
     token = secrets.token_hex(6)
     with tempfile.TemporaryDirectory(prefix="offlab-fleet.") as tmp:
         out = Path(tmp) / "out"
@@ -171,8 +176,23 @@ def run(plan_path: str, inventory: str, db: str, pairs: list[str] | None = None,
         keep = os.environ.get("OFFLAB_FLEET_LOG")
         if keep:
             shutil.copyfile(log, keep)
-        results = _collect(pairs, jobs, out, text, db, proc.returncode)
+        try:
+            results = _collect(pairs, jobs, out, text, db, proc.returncode)
+        except EnvironmentProblem as e:  # the database went away during the run: keep what was measured
+            kept = [f for f in sorted(out.glob("*.db")) if f.stat().st_size > 0]
+            if not kept:
+                raise
+            home = Path(tempfile.mkdtemp(prefix="offlab-fleet-results."))
+            for f in kept:
+                shutil.copyfile(f, home / f"{jobs_by_index(jobs)[f.stem]}.db")
+            raise EnvironmentProblem(f"{e}; the pairs' results are kept in {home} (one SQLite file per pair): "
+                                     f"`offlab results import FILE --db {db}` once it answers") from None
     return results
+
+
+def jobs_by_index(jobs: dict) -> dict[str, str]:
+    """Index (as in the fetched file's name) → the pair, as a file name (`a1_t1-b1_t1`)."""
+    return {str(j["index"]): j["pair"].replace(":", "_").replace(",", "-") for j in jobs.values()}
 
 
 def _play(argv: list[str], tmp: Path, out) -> subprocess.CompletedProcess:
@@ -261,7 +281,8 @@ def _collect(pairs: list[str], jobs: dict, out: Path, text: str, db: str, ansibl
 
 
 def clean(inventory: str, hosts: list[str] | None = None, *, forks: int = 5) -> int:
-    """`offlab fleet clean`: the playbook's `clean` tag: offlab_prefix and any fleet key off the hosts."""
+    """`offlab fleet clean`: the playbook's `clean` tag: a crashed run's restore.sh run on each host, then
+    offlab_prefix and any fleet key off the hosts."""
     inv = inv_mod.load(inventory)
     names = hosts or list(inv.hosts)
     for n in names:
