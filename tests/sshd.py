@@ -307,6 +307,10 @@ class Fleet:
     def names(self) -> list[str]:
         return list(self.machines)
 
+    def gateway(self, name: str) -> str:
+        """The controller's end of machine `name`'s management link."""
+        return f"10.200.{self.mgmt + self.names().index(name)}.1"
+
     def test_ip(self, name: str) -> str:
         k = int(name[1:])
         return f"10.200.{self.mgmt + self.span + k}.{1 if name[0] == 'a' else 2}"
@@ -349,10 +353,9 @@ def start_fleet(tmp: Path, prefix: str, pairs: int = 2, mgmt: int | None = None)
             LOCAL.run(["ip", "netns", "add", ns])
             made.append(ns)
         NetnsHost(f.controller).run(["sysctl", "-qw", "net.ipv4.ip_forward=1"])
-        for i, (name, m) in enumerate(f.machines.items()):
-            _veth(f.controller, f"m{name}", f"10.200.{mgmt + i}.1", m.ns, "mgmt", m.ssh_ip)
-            NetnsHost(m.ns).run(["ip", "route", "add", f"10.200.{mgmt}.0/{24 - (span - 1).bit_length()}",
-                                 "via", f"10.200.{mgmt + i}.1", "dev", "mgmt"])
+        for name, m in f.machines.items():
+            _veth(f.controller, f"m{name}", f.gateway(name), m.ns, "mgmt", m.ssh_ip)
+            _route_mgmt(f, name)
         for k in range(1, pairs + 1):
             _veth(f.machines[f"a{k}"].ns, "t1", f.test_ip(f"a{k}"), f.machines[f"b{k}"].ns, "t1", f.test_ip(f"b{k}"))
         for key in ("hostkey", "userkey"):
@@ -391,6 +394,24 @@ def stop_machines(group: "SshdPair | Fleet") -> list[str]:
         if netns_exists(ns):
             LOCAL.run(["ip", "netns", "del", ns], check=False)
     return leftovers
+
+
+def _route_mgmt(f: Fleet, name: str) -> None:
+    """Machine `name` reaches the whole management block through the controller (a route the kernel
+    drops when the machine's mgmt link goes down, and does not bring back with it)."""
+    NetnsHost(f.machines[name].ns).run(["ip", "route", "replace", f"10.200.{f.mgmt}.0/{24 - (f.span - 1).bit_length()}",
+                                        "via", f.gateway(name), "dev", "mgmt"])
+
+
+def cut(f: Fleet, name: str) -> None:
+    """Machine `name` drops off the management network (its link down: connections time out)."""
+    NetnsHost(f.machines[name].ns).run(["ip", "link", "set", "mgmt", "down"])
+
+
+def reconnect(f: Fleet, name: str) -> None:
+    """Machine `name` back on the management network, its route too."""
+    NetnsHost(f.machines[name].ns).run(["ip", "link", "set", "mgmt", "up"])
+    _route_mgmt(f, name)
 
 
 def lose(f: Fleet, name: str) -> None:

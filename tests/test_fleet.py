@@ -172,7 +172,6 @@ def test_a_server_lost_mid_run_keeps_its_pairs_samples_and_the_other_pair_goes_o
     plan = tmp_path / "plan.yaml"
     plan.write_text(pair_plan("fleet", 4))
     db = tmp_path / "results.db"
-    b2 = NetnsHost(fleet.machines["b2"].ns)
     cut = threading.Event()
 
     def cut_b2_after_its_first_sample():
@@ -185,7 +184,7 @@ def test_a_server_lost_mid_run_keeps_its_pairs_samples_and_the_other_pair_goes_o
                 except sqlite3.Error:
                     n = 0
                 if n >= 1:
-                    b2.run(["ip", "link", "set", "mgmt", "down"])
+                    sshd_mod.cut(fleet, "b2")
                     cut.set()
                     return
             time.sleep(0.5)
@@ -198,7 +197,7 @@ def test_a_server_lost_mid_run_keeps_its_pairs_samples_and_the_other_pair_goes_o
     finally:
         cut.set()
         watcher.join()
-        b2.run(["ip", "link", "set", "mgmt", "up"])
+        sshd_mod.reconnect(fleet, "b2")
     assert res.returncode == 3, (res.stdout + res.stderr)[-3000:]
     assert "a1:t1,b1:t1: ok: run " in res.stdout, res.stdout
     failed = [l for l in res.stdout.splitlines() if l.startswith("a2:t1,b2:t1: failed: ")]

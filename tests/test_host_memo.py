@@ -69,7 +69,7 @@ def pair(tmp_path_factory):
     try:
         yield p
     finally:
-        leftovers = sshd_mod.stop_pair(p)
+        leftovers = sshd_mod.stop_machines(p)
         assert not leftovers, f"sshd sessions had to be killed: {leftovers}"
         assert not {n for n in netns_names() - before if n.startswith(OUR_NAMESPACES)}, "namespaces left"
 
