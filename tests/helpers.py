@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
@@ -12,11 +13,12 @@ import subprocess
 import sys
 import textwrap
 import time
+from typing import Any, Callable, Iterator
 
 import pytest
 
 from offlab.store import Store
-from tests.conftest import REPO, kill_9_once_daemon_is_recorded, requires_root, running
+from tests.conftest import OUR_NAMESPACES, REPO, kill_9_once_daemon_is_recorded, netns_names, requires_root, running
 
 NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
 DEBIAN_PYTHON = "/usr/bin/python3"
@@ -189,3 +191,21 @@ def as_nobody(*args: str, env: dict | None = None) -> subprocess.CompletedProces
     return subprocess.run([*NOBODY, "env", "-i", "PATH=/usr/bin:/bin", f"PYTHONPATH={path}",
                            *[f"{k}={v}" for k, v in (env or {}).items()], DEBIAN_PYTHON, "-m", "offlab", *args],
                           capture_output=True, text=True, cwd="/", timeout=120)
+
+
+@contextlib.contextmanager
+def stand_in_machines(start: Callable[[], Any]) -> Iterator[Any]:
+    """Stand-in machines (tests/sshd.py: a pair or a fleet, each machine a namespace with its own sshd)
+    for a module: started, yielded, stopped; fails if a session had to be killed or a namespace is left."""
+    from tests import sshd
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root for network namespaces")
+    before = netns_names()
+    group = start()
+    try:
+        yield group
+    finally:
+        leftovers = sshd.stop_machines(group)
+        assert not leftovers, f"sshd sessions had to be killed: {leftovers}"
+        assert not {n for n in netns_names() - before if n.startswith(OUR_NAMESPACES)}, "namespaces left"

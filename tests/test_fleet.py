@@ -9,6 +9,7 @@ machine, each pair's plan runs from its client machine, the results come home.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -20,13 +21,14 @@ import threading
 import time
 from datetime import datetime
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
 from offlab.hosts import NetnsHost
 from tests import sshd as sshd_mod
-from tests.conftest import OUR_NAMESPACES, REPO, netns_names, requires_root
-from tests.helpers import pair_plan
+from tests.conftest import OUR_NAMESPACES, REPO, requires_root
+from tests.helpers import pair_plan, stand_in_machines
 
 pytestmark = requires_root
 
@@ -53,16 +55,8 @@ def bundle(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory):
-    if os.geteuid() != 0:
-        pytest.skip("needs root for network namespaces")
-    before = netns_names()
-    f = sshd_mod.start_fleet(tmp_path_factory.mktemp("fl"), f"{OUR_NAMESPACES[0]}fl")
-    try:
+    with stand_in_machines(lambda: sshd_mod.start_fleet(tmp_path_factory.mktemp("fl"), f"{OUR_NAMESPACES[0]}fl")) as f:
         yield f
-    finally:
-        leftovers = sshd_mod.stop_machines(f)
-        assert not leftovers, f"sshd sessions had to be killed: {leftovers}"
-        assert not {n for n in netns_names() - before if n.startswith(OUR_NAMESPACES)}, "namespaces left"
 
 
 def fleet_cli(f, tmp_path, *args: str, timeout: float = 900, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -107,6 +101,41 @@ def run_times(db) -> dict[str, tuple[datetime, datetime]]:
     with sqlite3.connect(db) as conn:
         rows = conn.execute("SELECT name, started_at, finished_at FROM runs").fetchall()
     return {n: (datetime.fromisoformat(s), datetime.fromisoformat(e)) for n, s, e in rows}
+
+
+def samples_on(fleet, name: str) -> int:
+    """Samples the run started on machine `name` has committed so far (its own SQLite file; 0 before)."""
+    n = 0
+    for f in (fleet.path("prefix", name) / "runs").glob("*/results.db"):
+        try:
+            with sqlite3.connect(f"file:{f}?mode=ro", uri=True, timeout=1) as conn:
+                n = max(n, conn.execute("SELECT COUNT(*) FROM samples").fetchone()[0])
+        except sqlite3.Error:
+            pass
+    return n
+
+
+@contextlib.contextmanager
+def once_measuring(fleet, name: str, act: Callable[[], None], ready: Callable[[], bool] = lambda: True):
+    """While the block runs, call `act()` once: as soon as the run on machine `name` has stored a
+    sample and `ready()` holds (a crash, a cut, a database dropped mid-run)."""
+    stop = threading.Event()
+
+    def watch() -> None:
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline and not stop.is_set():
+            if samples_on(fleet, name) >= 1 and ready():
+                act()
+                return
+            time.sleep(0.2)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        watcher.join()
 
 
 def test_fleet_run_runs_each_pair_from_its_client_and_imports_both_side_by_side(fleet, bundle, tmp_path):
@@ -172,31 +201,11 @@ def test_a_server_lost_mid_run_keeps_its_pairs_samples_and_the_other_pair_goes_o
     plan = tmp_path / "plan.yaml"
     plan.write_text(pair_plan("fleet", 4))
     db = tmp_path / "results.db"
-    cut = threading.Event()
-
-    def cut_b2_after_its_first_sample():
-        deadline = time.monotonic() + 600
-        while time.monotonic() < deadline and not cut.is_set():
-            for f in (fleet.path("prefix", "a2") / "runs").glob("*/results.db"):
-                try:
-                    with sqlite3.connect(f"file:{f}?mode=ro", uri=True, timeout=1) as conn:
-                        n = conn.execute("SELECT COUNT(*) FROM samples").fetchone()[0]
-                except sqlite3.Error:
-                    n = 0
-                if n >= 1:
-                    sshd_mod.cut(fleet, "b2")
-                    cut.set()
-                    return
-            time.sleep(0.5)
-
-    watcher = threading.Thread(target=cut_b2_after_its_first_sample, daemon=True)
-    watcher.start()
     try:
-        res = fleet_cli(fleet, tmp_path, "fleet", "run", str(plan), "--inventory", str(inv), "--group", "rack",
-                        "--db", str(db), "--bundle", str(bundle))
+        with once_measuring(fleet, "a2", lambda: sshd_mod.cut(fleet, "b2")):
+            res = fleet_cli(fleet, tmp_path, "fleet", "run", str(plan), "--inventory", str(inv), "--group", "rack",
+                            "--db", str(db), "--bundle", str(bundle))
     finally:
-        cut.set()
-        watcher.join()
         sshd_mod.reconnect(fleet, "b2")
     assert res.returncode == 3, (res.stdout + res.stderr)[-3000:]
     assert "a1:t1,b1:t1: ok: run " in res.stdout, res.stdout
@@ -263,30 +272,16 @@ def test_a_server_whose_sshd_dies_mid_run_is_put_back_by_fleet_clean_once_it_ans
     before = settings_of(fleet)
     lost: dict[str, object] = {}
 
-    def lose_b2_while_its_setting_is_changed():
-        deadline = time.monotonic() + 600
-        while time.monotonic() < deadline and "done" not in lost:
-            for f in (fleet.path("prefix", "a2") / "runs").glob("*/results.db"):
-                try:
-                    with sqlite3.connect(f"file:{f}?mode=ro", uri=True, timeout=1) as conn:
-                        n = conn.execute("SELECT COUNT(*) FROM samples").fetchone()[0]
-                except sqlite3.Error:
-                    n = 0
-                if n >= 1 and feature(fleet.machines["b2"].ns) != before["b2"][0]:
-                    sshd_mod.lose(fleet, "b2")  # the listener and every session, by pid
-                    lost["gro"] = feature(fleet.machines["b2"].ns)
-                    lost["done"] = True
-                    return
-            time.sleep(0.2)
+    def lose_b2() -> None:
+        sshd_mod.lose(fleet, "b2")  # the listener and every session, by pid
+        lost["gro"] = feature(fleet.machines["b2"].ns)
 
-    watcher = threading.Thread(target=lose_b2_while_its_setting_is_changed, daemon=True)
-    watcher.start()
     try:
-        res = fleet_cli(fleet, tmp_path, "fleet", "run", str(plan), "--inventory", str(inv), "--group", "rack",
-                        "--db", str(db), "--bundle", str(bundle))
+        # once the plan's setting is changed on b2
+        with once_measuring(fleet, "a2", lose_b2, ready=lambda: feature(fleet.machines["b2"].ns) != before["b2"][0]):
+            res = fleet_cli(fleet, tmp_path, "fleet", "run", str(plan), "--inventory", str(inv), "--group", "rack",
+                            "--db", str(db), "--bundle", str(bundle))
     finally:
-        lost["done"] = True
-        watcher.join()
         if fleet.machines["b2"].proc is None:
             sshd_mod.bring_back(fleet, "b2")
     assert "gro" in lost, (res.stdout + res.stderr)[-3000:]
@@ -314,31 +309,10 @@ def test_a_database_gone_during_the_run_keeps_every_pairs_results_in_files_it_na
     plan.write_text(PLAN)
     url = pg.database()
     name = url.split("@/")[1].split("?")[0]
-    dropped = threading.Event()
-
-    def drop_once_a_pair_has_measured():  # the database answered at the start; it is gone at the import
-        deadline = time.monotonic() + 600
-        while time.monotonic() < deadline and not dropped.is_set():
-            for f in (fleet.path("prefix", "a1") / "runs").glob("*/results.db"):
-                try:
-                    with sqlite3.connect(f"file:{f}?mode=ro", uri=True, timeout=1) as conn:
-                        n = conn.execute("SELECT COUNT(*) FROM samples").fetchone()[0]
-                except sqlite3.Error:
-                    n = 0
-                if n >= 1:
-                    pg.psql(f"DROP DATABASE {name}")
-                    dropped.set()
-                    return
-            time.sleep(0.3)
-
-    watcher = threading.Thread(target=drop_once_a_pair_has_measured, daemon=True)
-    watcher.start()
-    try:
+    # the database answered at the start; it is gone at the import
+    with once_measuring(fleet, "a1", lambda: pg.psql(f"DROP DATABASE {name}")):
         res = fleet_cli(fleet, tmp_path, "fleet", "run", str(plan), "--inventory", str(inv), "--group", "rack",
                         "--db", url, "--bundle", str(bundle))
-    finally:
-        dropped.set()
-        watcher.join()
     assert res.returncode == 3, (res.stdout + res.stderr)[-3000:]
     line = res.stderr.strip()
     assert "Traceback" not in line and len(line.splitlines()) == 1, res.stderr

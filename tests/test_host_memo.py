@@ -5,7 +5,6 @@ a real sshd pair (an SSH host's reads are the round trips the memo saves); nothi
 from __future__ import annotations
 
 import json
-import os
 import shutil
 
 import pytest
@@ -20,7 +19,8 @@ from offlab.knobs.target import target_for
 from offlab.lab import hosts as hosts_lab
 from offlab.probes import CLOCK_EXCHANGES, ProbeSession
 from tests import sshd as sshd_mod
-from tests.conftest import OUR_NAMESPACES, netns_names, requires_root
+from tests.conftest import OUR_NAMESPACES, requires_root
+from tests.helpers import stand_in_machines
 
 pytestmark = requires_root
 
@@ -62,16 +62,8 @@ def test_a_removed_guest_labs_channel_is_closed_and_what_it_learned_is_gone(lab_
 
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory):
-    if os.geteuid() != 0:
-        pytest.skip("needs root for network namespaces")
-    before = netns_names()
-    p = sshd_mod.start_pair(tmp_path_factory.mktemp("hm"), f"{OUR_NAMESPACES[0]}hm", subnet=234)
-    try:
+    with stand_in_machines(lambda: sshd_mod.start_pair(tmp_path_factory.mktemp("hm"), f"{OUR_NAMESPACES[0]}hm", subnet=234)) as p:
         yield p
-    finally:
-        leftovers = sshd_mod.stop_machines(p)
-        assert not leftovers, f"sshd sessions had to be killed: {leftovers}"
-        assert not {n for n in netns_names() - before if n.startswith(OUR_NAMESPACES)}, "namespaces left"
 
 
 def test_an_ssh_lab_of_the_same_name_sees_fresh_feature_names_cpus_and_clock_exchanges(pair, tmp_path, state_dir,

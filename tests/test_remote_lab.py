@@ -23,24 +23,16 @@ import pytest
 from offlab.errors import EnvironmentProblem
 from offlab.hosts import NetnsHost
 from tests import sshd as sshd_mod
-from tests.conftest import OUR_NAMESPACES, REPO, netns_names, offlab_cli, requires_root
-from tests.helpers import pair_plan, tool_saw_no_loss
+from tests.conftest import OUR_NAMESPACES, REPO, offlab_cli, requires_root
+from tests.helpers import pair_plan, stand_in_machines, tool_saw_no_loss
 
 pytestmark = requires_root
 
 
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory):
-    if os.geteuid() != 0:
-        pytest.skip("needs root for network namespaces")
-    before = netns_names()
-    p = sshd_mod.start_pair(tmp_path_factory.mktemp("rl"), f"{OUR_NAMESPACES[0]}rl", links=3)
-    try:
+    with stand_in_machines(lambda: sshd_mod.start_pair(tmp_path_factory.mktemp("rl"), f"{OUR_NAMESPACES[0]}rl", links=3)) as p:
         yield p
-    finally:
-        leftovers = sshd_mod.stop_machines(p)
-        assert not leftovers, f"sshd sessions had to be killed: {leftovers}"
-        assert not {n for n in netns_names() - before if n.startswith(OUR_NAMESPACES)}, "namespaces left"
 
 
 @pytest.fixture
