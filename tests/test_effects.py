@@ -237,6 +237,66 @@ def test_busy_polling_is_exercised_only_on_a_device_with_napi():
     assert one(effects.witness(plain, off), "net.core.busy_poll")["status"] == OFF
 
 
+# ---- queues: channels and XPS; threaded NAPI; NAPI deferral ---------------------------------
+# veth-* (a veth lab, client ollq0 ─ server ollq1; client tso off, server gro on: the server's veth
+# receives through NAPI and counts per queue): see the folder's README for each one's settings.
+
+CLIENT, SERVER = "client:ollq0", "server:ollq1"
+
+
+def test_xps_sends_from_the_mapped_queue_and_names_the_cpu_a_mask_leaves_out():
+    """UDP from CPU 0 with xps.1 = CPU 0 and xps.0 = CPU 1: every packet left on queue 1."""
+    s = sample("veth-xps-udp")
+    found = effects.witness(s, [{"where": CLIENT, "key": "xps.1", "value": "0x1"},
+                                {"where": CLIENT, "key": "xps.0", "value": "0x2"}])
+    mapped, other = one(found, "xps.1"), one(found, "xps.0")
+    assert mapped["status"] == EXERCISED and mapped["counters"]["counted_at"] == f"{SERVER} rx"
+    assert mapped["counters"]["queues"]["1"] > 100000 and mapped["counters"]["queues"]["0"] == 0
+    assert other["status"] == NOT_EXERCISED and "sent from CPU 0, which the mask does not name" in other["cause"]
+    assert one(effects.witness(s, [{"where": CLIENT, "key": "xps", "value": "0x1"}]), "xps")["status"] == NOT_APPLICABLE
+    assert one(effects.witness(s, [{"where": CLIENT, "key": "xps.1", "value": "0"}]), "xps.1")["status"] == OFF
+
+
+def test_two_queues_with_parallel_streams_are_exercised_and_not_when_the_peer_has_one():
+    two, one_rx = sample("veth-channels2-streams12"), sample("veth-channels1-streams12")
+    e = one(effects.witness(two, [{"where": SERVER, "key": "channels.rx", "value": "2"}]), "channels.rx")
+    assert e["status"] == EXERCISED and min(e["counters"]["queues"].values()) > 1000
+    e = one(effects.witness(one_rx, [{"where": CLIENT, "key": "channels.tx", "value": "2"}]), "channels.tx")
+    assert e["status"] == NOT_EXERCISED and "server:ollq1 has 1 receive queue(s)" in e["cause"]
+    # the client's receive queues carry only acknowledgements: not where the data went
+    e = one(effects.witness(two, [{"where": CLIENT, "key": "channels.rx", "value": "2"}]), "channels.rx")
+    assert e["status"] == NOT_APPLICABLE and "did not go through" in e["cause"]
+
+
+def test_two_queues_with_one_flow_are_not_applicable():
+    e = one(effects.witness(sample("veth-threaded-off"), [{"where": SERVER, "key": "channels.rx", "value": "2"}]),
+            "channels.rx")
+    assert e["status"] == NOT_APPLICABLE and e["cause"].startswith("one flow goes through one queue")
+
+
+def test_a_sample_without_queue_counts_says_so_and_never_accuses():
+    e = one(effects.witness(sample("bridge-rps2"), [{"where": server_if(sample("bridge-rps2")),
+                                                     "key": "channels.rx", "value": "2"}]), "channels.rx")
+    assert e["status"] == NOT_APPLICABLE and "did not read per-queue counters" in e["cause"]
+
+
+def test_threaded_napi_is_exercised_by_its_thread_and_not_without_it():
+    setting = [{"where": SERVER, "key": "threaded", "value": "on"}]
+    e = one(effects.witness(sample("veth-threaded-on"), setting), "threaded")
+    assert e["status"] == EXERCISED and e["counters"]["napi_threads_cpu_pct"] > 0
+    e = one(effects.witness(sample("veth-threaded-off"), setting), "threaded")
+    assert e["status"] == NOT_EXERCISED and "NAPI" in e["cause"]
+
+
+def test_napi_deferral_on_a_veth_is_recorded_not_judged_with_why():
+    s = sample("veth-threaded-off")
+    e = one(effects.witness(s, [{"where": SERVER, "key": "napi_defer_hard_irqs", "value": "2"}]),
+            "napi_defer_hard_irqs")
+    assert e["status"] == NOT_APPLICABLE and "no interrupt count" in e["cause"]
+    e = one(effects.witness(s, [{"where": SERVER, "key": "gro_flush_timeout", "value": "0"}]), "gro_flush_timeout")
+    assert e["status"] == OFF
+
+
 def test_plain_gro_on_a_udp_forwarding_hop_is_not_applicable_its_udp_fwd_witness_judges():
     s = sample("bridge-udp-plain")
     ingress = next(n for n, v in s["probes"]["interfaces"].items()

@@ -427,6 +427,178 @@ def busy_poll_effect(key: str, value: str, where: str, probes: dict, workload: d
     return e
 
 
+# ---- which queues did the work: channels, XPS; NAPI threads and deferral ---------------------------
+
+QUEUE_KEYS = ("channels.rx", "channels.tx", "channels.combined")
+# a queue "did work" when it carried at least this share of the interface's packets in that direction
+BUSY_QUEUE_SHARE = 0.01
+VETH_QUEUES = ("a veth counts per queue only what it receives through NAPI (GRO on at the receiving end "
+               "with the sender's TSO off, or XDP); a tap or bridge counts none")
+
+
+def is_queue_setting(key: str) -> bool:
+    """A setting whose witness needs the per-queue packets (the probes read them only then)."""
+    return key in QUEUE_KEYS or key == "xps" or key.startswith("xps.")
+
+
+def _queue_counts(where: str, way: str, probes: dict, topology: str | None) -> tuple[str | None, dict[str, int]]:
+    """The per-queue packets that show `where`'s queues in direction `way` (tx: queues it sent on): its own
+    counters, else, for tx, the receive queues of the next hop (a veth hands a packet sent on its queue N
+    to its peer's receive queue N)."""
+    queues = probes.get("queues") or {}
+    own = (queues.get(where) or {}).get(way) or {}
+    if sum(own.values()):
+        return where, own
+    if way == "tx":
+        hop = _next_hop(probes.get("interfaces") or {}, where, topology)
+        theirs = (queues.get(hop) or {}).get("rx") or {} if hop else {}
+        if sum(theirs.values()):
+            return f"{hop} rx", theirs
+    return None, own
+
+
+def _data_way(where: str, probes: dict) -> str:
+    d = (probes.get("interfaces") or {}).get(where) or {}
+    return "tx" if (d.get("tx_bytes") or 0) >= (d.get("rx_bytes") or 0) else "rx"
+
+
+def _spread(counts: dict[str, int]) -> str:
+    return ", ".join(f"queue {q}: {n}" for q, n in sorted(counts.items(), key=lambda x: int(x[0])))
+
+
+def channels_effect(key: str, value: str, where: str, probes: dict, workload: dict,
+                    topology: str | None = None) -> Effect:
+    """channels.rx/tx/combined N > 1: the data went through more than one queue of the interface (its
+    own per-queue counters, or for a veth's transmit queues its peer's receive queues)."""
+    e = Effect(key, where, str(value), NOT_APPLICABLE, "", {})
+    try:
+        n = int(str(value))
+    except ValueError:
+        e.cause = f"{value!r} is not a queue count"
+        return e
+    if "queues" not in probes:
+        e.cause = "this sample did not read per-queue counters (measured before they were kept)"
+        return e
+    data = _data_way(where, probes)
+    way = key.split(".")[1] if key in ("channels.rx", "channels.tx") else data
+    seen, counts = _queue_counts(where, way, probes, topology)
+    total = sum(counts.values())
+    e.counters = {"queues": counts, "counted_at": seen}
+    if n <= 1:
+        e.status, e.detail = OFF, f"{n} queue(s)"
+        return e
+    if way != data:
+        e.detail = (f"{where}: the data {'left' if data == 'tx' else 'arrived'} through it; its {way} queues "
+                    f"carried only the other direction's packets (acknowledgements)")
+        e.cause = f"the data did not go through {where}'s {way} queues"
+        return e
+    if seen is None or total < MIN_PACKETS:
+        e.detail = f"{where} {way}: no per-queue packet counts"
+        e.cause = VETH_QUEUES if seen is None else f"fewer than {MIN_PACKETS} packets counted per queue"
+        return e
+    busy = [q for q, c in counts.items() if c >= BUSY_QUEUE_SHARE * total]
+    e.detail = f"{seen}: {_spread(counts)} ({len(busy)} of {len(counts)} queues carried the data)"
+    streams = int(workload.get("streams") or 1)
+    if len(busy) > 1:
+        e.status = EXERCISED
+    elif len(counts) < n:
+        e.status = NOT_EXERCISED
+        e.cause = (f"{seen.split()[0]} has {len(counts)} {'receive ' if seen != where else ''}queue(s), fewer than "
+                   f"the {n} set: a veth hands what its transmit queue N sends to its peer's receive queue N only "
+                   f"where the peer has one")
+    elif streams <= 1:
+        e.cause = "one flow goes through one queue: more queues show only with parallel streams"
+    else:
+        e.status = NOT_EXERCISED
+        e.cause = (f"all {streams} streams went through queue {busy[0] if busy else '?'}: the flow hash put them "
+                   f"on one queue, or an XPS mask maps the sending CPU to it")
+    return e
+
+
+def xps_effect(key: str, value: str, where: str, probes: dict, workload: dict,
+               topology: str | None = None) -> Effect:
+    """xps.N (a CPU mask on transmit queue N): the sender's packets went out on queue N, seen by that
+    queue's counters (or the next hop's receive queue N). `xps` sets one mask on every queue, which
+    leaves the choice among them to the flow hash, as without XPS: not applicable."""
+    e = Effect(key, where, str(value), NOT_APPLICABLE, "", {})
+    try:
+        cpus = _cpus(value)
+    except ValueError:
+        e.cause = f"{value!r} is not a CPU mask"
+        return e
+    if not cpus:
+        e.status, e.detail = OFF, "mask 0"
+        return e
+    if key == "xps":
+        e.cause = "one mask on every queue leaves the choice among them to the flow hash, as without XPS"
+        return e
+    if "queues" not in probes:
+        e.cause = "this sample did not read per-queue counters (measured before they were kept)"
+        return e
+    queue = key.split(".", 1)[1]
+    seen, counts = _queue_counts(where, "tx", probes, topology)
+    total = sum(counts.values())
+    e.counters = {"queues": counts, "counted_at": seen, "cpus": sorted(cpus)}
+    if seen is None or total < MIN_PACKETS:
+        e.detail = f"{where} tx: no per-queue packet counts"
+        e.cause = VETH_QUEUES if seen is None else f"fewer than {MIN_PACKETS} packets counted per queue"
+        return e
+    mine = counts.get(queue, 0)
+    e.detail = f"{seen}: {_spread(counts)}; queue {queue} carried {mine} of {total}"
+    sender = _roles(workload)[0]
+    cpu = workload.get("server_cpu" if sender == "server" else "client_cpu")
+    if mine >= BUSY_QUEUE_SHARE * total:
+        e.status = EXERCISED
+    else:
+        e.status = NOT_EXERCISED
+        e.cause = (f"the {sender} sent from CPU {cpu}, which the mask does not name: XPS picks the queue by the "
+                   f"sending CPU" if cpu is not None and where.startswith(f"{sender}:") and cpu not in cpus else
+                   f"no packet left on queue {queue}: the sending CPU is in another queue's mask, or the "
+                   f"packets were sent from softirq on another CPU")
+    return e
+
+
+def threaded_effect(value: str, where: str, probes: dict) -> Effect:
+    """threaded NAPI: the interface's NAPI kernel thread (napi/IF-ID) used CPU in the window."""
+    role, _, iface = where.partition(":")
+    prefix = f"napi/{iface}-"[:15]  # a thread's comm is cut at 15 characters
+    threads = [p for p in probes.get("processes") or [] if str(p.get("comm", "")).startswith(prefix)]
+    busy = round(sum(p.get("cpu_pct") or 0 for p in threads), 2)
+    e = Effect("threaded", where, str(value), NOT_APPLICABLE,
+               f"{len(threads)} napi/{iface} thread(s) used {busy} % of a CPU", {"napi_threads_cpu_pct": busy})
+    if not _on(value):
+        e.status = OFF
+    elif role in ((probes.get("cpu") or {}).get("own_kernel") or {}):
+        e.cause = f"{role} has a kernel of its own, whose threads the probes do not read"
+    elif busy > 0:
+        e.status = EXERCISED
+    else:
+        e.status = NOT_EXERCISED
+        e.cause = (f"no NAPI thread of {iface} ran: its packets were not received through NAPI (a veth has NAPI "
+                   f"only with GRO on and the sending peer's TSO off, or XDP)")
+    return e
+
+
+NAPI_DEFERRAL = ("gro_flush_timeout", "napi_defer_hard_irqs")
+
+
+def napi_deferral_effect(key: str, value: str, where: str, probes: dict) -> Effect:
+    """gro_flush_timeout / napi_defer_hard_irqs: not judged. They lower a device's interrupts per packet;
+    a veth or tap raises none (its NAPI is scheduled by the sender) and a guest's or NIC's interrupt
+    counts are not read, so the sample records the setting and says why it cannot show it."""
+    role = where.partition(":")[0]
+    e = Effect(key, where, str(value), NOT_APPLICABLE, "", {})
+    if str(value).strip() in ("0", ""):
+        e.status = OFF
+    elif role in ((probes.get("cpu") or {}).get("own_kernel") or {}):
+        e.cause = "the device's interrupt counts in a host with its own kernel are not read: not witnessed"
+    else:
+        e.cause = ("a veth's or tap's NAPI is scheduled by its sender, not by an interrupt: there is no "
+                   "interrupt count for deferral to lower, and its timer's interrupts are not told apart "
+                   "from the others'")
+    return e
+
+
 # ---- BIG TCP: GSO/GRO sizes above 64 KiB ------------------------------------------------------------
 
 BIG_SIZES = {"gso_max_size": "tx", "gso_ipv4_max_size": "tx", "gro_max_size": "rx", "gro_ipv4_max_size": "rx"}
@@ -561,4 +733,12 @@ def _judge(key: str, value: str, where: str, sample: dict):
         return lambda: [busy_poll_effect(key, value, where, probes, w)]
     if key in BIG_SIZES:
         return lambda: [big_size_effect(key, value, where, probes)]
+    if key in QUEUE_KEYS:
+        return lambda: [channels_effect(key, value, where, probes, w, sample.get("topology"))]
+    if key == "xps" or key.startswith("xps."):
+        return lambda: [xps_effect(key, value, where, probes, w, sample.get("topology"))]
+    if key == "threaded":
+        return lambda: [threaded_effect(value, where, probes)]
+    if key in NAPI_DEFERRAL:
+        return lambda: [napi_deferral_effect(key, value, where, probes)]
     return None

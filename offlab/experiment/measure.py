@@ -118,7 +118,10 @@ def _measure(lab: LabState, w: Workload, capture: CaptureRequest | None, *,
     # testpmd's own read of its GRO/GSO/fwd: what the effect witnesses judge its counters against
     tp = Testpmd.for_lab(lab.name) if lab.has_testpmd else None
     tp_read = _BESIDE.submit(tp.settings) if tp is not None else None
-    with ProbeSession(lab, big_packets=w.big_packets) as probes, tempfile.TemporaryDirectory(prefix="offlab-cap-") as tmp:
+    # a setting about queues (channels, xps) is witnessed by the per-queue packets: read only then
+    queue_counts = [str(x.get("where") or "") for x in settings if effects.is_queue_setting(str(x.get("key") or ""))]
+    with ProbeSession(lab, big_packets=w.big_packets, queue_counts=queue_counts or None) as probes, \
+            tempfile.TemporaryDirectory(prefix="offlab-cap-") as tmp:
         window = Window()
         probe_thread: threading.Thread | None = None
         side_thread: threading.Thread | None = None

@@ -29,6 +29,8 @@ class ProbeResult:
     local_sampling: dict | None = None
     # packets over 64 KiB per interface and direction, where the workload asked (big_packets)
     big_packets: dict | None = None
+    # "role:iface" → rx/tx → queue → packets, where a setting about queues asked (probes/queues.py)
+    queues: dict | None = None
     testpmd: dict | None = None  # a dpdk lab's testpmd port counters over the window
     mtus: dict[str, int] | None = None  # "role:iface" → MTU, read beside the window (measure)
     testpmd_settings: dict | None = None  # testpmd's own read of what was in force (measure)
@@ -42,7 +44,7 @@ class ProbeResult:
             d["local_sampling"] = self.local_sampling
         d.update(cpu=self.cpu, processes=self.processes, interfaces=self.interfaces, snmp=self.snmp,
                  softnet=self.softnet, qdisc=self.qdisc)
-        for key in ("big_packets", "testpmd", "mtus", "testpmd_settings"):
+        for key in ("big_packets", "queues", "testpmd", "mtus", "testpmd_settings"):
             if getattr(self, key) is not None:
                 d[key] = getattr(self, key)
         return d

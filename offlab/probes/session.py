@@ -22,13 +22,13 @@ from dataclasses import dataclass, field
 from offlab.dpdk import Testpmd
 from offlab.errors import EnvironmentProblem
 from offlab.netdev import parse_softnet
-from offlab.probes import bigpackets, counters, cpu, dpdk_ports, qdisc
+from offlab.probes import bigpackets, counters, cpu, dpdk_ports, qdisc, queues
 from offlab.probes.bigpackets import BigPacketCounters
 from offlab.probes.clock import Clocks, is_number, read_times
 from offlab.probes.remote import Async, RemoteRead, RemoteReaders
 from offlab.probes.result import ProbeResult
 
-WATCHED_THREADS = ("ksoftirqd/", "vhost-")
+WATCHED_THREADS = ("ksoftirqd/", "vhost-", "napi/")
 # wait_for_traffic: bytes over all lab interfaces here (a frame counts once per interface it crosses)
 DATA_LOOK_BYTES = 4096  # in 20 ms: a few full-size frames; a TCP handshake with iperf3's parameters is less
 DATA_BYTES = 65536
@@ -48,6 +48,7 @@ class Snapshot:
     qdisc: dict[str, dict[str, dict] | None] = field(default_factory=dict)  # role → root qdisc counters per dev
     testpmd_ports: dict[int, dict[str, int]] | None = None  # a dpdk lab's testpmd port counters
     big: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)  # role → iface → packets > 64 KiB
+    queues: dict[str, dict | None] = field(default_factory=dict)  # role → iface → rx/tx → queue → packets
     # role → (sent, answered) on this machine's monotonic clock: the counters of that host were read
     # at some instant in between (microseconds apart for a namespace, a round trip for a channel host).
     reads: dict[str, tuple[float, float]] = field(default_factory=dict)
@@ -60,9 +61,25 @@ class Snapshot:
 class ProbeSession:
     """Anchors in every lab host; `snapshot()` twice; `result(a, b)` the deltas."""
 
-    def __init__(self, lab, *, lifetime: float = 600.0, big_packets: bool = False) -> None:
+    def __init__(self, lab, *, lifetime: float = 600.0, big_packets: bool = False,
+                 queue_counts: list[str] | None = None) -> None:
         self.lab = lab
         self.readers = {}
+        # role → the interfaces whose per-queue packets are read at each edge (queues.py), when a setting
+        # about queues asks (`queue_counts`: the "role:iface" it is set on): a namespace host's uplinks
+        # all (a veth's queue shows on its peer), another host's only the ones named.
+        self.queue_ifaces: dict[str, list[str]] = {}
+        if queue_counts is not None:
+            named: dict[str, list[str]] = {}
+            for where in queue_counts:
+                role, _, iface = where.partition(":")
+                named.setdefault(role, []).append(iface)
+            for role, entry in lab.hosts.items():
+                mine = [i.name for i in entry.interfaces if i.kind in ("veth", "tap", "nic")] \
+                    if entry.netns is not None and not entry.guest else []
+                ifaces = list(dict.fromkeys(mine + named.get(role, [])))
+                if ifaces:
+                    self.queue_ifaces[role] = ifaces
         # role → nftables counters of packets over 64 KiB (namespace hosts; only when asked: bigpackets)
         self.big: dict[str, BigPacketCounters] = {}
         self.pids: dict[str, int] = {}  # role → pid of the process under test (client, server)
@@ -204,6 +221,7 @@ class ProbeSession:
         # tc is a command, not a file: one per namespace, all at once, while the files are read.
         tc = {role: Async(qdisc.read, self.lab.host(role)) for role in self.readers}
         big = {role: Async(counting.read) for role, counting in self.big.items()}
+        per_queue = {role: Async(queues.read, self.lab.host(role), ifaces) for role, ifaces in self.queue_ifaces.items()}
         reads, clocks = {}, {}
         for role, reader in self.readers.items():
             try:
@@ -231,14 +249,15 @@ class ProbeSession:
                            "received_rps": r.received_rps}
                    for r in parse_softnet(_read("/proc/net/softnet_stat"))}
         qdiscs = {role: a.result() for role, a in tc.items()}
+        queue_read = {role: a.result() for role, a in per_queue.items()}
         big_read = {role: a.result() for role, a in big.items()}
         if any(v is None for v in big_read.values()):
             raise EnvironmentProblem(f"lab {self.lab.name}: the counters of packets over 64 KiB could not be read "
                                      f"(hosts {', '.join(r for r, v in big_read.items() if v is None)})")
         # The channel hosts' answers are not waited for here: a guest under TCG may take seconds to
         # answer, and the window's other edge must still come on time. `settle` collects them.
-        return Snapshot(t, stat, procs, netdev, snmp, softnet, guest_stat, qdiscs, ports, big_read, reads, clocks,
-                        pending=remote)
+        return Snapshot(t, stat, procs, netdev, snmp, softnet, guest_stat, qdiscs, ports, big_read, queue_read,
+                        reads, clocks, pending=remote)
 
     def aligned(self, a: Snapshot, b: Snapshot) -> dict | None:
         """The local roles' UDP/IP counters over the channel hosts' own windows (the samples nearest to
@@ -336,6 +355,9 @@ class ProbeSession:
             softnet={c: counters.delta(a.softnet[c], v) for c, v in b.softnet.items() if c in a.softnet},
             qdisc={f"{role}:{dev}": d for role in b.qdisc for dev, d in qdisc.delta(a.qdisc.get(role), b.qdisc[role]).items()},
             big_packets=bigpackets.delta(a.big, b.big) if self.big else None,
+            queues={f"{role}:{iface}": d for role in self.queue_ifaces
+                    for iface, d in queues.delta(a.queues.get(role), b.queues.get(role)).items()}
+            if self.queue_ifaces else None,
             testpmd=dpdk_ports.result(a.testpmd_ports, b.testpmd_ports)
             if a.testpmd_ports is not None and b.testpmd_ports is not None else None,
         )

@@ -1,0 +1,72 @@
+"""Packets per queue of a host's uplinks (`ethtool -S`): which queues did a sample's work.
+
+Read at the window's edges only for a sample that sets something about queues (`channels.*`, `xps`,
+`xps.N`): one `ethtool -S` per uplink is a command per host at each edge, which the other samples do
+not pay. What each device counts per queue differs:
+
+- a veth counts only what it receives through NAPI (`rx_queue_N_xdp_packets`: GRO on with the
+  sending peer's TSO off, or an XDP program); its `tx_queue_N_xdp_xmit` counts XDP only (not read);
+- virtio-net counts every queue both ways (`rx_queue_N_packets`, `tx_queue_N_packets`), as do most
+  NIC drivers under the same or a close name (`rx-N.packets`, `rxN_packets`);
+- a tap and a bridge count none.
+"""
+
+from __future__ import annotations
+
+import re
+
+from offlab.errors import OfflabError
+
+# rx_queue_3_packets (virtio-net, ixgbe, ice), rx_queue_3_xdp_packets (veth), rx-3.packets, rx3_packets (mlx5)
+QUEUE_STAT = re.compile(r"^\s*(rx|tx)(?:_queue_|-|)(\d+)[._](xdp_)?packets:\s*(\d+)\s*$")
+# A host's interfaces, one `ethtool -S` each, in one command; a name is passed as an argument, never parsed.
+SCRIPT = 'for i; do echo "== $i"; ethtool -S "$i" 2>/dev/null; done'
+
+
+def parse_stats(text: str) -> dict[str, dict[str, int]]:
+    """`ethtool -S` of one interface → {"rx": {"0": packets, ...}, "tx": {...}}; empty directions left out."""
+    out: dict[str, dict[str, int]] = {}
+    for line in text.splitlines():
+        m = QUEUE_STAT.match(line)
+        if m:
+            way, queue, _, n = m.groups()
+            out.setdefault(way, {})[queue] = out.get(way, {}).get(queue, 0) + int(n)
+    return out
+
+
+def parse_script(text: str) -> dict[str, dict[str, dict[str, int]]]:
+    """SCRIPT's output → {iface: parse_stats(its part)}, for interfaces with at least one queue counter."""
+    out, name, lines = {}, None, []
+    for line in text.splitlines() + ["== "]:
+        if line.startswith("== "):
+            if name:
+                stats = parse_stats("\n".join(lines))
+                if stats:
+                    out[name] = stats
+            name, lines = line[3:].strip(), []
+        else:
+            lines.append(line)
+    return out
+
+
+def read(host, ifaces: list[str]) -> dict[str, dict[str, dict[str, int]]] | None:
+    """The per-queue packets of `ifaces` on `host`; None where they cannot be read (no ethtool, a host gone)."""
+    if not ifaces:
+        return {}
+    try:
+        res = host.run(["sh", "-c", SCRIPT, "sh", *ifaces], check=False, timeout=15)
+    except OfflabError:
+        return None
+    return parse_script(res.stdout) if res.ok else None
+
+
+def delta(before: dict | None, after: dict | None) -> dict[str, dict[str, dict[str, int]]]:
+    """iface → way → queue → packets over the window, for queues counted at both edges."""
+    out: dict[str, dict[str, dict[str, int]]] = {}
+    for iface, ways in (after or {}).items():
+        for way, queues in ways.items():
+            old = ((before or {}).get(iface) or {}).get(way) or {}
+            d = {q: n - old[q] for q, n in queues.items() if q in old}
+            if d:
+                out.setdefault(iface, {})[way] = d
+    return out

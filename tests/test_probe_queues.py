@@ -1,0 +1,29 @@
+"""Per-queue packet counters (offlab.probes.queues) parsed from real `ethtool -S` output captured here.
+
+tests/fixtures/queues/veth-napi-2q.txt: queues.SCRIPT over a veth with two receive queues receiving
+through NAPI (its GRO on, the sender's TSO off; 4 iperf3 streams) and `lo` (no statistics at all)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from offlab.probes import queues
+
+FIXTURES = Path(__file__).parent / "fixtures" / "queues"
+
+
+def test_a_veth_counts_its_napi_receive_queues_and_not_its_xdp_only_transmit_ones():
+    found = queues.parse_script((FIXTURES / "veth-napi-2q.txt").read_text())
+    assert found == {"ldvb": {"rx": {"0": 68939, "1": 207711}}}  # lo has no statistics: left out
+
+
+def test_the_names_drivers_give_their_queue_counters_are_all_read():
+    text = "\n".join(["     rx_queue_0_packets: 5", "     tx_queue_1_packets: 7", "     rx-2.packets: 9",
+                      "     rx3_packets: 11", "     rx_queue_0_bytes: 999", "     tx_queue_0_xdp_xmit: 4"])
+    assert queues.parse_stats(text) == {"rx": {"0": 5, "2": 9, "3": 11}, "tx": {"1": 7}}
+
+
+def test_the_window_keeps_only_queues_counted_at_both_edges():
+    before = {"v": {"rx": {"0": 10, "1": 5}}}
+    after = {"v": {"rx": {"0": 25, "1": 5, "2": 3}}, "w": {"tx": {"0": 1}}}
+    assert queues.delta(before, after) == {"v": {"rx": {"0": 15, "1": 0}}}
