@@ -280,6 +280,15 @@ def test_a_sample_without_queue_counts_says_so_and_never_accuses():
     assert e["status"] == NOT_APPLICABLE and "did not read per-queue counters" in e["cause"]
 
 
+def test_xps_in_a_guest_is_witnessed_by_its_mq_qdiscs_children():
+    s = sample("vm-xps-udp")
+    found = effects.witness(s, [{"where": "client:eth0", "key": "xps.1", "value": "0x1"},
+                                {"where": "client:eth0", "key": "xps.0", "value": "0x2"}])
+    assert one(found, "xps.1")["status"] == EXERCISED
+    assert one(found, "xps.1")["counters"]["counted_at"] == "client:eth0 qdisc"
+    assert one(found, "xps.0")["status"] == NOT_EXERCISED
+
+
 def test_threaded_napi_is_exercised_by_its_thread_and_not_without_it():
     setting = [{"where": SERVER, "key": "threaded", "value": "on"}]
     e = one(effects.witness(sample("veth-threaded-on"), setting), "threaded")

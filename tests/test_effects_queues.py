@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
 import pytest
 
@@ -102,3 +103,24 @@ def test_threaded_napi_is_exercised_by_its_kernel_thread_and_not_when_off(napi_v
     [judged] = [x for x in effects.witness(off, [{"where": f"server:{s}", "key": "threaded", "value": "on"}])
                 if x["setting"] == "threaded"]
     assert judged["status"] == NOT_EXERCISED
+
+
+@pytest.mark.skipif(shutil.which("qemu-system-x86_64") is None, reason="needs QEMU")
+def test_xps_in_a_multiqueue_guest_is_witnessed_by_its_transmit_queues(tmp_path_factory):
+    """A guest with 2 vCPUs and 2 queue pairs (its sender is not pinned: a guest's CPUs are its own): both
+    vCPUs mapped to one queue send everything there, which its mq qdisc's child counts (virtio-net's own
+    per-queue counters count only XDP)."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root")
+    for lab in module_lab(tmp_path_factory, "vm", "eg", "--nic", "queues=2", "--guest-cpus", "2", timeout=240):
+        _set(lab, "client", "eth0", "xps.0=0", "xps.1=3")
+        to_1 = _measure(lab, "--tool", "engine")
+        _set(lab, "client", "eth0", "xps.1=0", "xps.0=3")
+        to_0 = _measure(lab, "--tool", "engine")
+        on = _effect(to_1, "xps.1", "client:eth0")
+        assert on["status"] == EXERCISED and on["counters"]["counted_at"] == "client:eth0 qdisc", on["detail"]
+        assert on["counters"]["queues"]["0"] < 0.01 * on["counters"]["queues"]["1"]
+        assert _effect(to_0, "xps.0", "client:eth0")["status"] == EXERCISED
+        [judged] = [x for x in effects.witness(to_0, [{"where": "client:eth0", "key": "xps.1", "value": "0x3"}])
+                    if x["setting"] == "xps.1"]
+        assert judged["status"] == NOT_EXERCISED and "sent from CPU" not in judged["cause"], judged  # not pinned

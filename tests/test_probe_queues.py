@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from offlab.probes import queues
+from offlab.probes import qdisc, queues
 
 FIXTURES = Path(__file__).parent / "fixtures" / "queues"
+PROBES = Path(__file__).parent / "fixtures" / "probes"
 
 
 def test_a_veth_counts_its_napi_receive_queues_and_not_its_xdp_only_transmit_ones():
@@ -27,3 +28,17 @@ def test_the_window_keeps_only_queues_counted_at_both_edges():
     before = {"v": {"rx": {"0": 10, "1": 5}}}
     after = {"v": {"rx": {"0": 25, "1": 5, "2": 3}}, "w": {"tx": {"0": 1}}}
     assert queues.delta(before, after) == {"v": {"rx": {"0": 15, "1": 0}}}
+
+
+def test_a_multiqueue_guest_nic_counts_its_transmit_queues_in_its_mq_qdiscs_children():
+    """A guest (2 vCPUs, virtio-net queues=2) after UDP sent from queue 1: the agent's rtnetlink dump and tc
+    (read a moment later) give the same children, parent :2 being transmit queue 1."""
+    agent = qdisc.parse_tc((PROBES / "agent-qdisc-mq-guest.json").read_text())
+    tc = qdisc.parse_tc((PROBES / "tc-qdisc-mq-guest.json").read_text())
+    assert agent["eth0"]["kind"] == "mq" and set(agent["eth0"]["queues"]) == {"0", "1"}
+    assert agent["eth0"]["queues"]["1"] > 50000 > agent["eth0"]["queues"]["0"]
+    assert set(tc["eth0"]["queues"]) == {"0", "1"} and tc["eth0"]["queues"]["1"] >= agent["eth0"]["queues"]["1"]
+    assert qdisc.delta(agent, tc) == {}  # nothing was sent between the two reads
+    later = {"eth0": {**agent["eth0"], "packets": agent["eth0"]["packets"] + 5,
+                      "queues": {"0": agent["eth0"]["queues"]["0"] + 5, "1": agent["eth0"]["queues"]["1"]}}}
+    assert qdisc.delta(agent, later)["eth0"]["queues"] == {"0": 5, "1": 0}

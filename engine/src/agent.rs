@@ -469,10 +469,12 @@ fn qdisc_json() -> std::io::Result<Vec<u8>> {
                         // SAFETY: if_indextoname succeeded, so `name` holds a NUL-terminated string.
                         unsafe { std::ffi::CStr::from_ptr(name.as_ptr()) }.to_string_lossy().into_owned()
                     };
+                    // the parent as tc prints it: `"root":true`, or `"parent":":2"` (an mq's child of tx queue 1)
+                    let place = if parent == TC_H_ROOT { "\"root\":true,".to_string() } else { format!("\"parent\":\"{}\",", tc_classid(parent)) };
                     items.push(format!(
                         "{{\"kind\":\"{}\",\"handle\":\"{:x}:\",{}\"dev\":\"{}\",\"bytes\":{},\"packets\":{},\
                          \"drops\":{},\"overlimits\":{},\"requeues\":{},\"backlog\":{},\"qlen\":{}}}",
-                        json_escape(&qkind), handle >> 16, if parent == TC_H_ROOT { "\"root\":true," } else { "" },
+                        json_escape(&qkind), handle >> 16, place,
                         json_escape(&dev), bytes, packets, drops, overlimits, requeues, backlog, qlen));
                 }
                 _ => {}
@@ -483,6 +485,16 @@ fn qdisc_json() -> std::io::Result<Vec<u8>> {
         }
     }
     Ok(format!("[{}]", items.join(",")).into_bytes())
+}
+
+/// A class id as tc prints one: "major:minor" in hex, either side left empty when it is 0.
+fn tc_classid(h: u32) -> String {
+    let (major, minor) = (h >> 16, h & 0xffff);
+    match (major, minor) {
+        (0, m) => format!(":{m:x}"),
+        (m, 0) => format!("{m:x}:"),
+        (a, b) => format!("{a:x}:{b:x}"),
+    }
 }
 
 fn json_escape(s: &str) -> String {
@@ -568,6 +580,13 @@ mod tests {
         assert_eq!(b64_encode(b"ab"), "YWI=");
         assert_eq!(b64_decode(b"YWI"), None);
         assert_eq!(b64_decode(b"Y!I="), None);
+    }
+
+    #[test]
+    fn a_class_id_reads_as_tc_prints_it() {
+        assert_eq!(tc_classid(0x0000_0002), ":2");
+        assert_eq!(tc_classid(0x8001_0000), "8001:");
+        assert_eq!(tc_classid(0x0001_000a), "1:a");
     }
 
     #[test]

@@ -432,8 +432,10 @@ def busy_poll_effect(key: str, value: str, where: str, probes: dict, workload: d
 QUEUE_KEYS = ("channels.rx", "channels.tx", "channels.combined")
 # a queue "did work" when it carried at least this share of the interface's packets in that direction
 BUSY_QUEUE_SHARE = 0.01
-VETH_QUEUES = ("a veth counts per queue only what it receives through NAPI (GRO on at the receiving end "
-               "with the sender's TSO off, or XDP); a tap or bridge counts none")
+VETH_QUEUES = ("no per-queue count moved here or on the next hop: a veth counts per queue only what it receives "
+               "through NAPI (GRO on at the receiving end with the sender's TSO off, or XDP), virtio-net's receive "
+               "queues count only XDP, and a tap or bridge counts none; a multiqueue device's transmit queues are "
+               "counted by its mq qdisc's children")
 
 
 def is_queue_setting(key: str) -> bool:
@@ -449,6 +451,9 @@ def _queue_counts(where: str, way: str, probes: dict, topology: str | None) -> t
     own = (queues.get(where) or {}).get(way) or {}
     if sum(own.values()):
         return where, own
+    sent = ((probes.get("qdisc") or {}).get(where) or {}).get("queues") or {}
+    if way == "tx" and sum(sent.values()):  # a multiqueue device's mq children: what each queue sent
+        return f"{where} qdisc", sent
     if way == "tx":
         hop = _next_hop(probes.get("interfaces") or {}, where, topology)
         theirs = (queues.get(hop) or {}).get("rx") or {} if hop else {}
@@ -546,7 +551,9 @@ def xps_effect(key: str, value: str, where: str, probes: dict, workload: dict,
     mine = counts.get(queue, 0)
     e.detail = f"{seen}: {_spread(counts)}; queue {queue} carried {mine} of {total}"
     sender = _roles(workload)[0]
-    cpu = workload.get("server_cpu" if sender == "server" else "client_cpu")
+    # offlab pins the sender only on a host that shares this machine's kernel (a guest's is not pinned)
+    own = sender in ((probes.get("cpu") or {}).get("own_kernel") or {})
+    cpu = None if own else workload.get("server_cpu" if sender == "server" else "client_cpu")
     if mine >= BUSY_QUEUE_SHARE * total:
         e.status = EXERCISED
     else:

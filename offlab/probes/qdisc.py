@@ -7,23 +7,36 @@ rate-limited queue) and where a router drops what it forwards; /proc/net/dev doe
 from __future__ import annotations
 
 import json
+import re
 
 from offlab.errors import OfflabError
 
 TC_SHOW = ["tc", "-s", "-j", "qdisc", "show"]
 KEEP = ("packets", "bytes", "drops", "overlimits", "requeues")
+MQ_CHILD = re.compile(r"^:[0-9a-f]+$")  # a child of the root's class N: an mq's transmit queue N − 1
 
 
 def parse_tc(text: str) -> dict[str, dict]:
-    """`tc -s -j qdisc show` → {dev: {kind, packets, bytes, drops, overlimits, requeues}} of each root qdisc."""
+    """`tc -s -j qdisc show` → {dev: {kind, packets, bytes, drops, overlimits, requeues}} of each root qdisc;
+    a multiqueue device's `mq` root adds `queues`: {tx queue: packets} from its children (parent `:N` is
+    transmit queue N − 1), the packets each queue sent."""
     try:
         rows = json.loads(text or "[]")
     except ValueError:
         return {}
-    out = {}
+    out: dict[str, dict] = {}
+    children: dict[str, dict[str, int]] = {}
     for q in rows if isinstance(rows, list) else []:
-        if isinstance(q, dict) and q.get("root") and q.get("dev") and q.get("dev") != "lo":
+        if not isinstance(q, dict) or not q.get("dev") or q.get("dev") == "lo":
+            continue
+        if q.get("root"):
             out[q["dev"]] = {"kind": q.get("kind"), **{k: int(q.get(k) or 0) for k in KEEP}}
+        elif MQ_CHILD.match(str(q.get("parent") or "")):
+            queue = str(int(str(q["parent"])[1:], 16) - 1)
+            children.setdefault(q["dev"], {})[queue] = int(q.get("packets") or 0)
+    for dev, queues in children.items():
+        if dev in out and out[dev]["kind"] == "mq":
+            out[dev]["queues"] = queues
     return out
 
 
@@ -43,7 +56,10 @@ def delta(before: dict[str, dict] | None, after: dict[str, dict] | None) -> dict
         a = (before or {}).get(dev)
         if a is None or a.get("kind") != b.get("kind"):
             continue
-        d = {k: b[k] - a[k] for k in KEEP}
+        d: dict = {k: b[k] - a[k] for k in KEEP}
         if any(d.values()):
             out[dev] = {"kind": b["kind"], **d}
+            queues = {q: n - a["queues"][q] for q, n in (b.get("queues") or {}).items() if q in (a.get("queues") or {})}
+            if queues:
+                out[dev]["queues"] = queues
     return out
