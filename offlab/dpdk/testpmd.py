@@ -221,17 +221,13 @@ class Testpmd:
         if self.alive():
             with contextlib.suppress(OSError):
                 self._write("quit")
-            deadline = time.monotonic() + timeout
-            for sig in (None, signal.SIGTERM, signal.SIGKILL):
-                if sig is not None and self.alive():
-                    signal_pid(self.info.pid, sig)
-                    deadline = time.monotonic() + 3
-                while self.alive() and time.monotonic() < deadline:
-                    time.sleep(0.05)
-                if not self.alive():
+            # Gone means its last thread too: the leader turns zombie ~2 s before its other threads let
+            # go of the ports (hosts.process.running). A signal goes only to the process we started.
+            for sig, wait in ((None, timeout), (signal.SIGTERM, 3.0), (signal.SIGKILL, 5.0)):
+                if sig is not None:
+                    signal_pid(self.info.pid, sig, self.info.start_time)
+                if wait_gone(self.info.pid, wait):
                     break
-            # alive() ends at the leader's exit; its other threads hold the ports for a moment more
-            wait_gone(self.info.pid, 5.0)
         remove_runtime(runtime_dir(self.info.prefix))
 
     # ---- the command line ----------------------------------------------------
