@@ -369,15 +369,22 @@ def _cpus(mask: str) -> set[int]:
     return {i for i in range(bits.bit_length()) if bits >> i & 1}
 
 
+def _masked(key: str, value: str, where: str) -> tuple[Effect, set[int] | None]:
+    """A CPU-mask setting's witness to fill in, and its CPUs (None, said in the witness, if not a mask)."""
+    e = Effect(key, where, str(value), NOT_APPLICABLE, "", {})
+    try:
+        return e, _cpus(value)
+    except ValueError:
+        e.cause = f"{value!r} is not a CPU mask"
+        return e, None
+
+
 def rps_effect(key: str, value: str, where: str, probes: dict, workload: dict) -> Effect:
     """RPS on a receive queue: the packets the mask's CPUs were sent to process by inter-processor
     interrupt (softnet `received_rps`) and what each CPU's backlog processed. A mask of only the CPU
     where the packets arrive steers without an interrupt: not applicable."""
-    e = Effect(key, where, str(value), NOT_APPLICABLE, "", {})
-    try:
-        cpus = _cpus(value)
-    except ValueError:
-        e.cause = f"{value!r} is not a CPU mask"
+    e, cpus = _masked(key, value, where)
+    if cpus is None:
         return e
     soft = {int(c): d for c, d in (probes.get("softnet") or {}).items()}
     steered = sum((soft.get(c) or {}).get("received_rps", 0) for c in cpus)
@@ -525,11 +532,8 @@ def xps_effect(key: str, value: str, where: str, probes: dict, workload: dict,
     """xps.N (a CPU mask on transmit queue N): the sender's packets went out on queue N, seen by that
     queue's counters (or the next hop's receive queue N). `xps` sets one mask on every queue, which
     leaves the choice among them to the flow hash, as without XPS: not applicable."""
-    e = Effect(key, where, str(value), NOT_APPLICABLE, "", {})
-    try:
-        cpus = _cpus(value)
-    except ValueError:
-        e.cause = f"{value!r} is not a CPU mask"
+    e, cpus = _masked(key, value, where)
+    if cpus is None:
         return e
     if not cpus:
         e.status, e.detail = OFF, "mask 0"
