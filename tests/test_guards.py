@@ -13,7 +13,8 @@ from tests.conftest import REPO
 # hosts, knobs and the store (the floor), and the typed doors between parts: the stored
 # sample's view, the measure request, the witnesses that read samples, the probe result
 TYPED = ["offlab/hosts", "offlab/knobs", "offlab/store.py", "offlab/sample.py", "offlab/experiment/request.py",
-         "offlab/experiment/witnesses.py", "offlab/probes/result.py"]
+         "offlab/experiment/witnesses.py", "offlab/probes", "offlab/experiment/measure.py",
+         "offlab/experiment/effects.py"]
 
 
 def _run(*argv: str) -> subprocess.CompletedProcess:

@@ -689,7 +689,7 @@ def workload_effects(probes: dict, workload: dict, traffic: dict) -> list[Effect
         e.detail = (f"{role} {group} {counter} {calls} for {source}: {per:.1f} datagrams of "
                     f"{workload['size']} B per {'send' if flag == 'gso' else 'receive'}" if per is not None
                     else f"{role} {group} {counter} unknown")
-        if calls is None or calls < MIN_PACKETS:
+        if calls is None or per is None or calls < MIN_PACKETS:
             e.cause = f"fewer than {MIN_PACKETS} {counter}: nothing to judge"
         elif per > 1.5:
             e.status = EXERCISED

@@ -199,7 +199,7 @@ def service_demands(probe: ProbeResult, throughput_bps: float, same_kernel: bool
     """CPU µs per KiB on each side, and in total when both sides share this machine's kernel (netperf's
     definition: the whole system's CPU time; the pinned per-side figures are the split)."""
     kib = throughput_bps * probe.window_s / 8 / 1024
-    sd = {side: service_demand(probe.cpu[side]["busy"], probe.window_s, kib)
+    sd: dict[str, float | None] = {side: service_demand(probe.cpu[side]["busy"], probe.window_s, kib)
           for side in ("client", "server") if side in probe.cpu}
     if same_kernel:
         sd["total"] = system_service_demand(probe.cpu["system"]["busy_s"], kib)
@@ -298,8 +298,10 @@ def _window(probes: ProbeSession, w: Workload, capture: CaptureRequest | None, c
                 out.late_start_s = CHANNEL_START_WAIT_S
         out.start = probes.snapshot()
         cap = None
-        if capture:
-            cap = Capture(lab.host(capture.role), cap_iface, Path(tmp) / "wire.pcap", frames=capture.frames)
+        # the capture's host and interface (the interface is resolved whenever a capture is asked)
+        at = (capture.role, cap_iface) if capture is not None and cap_iface is not None else None
+        if at is not None and capture is not None:
+            cap = Capture(lab.host(at[0]), at[1], Path(tmp) / "wire.pcap", frames=capture.frames)
             cap.wait_ready()
         end = t0 + w.warmup + w.duration - END_MARGIN_S
         done = traffic_done or threading.Event()
@@ -311,11 +313,11 @@ def _window(probes: ProbeSession, w: Workload, capture: CaptureRequest | None, c
             else:
                 time.sleep(max(0.0, left))
         out.end = probes.snapshot()
-        if cap:
+        if cap is not None and at is not None:
             dropped = cap.stop()
-            mtu = _mtu(lab, capture.role, cap_iface)
+            mtu = _mtu(lab, at[0], at[1])
             linktype, frames = read_pcap(cap.pcap) if cap.pcap.exists() else (1, [])
-            summary: CaptureSummary = summarize(frames, host=capture.role, iface=cap_iface, mtu=mtu,
+            summary: CaptureSummary = summarize(frames, host=at[0], iface=at[1], mtu=mtu,
                                                 linktype=linktype)
             summary.kernel_dropped = dropped
             out.capture = summary
@@ -411,6 +413,7 @@ def measure_rr_under_load(lab: LabState, w: Workload, rw: rr_driver.RrWorkload,
     if "result" not in got:
         raise rr_driver.TrafficFailed("the loaded RR probe did not finish with the stream")
     loaded = got["result"].to_dict()
+    assert idle.rr is not None  # measure_rr's sample always has its rr figures
     base = idle.rr["idle"]
     sample.workload = {"kind": "rr-under-load", **sample.workload, "rr": rw.to_dict()}
     sample.rr = {"idle": base, "loaded": loaded, "loaded_over_idle": {

@@ -73,9 +73,10 @@ class CaptureSummary:
 def summarize(frames: list[tuple[int, bytes]], *, host: str, iface: str, mtu: int,
               linktype: int = 1) -> CaptureSummary:
     s = CaptureSummary(host=host, iface=iface, mtu=mtu, frames=len(frames))
-    sizes = collections.Counter()
+    sizes: collections.Counter[int] = collections.Counter()
     frag_groups: dict[tuple, int] = collections.Counter()
-    udp, tcp = collections.Counter(), collections.Counter()
+    udp: collections.Counter[int] = collections.Counter()
+    tcp: collections.Counter[int] = collections.Counter()
     for orig, buf in frames:
         sizes[orig] += 1
         ip = _ip_layer(buf, linktype)

@@ -36,7 +36,9 @@ def parse_stats(text: str) -> dict[str, dict[str, int]]:
 
 def parse_script(text: str) -> dict[str, dict[str, dict[str, int]]]:
     """SCRIPT's output → {iface: parse_stats(its part)}, for interfaces with at least one queue counter."""
-    out, name, lines = {}, None, []
+    out: dict[str, dict[str, dict[str, int]]] = {}
+    name: str | None = None
+    lines: list[str] = []
     for line in text.splitlines() + ["== "]:
         if line.startswith("== "):
             if name:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from offlab.dpdk import Testpmd
 from offlab.errors import EnvironmentProblem
@@ -44,7 +45,8 @@ class Snapshot:
     netdev: dict[str, dict[str, dict[str, int]]]
     snmp: dict[str, dict[str, dict[str, int]]]
     softnet: dict[int, dict[str, int]]
-    guest_stat: dict[str, dict[str, dict[str, int]]] | None = None  # role → /proc/stat of a host with its own kernel
+    # role → /proc/stat of a host with its own kernel
+    guest_stat: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)
     qdisc: dict[str, dict[str, dict] | None] = field(default_factory=dict)  # role → root qdisc counters per dev
     testpmd_ports: dict[int, dict[str, int]] | None = None  # a dpdk lab's testpmd port counters
     big: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)  # role → iface → packets > 64 KiB
@@ -198,7 +200,7 @@ class ProbeSession:
                           for name, d in counters.parse_net_dev(r.read("dev")).items() if name != "lo")
             except OSError:
                 return False
-            if last is not None and (now - last >= DATA_LOOK_BYTES or now - first >= DATA_BYTES):
+            if last is not None and first is not None and (now - last >= DATA_LOOK_BYTES or now - first >= DATA_BYTES):
                 return True
             first = now if first is None else first
             last = now
@@ -209,7 +211,10 @@ class ProbeSession:
         self.pids[role] = pid
 
     def snapshot(self) -> Snapshot:
-        netdev, snmp, guest_stat = {}, {}, {}
+        netdev: dict[str, dict[str, dict[str, int]]] = {}
+        snmp: dict[str, dict[str, dict[str, int]]] = {}
+        guest_stat: dict[str, dict[str, dict[str, int]]] = {}
+        assert self.remote is not None  # opened in __init__, closed only by close()
         # A host with a kernel of its own answers over a channel (tens of ms): one command each for
         # all its files, all of them at once, while this machine's files are read.
         self._start_sampling()
@@ -222,7 +227,8 @@ class ProbeSession:
         tc = {role: Async(qdisc.read, self.lab.host(role)) for role in self.readers}
         big = {role: Async(counting.read) for role, counting in self.big.items()}
         per_queue = {role: Async(queues.read, self.lab.host(role), ifaces) for role, ifaces in self.queue_ifaces.items()}
-        reads, clocks = {}, {}
+        reads: dict[str, tuple[float, float]] = {}
+        clocks: dict[str, float] = {}
         for role, reader in self.readers.items():
             try:
                 t0 = time.monotonic()
@@ -324,7 +330,7 @@ class ProbeSession:
                          "system": cpu.system_time(before, after, hz)}
             if role in ("client", "server"):
                 sides[role] = {"cpu": f"{role}'s own {len(names)} CPU(s)", **cpu.cpu_split(total_a, total_b)}
-        procs = []
+        procs: list[dict[str, Any]] = []
         role_of = {pid: role for role, pid in self.pids.items()}
         for pid, (comm, ticks) in b.procs.items():
             if pid not in a.procs:
@@ -335,11 +341,11 @@ class ProbeSession:
         procs.sort(key=lambda p: (p["role"] is None, -p["cpu_pct"]))
         interfaces = {}
         for role, links in b.netdev.items():
-            for ifname, after in links.items():
-                before = a.netdev.get(role, {}).get(ifname)
-                if ifname == "lo" or before is None:
+            for ifname, now in links.items():
+                was = a.netdev.get(role, {}).get(ifname)
+                if ifname == "lo" or was is None:
                     continue
-                d = counters.delta(before, after)
+                d = counters.delta(was, now)
                 if d["rx_packets"] or d["tx_packets"]:
                     interfaces[f"{role}:{ifname}"] = {**d, **counters.average_sizes(d)}
         return ProbeResult(
