@@ -184,6 +184,18 @@ def test_run_returns_exit_code_stdout_and_stderr_exactly_for_a_hostile_argv(gues
     assert guest.run(["sh", "-c", "echo $FOO"], env={"FOO": "it's $here"}).stdout == "it's $here\n"
 
 
+def test_the_boot_script_hands_pid_1_to_init_which_runs_the_agent_and_blacklisted_initcalls_did_not_run(guest):
+    from offlab.vm import qemu
+
+    assert qemu.INIT_ARG in guest.read("/proc/cmdline").split()
+    assert guest.read("/proc/1/comm").strip() == "init"  # busybox init, exec'd by the script (its comm was "rc")
+    agent = guest.run(["pidof", "offlab-agent"]).stdout.split()
+    assert len(agent) == 1
+    assert guest.read(f"/proc/{agent[0]}/stat").rsplit(")", 1)[1].split()[1] == "1"  # init's child
+    algorithms = guest.read("/proc/crypto")
+    assert "name         : sha256" in algorithms and "jitterentropy_rng" not in algorithms  # jent_mod_init skipped
+
+
 def test_tools_in_the_guest_are_the_real_ones_not_busybox_applets(guest):
     assert "iproute2" in guest.run(["ip", "-V"]).stdout
     assert "iproute2" in guest.run(["taskset", "-c", "0", "ip", "-V"]).stdout

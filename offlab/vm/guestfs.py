@@ -28,8 +28,9 @@ from __future__ import annotations
 PORT_NAME = "ctl"
 GUEST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
+# The kernel runs the boot script as PID 1 (`rdinit=/etc/offlab/rc`, offlab.vm.qemu.INIT_ARG), which
+# ends by exec'ing busybox init: one process fewer than init forking it as `sysinit` and waiting.
 INITTAB = """\
-::sysinit:/etc/offlab/rc
 ::respawn:/etc/offlab/agent
 """
 
@@ -45,7 +46,8 @@ tmpfs /run tmpfs defaults 0 0
 
 # Every process the boot script starts costs tens of ms under TCG: shell builtins where they do.
 RC = f"""#!/bin/busybox sh
-# Boot: file systems, the modules of /etc/offlab/modules (in load order), loopback.
+# Boot, as PID 1: file systems, the modules of /etc/offlab/modules (in load order), loopback; then
+# busybox init (/init) takes PID 1 over: it starts and respawns the agent and reaps orphans.
 export PATH={GUEST_PATH}
 mount -t devtmpfs devtmpfs /dev
 mkdir -p /dev/pts /dev/shm
@@ -58,6 +60,7 @@ echo offlab-guest >/proc/sys/kernel/hostname
 ip link set lo up
 read -r up _ </proc/uptime
 echo "offlab: booted in $up s"
+exec /init
 """
 
 AGENT = f"""#!/bin/busybox sh
