@@ -14,8 +14,10 @@
  * engine's pool (engine/src/tx.rs zc_pool: twice the sends SO_SNDBUF admits, at least
  * two batches, at most 256, a power of two), used round robin.
  * -DREF_STAMP (the benchmark's "+stamp" rows): also do what offlab-engine must do for its loss and
- * latency accounting and nothing else: read CLOCK_MONOTONIC once per send (the engine's tx time) and
- * write, into every segment's header (bytes 8..24), its big-endian sequence number and that time.
+ * latency accounting and buffer reuse, nothing else: read CLOCK_MONOTONIC once per call (the engine's
+ * tx time), write into every segment's header (bytes 8..24) its big-endian sequence number and that
+ * time, and with zerocopy, since it now rewrites buffers, read the completions once the next buffer
+ * may still be held (every `buffers` sends, as the engine) rather than every 128.
  * Prints one JSON line: datagrams, bytes, calls, errors, seconds (sender side). */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -78,12 +80,13 @@ static double now(void)
 	return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-/* Reads the zero-copy completions queued on the error queue; returns how many sends they cover. */
-static unsigned long long completions(int fd, unsigned long long *copied)
+/* Reads the zero-copy completions queued on the error queue, until it is empty or they cover `want`
+ * sends; returns how many sends they cover. */
+static unsigned long long completions(int fd, unsigned long long *copied, unsigned long long want)
 {
 	unsigned long long done = 0;
 	char control[256];
-	for (;;) {
+	while (done < want) {
 		struct msghdr msg = {.msg_control = control, .msg_controllen = sizeof(control)};
 		if (recvmsg(fd, &msg, MSG_ERRQUEUE | MSG_DONTWAIT) < 0)
 			return done;
@@ -98,6 +101,7 @@ static unsigned long long completions(int fd, unsigned long long *copied)
 			}
 		}
 	}
+	return done;
 }
 
 
@@ -304,13 +308,20 @@ int main(int argc, char **argv)
 			if (r < 0) {
 				errors++;
 				if (zc && errno == ENOBUFS)
-					zc_done += completions(fd, &zc_copied);
+					zc_done += completions(fd, &zc_copied, ~0ULL);
 			} else {
 				bytes += r;
 				zc_sent += zc;
 			}
+#ifdef REF_STAMP
+			/* Rewriting buffers, it must wait for their completions as the engine does: read them once the
+			 * next buffer may still be held, and only until every send is accounted for. */
+			if (zc && zc_sent - zc_done >= (unsigned long long)nbufs)
+				zc_done += completions(fd, &zc_copied, zc_sent - zc_done);
+#else
 			if (zc && zc_sent - zc_done >= 128)
-				zc_done += completions(fd, &zc_copied);
+				zc_done += completions(fd, &zc_copied, ~0ULL);
+#endif
 		}
 		t = now();
 	}
@@ -332,7 +343,7 @@ int main(int argc, char **argv)
 	while (zc && zc_done < zc_sent && now() < wait_end) {
 		struct pollfd p = {.fd = fd};
 		poll(&p, 1, 10);
-		zc_done += completions(fd, &zc_copied);
+		zc_done += completions(fd, &zc_copied, ~0ULL);
 	}
 	printf("{\"role\": \"ref_tx\", \"datagrams\": %llu, \"bytes\": %llu, \"calls\": %llu, "
 	       "\"errors\": %llu, \"seconds\": %.6f, \"zerocopy_sent\": %llu, \"zerocopy_completed\": %llu, "
