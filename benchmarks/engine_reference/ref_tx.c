@@ -13,6 +13,11 @@
  * one for send, N for sendmmsg / io_uring (message i from buffer i), and for the zero-copy paths the
  * engine's pool (engine/src/tx.rs zc_pool: twice the sends SO_SNDBUF admits, at least
  * two batches, at most 256, a power of two), used round robin.
+ * -DREF_STAMP (the benchmark's "+stamp" rows): also do what offlab-engine must do for its loss and
+ * latency accounting and buffer reuse, nothing else: read CLOCK_MONOTONIC once per call (the engine's
+ * tx time), write into every segment's header (bytes 8..24) its big-endian sequence number and that
+ * time, and with zerocopy, since it now rewrites buffers, read the completions once the next buffer
+ * may still be held (every `buffers` sends, as the engine) rather than every 128.
  * Prints one JSON line: datagrams, bytes, calls, errors, seconds (sender side). */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -41,6 +46,33 @@
 #define UDP_SEGMENT 103
 #endif
 
+#ifdef REF_STAMP
+static unsigned long long stamp_seq;
+
+/* The engine's tx time: CLOCK_MONOTONIC once per call (a send, a sendmmsg, an io_uring batch). */
+static unsigned long long stamp_time(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return __builtin_bswap64(ts.tv_sec * 1000000000ULL + ts.tv_nsec);
+}
+
+/* The engine's header fields of one message's segments (engine/src/header.rs stamp_segments). */
+static void stamp(char *msg, size_t len, int size, unsigned long long tx)
+{
+	for (size_t o = 0; o + 24 <= len; o += size) {
+		unsigned long long *h = (unsigned long long *)(msg + o + 8);
+		h[0] = __builtin_bswap64(stamp_seq++);
+		h[1] = tx;
+	}
+}
+#define STAMP_TIME(t) unsigned long long t = stamp_time()
+#define STAMP(msg, len, size, t) stamp(msg, len, size, t)
+#else
+#define STAMP_TIME(t) (void)0
+#define STAMP(msg, len, size, t) (void)0
+#endif
+
 static double now(void)
 {
 	struct timespec ts;
@@ -48,12 +80,13 @@ static double now(void)
 	return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-/* Reads the zero-copy completions queued on the error queue; returns how many sends they cover. */
-static unsigned long long completions(int fd, unsigned long long *copied)
+/* Reads the zero-copy completions queued on the error queue, until it is empty or they cover `want`
+ * sends; returns how many sends they cover. */
+static unsigned long long completions(int fd, unsigned long long *copied, unsigned long long want)
 {
 	unsigned long long done = 0;
 	char control[256];
-	for (;;) {
+	while (done < want) {
 		struct msghdr msg = {.msg_control = control, .msg_controllen = sizeof(control)};
 		if (recvmsg(fd, &msg, MSG_ERRQUEUE | MSG_DONTWAIT) < 0)
 			return done;
@@ -68,6 +101,7 @@ static unsigned long long completions(int fd, unsigned long long *copied)
 			}
 		}
 	}
+	return done;
 }
 
 
@@ -133,9 +167,13 @@ static unsigned long long zc_notifs, zc_notif_copied;
 
 /* n linked sends of bufs first.. (len bytes each, modulo nbufs) in one io_uring_enter that waits for
  * their n completions; returns how many succeeded. */
-static int ring_batch(struct ring *r, int fd, const char *bufs, int first, int nbufs, size_t len, int n, int zc)
+static int ring_batch(struct ring *r, int fd, char *bufs, int first, int nbufs, size_t len, int n, int zc,
+		      int size)
 {
+	(void)size;
+	STAMP_TIME(tx);
 	for (int i = 0; i < n; i++) {
+		STAMP(bufs + (size_t)((first + i) % nbufs) * len, len, size, tx);
 		struct io_uring_sqe *sqe = &r->sqes[r->local_tail++ & r->sq_mask];
 		memset(sqe, 0, sizeof(*sqe));
 		sqe->opcode = zc ? IORING_OP_SEND_ZC : IORING_OP_SEND;
@@ -242,7 +280,12 @@ int main(int argc, char **argv)
 	double start = now(), end = start + secs, t = start;
 	while (t < end && (mmsg || uring)) {
 		for (int i = 0; i < 64; i++) {
-			int k = uring ? ring_batch(&ring, fd, buf, next, nbufs, len, batch, uring_zc)
+			if (mmsg) {
+				STAMP_TIME(tx);
+				for (int m = 0; m < batch; m++)
+					STAMP(buf + (size_t)m * len, len, size, tx);
+			}
+			int k = uring ? ring_batch(&ring, fd, buf, next, nbufs, len, batch, uring_zc, size)
 				      : sendmmsg(fd, msgs, batch, 0);
 			calls++;
 			if (k <= 0)
@@ -257,28 +300,28 @@ int main(int argc, char **argv)
 	while (t < end && !mmsg && !uring) {
 		/* Read the clock every 64 calls only: the loop is the measurement. */
 		for (int i = 0; i < 64; i++) {
-#ifdef REF_STAMP
-			/* -DREF_STAMP: write a sequence number and a time into every segment, as the engine's
-			 * header does (to measure what that costs; the benchmark builds without it). */
-			for (size_t o = 0; o + 16 <= len; o += size) {
-				unsigned long long *h = (unsigned long long *)(buf + (size_t)next * len + o);
-				h[0] = calls;
-				h[1] = (unsigned long long)t;
-			}
-#endif
+			STAMP_TIME(tx);
+			STAMP(buf + (size_t)next * len, len, size, tx);
 			ssize_t r = send(fd, buf + (size_t)next * len, len, zc ? MSG_ZEROCOPY : 0);
 			next = (next + 1) % nbufs;
 			calls++;
 			if (r < 0) {
 				errors++;
 				if (zc && errno == ENOBUFS)
-					zc_done += completions(fd, &zc_copied);
+					zc_done += completions(fd, &zc_copied, ~0ULL);
 			} else {
 				bytes += r;
 				zc_sent += zc;
 			}
+#ifdef REF_STAMP
+			/* Rewriting buffers, it must wait for their completions as the engine does: read them once the
+			 * next buffer may still be held, and only until every send is accounted for. */
+			if (zc && zc_sent - zc_done >= (unsigned long long)nbufs)
+				zc_done += completions(fd, &zc_copied, zc_sent - zc_done);
+#else
 			if (zc && zc_sent - zc_done >= 128)
-				zc_done += completions(fd, &zc_copied);
+				zc_done += completions(fd, &zc_copied, ~0ULL);
+#endif
 		}
 		t = now();
 	}
@@ -300,7 +343,7 @@ int main(int argc, char **argv)
 	while (zc && zc_done < zc_sent && now() < wait_end) {
 		struct pollfd p = {.fd = fd};
 		poll(&p, 1, 10);
-		zc_done += completions(fd, &zc_copied);
+		zc_done += completions(fd, &zc_copied, ~0ULL);
 	}
 	printf("{\"role\": \"ref_tx\", \"datagrams\": %llu, \"bytes\": %llu, \"calls\": %llu, "
 	       "\"errors\": %llu, \"seconds\": %.6f, \"zerocopy_sent\": %llu, \"zerocopy_completed\": %llu, "

@@ -41,11 +41,21 @@ pub fn encode(h: &Header, buf: &mut [u8]) {
     buf[16..24].copy_from_slice(&h.tx_ns.to_be_bytes());
 }
 
-/// Rewrites only the fields that change from one send to the next.
+/// Stamps the `segs` segments of one send (`msg`, segments of `seg_len` bytes, each already `encode`d):
+/// segment k gets sequence number `first_seq + k`, every one the send's time `tx_ns`. Only these two
+/// fields change from one send to the next; the rest of each header was written once by `encode`.
+/// In a 64 KiB GSO send the 44 headers lie in 44 cache lines: what this costs is those lines, so the
+/// loop does nothing else (no division, one bounds check a segment).
 #[inline]
-pub fn stamp(buf: &mut [u8], seq: u64, tx_ns: u64) {
-    buf[8..16].copy_from_slice(&seq.to_be_bytes());
-    buf[16..24].copy_from_slice(&tx_ns.to_be_bytes());
+pub fn stamp_segments(msg: &mut [u8], seg_len: usize, segs: usize, first_seq: u64, tx_ns: u64) {
+    let tx = tx_ns.to_be_bytes();
+    let mut at = 0;
+    for k in 0..segs as u64 {
+        let h = &mut msg[at + 8..at + 24];
+        h[..8].copy_from_slice(&(first_seq + k).to_be_bytes());
+        h[8..].copy_from_slice(&tx);
+        at += seg_len;
+    }
 }
 
 #[inline]
@@ -92,11 +102,26 @@ mod tests {
         let h = Header { flags: 0, run_id: 7, seq: 0, tx_ns: 0 };
         let mut buf = [0u8; HEADER_LEN];
         encode(&h, &mut buf);
-        stamp(&mut buf, 9, 1_000);
+        stamp_segments(&mut buf, HEADER_LEN, 1, 9, 1_000);
         assert_eq!(
             decode(&buf),
             Decoded::Ok(Header { flags: 0, run_id: 7, seq: 9, tx_ns: 1_000 })
         );
+    }
+
+    #[test]
+    fn stamping_a_gso_send_numbers_its_segments_in_order_with_one_time() {
+        let (seg_len, segs) = (100, 44);
+        let mut msg = vec![0xAAu8; seg_len * segs];
+        for s in 0..segs {
+            encode(&Header { flags: 0, run_id: 3, seq: 0, tx_ns: 0 }, &mut msg[s * seg_len..]);
+        }
+        // 0x1FF + 44 crosses a byte boundary of the big-endian number.
+        stamp_segments(&mut msg, seg_len, segs, 0x1FF, 77);
+        for (k, seg) in msg.chunks(seg_len).enumerate() {
+            assert_eq!(decode(seg), Decoded::Ok(Header { flags: 0, run_id: 3, seq: 0x1FF + k as u64, tx_ns: 77 }));
+            assert!(seg[HEADER_LEN..].iter().all(|&b| b == 0xAA), "payload of segment {} untouched", k);
+        }
     }
 
     #[test]

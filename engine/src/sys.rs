@@ -198,12 +198,12 @@ pub struct Batch {
 
 impl Batch {
     /// One message per buffer. The caller keeps `bufs` alive and unresized while it uses the messages.
-    pub fn new(bufs: &mut [Vec<u8>]) -> Batch {
+    pub fn new<B: AsMut<[u8]>>(bufs: &mut [B]) -> Batch {
         let mut iovs: Vec<libc::iovec> = bufs
             .iter_mut()
-            .map(|b| libc::iovec {
-                iov_base: b.as_mut_ptr() as *mut libc::c_void,
-                iov_len: b.len(),
+            .map(|b| {
+                let b = b.as_mut();
+                libc::iovec { iov_base: b.as_mut_ptr() as *mut libc::c_void, iov_len: b.len() }
             })
             .collect();
         let msgs = iovs
