@@ -103,17 +103,7 @@ def start(tmp: Path, prefix: str, subnet: int = 222) -> Sshd:
         os.chmod(d / "authorized_keys", 0o600)
         host_pub = (d / "hostkey.pub").read_text().split()
         s.known_hosts.write_text(f"[{s.server_ip}]:{s.port} {host_pub[0]} {host_pub[1]}\n")
-        conf = d / "sshd_config"
-        conf.write_text("\n".join([
-            f"ListenAddress {s.server_ip}",
-            f"Port {s.port}",
-            f"HostKey {d / 'hostkey'}",
-            f"AuthorizedKeysFile {d / 'authorized_keys'}",
-            f"PidFile {d / 'sshd.pid'}",
-            "PermitRootLogin prohibit-password",
-            "UsePAM no",
-            "StrictModes no",  # the keys live under /tmp (mode 1777)
-        ]) + "\n")
+        conf = _sshd_config(d / "sshd_config", s.server_ip, s.port, d / "hostkey", d / "authorized_keys", d / "sshd.pid")
         # sshd's privilege separation directory; made if absent, never removed (the system's own).
         os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
         s.proc = _start_sshd(s.server_ns, conf, d / "sshd.log")
@@ -121,6 +111,19 @@ def start(tmp: Path, prefix: str, subnet: int = 222) -> Sshd:
         stop(s)
         raise
     return s
+
+
+def _sshd_config(path: Path, listen: str, port: int, host_key: Path, authorized_keys: Path, pid_file: Path, *,
+                 client_alive: bool = False) -> Path:
+    """One stand-in machine's sshd_config: root by key only, on `listen`:`port`; with `client_alive`, a
+    session whose client vanished (a test cuts a machine off) ends within ~6 s."""
+    lines = [f"ListenAddress {listen}", f"Port {port}", f"HostKey {host_key}", f"AuthorizedKeysFile {authorized_keys}",
+             f"PidFile {pid_file}", "PermitRootLogin prohibit-password", "UsePAM no",
+             "StrictModes no"]  # the keys live under /tmp (mode 1777)
+    if client_alive:
+        lines += ["ClientAliveInterval 2", "ClientAliveCountMax 3"]
+    path.write_text("\n".join(lines) + "\n")
+    return path
 
 
 def _start_sshd(ns: str, conf: Path, log_path: Path) -> subprocess.Popen:
@@ -275,12 +278,8 @@ def start_pair(tmp: Path, prefix: str, subnet: int = 230, links: int = 1) -> Ssh
                                                for m in (p.a, p.b)))
         os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
         for side, m in (("a", p.a), ("b", p.b)):
-            conf = d / f"sshd_config-{side}"
-            conf.write_text("\n".join([
-                f"ListenAddress {m.ssh_ip}", f"Port {p.port}", f"HostKey {d / 'hostkey'}",
-                f"AuthorizedKeysFile {d / 'authorized_keys'}", f"PidFile {d / f'sshd-{side}.pid'}",
-                "PermitRootLogin prohibit-password", "UsePAM no", "StrictModes no",
-            ]) + "\n")
+            conf = _sshd_config(d / f"sshd_config-{side}", m.ssh_ip, p.port, d / "hostkey", d / "authorized_keys",
+                                d / f"sshd-{side}.pid")
             m.proc = _start_sshd(m.ns, conf, d / f"sshd-{side}.log")
     except BaseException:
         stop_machines(p)
@@ -368,14 +367,8 @@ def start_fleet(tmp: Path, prefix: str, pairs: int = 2, mgmt: int | None = None)
             keys = f.path("authorized_keys", name)
             keys.write_text((d / "userkey.pub").read_text())
             os.chmod(keys, 0o600)
-            conf = d / f"sshd_config-{name}"
-            conf.write_text("\n".join([
-                f"ListenAddress {m.ssh_ip}", f"Port {f.port}", f"HostKey {d / 'hostkey'}",
-                f"AuthorizedKeysFile {keys}", f"PidFile {d / f'sshd-{name}.pid'}",
-                "PermitRootLogin prohibit-password", "UsePAM no", "StrictModes no",
-                # a session whose client vanished (a test cuts a machine off) ends within ~6 s
-                "ClientAliveInterval 2", "ClientAliveCountMax 3",
-            ]) + "\n")
+            conf = _sshd_config(d / f"sshd_config-{name}", m.ssh_ip, f.port, d / "hostkey", keys, d / f"sshd-{name}.pid",
+                                client_alive=True)
             m.proc = _start_sshd(m.ns, conf, d / f"sshd-{name}.log")
     except BaseException:
         stop_machines(f)

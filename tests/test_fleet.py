@@ -195,40 +195,6 @@ def test_a_host_that_fails_costs_only_its_pair_and_names_it_into_a_shared_postgr
     assert leftovers_on_the_machines(fleet) == []
 
 
-def test_a_server_lost_mid_run_keeps_its_pairs_samples_and_the_other_pair_goes_on(fleet, bundle, tmp_path):
-    inv = tmp_path / "inventory.yml"
-    inv.write_text(fleet.ansible_inventory())
-    plan = tmp_path / "plan.yaml"
-    plan.write_text(pair_plan("fleet", 4))
-    db = tmp_path / "results.db"
-    try:
-        with once_measuring(fleet, "a2", lambda: sshd_mod.cut(fleet, "b2")):
-            res = fleet_cli(fleet, tmp_path, "fleet", "run", str(plan), "--inventory", str(inv), "--group", "rack",
-                            "--db", str(db), "--bundle", str(bundle))
-    finally:
-        sshd_mod.reconnect(fleet, "b2")
-    assert res.returncode == 3, (res.stdout + res.stderr)[-3000:]
-    assert "a1:t1,b1:t1: ok: run " in res.stdout, res.stdout
-    failed = [l for l in res.stdout.splitlines() if l.startswith("a2:t1,b2:t1: failed: ")]
-    assert len(failed) == 1 and "b2" in failed[0].split("failed: ", 1)[1] and "samples kept in run" in failed[0], res.stdout
-    assert "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
-    with sqlite3.connect(db) as conn:
-        counts = dict(conn.execute("SELECT r.name, COUNT(s.id) FROM runs r LEFT JOIN samples s ON s.run_id = r.id "
-                                   "GROUP BY r.id").fetchall())
-    assert counts["fleet @ a1:t1,b1:t1"] == 8 and 1 <= counts["fleet @ a2:t1,b2:t1"] < 8, counts
-    # The lost pair's journal stays on both its ends and b2 keeps the run's key (it was cut off): each
-    # machine's own restore.sh and `fleet clean` finish the job; the other pair left nothing.
-    found = leftovers_on_the_machines(fleet)
-    assert "b2: key offlab-fleet-" in " ".join(found) and all(l.startswith(("a2: ", "b2: ")) for l in found), found
-    for name in ("a2", "b2"):
-        script = fleet.path("remote", name) / "restore.sh"
-        if script.exists():
-            NetnsHost(fleet.machines[name].ns).run(["sh", str(script)])
-    res = fleet_cli(fleet, tmp_path, "fleet", "clean", "--inventory", str(inv), "--host", "a2", "--host", "b2")
-    assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
-    assert leftovers_on_the_machines(fleet) == []
-
-
 def batches_of(log: str, task: str) -> list[list[str]]:
     """The hosts that ran `task`, per time the playbook's output shows it (each serial batch shows it anew)."""
     batches, current = [], None
@@ -260,6 +226,79 @@ def test_serial_runs_the_pairs_in_ansible_batches_one_after_the_other(fleet, bun
     # ...so the second pair's run started after the first pair's had finished.
     times = run_times(db)
     assert times["fleet @ a1:t1,b1:t1"][1] <= times["fleet @ a2:t1,b2:t1"][0], times
+    # The installation the first run made is kept: the same bundle is not installed again on any host.
+    installs = [l.split(":")[0] + " " + l.split("[", 1)[1].split("]")[0] for l in
+                text.split("TASK [offlab installed from the bundle's wheels", 1)[1].split("TASK [", 1)[0].splitlines()
+                if l.startswith(("ok:", "changed:"))]
+    assert sorted(installs) == ["ok a1", "ok a2", "ok b1", "ok b2"], installs
+    assert leftovers_on_the_machines(fleet) == []
+
+
+def test_a_database_gone_during_the_run_keeps_every_pairs_results_in_files_it_names(fleet, bundle, tmp_path, pg):  # noqa: F811
+    inv = tmp_path / "inventory.yml"
+    inv.write_text(fleet.ansible_inventory())
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(PLAN)
+    url = pg.database()
+    name = url.split("@/")[1].split("?")[0]
+    # the database answered at the start; it is gone at the import
+    with once_measuring(fleet, "a1", lambda: pg.psql(f"DROP DATABASE {name}")):
+        res = fleet_cli(fleet, tmp_path, "fleet", "run", str(plan), "--inventory", str(inv), "--group", "rack",
+                        "--db", url, "--bundle", str(bundle))
+    assert res.returncode == 3, (res.stdout + res.stderr)[-3000:]
+    line = res.stderr.strip()
+    assert "Traceback" not in line and len(line.splitlines()) == 1, res.stderr
+    assert f'database "{name}" does not exist' in line and "the pairs' results are kept in " in line, line
+    home = Path(line.split("the pairs' results are kept in ")[1].split()[0])
+    try:
+        assert sorted(f.name for f in home.iterdir()) == ["a1_t1-b1_t1.db", "a2_t1-b2_t1.db"]
+        db = tmp_path / "later.db"
+        for f in sorted(home.iterdir()):  # what the line says to do once a database answers
+            imp = fleet_cli(fleet, tmp_path, "results", "import", str(f), "--db", str(db))
+            assert imp.returncode == 0, imp.stderr
+        with sqlite3.connect(db) as conn:
+            rows = conn.execute("SELECT r.name, r.status, COUNT(s.id) FROM runs r LEFT JOIN samples s ON s.run_id = r.id "
+                                "GROUP BY r.id ORDER BY r.name").fetchall()
+        assert rows == [("fleet @ a1:t1,b1:t1", "done", 2), ("fleet @ a2:t1,b2:t1", "done", 2)]
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+    assert leftovers_on_the_machines(fleet) == []
+
+
+# The two tests below lose a server mid-run and `fleet clean` its pair, which removes the pair's
+# installation: they come after the runs above, which reuse the first run's, so a2 and b2 are installed
+# again once (for the second), not after each.
+def test_a_server_lost_mid_run_keeps_its_pairs_samples_and_the_other_pair_goes_on(fleet, bundle, tmp_path):
+    inv = tmp_path / "inventory.yml"
+    inv.write_text(fleet.ansible_inventory())
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(pair_plan("fleet", 4))
+    db = tmp_path / "results.db"
+    try:
+        with once_measuring(fleet, "a2", lambda: sshd_mod.cut(fleet, "b2")):
+            res = fleet_cli(fleet, tmp_path, "fleet", "run", str(plan), "--inventory", str(inv), "--group", "rack",
+                            "--db", str(db), "--bundle", str(bundle))
+    finally:
+        sshd_mod.reconnect(fleet, "b2")
+    assert res.returncode == 3, (res.stdout + res.stderr)[-3000:]
+    assert "a1:t1,b1:t1: ok: run " in res.stdout, res.stdout
+    failed = [l for l in res.stdout.splitlines() if l.startswith("a2:t1,b2:t1: failed: ")]
+    assert len(failed) == 1 and "b2" in failed[0].split("failed: ", 1)[1] and "samples kept in run" in failed[0], res.stdout
+    assert "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    with sqlite3.connect(db) as conn:
+        counts = dict(conn.execute("SELECT r.name, COUNT(s.id) FROM runs r LEFT JOIN samples s ON s.run_id = r.id "
+                                   "GROUP BY r.id").fetchall())
+    assert counts["fleet @ a1:t1,b1:t1"] == 8 and 1 <= counts["fleet @ a2:t1,b2:t1"] < 8, counts
+    # The lost pair's journal stays on both its ends and b2 keeps the run's key (it was cut off): each
+    # machine's own restore.sh and `fleet clean` finish the job; the other pair left nothing.
+    found = leftovers_on_the_machines(fleet)
+    assert "b2: key offlab-fleet-" in " ".join(found) and all(l.startswith(("a2: ", "b2: ")) for l in found), found
+    for name in ("a2", "b2"):
+        script = fleet.path("remote", name) / "restore.sh"
+        if script.exists():
+            NetnsHost(fleet.machines[name].ns).run(["sh", str(script)])
+    res = fleet_cli(fleet, tmp_path, "fleet", "clean", "--inventory", str(inv), "--host", "a2", "--host", "b2")
+    assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
     assert leftovers_on_the_machines(fleet) == []
 
 
@@ -300,37 +339,6 @@ def test_a_server_whose_sshd_dies_mid_run_is_put_back_by_fleet_clean_once_it_ans
     assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
     assert leftovers_on_the_machines(fleet) == []
     assert settings_of(fleet) == before
-
-
-def test_a_database_gone_during_the_run_keeps_every_pairs_results_in_files_it_names(fleet, bundle, tmp_path, pg):  # noqa: F811
-    inv = tmp_path / "inventory.yml"
-    inv.write_text(fleet.ansible_inventory())
-    plan = tmp_path / "plan.yaml"
-    plan.write_text(PLAN)
-    url = pg.database()
-    name = url.split("@/")[1].split("?")[0]
-    # the database answered at the start; it is gone at the import
-    with once_measuring(fleet, "a1", lambda: pg.psql(f"DROP DATABASE {name}")):
-        res = fleet_cli(fleet, tmp_path, "fleet", "run", str(plan), "--inventory", str(inv), "--group", "rack",
-                        "--db", url, "--bundle", str(bundle))
-    assert res.returncode == 3, (res.stdout + res.stderr)[-3000:]
-    line = res.stderr.strip()
-    assert "Traceback" not in line and len(line.splitlines()) == 1, res.stderr
-    assert f'database "{name}" does not exist' in line and "the pairs' results are kept in " in line, line
-    home = Path(line.split("the pairs' results are kept in ")[1].split()[0])
-    try:
-        assert sorted(f.name for f in home.iterdir()) == ["a1_t1-b1_t1.db", "a2_t1-b2_t1.db"]
-        db = tmp_path / "later.db"
-        for f in sorted(home.iterdir()):  # what the line says to do once a database answers
-            imp = fleet_cli(fleet, tmp_path, "results", "import", str(f), "--db", str(db))
-            assert imp.returncode == 0, imp.stderr
-        with sqlite3.connect(db) as conn:
-            rows = conn.execute("SELECT r.name, r.status, COUNT(s.id) FROM runs r LEFT JOIN samples s ON s.run_id = r.id "
-                                "GROUP BY r.id ORDER BY r.name").fetchall()
-        assert rows == [("fleet @ a1:t1,b1:t1", "done", 2), ("fleet @ a2:t1,b2:t1", "done", 2)]
-    finally:
-        shutil.rmtree(home, ignore_errors=True)
-    assert leftovers_on_the_machines(fleet) == []
 
 
 def test_fleet_clean_removes_the_installation_from_every_host(fleet, tmp_path):

@@ -200,7 +200,10 @@ def _play(argv: list[str], tmp: Path, out) -> subprocess.CompletedProcess:
     them to ControlPersist: a minute of idle sessions on every host)."""
     cp = tmp / "cp"
     cp.mkdir(mode=0o700, exist_ok=True)
-    env = {**os.environ, "ANSIBLE_HOST_KEY_CHECKING": "True", "ANSIBLE_RETRY_FILES_ENABLED": "False",
+    # Pipelining: a task is one ssh command (the module on its stdin), not four or five (temp directory,
+    # transfer, chmod, run, remove), each paying the host's login shell. Set ANSIBLE_PIPELINING=False
+    # to turn it off (a sudo with `requiretty` needs that).
+    env = {"ANSIBLE_PIPELINING": "True", **os.environ, "ANSIBLE_HOST_KEY_CHECKING": "True", "ANSIBLE_RETRY_FILES_ENABLED": "False",
            "ANSIBLE_NOCOLOR": "1", "ANSIBLE_DEPRECATION_WARNINGS": "False", "ANSIBLE_SSH_CONTROL_PATH_DIR": str(cp)}
     proc = LOCAL.spawn(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
     try:
