@@ -69,3 +69,37 @@ def test_a_program_that_is_not_there_ends_127_and_says_so_on_stderr():
     proc = RemoteProcess(Counting(), ["no-such-program-here"])
     out, err = proc.communicate(timeout=20)
     assert proc.returncode == 127 and "no-such-program-here" in err and out == ""
+
+
+def test_a_helper_started_to_die_with_its_parent_ends_when_the_parent_is_killed_outright():
+    """die_with_parent (PR_SET_PDEATHSIG): a parent that spawns a child with it and is then killed with
+    SIGKILL, the way a timeout kills `offlab fleet run`, leaves no child behind."""
+    import subprocess
+    import sys
+    import time
+
+    import signal
+
+    from offlab.hosts.process import running, signal_pid
+
+    code = ("import subprocess, sys, time\n"
+            "from offlab.hosts.process import die_with_parent\n"
+            "p = subprocess.Popen(['sleep', '60'], preexec_fn=die_with_parent)\n"
+            "print(p.pid, flush=True)\n"
+            "time.sleep(60)\n")
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    child = None
+    try:
+        child = int(parent.stdout.readline())
+        assert running(child)
+        parent.kill()
+        parent.wait()
+        deadline = time.monotonic() + 10
+        while running(child) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not running(child)
+    finally:
+        parent.kill()
+        parent.wait()
+        if child is not None and running(child):  # the test failed: the sleep is ours to end
+            signal_pid(child, signal.SIGKILL)

@@ -149,3 +149,25 @@ def measure_with_warmup_burst(lab) -> tuple[dict, dict]:
     finally:
         switch.run(["tc", "qdisc", "del", "dev", port, "root"], check=False)
     return {"traffic": s.traffic, "probes": s.probes, "workload": s.workload}, marks
+
+
+def bytes_check(sample: dict) -> dict:
+    result = witnesses.cross_check(StoredSample.from_json(sample))
+    (check,) = [c for c in result["checks"] if c["check"] == "application bytes ≤ interface bytes"]
+    return check
+
+
+def test_application_bytes_are_the_receivers_rows_in_the_window_not_the_whole_runs_rate():
+    """A whole-run throughput above the window's own (the sender slowed inside the window) must not make
+    the application seem to have received more than the server's interfaces carried."""
+    s = load("engine_loss_in_window.json")
+    window = bytes_check(copy.deepcopy(s))
+    assert window["ok"] and "intervals in the server's window" in window["detail"], window
+    faster = copy.deepcopy(s)
+    faster["traffic"]["throughput_bps"] *= 1.15  # the whole run's rate, 15 % above the window's
+    assert bytes_check(faster)["application_bytes"] == window["application_bytes"]
+    # without a receiver series the whole run's rate is all there is: the check says so, and flags it
+    old = copy.deepcopy(faster)
+    old["traffic"]["series"] = []
+    check = bytes_check(old)
+    assert "throughput × this machine's window" in check["detail"] and not check["ok"], check

@@ -224,19 +224,25 @@ def cross_check(sample: StoredSample) -> dict:
             checks.append({"check": "throughput = pps × size", "ok": ok, "throughput_bps": bps,
                            "pps_times_size_bps": implied,
                            "detail": f"throughput {bps:.4g} bit/s vs {pps:.4g} pps × {size} B = {implied:.4g} bit/s"})
-    app_bytes = (traffic.throughput_bps or 0) * (probes.window_s or 0) / 8
+    # Like with like: the datagrams the tool's receiver rows got between the server's two counter reads
+    # (as the loss check above), else its whole run's throughput times this machine's window.
+    wl = window_loss(traffic, probes) if w.protocol == "udp" and w.size else WindowLoss(why="")
     rx_bytes = _server_rx_bytes(probes)
+    if wl.received is not None and wl.alignment_s is not None:
+        app_bytes = float(wl.received * (w.size or 0))
+        apart, over = wl.alignment_s, f"its receiver's {wl.rows} intervals in the server's window"
+    else:
+        app_bytes = (traffic.throughput_bps or 0) * (probes.window_s or 0) / 8
+        # read (on a channel host) up to `apart` away from this machine's window edges
+        apart, over = skew(probes.reads, "window", "server"), "its throughput × this machine's window"
     if app_bytes > 0 and rx_bytes is not None:
-        # The tool's throughput times this machine's window against the server's counters, read (on
-        # a channel host) up to `apart` away from the window's edges.
-        apart = skew(probes.reads, "window", "server")
         in_skew = (traffic.throughput_bps or 0) / 8 * apart
         ok = app_bytes <= rx_bytes * 1.02 + in_skew
         checks.append({"check": "application bytes ≤ interface bytes", "ok": ok, "application_bytes": app_bytes,
                        "interface_bytes": rx_bytes, "skew_s": round(apart, 6),
-                       "detail": f"{app_bytes:.4g} B received by the application, {rx_bytes:.4g} B by the "
-                                 f"server's interfaces; tolerance 2 % + {in_skew:.4g} B that may have flowed in "
-                                 f"the {1000 * apart:.1f} ms the server's reads may be away from the window's "
+                       "detail": f"{app_bytes:.4g} B received by the application ({over}), {rx_bytes:.4g} B by "
+                                 f"the server's interfaces; tolerance 2 % + {in_skew:.4g} B that may have flowed "
+                                 f"in the {1000 * apart:.1f} ms the server's reads may be away from the window's "
                                  f"edges"})
     status = "consistent" if all(c["ok"] for c in checks) else "inconsistent"
     return {"status": status, "checks": checks}

@@ -8,6 +8,7 @@ ends, its exit code, and offers Popen's verbs over `host.run`.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import secrets
 import shlex
@@ -263,6 +264,16 @@ def running(pid: int) -> bool:
         return len(os.listdir(f"/proc/{pid}/task")) > 1
     except OSError:
         return False
+
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def die_with_parent() -> None:
+    """`preexec_fn` for a helper process that must not outlive the offlab that started it, even one
+    killed with SIGKILL: the kernel sends it SIGTERM when the starting thread ends (prctl
+    PR_SET_PDEATHSIG). ansible-playbook ends its workers and their commands on SIGTERM."""
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def wait_gone(pid: int, timeout: float) -> bool:
