@@ -30,6 +30,7 @@ from typing import Callable
 from offlab import inventory as inv_mod
 from offlab.errors import BadInput, EnvironmentProblem
 from offlab.hosts import LOCAL
+from offlab.hosts.process import die_with_parent
 
 PLAYBOOK = Path(__file__).parent / "ansible" / "fleet.yml"
 DEFAULT_BUNDLE = "dist/offlab-bundle.tar"
@@ -205,7 +206,9 @@ def _play(argv: list[str], tmp: Path, out) -> subprocess.CompletedProcess:
     # to turn it off (a sudo with `requiretty` needs that).
     env = {"ANSIBLE_PIPELINING": "True", **os.environ, "ANSIBLE_HOST_KEY_CHECKING": "True", "ANSIBLE_RETRY_FILES_ENABLED": "False",
            "ANSIBLE_NOCOLOR": "1", "ANSIBLE_DEPRECATION_WARNINGS": "False", "ANSIBLE_SSH_CONTROL_PATH_DIR": str(cp)}
-    proc = LOCAL.spawn(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+    # An offlab killed outright (SIGKILL, a timeout's kill) takes the playbook with it: nothing else would end it.
+    proc = LOCAL.spawn(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                       preexec_fn=die_with_parent)
     try:
         rc = proc.wait()
     except BaseException:  # Ctrl-C, SIGTERM: the playbook is ours to end, as subprocess.run would
