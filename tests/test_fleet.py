@@ -66,6 +66,14 @@ def fleet_cli(f, tmp_path, *args: str, timeout: float = 900, env: dict | None = 
                           capture_output=True, text=True, timeout=timeout, cwd=REPO, env=env)
 
 
+def run_files(f, tmp_path, plan_text: str = PLAN) -> tuple[Path, Path, Path]:
+    """The fleet's inventory and the plan written under tmp_path, and where the results database goes."""
+    inv, plan = tmp_path / "inventory.yml", tmp_path / "plan.yaml"
+    inv.write_text(f.ansible_inventory())
+    plan.write_text(plan_text)
+    return inv, plan, tmp_path / "results.db"
+
+
 def leftovers_on_the_machines(f) -> list[str]:
     """What a run must not leave: a fleet key, a run directory, a remote journal, a process in a machine."""
     found = []
@@ -139,11 +147,7 @@ def once_measuring(fleet, name: str, act: Callable[[], None], ready: Callable[[]
 
 
 def test_fleet_run_runs_each_pair_from_its_client_and_imports_both_side_by_side(fleet, bundle, tmp_path):
-    inv = tmp_path / "inventory.yml"
-    inv.write_text(fleet.ansible_inventory())
-    plan = tmp_path / "plan.yaml"
-    plan.write_text(PLAN)
-    db = tmp_path / "results.db"
+    inv, plan, db = run_files(fleet, tmp_path)
     res = fleet_cli(fleet, tmp_path, "fleet", "run", str(plan), "--inventory", str(inv), "--group", "rack",
                     "--db", str(db), "--bundle", str(bundle), "--forks", "4")
     assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
@@ -209,11 +213,8 @@ def batches_of(log: str, task: str) -> list[list[str]]:
 
 
 def test_serial_runs_the_pairs_in_ansible_batches_one_after_the_other(fleet, bundle, tmp_path):
-    inv = tmp_path / "inventory.yml"
-    inv.write_text(fleet.ansible_inventory())
-    plan = tmp_path / "plan.yaml"
-    plan.write_text(PLAN)
-    db, log = tmp_path / "results.db", tmp_path / "ansible.log"
+    inv, plan, db = run_files(fleet, tmp_path)
+    log = tmp_path / "ansible.log"
     res = fleet_cli(fleet, tmp_path, "fleet", "run", str(plan), "--inventory", str(inv), "--group", "rack",
                     "--db", str(db), "--bundle", str(bundle), "--forks", "4", "--serial", "1",
                     env={"OFFLAB_FLEET_LOG": str(log)})
@@ -235,10 +236,7 @@ def test_serial_runs_the_pairs_in_ansible_batches_one_after_the_other(fleet, bun
 
 
 def test_a_database_gone_during_the_run_keeps_every_pairs_results_in_files_it_names(fleet, bundle, tmp_path, pg):  # noqa: F811
-    inv = tmp_path / "inventory.yml"
-    inv.write_text(fleet.ansible_inventory())
-    plan = tmp_path / "plan.yaml"
-    plan.write_text(PLAN)
+    inv, plan, _ = run_files(fleet, tmp_path)
     url = pg.database()
     name = url.split("@/")[1].split("?")[0]
     # the database answered at the start; it is gone at the import
@@ -269,11 +267,7 @@ def test_a_database_gone_during_the_run_keeps_every_pairs_results_in_files_it_na
 # installation: they come after the runs above, which reuse the first run's, so a2 and b2 are installed
 # again once (for the second), not after each.
 def test_a_server_lost_mid_run_keeps_its_pairs_samples_and_the_other_pair_goes_on(fleet, bundle, tmp_path):
-    inv = tmp_path / "inventory.yml"
-    inv.write_text(fleet.ansible_inventory())
-    plan = tmp_path / "plan.yaml"
-    plan.write_text(pair_plan("fleet", 4))
-    db = tmp_path / "results.db"
+    inv, plan, db = run_files(fleet, tmp_path, pair_plan("fleet", 4))
     try:
         with once_measuring(fleet, "a2", lambda: sshd_mod.cut(fleet, "b2")):
             res = fleet_cli(fleet, tmp_path, "fleet", "run", str(plan), "--inventory", str(inv), "--group", "rack",
@@ -303,11 +297,7 @@ def test_a_server_lost_mid_run_keeps_its_pairs_samples_and_the_other_pair_goes_o
 
 
 def test_a_server_whose_sshd_dies_mid_run_is_put_back_by_fleet_clean_once_it_answers(fleet, bundle, tmp_path):
-    inv = tmp_path / "inventory.yml"
-    inv.write_text(fleet.ansible_inventory())
-    plan = tmp_path / "plan.yaml"
-    plan.write_text(pair_plan("fleet", 4))
-    db = tmp_path / "results.db"
+    inv, plan, db = run_files(fleet, tmp_path, pair_plan("fleet", 4))
     before = settings_of(fleet)
     lost: dict[str, object] = {}
 

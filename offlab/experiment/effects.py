@@ -458,15 +458,14 @@ def _queue_counts(where: str, way: str, probes: dict, topology: str | None) -> t
     own = (queues.get(where) or {}).get(way) or {}
     if sum(own.values()):
         return where, own
+    if way != "tx":
+        return None, own
     sent = ((probes.get("qdisc") or {}).get(where) or {}).get("queues") or {}
-    if way == "tx" and sum(sent.values()):  # a multiqueue device's mq children: what each queue sent
+    if sum(sent.values()):  # a multiqueue device's mq children: what each queue sent
         return f"{where} qdisc", sent
-    if way == "tx":
-        hop = _next_hop(probes.get("interfaces") or {}, where, topology)
-        theirs = (queues.get(hop) or {}).get("rx") or {} if hop else {}
-        if sum(theirs.values()):
-            return f"{hop} rx", theirs
-    return None, own
+    hop = _next_hop(probes.get("interfaces") or {}, where, topology)
+    theirs = ((queues.get(hop) or {}).get("rx") or {}) if hop else {}
+    return (f"{hop} rx", theirs) if sum(theirs.values()) else (None, own)
 
 
 def _data_way(where: str, probes: dict) -> str:

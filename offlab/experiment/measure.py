@@ -15,7 +15,7 @@ from typing import Callable
 from offlab import lab as labs
 from offlab.errors import BadInput, EnvironmentProblem, OfflabError
 from offlab.lab.explain import guest_chains
-from offlab.lab.model import LabState
+from offlab.lab.model import UPLINK_KINDS, LabState
 from offlab.metrics import TCG_MARK
 from offlab.probes import ProbeResult, ProbeSession, Snapshot, mtus, service_demand, system_service_demand
 from offlab.probes.counters import rcvq_pruned
@@ -118,9 +118,7 @@ def _measure(lab: LabState, w: Workload, capture: CaptureRequest | None, *,
     # testpmd's own read of its GRO/GSO/fwd: what the effect witnesses judge its counters against
     tp = Testpmd.for_lab(lab.name) if lab.has_testpmd else None
     tp_read = _BESIDE.submit(tp.settings) if tp is not None else None
-    # a setting about queues (channels, xps) is witnessed by the per-queue packets: read only then
-    queue_counts = [str(x.get("where") or "") for x in settings if effects.is_queue_setting(str(x.get("key") or ""))]
-    with ProbeSession(lab, big_packets=w.big_packets, queue_counts=queue_counts or None) as probes, \
+    with ProbeSession(lab, big_packets=w.big_packets, queue_ifaces=_queue_ifaces(lab, settings)) as probes, \
             tempfile.TemporaryDirectory(prefix="offlab-cap-") as tmp:
         window = Window()
         probe_thread: threading.Thread | None = None
@@ -233,6 +231,27 @@ def sample_notes(probe: ProbeResult, lab_mtu: int, guests: dict, *, channel_marg
     if tcg:
         notes.append(f"{TCG_MARK}: {', '.join(tcg)} ran under TCG (an emulated CPU)")
     return notes
+
+
+def _queue_ifaces(lab: LabState, settings: list[dict]) -> dict[str, list[str]]:
+    """role → the interfaces whose per-queue packets a setting about queues (channels, xps) is witnessed
+    by: every uplink of a namespace host (a veth's queue shows on its peer's), and on another host (a
+    guest) the ones the settings name. None set: {} (nothing is read)."""
+    named: dict[str, list[str]] = {}
+    for s in settings:
+        if effects.is_queue_setting(str(s.get("key") or "")):
+            role, _, iface = str(s.get("where") or "").partition(":")
+            named.setdefault(role, []).append(iface)
+    if not named:
+        return {}
+    out = {}
+    for role, entry in lab.hosts.items():
+        here = entry.netns is not None and not entry.guest  # a namespace of this machine
+        mine = [i.name for i in entry.interfaces if i.kind in UPLINK_KINDS] if here else []
+        ifaces = list(dict.fromkeys(mine + named.get(role, [])))
+        if ifaces:
+            out[role] = ifaces
+    return out
 
 
 def _witnessed(sample: Sample, settings: list[dict]) -> Sample:

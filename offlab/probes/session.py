@@ -64,24 +64,12 @@ class ProbeSession:
     """Anchors in every lab host; `snapshot()` twice; `result(a, b)` the deltas."""
 
     def __init__(self, lab, *, lifetime: float = 600.0, big_packets: bool = False,
-                 queue_counts: list[str] | None = None) -> None:
+                 queue_ifaces: dict[str, list[str]] | None = None) -> None:
         self.lab = lab
         self.readers = {}
-        # role → the interfaces whose per-queue packets are read at each edge (queues.py), when a setting
-        # about queues asks (`queue_counts`: the "role:iface" it is set on): a namespace host's uplinks
-        # all (a veth's queue shows on its peer), another host's only the ones named.
-        self.queue_ifaces: dict[str, list[str]] = {}
-        if queue_counts is not None:
-            named: dict[str, list[str]] = {}
-            for where in queue_counts:
-                role, _, iface = where.partition(":")
-                named.setdefault(role, []).append(iface)
-            for role, entry in lab.hosts.items():
-                mine = [i.name for i in entry.interfaces if i.kind in ("veth", "tap", "nic")] \
-                    if entry.netns is not None and not entry.guest else []
-                ifaces = list(dict.fromkeys(mine + named.get(role, [])))
-                if ifaces:
-                    self.queue_ifaces[role] = ifaces
+        # role → the interfaces whose per-queue packets are read at each edge (queues.py); only a sample
+        # whose settings need them asks (experiment.measure)
+        self.queue_ifaces = queue_ifaces or {}
         # role → nftables counters of packets over 64 KiB (namespace hosts; only when asked: bigpackets)
         self.big: dict[str, BigPacketCounters] = {}
         self.pids: dict[str, int] = {}  # role → pid of the process under test (client, server)
