@@ -10,9 +10,8 @@ from offlab.cli.console import console
 from rich.markup import escape
 from rich.table import Table
 
-from offlab.experiment.effects import NOT_EXERCISED
 from offlab.experiment.request import MeasureRequest
-from offlab.report import format as fmt
+from offlab.metrics import NOT_EXERCISED
 from offlab.sample import Rr, RrPhase, StoredSample
 
 out = console()
@@ -201,6 +200,9 @@ def print_sample(s: StoredSample) -> None:
         out.print(f"  wire        {cap.host}:{cap.iface} {cap.frames} frames: {cap.verdict}")
     for seg in s.segmentation or []:
         out.print(f"  segments    {escape(seg.line)}")
+    # offlab.report's package pulls in the store and the HTML report: a second of every CLI start
+    from offlab.report import format as fmt
+
     for line in fmt.loss_lines(s.loss_attribution):
         out.print(f"  {escape(line)}")
     if s.loss_attribution and s.loss_attribution.receiver_absent:
