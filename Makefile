@@ -10,7 +10,9 @@ PYTHON ?= /usr/bin/python3
 TEST_JOBS ?= 2
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
-.PHONY: demo test install deps guest clean test-durations bundle
+PYTEST := $(VENV)/bin/python -m pytest -q -p no:cacheprovider
+
+.PHONY: demo test test-fast install deps guest clean test-durations bundle
 
 install: deps $(VENV)/.installed guest
 
@@ -38,7 +40,11 @@ demo: install
 test: install
 	cargo clippy -q --release --all-targets --manifest-path engine/Cargo.toml -- -D warnings -D clippy::undocumented_unsafe_blocks
 	cargo test -q --manifest-path engine/Cargo.toml
-	$(VENV)/bin/python -m pytest -q -p no:cacheprovider -n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder --durations=30 tests
+	$(PYTEST) -n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder --durations=30 tests
+
+# The inner loop: the tests recorded under a second that share no module's lab or guest (tests/conftest.py).
+test-fast: install
+	$(PYTEST) -n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder --fast tests
 
 # The offline bundle `offlab fleet run` copies to each host (docs/remote.md): offlab's wheel (with the
 # offlab-engine binary, built by setuptools-rust) and every dependency's wheel, for this interpreter
@@ -51,7 +57,8 @@ $(BUNDLE): $(VENV)/.installed
 	@tar -cf $@.tmp -C dist/offlab-bundle . && mv $@.tmp $@
 	@echo "offlab: bundle $@ ($$(ls dist/offlab-bundle | wc -l) wheels)"
 
-# After a `make test`: its per-module durations become the order a fresh clone's first run starts from.
+# After a `make test`: its per-module and per-test durations become the order a fresh clone's first run
+# starts from and what `make test-fast` takes.
 test-durations:
 	cp $(VENV)/test-durations.json tests/durations.json
 

@@ -238,44 +238,87 @@ def module_lab(tmp_path_factory, topology: str, suffix: str, *args: str, timeout
 RECORDED_DURATIONS = os.path.join(REPO, ".venv", "test-durations.json")
 COMMITTED_DURATIONS = os.path.join(REPO, "tests", "durations.json")
 _module_seconds: dict[str, float] = {}
+_test_seconds: dict[str, float] = {}
+
+# `make test-fast` (pytest --fast): the inner loop. A test is in it when its last recorded run took less
+# than this (setup, call and teardown), it builds nothing shared with other tests of its module (no
+# fixture wider than a test: a module's lab or guest, the session's PostgreSQL) — so leaving its
+# neighbours out never moves their setup onto it — and it is not recorded at all only if it is new.
+FAST_TEST_SECONDS = 1.0
+
+
+def pytest_addoption(parser):
+    parser.addoption("--fast", action="store_true", default=False,
+                     help=f"only tests recorded under {FAST_TEST_SECONDS} s that share no module- or session-wide "
+                          "fixture (the inner loop; `make test` runs them all)")
 
 
 def _module_of(nodeid: str) -> str:
     return os.path.basename(nodeid.split("::", 1)[0]).removesuffix(".py")
 
 
-def module_durations() -> dict[str, float]:
-    """Seconds per test module from the last recorded run (this checkout's, else the committed one)."""
+def recorded_durations() -> tuple[dict[str, float], dict[str, float]]:
+    """Seconds per test module and per test from the last recorded run (this checkout's, else the
+    committed one). An older record holds modules only."""
     for path in (RECORDED_DURATIONS, COMMITTED_DURATIONS):
         try:
             with open(path) as f:
-                return {str(k): float(v) for k, v in json.load(f).items()}
-        except (OSError, ValueError, AttributeError):
+                data = json.load(f)
+            if "modules" in data:
+                return ({str(k): float(v) for k, v in data["modules"].items()},
+                        {str(k): float(v) for k, v in data.get("tests", {}).items()})
+            return {str(k): float(v) for k, v in data.items()}, {}
+        except (OSError, ValueError, AttributeError, TypeError):
             continue
-    return {}
+    return {}, {}
+
+
+def module_durations() -> dict[str, float]:
+    return recorded_durations()[0]
+
+
+def _shares_a_wide_fixture(item) -> bool:
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return False
+    return any(d.scope != "function" and d.baseid != ""
+               for defs in info.name2fixturedefs.values() for d in defs)
 
 
 def pytest_collection_modifyitems(config, items):
-    seconds = module_durations()
+    modules, tests = recorded_durations()
+    if config.getoption("--fast"):
+        keep, drop = [], []
+        for item in items:
+            seconds = tests.get(item.nodeid)
+            slow = (seconds is not None and seconds >= FAST_TEST_SECONDS) or _shares_a_wide_fixture(item)
+            (drop if slow else keep).append(item)
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
     # slowest first; stable, so the order within a module is kept; an unrecorded module goes last
-    items.sort(key=lambda item: -seconds.get(item.module.__name__.rsplit(".", 1)[-1], 0.0))
+    items.sort(key=lambda item: -modules.get(item.module.__name__.rsplit(".", 1)[-1], 0.0))
 
 
 def pytest_runtest_logreport(report):
     # Called in the process that runs the test and, under xdist, again in the controller for every report.
-    _module_seconds[_module_of(report.nodeid)] = _module_seconds.get(_module_of(report.nodeid), 0.0) + report.duration
+    module = _module_of(report.nodeid)
+    _module_seconds[module] = _module_seconds.get(module, 0.0) + report.duration
+    _test_seconds[report.nodeid] = _test_seconds.get(report.nodeid, 0.0) + report.duration
 
 
 def pytest_sessionfinish(session, exitstatus):
     """The controller (or the only process) records the durations of a run that ran most modules."""
     if hasattr(session.config, "workerinput") or not os.path.isdir(os.path.dirname(RECORDED_DURATIONS)):
         return
-    if len(_module_seconds) < 20:  # a run of a few modules says nothing of the others
+    if len(_module_seconds) < 20 or session.config.getoption("--fast"):  # a partial run says nothing of the rest
         return
-    recorded = {**module_durations(), **{m: round(s, 1) for m, s in _module_seconds.items()}}
+    modules, tests = recorded_durations()
+    modules.update({m: round(s, 1) for m, s in _module_seconds.items()})
+    tests.update({t: round(s, 2) for t, s in _test_seconds.items()})
+    data = {"modules": dict(sorted(modules.items(), key=lambda kv: -kv[1])), "tests": dict(sorted(tests.items()))}
     tmp = RECORDED_DURATIONS + ".tmp"
     with open(tmp, "w") as f:
-        json.dump(dict(sorted(recorded.items(), key=lambda kv: -kv[1])), f, indent=1)
+        json.dump(data, f, indent=1)
     os.replace(tmp, RECORDED_DURATIONS)
 
 
