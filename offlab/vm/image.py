@@ -37,7 +37,7 @@ from offlab.errors import BadInput, EnvironmentProblem
 from offlab.hosts import LOCAL, which
 from offlab.vm import guestfs, kernels
 
-BUILDER_VERSION = "3"
+BUILDER_VERSION = "4"  # 4: LZ4 kernels (Debian up to 6.1) unpacked for PVH too
 DEFAULT_SERIES = "6.12"  # virtio-net USO in the guest needs >= 6.2
 DEFAULT_CACHE = "/var/cache/offlab"
 INSTALL_HINT = "run `scripts/install-deps` as root (adds bookworm-backports, installs qemu-system-x86 and busybox-static)"
@@ -469,18 +469,23 @@ def _kernel_files(pkg: Path, kernel: KernelPackage) -> tuple[Path, Path]:
                              f"{moddir.relative_to(pkg)}/vmlinuz in the package")
 
 
-# The payload of a bzImage starts with its compressor's magic; PVH needs the ELF note
-# XEN_ELFNOTE_PHYS32_ENTRY (type 18, owner "Xen") in the decompressed vmlinux.
-_PAYLOADS = ((b"\x28\xb5\x2f\xfd", "zstd"), (b"\xfd7zXZ\x00", "xz"), (b"\x1f\x8b\x08", "gzip"))
+# The payload of a bzImage starts with its compressor's magic (Debian: LZ4 up to 6.1, then zstd);
+# PVH needs the ELF note XEN_ELFNOTE_PHYS32_ENTRY (type 18, owner "Xen") in the decompressed vmlinux.
+_PAYLOADS = ((b"\x28\xb5\x2f\xfd", "zstd"), (b"\x02\x21\x4c\x18", "lz4"), (b"\xfd7zXZ\x00", "xz"),
+             (b"\x1f\x8b\x08", "gzip"))
 _PVH_NOTE = 18
 
 
 def _pvh_vmlinux(bzimage: Path, out: Path) -> str:
     """Write the decompressed kernel to `out` if it has a PVH entry point and return ""; else why
-    not (and no file): the guest then boots the bzImage the classic way."""
+    not (and no file): the guest then boots the bzImage, which decompresses itself."""
     data = bzimage.read_bytes()
+    missing = []
     for magic, kind in _PAYLOADS:
         at = data.find(magic)
+        if at >= 0 and kind in ("zstd", "lz4") and which(kind) is None:
+            missing.append(kind)
+            continue
         while at >= 0:
             elf = _decompress(data[at:], kind)
             if elf[:4] == b"\x7fELF":
@@ -489,9 +494,9 @@ def _pvh_vmlinux(bzimage: Path, out: Path) -> str:
                 out.write_bytes(elf)
                 return ""
             at = data.find(magic, at + 1)
-    if which("zstd") is None and b"\x28\xb5\x2f\xfd" in data:
-        return "zstd is not installed to unpack the kernel (`apt-get install zstd`)"
-    return "the kernel's payload could not be unpacked (none of zstd, xz, gzip)"
+    if missing:
+        return f"{missing[0]} is not installed to unpack the kernel (`apt-get install {missing[0]}`)"
+    return "the kernel's payload could not be unpacked (none of zstd, lz4, xz, gzip)"
 
 
 def _decompress(payload: bytes, kind: str) -> bytes:
@@ -503,13 +508,13 @@ def _decompress(payload: bytes, kind: str) -> bytes:
             return zlib.decompressobj(wbits=31).decompress(payload)
     except (lzma.LZMAError, zlib.error):
         return b""
-    tool = which("zstd")
+    tool = which(kind)
     if tool is None:
         return b""
-    # zstd exits 1 on the size trailer after the frame, having written the whole kernel (through
-    # files: a host's run() carries text, and a kernel is bytes)
-    with tempfile.TemporaryDirectory(prefix="offlab-zstd-") as tmp:
-        src, dst = Path(tmp) / "in.zst", Path(tmp) / "out"
+    # zstd and lz4 exit 1 on the size trailer after the stream, having written the whole kernel
+    # (through files: a host's run() carries text, and a kernel is bytes)
+    with tempfile.TemporaryDirectory(prefix="offlab-unpack-") as tmp:
+        src, dst = Path(tmp) / "in", Path(tmp) / "out"
         src.write_bytes(payload)
         # to stdout, redirected: with -o, zstd deletes what it wrote when it then trips on the trailer
         LOCAL.run(["sh", "-c", '"$1" -d -c -q "$2" > "$3"', "sh", tool, str(src), str(dst)], check=False, timeout=120)
