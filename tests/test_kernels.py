@@ -128,6 +128,41 @@ def test_plan_kernel_version_for_every_guest_or_per_role():
             load_plan(base + f"topology: {topo}\n")
 
 
+def test_compare_names_a_guest_kernel_or_qemu_change_first(tmp_path):
+    """Two stored runs whose vm guests ran other kernels and QEMUs (and a sysctl changed): those come first."""
+    import copy
+
+    from offlab.report import envdiff
+    from offlab.store import Store
+    from tests.test_envdiff import ENV, store_two
+
+    def guest_env(release: str, version: str, suite: str, qemu: str) -> dict:
+        env = copy.deepcopy(ENV)
+        env["labs"][0]["topology"] = "vm"
+        env["labs"][0]["hosts"]["client"]["guest"] = {
+            "accel": "tcg", "qemu_version": qemu, "kernel_release": f"{release}-cloud-amd64",
+            "kernel_package": f"linux-image-{release}-cloud-amd64", "kernel_package_version": version,
+            "kernel_suite": suite}
+        return env
+
+    a = guest_env("6.1.0-56", "6.1.192-2", "bookworm-security", "10.0.2")
+    b = guest_env("7.2.12+deb13", "7.2.12-1~bpo13+1", "trixie-backports", "7.2.22")
+    b["sysctls"]["net.core.rmem_max"] = "8388608"
+    db, ra, rb = store_two(tmp_path, a, b)
+    with Store.open(db, create=False) as s:
+        d = envdiff.env_diff(s, ra, rb)
+    assert [(c.kind, c.what, c.a, c.b) for c in d.changes] == [
+        ("guest", "guest client kernel package version", "6.1.192-2", "7.2.12-1~bpo13+1"),
+        ("guest", "guest client kernel release", "6.1.0-56-cloud-amd64", "7.2.12+deb13-cloud-amd64"),
+        ("guest", "guest client kernel suite", "bookworm-security", "trixie-backports"),
+        ("guest", "guest client qemu version", "10.0.2", "7.2.22"),
+        ("sysctl", "sysctl net.core.rmem_max", "4194304", "8388608")]
+    del a["labs"][0]["hosts"]["client"]["guest"]["kernel_suite"]  # stored by an older offlab: not a change
+    db, ra, rb = store_two(tmp_path / "old", a, guest_env("6.1.0-56", "6.1.192-2", "bookworm-security", "10.0.2"))
+    with Store.open(db, create=False) as s:
+        assert [c.what for c in envdiff.env_diff(s, ra, rb).changes] == []
+
+
 # ---- the archive itself: offlab's cache, fetched once ---------------------------------------------
 def _machine_apt() -> str:
     """Checksums of /etc/apt and /var/lib/apt/lists and `dpkg -l 'linux-image*'`: what must not change."""
@@ -234,3 +269,15 @@ class TestGuests:
         guest = pair["shown"]["hosts"][role]["guest"]
         assert guest["kernel_release"] == res.stdout.strip()
         assert guest["kernel_entry"] == "pvh" and guest["kernel_suite"] in ("bookworm-security", "trixie-backports")
+
+    def test_a_sample_stores_each_guests_kernel_package_and_qemu(self, pair):
+        res = offlab_cli("measure", pair["name"], "--tool", "iperf3", "--duration", "1", "--json",
+                         env=pair["env"], timeout=300)
+        assert res.returncode == 0, res.stderr
+        guests = json.loads(res.stdout)["guests"]
+        for role, shown in pair["shown"]["hosts"].items():
+            if shown.get("guest"):
+                stored = {k: guests[role][k] for k in ("kernel_release", "kernel_package", "kernel_package_version",
+                                                       "kernel_suite", "qemu_version")}
+                assert stored == {k: shown["guest"][k] for k in stored}
+        assert guests["server"]["kernel_package_version"] == "7.2.12-1~bpo13+1"

@@ -180,7 +180,7 @@ def boot_guest(b: Builder, role: str, where: str, taps: list[str], *, peers: lis
         interfaces=[Interface(f"eth{i}", "virtio-net", peer_host=peer) for i, peer in enumerate(peers)],
         guest={"ref": guest.host().ref(), "accel": guest.accel, "qemu_version": guest.qemu_version,
                "kernel_release": guest.kernel_release, "kernel_package": image.kernel_package,
-               "kernel_package_version": image.kernel_package_version, "kernel_suite": image.kernel_suite or None,
+               "kernel_package_version": image.kernel_package_version, "kernel_suite": image.kernel_suite or "machine's apt",
                "kernel_entry": "pvh" if image.pvh else "classic", **({"kernel_entry_why": image.pvh_why} if not image.pvh else {}),
                "vhost": False, "cpus": cpus, "memory_mb": 512,
                **_backend(nics[0]), "nic_properties": nics[0].properties, "nics": described,
