@@ -33,7 +33,7 @@ import zlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from offlab.errors import BadInput, EnvironmentProblem
+from offlab.errors import EnvironmentProblem
 from offlab.hosts import LOCAL, which
 from offlab.vm import guestfs, kernels
 

@@ -137,8 +137,9 @@ def _source_entries(etc: Path) -> list[tuple[str, list[str]]]:
 
 # ---- the private apt state ------------------------------------------------------------------
 def apt_options(state: Path) -> list[str]:
-    """apt options that confine apt to `state` (nothing of the machine's apt state is read or written
-    but its apt.conf, e.g. a proxy), without the machine's pins and with only the package lists."""
+    """apt options that confine apt to `state`: its own sources, lists and cache, none of the machine's
+    sources or pins (its apt.conf still applies, e.g. a proxy; dpkg's status is only read), and only
+    the package lists fetched."""
     opts = {
         "Dir::Etc::sourcelist": str(state / "sources.list"), "Dir::Etc::sourceparts": str(state / "empty"),
         "Dir::Etc::preferences": str(state / "empty/preferences"), "Dir::Etc::preferencesparts": str(state / "empty"),
@@ -183,8 +184,8 @@ def update(state: Path | None = None) -> dict:
     failed = unreachable_suites(res.stdout + "\n" + res.stderr, suites)
     if failed or not res.ok:
         last = (res.stderr.strip().splitlines() or res.stdout.strip().splitlines() or ["no output"])[-1]
-        raise EnvironmentProblem(f"Debian archive suite {', '.join(failed) or '?'} could not be reached or verified "
-                                 f"({uris['debian']}): {last.strip()}")
+        raise EnvironmentProblem(f"Debian archive suite{'s' if len(failed) > 1 else ''} {', '.join(failed) or '?'} "
+                                 f"could not be reached or verified ({uris['debian']}): {last.strip()}")
     index = make_index(state, suites, uris)
     index["update_seconds"] = round(time.monotonic() - start, 1)
     _write_json(state / "index.json", index)
@@ -319,7 +320,7 @@ def _numbers(text: str) -> tuple[int, ...]:
 
 def _distance(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
     a, b = (a + (0, 0, 0))[:3], (b + (0, 0, 0))[:3]
-    return tuple(abs(x - y) for x, y in zip(a, b))
+    return tuple(abs(x - y) for x, y in zip(a, b, strict=True))
 
 
 def resolve(spec: str, what: str = "kernel_version") -> Release:
