@@ -434,7 +434,10 @@ class Guest(JsonView):
     accel: str | None = None
     vhost: bool | None = None
     qemu_version: str | None = None
-    kernel_release: str | None = None
+    kernel_release: str | None = None  # uname -r in the guest
+    kernel_package: str | None = None  # the Debian package it came from, its version and archive suite
+    kernel_package_version: str | None = None
+    kernel_suite: str | None = None  # None: the machine's own apt (the default kernel)
     nics: list[dict] = field(default_factory=list)  # offlab.lab.explain's negotiation chain per NIC
 
 

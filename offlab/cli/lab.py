@@ -34,6 +34,9 @@ def up_cmd(
     underlay_mtu: Optional[int] = typer.Option(None, "--underlay-mtu", help="vxlan: underlay MTU (default MTU + 50)."),
     nic: list[str] = typer.Option([], "--nic", help=f"{', '.join(labs.GUEST_TOPOLOGIES)}: a virtio-net property of "
                                                   "every guest NIC as PROP=VALUE (repeatable), or queues=N (multiqueue)."),
+    kernel_version: list[str] = typer.Option([], "--kernel-version", help=(
+        f"{', '.join(labs.GUEST_TOPOLOGIES)}: the guest kernel from Debian's archive: a series (6.1, 6.12, 7.2), a "
+        "release (6.12.57+deb12) or newest; ROLE=V per guest (repeatable, e.g. client=6.1 server=7.2).")),
     guest_cpus: Optional[int] = typer.Option(None, "--guest-cpus",
                                              help=f"{', '.join(labs.GUEST_TOPOLOGIES)}: vCPUs per guest (default 1)."),
     pmd: Optional[str] = typer.Option(None, "--pmd", help="dpdk, ovs-dpdk: the DPDK ports, tap (default) or "
@@ -85,8 +88,22 @@ def up_cmd(
         options["nic"] = dict(_nic_option(item) for item in nic)
     if guest_cpus is not None:
         options["guest_cpus"] = guest_cpus
+    if kernel_version:
+        options["kernel_version"] = _kernel_option(kernel_version, topology)
     lab = labs.up(topology, name, mtu=mtu, ipv6=ipv6, options=options)
     _print_lab(lab, as_json)
+
+
+def _kernel_option(items: list[str], topology: str) -> str | dict[str, str]:
+    """--kernel-version V (every guest) or ROLE=V per guest, checked against the archive before anything is built."""
+    from offlab.lab.vm import check_kernel_version
+
+    per_role = [i for i in items if "=" in i]
+    if per_role and len(per_role) != len(items) or not per_role and len(items) > 1:
+        raise BadInput("--kernel-version: give one V for every guest, or ROLE=V for each guest (e.g. client=6.1)")
+    value: str | dict[str, str] = dict(i.split("=", 1) for i in items) if per_role else items[0]
+    check_kernel_version(value, topology, "--kernel-version")
+    return value
 
 
 def _nic_option(item: str) -> tuple[str, str | int]:

@@ -7,7 +7,8 @@ A tap may then move to another lab namespace (vm-router's two ends): it stays QE
 vanishes with QEMU or with that namespace, never returning to the machine's own.
 
 Topology options (`lab.options`, from a plan's `topology:`): `nic` — virtio-net-pci properties
-for every NIC of every guest, plus `queues`; `guest_cpus` — vCPUs per guest; `kernel_version`.
+for every NIC of every guest, plus `queues`; `guest_cpus` — vCPUs per guest; `kernel_version` — the
+guest kernel (offlab.vm.kernels), one for every guest or per guest role ({"client": "6.1", "server": "7.2"}).
 """
 
 from __future__ import annotations
@@ -84,6 +85,47 @@ def vm_pair(b: Builder, mtu: int) -> None:
 
 
 # ---- parts ---------------------------------------------------------------------------------
+def guest_roles(topology: str) -> list[str]:
+    """The roles that are QEMU guests in a topology (those with a virtio-net NIC)."""
+    from offlab.lab.catalog import TOPOLOGIES
+
+    return [role for role, ifaces in TOPOLOGIES[topology].hosts.items() if any(i.kind == "virtio-net" for i in ifaces)]
+
+
+def kernel_for(value: str | dict | None, role: str) -> str | None:
+    """The kernel_version option for one guest: the one value, or its role's entry (None: the default)."""
+    return value.get(role) if isinstance(value, dict) else value
+
+
+def check_kernel_version(value: str | dict, topology: str, what: str = "kernel_version", *,
+                         resolve: bool = True) -> None:
+    """BadInput (naming `what`) unless `value` is a kernel for every guest or per guest role of `topology`.
+    `resolve`: look each release up in the archive's index (fetching the lists once); else only where
+    offlab already has them (a plan is checked without the network)."""
+    from offlab.vm import kernels
+
+    roles = guest_roles(topology) if topology in _guest_topologies() else []
+    if not roles:
+        raise BadInput(f"{what} is for topologies with guests ({', '.join(_guest_topologies())}), not {topology}")
+    specs = value if isinstance(value, dict) else {"": value}
+    for role, spec in specs.items():
+        if role and role not in roles:
+            raise BadInput(f"{what} {role}: {topology}'s guests are {', '.join(roles)}")
+        if not isinstance(spec, str):
+            raise BadInput(f"{what}{' ' + role if role else ''} {spec!r}: write the kernel as a string, e.g. \"6.12\"")
+        field = f"{what} {role}" if role else what
+        if resolve:
+            kernels.resolve(spec, field)
+        else:
+            kernels.check_known(spec, field)
+
+
+def _guest_topologies() -> tuple[str, ...]:
+    from offlab.lab.catalog import GUEST_TOPOLOGIES
+
+    return GUEST_TOPOLOGIES
+
+
 def guest_cpus(options: dict) -> int:
     cpus = options.get("guest_cpus", 1)
     if isinstance(cpus, bool) or not isinstance(cpus, int) or not 1 <= cpus <= MAX_GUEST_CPUS:
@@ -112,7 +154,7 @@ def boot_guest(b: Builder, role: str, where: str, taps: list[str], *, peers: lis
         nics = [qemu.Nic.from_options(tap, qemu.mac_for(b.lab.name, role, tap), opts.get("nic", {})) for tap in taps]
     cpus = guest_cpus(opts)
     with b.step(f"guest image for {role}"):
-        image = vm_image.build(opts.get("kernel_version"))
+        image = vm_image.build(kernel_for(opts.get("kernel_version"), role))
     if rundir is None:
         rundir = ensure_dir(state_dir() / "vm" / b.lab.name)
     b.lab.rundir = str(rundir)
@@ -137,7 +179,10 @@ def boot_guest(b: Builder, role: str, where: str, taps: list[str], *, peers: lis
         netns=ns,
         interfaces=[Interface(f"eth{i}", "virtio-net", peer_host=peer) for i, peer in enumerate(peers)],
         guest={"ref": guest.host().ref(), "accel": guest.accel, "qemu_version": guest.qemu_version,
-               "kernel_release": guest.kernel_release, "vhost": False, "cpus": cpus, "memory_mb": 512,
+               "kernel_release": guest.kernel_release, "kernel_package": image.kernel_package,
+               "kernel_package_version": image.kernel_package_version, "kernel_suite": image.kernel_suite or "machine's apt",
+               "kernel_entry": "pvh" if image.pvh else "classic", **({"kernel_entry_why": image.pvh_why} if not image.pvh else {}),
+               "vhost": False, "cpus": cpus, "memory_mb": 512,
                **_backend(nics[0]), "nic_properties": nics[0].properties, "nics": described,
                "ready_seconds": guest.ready_seconds, "qmp": guest.qmp, "start": how.how,
                "start_why": how.why, "machine": qemu.MACHINE, "device": "virtio-net-pci"},

@@ -17,9 +17,11 @@ from offlab.errors import BadInput
 from offlab.sample import Cpu, StoredSample, records
 from offlab.store import Store
 
-# Most likely cause of a different figure first: the kernel and how it was booted, and an emulated CPU;
-# the offloads and MTUs of the path; sysctls; the software on the path; the CPU; the machine's load.
-RANKS = {"kernel": 0, "accelerator": 0, "feature": 1, "mtu": 1, "sysctl": 2, "setting": 2, "version": 3,
+# Most likely cause of a different figure first: a guest's kernel and QEMU, the kernel and how it was
+# booted, and an emulated CPU; the offloads and MTUs of the path; sysctls; the software on the path;
+# the CPU; the machine's load.
+GUEST_VERSIONS = ("kernel_release", "kernel_package_version", "kernel_suite", "qemu_version")
+RANKS = {"guest": 0, "kernel": 0, "accelerator": 0, "feature": 1, "mtu": 1, "sysctl": 2, "setting": 2, "version": 3,
          "cpu": 4, "load": 5}
 # Steal or load that differ by less than this say nothing about a figure measured on a shared machine.
 STEAL_POINTS = 2.0
@@ -124,14 +126,24 @@ def _pairs(kind: str, prefix: str, a: dict, b: dict) -> list[Change]:
 
 
 def _machine(ea: dict, eb: dict) -> list[Change]:
-    out = _pairs("kernel", "", {k: ea.get(k) for k in ("kernel", "kernel_version", "cmdline")},
+    ga, gb = _guest_versions(ea), _guest_versions(eb)
+    out = _pairs("guest", "", {k: v for k, v in ga.items() if k in gb}, {k: v for k, v in gb.items() if k in ga})
+    out += _pairs("kernel", "", {k: ea.get(k) for k in ("kernel", "kernel_version", "cmdline")},
                  {k: eb.get(k) for k in ("kernel", "kernel_version", "cmdline")})
     out += _pairs("accelerator", "", _guests(ea, "accel"), _guests(eb, "accel"))
     out += _pairs("sysctl", "sysctl ", ea.get("sysctls") or {}, eb.get("sysctls") or {})
-    out += _pairs("version", "", {**(ea.get("versions") or {}), **_guests(ea, "qemu_version"), **_dpdk(ea)},
-                  {**(eb.get("versions") or {}), **_guests(eb, "qemu_version"), **_dpdk(eb)})
+    out += _pairs("version", "", {**(ea.get("versions") or {}), **_dpdk(ea)}, {**(eb.get("versions") or {}), **_dpdk(eb)})
     out += _pairs("cpu", "", {k: ea.get(k) for k in ("cpu_model", "cpus", "governor")},
                   {k: eb.get(k) for k in ("cpu_model", "cpus", "governor")})
+    return out
+
+
+def _guest_versions(env: dict) -> dict:
+    """Each guest's kernel (release, package version, archive suite) and QEMU version (_machine compares
+    the fields both runs recorded: an older offlab stored no package version or suite)."""
+    out = {}
+    for field in GUEST_VERSIONS:
+        out.update(_guests(env, field))
     return out
 
 

@@ -5,8 +5,9 @@ its PVH entry point, so the guest does not spend seconds decompressing itself) w
 kernel has one, and the initramfs is an uncompressed cpio (unpacking a gzip one cost the guest
 ~0.6–1.4 s; copying 22 MB into QEMU costs it nothing measurable).
 
-Everything comes from Debian packages on this machine or its archive: the kernel package is
-fetched with `apt-get download` and unpacked with `dpkg-deb -x` (never installed), busybox-static
+Everything comes from Debian packages on this machine or its archive: the default kernel package is
+fetched with `apt-get download`, one asked for by version from any suite of the archive with offlab's
+own apt state (offlab.vm.kernels); either is unpacked with `dpkg-deb -x` (never installed), busybox-static
 gives the userland, and the binaries the guest runs (iperf3, ethtool, iproute2, tcpdump,
 offlab-engine, offlab-agent) are copied from the host with every library `ldd` names. The cache key hashes
 every input, so a changed input builds a new image; an image is built in a temporary directory
@@ -32,11 +33,11 @@ import zlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from offlab.errors import BadInput, EnvironmentProblem
+from offlab.errors import EnvironmentProblem
 from offlab.hosts import LOCAL, which
-from offlab.vm import guestfs
+from offlab.vm import guestfs, kernels
 
-BUILDER_VERSION = "3"
+BUILDER_VERSION = "4"  # 4: LZ4 kernels (Debian up to 6.1) unpacked for PVH too
 DEFAULT_SERIES = "6.12"  # virtio-net USO in the guest needs >= 6.2
 DEFAULT_CACHE = "/var/cache/offlab"
 INSTALL_HINT = "run `scripts/install-deps` as root (adds bookworm-backports, installs qemu-system-x86 and busybox-static)"
@@ -50,7 +51,6 @@ EXEC_HELPERS = ("dash", "env", "taskset", "timeout", "setsid", "nice", "nohup")
 # What a virtio-net NIC and the virtio-serial channel need; built in on some kernels.
 GUEST_MODULES = ("virtio_pci", "virtio_console", "virtio_net")
 
-_VERSION_RE = re.compile(r"^[0-9][0-9A-Za-z.+~-]{0,60}$")
 _PASSWD = "root:x:0:0:root:/root:/bin/sh\ntcpdump:x:104:104:tcpdump:/nonexistent:/bin/false\n"
 _GROUP = "root:x:0:\ntcpdump:x:104:\n"
 
@@ -77,7 +77,9 @@ class Image:
     build_seconds: float = 0.0
     built_now: bool = False  # this call built it (False: taken from the cache)
     pvh: bool = False  # the kernel is the decompressed vmlinux, entered through PVH
+    pvh_why: str = ""  # why not (the guest then boots the bzImage the classic way)
     bzimage: str = ""  # the package's vmlinuz (a boot that wants the classic path)
+    kernel_suite: str = ""  # the archive suite it came from ("" : the machine's own apt)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -87,6 +89,8 @@ class Image:
 class KernelPackage:
     name: str
     version: str
+    suite: str = ""  # set when it comes from offlab's own view of the archive (offlab.vm.kernels)
+    debs: tuple = ()  # kernels.Deb: the files that hold it (its parts from 6.19 on)
 
     @property
     def abi(self) -> str:
@@ -96,22 +100,21 @@ class KernelPackage:
 
 # ---- kernel package ------------------------------------------------------------
 def resolve_kernel(kernel_version: str | None = None) -> KernelPackage:
-    """The cloud kernel package for a series (6.12, 6.1: the newest one) or an exact ABI (6.1.0-56)."""
-    want = kernel_version or DEFAULT_SERIES
-    if not _VERSION_RE.fullmatch(want):
-        raise BadInput(f"--kernel-version {want!r} is not a kernel version (e.g. 6.12, 6.1 or 6.1.0-56)")
-    if re.fullmatch(r"\d+\.\d+", want):
-        pattern = "^linux-image-" + re.escape(want) + r"\.[0-9][^ ]*-cloud-amd64$"
-        res = LOCAL.run(["apt-cache", "search", "--names-only", pattern], check=False, timeout=60)
-        names = [line.split(" - ")[0].strip() for line in res.stdout.splitlines() if line.strip()]
-        names = [n for n in names if re.fullmatch(pattern, n)]
-    else:
-        names = [f"linux-image-{want}-cloud-amd64"]
+    """The cloud kernel package: by default the newest 6.12 the machine's apt knows; a version asked
+    for (a series, a release or newest) from the whole archive (offlab.vm.kernels)."""
+    if kernel_version is not None:
+        release = kernels.resolve(kernel_version)
+        return KernelPackage(release.name, release.version, release.suite, release.debs)
+    pattern = "^linux-image-" + re.escape(DEFAULT_SERIES) + r"\.[0-9][^ ]*-cloud-amd64$"
+    res = LOCAL.run(["apt-cache", "search", "--names-only", pattern], check=False, timeout=60)
+    names = [line.split(" - ")[0].strip() for line in res.stdout.splitlines() if line.strip()]
+    names = [n for n in names if re.fullmatch(pattern, n)]
     found = _candidates(names)
     if not found:
         raise EnvironmentProblem(
-            f"no Debian cloud kernel package for {want} (linux-image-{want}*-cloud-amd64): {INSTALL_HINT}, "
-            f"then `apt-get update`; `apt-cache search 'linux-image-.*-cloud-amd64'` lists the versions")
+            f"no Debian cloud kernel package for {DEFAULT_SERIES} in the machine's apt lists "
+            f"(linux-image-{DEFAULT_SERIES}*-cloud-amd64): {INSTALL_HINT}, then `apt-get update`; or name one "
+            f"with --kernel-version (offlab then fetches it from the archive itself)")
     return functools.reduce(lambda a, b: b if _newer(b.version, a.version) else a, found)
 
 
@@ -133,8 +136,15 @@ def _newer(a: str, b: str) -> bool:
     return LOCAL.run(["dpkg", "--compare-versions", a, "gt", b], check=False, timeout=10).rc == 0
 
 
-def fetch_kernel(pkg: KernelPackage) -> Path:
-    """The package's .deb in the cache, downloaded with `apt-get download` if absent."""
+def fetch_kernel(pkg: KernelPackage) -> list[Path]:
+    """The package's .deb files in the cache, downloaded if absent."""
+    if pkg.debs:
+        return kernels.fetch(kernels.Release(pkg.abi, pkg.version, pkg.suite, pkg.debs))
+    return [_apt_download(pkg)]
+
+
+def _apt_download(pkg: KernelPackage) -> Path:
+    """The default kernel's .deb, fetched with the machine's apt (`apt-get download`, nothing installed)."""
     debs = cache_root() / "debs"
     debs.mkdir(parents=True, exist_ok=True)
     deb = debs / f"{pkg.name}_{pkg.version.replace(':', '%3a')}_amd64.deb"
@@ -260,6 +270,10 @@ def _guest_location(tool: str, host_path: str) -> str:
 _APT_STATE = ("/var/lib/apt/lists", "/var/lib/dpkg/status", "/etc/ld.so.cache")
 
 
+def _apt_state() -> list[str]:
+    return [*_APT_STATE, str(kernels.state_dir() / "index.json")]
+
+
 def _fingerprint(kernel_version: str | None, files: list[str]) -> str:
     def meta(path: str) -> list[int] | None:
         try:
@@ -271,7 +285,7 @@ def _fingerprint(kernel_version: str | None, files: list[str]) -> str:
     parts = {"builder": BUILDER_VERSION, "want": kernel_version or DEFAULT_SERIES, "modules": list(GUEST_MODULES),
              "texts": [guestfs.INITTAB, guestfs.RC, guestfs.FSTAB, guestfs.AGENT, _PASSWD, _GROUP],
              "tools": {t: which(t) for t in (*GUEST_BINARIES, *EXEC_HELPERS, "busybox")}, "engine": _engine_path(),
-             "files": {f: meta(f) for f in sorted({*files, *_APT_STATE})}}
+             "files": {f: meta(f) for f in sorted({*files, *_apt_state()})}}
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
 
@@ -388,15 +402,15 @@ def _remove_stale_temps(root: Path) -> None:
 
 
 def _build_into(tmp: Path, key: str, inputs: _Inputs) -> Image:
-    deb = fetch_kernel(inputs.kernel)
+    debs = fetch_kernel(inputs.kernel)
     pkg = tmp / "pkg"
-    LOCAL.run(["dpkg-deb", "-x", str(deb), str(pkg)], timeout=600)
-    vmlinuz = sorted((pkg / "boot").glob("vmlinuz-*"))
-    if not vmlinuz:
-        raise EnvironmentProblem(f"{deb.name} has no /boot/vmlinuz-*: is it a linux-image package?")
-    release = vmlinuz[0].name[len("vmlinuz-"):]
-    shutil.copyfile(vmlinuz[0], tmp / "vmlinuz")
-    pvh = _pvh_vmlinux(tmp / "vmlinuz", tmp / "vmlinux")
+    for deb in debs:
+        LOCAL.run(["dpkg-deb", "-x", str(deb), str(pkg)], timeout=600)
+    vmlinuz, moddir = _kernel_files(pkg, inputs.kernel)
+    release = moddir.name
+    shutil.copyfile(vmlinuz, tmp / "vmlinuz")
+    pvh_why = _pvh_vmlinux(tmp / "vmlinuz", tmp / "vmlinux")
+    pvh = not pvh_why
 
     rootfs = tmp / "root"
     for d in ("bin", "sbin", "usr/bin", "usr/sbin", "etc/offlab", "proc", "sys", "dev", "tmp", "run",
@@ -418,7 +432,7 @@ def _build_into(tmp: Path, key: str, inputs: _Inputs) -> Image:
     for lib in inputs.libraries:
         _copy(lib, rootfs / lib.lstrip("/"))
 
-    modules = _modules(pkg / "lib/modules" / release, rootfs / "lib/modules/offlab")
+    modules = _modules(moddir, rootfs / "lib/modules/offlab")
     _write(rootfs / "etc/offlab/modules", "".join(m + "\n" for m in modules))
     _write(rootfs / "etc/inittab", guestfs.INITTAB)
     _write(rootfs / "etc/fstab", guestfs.FSTAB)
@@ -435,31 +449,54 @@ def _build_into(tmp: Path, key: str, inputs: _Inputs) -> Image:
         kernel_package=inputs.kernel.name, kernel_package_version=inputs.kernel.version,
         kernel_release=release, modules=modules,
         binaries={Path(g).name: h for g, h in inputs.binaries.items()},
-        initrd_bytes=(tmp / "initrd.img").stat().st_size, built_at=time.time(), pvh=pvh,
+        initrd_bytes=(tmp / "initrd.img").stat().st_size, built_at=time.time(), pvh=pvh, pvh_why=pvh_why,
+        kernel_suite=inputs.kernel.suite,
     )
 
 
-# The payload of a bzImage starts with its compressor's magic; PVH needs the ELF note
-# XEN_ELFNOTE_PHYS32_ENTRY (type 18, owner "Xen") in the decompressed vmlinux.
-_PAYLOADS = ((b"\x28\xb5\x2f\xfd", "zstd"), (b"\xfd7zXZ\x00", "xz"), (b"\x1f\x8b\x08", "gzip"))
+def _kernel_files(pkg: Path, kernel: KernelPackage) -> tuple[Path, Path]:
+    """The unpacked kernel's bzImage and module directory: /boot/vmlinuz-REL and /lib/modules/REL up
+    to 6.18, /usr/lib/modules/REL/vmlinuz (merged /usr, the linux-binary part) from 6.19 on."""
+    moddirs = sorted(d for base in ("lib/modules", "usr/lib/modules") for d in (pkg / base).glob("*") if d.is_dir())
+    if len(moddirs) != 1:
+        raise EnvironmentProblem(f"{kernel.name} {kernel.version}: expected one lib/modules/RELEASE directory, "
+                                 f"found {len(moddirs)}: is it a Debian kernel package?")
+    moddir = moddirs[0]
+    for vmlinuz in (pkg / "boot" / f"vmlinuz-{moddir.name}", moddir / "vmlinuz"):
+        if vmlinuz.is_file():
+            return vmlinuz, moddir
+    raise EnvironmentProblem(f"{kernel.name} {kernel.version}: no /boot/vmlinuz-{moddir.name} nor "
+                             f"{moddir.relative_to(pkg)}/vmlinuz in the package")
+
+
+# The payload of a bzImage starts with its compressor's magic (Debian: LZ4 up to 6.1, then zstd);
+# PVH needs the ELF note XEN_ELFNOTE_PHYS32_ENTRY (type 18, owner "Xen") in the decompressed vmlinux.
+_PAYLOADS = ((b"\x28\xb5\x2f\xfd", "zstd"), (b"\x02\x21\x4c\x18", "lz4"), (b"\xfd7zXZ\x00", "xz"),
+             (b"\x1f\x8b\x08", "gzip"))
 _PVH_NOTE = 18
 
 
-def _pvh_vmlinux(bzimage: Path, out: Path) -> bool:
-    """Write the decompressed kernel to `out` if it has a PVH entry point; False (and no file)
-    when it has none or cannot be unpacked here (the guest then boots the bzImage)."""
+def _pvh_vmlinux(bzimage: Path, out: Path) -> str:
+    """Write the decompressed kernel to `out` if it has a PVH entry point and return ""; else why
+    not (and no file): the guest then boots the bzImage, which decompresses itself."""
     data = bzimage.read_bytes()
+    missing = []
     for magic, kind in _PAYLOADS:
         at = data.find(magic)
+        if at >= 0 and kind in ("zstd", "lz4") and which(kind) is None:
+            missing.append(kind)
+            continue
         while at >= 0:
             elf = _decompress(data[at:], kind)
             if elf[:4] == b"\x7fELF":
                 if not _has_pvh_note(elf):
-                    return False
+                    return "the kernel has no PVH entry point (XEN_ELFNOTE_PHYS32_ENTRY; CONFIG_PVH off)"
                 out.write_bytes(elf)
-                return True
+                return ""
             at = data.find(magic, at + 1)
-    return False
+    if missing:
+        return f"{missing[0]} is not installed to unpack the kernel (`apt-get install {missing[0]}`)"
+    return "the kernel's payload could not be unpacked (none of zstd, lz4, xz, gzip)"
 
 
 def _decompress(payload: bytes, kind: str) -> bytes:
@@ -471,13 +508,13 @@ def _decompress(payload: bytes, kind: str) -> bytes:
             return zlib.decompressobj(wbits=31).decompress(payload)
     except (lzma.LZMAError, zlib.error):
         return b""
-    tool = which("zstd")
+    tool = which(kind)
     if tool is None:
         return b""
-    # zstd exits 1 on the size trailer after the frame, having written the whole kernel (through
-    # files: a host's run() carries text, and a kernel is bytes)
-    with tempfile.TemporaryDirectory(prefix="offlab-zstd-") as tmp:
-        src, dst = Path(tmp) / "in.zst", Path(tmp) / "out"
+    # zstd and lz4 exit 1 on the size trailer after the stream, having written the whole kernel
+    # (through files: a host's run() carries text, and a kernel is bytes)
+    with tempfile.TemporaryDirectory(prefix="offlab-unpack-") as tmp:
+        src, dst = Path(tmp) / "in", Path(tmp) / "out"
         src.write_bytes(payload)
         # to stdout, redirected: with -o, zstd deletes what it wrote when it then trips on the trailer
         LOCAL.run(["sh", "-c", '"$1" -d -c -q "$2" > "$3"', "sh", tool, str(src), str(dst)], check=False, timeout=120)
@@ -524,12 +561,7 @@ def _modules(moddir: Path, dest: Path) -> list[str]:
             raise EnvironmentProblem(f"kernel {moddir.name} has neither a built-in nor a module {name!r} "
                                      f"(needed by {' <- '.join(chain) or 'the guest'})")
         out = dest / f"{name}.ko"
-        if src.name.endswith(".xz"):
-            out.write_bytes(lzma.decompress(src.read_bytes()))
-        elif src.name.endswith(".zst"):
-            raise EnvironmentProblem(f"{src.name}: zstd-compressed modules are not supported")
-        else:
-            shutil.copyfile(src, out)
+        _unpack_module(src, out)
         deps = LOCAL.run(["modinfo", "-F", "depends", str(out)], timeout=10).stdout.strip()
         for dep in filter(None, deps.split(",")):
             visit(dep, (name, *chain))
@@ -538,6 +570,22 @@ def _modules(moddir: Path, dest: Path) -> list[str]:
     for m in GUEST_MODULES:
         visit(m, ())
     return order
+
+
+def _unpack_module(src: Path, out: Path) -> None:
+    """A module as plain .ko: busybox insmod hands the file to finit_module without the flag that
+    lets the kernel decompress it, and logs "Invalid ELF header" before falling back."""
+    if src.name.endswith(".ko.xz"):
+        out.write_bytes(lzma.decompress(src.read_bytes()))
+    elif src.name.endswith(".ko.zst"):
+        tool = which("zstd")
+        if tool is None:
+            raise EnvironmentProblem(f"{src.name} is zstd-compressed: `apt-get install zstd` to build this guest")
+        LOCAL.run([tool, "-d", "-q", "-f", str(src), "-o", str(out)], timeout=60)
+    elif src.name.endswith(".ko.gz"):
+        out.write_bytes(zlib.decompress(src.read_bytes(), wbits=31))
+    else:
+        shutil.copyfile(src, out)
 
 
 def _copy(src: str | Path, dst: Path) -> None:

@@ -349,7 +349,8 @@ def start(image: Image, where: Host, rundir: str | Path, *, name: str, nics: lis
     if k:
         not_saved = save(guest, k, nics)
         why += f"; saved as {k}" if not not_saved else f"; not saved: {not_saved}"
-    _say(f"guest {name}: cold boot in {guest.ready_seconds:g} s ({why})")
+    entry = "" if image.pvh else f"; bzImage boot, not PVH: {image.pvh_why or 'no PVH entry'}"
+    _say(f"guest {name}: cold boot in {guest.ready_seconds:g} s ({why}{entry})")
     return guest, Start("cold", why, k)
 
 

@@ -31,10 +31,21 @@ class TopologySpec(Strict):
     port: int | None = Field(None, ge=1, le=65535)
     # vm: QEMU virtio-net device properties (boot-time: cells that differ here get their own guest)
     nic: dict[str, str | int | bool] = {}
-    kernel_version: str | None = None
+    kernel_version: str | dict[str, str] | None = None  # every guest's, or per guest role (offlab.vm.kernels)
     guest_cpus: int | None = Field(None, ge=1, le=8)  # vCPUs per guest (boot-time, like nic)
     pmd: Literal["tap", "af_packet"] | None = None  # dpdk: testpmd's ports (default tap)
     ports: list[str] | None = None  # phys: the two ports of this machine lent to the lab (client, server)
+
+    @model_validator(mode="after")
+    def _kernel_version(self) -> "TopologySpec":
+        if self.kernel_version is not None:
+            from offlab.lab.vm import check_kernel_version
+
+            try:  # checked against the archive's index where offlab has it; fetched at lab up otherwise
+                check_kernel_version(self.kernel_version, self.kind, resolve=False)
+            except BadInput as e:
+                raise ValueError(str(e)) from None
+        return self
 
 
 # Plan fields of the request/response probe → RrWorkload's fields (offlab.traffic.rr).
