@@ -13,35 +13,7 @@ from conftest import offlab_cli
 from offlab.report import envdiff
 from offlab.store import Store
 from tests.conftest import requires_root
-
-
-def iface(name: str, peer: str, **features) -> dict:
-    return {"name": name, "kind": "veth", "mtu": 1500, "peer_host": peer,
-            "features": {"generic-receive-offload": False, "tx-udp-segmentation": True, **features}}
-
-
-ENV = {"kernel": "6.1.0-18-amd64", "kernel_version": "#1 SMP Debian 6.1.76-1", "cmdline": "BOOT_IMAGE=/vmlinuz ro quiet",
-       "cpu_model": "Intel(R) Xeon(R) CPU @ 2.20GHz", "cpus": 2, "hostname": "lab1", "governor": None,
-       "loadavg": 0.4, "versions": {"offlab": "0.1.0", "iperf3": "iperf 3.12"},
-       "sysctls": {"net.core.netdev_max_backlog": "1000", "net.core.rmem_max": "4194304"},
-       "labs": [{"name": "a", "topology": "veth", "hosts": {
-           "client": {"interfaces": [iface("olta0", "server")]},
-           "server": {"interfaces": [iface("olta1", "client")]}}}]}
-
-
-def store_two(tmp_path, env_a: dict | None, env_b: dict | None, slower: float = 1.0) -> tuple[str, int, int]:
-    db = tmp_path / "offlab.db"
-    with Store.open(db) as s:
-        ids = []
-        for env, factor in ((env_a, 1.0), (env_b, slower)):
-            run = s.create_run("p", "name: p", {}, 1, env or {}, None, {"level": 95})
-            cells = s.add_cells(run, [{"key": "gro=on", "params": {"gro": "on"}, "settings": {}}])
-            for rnd, v in enumerate((1.0e9, 1.02e9, 0.98e9)):
-                s.add_sample(run, cells["gro=on"], rnd, {}, {"throughput_bps": v * factor})
-            s.set_cell_status(cells["gro=on"], "done")
-            s.set_run_status(run, "done")
-            ids.append(run)
-    return str(db), ids[0], ids[1]
+from tests.helpers import ENV, store_two
 
 
 def test_differences_come_most_likely_cause_first_with_interfaces_matched_by_role_and_peer(tmp_path):

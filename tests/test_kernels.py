@@ -134,7 +134,7 @@ def test_compare_names_a_guest_kernel_or_qemu_change_first(tmp_path):
 
     from offlab.report import envdiff
     from offlab.store import Store
-    from tests.test_envdiff import ENV, store_two
+    from tests.helpers import ENV, store_two
 
     def guest_env(release: str, version: str, suite: str, qemu: str) -> dict:
         env = copy.deepcopy(ENV)
