@@ -128,17 +128,21 @@ def _claim(lab: LabState) -> None:
     """Create the state file exclusively: two `lab up` of one name cannot both win."""
     path = lab.path
     path.parent.mkdir(parents=True, exist_ok=True)
+    claimed = False
     try:
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-    except FileExistsError:
-        raise BadInput(
-            f"a lab named {lab.name!r} already exists: `offlab lab down {lab.name}` or choose another --name"
-        ) from None
-    os.close(fd)
-    try:
-        lab.save()
-    except OfflabError:
-        path.unlink(missing_ok=True)  # an empty claim would read as a corrupt lab
+        with shielded():  # a SIGHUP between the create and the write left an empty file: "corrupt lab"
+            try:
+                fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                raise BadInput(
+                    f"a lab named {lab.name!r} already exists: `offlab lab down {lab.name}` or choose another --name"
+                ) from None
+            claimed = True
+            os.close(fd)
+            lab.save()
+    except BaseException:  # an error, or a signal that waited for the claim: nothing was built yet
+        if claimed:
+            path.unlink(missing_ok=True)
         raise
 
 
