@@ -102,8 +102,11 @@ class Transaction:
         self._signals = contextlib.ExitStack()
         self._signals.enter_context(interrupts())
         try:
-            self.journal = Journal.create(self.label, persist=self.persist, prefix=self.prefix)
+            with shielded():  # the journal is made whole (header, link, fsync) before a signal acts
+                self.journal = Journal.create(self.label, persist=self.persist, prefix=self.prefix)
         except BaseException:
+            if self.journal is not None:  # made, then the signal: nothing in it to keep
+                remove_if_done(self.journal.path)
             self._signals.close()
             raise
         return self
