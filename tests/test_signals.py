@@ -43,8 +43,9 @@ SAMPLES = 2 * 2  # cells × rounds
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 # A hang guard, not a performance figure: 5 s is the bound issue #38 sets (a machine under
 # `stress-ng --cpu 2`) for the restore of 3 settings, the removal of a veth lab and the exit. On a
-# 2-core machine shared far beyond its CPUs (load 15-19, where `import offlab` alone took 20-30 s)
-# they took 3.9-7 s: OFFLAB_SIGNAL_END_WITHIN_S raises the guard there; each run's time is printed (-s).
+# 2-core machine shared far beyond its CPUs (load 14-25, where `import offlab` alone took 20-30 s)
+# 12 seeds took 2.6-11.8 s; one traced at load 14: restore and teardown done 1.9 s after the signal,
+# Python's own exit 2.4 s more. OFFLAB_SIGNAL_END_WITHIN_S raises the guard there; -s prints each time.
 END_WITHIN_S = float(os.environ.get("OFFLAB_SIGNAL_END_WITHIN_S", "5"))
 # Hang guards for the parts that are not under test (a run's progress, a resume on a loaded machine).
 PROGRESS_WITHIN_S = 120.0
