@@ -8,6 +8,7 @@ import typer
 
 from offlab import __version__
 from offlab.errors import OfflabError
+from offlab.interrupts import EXIT_INTERRUPTED, Terminated, interrupts
 
 app = typer.Typer(
     name="offlab",
@@ -57,6 +58,13 @@ def fail(exc: OfflabError) -> "typer.Exit":
 
 
 def main() -> None:
+    # SIGINT, SIGTERM and SIGHUP all unwind as exceptions, so whatever a command changed (a lab
+    # half built, settings being set) is put back by its own `finally` before the exit below.
+    with interrupts():
+        _main()
+
+
+def _main() -> None:
     try:
         # Without standalone mode click returns the code of a `typer.Exit` instead of exiting.
         rc = app(standalone_mode=False)
@@ -66,12 +74,9 @@ def main() -> None:
         sys.exit(exc.exit_code)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
-    except typer.Abort:
+    except (typer.Abort, KeyboardInterrupt, Terminated):  # click turns a KeyboardInterrupt into Abort
         typer.echo("offlab: interrupted", err=True)
-        sys.exit(130)
-    except KeyboardInterrupt:
-        typer.echo("offlab: interrupted", err=True)
-        sys.exit(130)
+        sys.exit(EXIT_INTERRUPTED)
     except Exception as exc:  # usage errors (bad option) arrive here in non-standalone mode
         if hasattr(exc, "show") and hasattr(exc, "exit_code"):
             exc.show()

@@ -222,7 +222,7 @@ def _run_plans(plans: list[Plan], store: Store, as_json: bool, report_dir: Path 
 def _finish(store: Store, runner: Runner, as_json: bool, report_dir: Path | None = None) -> dict:
     try:
         run_id = runner.run()
-    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: exit 130 either way (README, docs/results.md)
+    except KeyboardInterrupt:  # Ctrl-C, SIGTERM or SIGHUP: exit 130 each (README, docs/knobs.md)
         if runner.run_id is None:
             out.print("[yellow]interrupted before the run was stored (while its labs were built): settings "
                       "restored, labs removed; nothing to resume, run the plan again[/yellow]")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -27,6 +28,7 @@ from offlab import lab as labs
 from offlab.experiment import teardown
 from offlab.errors import BadInput, OfflabError
 from offlab.hosts import LOCAL
+from offlab.interrupts import shielded
 from offlab.lab import hosts as hosts_lab
 
 TAG = " @ "  # run name = "<plan name> @ <pair>"
@@ -106,25 +108,38 @@ def _run_children(runs: list[PairRun], plan_path: str, db: str, quick: bool, on_
         try:
             while any(p.poll() is None for _, p, _, _ in procs):
                 time.sleep(0.2)
+        except BaseException:
+            # A Ctrl-C from the terminal reached the children too; a SIGTERM or SIGHUP sent to this
+            # pid alone did not: pass it on (a second one to a child waits for its restore).
+            for _, p, _, _ in procs:
+                if p.poll() is None:
+                    p.send_signal(signal.SIGTERM)
+            raise
         finally:
-            for r, p, out, err in procs:
-                if p.poll() is None:  # Ctrl-C here reached the children too: they restore and stop
-                    try:
-                        p.wait(timeout=60)
-                    except subprocess.TimeoutExpired:
-                        p.kill()
-                        p.wait()
-                r.rc = p.returncode
-                out.seek(0)
-                err.seek(0)
-                for line in out.read().splitlines():
-                    if line.startswith("{"):
-                        r.run_id = json.loads(line).get("run_id")
-                lines = [l for l in err.read().splitlines() if l.strip()]
-                r.error = lines[-1] if r.rc != 0 and lines else ""
-                out.close()
-                err.close()
-                on_line(f"{r.pair}: " + (f"run {r.run_id} done" if r.rc == 0 else f"failed (exit {r.rc}): {r.error}"))
+            with shielded():  # a second signal must not leave a child unwaited for, its lab up
+                _collect(procs, on_line)
+
+
+def _collect(procs: list, on_line: Callable[[str], None]) -> None:
+    """Wait for each child (interrupted: they restore and stop), then read what it said."""
+    for r, p, out, err in procs:
+        if p.poll() is None:
+            try:
+                p.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        r.rc = p.returncode
+        out.seek(0)
+        err.seek(0)
+        for line in out.read().splitlines():
+            if line.startswith("{"):
+                r.run_id = json.loads(line).get("run_id")
+        lines = [l for l in err.read().splitlines() if l.strip()]
+        r.error = lines[-1] if r.rc != 0 and lines else ""
+        out.close()
+        err.close()
+        on_line(f"{r.pair}: " + (f"run {r.run_id} done" if r.rc == 0 else f"failed (exit {r.rc}): {r.error}"))
 
 
 def _child(argv: list[str]) -> int:

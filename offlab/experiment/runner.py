@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import random
-import signal
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -28,6 +27,7 @@ from offlab.experiment.env import environment
 from offlab.experiment.plan import Cell, Plan, RepeatSpec, load_plan
 from offlab.experiment.search import parse_pps, zero_loss_search
 from offlab.hosts import LOCAL, is_root
+from offlab.interrupts import interrupts, shielded
 from offlab.knobs import Change, Terminated, Transaction, knob_for
 from offlab.knobs.lease import Lease, take
 from offlab.knobs.target import target_for
@@ -128,7 +128,10 @@ class Runner:
     def run(self) -> int:
         if not is_root():
             raise NotRoot("running an experiment")
-        previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+        with interrupts():
+            return self._run()
+
+    def _run(self) -> int:
         self.started = time.monotonic()
         try:
             self._build_labs()
@@ -137,11 +140,12 @@ class Runner:
             with Transaction(label=f"run {self.run_id} ({self.plan.name})") as self.tx:
                 self._rounds()
             return self.run_id
-        except (KeyboardInterrupt, Interrupted, Terminated):  # Terminated: SIGTERM inside a cell's transaction
-            if self.run_id is not None:
-                self.store.set_run_status(self.run_id, "interrupted",
-                                          f"interrupted; resume with `offlab run --resume {self.run_id}`")
-            self.on_event("interrupted", {"run_id": self.run_id})
+        except (KeyboardInterrupt, Interrupted, Terminated):  # Terminated: SIGTERM or SIGHUP
+            with shielded():  # a second signal waits until the run is marked resumable
+                if self.run_id is not None:
+                    self.store.set_run_status(self.run_id, "interrupted",
+                                              f"interrupted; resume with `offlab run --resume {self.run_id}`")
+                self.on_event("interrupted", {"run_id": self.run_id})
             raise KeyboardInterrupt from None
         except LabRemoved as exc:
             self.store.set_run_status(self.run_id, "interrupted", str(exc))
@@ -155,16 +159,17 @@ class Runner:
             raise
         finally:
             self.tx = None
-            signal.signal(signal.SIGTERM, previous)
-            for lease in self.leases:
-                lease.release()
-            for h in self.holds:
-                h.release()
-            for lab in self.labs.values():
-                if lab is not self.given_lab:
-                    teardown.down(lab.name, force=True)
-            if self.lock is not None:
-                self.lock.release()
+            # A second Ctrl-C must not leave a lab half removed: it is raised once all is down.
+            with shielded():
+                for lease in self.leases:
+                    lease.release()
+                for h in self.holds:
+                    h.release()
+                for lab in self.labs.values():
+                    if lab is not self.given_lab:
+                        teardown.down(lab.name, force=True)
+                if self.lock is not None:
+                    self.lock.release()
 
     def _set_status_quietly(self, status: str, note: str) -> None:
         """Record a failure without hiding it behind a second one (a read-only or full database)."""
@@ -211,13 +216,14 @@ class Runner:
         if key in self.labs:
             return self.labs[key]
         for old in list(self.labs):
-            lab = self.labs.pop(old)
-            if self.tx is not None:  # its settings go back while its hosts still exist
-                self.tx.release_scope(_in_lab(lab.name))
-            for h in [h for h in self.holds if h.path.name.startswith(f"{lab.name}.hold-")]:
-                h.release()
-                self.holds.remove(h)
-            teardown.down(lab.name, force=True)
+            with shielded():  # the guest up now goes whole (settings, hold, lab) before a signal acts
+                lab = self.labs.pop(old)
+                if self.tx is not None:  # its settings go back while its hosts still exist
+                    self.tx.release_scope(_in_lab(lab.name))
+                for h in [h for h in self.holds if h.path.name.startswith(f"{lab.name}.hold-")]:
+                    h.release()
+                    self.holds.remove(h)
+                teardown.down(lab.name, force=True)
         lab = self._lab_up(key)
         self.on_event("restart", {"boots": len(self.guest_boots), "lab": lab.name})
         return lab
@@ -485,6 +491,3 @@ def _in_lab(name: str) -> Callable:
     """The settings a cell of lab `name` decides: its lab's, and the machine's (shared by every lab)."""
     return lambda knob: knob.target.lab == name or knob.target.is_machine
 
-
-def _raise_interrupt(signum, frame):  # noqa: ARG001
-    raise KeyboardInterrupt

@@ -18,6 +18,7 @@ import time
 from typing import Sequence
 
 from offlab.hosts.base import Host, Process
+from offlab.interrupts import shielded
 
 # Runs "$@" with stdout/stderr to files in $D, records its pid, then its exit code; each file
 # appears whole (written to a temp name, then renamed), so a reader never sees half a number.
@@ -237,19 +238,21 @@ def wait_listening(host: Host, port: int, proto: str, proc: Process, timeout: fl
 
 
 def stop(proc: Process, grace: float = 2.0) -> None:
-    """End a process we started: SIGINT, then SIGKILL; always reaped."""
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
-    for stream in (proc.stdout, proc.stderr):
-        if stream:
-            stream.close()
-    if isinstance(proc, RemoteProcess):
-        proc.cleanup()
+    """End a process we started: SIGINT, then SIGKILL; always reaped. A second Ctrl-C while it
+    ends (the first one is often why it is stopped) waits: cut short, it would leave it running."""
+    with shielded():
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+        for stream in (proc.stdout, proc.stderr):
+            if stream:
+                stream.close()
+        if isinstance(proc, RemoteProcess):
+            proc.cleanup()
 
 
 def running(pid: int) -> bool:

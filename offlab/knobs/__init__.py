@@ -17,7 +17,8 @@ from offlab.knobs.registry import knob_class, knob_for
 from offlab.knobs.restore import (forget_lab_namespaces, list_pending, pending_changes, restore_pending,
                                   restore_report)
 from offlab.knobs.target import Target
-from offlab.knobs.transaction import Change, Outcome, Terminated, Transaction
+from offlab.interrupts import Terminated
+from offlab.knobs.transaction import Change, Outcome, Transaction
 from offlab.knobs import undo as _undo  # noqa: F401 - registers the journal's copy on SSH hosts
 
 __all__ = ["Change", "Outcome", "Transaction", "Terminated", "restore_pending", "restore_report",

@@ -4,7 +4,7 @@
         outcomes = tx.apply([Change(lab.client, "gro", "off", "to-server", lab)])
         if tx.impossible: skip the cell with tx.impossible[0].reason
         ... measure ...
-    # every change is back to its original here, even after Ctrl-C or SIGTERM
+    # every change is back to its original here, even after Ctrl-C, SIGTERM or SIGHUP
 
 A run keeps one transaction open across consecutive samples and moves it from one cell's
 settings to the next with `switch`: only what differs is put back or set, every change still
@@ -16,14 +16,13 @@ SIGKILL cannot be caught: the journal stays behind and `offlab restore` replays 
 from __future__ import annotations
 
 import contextlib
-import signal
 import sys
-import threading
 from dataclasses import dataclass, field
-from typing import Literal, Callable, Iterable, Iterator
+from typing import Literal, Callable, Iterable
 
 from offlab.errors import BadInput, CommandFailed, EnvironmentProblem
 from offlab.hosts import Host
+from offlab.interrupts import interrupts, shielded
 from offlab.knobs.base import Knob, Plan, failure_text
 from offlab.knobs.features import forget_reads, shared_reads
 from offlab.knobs.journal import Entry, Journal, dir_lock, mark, remove_if_done
@@ -31,14 +30,6 @@ from offlab.knobs.lease import Lease, take
 from offlab.knobs.registry import knob_class, knob_for
 from offlab.knobs.restore import Report, restore_entries
 from offlab.knobs.target import target_for
-
-
-class Terminated(SystemExit):
-    """SIGTERM arrived while a transaction was open; raised so that `__exit__` restores."""
-
-    def __init__(self, signum: int = signal.SIGTERM) -> None:
-        super().__init__(128 + signum)
-        self.signum = signum
 
 
 @dataclass
@@ -100,22 +91,30 @@ class Transaction:
         self.journal: Journal | None = None
         self.outcomes: list[Outcome] = []
         self.restore_report: Report | None = None
-        self._old_term: object = None
+        self._signals: contextlib.ExitStack | None = None  # offlab's handlers while it is open
         self.leases: dict[str, Lease] = {}  # machine-wide settings this transaction holds
         self._applied: list[tuple[Outcome, Knob]] = []  # what this transaction holds in force now
         self.counts = {"applied": 0, "restored": 0, "kept": 0, "checked": 0}  # journalled writes, kept as they were
 
     # ---- context -------------------------------------------------------
     def __enter__(self) -> "Transaction":
-        self.journal = Journal.create(self.label, persist=self.persist, prefix=self.prefix)
-        if not self.persist and _main_thread():
-            self._old_term = signal.signal(signal.SIGTERM, _raise_terminated)
+        # A persistent one too: `lab set` interrupted while applying puts back what it set.
+        self._signals = contextlib.ExitStack()
+        self._signals.enter_context(interrupts())
+        try:
+            with shielded():  # the journal is made whole (header, link, fsync) before a signal acts
+                self.journal = Journal.create(self.label, persist=self.persist, prefix=self.prefix)
+        except BaseException:
+            if self.journal is not None:  # made, then the signal: nothing in it to keep
+                remove_if_done(self.journal.path)
+            self._signals.close()
+            raise
         return self
 
     def __exit__(self, exc_type, exc, tb) -> Literal[False]:
-        pending: list[int] = []
-        try:
-            with _shielded(pending):
+        assert self._signals is not None
+        with self._signals:  # the previous handlers come back last; a signal during the restore
+            with shielded():  # is raised as this block ends (an error leaving it gives way to it)
                 try:
                     if self.persist and exc_type is None:
                         self._release()
@@ -125,17 +124,11 @@ class Transaction:
                     for lease in self.leases.values():
                         lease.release()
                     self.leases.clear()
-        finally:
-            if self._old_term is not None:
-                signal.signal(signal.SIGTERM, self._old_term)  # type: ignore[arg-type]
-                self._old_term = None
-        failed = self.restore_report.failed if self.restore_report else []
-        if failed:
-            if exc_type is None:
-                raise EnvironmentProblem("; ".join(failed) + " (the journal is kept: `offlab restore` retries)")
-            print("offlab: warning: " + "; ".join(failed), file=sys.stderr)
-        if exc_type is None and pending:
-            raise KeyboardInterrupt if pending[0] == signal.SIGINT else Terminated(pending[0])
+                failed = self.restore_report.failed if self.restore_report else []
+                if failed:
+                    if exc_type is None:
+                        raise EnvironmentProblem("; ".join(failed) + " (the journal is kept: `offlab restore` retries)")
+                    print("offlab: warning: " + "; ".join(failed), file=sys.stderr)
         return False
 
     # ---- the work ------------------------------------------------------
@@ -217,13 +210,14 @@ class Transaction:
         assert self.journal is not None
         seqs = {seq for o, _ in held for seq in o.seqs}
         report = Report()
-        if seqs:
-            with dir_lock():
-                restore_entries([e for e in self.journal.view().open_entries if e.seq in seqs], report)
-        if report.failed:
-            raise EnvironmentProblem("; ".join(report.failed) + " (the journal is kept: `offlab restore` retries)")
-        self.counts["restored"] += len(seqs)
-        self._forget(held)
+        with shielded():  # a cell switch's restore finishes, and is counted, before a signal acts
+            if seqs:
+                with dir_lock():
+                    restore_entries([e for e in self.journal.view().open_entries if e.seq in seqs], report)
+            if report.failed:
+                raise EnvironmentProblem("; ".join(report.failed) + " (the journal is kept: `offlab restore` retries)")
+            self.counts["restored"] += len(seqs)
+            self._forget(held)
         return report.lines
 
     def _forget(self, held: list[tuple[Outcome, Knob]]) -> None:
@@ -253,7 +247,7 @@ class Transaction:
         """Put back everything applied so far, newest first; returns what was done."""
         report = Report()
         if self.journal is not None and self.journal.path.exists():
-            with dir_lock():
+            with shielded(), dir_lock():
                 restore_entries(self.journal.view().open_entries, report)
                 remove_if_done(self.journal.path)
         self.restore_report = report
@@ -338,26 +332,3 @@ class Transaction:
 def _ident(knob: Knob) -> tuple:
     """One setting: the same key on the same target (lab, host, interface)."""
     return knob.target, knob.key
-
-
-def _main_thread() -> bool:
-    return threading.current_thread() is threading.main_thread()
-
-
-def _raise_terminated(signum, frame) -> None:
-    raise Terminated(signum)
-
-
-@contextlib.contextmanager
-def _shielded(pending: list[int]) -> Iterator[None]:
-    """Hold SIGINT/SIGTERM while restoring: a second Ctrl-C must not leave settings half put back."""
-    if not _main_thread():
-        yield
-        return
-    old = {s: signal.signal(s, lambda signum, frame: pending.append(signum))
-           for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for s, handler in old.items():
-            signal.signal(s, handler)

@@ -13,6 +13,7 @@ from offlab import netdev
 from offlab.errors import BadInput, EnvironmentProblem, NotRoot, OfflabError
 from offlab.hosts import LOCAL, NetnsHost, is_root, require_tool
 from offlab.hosts.process import process_start_time, signal_pid
+from offlab.interrupts import shielded
 from offlab.lab import owner
 from offlab.dpdk import remove_runtime
 from offlab.lab.build import Builder, LabBuildFailed
@@ -96,17 +97,18 @@ def up(topology: str, name: str | None = None, *, mtu: int = 1500, ipv6: bool = 
         lab.status, lab.step = "up", ""
         lab.save()
     except BaseException as exc:
-        lab.status = "failed"
-        try:
-            lab.save()
-        except OfflabError:
-            pass  # e.g. a full disk: the older state file still lists everything built
-        try:
-            # Nothing was journalled yet (knobs act on a lab that is up): nothing to put back.
-            remove(name, force=True, put_back=lambda _lab: [])
-        except OfflabError as undo:  # e.g. a phys port that would not come back: both must be said
-            raise LabBuildFailed(f"lab up {name}: step '{lab.step}' failed: {exc}; and undoing it failed: {undo}") \
-                from exc
+        with shielded():  # a second Ctrl-C waits until what was built is gone
+            lab.status = "failed"
+            try:
+                lab.save()
+            except OfflabError:
+                pass  # e.g. a full disk: the older state file still lists everything built
+            try:
+                # Nothing was journalled yet (knobs act on a lab that is up): nothing to put back.
+                remove(name, force=True, put_back=lambda _lab: [])
+            except OfflabError as undo:  # e.g. a phys port that would not come back: both must be said
+                raise LabBuildFailed(f"lab up {name}: step '{lab.step}' failed: {exc}; and undoing it failed: "
+                                     f"{undo}") from exc
         if isinstance(exc, OfflabError) and not isinstance(exc, LabBuildFailed):
             raise LabBuildFailed(f"lab up {name}: step '{lab.step}' failed: {exc}") from exc
         raise
@@ -126,17 +128,21 @@ def _claim(lab: LabState) -> None:
     """Create the state file exclusively: two `lab up` of one name cannot both win."""
     path = lab.path
     path.parent.mkdir(parents=True, exist_ok=True)
+    claimed = False
     try:
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-    except FileExistsError:
-        raise BadInput(
-            f"a lab named {lab.name!r} already exists: `offlab lab down {lab.name}` or choose another --name"
-        ) from None
-    os.close(fd)
-    try:
-        lab.save()
-    except OfflabError:
-        path.unlink(missing_ok=True)  # an empty claim would read as a corrupt lab
+        with shielded():  # a SIGHUP between the create and the write left an empty file: "corrupt lab"
+            try:
+                fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                raise BadInput(
+                    f"a lab named {lab.name!r} already exists: `offlab lab down {lab.name}` or choose another --name"
+                ) from None
+            claimed = True
+            os.close(fd)
+            lab.save()
+    except BaseException:  # an error, or a signal that waited for the claim: nothing was built yet
+        if claimed:
+            path.unlink(missing_ok=True)
         raise
 
 

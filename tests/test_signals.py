@@ -1,0 +1,217 @@
+"""The seeded signal harness (namespaces): a real `offlab run` of a small veth plan, GRO and MTU set per
+cell, is sent SIGINT, SIGTERM or SIGHUP at a moment drawn from a seed — while its lab comes up,
+while a cell's settings are applied, inside a sample, between samples, during the final restore.
+Each run must end promptly, exit 130, leave no namespace, link, process or journal entry, and
+`offlab run --resume` must then complete it with every (cell, round) sample exactly once.
+
+`make test` runs three seeds; OFFLAB_SIGNAL_RUNS=200 runs more, OFFLAB_SIGNAL_SEED=S replays one
+(a failure prints its seed, the signal and the moment)."""
+
+from __future__ import annotations
+
+import os
+import queue
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from dataclasses import dataclass
+
+import pytest
+
+from tests.conftest import OUR_NAMESPACES, REPO, netns_names, our_processes, requires_root, root_links
+from tests.conftest import new_links_of_ours
+from offlab.store import Store
+
+pytestmark = [requires_root, pytest.mark.network]
+
+PLAN = textwrap.dedent("""\
+    name: signal-harness
+    topology: {kind: veth}
+    axes:
+      path:
+        small: {settings: {client:to-server: {mtu: 1500}, server:to-client: {gro: false, mtu: 1500}}}
+        jumbo: {settings: {client:to-server: {mtu: 9000}, server:to-client: {gro: true, mtu: 9000}}}
+    workload: {tool: engine, protocol: udp, duration: 0.3, warmup: 0.1}
+    repeat: {min: 2, max: 2, level: 95, width: 50}
+    seed: 11
+    """)
+SAMPLES = 2 * 2  # cells × rounds
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# A hang guard, not a performance figure: 5 s is the bound issue #38 sets (a machine under
+# `stress-ng --cpu 2`) for the restore of 3 settings, the removal of a veth lab and the exit. On a
+# 2-core machine shared far beyond its CPUs (load 14-25, where `import offlab` alone took 20-30 s)
+# 12 seeds took 2.6-11.8 s; one traced at load 14: restore and teardown done 1.9 s after the signal,
+# Python's own exit 2.4 s more. OFFLAB_SIGNAL_END_WITHIN_S raises the guard there; -s prints each time.
+END_WITHIN_S = float(os.environ.get("OFFLAB_SIGNAL_END_WITHIN_S", "5"))
+# Hang guards for the parts that are not under test (a run's progress, a resume on a loaded machine).
+PROGRESS_WITHIN_S = 120.0
+RESUME_WITHIN_S = 180.0
+
+
+@dataclass
+class Moment:
+    """Where a seed sends its signal: after the run's `after_lines`-th progress line, `delay` s later."""
+
+    seed: int
+    signum: int
+    after_lines: int
+    delay: float
+
+    @classmethod
+    def from_seed(cls, seed: int) -> "Moment":
+        rng = random.Random(seed)
+        # Progress lines: lab up, run, round 1, 2 samples, round 2, 2 samples, done (9 in all); the
+        # 1st comes once offlab's handlers are in place, the 8th before the final restore and lab
+        # removal. Up to 1.5 s after one spans a lab build, a cell's switch, a 0.4 s sample, the
+        # gap between two, and the restore and teardown after the last.
+        return cls(seed, rng.choice(SIGNALS), rng.randrange(1, 9), round(rng.uniform(0.0, 1.5), 3))
+
+    def __str__(self) -> str:
+        return (f"seed {self.seed}: {signal.Signals(self.signum).name} {self.delay:g} s after progress line "
+                f"{self.after_lines} (replay: OFFLAB_SIGNAL_SEED={self.seed})")
+
+
+# make test's slice: one seed per signal, each sent after round 1 ends (0.16 s, 1.1 s after it, 0.4 s
+# after round 2 begins: between samples, in a switch or in a sample, as fast as the machine is), so
+# that the resume has work left. The seed is the test's id: `-k "[5]"` reruns one.
+MAKE_TEST_SEEDS = (4, 5, 9)
+
+
+def _seeds() -> list[int]:
+    """OFFLAB_SIGNAL_SEED=S: that seed alone; OFFLAB_SIGNAL_RUNS=N: seeds FIRST..FIRST+N-1
+    (OFFLAB_SIGNAL_FIRST_SEED, default 1); else make test's slice."""
+    if os.environ.get("OFFLAB_SIGNAL_SEED"):
+        return [int(os.environ["OFFLAB_SIGNAL_SEED"])]
+    if os.environ.get("OFFLAB_SIGNAL_RUNS"):
+        first = int(os.environ.get("OFFLAB_SIGNAL_FIRST_SEED", "1"))
+        return list(range(first, first + int(os.environ["OFFLAB_SIGNAL_RUNS"])))
+    return list(MAKE_TEST_SEEDS)
+
+
+def _lines(stream) -> "queue.Queue[str | None]":
+    """The run's stderr, line by line, read on a thread (None at its end)."""
+    q: queue.Queue[str | None] = queue.Queue()
+
+    def read() -> None:
+        for line in stream:
+            q.put(line)
+        q.put(None)
+
+    threading.Thread(target=read, daemon=True).start()
+    return q
+
+
+def _wait_lines(q: "queue.Queue[str | None]", n: int, seen: list[str]) -> None:
+    """Until `n` lines have come, or the run ended."""
+    while len(seen) < n:
+        line = q.get(timeout=PROGRESS_WITHIN_S)  # a hang guard
+        if line is None:
+            return
+        seen.append(line)
+
+
+def _journal_files(state_dir) -> list[str]:
+    d = state_dir / "journal"
+    return sorted(p.name for p in d.iterdir()) if d.exists() else []
+
+
+@pytest.mark.parametrize("seed", _seeds())
+def test_a_signal_at_a_seeded_moment_ends_the_run_clean_and_resumable(seed, tmp_path, state_dir, clean_machine):
+    moment = Moment.from_seed(seed)
+    plan, db = tmp_path / "p.yaml", tmp_path / "s.db"
+    plan.write_text(PLAN)
+    env = {**os.environ, "OFFLAB_STATE_DIR": str(state_dir)}
+    before_links, before_procs = root_links(), our_processes()
+    proc = subprocess.Popen([sys.executable, "-m", "offlab", "run", str(plan), "--db", str(db)], cwd=REPO, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    seen: list[str] = []
+    try:
+        q = _lines(proc.stderr)
+        _wait_lines(q, moment.after_lines, seen)
+        time.sleep(moment.delay)
+        sent = proc.poll() is None
+        if sent:
+            proc.send_signal(moment.signum)
+        t0 = time.monotonic()
+        try:
+            rc = proc.wait(timeout=END_WITHIN_S if sent else PROGRESS_WITHIN_S)  # hang guards
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"{moment}: still running {END_WITHIN_S:g} s after the signal; said: {''.join(seen)}")
+        print(f"{moment}: {'ended' if sent else 'had ended'} in {time.monotonic() - t0:.2f} s, exit {rc}, "
+              f"load {os.getloadavg()[0]:.1f}")
+        _wait_lines(q, 10**6, seen)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    said = "".join(seen)
+    runs = Store.open(db).list_runs() if db.exists() else []
+    # No namespace, root link, offlab process or journal entry of this run is left.
+    assert not {n for n in netns_names() if n.startswith(OUR_NAMESPACES)}, f"{moment}: namespaces left; {said}"
+    assert not new_links_of_ours(before_links), f"{moment}: links left; {said}"
+    assert not our_processes() - before_procs, f"{moment}: processes left; {said}"
+    assert _journal_files(state_dir) == [], f"{moment}: journal left; {said}"
+    if not sent:  # the run ended before the moment came: it must simply be complete
+        assert rc == 0 and runs and runs[0]["status"] == "done", f"{moment}: exit {rc}; {said}"
+        return
+    assert rc == 130, f"{moment}: exit {rc}, not 130 (interrupted); {said}"
+    if not runs:  # interrupted while its lab was built: nothing stored, nothing to resume
+        assert "nothing to resume" in said, f"{moment}: {said}"
+        return
+    run_id = runs[0]["id"]
+    store = Store.open(db)
+    status = store.get_run(run_id)["status"]
+    if status == "done":  # the signal came during the final restore: the run was complete
+        assert len(store.samples(run_id)) == SAMPLES, f"{moment}: {said}"
+        return
+    assert status == "interrupted", f"{moment}: status {status}; {said}"
+    assert f"--resume {run_id}" in said, f"{moment}: {said}"
+    before = {(s["cell_id"], s["round"]) for s in store.samples(run_id)}
+    res = subprocess.run([sys.executable, "-m", "offlab", "run", "--resume", str(run_id), "--db", str(db)],
+                         cwd=REPO, env=env, capture_output=True, text=True, timeout=RESUME_WITHIN_S)
+    assert res.returncode == 0, f"{moment}: resume: {res.stderr}"
+    keys = [(s["cell_id"], s["round"]) for s in store.samples(run_id)]
+    assert len(keys) == len(set(keys)), f"{moment}: a (cell, round) sample was measured twice"
+    assert before <= set(keys), f"{moment}: a sample stored before the signal was lost"
+    assert sorted(keys) == sorted((c["id"], r) for c in store.cells(run_id) for r in range(2)), moment
+    assert store.get_run(run_id)["status"] == "done", moment
+    assert _journal_files(state_dir) == [], f"{moment}: journal left after the resume"
+
+
+@pytest.mark.parametrize("nohup", [False, True], ids=["sighup", "sighup-under-nohup"])
+def test_sighup_during_lab_up_removes_the_half_built_lab_unless_nohup(nohup, lab_name, state_dir, clean_machine):
+    """The issue's first finding: a dropped terminal during `lab up` left its namespaces. The signal is
+    sent once the lab file exists (the lab is claimed, its build under way)."""
+    env = {**os.environ, "OFFLAB_STATE_DIR": str(state_dir)}
+    before_links = root_links()
+    ignore = (lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN)) if nohup else None
+    proc = subprocess.Popen([sys.executable, "-m", "offlab", "lab", "up", "veth", "--name", lab_name], cwd=REPO,
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, preexec_fn=ignore)
+    lab_file = state_dir / "labs" / f"{lab_name}.json"
+    try:
+        deadline = time.monotonic() + PROGRESS_WITHIN_S  # a hang guard
+        while not lab_file.exists() and proc.poll() is None:
+            assert time.monotonic() < deadline, "the lab file never appeared"
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGHUP)
+        _, err = proc.communicate(timeout=END_WITHIN_S if not nohup else PROGRESS_WITHIN_S)  # hang guards
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    try:
+        if nohup:  # the user's choice: the build goes on and the lab is up
+            assert proc.returncode == 0, err
+            assert {f"ol-{lab_name}-client", f"ol-{lab_name}-server"} <= netns_names()
+        else:
+            assert proc.returncode == 130 and "interrupted" in err, err
+            assert not {n for n in netns_names() if n.startswith(f"ol-{lab_name}")}, err
+            assert not new_links_of_ours(before_links) and not lab_file.exists(), err
+    finally:
+        from offlab.experiment import teardown
+
+        teardown.down(lab_name)
