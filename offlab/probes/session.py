@@ -225,9 +225,10 @@ class ProbeSession:
         tc = {role: Async(qdisc.read, self.lab.host(role)) for role in self.readers}
         big = {role: Async(counting.read) for role, counting in self.big.items()}
         per_queue = {role: Async(queues.read, self.lab.host(role), ifaces) for role, ifaces in self.queue_ifaces.items()}
-        kernel = Async(self.trace.read) if self.trace is not None and self.trace.error is None else None
         reads: dict[str, tuple[float, float]] = {}
         clocks: dict[str, float] = {}
+        # the kernel's maps are asked for beside the counters' files (a signal); the printout comes meanwhile
+        asked = self.trace.request() if self.trace is not None and self.trace.error is None else None
         for role, reader in self.readers.items():
             try:
                 t0 = time.monotonic()
@@ -262,7 +263,8 @@ class ProbeSession:
         # The channel hosts' answers are not waited for here: a guest under TCG may take seconds to
         # answer, and the window's other edge must still come on time. `settle` collects them.
         return Snapshot(t, stat, procs, netdev, snmp, softnet, guest_stat, qdiscs, ports, big_read, queue_read,
-                        reads, clocks, pending=remote, trace=kernel.result() if kernel is not None else None)
+                        reads, clocks, pending=remote,
+                        trace=self.trace.collect(asked) if self.trace is not None and asked is not None else None)
 
     def aligned(self, a: Snapshot, b: Snapshot) -> dict | None:
         """The local roles' UDP/IP counters over the channel hosts' own windows (the samples nearest to

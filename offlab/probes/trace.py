@@ -228,10 +228,18 @@ class KernelTrace:
 
     def read(self) -> Maps:
         """The maps as they stand now (SIGUSR1: bpftrace prints them all)."""
+        return self.collect(self.request())
+
+    def request(self) -> float:
+        """Ask for a printout now (at the edge, beside the counters' reads); `collect` waits for it."""
         if self.proc is None or self.proc.poll() is not None:
             raise EnvironmentProblem(self._why_not("ended before the window's end"))
         t = time.monotonic()
         os.kill(self.proc.pid, signal.SIGUSR1)
+        return t
+
+    def collect(self, t: float) -> Maps:
+        """The printout asked for at `t`."""
         got = Maps(t)
         deadline = time.monotonic() + READ_TIMEOUT_S
         while True:
