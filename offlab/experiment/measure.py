@@ -72,7 +72,10 @@ class Sample:
     kernel_account: dict | None = None  # loss by drop reason, super-packets by gso_type (offlab.experiment.kernel_account)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        if d["kernel_account"] is None:  # not asked (`--trace`): the sample keeps the shape it always had
+            del d["kernel_account"]
+        return d
 
     # Headline figures, named once so every output agrees.
     @property

@@ -24,7 +24,9 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from offlab.errors import EnvironmentProblem
+from offlab import netdev
+from offlab.errors import EnvironmentProblem, OfflabError
+from offlab.hosts import LOCAL
 
 BTF = "/sys/kernel/btf/vmlinux"
 START_TIMEOUT_S = 90.0  # bpftrace parses BTF and compiles: seconds, tens of seconds on a loaded machine
@@ -183,9 +185,13 @@ class KernelTrace:
         # reasons' names are read from it, and it is unmounted when the process ends.
         sh = ("mount -t tracefs nodev /sys/kernel/tracing && cat /sys/kernel/tracing/events/skb/kfree_skb/format"
               f" && echo {FORMAT_END} && exec chrt --fifo {PRIORITY} bpftrace -f json -e \"$0\"")
-        self.proc = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sh", "-c", sh, script],
-                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     text=True, start_new_session=True)
+        try:
+            self.proc = LOCAL.spawn(["unshare", "--mount", "--propagation", "private", "sh", "-c", sh, script],
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    text=True, start_new_session=True)
+        except OfflabError as exc:
+            self.error = f"bpftrace could not be started: {exc}"
+            return False
         threading.Thread(target=self._pump, daemon=True).start()
         threading.Thread(target=self._pump_err, daemon=True).start()
         fmt: list[str] = []
@@ -235,7 +241,7 @@ class KernelTrace:
         if self.proc is None or self.proc.poll() is not None:
             raise EnvironmentProblem(self._why_not("ended before the window's end"))
         t = time.monotonic()
-        os.kill(self.proc.pid, signal.SIGUSR1)
+        LOCAL.signal(self.proc.pid, signal.SIGUSR1)
         return t
 
     def collect(self, t: float) -> Maps:
@@ -259,14 +265,12 @@ class KernelTrace:
         p, self.proc = self.proc, None
         if p is None or p.poll() is not None:
             return
+        LOCAL.signal(p.pid, signal.SIGINT)
         try:
-            os.kill(p.pid, signal.SIGINT)
             p.wait(timeout=STOP_WAIT_S)
         except subprocess.TimeoutExpired:
-            os.kill(p.pid, signal.SIGKILL)
+            LOCAL.signal(p.pid, signal.SIGKILL)
             p.wait(timeout=STOP_WAIT_S)
-        except ProcessLookupError:
-            pass
 
 
 def netns_inode(netns_name: str) -> int:
@@ -275,13 +279,10 @@ def netns_inode(netns_name: str) -> int:
 
 
 def ifnames(host) -> dict[int, str]:
-    """ifindex → name of a namespace host's links (`ip -j link show`), {} where it cannot say."""
-    import json
-
+    """ifindex → name of a namespace host's links, {} where it cannot say."""
     try:
-        res = host.run(["ip", "-j", "link", "show"], timeout=10, check=False)
-        links = json.loads(res.stdout or "[]")
-    except (OSError, ValueError, EnvironmentProblem):
+        links = netdev.link_rows(host)
+    except OfflabError:
         return {}
     return {int(x["ifindex"]): str(x["ifname"]) for x in links if isinstance(x, dict) and "ifindex" in x}
 
