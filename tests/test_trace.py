@@ -7,6 +7,7 @@ module; what a test sets on it, it puts back.
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -27,28 +28,44 @@ def _fixture(name: str) -> str:
 
 
 def test_reasons_are_read_from_the_tracepoint_format():
-    # skb:kfree_skb's format on this machine's kernel (6.18), then two map printouts (bpftrace -f json)
-    text = _fixture("noport_raw.txt").split(trace.FORMAT_END)[0]
-    reasons = trace.parse_reasons(text)
+    # skb:kfree_skb's format on this machine's kernel (6.18), as bpftrace's process reads it at its start
+    reasons = trace.parse_reasons(_fixture("kfree_skb_format.txt"))
     assert len(reasons) == 127
     assert reasons[2] == "NOT_SPECIFIED" and reasons[3] == "NO_SOCKET"
     assert {"SOCKET_RCVBUFF", "NETFILTER_DROP", "QDISC_DROP"} <= set(reasons.values())
 
 
-def test_two_printouts_give_the_window_as_their_difference():
-    lines = _fixture("noport_raw.txt").split(trace.FORMAT_END)[1].splitlines()
-    # the first printout was empty (an empty map prints no line); the second has every map
-    end = trace.Maps(1.0)
-    for line in lines:
+def _printouts(text: str) -> list[trace.Maps]:
+    """bpftrace -f json's lines → one Maps per printout (each ends with @zz_edge), as KernelTrace.collect."""
+    out, current = [], trace.Maps(0.0)
+    for line in text.splitlines():
+        if line.startswith('{"type": "map", "data": {"@epoch":'):
+            current.epoch = json.loads(line)["data"]["@epoch"]
+            continue
         parsed = trace.parse_map_line(line)
-        if parsed is not None:
-            end.maps[parsed[0]] = parsed[1]
-    start = trace.Maps(0.0, {"@drop": {(4026532184, 2, 3, "__udp4_lib_rcv"): 850}})
-    assert trace.delta(start, end)["@drop"] == {(4026532184, 2, 3, "__udp4_lib_rcv"): 9000}
-    d = trace.delta(trace.Maps(0.0), end)
-    assert d["@drop"] == {(4026532184, 2, 3, "__udp4_lib_rcv"): 9850}
-    assert d["@xmit"][(4026532179, "oltrq10", 0)] == 9850
-    assert trace.parse_map_line('{"type": "attached_probes", "data": {"probes": 3}}') is None
+        if parsed is None:
+            continue
+        if parsed[0] == trace.LAST:
+            out.append(current)
+            current = trace.Maps(0.0)
+        else:
+            current.maps[parsed[0]] = parsed[1]
+    return out
+
+
+def test_the_window_is_what_was_counted_between_its_two_edges():
+    # real printouts: 1012 datagrams of 1400 B sent with UDP_SEGMENT (22 super-packets) to a port nobody
+    # listened on, between the two edges of a veth lab (client ns 4026532179, server ns 4026532184)
+    a, b = _printouts(_fixture("noport_gso_printouts.jsonl"))
+    assert (a.epoch, b.epoch, a.maps) == (1, 2, {})  # nothing yet at the first edge: empty maps print nothing
+    d = trace.delta(a, b)
+    assert d["@drop"] == {(4026532184, 2, 3, "__udp4_lib_rcv"): 1012}  # NO_SOCKET, each segment counted
+    assert d["@xmit"][(4026532179, "oltrq10", 1 << 17)] == 22
+    assert d["@xmit_segs"][(4026532179, "oltrq10", 1 << 17)] == 1012
+    # a count made after the window's end edge (epoch 2) is not the window's
+    later = trace.Maps(0.0, epoch=2, maps={"@drop": {**b.maps["@drop"], (2, 4026532184, 2, 3, "__udp4_lib_rcv"): 5}})
+    assert trace.delta(a, later)["@drop"] == {(4026532184, 2, 3, "__udp4_lib_rcv"): 1012}
+    assert trace.parse_map_line('{"type": "attached_probes", "data": {"probes": 5}}') is None
 
 
 def test_gso_type_bits_are_named():
@@ -96,7 +113,7 @@ def lab(tmp_path_factory):
 
 
 def _sample(lab, **kw):
-    w = Workload(tool="engine", protocol="udp", duration=1.0, warmup=0.3, **kw)
+    w = Workload(tool="engine", protocol="udp", **{"duration": 1.0, "warmup": 0.3, **kw})
     return measure(labs.LabState.load(lab.name), w, trace=True)
 
 
@@ -113,13 +130,21 @@ def _restore(lab) -> None:
 @requires_root
 @pytest.mark.network
 def test_a_tiny_receive_buffer_is_socket_rcvbuff_for_every_lost_datagram(lab):
-    s = _sample(lab, size=1400, rate="40kpps", rcvbuf=4096)
+    # 2 s: the counters' own edges (client and server read ~1 ms apart, datagrams in flight) are tens of
+    # datagrams on this loaded machine, under 1 % of a 2 s window's loss
+    s = _sample(lab, size=1400, rate="40kpps", rcvbuf=4096, duration=2.0)
     ka = s.kernel_account
     lost = s.loss_attribution["lost"]
     assert lost > 1000, s.loss_attribution
     rcv = sum(p["datagrams"] for p in ka["loss"]["places"]
               if p["reason"] == "SOCKET_RCVBUFF" and p["host"] == "server")
-    assert rcv == pytest.approx(lost, rel=0.01), (rcv, lost, ka["loss"])
+    # within 1 %, or within what the counters themselves say the lost count is known to (their reads on
+    # this loaded machine were once 45 ms wide: `lost_uncertainty`, docs/results.md)
+    # and the kernel's edges came `edge_lag_s` after the counters' reads: that much of the loss rate
+    rate = lost / s.probes["window_s"]
+    lag = sum(abs(x or 0) for x in s.probes["trace"]["edge_lag_s"])
+    slack = max(0.01 * lost, s.loss_attribution.get("lost_uncertainty") or 0, rate * lag)
+    assert abs(rcv - lost) <= slack, (rcv, lost, slack, s.probes["trace"]["edge_lag_s"], s.probes["reads"])
     assert sum(p["share"] for p in ka["loss"]["places"]) + ka["loss"]["unseen_share"] == pytest.approx(1.0)
 
 
@@ -170,6 +195,9 @@ def test_uso_on_while_the_engine_sends_without_gso_shows_no_udp_l4_super_packets
         _restore(lab)
     xmit = s.probes["trace"]["xmit"]
     assert not any("UDP_L4" in r["gso_type"] and r["segments"] > r["skbs"] for r in xmit), xmit
-    assert not (s.kernel_account.get("uso") or {}).get("exercised")
+    uso = s.kernel_account.get("uso") or {}
+    assert not uso.get("exercised")
+    # the counters' USO witness reads the same: the two sources do not disagree
+    assert uso.get("agree") is not False, (uso, s.effects)
     # the same witness does see them when the engine asks for UDP_SEGMENT: it can tell the two apart
     assert on.kernel_account["uso"]["exercised"] and on.kernel_account["uso"]["super_packets"] > 100

@@ -227,8 +227,6 @@ class ProbeSession:
         per_queue = {role: Async(queues.read, self.lab.host(role), ifaces) for role, ifaces in self.queue_ifaces.items()}
         reads: dict[str, tuple[float, float]] = {}
         clocks: dict[str, float] = {}
-        # the kernel's maps are asked for beside the counters' files (a signal); the printout comes meanwhile
-        asked = self.trace.request() if self.trace is not None and self.trace.error is None else None
         for role, reader in self.readers.items():
             try:
                 t0 = time.monotonic()
@@ -242,6 +240,8 @@ class ProbeSession:
                 raise EnvironmentProblem(
                     f"lab {self.lab.name}: the counters of host {role} cannot be read any more "
                     f"({exc.strerror or exc}): was the lab removed (`offlab lab list`)?") from None
+        # the kernel's maps right after the counters' files: the edge is the instant of that signal (trace.py)
+        asked = self.trace.request() if self.trace is not None and self.trace.error is None else None
         procs = {}
         lab_daemons = {d.pid for d in self.lab.daemons}  # e.g. this lab's ovs-vswitchd, not another's
         for pid in {*self.pids.values(), *lab_daemons, *cpu.kernel_threads(WATCHED_THREADS)}:
@@ -379,7 +379,12 @@ class ProbeSession:
             return {"unavailable": "no lab host is a network namespace of this machine's kernel"}
         if a.trace is None or b.trace is None:
             return {"unavailable": self.trace.error or "bpftrace was not read at both edges"}
-        return trace.account(a.trace, b.trace, self.trace, {role: self.lab.host(role) for role in self.trace.netns.values()})
+        out = trace.account(a.trace, b.trace, self.trace, {role: self.lab.host(role) for role in self.trace.netns.values()})
+        # how long after the last counters' read of each edge the kernel's edge came (a loaded machine
+        # may preempt offlab in between): the two accounts' windows differ by up to this much
+        out["edge_lag_s"] = [round(snap.trace.t - max(r[1] for r in snap.reads.values()), 6) if snap.reads and snap.trace
+                             else None for snap in (a, b)]
+        return out
 
 
 def _udp_text(reader) -> tuple[str, str]:

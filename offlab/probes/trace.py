@@ -14,6 +14,7 @@ from `skb:kfree_skb`'s format. Nothing is read per packet in user space.
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import re
@@ -27,22 +28,24 @@ from dataclasses import dataclass, field
 from offlab import netdev
 from offlab.errors import EnvironmentProblem, OfflabError
 from offlab.hosts import LOCAL
+from offlab.hosts.process import die_with_parent
 
 BTF = "/sys/kernel/btf/vmlinux"
 START_TIMEOUT_S = 90.0  # bpftrace parses BTF and compiles: seconds, tens of seconds on a loaded machine
 READ_TIMEOUT_S = 10.0
-# bpftrace prints its maps from its main loop after SIGUSR1; under a busy sender on a loaded machine
-# that was seen to come hundreds of ms late (a start edge read late: too few skbs in the window). It
-# sleeps but at the edges, so a real-time priority costs nothing else and puts the read at the edge.
-PRIORITY = 10
-# ... and it wakes from its wait for the next 100 ms tick only on an event: the SIGUSR1 sent to it
-# makes one (signal:signal_generate → printf), so the maps are printed as soon as it gets the CPU.
+# bpftrace prints its maps from its main loop after SIGUSR1, which waits for the next 100 ms tick
+# unless an event wakes it: the SIGUSR1 sent to it makes one (signal:signal_generate → printf). How
+# late it then prints does not matter: the edge is the epoch the same probe moves on (EPOCH).
 WAKE_SIGNAL = int(signal.SIGUSR1)
 STOP_WAIT_S = 1.0  # bpftrace 0.17 was seen to outlive a SIGINT by over 10 s: then SIGKILL
 MAPS = ("@drop", "@rx", "@rx_segs", "@xmit", "@xmit_segs")
 # bpftrace prints its maps in the order of their names and leaves out the empty ones: this one, set
 # once, is always there and always last, so it ends each printout.
 LAST = "@zz_edge"
+# Every count is keyed by the edges before it: the SIGUSR1 that asks for a printout (sent by offlab
+# beside its counters' reads) moves this on, in the kernel, at the instant of the kill() itself. The
+# window is what was counted between its two edges, however late bpftrace then prints.
+EPOCH = "@epoch"
 FORMAT_END = "offlab-format-end"
 # skb_shinfo(skb)->gso_type bits (include/linux/skbuff.h) that name what a super-packet carries
 GSO_TYPES = {1 << 0: "TCPV4", 1 << 1: "DODGY", 1 << 2: "TCP_ECN", 1 << 3: "TCP_FIXEDID", 1 << 4: "TCPV6",
@@ -67,9 +70,10 @@ def program(netns: list[int]) -> str:
         raise ValueError(f"network namespace inodes expected, not {netns!r}")
     mine = " || ".join(f"$ns == {n}" for n in sorted(set(netns)))
     return f"""
-BEGIN {{ {LAST} = 1; }}
-tracepoint:signal:signal_generate /args->sig == {WAKE_SIGNAL} && args->comm == "bpftrace"/
+BEGIN {{ {LAST} = 1; {EPOCH} = 0; }}
+tracepoint:signal:signal_generate /args->sig == {WAKE_SIGNAL} && args->pid == $1/
 {{
+  {EPOCH} = {EPOCH} + 1;
   printf("offlab-edge\\n");
 }}
 tracepoint:skb:kfree_skb
@@ -82,7 +86,7 @@ tracepoint:skb:kfree_skb
   else {{ if ($sk != 0) {{ $ns = $sk->__sk_common.skc_net.net->ns.inum; }} }}
   if ({mine}) {{
     $segs = ((struct skb_shared_info *)($skb->head + $skb->end))->gso_segs;
-    @drop[$ns, $dev != 0 ? $dev->ifindex : 0, args->reason, ksym(args->location)] = sum($segs > 1 ? $segs : 1);
+    @drop[{EPOCH}, $ns, $dev != 0 ? $dev->ifindex : 0, args->reason, ksym(args->location)] = sum($segs > 1 ? $segs : 1);
   }}
 }}
 tracepoint:net:net_dev_start_xmit
@@ -92,8 +96,8 @@ tracepoint:net:net_dev_start_xmit
   if ({mine}) {{
     // the tracepoint's own gso_type field is a u16 on this kernel: SKB_GSO_UDP_L4 (1 << 17) reads 0 there
     $type = ((struct skb_shared_info *)($skb->head + $skb->end))->gso_type;
-    @xmit[$ns, str(args->name), $type] = count();
-    @xmit_segs[$ns, str(args->name), $type] = sum(args->gso_segs > 1 ? args->gso_segs : 1);
+    @xmit[{EPOCH}, $ns, str(args->name), $type] = count();
+    @xmit_segs[{EPOCH}, $ns, str(args->name), $type] = sum(args->gso_segs > 1 ? args->gso_segs : 1);
   }}
 }}
 tracepoint:net:netif_receive_skb
@@ -102,8 +106,8 @@ tracepoint:net:netif_receive_skb
   $ns = $skb->dev->nd_net.net->ns.inum;
   if ({mine}) {{
     $sh = (struct skb_shared_info *)($skb->head + $skb->end);
-    @rx[$ns, str(args->name), $sh->gso_type] = count();
-    @rx_segs[$ns, str(args->name), $sh->gso_type] = sum($sh->gso_segs > 1 ? $sh->gso_segs : 1);
+    @rx[{EPOCH}, $ns, str(args->name), $sh->gso_type] = count();
+    @rx_segs[{EPOCH}, $ns, str(args->name), $sh->gso_type] = sum($sh->gso_segs > 1 ? $sh->gso_segs : 1);
   }}
 }}
 """
@@ -128,8 +132,6 @@ def parse_reasons(format_text: str) -> dict[int, str]:
 
 def parse_map_line(line: str) -> tuple[str, dict[tuple, int]] | None:
     """One line of `bpftrace -f json`'s map printout → (map name, {key tuple: value}); None for other lines."""
-    import json
-
     try:
         d = json.loads(line)
     except ValueError:
@@ -149,18 +151,22 @@ class Maps:
     """One edge's printout: map name → {key: value} (maps without entries are absent or empty)."""
 
     t: float  # when SIGUSR1 was sent (this machine's monotonic clock)
+    epoch: int = 0  # edges counted up to this one (the printout's @epoch)
     maps: dict[str, dict[tuple, int]] = field(default_factory=dict)
     printed_s: float = 0.0  # from the signal to the end of the printout: how late this edge was read
 
 
 def delta(a: Maps, b: Maps) -> dict[str, dict[tuple, int]]:
-    """end − start per map and key, the keys whose count grew."""
+    """What was counted between edge `a` and edge `b` per map and key (the key without its epoch): the
+    entries of b's printout whose epoch is a's or later and before b's."""
     out: dict[str, dict[tuple, int]] = {}
     for name in MAPS:
-        before, after = a.maps.get(name, {}), b.maps.get(name, {})
-        grown = {k: v - before.get(k, 0) for k, v in after.items() if v - before.get(k, 0) > 0}
-        if grown:
-            out[name] = grown
+        got: dict[tuple, int] = {}
+        for key, v in b.maps.get(name, {}).items():
+            if a.epoch <= int(key[0]) < b.epoch:
+                got[key[1:]] = got.get(key[1:], 0) + v
+        if got:
+            out[name] = got
     return out
 
 
@@ -184,11 +190,13 @@ class KernelTrace:
         # tracefs in the process's own mount namespace: bpftrace finds the tracepoints there, the
         # reasons' names are read from it, and it is unmounted when the process ends.
         sh = ("mount -t tracefs nodev /sys/kernel/tracing && cat /sys/kernel/tracing/events/skb/kfree_skb/format"
-              f" && echo {FORMAT_END} && exec chrt --fifo {PRIORITY} bpftrace -f json -e \"$0\"")
+              f" && echo {FORMAT_END} && exec bpftrace -f json -e \"$0\" $$")
         try:
             self.proc = LOCAL.spawn(["unshare", "--mount", "--propagation", "private", "sh", "-c", sh, script],
                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    text=True, start_new_session=True)
+                                    # its own session: a Ctrl-C reaches offlab, which ends it by pid (close); it
+                                    # dies with offlab if offlab is killed outright
+                                    text=True, start_new_session=True, preexec_fn=die_with_parent)
         except OfflabError as exc:
             self.error = f"bpftrace could not be started: {exc}"
             return False
@@ -252,6 +260,9 @@ class KernelTrace:
             line = self._next(deadline)
             if line is None:
                 raise EnvironmentProblem(self._why_not("did not print its maps"))
+            if line.startswith('{"type": "map", "data": {"' + EPOCH + '":'):
+                got.epoch = int(json.loads(line)["data"][EPOCH])
+                continue
             parsed = parse_map_line(line)
             if parsed is not None:
                 if parsed[0] == LAST:
