@@ -201,3 +201,19 @@ def test_uso_on_while_the_engine_sends_without_gso_shows_no_udp_l4_super_packets
     assert uso.get("agree") is not False, (uso, s.effects)
     # the same witness does see them when the engine asks for UDP_SEGMENT: it can tell the two apart
     assert on.kernel_account["uso"]["exercised"] and on.kernel_account["uso"]["super_packets"] > 100
+
+
+@requires_root
+@pytest.mark.network
+def test_where_a_tracepoint_is_missing_the_sample_says_so_in_one_line_and_nothing_else_changes(lab, monkeypatch):
+    real = trace.program
+    # a kernel without one of the tracepoints: bpftrace itself refuses the program
+    monkeypatch.setattr(trace, "program", lambda netns: real(netns).replace("net:netif_receive_skb",
+                                                                            "net:offlab_no_such_tracepoint"))
+    s = _sample(lab, size=1200, rate="5kpps")
+    assert set(s.kernel_account) == {"unavailable"}
+    assert "offlab_no_such_tracepoint" in s.kernel_account["unavailable"], s.kernel_account
+    said = [n for n in s.notes if n.startswith("kernel account not taken")]
+    assert len(said) == 1 and "\n" not in said[0]
+    assert s.probes["trace"] == s.kernel_account
+    assert s.traffic["datagrams_received"] > 1000  # the sample itself was measured as ever
