@@ -124,4 +124,6 @@ def lines(ka: dict | None) -> list[str]:
     return out
 
 
-OFF_LINE = "kernel account: off (opt-in: --trace; benchmarks/trace_cost measures what it costs)"
+# Off by default: bpftrace's start (BTF, compile) adds seconds to a sample, and its throughput cost on
+# the USO case was 2–18 % in four runs on this shared machine (docs/results.md, benchmarks/trace_cost).
+OFF_LINE = "kernel account: off by default (seconds to start, a few % of throughput); --trace turns it on"
