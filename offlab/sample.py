@@ -512,6 +512,7 @@ class StoredSample(JsonView):
     guests: dict[str, Guest] | None = _view(Guest, map=True)  # role → how that guest ran
     in_force: list[Held] | None = _view(Held, list=True)  # a plan's sample: the settings it ran with
     knobs: list[KnobOutcome] | None = _view(KnobOutcome, list=True)  # a plan's sample: its cell's settings made
+    kernel_account: dict | None = None  # the kernel's account beside the counters' (experiment.kernel_account)
 
 
 @dataclass

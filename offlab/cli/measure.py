@@ -43,6 +43,9 @@ def measure_cmd(
     ipv6: bool = typer.Option(_D.ipv6, "--ipv6", help="Use the lab's IPv6 addresses."),
     big_packets: bool = typer.Option(_D.big_packets, "--big-packets", help="Count packets over 64 KiB on every interface of "
                                                                           "the lab's namespaces (nftables; BIG TCP's proof)."),
+    trace: bool = typer.Option(_D.trace, "--trace", help="The kernel's own account of the window: drops by reason "
+                                                         "and skbs by gso_type per device, from tracepoints "
+                                                         "(bpftrace; this machine's namespaces)."),
     capture: Optional[str] = typer.Option(_D.capture, "--capture", help="HOST[:IFACE] to capture on (IFACE may be to-<host>)."),
     frames: int = typer.Option(_D.frames, "--frames", help="Frames to capture."),
     as_json: bool = typer.Option(False, "--json", help="Print the sample as JSON (with its per-interval series)."),
@@ -207,6 +210,12 @@ def print_sample(s: StoredSample) -> None:
         out.print(f"  {escape(line)}")
     if s.loss_attribution and s.loss_attribution.receiver_absent:
         out.print(f"  [bold red]no receiver[/bold red] {escape(s.loss_attribution.receiver_absent)}")
+    from offlab.experiment import kernel_account  # here, as the formatter above: not on every CLI start
+
+    for line in kernel_account.lines(s.kernel_account):
+        out.print(f"  {escape(line)}")
+    if s.kernel_account is None and s.workload.kind != "rr":
+        out.print(f"  [dim]{kernel_account.OFF_LINE}[/dim]")
     for e in s.effects or []:
         style = "bold red" if e.status == NOT_EXERCISED else "dim"
         out.print(f"  [{style}]{escape(e.status)}[/{style}] {escape(e.setting)}={escape(e.value)} at "

@@ -22,7 +22,7 @@ from offlab.probes.counters import rcvq_pruned
 from offlab.probes.cpu import NOTABLE_STEAL_PCT
 from offlab.sample import Probes, StoredSample
 from offlab.dpdk import Testpmd
-from offlab.experiment import effects, witnesses
+from offlab.experiment import effects, kernel_account, witnesses
 from offlab.probes.capture import Capture, CaptureSummary, read_pcap, summarize
 from offlab.traffic import TrafficResult, Workload
 from offlab.traffic import engine as engine_driver
@@ -69,9 +69,13 @@ class Sample:
     rr: dict | None = None  # request/response: {"idle": ..., "loaded": ... (rr-under-load only)}
     effects: list[dict] | None = None  # per setting in force: did the counters show its effect (offlab.experiment.effects)
     guests: dict | None = None  # role → how that guest ran (accel, vhost, QEMU, kernel): TCG marks the sample emulated
+    kernel_account: dict | None = None  # loss by drop reason, super-packets by gso_type (offlab.experiment.kernel_account)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        if d["kernel_account"] is None:  # not asked (`--trace`): the sample keeps the shape it always had
+            del d["kernel_account"]
+        return d
 
     # Headline figures, named once so every output agrees.
     @property
@@ -80,15 +84,17 @@ class Sample:
 
 
 def measure(lab: LabState, w: Workload, capture: CaptureRequest | None = None, *,
-            alongside: Callable[[], None] | None = None, settings: list[dict] | None = None) -> Sample:
+            alongside: Callable[[], None] | None = None, settings: list[dict] | None = None,
+            trace: bool = False) -> Sample:
     """Run `w` from client to server of `lab` with all probes, and return the sample.
 
     `alongside` runs on a thread from the moment the traffic starts, and is waited for before
     the sample is made (rr-under-load's probe). `settings` ({"where", "key", "value"}) are the
-    settings the sample runs with, each given an effect witness (offlab.experiment.effects). A
+    settings the sample runs with, each given an effect witness (offlab.experiment.effects). `trace`:
+    the kernel's own account of the window beside the counters (offlab.probes.trace). A
     failure while a lab daemon (testpmd, OVS) is dead is reported as that daemon's death, with its last lines: the traffic error is its symptom."""
     try:
-        return _measure(lab, w, capture, alongside=alongside, settings=settings or [])
+        return _measure(lab, w, capture, alongside=alongside, settings=settings or [], trace=trace)
     except (OfflabError, OSError) as exc:
         died = labs.daemon_died(lab)
         if died is not None:
@@ -97,7 +103,7 @@ def measure(lab: LabState, w: Workload, capture: CaptureRequest | None = None, *
 
 
 def _measure(lab: LabState, w: Workload, capture: CaptureRequest | None, *,
-             alongside: Callable[[], None] | None, settings: list[dict]) -> Sample:
+             alongside: Callable[[], None] | None, settings: list[dict], trace: bool = False) -> Sample:
     w.ipv6 = w.ipv6 and bool(lab.entry("server").address6)
     w.check()
     server_entry = lab.entry("server")
@@ -118,7 +124,8 @@ def _measure(lab: LabState, w: Workload, capture: CaptureRequest | None, *,
     # testpmd's own read of its GRO/GSO/fwd: what the effect witnesses judge its counters against
     tp = Testpmd.for_lab(lab.name) if lab.has_testpmd else None
     tp_read = _BESIDE.submit(tp.settings) if tp is not None else None
-    with ProbeSession(lab, big_packets=w.big_packets, queue_ifaces=_queue_ifaces(lab, settings)) as probes, \
+    with ProbeSession(lab, big_packets=w.big_packets, queue_ifaces=_queue_ifaces(lab, settings),
+                      kernel_trace=trace) as probes, \
             tempfile.TemporaryDirectory(prefix="offlab-cap-") as tmp:
         window = Window()
         probe_thread: threading.Thread | None = None
@@ -275,6 +282,9 @@ def _witnessed(sample: Sample, settings: list[dict]) -> Sample:
         sample.notes.append(big)
     sample.notes += witnesses.out_of_range(StoredSample.from_json(sample.to_dict()))
     sample.effects = effects.witness(sample.to_dict(), settings)
+    sample.kernel_account = kernel_account.judge(sample.to_dict())
+    if sample.kernel_account and "unavailable" in sample.kernel_account:
+        sample.notes.append(f"kernel account not taken: {sample.kernel_account['unavailable']}")
     return sample
 
 

@@ -43,6 +43,7 @@ class MeasureRequest:
     warmup: float = 0.5
     ipv6: bool = False
     big_packets: bool = False
+    trace: bool = False  # the kernel's account from its tracepoints (offlab.probes.trace)
     capture: str | None = None  # HOST[:IFACE]
     frames: int = 2000
     request_size: int = 64
@@ -63,6 +64,7 @@ class MeasureJob:
     rr: RrWorkload | None  # None for stream
     capture: CaptureRequest | None
     big_packets: bool = False  # rr: count packets over 64 KiB (a stream's workload carries its own)
+    trace: bool = False  # a stream: the kernel's account from its tracepoints
 
 
 def check(req: MeasureRequest) -> MeasureJob:
@@ -89,7 +91,7 @@ def check(req: MeasureRequest) -> MeasureJob:
         check_under_load(w)
     if not 1 <= req.frames <= MAX_FRAMES:
         raise BadInput(f"--frames {req.frames}: 1..{MAX_FRAMES}")
-    return MeasureJob(req.lab, req.workload, w, probe, capture_request(req.capture, req.frames))
+    return MeasureJob(req.lab, req.workload, w, probe, capture_request(req.capture, req.frames), trace=req.trace)
 
 
 def capture_request(text: str | None, frames: int) -> CaptureRequest | None:
@@ -129,7 +131,7 @@ def run(job: MeasureJob) -> Sample:
         state.resolve_iface(job.capture.role, job.capture.iface)  # fail before any traffic
     with hold(job.lab, "offlab measure"):
         if job.rr is None:
-            return measure(state, job.stream, job.capture, settings=lab_settings(state))
+            return measure(state, job.stream, job.capture, settings=lab_settings(state), trace=job.trace)
         return measure_rr_under_load(state, job.stream, job.rr, job.capture)
 
 

@@ -34,6 +34,7 @@ class ProbeResult:
     testpmd: dict | None = None  # a dpdk lab's testpmd port counters over the window
     mtus: dict[str, int] | None = None  # "role:iface" → MTU, read beside the window (measure)
     testpmd_settings: dict | None = None  # testpmd's own read of what was in force (measure)
+    trace: dict | None = None  # the kernel's account from its tracepoints (probes/trace.py), when asked
 
     def to_dict(self) -> dict:
         """The sample's `probes` JSON: a key that does not apply is left out, as it always was."""
@@ -44,7 +45,7 @@ class ProbeResult:
             d["local_sampling"] = self.local_sampling
         d.update(cpu=self.cpu, processes=self.processes, interfaces=self.interfaces, snmp=self.snmp,
                  softnet=self.softnet, qdisc=self.qdisc)
-        for key in ("big_packets", "queues", "testpmd", "mtus", "testpmd_settings"):
+        for key in ("big_packets", "queues", "testpmd", "mtus", "testpmd_settings", "trace"):
             if getattr(self, key) is not None:
                 d[key] = getattr(self, key)
         return d

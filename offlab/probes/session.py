@@ -23,7 +23,7 @@ from typing import Any
 from offlab.dpdk import Testpmd
 from offlab.errors import EnvironmentProblem
 from offlab.netdev import parse_softnet
-from offlab.probes import bigpackets, counters, cpu, dpdk_ports, qdisc, queues
+from offlab.probes import bigpackets, counters, cpu, dpdk_ports, qdisc, queues, trace
 from offlab.probes.bigpackets import BigPacketCounters
 from offlab.probes.clock import Clocks, is_number, read_times
 from offlab.probes.remote import Async, RemoteRead, RemoteReaders
@@ -58,13 +58,14 @@ class Snapshot:
     # counters: the length of its window on its own clock, whatever the channel's delays.
     clocks: dict[str, float] = field(default_factory=dict)
     pending: dict = field(default_factory=dict, repr=False)  # role → a channel host's read still under way
+    trace: trace.Maps | None = None  # the kernel's account (trace.py) as it stood at this edge
 
 
 class ProbeSession:
     """Anchors in every lab host; `snapshot()` twice; `result(a, b)` the deltas."""
 
     def __init__(self, lab, *, lifetime: float = 600.0, big_packets: bool = False,
-                 queue_ifaces: dict[str, list[str]] | None = None) -> None:
+                 queue_ifaces: dict[str, list[str]] | None = None, kernel_trace: bool = False) -> None:
         self.lab = lab
         self.readers = {}
         # role → the interfaces whose per-queue packets are read at each edge (queues.py); only a sample
@@ -86,7 +87,14 @@ class ProbeSession:
         self._sampler: threading.Thread | None = None
         self._sampling = False
         self.remote: RemoteReaders | None = None
+        # the kernel's account of this machine's lab namespaces (trace.py), when asked
+        self.trace: trace.KernelTrace | None = None
         try:
+            if kernel_trace:
+                self.trace = trace.KernelTrace({trace.netns_inode(h.netns_name): role for role, h in hosts.items()
+                                                if h.shares_kernel and h.netns_name is not None})
+                if self.trace.netns:
+                    self.trace.start()
             for role, host in hosts.items():
                 if role not in self.own_kernel:
                     self.readers[role] = host.net_reader()
@@ -107,6 +115,8 @@ class ProbeSession:
     def close(self) -> None:
         self.clocks.keep()
         self._stop_sampling()
+        if self.trace is not None:
+            self.trace.close()
         for counting in self.big.values():
             counting.remove()
         for reader in self.readers.values():
@@ -230,6 +240,8 @@ class ProbeSession:
                 raise EnvironmentProblem(
                     f"lab {self.lab.name}: the counters of host {role} cannot be read any more "
                     f"({exc.strerror or exc}): was the lab removed (`offlab lab list`)?") from None
+        # the kernel's maps right after the counters' files: the edge is the instant of that signal (trace.py)
+        asked = self.trace.request() if self.trace is not None and self.trace.error is None else None
         procs = {}
         lab_daemons = {d.pid for d in self.lab.daemons}  # e.g. this lab's ovs-vswitchd, not another's
         for pid in {*self.pids.values(), *lab_daemons, *cpu.kernel_threads(WATCHED_THREADS)}:
@@ -251,7 +263,8 @@ class ProbeSession:
         # The channel hosts' answers are not waited for here: a guest under TCG may take seconds to
         # answer, and the window's other edge must still come on time. `settle` collects them.
         return Snapshot(t, stat, procs, netdev, snmp, softnet, guest_stat, qdiscs, ports, big_read, queue_read,
-                        reads, clocks, pending=remote)
+                        reads, clocks, pending=remote,
+                        trace=self.trace.collect(asked) if self.trace is not None and asked is not None else None)
 
     def aligned(self, a: Snapshot, b: Snapshot) -> dict | None:
         """The local roles' UDP/IP counters over the channel hosts' own windows (the samples nearest to
@@ -354,7 +367,24 @@ class ProbeSession:
             if self.queue_ifaces else None,
             testpmd=dpdk_ports.result(a.testpmd_ports, b.testpmd_ports)
             if a.testpmd_ports is not None and b.testpmd_ports is not None else None,
+            trace=self._kernel_account(a, b),
         )
+
+    def _kernel_account(self, a: Snapshot, b: Snapshot) -> dict | None:
+        """The window's drops and skbs by the kernel's tracepoints (trace.account); where it could not
+        run, why; None where it was not asked."""
+        if self.trace is None:
+            return None
+        if not self.trace.netns:
+            return {"unavailable": "no lab host is a network namespace of this machine's kernel"}
+        if a.trace is None or b.trace is None:
+            return {"unavailable": self.trace.error or "bpftrace was not read at both edges"}
+        out = trace.account(a.trace, b.trace, self.trace, {role: self.lab.host(role) for role in self.trace.netns.values()})
+        # how long after the last counters' read of each edge the kernel's edge came (a loaded machine
+        # may preempt offlab in between): the two accounts' windows differ by up to this much
+        out["edge_lag_s"] = [round(snap.trace.t - max(r[1] for r in snap.reads.values()), 6) if snap.reads and snap.trace
+                             else None for snap in (a, b)]
+        return out
 
 
 def _udp_text(reader) -> tuple[str, str]:

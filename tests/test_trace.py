@@ -1,0 +1,219 @@
+"""The kernel's own account (issue 34): drops by reason and skbs by gso_type from tracepoints, in real labs.
+
+Each lab test makes datagrams die in one known place (or sends in one known way) and checks that the
+kernel's account names that reason, namespace and device with the right count. One veth lab serves the
+module; what a test sets on it, it puts back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from offlab import lab as labs
+from offlab.experiment import kernel_account, teardown
+from offlab.experiment.measure import measure
+from offlab.probes import trace
+from offlab.traffic import Workload
+from tests.conftest import TEST_TAG, offlab_cli, requires_root
+
+FIX = os.path.join(os.path.dirname(__file__), "fixtures", "trace")
+
+
+def _fixture(name: str) -> str:
+    with open(os.path.join(FIX, name)) as f:
+        return f.read()
+
+
+def test_reasons_are_read_from_the_tracepoint_format():
+    # skb:kfree_skb's format on this machine's kernel (6.18), as bpftrace's process reads it at its start
+    reasons = trace.parse_reasons(_fixture("kfree_skb_format.txt"))
+    assert len(reasons) == 127
+    assert reasons[2] == "NOT_SPECIFIED" and reasons[3] == "NO_SOCKET"
+    assert {"SOCKET_RCVBUFF", "NETFILTER_DROP", "QDISC_DROP"} <= set(reasons.values())
+
+
+def _printouts(text: str) -> list[trace.Maps]:
+    """bpftrace -f json's lines → one Maps per printout (each ends with @zz_edge), as KernelTrace.collect."""
+    out, current = [], trace.Maps(0.0)
+    for line in text.splitlines():
+        if line.startswith('{"type": "map", "data": {"@epoch":'):
+            current.epoch = json.loads(line)["data"]["@epoch"]
+            continue
+        parsed = trace.parse_map_line(line)
+        if parsed is None:
+            continue
+        if parsed[0] == trace.LAST:
+            out.append(current)
+            current = trace.Maps(0.0)
+        else:
+            current.maps[parsed[0]] = parsed[1]
+    return out
+
+
+def test_the_window_is_what_was_counted_between_its_two_edges():
+    # real printouts: 1012 datagrams of 1400 B sent with UDP_SEGMENT (22 super-packets) to a port nobody
+    # listened on, between the two edges of a veth lab (client ns 4026532179, server ns 4026532184)
+    a, b = _printouts(_fixture("noport_gso_printouts.jsonl"))
+    assert (a.epoch, b.epoch, a.maps) == (1, 2, {})  # nothing yet at the first edge: empty maps print nothing
+    d = trace.delta(a, b)
+    assert d["@drop"] == {(4026532184, 2, 3, "__udp4_lib_rcv"): 1012}  # NO_SOCKET, each segment counted
+    assert d["@xmit"][(4026532179, "oltrq10", 1 << 17)] == 22
+    assert d["@xmit_segs"][(4026532179, "oltrq10", 1 << 17)] == 1012
+    # a count made after the window's end edge (epoch 2) is not the window's
+    later = trace.Maps(0.0, epoch=2, maps={"@drop": {**b.maps["@drop"], (2, 4026532184, 2, 3, "__udp4_lib_rcv"): 5}})
+    assert trace.delta(a, later)["@drop"] == {(4026532184, 2, 3, "__udp4_lib_rcv"): 1012}
+    assert trace.parse_map_line('{"type": "attached_probes", "data": {"probes": 5}}') is None
+
+
+def test_gso_type_bits_are_named():
+    assert trace.gso_names(1 << 17) == "UDP_L4"
+    assert trace.gso_names(0) == "-"
+    assert trace.gso_names(1 | 2) == "TCPV4|DODGY"
+
+
+def test_loss_shares_add_up_to_100_percent_and_a_gap_is_named():
+    tr = {"drops": [{"host": "server", "device": "v1", "reason": "SOCKET_RCVBUFF", "location": "x", "datagrams": 900}]}
+    lo = kernel_account.loss(tr, 1000, 1000.0)
+    assert sum(p["share"] for p in lo["places"]) + lo["unseen_share"] == pytest.approx(1.0)
+    assert lo["unseen"] == 100 and not lo["vs_lost"]["agree"] and lo["vs_lost"]["difference"] == -100
+    more = kernel_account.loss(tr, 800, None)  # the kernel saw more than the count of lost: shares of its own
+    assert sum(p["share"] for p in more["places"]) == pytest.approx(1.0) and more["unseen"] == 0
+
+
+def test_the_program_counts_only_the_given_namespaces():
+    text = trace.program([4026532179, 4026532184])
+    assert "$ns == 4026532179 || $ns == 4026532184" in text
+    with pytest.raises(ValueError):
+        trace.program(["1; system(\"x\")"])  # type: ignore[list-item]
+
+
+# ---- real labs ----------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    if os.geteuid() != 0 or trace.unavailable():
+        pytest.skip(trace.unavailable() or "needs root")
+    was = os.environ.get("OFFLAB_STATE_DIR")
+    os.environ["OFFLAB_STATE_DIR"] = str(tmp_path_factory.mktemp("trace-state"))
+    name = f"t{TEST_TAG}tr"[:10]
+    try:
+        built = labs.up("veth", name)
+        try:
+            yield built
+        finally:
+            teardown.down(name)
+    finally:
+        if was is None:
+            os.environ.pop("OFFLAB_STATE_DIR", None)
+        else:
+            os.environ["OFFLAB_STATE_DIR"] = was
+
+
+def _sample(lab, **kw):
+    w = Workload(tool="engine", protocol="udp", **{"duration": 1.0, "warmup": 0.3, **kw})
+    return measure(labs.LabState.load(lab.name), w, trace=True)
+
+
+def _set(lab, role: str, *settings: str) -> None:
+    res = offlab_cli("lab", "set", lab.name, role, *settings)
+    assert res.returncode == 0, res.stderr
+
+
+def _restore(lab) -> None:
+    res = offlab_cli("restore")
+    assert res.returncode == 0, res.stderr
+
+
+@requires_root
+@pytest.mark.network
+def test_a_tiny_receive_buffer_is_socket_rcvbuff_for_every_lost_datagram(lab):
+    # 2 s: the counters' own edges (client and server read ~1 ms apart, datagrams in flight) are tens of
+    # datagrams on this loaded machine, under 1 % of a 2 s window's loss
+    s = _sample(lab, size=1400, rate="40kpps", rcvbuf=4096, duration=2.0)
+    ka = s.kernel_account
+    lost = s.loss_attribution["lost"]
+    assert lost > 1000, s.loss_attribution
+    rcv = sum(p["datagrams"] for p in ka["loss"]["places"]
+              if p["reason"] == "SOCKET_RCVBUFF" and p["host"] == "server")
+    # within 1 %, or within what the counters themselves say the lost count is known to (their reads on
+    # this loaded machine were once 45 ms wide: `lost_uncertainty`, docs/results.md)
+    # and the kernel's edges came `edge_lag_s` after the counters' reads: that much of the loss rate
+    rate = lost / s.probes["window_s"]
+    lag = sum(abs(x or 0) for x in s.probes["trace"]["edge_lag_s"])
+    slack = max(0.01 * lost, s.loss_attribution.get("lost_uncertainty") or 0, rate * lag)
+    assert abs(rcv - lost) <= slack, (rcv, lost, slack, s.probes["trace"]["edge_lag_s"], s.probes["reads"])
+    assert sum(p["share"] for p in ka["loss"]["places"]) + ka["loss"]["unseen_share"] == pytest.approx(1.0)
+
+
+@requires_root
+@pytest.mark.network
+def test_a_queue_with_a_tiny_limit_drops_as_qdisc_drop_on_that_device(lab):
+    iface = labs.LabState.load(lab.name).resolve_iface("client", "to-server")
+    _set(lab, "client", "to-server", "qdisc=tbf rate 20mbit burst 8kb limit 6000")
+    try:
+        s = _sample(lab, size=1200, rate="20kpps")
+    finally:
+        _restore(lab)
+    drops = [p for p in s.probes["trace"]["drops"] if p["reason"] == "QDISC_DROP"]
+    assert drops and {(p["host"], p["device"]) for p in drops} == {("client", iface)}, s.probes["trace"]["drops"]
+    # tc is a command started at each edge (tens of ms to run on a loaded machine), and the engine
+    # retries a refused send at once (~50k drops/s here): the two windows' counts differ by that much
+    tc = s.probes["qdisc"][f"client:{iface}"]["drops"]
+    assert sum(p["datagrams"] for p in drops) == pytest.approx(tc, rel=0.25), (drops, tc)
+
+
+@requires_root
+@pytest.mark.network
+def test_an_nftables_drop_rule_is_netfilter_drop_in_that_namespace(lab):
+    server = labs.LabState.load(lab.name).host("server")
+    server.run(["nft", "add", "table", "inet", "offlabtr"])
+    try:
+        server.run(["nft", "add", "chain", "inet", "offlabtr", "in",
+                    "{ type filter hook input priority 0 ; policy accept ; }"])
+        server.run(["nft", "add", "rule", "inet", "offlabtr", "in", "udp", "dport", "20000-60000", "numgen", "inc",
+                    "mod", "2", "==", "0", "drop"])
+        s = _sample(lab, size=1200, rate="20kpps")
+    finally:
+        server.run(["nft", "delete", "table", "inet", "offlabtr"], check=False)
+    nf = [p for p in s.kernel_account["loss"]["places"] if p["reason"] == "NETFILTER_DROP"]
+    assert nf and {p["host"] for p in nf} == {"server"}, s.kernel_account["loss"]
+    lost = s.loss_attribution["lost"]
+    assert sum(p["datagrams"] for p in nf) == pytest.approx(lost, rel=0.02), (nf, lost)
+
+
+@requires_root
+@pytest.mark.network
+def test_uso_on_while_the_engine_sends_without_gso_shows_no_udp_l4_super_packets(lab):
+    _set(lab, "client", "to-server", "uso=on")
+    try:
+        s = _sample(lab, size=1400, rate="20kpps")
+        on = _sample(lab, size=1400, rate="20kpps", gso=True)
+    finally:
+        _restore(lab)
+    xmit = s.probes["trace"]["xmit"]
+    assert not any("UDP_L4" in r["gso_type"] and r["segments"] > r["skbs"] for r in xmit), xmit
+    uso = s.kernel_account.get("uso") or {}
+    assert not uso.get("exercised")
+    # the counters' USO witness reads the same: the two sources do not disagree
+    assert uso.get("agree") is not False, (uso, s.effects)
+    # the same witness does see them when the engine asks for UDP_SEGMENT: it can tell the two apart
+    assert on.kernel_account["uso"]["exercised"] and on.kernel_account["uso"]["super_packets"] > 100
+
+
+@requires_root
+@pytest.mark.network
+def test_where_a_tracepoint_is_missing_the_sample_says_so_in_one_line_and_nothing_else_changes(lab, monkeypatch):
+    real = trace.program
+    # a kernel without one of the tracepoints: bpftrace itself refuses the program
+    monkeypatch.setattr(trace, "program", lambda netns: real(netns).replace("net:netif_receive_skb",
+                                                                            "net:offlab_no_such_tracepoint"))
+    s = _sample(lab, size=1200, rate="5kpps")
+    assert set(s.kernel_account) == {"unavailable"}
+    assert "offlab_no_such_tracepoint" in s.kernel_account["unavailable"], s.kernel_account
+    said = [n for n in s.notes if n.startswith("kernel account not taken")]
+    assert len(said) == 1 and "\n" not in said[0]
+    assert s.probes["trace"] == s.kernel_account
+    assert s.traffic["datagrams_received"] > 1000  # the sample itself was measured as ever
