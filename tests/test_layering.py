@@ -23,6 +23,7 @@ PARTS = {
     "offlab.metrics": "common",  # what a sample measures, by name
     "offlab.addresses": "common",  # the lab's address ranges and host addresses (labs, the MTU probe, help texts)
     "offlab.sample": "common",  # a stored sample read as dataclasses (witnesses, report, results)
+    "offlab.interrupts": "common",  # SIGINT, SIGTERM and SIGHUP as exceptions, held through shielded sections
     "offlab.hosts": "hosts",
     "offlab.inventory": "inventory",  # inventories (offlab's YAML, Ansible's) → SSH hosts and test interfaces
     "offlab.hostcheck": "doctor",  # `hosts check`: an audit of inventory hosts

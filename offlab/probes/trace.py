@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from offlab import netdev
 from offlab.errors import EnvironmentProblem, OfflabError
-from offlab.hosts import LOCAL
+from offlab.hosts import LOCAL, Process
 from offlab.hosts.process import die_with_parent
 
 BTF = "/sys/kernel/btf/vmlinux"
@@ -175,7 +175,7 @@ class KernelTrace:
 
     def __init__(self, netns: dict[int, str]) -> None:
         self.netns = netns  # namespace inode → role
-        self.proc: subprocess.Popen | None = None
+        self.proc: Process | None = None
         self.reasons: dict[int, str] = {}
         self.error: str | None = None  # why it could not run (the sample's one line)
         self._lines: queue.Queue[str | None] = queue.Queue()
@@ -314,7 +314,7 @@ def account(a: Maps, b: Maps, kt: KernelTrace, hosts: dict) -> dict:
             device = names[role].get(int(ifindex), f"ifindex {ifindex}")
         drops.append({"host": role, "device": device, "reason": kt.reasons.get(int(reason), str(reason)),
                       "location": location or None, "datagrams": n})
-    drops.sort(key=lambda x: -x["datagrams"])
+    drops.sort(key=lambda x: -int(x["datagrams"] or 0))
     out: dict = {"tool": "bpftrace", "window_s": round(b.t - a.t, 6),
                  "printed_s": [round(a.printed_s, 6), round(b.printed_s, 6)], "drops": drops}
     for key in ("xmit", "rx"):
