@@ -185,9 +185,10 @@ def test_lab_down_during_offlab_measure_is_refused_and_force_ends_it_in_one_line
 
     labs.up("veth", lab_name)
     env = {**os.environ, "OFFLAB_STATE_DIR": str(state_dir)}
-    # Long enough to outlast two CLI starts on a loaded machine (seconds each); the forced down ends it.
+    # Ten minutes: only the forced down ends it (30 s ran out at load 20 before the two CLI starts below were
+    # done, and the measure ended on its own); communicate's timeout stops a hang.
     proc = subprocess.Popen([sys.executable, "-m", "offlab", "measure", lab_name, "--tool", "engine", "--proto", "udp",
-                             "--duration", "30", "--warmup", "0.2"], cwd=REPO, env=env,
+                             "--duration", "600", "--warmup", "0.2"], cwd=REPO, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60  # a loaded machine may take long to start the measure
