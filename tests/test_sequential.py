@@ -368,7 +368,9 @@ def test_a_run_decides_uso_and_says_what_the_undecided_comparison_needs(tmp_path
     assert store.get_run(run_id)["status"] == "done"
     cells = {c["key"]: c for c in store.cells(run_id)}
     on = cells["offload=on"]
-    assert on["status"] == "done" and on["reason"].startswith("decided faster (95 % over every look"), on
+    assert on["status"] == "done" and on["reason"].startswith("decided faster (95 % over every look"), (
+        on["reason"], runner.decisions, [(s["cell_id"], s["round"], s["sample"]["traffic"].get("throughput_bps"))
+                                         for s in store.samples(run_id)])
     decision = next(d for d in runner.decisions if d["cell"] == "offload=on")
     assert decision["headline"] and decision["ratio"] > 2 and decision["low"] > 1
     same = next(d for d in runner.decisions if d["cell"] == "offload=same")
