@@ -21,7 +21,7 @@ from tests.helpers import USO, run_until_samples, uso_plan
 
 pytestmark = [requires_root, pytest.mark.network]
 
-def test_uso_gso_gro_is_faster_and_an_impossible_feature_is_skipped(tmp_path, clean_machine):
+def test_uso_gso_gro_sends_super_packets_and_an_impossible_feature_is_skipped(tmp_path, clean_machine):
     store = Store.open(tmp_path / "r.db")
     run_id = Runner(load_plan(USO, "uso-test.yaml"), store).run()
     run = store.get_run(run_id)
@@ -32,9 +32,15 @@ def test_uso_gso_gro_is_faster_and_an_impossible_feature_is_skipped(tmp_path, cl
                         r" — cannot test lro=on here", cells["offload=lro"]["reason"]), cells["offload=lro"]["reason"]
     assert store.samples(run_id, cells["offload=lro"]["id"]) == []
     [row] = [r for r in compare_run(store, run_id) if r.metric == "throughput_bps" and r.cell == "offload=on"]
-    # GSO+GRO vs one datagram per call, decided at the rule's first look (3 rounds) at any load; the rule
-    # itself is tested on recorded runs in test_sequential
-    assert (row.verdict, row.pairs) == ("faster", 3) and row.low > 1, row
+    # The comparison is the sequential rule's over the 3 paired rounds. Which side is faster is decided on
+    # recorded runs (test_sequential): ×8.6-10.7, yet undetermined at the first look in 2 of 20 live runs
+    # under stress-ng beside other jobs, when one plain sample's receiver was starved.
+    assert (row.rule, row.pairs) == ("sequential", 3), row
+    # What GSO+GRO does, by the server veth's counters in every round: super-packets, against wire frames.
+    for key, avg in (("offload=on", lambda b: b > 20_000), ("offload=off", lambda b: b == pytest.approx(1514, abs=20))):
+        for s in store.samples(run_id, cells[key]["id"]):
+            server = next(v for k, v in s["sample"]["probes"]["interfaces"].items() if k.startswith("server:"))
+            assert avg(server["rx_avg_bytes"]), (key, server)
     env = run["env"]
     assert env["kernel"] and env["cpus"] == os.cpu_count() and env["labs"][0]["hosts"]["client"]["interfaces"]
     # The knobs' requested vs actual state is stored with every sample.
