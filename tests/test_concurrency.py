@@ -9,6 +9,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -105,6 +106,23 @@ _HOLDER = textwrap.dedent(f"""\
     """)
 
 
+def _count_polls(monkeypatch, on_first=None) -> list[float]:
+    """The pauses a lease's wait takes between its tries, in a list that grows with each; `on_first`
+    runs at the first pause (offlab.state's clock and sleep are otherwise the real ones)."""
+    import offlab.state
+
+    polls: list[float] = []
+
+    def pause(seconds: float) -> None:
+        polls.append(seconds)
+        if on_first is not None and len(polls) == 1:
+            on_first()
+        time.sleep(seconds)
+
+    monkeypatch.setattr(offlab.state, "time", SimpleNamespace(monotonic=time.monotonic, sleep=pause))
+    return polls
+
+
 def test_a_machine_wide_sysctl_has_one_owner_across_state_dirs(tmp_path, state_dir, monkeypatch):
     original = Path(SYSCTL_PATH).read_text().strip()
     other = tmp_path / "other-state"
@@ -114,22 +132,27 @@ def test_a_machine_wide_sysctl_has_one_owner_across_state_dirs(tmp_path, state_d
     try:
         assert holder.stdout.readline().strip() == "ready", holder.stderr.read()
         monkeypatch.setenv("OFFLAB_LEASE_WAIT", "0.5")
-        t0 = time.monotonic()
-        with pytest.raises(EnvironmentProblem, match=f"held by pid {holder.pid} \\(holder, state dir {other.resolve()}\\)"):
+        polls = _count_polls(monkeypatch)
+        with pytest.raises(EnvironmentProblem, match=f"held by pid {holder.pid} \\(holder, state dir {other.resolve()}\\); "
+                                                     "waited 0.5 s"):
             with Transaction(label="second") as tx:
                 tx.apply([Change(LOCAL, SYSCTL, str(int(original) + 3))])
-        assert 0.4 < time.monotonic() - t0 < 5
+        assert polls, "the second run gave up without waiting for the lease"
         # The second run changed nothing and recorded nothing: the holder's value stands.
         assert Path(SYSCTL_PATH).read_text().strip() == str(int(original) + 2)
+        # A third waits for the lease and takes it once the holder is gone: here the holder ends at the
+        # third's first poll. The wait's 120 s only stop a hang.
+        monkeypatch.setenv("OFFLAB_LEASE_WAIT", "120")
+        polls = _count_polls(monkeypatch, on_first=lambda: holder.communicate(input="", timeout=30))
+        with Transaction(label="third") as tx:
+            out = tx.apply([Change(LOCAL, SYSCTL, str(int(original) + 3))])
+            assert polls and holder.returncode == 0, holder.stderr
+            assert out[0].original == original and out[0].actual == str(int(original) + 3)
+            assert tx.in_force() == [{"where": "machine", "key": SYSCTL, "value": str(int(original) + 3),
+                                      "machine_wide": True}]
     finally:
         holder.communicate(input="", timeout=30)
     assert holder.returncode == 0, holder.stderr
-    assert Path(SYSCTL_PATH).read_text().strip() == original
-    with Transaction(label="third") as tx:  # free again once the holder is gone
-        out = tx.apply([Change(LOCAL, SYSCTL, str(int(original) + 3))])
-        assert out[0].original == original and out[0].actual == str(int(original) + 3)
-        assert tx.in_force() == [{"where": "machine", "key": SYSCTL, "value": str(int(original) + 3),
-                                  "machine_wide": True}]
     assert Path(SYSCTL_PATH).read_text().strip() == original
 
 
@@ -162,9 +185,10 @@ def test_lab_down_during_offlab_measure_is_refused_and_force_ends_it_in_one_line
 
     labs.up("veth", lab_name)
     env = {**os.environ, "OFFLAB_STATE_DIR": str(state_dir)}
-    # Long enough to outlast two CLI starts on a loaded machine (seconds each); the forced down ends it.
+    # Ten minutes: only the forced down ends it (30 s ran out at load 20 before the two CLI starts below were
+    # done, and the measure ended on its own); communicate's timeout stops a hang.
     proc = subprocess.Popen([sys.executable, "-m", "offlab", "measure", lab_name, "--tool", "engine", "--proto", "udp",
-                             "--duration", "30", "--warmup", "0.2"], cwd=REPO, env=env,
+                             "--duration", "600", "--warmup", "0.2"], cwd=REPO, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60  # a loaded machine may take long to start the measure
@@ -205,16 +229,8 @@ def test_two_runs_on_one_machine_sysctl_the_second_fails_naming_the_first_and_sa
     first_value = str(int(original) + 2)
     plan = tmp_path / "m.yaml"
     plan.write_text(MACHINE_PLAN.replace("VALUE", first_value))
-    db = tmp_path / "m.db"
-    env = {**os.environ, "OFFLAB_STATE_DIR": str(state_dir)}
-    proc = subprocess.Popen([sys.executable, "-m", "offlab", "run", str(plan), "--db", str(db)], cwd=REPO,
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    store = Store.open(db)
+    proc, store, _ = run_until_samples(plan, tmp_path / "m.db", state_dir, 2)
     try:
-        deadline = time.monotonic() + 60
-        while not (store.list_runs() and len(store.samples(store.list_runs()[0]["id"])) >= 2):
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1]
-            time.sleep(0.1)
         first = store.list_runs()[0]["id"]
         # A second run, from another state directory and database, wants the same sysctl.
         other = tmp_path / "other-state"

@@ -21,7 +21,7 @@ from tests.helpers import USO, run_until_samples, uso_plan
 
 pytestmark = [requires_root, pytest.mark.network]
 
-def test_uso_gso_gro_is_faster_and_an_impossible_feature_is_skipped(tmp_path, clean_machine):
+def test_uso_gso_gro_sends_super_packets_and_an_impossible_feature_is_skipped(tmp_path, clean_machine):
     store = Store.open(tmp_path / "r.db")
     run_id = Runner(load_plan(USO, "uso-test.yaml"), store).run()
     run = store.get_run(run_id)
@@ -31,9 +31,16 @@ def test_uso_gso_gro_is_faster_and_an_impossible_feature_is_skipped(tmp_path, cl
     assert re.fullmatch(r"cannot test here: lro is off \[fixed\] on client:\S+: the driver does not let it change"
                         r" — cannot test lro=on here", cells["offload=lro"]["reason"]), cells["offload=lro"]["reason"]
     assert store.samples(run_id, cells["offload=lro"]["id"]) == []
-    rows = [r for r in compare_run(store, run_id) if r.metric == "throughput_bps" and r.cell == "offload=on"]
-    # GSO+GRO vs one datagram per call: 5x on a quiet machine, 3.4x at load 7-11
-    assert rows and rows[0].verdict == "faster" and rows[0].ratio > 2, rows
+    [row] = [r for r in compare_run(store, run_id) if r.metric == "throughput_bps" and r.cell == "offload=on"]
+    # The comparison is the sequential rule's over the 3 paired rounds. Which side is faster is decided on
+    # recorded runs (test_sequential): ×8.6-10.7, yet undetermined at the first look in 2 of 20 live runs
+    # under stress-ng beside other jobs, when one plain sample's receiver was starved.
+    assert (row.rule, row.pairs) == ("sequential", 3), row
+    # What GSO+GRO does, by the server veth's counters in every round: super-packets, against wire frames.
+    for key, avg in (("offload=on", lambda b: b > 20_000), ("offload=off", lambda b: b == pytest.approx(1514, abs=20))):
+        for s in store.samples(run_id, cells[key]["id"]):
+            server = next(v for k, v in s["sample"]["probes"]["interfaces"].items() if k.startswith("server:"))
+            assert avg(server["rx_avg_bytes"]), (key, server)
     env = run["env"]
     assert env["kernel"] and env["cpus"] == os.cpu_count() and env["labs"][0]["hosts"]["client"]["interfaces"]
     # The knobs' requested vs actual state is stored with every sample.
@@ -41,31 +48,27 @@ def test_uso_gso_gro_is_faster_and_an_impossible_feature_is_skipped(tmp_path, cl
     assert on[0]["requested"] == "on" and on[0]["actual"] == "on"
 
 
-def test_jumbo_9000_beats_1500_through_a_bridge(tmp_path, clean_machine):
+def test_jumbo_9000_through_a_bridge_carries_9014_byte_frames_and_1500_never_fragments(tmp_path, clean_machine):
+    """Plan → runner → capture with each sample. Which MTU is faster is decided on recorded runs
+    (test_sequential; 3 or 4 rounds at ×2.9-3.0, too close to three to decide live at any load)."""
     plan = textwrap.dedent("""\
         name: jumbo-test
         topology: {kind: bridge}
         axes:
           mtu: {"1500": {mtu: 1500}, "9000": {mtu: 9000}}
-          # All offloads off, so the MTU is what decides the packet count.
+          # All offloads off, so the MTU is what sizes every frame.
           off: {all: {features: {client: {tso: off, gso: off}, server: {gro: off}}}}
-        # 2-second samples: a 1-second one is at the mercy of the scheduler when the other test worker
-        # runs a guest or testpmd (20 paired 1-second rounds once stayed undetermined there; quiet, the
-        # rule decides ×2.1 in 3 rounds with a ratio cv of 1 %)
-        workload: {tool: iperf3, protocol: tcp, duration: 2, warmup: 1}
-        # up to 20 rounds: the verdict is the sequential rule's, which looks first after 3 paired
-        # rounds and stops when it decides (3-4 rounds when quiet)
-        repeat: {min: 2, max: 20, level: 95, width: 20}
-        baseline: {mtu: "1500"}
+        workload: {tool: iperf3, protocol: tcp, duration: 1, warmup: 0.5}
+        repeat: {min: 1, max: 1, level: 95, width: 50}
         capture: {on: server, frames: 200}
         """)
     store = Store.open(tmp_path / "j.db")
     run_id = Runner(load_plan(plan, "jumbo-test.yaml"), store).run()
-    rows = [r for r in compare_run(store, run_id) if r.metric == "throughput_bps" and r.cell.startswith("mtu=9000")]
-    assert rows[0].verdict == "faster", rows
-    caps = [s["sample"]["capture"] for s in store.samples(run_id) if s["sample"].get("capture")]
-    assert {c["mtu"] for c in caps} == {1500, 9000}
-    assert all(c["ip_fragments"] == 0 and c["largest_frame"] <= c["mtu"] + 14 for c in caps)
+    assert store.get_run(run_id)["status"] == "done"
+    caps = {c["mtu"]: c for c in (s["sample"]["capture"] for s in store.samples(run_id))}
+    assert set(caps) == {1500, 9000}, caps
+    # full-size TCP segments: a frame of the MTU plus the Ethernet header, never an IP fragment
+    assert all(c["ip_fragments"] == 0 and c["largest_frame"] == mtu + 14 for mtu, c in caps.items()), caps
 
 
 def test_sigint_mid_run_then_resume_completes_without_lost_or_duplicated_samples(tmp_path, clean_machine, state_dir):

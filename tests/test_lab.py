@@ -10,7 +10,7 @@ import pytest
 
 from offlab import lab as labs
 from offlab.experiment import teardown
-from offlab.errors import BadInput
+from offlab.errors import BadInput, ToolMissing
 from tests.conftest import netns_names, offlab_cli, requires_root
 
 pytestmark = [requires_root, pytest.mark.network]
@@ -182,7 +182,7 @@ def test_bad_input_is_one_line_with_exit_2(args, code, needle, state_dir):
 def test_not_root_and_missing_tool_exit_3(state_dir, tmp_path):
     from offlab import hosts
 
-    with pytest.raises(Exception) as err:
+    with pytest.raises(ToolMissing) as err:
         hosts.require_tool("definitely-not-a-tool")
     assert err.value.exit_code == 3
     res = subprocess.run(

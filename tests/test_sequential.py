@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import random
 import re
+import sqlite3
 import textwrap
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -23,6 +25,7 @@ from offlab.experiment.decide import Decider
 from offlab.experiment.plan import load_plan
 from offlab.experiment.plan.load import parse_budget
 from offlab.experiment.runner import Runner
+from offlab.report.compare import SEQUENTIAL, compare_run
 from offlab.store import Store
 from tests.conftest import requires_root
 
@@ -290,6 +293,70 @@ class _Side:
         self.cell, self.status, self.rounds_done, self.history = cell, "pending", set(), []
 
 
+# ---- recorded real runs (tests/fixtures/directions, README there) -----------------------------
+
+DIRECTIONS = Path(__file__).parent / "fixtures" / "directions"
+
+# fixture, the cell that is faster, its baseline; each an `offlab run` on this machine, loaded as named
+RECORDED = [("uso-loaded", {"offload": "on"}, {"offload": "off"}),
+            ("uso-shared", {"offload": "on"}, {"offload": "off"}),
+            ("jumbo-loaded", {"mtu": "9000"}, {"mtu": "1500"}),
+            ("jumbo-shared", {"mtu": "9000"}, {"mtu": "1500"})]
+
+
+def recorded(name: str, tmp_path) -> tuple[Store, int]:
+    """A recorded run, loaded from its SQL dump into a database of this test's own."""
+    db = tmp_path / f"{name}.db"
+    conn = sqlite3.connect(db)
+    try:
+        conn.executescript((DIRECTIONS / f"{name}.sql").read_text())
+        # sqlite3's .dump leaves out PRAGMA user_version, where the store reads its schema version from
+        [(version,)] = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchall()
+        conn.execute(f"PRAGMA user_version = {int(version)}")
+    finally:
+        conn.close()
+    store = Store.open(db)
+    [run] = store.list_runs()
+    return store, run["id"]
+
+
+def throughput_row(rows, params: dict):
+    [row] = [r for r in rows if r.metric == "throughput_bps" and params.items() <= r.params.items()]
+    return row
+
+
+@pytest.mark.parametrize("name,faster,baseline", RECORDED, ids=[r[0] for r in RECORDED])
+def test_a_recorded_run_is_decided_faster_now_as_the_runner_decided_it_then(name, faster, baseline, tmp_path):
+    """The comparison's table replays the sequential rule over the recorded rounds: the verdict, and the
+    number of pairs it took, are the ones the runner stopped on when it measured them."""
+    store, run_id = recorded(name, tmp_path)
+    row = throughput_row(compare_run(store, run_id), faster)
+    then = re.match(r"decided faster \(95 % over every look, (\d+) rounds", row.cell_reason or "")
+    assert then, row.cell_reason
+    assert (row.rule, row.verdict, row.pairs) == (SEQUENTIAL, stats.FASTER, int(then[1])), row
+    assert row.low > 1 and baseline.items() <= row.baseline_params.items(), row
+
+
+@pytest.mark.parametrize("name,faster,baseline", RECORDED, ids=[r[0] for r in RECORDED])
+def test_a_recorded_run_read_from_the_faster_side_is_slower_by_as_many_pairs(name, faster, baseline, tmp_path):
+    store, run_id = recorded(name, tmp_path)
+    forward = throughput_row(compare_run(store, run_id), faster)
+    row = throughput_row(compare_run(store, run_id, baseline=faster), baseline)
+    assert (row.rule, row.verdict, row.pairs) == (SEQUENTIAL, stats.SLOWER, forward.pairs), row
+    assert row.high < 1 and row.ratio == pytest.approx(1 / forward.ratio), (row, forward)
+
+
+@pytest.mark.parametrize("name", ["uso-loaded", "uso-shared"])
+def test_the_same_settings_as_the_baseline_are_never_decided_a_direction(name, tmp_path):
+    """`same` is the baseline's settings under another name: every look over its recorded rounds keeps
+    no difference inside the interval, and the runner measured it to the plan's max."""
+    store, run_id = recorded(name, tmp_path)
+    row = throughput_row(compare_run(store, run_id), {"offload": "same"})
+    max_rounds = store.get_run(run_id)["repeat"]["max"]
+    assert (row.rule, row.pairs, row.cell_status) == (SEQUENTIAL, max_rounds, "confidence_not_reached"), row
+    assert row.low < 1 < row.high and row.verdict not in (stats.FASTER, stats.SLOWER), row
+
+
 # ---- real runs --------------------------------------------------------------------------------
 
 @requires_root
@@ -301,7 +368,9 @@ def test_a_run_decides_uso_and_says_what_the_undecided_comparison_needs(tmp_path
     assert store.get_run(run_id)["status"] == "done"
     cells = {c["key"]: c for c in store.cells(run_id)}
     on = cells["offload=on"]
-    assert on["status"] == "done" and on["reason"].startswith("decided faster (95 % over every look"), on
+    assert on["status"] == "done" and on["reason"].startswith("decided faster (95 % over every look"), (
+        on["reason"], runner.decisions, [(s["cell_id"], s["round"], s["sample"]["traffic"].get("throughput_bps"))
+                                         for s in store.samples(run_id)])
     decision = next(d for d in runner.decisions if d["cell"] == "offload=on")
     assert decision["headline"] and decision["ratio"] > 2 and decision["low"] > 1
     same = next(d for d in runner.decisions if d["cell"] == "offload=same")

@@ -209,14 +209,11 @@ def test_tools_in_the_guest_are_the_real_ones_not_busybox_applets(guest):
 def test_a_timeout_kills_the_command_and_does_not_wedge_the_channel(guest):
     from offlab.errors import CommandTimeout
 
-    start = time.monotonic()
     with pytest.raises(CommandTimeout):
         guest.run(["sleep", "37"], timeout=1.5)
-    assert time.monotonic() - start < 5
-    start = time.monotonic()
+    # The channel still answers (a wedged one would raise CommandTimeout at run's own timeout).
     assert guest.run(["echo", "still here"]).stdout == "still here\n"
-    assert time.monotonic() - start < 10
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 30  # a hang guard: the agent kills the group at once
     while "sleep 37" in guest.run(["ps", "-o", "args"]).stdout:  # killed by the agent, by group
         assert time.monotonic() < deadline, "the timed-out command still runs in the guest"
         time.sleep(0.2)
@@ -312,11 +309,17 @@ def test_the_agent_writes_a_sysctl_in_process_and_waits_for_a_file_without_a_com
     assert guest.read("/proc/sys/net/core/rmem_max") == before
     marker = f"/tmp/offlab-appears-{os.getpid()}"
     assert guest.wait_for_file(marker, 0.3) is False
-    # a command that leaves a child behind is done when its shell is: it does not wait for the child
-    start = time.monotonic()
+    # a command that leaves a child behind is done when its shell is: it does not wait for the child, which
+    # is still running when the command has returned
     guest.run(["sh", "-c", f"(sleep 1; touch {marker}) & sleep 40 &"])
-    assert time.monotonic() - start < 20
-    assert guest.wait_for_file(marker, 30) is True
+    left: list[str] = []
+    deadline = time.monotonic() + 30  # a hang guard: the child execs sleep within moments of its fork
+    while not left:
+        assert time.monotonic() < deadline, "the command's child is not running after the command returned"
+        left = [line.split()[0] for line in guest.run(["ps", "-o", "pid,args"]).stdout.splitlines()
+                if line.split()[1:] == ["sleep", "40"]]
+    guest.run(["kill", *left])
+    assert guest.wait_for_file(marker, 30) is True  # the 30 s only stop a hang
     guest.run(["rm", marker])
 
 
