@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import re
 import shlex
 import subprocess
@@ -116,6 +117,15 @@ def test_hostile_arguments_arrive_exactly(host):
     assert out.split("\0")[:-1] == HOSTILE
     # The remote side really is the server namespace, reached from the client namespace.
     assert host.run(["ip", "netns", "identify"]).stdout.strip().endswith("ssh-s")
+
+
+@requires_root
+def test_the_stand_in_reads_roots_shell_start_up_files_empty_and_this_machine_keeps_its_own(host):
+    home = Path(pwd.getpwuid(0).pw_dir)
+    files = [str(home / n) for n in sshd_mod.STARTUP_FILES if (home / n).is_file()]
+    assert host.read_many(files) == {f: "" for f in files}
+    mounted = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]
+    assert not set(files) & set(mounted)  # bound over in the stand-in's mount namespace only
 
 
 @requires_root
