@@ -23,7 +23,7 @@ PORT = 2222
 # What a login user's shell reads before a command that came over ssh (Debian's bash sources ~/.bashrc
 # for one). Root's on this machine loads pyenv: a quarter of a second a command, several times that
 # under load, and no machine a test stands in for would have it. Each stand-in reads these as empty
-# files (tests/sshd.py `_without_startup_files`); this machine's own are never touched.
+# files (`_without_startup_files`); this machine's own are never touched.
 STARTUP_FILES = (".bashrc", ".bash_profile", ".bash_login", ".profile", ".zshenv")
 
 
