@@ -255,6 +255,12 @@ def test_host_that_dies_mid_session_is_reported_not_waited_for(sshd, state_dir):
     # What a crashed host looks like: its side of our connection gone, and no answer any more.
     for pid in sshd.sshd_pids() - {sshd.proc.pid}:
         os.kill(pid, 9)
+    # Our master sees its connection end before the link goes (under load the kill lands late, and a
+    # master that missed it would take the next command as its own: "running true failed").
+    deadline = time.monotonic() + 30  # a hang guard only
+    while sshd_mod.mux_processes(sshd) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not sshd_mod.mux_processes(sshd)
     server.run(["ip", "link", "set", "sshs0", "down"])
     try:
         start = time.monotonic()
