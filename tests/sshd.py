@@ -9,6 +9,7 @@ by pid. `stop()` leaves nothing: no sshd, no ssh master, no namespace.
 from __future__ import annotations
 
 import os
+import pwd
 import subprocess
 import time
 from dataclasses import dataclass
@@ -19,6 +20,11 @@ from offlab.hosts.ssh import SshHost, close_all
 
 SSHD = "/usr/sbin/sshd"
 PORT = 2222
+# What a login user's shell reads before a command that came over ssh (Debian's bash sources ~/.bashrc
+# for one). Root's on this machine loads pyenv: a quarter of a second a command, several times that
+# under load, and no machine a test stands in for would have it. Each stand-in reads these as empty
+# files (`_without_startup_files`); this machine's own are never touched.
+STARTUP_FILES = (".bashrc", ".bash_profile", ".bash_login", ".profile", ".zshenv")
 
 
 @dataclass
@@ -85,9 +91,10 @@ def _veth(a_ns: str, a: str, a_ip: str, b_ns: str, b: str, b_ip: str) -> None:
         host.run(["ip", "link", "set", "lo", "up"])
 
 
-def start(tmp: Path, prefix: str, subnet: int = 222) -> Sshd:
+def start(tmp: Path, prefix: str, subnet: int = 222, *, startup_files: bool = False) -> Sshd:
     """Namespaces `<prefix>-c` / `<prefix>-s`; veth pairs sshc0/sshs0 (10.200.<subnet>.1/.2, ssh) and
-    sshc1/sshs1 (10.200.<subnet+1>.1/.2, test traffic); keys; sshd on :2222."""
+    sshc1/sshs1 (10.200.<subnet+1>.1/.2, test traffic); keys; sshd on :2222 (its sessions reading root's
+    shell start-up files only with `startup_files`)."""
     d = tmp / "sshd"
     d.mkdir(mode=0o700)
     s = Sshd(d, f"{prefix}-c", f"{prefix}-s", f"10.200.{subnet}.1", f"10.200.{subnet}.2")
@@ -106,7 +113,7 @@ def start(tmp: Path, prefix: str, subnet: int = 222) -> Sshd:
         conf = _sshd_config(d / "sshd_config", s.server_ip, s.port, d / "hostkey", d / "authorized_keys", d / "sshd.pid")
         # sshd's privilege separation directory; made if absent, never removed (the system's own).
         os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
-        s.proc = _start_sshd(s.server_ns, conf, d / "sshd.log")
+        s.proc = _start_sshd(s.server_ns, conf, d / "sshd.log", startup_files=startup_files)
     except BaseException:
         stop(s)
         raise
@@ -119,18 +126,22 @@ def _sshd_config(path: Path, listen: str, port: int, host_key: Path, authorized_
     session whose client vanished (a test cuts a machine off) ends within ~6 s."""
     lines = [f"ListenAddress {listen}", f"Port {port}", f"HostKey {host_key}", f"AuthorizedKeysFile {authorized_keys}",
              f"PidFile {pid_file}", "PermitRootLogin prohibit-password", "UsePAM no",
-             "StrictModes no"]  # the keys live under /tmp (mode 1777)
+             "StrictModes no",  # the keys live under /tmp (mode 1777)
+             "PermitUserRC no"]  # ~/.ssh/rc: a start-up file of this machine's user, not the stand-in's
     if client_alive:
         lines += ["ClientAliveInterval 2", "ClientAliveCountMax 3"]
     path.write_text("\n".join(lines) + "\n")
     return path
 
 
-def _start_sshd(ns: str, conf: Path, log_path: Path) -> subprocess.Popen:
-    """sshd in `ns` with the namespace's spawn (stopped later by pid), once it says it listens."""
+def _start_sshd(ns: str, conf: Path, log_path: Path, *, startup_files: bool = False) -> subprocess.Popen:
+    """sshd in `ns` with the namespace's spawn (stopped later by pid), once it says it listens; its sessions
+    read the login user's shell start-up files only with `startup_files` (benchmarks/ssh_per_command)."""
+    argv = [SSHD, "-D", "-e", "-f", str(conf)]
+    if not startup_files:
+        argv = _without_startup_files(conf.parent, argv)
     with open(log_path, "w") as log:
-        proc = NetnsHost(ns).spawn([SSHD, "-D", "-e", "-f", str(conf)], stdout=log,
-                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        proc = NetnsHost(ns).spawn(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     deadline = time.monotonic() + 10
     while "Server listening" not in log_path.read_text():
         if proc.poll() is not None or time.monotonic() > deadline:
@@ -140,6 +151,22 @@ def _start_sshd(ns: str, conf: Path, log_path: Path) -> subprocess.Popen:
             raise RuntimeError(f"sshd did not start: {log_path.read_text()}")
         time.sleep(0.02)
     return proc
+
+
+# Run by unshare in a mount namespace of its own: the empty file ($1) bound over each start-up file up
+# to `--`, then the command after it, exec'd (the pid spawn returns stays sshd's).
+_BIND_EMPTY = 'e=$1; shift; while [ "$1" != -- ]; do mount --bind "$e" "$1" || exit 1; shift; done; shift; exec "$@"'
+
+
+def _without_startup_files(d: Path, argv: list[str]) -> list[str]:
+    """`argv` in its own mount namespace (a slave: this machine's mounts still reach it, its own never
+    leave it) where root's shell start-up files read empty."""
+    empty = d / "empty-startup-file"
+    empty.touch(mode=0o444)
+    home = Path(pwd.getpwuid(0).pw_dir)
+    files = [str(home / n) for n in STARTUP_FILES if (home / n).is_file()]
+    return ["unshare", "--mount", "--propagation", "slave", "sh", "-c", _BIND_EMPTY, "sh", str(empty), *files, "--",
+            *argv]
 
 
 def stop(s: Sshd) -> list[str]:

@@ -33,6 +33,7 @@ from offlab.hosts import LOCAL
 from offlab.hosts.process import die_with_parent
 
 PLAYBOOK = Path(__file__).parent / "ansible" / "fleet.yml"
+SSH_ARGS = "-o ControlMaster=auto -o ControlPersist=60s"  # ansible-core's default ssh_args, but -C
 DEFAULT_BUNDLE = "dist/offlab-bundle.tar"
 RUNDIR = "@RUNDIR@"
 
@@ -204,7 +205,12 @@ def _play(argv: list[str], tmp: Path, out) -> subprocess.CompletedProcess:
     # Pipelining: a task is one ssh command (the module on its stdin), not four or five (temp directory,
     # transfer, chmod, run, remove), each paying the host's login shell. Set ANSIBLE_PIPELINING=False
     # to turn it off (a sudo with `requiretty` needs that).
-    env = {"ANSIBLE_PIPELINING": "True", **os.environ, "ANSIBLE_HOST_KEY_CHECKING": "True", "ANSIBLE_RETRY_FILES_ENABLED": "False",
+    # Ansible's own ssh_args without its -C: the bundle is wheels, zip files already; compressing them
+    # again costs CPU on both ends and made the copy slower, not faster (docs/remote.md). The
+    # environment's ANSIBLE_SSH_ARGS or an inventory's ansible_ssh_args wins; an ansible.cfg's
+    # ssh_args does not (Ansible ranks the environment above it): set ANSIBLE_SSH_ARGS to it.
+    env = {"ANSIBLE_PIPELINING": "True", "ANSIBLE_SSH_ARGS": SSH_ARGS, **os.environ,
+           "ANSIBLE_HOST_KEY_CHECKING": "True", "ANSIBLE_RETRY_FILES_ENABLED": "False",
            "ANSIBLE_NOCOLOR": "1", "ANSIBLE_DEPRECATION_WARNINGS": "False", "ANSIBLE_SSH_CONTROL_PATH_DIR": str(cp)}
     # An offlab killed outright (SIGKILL, a timeout's kill) takes the playbook with it: nothing else would end it.
     proc = LOCAL.spawn(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
