@@ -33,7 +33,10 @@ from offlab.hosts import LOCAL
 from offlab.hosts.process import die_with_parent
 
 PLAYBOOK = Path(__file__).parent / "ansible" / "fleet.yml"
-SSH_ARGS = "-o ControlMaster=auto -o ControlPersist=60s"  # ansible-core's default ssh_args, but -C
+# ansible-core's default ssh_args without -C, and with the keepalive offlab's own ssh uses: a host that
+# drops off the network while Ansible's connection master to it persists would otherwise hold every
+# task sent through that master until TCP gives up (a fleet run was seen waiting 15 min).
+SSH_ARGS = "-o ControlMaster=auto -o ControlPersist=60s -o ServerAliveInterval=5 -o ServerAliveCountMax=3"
 DEFAULT_BUNDLE = "dist/offlab-bundle.tar"
 RUNDIR = "@RUNDIR@"
 
