@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from offlab.hosts.process import die_with_parent
+
 
 def pg_bin() -> Path | None:
     """The newest Debian PostgreSQL's bin directory (initdb, pg_ctl, postgres), if installed."""
@@ -88,7 +90,11 @@ def start_cluster() -> Cluster:
     if os.geteuid() == 0:
         argv = ["runuser", "-u", user, "--", "setpriv", "--pdeathsig", "TERM", "--", *argv]
     log = open(root / "postgres.log", "w")
-    c.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    # runuser must go with the test process too: a pytest worker killed outright (an interrupted
+    # `make test`) left runuser to PID 1, and the postmaster, whose own pdeathsig watches runuser, ran on.
+    # On SIGTERM runuser passes the signal to postgres and reaps it.
+    c.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                              preexec_fn=die_with_parent)
     deadline = time.monotonic() + 30
     while not (root / "sock" / f".s.PGSQL.{c.port}").exists():
         if c.proc.poll() is not None or time.monotonic() > deadline:
