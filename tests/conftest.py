@@ -237,13 +237,12 @@ def module_lab(tmp_path_factory, topology: str, suffix: str, *args: str, timeout
 # recorded run committed as tests/durations.json (refresh it with `make test-durations`).
 RECORDED_DURATIONS = os.path.join(REPO, ".venv", "test-durations.json")
 COMMITTED_DURATIONS = os.path.join(REPO, "tests", "durations.json")
-_module_seconds: dict[str, float] = {}
 _test_seconds: dict[str, float] = {}
 
 # `make test-fast` (pytest --fast): the inner loop. A test is in it when its last recorded run took less
 # than this (setup, call and teardown), it builds nothing shared with other tests of its module (no
 # fixture wider than a test: a module's lab or guest, the session's PostgreSQL) — so leaving its
-# neighbours out never moves their setup onto it — and it is not recorded at all only if it is new.
+# neighbours out never moves their setup onto it. A test not recorded yet (a new one) is in.
 FAST_TEST_SECONDS = 1.0
 
 
@@ -273,10 +272,6 @@ def recorded_durations() -> tuple[dict[str, float], dict[str, float]]:
     return {}, {}
 
 
-def module_durations() -> dict[str, float]:
-    return recorded_durations()[0]
-
-
 def _shares_a_wide_fixture(item) -> bool:
     info = getattr(item, "_fixtureinfo", None)
     if info is None:
@@ -301,8 +296,6 @@ def pytest_collection_modifyitems(config, items):
 
 def pytest_runtest_logreport(report):
     # Called in the process that runs the test and, under xdist, again in the controller for every report.
-    module = _module_of(report.nodeid)
-    _module_seconds[module] = _module_seconds.get(module, 0.0) + report.duration
     _test_seconds[report.nodeid] = _test_seconds.get(report.nodeid, 0.0) + report.duration
 
 
@@ -310,10 +303,13 @@ def pytest_sessionfinish(session, exitstatus):
     """The controller (or the only process) records the durations of a run that ran most modules."""
     if hasattr(session.config, "workerinput") or not os.path.isdir(os.path.dirname(RECORDED_DURATIONS)):
         return
-    if len(_module_seconds) < 20 or session.config.getoption("--fast"):  # a partial run says nothing of the rest
+    ran: dict[str, float] = {}
+    for nodeid, seconds in _test_seconds.items():
+        ran[_module_of(nodeid)] = ran.get(_module_of(nodeid), 0.0) + seconds
+    if len(ran) < 20 or session.config.getoption("--fast"):  # a partial run says nothing of the rest
         return
     modules, tests = recorded_durations()
-    modules.update({m: round(s, 1) for m, s in _module_seconds.items()})
+    modules.update({m: round(s, 1) for m, s in ran.items()})
     tests.update({t: round(s, 2) for t, s in _test_seconds.items()})
     data = {"modules": dict(sorted(modules.items(), key=lambda kv: -kv[1])), "tests": dict(sorted(tests.items()))}
     tmp = RECORDED_DURATIONS + ".tmp"
