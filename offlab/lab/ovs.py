@@ -114,6 +114,10 @@ def stop_daemon(d: Daemon, timeout: float = 5.0, *, netns_inode: int | None = No
             if os.stat(f"/proc/{d.pid}/ns/net").st_ino != netns_inode:
                 return  # same name, another namespace: not the daemon of this lab
         except OSError:
+            # Its name and start time are ours but its namespace is unreadable: it is exiting (a zombie
+            # leader whose threads, testpmd's, still hold its ports and memory). Wait for them to go:
+            # the caller removes what they hold next.
+            wait_gone(d.pid, timeout * 2)
             return
     if not signal_pid(d.pid, signal.SIGTERM):
         return
