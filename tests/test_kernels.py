@@ -14,7 +14,6 @@ import json
 import os
 import re
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -190,9 +189,8 @@ def test_the_archive_lists_and_a_kernel_come_through_offlabs_apt_state_once():
     release = kernels.choose(OLD, kernels.releases(data))
     paths = kernels.fetch(release)
     stamps = [p.stat().st_mtime_ns for p in paths]
-    start = time.monotonic()
+    # nothing downloaded again: a fetch writes a new file and renames it into place, a new mtime
     assert kernels.fetch(release) == paths and [p.stat().st_mtime_ns for p in paths] == stamps
-    assert time.monotonic() - start < 5  # nothing downloaded again
     assert _machine_apt() == before
     assert (kernels.state_dir() / "sources.list").read_text().count("signed-by=") == len(kernels.SUITES)
 
