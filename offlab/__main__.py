@@ -1,3 +1,40 @@
-from offlab.cli import main
+"""`offlab` and `python -m offlab` start here. offlab's signal handlers go in before anything heavy is
+imported (the CLI's imports take a good part of a second), so a Ctrl-C, SIGTERM or SIGHUP that arrives
+while offlab is still starting ends it like any other: one line, exit 130, no traceback. Nothing has
+been changed at that point, so there is nothing to put back. (Python's own start, before this file
+runs, is out of offlab's reach: a signal then ends Python as its default handler does.)"""
 
-main()
+import os
+import signal
+import sys
+
+_STARTING = "offlab: interrupted while starting; nothing was changed\n"
+
+
+def _starting(signum, frame) -> None:  # noqa: ARG001
+    os.write(2, _STARTING.encode())
+    os._exit(130)  # offlab.interrupts.EXIT_INTERRUPTED, not imported yet
+
+
+def main() -> None:
+    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(s) != signal.SIG_IGN or s != signal.SIGHUP:  # nohup stays nohup
+            signal.signal(s, _starting)
+    from offlab.interrupts import EXIT_INTERRUPTED, interrupts, is_interrupt, shielded
+
+    with interrupts():
+        try:
+            # Shielded: a signal is raised once the import is done, never inside importlib's own
+            # callbacks, where Python would print it as ignored and go on.
+            with shielded():
+                from offlab.cli import main as cli
+        except BaseException as exc:
+            if not is_interrupt(exc):
+                raise
+            sys.stderr.write(_STARTING)
+            sys.exit(EXIT_INTERRUPTED)
+        cli()
+
+
+if __name__ == "__main__":
+    main()

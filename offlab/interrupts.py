@@ -12,12 +12,17 @@ offlab started (`nohup`, a terminal multiplexer) stays ignored: that is the user
 ignored SIGINT is not: a non-interactive shell starts every background job (`offlab run … &`) with
 SIGINT ignored (POSIX), and Python then installs no KeyboardInterrupt at all, so `kill -INT PID`
 would do nothing. Signals inherited blocked are unblocked for the same reason.
+
+A signal whose exception Python swallows (it arrived while a `__del__` or a weakref callback ran,
+e.g. inside an import: "Exception ignored in ...") is not lost: it is raised again at the next
+shielded section's edge, or when `interrupts()` ends.
 """
 
 from __future__ import annotations
 
 import contextlib
 import signal
+import sys
 import threading
 from dataclasses import dataclass, field
 from typing import Iterator
@@ -41,6 +46,7 @@ class _Shield:
 
     depth: int = 0
     pending: list[int] = field(default_factory=list)
+    swallowed: list[int] = field(default_factory=list)  # raised where Python ignores exceptions
 
 
 _SHIELD = _Shield()
@@ -62,6 +68,33 @@ def _handler(signum: int, frame) -> None:  # noqa: ARG001
     raise interrupt_for(signum)
 
 
+def _signum_of(exc: BaseException | None) -> int | None:
+    if isinstance(exc, Terminated):
+        return exc.signum
+    return signal.SIGINT if isinstance(exc, KeyboardInterrupt) else None
+
+
+def _unraisable_hook(previous):
+    """sys.unraisablehook while offlab's handlers are in: an interrupt Python would only print
+    ("Exception ignored in ...") is kept, to be raised at the next safe point."""
+    def hook(unraisable) -> None:
+        signum = _signum_of(unraisable.exc_value)
+        if signum is None:
+            previous(unraisable)
+        elif _SHIELD.depth > 0:
+            _SHIELD.pending.append(signum)
+        else:
+            _SHIELD.swallowed.append(signum)
+    return hook
+
+
+def _raise_swallowed() -> None:
+    if _SHIELD.swallowed and _SHIELD.depth == 0:
+        signum = _SHIELD.swallowed[0]
+        _SHIELD.swallowed.clear()
+        raise interrupt_for(signum)
+
+
 def _main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
@@ -75,18 +108,22 @@ def interrupts() -> Iterator[None]:
         yield
         return
     old: dict[int, object] = {}
+    old_hook = sys.unraisablehook
     try:
         with shielded():  # installing is a section too: a signal between two signal() calls waits
             signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)
+            sys.unraisablehook = _unraisable_hook(old_hook)
             for s in SIGNALS:
                 if s == signal.SIGHUP and signal.getsignal(s) == signal.SIG_IGN:
                     continue  # nohup: the user asked for the run to outlive the terminal
                 old[s] = signal.signal(s, _handler)
         yield
+        _raise_swallowed()
     finally:
         with shielded():
             for s, handler in old.items():
                 signal.signal(s, handler if handler is not None else signal.SIG_DFL)  # type: ignore[arg-type]
+            sys.unraisablehook = old_hook
 
 
 @contextlib.contextmanager
@@ -98,6 +135,7 @@ def shielded() -> Iterator[None]:
     if not _main_thread():
         yield
         return
+    _raise_swallowed()
     _SHIELD.depth += 1
     try:
         yield
@@ -114,6 +152,9 @@ def shielded() -> Iterator[None]:
 def _leave() -> int | None:
     """Leave one shielded level; at the outermost, the first signal that arrived inside (if any)."""
     _SHIELD.depth -= 1
+    if _SHIELD.depth == 0 and _SHIELD.swallowed:
+        _SHIELD.pending += _SHIELD.swallowed
+        _SHIELD.swallowed.clear()
     if _SHIELD.depth > 0 or not _SHIELD.pending:
         return None
     signum = _SHIELD.pending[0]

@@ -1,0 +1,82 @@
+"""Signals at the edges of offlab's handlers: while the CLI is still importing, and inside code where
+Python swallows exceptions (a `__del__`, a weakref callback)."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from offlab.interrupts import EXIT_INTERRUPTED, Terminated, interrupts, shielded
+from tests.conftest import REPO
+
+# A real `offlab lab list` that signals itself while the CLI's imports are under way: a meta path
+# finder sends the signal when `typer` is first looked for (offlab.cli's first heavy import).
+STARTING = """
+import os, signal, sys
+class Finder:
+    def find_spec(self, name, path=None, target=None):
+        if name == "typer":
+            sys.meta_path.remove(self)
+            os.kill(os.getpid(), {signum})
+        return None
+sys.meta_path.insert(0, Finder())
+sys.argv = ["offlab", "lab", "list"]
+from offlab.__main__ import main
+main()
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
+def test_a_signal_while_the_cli_imports_ends_it_with_one_line_and_130(signum, tmp_path):
+    res = subprocess.run([sys.executable, "-c", STARTING.format(signum=int(signum))], cwd=REPO, capture_output=True,
+                         text=True, timeout=120, env={"OFFLAB_STATE_DIR": str(tmp_path), "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
+    assert res.returncode == EXIT_INTERRUPTED, res.stderr
+    assert res.stderr == "offlab: interrupted while starting; nothing was changed\n"
+    assert res.stdout == ""  # the command itself never ran
+
+
+class _RaisesOnCollection:
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+    def __del__(self) -> None:
+        raise self.exc  # what a signal handler does when its signal lands here
+
+
+@pytest.mark.parametrize("exc,expect", [(KeyboardInterrupt(), KeyboardInterrupt), (Terminated(signal.SIGHUP), Terminated)])
+def test_an_interrupt_python_swallows_is_raised_at_the_next_shielded_section(exc, expect):
+    reached = []
+    with pytest.raises(expect):
+        with interrupts():
+            obj = _RaisesOnCollection(exc)
+            del obj  # Python prints "Exception ignored in ..." and goes on: offlab keeps it
+            reached.append("after the swallowed interrupt")
+            with shielded():
+                reached.append("never: raised as the section is entered")
+    assert reached == ["after the swallowed interrupt"]
+
+
+def test_an_interrupt_swallowed_inside_a_shielded_section_is_raised_when_it_ends():
+    reached = []
+    with pytest.raises(KeyboardInterrupt):
+        with interrupts():
+            with shielded():
+                obj = _RaisesOnCollection(KeyboardInterrupt())
+                del obj
+                reached.append("the section runs to its end")
+            reached.append("never")
+    assert reached == ["the section runs to its end"]
+
+
+def test_an_interrupt_swallowed_last_is_raised_when_the_handlers_go():
+    with pytest.raises(KeyboardInterrupt):
+        with interrupts():
+            obj = _RaisesOnCollection(KeyboardInterrupt())
+            del obj
+    before = sys.unraisablehook
+    with interrupts():
+        pass
+    assert sys.unraisablehook is before  # put back
