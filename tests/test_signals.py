@@ -1,11 +1,15 @@
-"""The seeded signal harness (namespaces): a real `offlab run` of a small veth plan, GRO and MTU set per
-cell, is sent SIGINT, SIGTERM or SIGHUP at a moment drawn from a seed — while its lab comes up,
-while a cell's settings are applied, inside a sample, between samples, during the final restore.
-Each run must end promptly, exit 130, leave no namespace, link, process or journal entry, and
-`offlab run --resume` must then complete it with every (cell, round) sample exactly once.
+"""The seeded signal harness: a real `offlab run` of a small plan, GRO and MTU set per cell, is sent
+SIGINT, SIGTERM or SIGHUP at a moment drawn from a seed — while its lab comes up, while a cell's
+settings are applied, inside a sample, between samples, during the final restore. Each run must end
+promptly, exit 130, leave no namespace, link, process or journal entry, and `offlab run --resume`
+must then complete it with every (cell, round) sample exactly once.
 
-`make test` runs three seeds; OFFLAB_SIGNAL_RUNS=200 runs more, OFFLAB_SIGNAL_SEED=S replays one
-(a failure prints its seed, the signal and the moment)."""
+Two lab kinds: `ns` (a veth lab of namespaces on this machine) and `ssh` (the same plan on two
+stand-in SSH machines, tests/sshd.py, as `offlab run --inventory` runs it: their settings back, no
+offlab file or process left on them, the samples already stored kept; such a run is not resumed —
+`--inventory` runs a plan afresh — so the `ssh` kind stops there).
+`make test` runs a few seeds of each; OFFLAB_SIGNAL_RUNS=200 runs more, OFFLAB_SIGNAL_SEED=S replays
+one, OFFLAB_SIGNAL_KINDS=ssh picks kinds (a failure prints its kind, seed, signal and moment)."""
 
 from __future__ import annotations
 
@@ -24,6 +28,8 @@ import pytest
 
 from tests.conftest import OUR_NAMESPACES, REPO, netns_names, our_processes, requires_root, root_links
 from tests.conftest import new_links_of_ours
+from tests.helpers import stand_in_machines
+from offlab.hosts import NetnsHost
 from offlab.store import Store
 
 pytestmark = [requires_root, pytest.mark.network]
@@ -79,18 +85,81 @@ class Moment:
 # make test's slice: one seed per signal, each sent after round 1 ends (0.16 s, 1.1 s after it, 0.4 s
 # after round 2 begins: between samples, in a switch or in a sample, as fast as the machine is), so
 # that the resume has work left. The seed is the test's id: `-k "[5]"` reruns one.
-MAKE_TEST_SEEDS = (4, 5, 9)
+MAKE_TEST_SEEDS = {"ns": (4, 5, 9), "ssh": (4, 9)}
+KINDS = ("ns", "ssh")
 
 
-def _seeds() -> list[int]:
-    """OFFLAB_SIGNAL_SEED=S: that seed alone; OFFLAB_SIGNAL_RUNS=N: seeds FIRST..FIRST+N-1
+def _cases(kind: str) -> list[int]:
+    """The seeds to run for `kind`: none when OFFLAB_SIGNAL_KINDS (comma-separated; default all) leaves
+    it out; OFFLAB_SIGNAL_SEED=S: that seed alone; OFFLAB_SIGNAL_RUNS=N: seeds FIRST..FIRST+N-1
     (OFFLAB_SIGNAL_FIRST_SEED, default 1); else make test's slice."""
+    kinds = [k for k in os.environ.get("OFFLAB_SIGNAL_KINDS", ",".join(KINDS)).split(",") if k]
+    unknown = set(kinds) - set(KINDS)
+    if unknown:
+        raise ValueError(f"OFFLAB_SIGNAL_KINDS: unknown kind(s) {sorted(unknown)}: one of {', '.join(KINDS)}")
+    if kind not in kinds:
+        return []
     if os.environ.get("OFFLAB_SIGNAL_SEED"):
         return [int(os.environ["OFFLAB_SIGNAL_SEED"])]
     if os.environ.get("OFFLAB_SIGNAL_RUNS"):
         first = int(os.environ.get("OFFLAB_SIGNAL_FIRST_SEED", "1"))
         return list(range(first, first + int(os.environ["OFFLAB_SIGNAL_RUNS"])))
-    return list(MAKE_TEST_SEEDS)
+    return list(MAKE_TEST_SEEDS[kind])
+
+
+@pytest.fixture(scope="module")
+def stand_ins(tmp_path_factory):
+    """Two stand-in SSH machines for the `ssh` kind (started only when an ssh case runs)."""
+    from tests import sshd as sshd_mod
+
+    with stand_in_machines(lambda: sshd_mod.start_pair(tmp_path_factory.mktemp("sig"), f"{OUR_NAMESPACES[0]}sg",
+                                                       subnet=244)) as p:
+        yield p
+
+
+def _link_state(ns: str) -> tuple[bool, str]:
+    """A stand-in's test link as the plan touches it: its GRO and its MTU."""
+    import json
+
+    host = NetnsHost(ns)
+    gro = json.loads(host.run(["ethtool", "--json", "-k", "t1"]).stdout)[0]["generic-receive-offload"]["active"]
+    return gro, host.run(["cat", "/sys/class/net/t1/mtu"]).stdout.strip()
+
+
+class _Machines:
+    """What an `ssh` case must leave on the stand-ins as it found them."""
+
+    def __init__(self, pair) -> None:
+        self.pair = pair
+        self.before = {side: _link_state(m.ns) for side, m in pair.machines.items()}
+
+    def args(self, tmp_path) -> list[str]:
+        import json
+
+        inv = tmp_path / "inventory.yml"
+        inv.write_text(json.dumps(self.pair.inventory()))  # JSON is YAML
+        return ["--inventory", str(inv), "--pair", "a:t1,b:t1"]
+
+    def leftovers(self) -> list[str]:
+        from pathlib import Path
+
+        found = []
+        for side, m in self.pair.machines.items():
+            now = _link_state(m.ns)
+            if now != self.before[side]:
+                found.append(f"{side}: t1 (gro, mtu) {now}, was {self.before[side]}")
+            if Path(self.pair.remote_dir(side)).exists():
+                found.append(f"{side}: {self.pair.remote_dir(side)} left")
+            for pid in subprocess.run(["ip", "netns", "pids", m.ns], capture_output=True, text=True).stdout.split():
+                try:
+                    with open(f"/proc/{pid}/stat") as f:
+                        stat = f.read()
+                except OSError:
+                    continue
+                comm, state = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2]
+                if comm != "sshd" and state != "Z":  # a zombie is gone: this machine's PID 1 reaps late
+                    found.append(f"{side}: process {pid} {comm}")
+        return found
 
 
 def _lines(stream) -> "queue.Queue[str | None]":
@@ -120,19 +189,54 @@ def _journal_files(state_dir) -> list[str]:
     return sorted(p.name for p in d.iterdir()) if d.exists() else []
 
 
-@pytest.mark.parametrize("seed", _seeds())
+def _stored(db) -> int:
+    """Samples the run has committed so far (0 before its database exists)."""
+    import sqlite3
+
+    try:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1) as conn:
+            return conn.execute("SELECT COUNT(*) FROM samples").fetchone()[0]
+    except sqlite3.Error:
+        return 0
+
+
+def _wait_samples(db, n: int, proc) -> None:
+    """Until the run has stored `n` samples, or ended. An SSH pair's run goes through a runner per pair
+    that prints no progress of its own: its stored samples are the clock."""
+    deadline = time.monotonic() + PROGRESS_WITHIN_S  # a hang guard
+    while _stored(db) < n and proc.poll() is None:
+        assert time.monotonic() < deadline, f"no sample {n} within {PROGRESS_WITHIN_S:g} s"
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("seed", _cases("ns"))
 def test_a_signal_at_a_seeded_moment_ends_the_run_clean_and_resumable(seed, tmp_path, state_dir, clean_machine):
+    _interrupt_and_resume("ns", seed, tmp_path, state_dir, None)
+
+
+@pytest.mark.parametrize("seed", _cases("ssh"))
+def test_a_signal_at_a_seeded_moment_of_a_run_on_ssh_hosts_leaves_them_as_found(seed, stand_ins, tmp_path, state_dir,
+                                                                                 clean_machine):
+    _interrupt_and_resume("ssh", seed, tmp_path, state_dir, _Machines(stand_ins))
+
+
+def _interrupt_and_resume(kind: str, seed: int, tmp_path, state_dir, machines: "_Machines | None") -> None:
     moment = Moment.from_seed(seed)
+    where = machines.args(tmp_path) if machines else []
     plan, db = tmp_path / "p.yaml", tmp_path / "s.db"
     plan.write_text(PLAN)
     env = {**os.environ, "OFFLAB_STATE_DIR": str(state_dir)}
-    before_links, before_procs = root_links(), our_processes()
-    proc = subprocess.Popen([sys.executable, "-m", "offlab", "run", str(plan), "--db", str(db)], cwd=REPO, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    before_ns, before_links, before_procs = netns_names(), root_links(), our_processes()
+    proc = subprocess.Popen([sys.executable, "-m", "offlab", "run", str(plan), *where, "--db", str(db)], cwd=REPO,
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     seen: list[str] = []
     try:
         q = _lines(proc.stderr)
-        _wait_lines(q, moment.after_lines, seen)
+        if machines:  # line 1 is "lab up"; then sample k of 4 (the moment's line, folded onto 0..3)
+            _wait_lines(q, 1, seen)
+            _wait_samples(db, (moment.after_lines - 1) % SAMPLES, proc)
+        else:
+            _wait_lines(q, moment.after_lines, seen)
         time.sleep(moment.delay)
         sent = proc.poll() is None
         if sent:
@@ -141,8 +245,8 @@ def test_a_signal_at_a_seeded_moment_ends_the_run_clean_and_resumable(seed, tmp_
         try:
             rc = proc.wait(timeout=END_WITHIN_S if sent else PROGRESS_WITHIN_S)  # hang guards
         except subprocess.TimeoutExpired:
-            pytest.fail(f"{moment}: still running {END_WITHIN_S:g} s after the signal; said: {''.join(seen)}")
-        print(f"{moment}: {'ended' if sent else 'had ended'} in {time.monotonic() - t0:.2f} s, exit {rc}, "
+            pytest.fail(f"{kind} {moment}: still running {END_WITHIN_S:g} s after the signal; said: {''.join(seen)}")
+        print(f"{kind} {moment}: {'ended' if sent else 'had ended'} in {time.monotonic() - t0:.2f} s, exit {rc}, "
               f"load {os.getloadavg()[0]:.1f}")
         _wait_lines(q, 10**6, seen)
     finally:
@@ -151,15 +255,24 @@ def test_a_signal_at_a_seeded_moment_ends_the_run_clean_and_resumable(seed, tmp_
             proc.wait()
     said = "".join(seen)
     runs = Store.open(db).list_runs() if db.exists() else []
-    # No namespace, root link, offlab process or journal entry of this run is left.
-    assert not {n for n in netns_names() if n.startswith(OUR_NAMESPACES)}, f"{moment}: namespaces left; {said}"
+    moment = f"{kind} {moment}"  # type: ignore[assignment]  # every message names the kind
+    # No namespace, root link, offlab process or journal entry of this run is left; nothing on the machines.
+    assert not {n for n in netns_names() - before_ns if n.startswith(OUR_NAMESPACES)}, f"{moment}: namespaces left; {said}"
     assert not new_links_of_ours(before_links), f"{moment}: links left; {said}"
     assert not our_processes() - before_procs, f"{moment}: processes left; {said}"
     assert _journal_files(state_dir) == [], f"{moment}: journal left; {said}"
+    if machines:
+        assert not machines.leftovers(), f"{moment}: {machines.leftovers()}; {said}"
     if not sent:  # the run ended before the moment came: it must simply be complete
         assert rc == 0 and runs and runs[0]["status"] == "done", f"{moment}: exit {rc}; {said}"
         return
     assert rc == 130, f"{moment}: exit {rc}, not 130 (interrupted); {said}"
+    if machines:  # one line says so; a pair's run that had begun is marked interrupted, its samples kept
+        assert said.endswith("offlab: interrupted\n"), f"{moment}: {said}"
+        for run in runs:
+            assert run["status"] == "interrupted", f"{moment}: {run}; {said}"
+            assert f"samples kept in run {run['id']}" in said, f"{moment}: {said}"
+        return
     if not runs:  # interrupted while its lab was built: nothing stored, nothing to resume
         assert "nothing to resume" in said, f"{moment}: {said}"
         return
@@ -181,6 +294,8 @@ def test_a_signal_at_a_seeded_moment_ends_the_run_clean_and_resumable(seed, tmp_
     assert sorted(keys) == sorted((c["id"], r) for c in store.cells(run_id) for r in range(2)), moment
     assert store.get_run(run_id)["status"] == "done", moment
     assert _journal_files(state_dir) == [], f"{moment}: journal left after the resume"
+    if machines:
+        assert not machines.leftovers(), f"{moment}: after the resume: {machines.leftovers()}"
 
 
 @pytest.mark.parametrize("nohup", [False, True], ids=["sighup", "sighup-under-nohup"])

@@ -68,6 +68,10 @@ def _main() -> None:
     try:
         # Without standalone mode click returns the code of a `typer.Exit` instead of exiting.
         rc = app(standalone_mode=False)
+        if rc == EXIT_INTERRUPTED:
+            # typer turns a KeyboardInterrupt that no command caught into a silent 130: say it, as for
+            # SIGTERM and SIGHUP (a command's own `finally` has put everything back by now)
+            typer.echo("offlab: interrupted", err=True)
         sys.exit(rc if isinstance(rc, int) else 0)
     except OfflabError as exc:
         typer.echo(f"offlab: error: {exc}", err=True)

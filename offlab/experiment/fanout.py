@@ -139,7 +139,8 @@ def _collect(procs: list, on_line: Callable[[str], None]) -> None:
         r.error = lines[-1] if r.rc != 0 and lines else ""
         out.close()
         err.close()
-        on_line(f"{r.pair}: " + (f"run {r.run_id} done" if r.rc == 0 else f"failed (exit {r.rc}): {r.error}"))
+        on_line(f"{r.pair}: " + (f"run {r.run_id} done" if r.rc == 0 else f"failed (exit {r.rc}): {r.error}"
+                                 + (f" (samples kept in run {r.run_id})" if r.run_id is not None else "")))
 
 
 def _child(argv: list[str]) -> int:
