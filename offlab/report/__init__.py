@@ -383,8 +383,9 @@ def _comparison_matrix(rows: list[Row], metrics: list[str]) -> dict:
                 "flags": "; ".join(f for f in r.flags if f not in common and f != TCG_MARK),
             })
         both = trade_off(group)
+        versions = [f"on other versions: {'; '.join(r0.versions)}"] if r0.versions else []
         out.append({"cell": r0.cell, "baseline": r0.baseline, "mine": mine, "theirs": theirs, "shared": shared,
-                    "flags": common + ([both] if both else []), "cells": cells})
+                    "flags": versions + common + ([both] if both else []), "cells": cells})
     rows, notes = footnoted(out)
     return {"metrics": [fmt.short(m) for m in metrics], "rows": rows, "notes": notes}
 
