@@ -138,6 +138,32 @@ def test_bad_input_is_one_line(tmp_path):
         assert res.stderr.count("\n") == 1 and "Traceback" not in res.stderr, res.stderr
 
 
+def test_the_report_shows_the_plans_history_with_the_change_point_and_its_difference(tmp_path):
+    db = recorded(tmp_path)
+    changed = first_run_setting(db, "trend-rmem", SYSCTL)
+    with Store.open(db, create=False) as s:
+        [last_same] = [r["id"] for r in tr.plan_runs(s, "trend-same")][-1:]
+    for run, plan in ((changed, "trend-rmem"), (last_same, "trend-same")):
+        out = tmp_path / f"r{run}.html"
+        res = offlab_cli("report", str(run), "--db", str(db), "-o", str(out))
+        assert res.returncode == 0, res.stderr
+        html = out.read_text()
+        section = html[html.index('<section id="history">'):]
+        section = section[:section.index("</section>")]
+        assert f"History of plan {plan}" in section and section.count('<svg class="spark"') >= 1
+        if plan == "trend-rmem":
+            assert f"<b>at run {changed}</b>" in section and f"server {SYSCTL}: " in section
+        else:
+            assert "<b>at run" not in section and "none" in section
+    # a plan run once has no history to show
+    with sqlite3.connect(db) as conn:
+        conn.execute("PRAGMA foreign_keys = ON")
+        conn.execute("DELETE FROM runs WHERE name = 'trend-same' AND id <> ?", (last_same,))
+    out = tmp_path / "once.html"
+    assert offlab_cli("report", str(last_same), "--db", str(db), "-o", str(out)).returncode == 0
+    assert 'id="history"' not in out.read_text()
+
+
 TINY = """\
 name: trend-live
 topology: {kind: veth}
