@@ -188,3 +188,17 @@ def test_trend_reads_a_tiny_history_measured_live(tmp_path, clean_machine):
     assert [p["run"] for p in series["points"]] == [r["id"] for r in found["runs"]] and len(found["runs"]) == 2
     assert all(p["n"] == 2 and p["mean"] > 0 for p in series["points"])
     assert sum(g["runs"] for g in series["groups"]) == 2
+
+
+def test_a_history_with_emulated_guests_says_so(tmp_path):
+    import copy
+
+    from offlab.metrics import TCG_MARK
+    from tests.helpers import ENV, store_two
+
+    env = copy.deepcopy(ENV)
+    env["labs"][0]["hosts"]["client"]["guest"] = {"accel": "tcg", "qemu_version": "10.0.2"}
+    db, _, rb = store_two(tmp_path, ENV, env)
+    res = offlab_cli("results", "trend", "p", "--db", db)
+    assert res.returncode == 0, res.stderr
+    assert f"{TCG_MARK} (emulated: run {rb}: " in res.stdout and "(tcg, QEMU 10.0.2)" in res.stdout

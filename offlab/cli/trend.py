@@ -7,6 +7,7 @@ from typing import List, Optional
 
 import typer
 
+from offlab.cli.results import DB_HELP
 
 def trend_cmd(
     plan: str = typer.Argument(..., help="A plan's name as `offlab results list` shows its runs (e.g. uso, "
@@ -15,13 +16,14 @@ def trend_cmd(
     metric: List[str] = typer.Option([], "--metric", help="A metric, repeatable (default: the headline metrics "
                                                           "the runs measured)."),
     as_json: bool = typer.Option(False, "--json", help="Every point, group and change point as JSON."),
-    db: Optional[str] = typer.Option(None, "--db", help="Results database: an SQLite file or a postgresql://USER@HOST/DB "
-                                                        "URL (default: $OFFLAB_DB, else /var/lib/offlab/offlab.db as "
-                                                        "root, else ~/.local/share/offlab/offlab.db)."),
+    db: Optional[str] = typer.Option(None, "--db", help=DB_HELP),
 ) -> None:
-    """Each cell's metric over every run of PLAN, oldest first (mean and interval per run), grouped by minimum
-    description length (FD.io CSIT's trend analysis); at each change point the step (before → after,
-    relative) and what changed between the runs on either side, most likely cause first."""
+    """A plan's runs over time, per cell and metric, with its change points and what changed at each.
+
+    Each point is one run of PLAN (oldest first): the mean of the cell's samples and their interval. The runs
+    are grouped by minimum description length (FD.io CSIT's trend analysis; docs/results.md); at each change
+    point the step (before → after, relative) and what changed between the runs on either side, most likely
+    cause first."""
     from offlab.report import trend as tr
     from offlab.store import Store
 
@@ -44,7 +46,7 @@ def lines(found) -> list[str]:
     head = (f"{found.plan}: {len(runs)} run{'' if len(runs) == 1 else 's'} "
             f"({runs[0]['started_at'][:16].replace('T', ' ')} → {runs[-1]['started_at'][:16].replace('T', ' ')}); "
             f"groups by {tr.METHOD}")
-    text = [head]
+    text = [head] + ([found.tcg_line()] if found.emulated else [])
     if not found.series:
         text.append("no cell of these runs has a figure (each failed or was skipped)")
     for s in found.series:

@@ -419,6 +419,7 @@ def _history(store: Store, run: dict, metrics: list[str]) -> dict | None:
                          "lines": envdiff.lines(c.environment, limit=10)[1:] + c.environment.missing}
                         for c in s.changes]})
     return {"plan": found.plan, "runs": len(found.runs), "method": trend.METHOD, "rows": rows,
+            "tcg": found.tcg_line(),
             "undrawn": [f"{s.cell} · {fmt.short(s.metric)}" for s in found.series[MAX_HISTORY_SERIES:]]}
 
 

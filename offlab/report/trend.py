@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from offlab.errors import BadInput
-from offlab.metrics import HEADLINE, METRICS
+from offlab.metrics import HEADLINE, METRICS, TCG_MARK
 from offlab.report import envdiff
+from offlab.report.compare import emulated
 from offlab.stats import CI, mean_ci
 from offlab.store import Store
 
@@ -150,10 +151,15 @@ class Trend:
     plan: str
     runs: list[dict]  # id, started_at, status of each run of the plan, oldest first
     series: list[Series]
+    emulated: list[str] = field(default_factory=list)  # "run 3: lab:client (tcg, QEMU 10.0.2)"
 
     def to_dict(self) -> dict:
         return {"plan": self.plan, "method": METHOD, "precision_bits": PRECISION_BITS,
-                "runs": self.runs, "series": [s.to_dict() for s in self.series]}
+                "runs": self.runs, "emulated": self.emulated, "series": [s.to_dict() for s in self.series]}
+
+    def tcg_line(self) -> str | None:
+        """The TCG mark with the runs whose guests ran emulated, or None when none did."""
+        return f"{TCG_MARK} (emulated: {'; '.join(self.emulated)})" if self.emulated else None
 
 
 METHOD = ("minimum description length over each run's mean (FD.io CSIT's trend analysis): the cut of the "
@@ -188,8 +194,11 @@ def trend(store: Store, plan: str, cells: Sequence[str] = (), metrics: Sequence[
     runs = plan_runs(store, plan)
     # cell key → metric → points, in run order
     found: dict[str, dict[str, list[Point]]] = {}
+    tcg: list[str] = []
     for run in runs:
-        level = (store.get_run(run["id"]).get("repeat") or {}).get("level") or 99
+        stored = store.get_run(run["id"])
+        tcg += [f"run {run['id']}: {who}" for who in emulated(stored)]
+        level = (stored.get("repeat") or {}).get("level") or 99
         values = store.cell_metrics(run["id"])
         for cell in store.cells(run["id"]):
             per_cell = found.setdefault(cell["key"], {})
@@ -224,7 +233,7 @@ def trend(store: Store, plan: str, cells: Sequence[str] = (), metrics: Sequence[
                 series.changes.append(ChangePoint(
                     pair[0], pair[1], _mean(points[a:b]), _mean(points[c:d]), b - a, d - c, diffs[pair]))
             out.append(series)
-    return Trend(plan, runs, out)
+    return Trend(plan, runs, out, tcg)
 
 
 def _mean(points: Sequence[Point]) -> float:
