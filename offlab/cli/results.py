@@ -464,7 +464,8 @@ def compare_cmd(
                 continue
             typer.echo(f"offlab: {r.cell}: {r.label} {r.change_pct:+.1f} % vs {against} "
                        f"[{r.change_low_pct:+.1f}, {r.change_high_pct:+.1f}]: slower by more than "
-                       f"{fail_if_slower:g} %", err=True)
+                       f"{fail_if_slower:g} %" + (f"; on other versions: {'; '.join(r.versions)}" if r.versions else ""),
+                       err=True)
         for d in envs:  # what changed between the runs, most likely cause first
             for line in envdiff.lines(d, limit=10):
                 typer.echo(f"offlab: {line}", err=True)
