@@ -279,3 +279,37 @@ class TestGuests:
                                                        "kernel_suite", "qemu_version")}
                 assert stored == {k: shown["guest"][k] for k in stored}
         assert guests["server"]["kernel_package_version"] == "7.2.12-1~bpo13+1"
+
+
+def test_compare_between_cells_of_one_run_names_their_guest_kernels_first(tmp_path):
+    """A kernel axis: two cells of one run whose guests ran other kernels (a real guest sample, its kernel
+    release as a 6.1 guest reports it in one cell): compare names the versions before any figure."""
+    import copy
+
+    from offlab.store import Store
+
+    real = json.loads((Path(REPO) / "tests" / "fixtures" / "effects" / "vm-xps-udp.json").read_text())
+    old = copy.deepcopy(real)
+    old["guests"]["client"]["kernel_release"] = "6.1.0-56-cloud-amd64"
+    db = tmp_path / "k.db"
+    with Store.open(db) as s:
+        run = s.create_run("k", "name: k", {}, 1, {}, {"kernel": "6.1"}, {"level": 95, "until": "width"})
+        cells = s.add_cells(run, [{"key": f"kernel={k}", "params": {"kernel": k}, "settings": {}} for k in ("6.1", "6.12")])
+        for key, sample, factor in (("kernel=6.1", old, 1.0), ("kernel=6.12", real, 0.5)):
+            for rnd, v in enumerate((1.0e9, 1.02e9, 0.98e9)):
+                s.add_sample(run, cells[key], rnd, sample, {"throughput_bps": v * factor})
+            s.set_cell_status(cells[key], "done")
+        s.set_run_status(run, "done")
+    res = offlab_cli("compare", str(run), "--db", str(db), "--metric", "throughput_bps")
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    at = next(i for i, l in enumerate(lines) if "on other versions" in l)
+    assert lines[at].strip() == ("on other versions: guest client kernel release: 6.1.0-56-cloud-amd64 → "
+                                 "6.12.117+deb12-cloud-amd64")
+    assert at < next(i for i, l in enumerate(lines) if l.lstrip().startswith("throughput"))
+    [row] = json.loads(offlab_cli("compare", str(run), "--db", str(db), "--metric", "throughput_bps", "--json").stdout)["rows"]
+    assert row["versions"] == ["guest client kernel release: 6.1.0-56-cloud-amd64 → 6.12.117+deb12-cloud-amd64"]
+    res = offlab_cli("compare", str(run), "--db", str(db), "--metric", "throughput_bps", "--fail-if-slower", "10")
+    assert res.returncode == 1 and res.stderr.startswith("offlab: kernel=6.12: throughput -50.0 % vs kernel=6.1 ")
+    assert res.stderr.rstrip().endswith("; on other versions: guest client kernel release: 6.1.0-56-cloud-amd64 → "
+                                        "6.12.117+deb12-cloud-amd64"), res.stderr

@@ -29,6 +29,9 @@ def register(app: typer.Typer) -> None:
     results.command("list")(list_cmd)
     results.command("show")(show_cmd)
     results.command("import")(import_cmd)
+    from offlab.cli.trend import trend_cmd
+
+    results.command("trend")(trend_cmd)
     app.add_typer(results, name="results")
     app.command("compare")(compare_cmd)
     app.command("report")(report_cmd)
@@ -461,7 +464,8 @@ def compare_cmd(
                 continue
             typer.echo(f"offlab: {r.cell}: {r.label} {r.change_pct:+.1f} % vs {against} "
                        f"[{r.change_low_pct:+.1f}, {r.change_high_pct:+.1f}]: slower by more than "
-                       f"{fail_if_slower:g} %", err=True)
+                       f"{fail_if_slower:g} %" + (f"; on other versions: {'; '.join(r.versions)}" if r.versions else ""),
+                       err=True)
         for d in envs:  # what changed between the runs, most likely cause first
             for line in envdiff.lines(d, limit=10):
                 typer.echo(f"offlab: {line}", err=True)
@@ -474,7 +478,7 @@ def compare_cmd(
 CSV_FIELDS = ("run", "baseline_run", "cell", "baseline", "metric", "unit", "better", "level", "n_baseline",
               "mean_baseline", "n_cell", "mean_cell", "ratio", "low", "high", "change_pct", "change_low_pct",
               "change_high_pct", "diff", "diff_low", "diff_high", "verdict", "rule", "pairs", "flags", "cell_status",
-              "cell_reason")
+              "cell_reason", "versions")
 
 
 def _rows_csv(rows) -> None:
@@ -483,6 +487,7 @@ def _rows_csv(rows) -> None:
     for r in rows:
         d = r.to_dict()
         d["flags"] = "; ".join(r.flags)
+        d["versions"] = "; ".join(r.versions)
         w.writerow({k: "" if d.get(k) is None else d[k] for k in CSV_FIELDS})
 
 
@@ -518,6 +523,8 @@ def _print_rows(rows) -> None:
         flags += "".join(f"  [cyan]{escape(r.published)} ({escape(fmt.short(r.metric))}, published)[/cyan]"
                          for r in g if r.published)
         out.print(("\n" if gi else "") + title + flags)
+        if r0.versions:  # ran on other guest kernels or QEMUs: named before any figure
+            out.print(f"  [bold]on other versions[/bold]: {escape('; '.join(r0.versions))}")
         t = Table(box=None, show_header=gi == 0, padding=(0, 1))
         for name, width, justify in COLUMNS:
             t.add_column(name.replace("CI", f"{r0.level:g} % CI"), min_width=width, justify=justify)

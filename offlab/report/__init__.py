@@ -383,10 +383,44 @@ def _comparison_matrix(rows: list[Row], metrics: list[str]) -> dict:
                 "flags": "; ".join(f for f in r.flags if f not in common and f != TCG_MARK),
             })
         both = trade_off(group)
+        versions = [f"on other versions: {'; '.join(r0.versions)}"] if r0.versions else []
         out.append({"cell": r0.cell, "baseline": r0.baseline, "mine": mine, "theirs": theirs, "shared": shared,
-                    "flags": common + ([both] if both else []), "cells": cells})
+                    "flags": versions + common + ([both] if both else []), "cells": cells})
     rows, notes = footnoted(out)
     return {"metrics": [fmt.short(m) for m in metrics], "rows": rows, "notes": notes}
+
+
+# Series of a plan's history drawn at most; the rest are named (`offlab results trend` shows every one).
+MAX_HISTORY_SERIES = 24
+
+
+def _history(store: Store, run: dict, metrics: list[str]) -> dict | None:
+    """The plan's history (every run of the same name), each cell's metric as a small chart with its change
+    points and the environment difference across each; None when the plan has run once."""
+    from offlab.report import charts, envdiff, trend
+
+    if not metrics or sum(r["name"] == run["name"] for r in store.list_runs()) < 2:
+        return None
+    found = trend.trend(store, run["name"], metrics=metrics)
+    rows = []
+    for s in found.series[:MAX_HISTORY_SERIES]:
+        runs = [p.run for p in s.points]
+        rows.append({
+            "cell": s.cell, "metric": fmt.short(s.metric), "runs": len(s.points),
+            "svg": charts.sparkline([p.ci.mean for p in s.points], [p.ci.low for p in s.points],
+                                    [p.ci.high for p in s.points], s.groups,
+                                    runs.index(run["id"]) if run["id"] in runs else None),
+            "first": fmt.value(s.metric, s.points[0].ci.mean), "last": fmt.value(s.metric, s.points[-1].ci.mean),
+            "changes": [{"run_before": c.run_before, "run_after": c.run_after,
+                         "step": f"{fmt.value(s.metric, c.before)} → {fmt.value(s.metric, c.after)}"
+                                 + ("" if c.relative is None else f" ({fmt.signed(100 * c.relative)} %)"),
+                         "groups": f"means of {c.runs_before} and {c.runs_after} runs",
+                         "view": c.environment.view,
+                         "lines": envdiff.lines(c.environment, limit=10)[1:] + c.environment.missing}
+                        for c in s.changes]})
+    return {"plan": found.plan, "runs": len(found.runs), "method": trend.METHOD, "rows": rows,
+            "tcg": found.tcg_line(),
+            "undrawn": [f"{s.cell} · {fmt.short(s.metric)}" for s in found.series[MAX_HISTORY_SERIES:]]}
 
 
 def build_report(store: Store, run_id: int, *, baseline: dict | None = None,
@@ -471,6 +505,7 @@ def build_report(store: Store, run_id: int, *, baseline: dict | None = None,
         "losses": losses(cells, samples),
         "segmentations": segmentations(cells, samples),
         "offloads": offload_table(env, run.get("plan_text") or ""),
+        "history": _history(store, run, present),
         "published": [{"cell": r.cell, "baseline": r.baseline, "metric": fmt.short(r.metric),
                        "ours": fmt.change(r) if r.compared else "–", "verdict": r.verdict, "theirs": r.published,
                        "rule": r.rule}

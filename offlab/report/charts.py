@@ -289,3 +289,39 @@ def over_time(rounds: list[tuple[str, dict]], sent: list[tuple[str, dict]] | Non
             ax.legend(fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     axes[-1].set_xlabel("seconds from the start of the measured window (shaded: warm-up)", fontsize=8)
     return to_svg(fig), grouped
+
+
+def sparkline(means: list[float], lows: list[float | None], highs: list[float | None],
+              groups: list[tuple[int, int]], mark: int | None = None, width: int = 260, height: int = 56) -> str:
+    """A plan's history in one small SVG, drawn by hand (no axes: the table beside it has the figures): each
+    run's mean as a dot with its interval, each group's mean as a line over its runs, a dashed line where a
+    group begins (a change point), and the run `mark` (this report's) ringed."""
+    tops = [h if h is not None else m for m, h in zip(means, highs, strict=True)]
+    bottoms = [lo if lo is not None else m for m, lo in zip(means, lows, strict=True)]
+    top, bottom = max(tops + [0.0]), min(bottoms + [0.0])
+    span = (top - bottom) or 1.0
+    pad = 6.0
+    step = (width - 2 * pad) / max(1, len(means) - 1)
+    x = lambda i: pad + (i * step if len(means) > 1 else (width - 2 * pad) / 2)  # noqa: E731
+    y = lambda v: pad + (top - v) / span * (height - 2 * pad)  # noqa: E731
+    parts = [f'<svg class="spark" role="img" width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
+             f'xmlns="http://www.w3.org/2000/svg">',
+             f'<line x1="0" y1="{y(0):.1f}" x2="{width}" y2="{y(0):.1f}" stroke="#d9d9de" stroke-width="1"/>']
+    for g, (a, b) in enumerate(groups):
+        level = sum(means[a:b]) / (b - a)
+        parts.append(f'<line x1="{x(a) - 3:.1f}" y1="{y(level):.1f}" x2="{x(b - 1) + 3:.1f}" y2="{y(level):.1f}" '
+                     f'stroke="{PALETTE[0]}" stroke-width="2" opacity="0.45"/>')
+        if g:
+            cut = (x(a - 1) + x(a)) / 2
+            parts.append(f'<line x1="{cut:.1f}" y1="0" x2="{cut:.1f}" y2="{height}" stroke="#b3261e" '
+                         f'stroke-dasharray="3,2" stroke-width="1"/>')
+    for i, m in enumerate(means):
+        if lows[i] is not None and highs[i] is not None:
+            parts.append(f'<line x1="{x(i):.1f}" y1="{y(highs[i]):.1f}" x2="{x(i):.1f}" y2="{y(lows[i]):.1f}" '
+                         f'stroke="#6b6b70" stroke-width="1"/>')
+        parts.append(f'<circle cx="{x(i):.1f}" cy="{y(m):.1f}" r="2.5" fill="#1d1d1f"/>')
+        if i == mark:
+            parts.append(f'<circle cx="{x(i):.1f}" cy="{y(m):.1f}" r="5" fill="none" stroke="{PALETTE[1]}" '
+                         f'stroke-width="1.5"/>')
+    parts.append("</svg>")
+    return "".join(parts)

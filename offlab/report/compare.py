@@ -19,7 +19,8 @@ from typing import Iterable, Sequence
 from offlab import stats
 from offlab.errors import BadInput
 from offlab.metrics import HEADLINE, METRICS, NOT_EXERCISED, TCG_MARK, not_exercised_by_cell
-from offlab.sample import SampleRecord, StoredSample
+from offlab.report.envdiff import cell_versions, version_changes
+from offlab.sample import SampleRecord, StoredSample, records
 from offlab.store import Store
 
 # Verdicts of rows that could not be compared (beside the statistical ones in offlab.stats).
@@ -83,6 +84,8 @@ class Row:
     pairs: int | None = None  # SEQUENTIAL: pairs measured in the same round, up to the deciding look
     looks: int | None = None
     equivalence_pct: float | None = None
+    # the guest kernel and QEMU versions that differ between the cell and its baseline, "what: a → b"
+    versions: list[str] = field(default_factory=list)
 
     @property
     def compared(self) -> bool:
@@ -322,6 +325,22 @@ def _mark_not_exercised(store: Store, rows: list[Row]) -> list[Row]:
     return rows
 
 
+def _mark_versions(store: Store, rows: list[Row]) -> list[Row]:
+    """Name on every row the guest kernel and QEMU versions its cell and its baseline cell ran on, where they
+    differ (a kernel or QEMU axis, or two runs on other versions): the first thing to read a difference by."""
+    runs = {r.run for r in rows} | {r.baseline_run for r in rows}
+    seen: dict[tuple[int, str], dict[str, str]] = {}
+    for run in runs - {None}:
+        keys = {c["id"]: c["key"] for c in store.cells(run)}
+        for cid, versions in cell_versions(records(store.samples(run))).items():
+            seen[(run, keys[cid])] = versions
+    for row in rows:
+        a, b = seen.get((row.baseline_run, row.baseline or "")), seen.get((row.run, row.cell))
+        if a and b:
+            row.versions = [c.line() for c in version_changes(a, b)]
+    return rows
+
+
 def _mark_emulated(rows: list[Row], *runs: dict) -> list[Row]:
     if any(emulated(r) for r in runs):
         for row in rows:
@@ -363,7 +382,7 @@ def compare_run(store: Store, run_id: int, baseline: dict | None = None,
                               values.get(bcell["id"], {}) if bcell else {}, metrics, level, run_id, run_id, seq)
     for row in rows:
         row.published = published_text(run, row.params, row.baseline_params, row.metric)
-    return _mark_emulated(_mark_not_exercised(store, rows), run)
+    return _mark_emulated(_mark_versions(store, _mark_not_exercised(store, rows)), run)
 
 
 def published_text(run: dict, params: dict, baseline_params: dict, metric: str) -> str | None:
@@ -426,7 +445,7 @@ def compare_runs(store: Store, run_a: int, run_b: int, metrics: Sequence[str] = 
     for key, cell in cells_a.items():
         if key not in keys_b:
             rows += _missing_rows(cell, metrics, level, f"not in run {run_b}", run_b, run_a)
-    return _mark_emulated(_mark_not_exercised(store, rows), ra, rb)
+    return _mark_emulated(_mark_versions(store, _mark_not_exercised(store, rows)), ra, rb)
 
 
 def compare_many(store: Store, runs: Sequence[int], metrics: Sequence[str] = HEADLINE,
@@ -507,6 +526,8 @@ def sentence(rows: Sequence[Row]) -> str:
     both = trade_off(rows)
     if both:
         text += f" — {both}"
+    if r0.versions:  # the versions first: what most likely made the difference
+        text = f"{head} (on other versions: {'; '.join(r0.versions)})" + text[len(head):]
     return text
 
 

@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Iterable
 
 from offlab.errors import BadInput
-from offlab.sample import Cpu, StoredSample, records
+from offlab.sample import Cpu, SampleRecord, StoredSample, records
 from offlab.store import Store
 
 # Most likely cause of a different figure first: a guest's kernel and QEMU, the kernel and how it was
@@ -158,6 +158,23 @@ def _guests(env: dict, field: str) -> dict:
     return out
 
 
+def cell_versions(samples: Iterable[SampleRecord]) -> dict[int, dict[str, str]]:
+    """cell id → the guest kernel and QEMU versions its samples ran on, keyed as in a run's environment
+    ("guest client kernel release"): cells of one run differ in them when the plan has a kernel or QEMU axis."""
+    out: dict[int, dict[str, str]] = {}
+    for s in samples:
+        for role, g in ((s.sample or StoredSample()).guests or {}).items():
+            for name in GUEST_VERSIONS:
+                if getattr(g, name, None):
+                    out.setdefault(s.cell_id, {}).setdefault(f"guest {role} {name.replace('_', ' ')}", getattr(g, name))
+    return out
+
+
+def version_changes(a: dict[str, str], b: dict[str, str]) -> list[Change]:
+    """The guest kernel and QEMU versions two cells ran on, where they differ (only fields both recorded)."""
+    return _pairs("guest", "", {k: v for k, v in a.items() if k in b}, {k: v for k, v in b.items() if k in a})
+
+
 def _dpdk(env: dict) -> dict:
     """DPDK's version as testpmd or OVS-DPDK reported it, per lab."""
     out = {}
@@ -213,6 +230,7 @@ def _in_force(store: Store, ra: dict, rb: dict, ea: dict, eb: dict) -> list[Chan
     the value it found before setting it stands in (`not set by the plan; as run N found it`)."""
     def held(run: dict, env: dict) -> tuple[dict, dict]:
         keys, cells = _iface_keys(env), {c["id"]: c["key"] for c in store.cells(run["id"])}
+        # every measured cell, also one that held nothing: against a cell that held a sysctl it is the change
         value: dict[str, dict[tuple[str, str], str]] = {}
         found: dict[str, dict[tuple[str, str], str]] = {}
 
@@ -222,6 +240,7 @@ def _in_force(store: Store, ra: dict, rb: dict, ea: dict, eb: dict) -> list[Chan
 
         for s in records(store.samples(run["id"])):
             sample, cell = s.sample or StoredSample(), cells.get(s.cell_id, "?")
+            value.setdefault(cell, {})
             for item in sample.in_force or []:
                 value.setdefault(cell, {})[(place(item.where or "?"), item.key)] = _text(item.value)
             for o in sample.knobs or []:
