@@ -419,7 +419,8 @@ def _history(store: Store, run: dict, metrics: list[str]) -> dict | None:
                          "lines": envdiff.lines(c.environment, limit=10)[1:] + c.environment.missing}
                         for c in s.changes]})
     return {"plan": found.plan, "runs": len(found.runs), "method": trend.METHOD, "rows": rows,
-            "tcg": found.tcg_line(),
+            # named, not flagged again: the run's own banner carries the TCG mark once per report
+            "tcg": f"emulated guests in this history: {'; '.join(found.emulated)}" if found.emulated else None,
             "undrawn": [f"{s.cell} · {fmt.short(s.metric)}" for s in found.series[MAX_HISTORY_SERIES:]]}
 
 
