@@ -486,6 +486,7 @@ def _render(context: dict) -> str:
     env = jinja2.Environment(loader=loader, autoescape=jinja2.select_autoescape(["html", "j2"]),
                              trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined)
     env.filters["cls"] = lambda s: "".join(ch if ch.isalnum() else "-" for ch in str(s))
+    env.globals["loss_percents"] = fmt.loss_percents
     return env.get_template("report.html.j2").render(**context)
 
 
