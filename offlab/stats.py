@@ -345,3 +345,18 @@ def percents(shares: Sequence[float], decimals: int = 0) -> list[str]:
     for i in sorted(range(len(exact)), key=lambda i: floors[i] - exact[i])[:max(0, left)]:
         floors[i] += 1
     return [f"{f / scale:.{decimals}f}" for f in floors]
+
+
+# Two counts of the same thing read at the same edges but not the same instants (a kernel tracepoint's
+# map and a counter file, ~0.1 s apart at most): a difference under both of these is agreement.
+AGREE_SHARE = 0.01
+AGREE_COUNT = 10
+
+
+def agreement(first: int, second: int, known_to: float = 0) -> dict:
+    """first against second: the difference, its share of the second, and whether they agree (within
+    AGREE_*, or within `known_to`: what the second is known to itself, e.g. a lost count's ± datagrams)."""
+    diff = first - second
+    return {"kernel": first, "other": second, "difference": diff,
+            "difference_share": diff / second if second else None, **({"known_to": known_to} if known_to else {}),
+            "agree": abs(diff) <= max(AGREE_COUNT, AGREE_SHARE * max(first, second), known_to)}
