@@ -462,10 +462,10 @@ def compare_cmd(
             with _open(db) as store:
                 print_published(store, runs[0])
         with _open(db) as store:
-            for r in runs:  # the kernel's account beside the counters', where the run's samples took it
-                if any((s.sample or StoredSample()).kernel_account for s in records(store.samples(r))):
-                    out.print(f"\n[bold]run {r}[/bold]")
-                    print_losses(store, r)
+            for run_id in runs:  # the kernel's account beside the counters', where the run's samples took it
+                if any((s.sample or StoredSample()).kernel_account for s in records(store.samples(run_id))):
+                    out.print(f"\n[bold]run {run_id}[/bold]")
+                    print_losses(store, run_id)
         for d in envs:
             out.print("\n" + "\n".join(escape(line) for line in envdiff.lines(d)))
     for p in dict.fromkeys(problems):

@@ -40,7 +40,7 @@ def loss(trace: dict, lost: int | None, counted: float | None, counter_places: l
     if not dropped and not lost:
         return None
     shares, rest = partition([d["datagrams"] for d in drops], lost or 0)
-    places = [{**d, "share": s} for d, s in zip(drops, shares)]
+    places = [{**d, "share": s} for d, s in zip(drops, shares, strict=True)]
     unseen = max(0, (lost or 0) - dropped)
     out: dict = {"dropped": dropped, "lost": lost, "places": places, "unseen": unseen, "unseen_share": rest}
     if not_lost:
@@ -92,7 +92,7 @@ def hops(trace: dict) -> list[dict]:
     devices = sorted({(r["host"], r["device"]) for key in ("queue", "xmit", "rx", "gro_in") for r in trace.get(key) or []})
     out = []
     for host, dev in devices:
-        def at(key: str) -> list[dict]:
+        def at(key: str, host: str = host, dev: str = dev) -> list[dict]:
             return [r for r in trace.get(key) or [] if r["host"] == host and r["device"] == dev]
 
         queued, sent, passed = _tally(at("queue")), _tally(at("xmit")), _tally(at("rx"))

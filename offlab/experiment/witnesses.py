@@ -510,7 +510,7 @@ def attribute_loss(sample: StoredSample) -> dict | None:
             own, left = own - min(own, left), left - min(own, left)
         parts.append(own)
     shares, rest = partition(parts, lost)
-    for p, share in zip(places, shares):
+    for p, share in zip(places, shares, strict=True):
         p.share = share
     order = {"client": 0, "switch": 1, "router": 2, "machine": 3, "server": 4}
     places.sort(key=lambda p: (order.get(p.host, 2), -p.datagrams))

@@ -131,7 +131,7 @@ def loss_lines(la: LossAttribution | None) -> list[str]:
         head += ": no counter explains them"
     pct, rest_pct = loss_percents(la)
     lines = [head] + [f"  {place_text(p)} ({share} %)" + (f": {p.what}" if p.what else "")
-                      for p, share in zip(la.places, pct)]
+                      for p, share in zip(la.places, pct, strict=True)]
     if la.places and la.explained_low is not None and la.explained_low != la.explained_high:
         lines.append(f"  explained {la.explained} datagrams ({100 * (la.explained or 0) / la.lost:.0f} %), "
                      f"bounds {la.explained_low}..{la.explained_high}")
@@ -184,7 +184,7 @@ def merge_attributions(found: Sequence[LossAttribution | None]) -> LossAttributi
     for a in got:
         shares, unexplained = loss_partition(a)
         rest += unexplained * a.lost
-        for p, share in zip(a.places, shares):
+        for p, share in zip(a.places, shares, strict=True):
             # Older samples counted every place in datagrams, without an estimate of their own.
             q = places.get(p.where)
             if q is None:

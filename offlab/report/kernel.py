@@ -72,16 +72,15 @@ def _merge_loss(losses: list[dict]) -> dict:
                                         "location": p["location"], "datagrams": 0, "given": 0.0})
             q["datagrams"] += p["datagrams"]
             q["given"] += p["share"] * whole
-        for key in ("vs_lost", "vs_counters"):
-            if lo.get(key):
-                k, o = compared.setdefault(key, [0, 0, 0]), lo[key]
-                k[0], k[1], k[2] = k[0] + o["kernel"], k[1] + o["other"], k[2] + o.get("known_to", 0)
+        for name in ("vs_lost", "vs_counters"):
+            if lo.get(name):
+                sums, c = compared.setdefault(name, [0, 0, 0]), lo[name]
+                sums[0], sums[1], sums[2] = sums[0] + c["kernel"], sums[1] + c["other"], sums[2] + c.get("known_to", 0)
         for pair in lo.get("by_reason") or []:
-            k = compared.setdefault(f"{pair['counter']}|{','.join(pair['reasons'])}", [0, 0, 0])
-            k[0], k[1] = k[0] + pair["kernel"], k[1] + pair["other"]
+            sums = compared.setdefault(f"{pair['counter']}|{','.join(pair['reasons'])}", [0, 0, 0])
+            sums[0], sums[1] = sums[0] + pair["kernel"], sums[1] + pair["other"]
         for n in lo.get("not_lost") or []:
-            key = (n["host"], n["device"], n["reason"])
-            m = not_lost.setdefault(key, {**n, "datagrams": 0})
+            m = not_lost.setdefault((n["host"], n["device"], n["reason"]), {**n, "datagrams": 0})
             m["datagrams"] += n["datagrams"]
     rows = sorted(places.values(), key=lambda q: -q["datagrams"])
     for q in rows:
@@ -90,13 +89,13 @@ def _merge_loss(losses: list[dict]) -> dict:
                  "unseen_share": rest / whole_sum if whole_sum else 0.0, "places": rows, "samples": len(losses)}
     if not_lost:
         out["not_lost"] = list(not_lost.values())
-    for key, (k, o, known_to) in compared.items():
-        if key.startswith("vs_"):
-            out[key] = agreement(int(k), int(o), known_to)
+    for name, (kernel, other, known_to) in compared.items():
+        if name.startswith("vs_"):
+            out[name] = agreement(int(kernel), int(other), known_to)
         else:
-            counter, reasons = key.split("|")
+            counter, reasons = name.split("|")
             out.setdefault("by_reason", []).append({"counter": counter, "reasons": reasons.split(","),
-                                                    **agreement(int(k), int(o))})
+                                                    **agreement(int(kernel), int(other))})
     return out
 
 
@@ -146,7 +145,7 @@ def loss_lines(m: dict | None) -> list[str]:
     head = f"kernel drops {lo['dropped']} datagrams of {lo['lost']} lost (skb:kfree_skb, a super-packet by its segments)"
     out = [head]
     shown = loss_percents(lo)
-    for p, pct in zip(lo["places"], shown):
+    for p, pct in zip(lo["places"], shown[:-1], strict=True):
         where = p["host"] + (f":{p['device']}" if p["device"] else " (socket)")
         out.append(f"  {where} {p['reason']} at {p['location']} {p['datagrams']} ({pct} %)")
     if lo["unseen"]:
