@@ -181,6 +181,8 @@ def test_a_drop_no_counter_sees_is_named_by_the_kernel_and_the_disagreement_said
     assert {(p["host"], p["reason"]) for p in lo["places"]} == {("server", "NETFILTER_DROP")}
     assert lo["vs_lost"]["agree"]  # within what the lost count is known to (± its counters' skew)
     assert not lo["vs_counters"]["agree"] and lo["vs_counters"]["other"] == 0
+    (note,) = kernel_account.disagreements(s["kernel_account"])  # the sample's own note says so too
+    assert note == "kernel account disagrees with the counters' attribution: kernel 3847 vs 0 datagrams, +3847"
     lines = rk.loss_lines(rk.merge([s["kernel_account"]]))
     assert lines[1].startswith("  server:") and "NETFILTER_DROP at nft_do_chain" in lines[1] and "(100 %)" in lines[1]
     assert any("DISAGREES with the counters' attribution: kernel" in x for x in lines), lines

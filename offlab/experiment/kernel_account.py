@@ -89,7 +89,9 @@ def hops(trace: dict) -> list[dict]:
     """Per device of the lab: what its queue was handed (net_dev_queue), what its driver was handed
     (net_dev_start_xmit), what it passed up (netif_receive_skb), the frames it gave GRO, and where the
     kernel cut super-packets in software (`software_segmented`: queued as super-packets, not handed so)."""
-    devices = sorted({(r["host"], r["device"]) for key in ("queue", "xmit", "rx", "gro_in") for r in trace.get(key) or []})
+    # the sender first, the receiver last, the hops between by name: the order data crosses them
+    devices = sorted({(r["host"], r["device"]) for key in ("queue", "xmit", "rx", "gro_in") for r in trace.get(key) or []},
+                     key=lambda hd: ({"client": 0, "server": 2}.get(hd[0], 1), hd))
     out = []
     for host, dev in devices:
         def at(key: str, host: str = host, dev: str = dev) -> list[dict]:
@@ -250,4 +252,27 @@ def judge(sample: dict) -> dict | None:
         out["effects"] = second
     if trace.get("not_traced"):
         out["not_traced"] = trace["not_traced"]
+    return out
+
+
+def disagreements(ka: dict | None) -> list[str]:
+    """Where the kernel's account and the counters' differ, one note each, with by how much."""
+    if not ka or "unavailable" in ka:
+        return []
+    out = []
+    lo = ka.get("loss") or {}
+    for key, what in (("vs_lost", "the lost count"), ("vs_counters", "the counters' attribution")):
+        c = lo.get(key)
+        if c and not c["agree"]:
+            share = f" ({100 * c['difference_share']:+.1f} %)" if c["difference_share"] is not None else ""
+            out.append(f"kernel account disagrees with {what}: kernel {c['kernel']} vs {c['other']} datagrams, "
+                       f"{c['difference']:+d}{share}")
+    for e in ka.get("effects") or []:
+        if e.get("agree") is False:
+            out.append(f"kernel account disagrees with the {e['setting']} witness at {e['where']}: kernel "
+                       f"{e['kernel']}, counters {e['counters']} ({e['detail']})")
+    u = ka.get("uso") or {}
+    if u.get("agree") is False:
+        out.append(f"kernel account disagrees with the USO witness: kernel {'exercised' if u['exercised'] else 'not exercised'}, "
+                   f"counters {u.get('counters')}")
     return out

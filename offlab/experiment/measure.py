@@ -287,6 +287,7 @@ def _witnessed(sample: Sample, settings: list[dict]) -> Sample:
         sample.notes.append(f"kernel account not taken: {sample.kernel_account['unavailable']}")
     elif sample.kernel_account and sample.kernel_account.get("not_traced"):
         sample.notes.append(f"kernel account partial: not traced {'; '.join(sample.kernel_account['not_traced'])}")
+    sample.notes += kernel_account.disagreements(sample.kernel_account)
     return sample
 
 
