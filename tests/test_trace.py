@@ -395,3 +395,30 @@ def test_results_show_compare_and_the_report_show_the_kernels_account_beside_the
     compared = offlab_cli("compare", str(run), "--db", str(db), env={"COLUMNS": "250"})
     assert compared.returncode == 0, compared.stderr
     assert "server:olkacc31 NETFILTER_DROP at nft_do_chain 7694 (100 %)" in compared.stdout
+
+
+def test_a_plan_asks_for_the_kernels_account_and_run_trace_turns_it_on():
+    from offlab.errors import BadInput
+    from offlab.experiment.plan import load_plan
+    from offlab.experiment.request import PlanOverrides, override
+
+    text = "name: t\ntopology: {kind: veth}\nworkload: {tool: engine, protocol: udp}\n"
+    assert load_plan(text).trace is False
+    plan = load_plan(text + "trace: true\n")
+    assert plan.trace is True and plan.to_dict()["trace"] is True  # stored with the run: kept on --resume
+    with pytest.raises(BadInput, match="trace"):
+        load_plan(text + "trace: 1\n")
+    (quiet,) = override([load_plan(text)], PlanOverrides(trace=True))
+    assert quiet.trace is True
+
+
+def test_an_old_bpftrace_is_named_with_its_version():
+    assert trace.version("bpftrace v0.17.0") == (0, 17, 0) >= trace.MIN_VERSION
+    assert trace.version("bpftrace v0.9.4") < trace.MIN_VERSION
+    assert trace.version("bpftrace 0.21.2\n") == (0, 21, 2)
+    assert trace.version("no version here") is None
+
+
+def test_run_with_inventory_and_trace_is_refused_in_one_line():
+    res = offlab_cli("run", "plan.yaml", "--inventory", "hosts.yml", "--trace")
+    assert res.returncode == 2 and "--trace with --inventory" in res.stderr and "Traceback" not in res.stderr
