@@ -163,6 +163,9 @@ def test_a_dropped_super_packet_counts_by_its_segments():
     rcv = [p for p in s["loss_attribution"]["places"] if p["where"].endswith("RcvbufErrors")][0]
     assert rcv["unit"] == "packets" and lo["dropped"] > 40 * rcv["count"]
     assert lo["vs_counters"]["agree"], lo["vs_counters"]
+    # UDP_GRO on the socket: its device passed UDP_L4 super-packets up, as the counters' witness says
+    (gro,) = [e for e in s["kernel_account"]["effects"] if e["setting"].startswith("workload gro")]
+    assert gro["kernel"] == "exercised" and gro["agree"] is True
 
 
 def test_sends_the_engine_was_refused_and_sent_again_are_not_loss():

@@ -129,9 +129,10 @@ def second_source(hop_list: list[dict], effects: list[dict] | None, workload: di
             if hop is not None:
                 found = (_segmented(hop, KINDS[SEGMENTATION[key]]) if key in SEGMENTATION
                          else _merged(hop, KINDS[MERGING[key]]))
-        elif key.startswith("workload gso"):
-            sender = str(e.get("where") or "").split(" ", 1)[0]
-            found = _socket_gso([h for h in hop_list if h["host"] == sender])
+        elif key.startswith("workload gso") or key.startswith("workload gro"):
+            role = str(e.get("where") or "").split(" ", 1)[0]
+            mine = [h for h in hop_list if h["host"] == role]
+            found = _socket_gso(mine) if key.startswith("workload gso") else _socket_gro(mine)
         if found is None:
             continue
         status, detail = found
@@ -189,6 +190,20 @@ def _socket_gso(sender_hops: list[dict]) -> tuple[str, str] | None:
         return EXERCISED, (f"the sender's devices were handed {supers} UDP_L4 super-packets "
                            f"({sum(t['super_segments'] for t, _ in queued)} segments)")
     return NOT_EXERCISED, f"the sender's devices were handed {total} skbs, none a UDP_L4 super-packet"
+
+
+def _socket_gro(receiver_hops: list[dict]) -> tuple[str, str] | None:
+    """UDP_GRO on the receiving socket takes merged buffers only if its devices passed UDP super-packets up."""
+    got = [(_tally_of(h, "received", KINDS["udp"]), h) for h in receiver_hops]
+    supers = sum(t["super_packets"] for t, _ in got)
+    total = sum(t["skbs"] for t, _ in got)
+    if total < MIN_PACKETS:
+        return None
+    if supers:
+        return EXERCISED, (f"the receiver's devices passed up {supers} UDP_L4 super-packets "
+                           f"({sum(t['super_segments'] for t, _ in got)} segments)")
+    return NOT_EXERCISED, (f"the receiver's devices passed up {total} skbs, none a UDP super-packet "
+                           f"(GRO was handed {sum(h['gro_in'] for _, h in got)} frames)")
 
 
 def uso(trace: dict, effects: list[dict] | None, hop_list: list[dict] | None = None,
