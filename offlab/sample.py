@@ -408,6 +408,9 @@ class LossAttribution(JsonView):
     explained_low: float | None = None  # absent in older samples
     explained_high: float | None = None
     unexplained: float = 0
+    # the share no place covers; with the places' shares it adds up to exactly 1 (absent in older samples)
+    unexplained_share: float | None = None
+    overshoot: int | None = None  # the places' estimates over the lost count: shares are of their sum
     unread: list[str] = field(default_factory=list)
     not_lost: list[NotLost] = _view(NotLost, list=True, default_factory=list)
     receiver_absent: str | None = None

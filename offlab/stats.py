@@ -319,3 +319,44 @@ def replay(a: Sequence[Point], b: Sequence[Point], n0: int, level: float, equiva
         if decision.decided:
             break
     return decision
+
+
+def partition(parts: Sequence[float], whole: float) -> tuple[list[float], float]:
+    """Shares of `whole` that add up to exactly 1: each part's, and the rest's (what no part covers).
+
+    Parts that add up to more than the whole (estimates with bounds, or counts read a little apart) are
+    not summed as if exact: each then gets its part of their sum, and the rest is 0.
+    """
+    total = sum(max(0.0, p) for p in parts)
+    base = max(whole, total)
+    if base <= 0:
+        return [0.0 for _ in parts], 0.0
+    shares = [max(0.0, p) / base for p in parts]
+    return shares, 1.0 - sum(shares)
+
+
+def percents(shares: Sequence[float], decimals: int = 0) -> list[str]:
+    """Shares that add up to 1 as percentages that add up to 100 as printed (largest remainder):
+    [1/3, 1/3, 1/3] → ['33', '33', '34'] rather than three '33'."""
+    scale = 10 ** decimals
+    exact = [100 * scale * s for s in shares]
+    floors = [math.floor(x + 1e-9) for x in exact]
+    left = round(100 * scale * sum(shares)) - sum(floors)
+    for i in sorted(range(len(exact)), key=lambda i: floors[i] - exact[i])[:max(0, left)]:
+        floors[i] += 1
+    return [f"{f / scale:.{decimals}f}" for f in floors]
+
+
+# Two counts of the same thing read at the same edges but not the same instants (a kernel tracepoint's
+# map and a counter file, ~0.1 s apart at most): a difference under both of these is agreement.
+AGREE_SHARE = 0.01
+AGREE_COUNT = 10
+
+
+def agreement(first: int, second: int, known_to: float = 0) -> dict:
+    """first against second: the difference, its share of the second, and whether they agree (within
+    AGREE_*, or within `known_to`: what the second is known to itself, e.g. a lost count's ± datagrams)."""
+    diff = first - second
+    return {"kernel": first, "other": second, "difference": diff,
+            "difference_share": diff / second if second else None, **({"known_to": known_to} if known_to else {}),
+            "agree": abs(diff) <= max(AGREE_COUNT, AGREE_SHARE * max(first, second), known_to)}

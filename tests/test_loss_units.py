@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import pytest
 
@@ -142,3 +143,36 @@ def test_a_real_bridge_lab_attributes_90_percent_of_its_udp_loss_in_datagrams(la
                 assert la["places"][0]["unit"] == "packets" and la["places"][0]["per_packet"] > 40
     finally:
         teardown.down(lab_name)
+
+
+def test_shares_add_up_to_100_percent_when_one_sample_overshoots_and_another_falls_short():
+    # the demo's USO cell read 100 % + "unexplained 3 %": one sample's estimate (44 datagrams per GRO
+    # packet) over its lost count, another's under it, and the estimate summed as if exact
+    over = witnesses.attribute_loss(captured("uso"))
+    assert over["overshoot"] > 0 and over["unexplained"] == 0
+    short = json.loads(json.dumps(over))
+    short["lost"] += 500_000  # the same counters against a larger loss: 500000 datagrams no place covers
+    short["places"][0]["share"] = short["places"][0]["datagrams"] / short["lost"]
+    short["unexplained"] = short["lost"] - short["places"][0]["datagrams"]
+    short["unexplained_share"] = short["unexplained"] / short["lost"]
+    del short["overshoot"]
+    merged = fmt.merge_attributions([LossAttribution.from_json(over), LossAttribution.from_json(short)])
+    assert merged.places[0].share + merged.unexplained_share == pytest.approx(1.0)
+    # the overshooting sample gives its whole loss, not its estimate, to the place
+    assert merged.places[0].share == pytest.approx((over["lost"] + short["places"][0]["datagrams"]) / merged.lost)
+    lines = fmt.loss_lines(merged)
+    shown = [int(x) for line in lines for x in re.findall(r"\((\d+) %\)", line) if "explained" not in line
+             or line.lstrip().startswith("unexplained")]
+    assert sum(shown) == 100, lines
+    assert any("more than the" in line for line in lines), lines
+
+
+def test_printed_percentages_add_up_to_100():
+    from offlab.stats import partition, percents
+
+    assert sorted(percents([1 / 3] * 3)) == ["33", "33", "34"]
+    shares, rest = partition([50, 60], 100)  # estimates over the whole: each its part of their sum
+    assert shares == [50 / 110, 60 / 110] and rest == 0.0
+    shares, rest = partition([30, 20], 100)
+    assert shares == [0.3, 0.2] and rest == pytest.approx(0.5)
+    assert sum(int(p) for p in percents([0.005, 0.994, 0.001])) == 100

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+from html import unescape
 
 import pytest
 
@@ -16,6 +18,7 @@ from offlab import lab as labs
 from offlab.experiment import kernel_account, teardown
 from offlab.experiment.measure import measure
 from offlab.probes import trace
+from offlab.report import kernel as rk
 from offlab.traffic import Workload
 from tests.conftest import TEST_TAG, offlab_cli, requires_root
 
@@ -72,6 +75,131 @@ def test_gso_type_bits_are_named():
     assert trace.gso_names(1 << 17) == "UDP_L4"
     assert trace.gso_names(0) == "-"
     assert trace.gso_names(1 | 2) == "TCPV4|DODGY"
+
+
+def _captured(name: str) -> dict:
+    """A sample captured on a real veth lab with --trace, its kernel account judged again from its trace."""
+    d = json.loads(_fixture(f"{name}.json"))
+    d["kernel_account"] = kernel_account.judge(d)
+    return d
+
+
+def _hop(sample: dict, host: str) -> dict:
+    (hop,) = [h for h in sample["kernel_account"]["hops"] if h["host"] == host]
+    return hop
+
+
+def test_uso_off_is_segmented_in_software_at_the_client_device_and_not_exercised():
+    # engine --gso with tx-udp-segmentation off on the client's veth: its queue got UDP_L4 super-packets,
+    # its driver wire-size skbs (cut in validate_xmit_skb), the server saw no super-packet
+    s = _captured("uso-off-gso")
+    hop = _hop(s, "client")
+    assert hop["queued"]["by_type"]["UDP_L4"]["super_packets"] > 100
+    assert hop["sent"]["super_packets"] == 0 and hop["sent"]["skbs"] == hop["queued"]["segments"]
+    assert hop["software_segmented"] == hop["queued"]["super_packets"]
+    assert _hop(s, "server")["received"]["super_packets"] == 0
+    uso = s["kernel_account"]["uso"]
+    assert uso["exercised"] is False and uso["segmented_in_software_at"] == [f"client:{hop['device']}"]
+    lines = rk.segmentation_lines(rk.merge([s["kernel_account"]]))
+    assert f"client:{hop['device']} segmented in software: its queue was handed " in lines[0]
+    assert any(line.startswith("USO not exercised") and "segmented in software at client:" in line for line in lines)
+    # the engine's UDP_SEGMENT did make super-packets: the kernel and the counters' witness agree on that
+    (gso,) = [e for e in s["kernel_account"]["effects"] if e["setting"].startswith("workload gso")]
+    assert gso["kernel"] == "exercised" and gso["agree"] is True
+
+
+def test_uso_on_hands_the_driver_udp_l4_super_packets_that_cross_the_veth_whole():
+    s = _captured("uso-on-gso")
+    client, server = _hop(s, "client"), _hop(s, "server")
+    assert client["software_segmented"] == 0 and client["sent"]["by_type"]["UDP_L4"]["super_packets"] > 100
+    assert server["received"]["super_segments"] == client["sent"]["super_segments"]
+    assert server["gro_built"] == 0  # they arrived merged: GRO built none
+    assert s["kernel_account"]["uso"]["exercised"] is True
+    # without UDP_SEGMENT the same USO setting gets nothing to segment
+    plain = _captured("uso-on-nogso")["kernel_account"]["uso"]
+    assert plain["exercised"] is False and plain["super_packets"] == 0 and plain["skbs"] > 1000
+
+
+def test_tso_off_on_a_veth_names_the_device_where_tcp_was_segmented_in_software():
+    s = _captured("tso-off-tcp")
+    hop = _hop(s, "client")
+    assert hop["queued"]["by_type"]["TCPV4"]["super_packets"] > 100 and hop["sent"]["super_packets"] == 0
+    assert hop["software_segmented"] > 100
+    assert _hop(s, "server")["software_segmented"] == 0
+    (line,) = [x for x in rk.segmentation_lines(rk.merge([s["kernel_account"]])) if "segmented in software" in x]
+    assert line.startswith(f"client:{hop['device']} segmented in software") and "TCPV4" in line
+
+
+def test_gro_on_the_receiving_veth_is_what_gro_built_and_agrees_with_the_counters_witness():
+    s = _captured("tso-off-gro-on-tcp")
+    server = _hop(s, "server")
+    assert server["gro_in"] > 1000 and server["gro_built"] > 100
+    assert server["received"]["super_segments"] <= server["gro_in"]
+    (gro,) = [e for e in s["kernel_account"]["effects"] if e["setting"] == "gro"]
+    assert gro["kernel"] == "exercised" and gro["counters"] == "exercised" and gro["agree"] is True
+    # a counters' witness that read otherwise is flagged, with both verdicts
+    s["effects"] = [{**e, "status": "set but not exercised"} if e["setting"] == "gro" else e for e in s["effects"]]
+    (flagged,) = [e for e in kernel_account.judge(s)["effects"] if e["setting"] == "gro"]
+    assert flagged["agree"] is False
+    lines = rk.segmentation_lines(rk.merge([kernel_account.judge(s)]))
+    assert any("DISAGREES with the counters' witness (set but not exercised)" in x for x in lines), lines
+
+
+def test_a_tiny_receive_buffer_is_socket_rcvbuff_on_the_server_for_every_lost_datagram_captured():
+    s = _captured("rcvbuf-drops")
+    lo = s["kernel_account"]["loss"]
+    (place,) = lo["places"]
+    assert (place["host"], place["reason"]) == ("server", "SOCKET_RCVBUFF")
+    assert place["datagrams"] == s["loss_attribution"]["lost"] and lo["vs_lost"]["agree"] and lo["vs_counters"]["agree"]
+    (pair,) = [p for p in lo["by_reason"] if p["counter"] == "RcvbufErrors"]
+    assert pair["agree"] and pair["kernel"] == pair["other"]
+
+
+def test_a_dropped_super_packet_counts_by_its_segments():
+    # GRO super-packets of 46 datagrams dropped at a full receive buffer: the counters count packets and
+    # estimate, the kernel counts each skb's gso_segs; both agree here
+    s = _captured("rcvbuf-gso-gro-drops")
+    lo = s["kernel_account"]["loss"]
+    rcv = [p for p in s["loss_attribution"]["places"] if p["where"].endswith("RcvbufErrors")][0]
+    assert rcv["unit"] == "packets" and lo["dropped"] > 40 * rcv["count"]
+    assert lo["vs_counters"]["agree"], lo["vs_counters"]
+    # UDP_GRO on the socket: its device passed UDP_L4 super-packets up, as the counters' witness says
+    (gro,) = [e for e in s["kernel_account"]["effects"] if e["setting"].startswith("workload gro")]
+    assert gro["kernel"] == "exercised" and gro["agree"] is True
+
+
+def test_sends_the_engine_was_refused_and_sent_again_are_not_loss():
+    s = _captured("qdisc-drops")
+    lo = s["kernel_account"]["loss"]
+    assert not [p for p in lo["places"] if p["reason"] == "QDISC_DROP"]
+    (refused,) = lo["not_lost"]
+    assert refused["reason"] == "QDISC_DROP" and refused["host"] == "client" and refused["datagrams"] > 1000
+    raw = sum(d["datagrams"] for d in s["probes"]["trace"]["drops"] if d["reason"] == "QDISC_DROP")
+    assert refused["datagrams"] == min(raw, s["traffic"]["errors"]["ENOBUFS"])
+
+
+def test_a_drop_no_counter_sees_is_named_by_the_kernel_and_the_disagreement_said():
+    s = _captured("nft-drops")
+    lo = s["kernel_account"]["loss"]
+    assert {(p["host"], p["reason"]) for p in lo["places"]} == {("server", "NETFILTER_DROP")}
+    assert lo["vs_lost"]["agree"]  # within what the lost count is known to (± its counters' skew)
+    assert not lo["vs_counters"]["agree"] and lo["vs_counters"]["other"] == 0
+    (note,) = kernel_account.disagreements(s["kernel_account"])  # the sample's own note says so too
+    assert note == "kernel account disagrees with the counters' attribution: kernel 3847 vs 0 datagrams, +3847"
+    lines = rk.loss_lines(rk.merge([s["kernel_account"]]))
+    assert lines[1].startswith("  server:") and "NETFILTER_DROP at nft_do_chain" in lines[1] and "(100 %)" in lines[1]
+    assert any("DISAGREES with the counters' attribution: kernel" in x for x in lines), lines
+
+
+def test_a_cells_samples_merged_keep_shares_adding_up_to_100_percent():
+    a, b = _captured("rcvbuf-drops"), _captured("nft-drops")
+    m = rk.merge([a["kernel_account"], b["kernel_account"], {"unavailable": "bpftrace did not start: x"}])
+    lo = m["loss"]
+    assert lo["dropped"] == a["kernel_account"]["loss"]["dropped"] + b["kernel_account"]["loss"]["dropped"]
+    assert sum(p["share"] for p in lo["places"]) + lo["unseen_share"] == pytest.approx(1.0)
+    shown = [int(x) for line in rk.loss_lines(m) for x in re.findall(r"\((\d+) %\)", line)]
+    assert sum(shown) == 100
+    assert rk.unavailable_lines(m) == ["kernel account not taken in 1 of 3 sample(s): bpftrace did not start: x"]
 
 
 def test_loss_shares_add_up_to_100_percent_and_a_gap_is_named():
@@ -195,8 +323,8 @@ def test_uso_on_while_the_engine_sends_without_gso_shows_no_udp_l4_super_packets
         _restore(lab)
     xmit = s.probes["trace"]["xmit"]
     assert not any("UDP_L4" in r["gso_type"] and r["segments"] > r["skbs"] for r in xmit), xmit
-    uso = s.kernel_account.get("uso") or {}
-    assert not uso.get("exercised")
+    uso = s.kernel_account["uso"]
+    assert uso["exercised"] is False and uso["super_packets"] == 0 and uso["skbs"] > 1000, uso
     # the counters' USO witness reads the same: the two sources do not disagree
     assert uso.get("agree") is not False, (uso, s.effects)
     # the same witness does see them when the engine asks for UDP_SEGMENT: it can tell the two apart
@@ -217,3 +345,83 @@ def test_where_a_tracepoint_is_missing_the_sample_says_so_in_one_line_and_nothin
     assert len(said) == 1 and "\n" not in said[0]
     assert s.probes["trace"] == s.kernel_account
     assert s.traffic["datagrams_received"] > 1000  # the sample itself was measured as ever
+
+
+@requires_root
+@pytest.mark.network
+def test_tso_off_on_a_veth_shows_where_tcp_was_segmented_in_software(lab):
+    iface = labs.LabState.load(lab.name).resolve_iface("client", "to-server")
+    w = Workload(tool="iperf3", protocol="tcp", duration=1.0, warmup=0.3)
+    _set(lab, "client", "to-server", "tso=off")
+    try:
+        off = measure(labs.LabState.load(lab.name), w, trace=True)
+    finally:
+        _restore(lab)
+    on = measure(labs.LabState.load(lab.name), w, trace=True)
+    (cut,) = [h for h in off.kernel_account["hops"] if h["software_segmented"]]
+    assert (cut["host"], cut["device"]) == ("client", iface), off.kernel_account["hops"]
+    assert cut["queued"]["by_type"]["TCPV4"]["super_packets"] > 100 and cut["sent"]["super_packets"] == 0
+    # with TSO on, the same device's driver takes the super-packets whole: nothing is cut in software
+    (client,) = [h for h in on.kernel_account["hops"] if h["host"] == "client" and h["device"] == iface]
+    assert client["software_segmented"] == 0 and client["sent"]["by_type"]["TCPV4"]["super_packets"] > 100
+
+
+def test_results_show_compare_and_the_report_show_the_kernels_account_beside_the_counters(tmp_path):
+    from offlab.metrics import metrics_of
+    from offlab.report import build_report
+    from offlab.store import Store
+
+    db = tmp_path / "k.db"
+    store = Store.open(db)
+    run = store.create_run("kacc", "name: kacc", {}, 1, {}, {"rule": "drop"}, {})
+    ids = store.add_cells(run, [{"key": k, "params": {"rule": k}, "settings": {}} for k in ("drop", "uso-off")])
+    for cell, name in (("drop", "nft-drops"), ("drop", "nft-drops"), ("uso-off", "uso-off-gso")):
+        s = _captured(name)
+        store.add_sample(run, ids[cell], 0, s, metrics_of(s))
+    for cid in ids.values():
+        store.set_cell_status(cid, "done")
+    html = build_report(store, run)
+    store.close()
+    section = html.split('id="kernel"', 1)[1].split("</section>", 1)[0]
+    text = unescape(re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", section)))
+    assert "Where the loss went, by the kernel's account" in text
+    assert "server:olkacc31 NETFILTER_DROP nft_do_chain 7694 100 %" in text  # two samples summed
+    assert "DISAGREES with the counters' attribution" in text
+    assert "client:olkacc20 segmented in software: its queue was handed" in text
+    shown = offlab_cli("results", "show", str(run), "--db", str(db), env={"COLUMNS": "250"})
+    assert shown.returncode == 0, shown.stderr
+    out = shown.stdout
+    assert "segmentation by the kernel's account" in out and "USO not exercised by the kernel's account" in out
+    # beside the counters': the counters' line for the cell first, then the kernel's
+    cell = out.split("where the loss went", 1)[1].split("drop:", 1)[1]
+    assert cell.index("no counter explains them") < cell.index("kernel drops 7694 datagrams of 7496 lost")
+    compared = offlab_cli("compare", str(run), "--db", str(db), env={"COLUMNS": "250"})
+    assert compared.returncode == 0, compared.stderr
+    assert "server:olkacc31 NETFILTER_DROP at nft_do_chain 7694 (100 %)" in compared.stdout
+
+
+def test_a_plan_asks_for_the_kernels_account_and_run_trace_turns_it_on():
+    from offlab.errors import BadInput
+    from offlab.experiment.plan import load_plan
+    from offlab.experiment.request import PlanOverrides, override
+
+    text = "name: t\ntopology: {kind: veth}\nworkload: {tool: engine, protocol: udp}\n"
+    assert load_plan(text).trace is False
+    plan = load_plan(text + "trace: true\n")
+    assert plan.trace is True and plan.to_dict()["trace"] is True  # stored with the run: kept on --resume
+    with pytest.raises(BadInput, match="trace"):
+        load_plan(text + "trace: 1\n")
+    (quiet,) = override([load_plan(text)], PlanOverrides(trace=True))
+    assert quiet.trace is True
+
+
+def test_an_old_bpftrace_is_named_with_its_version():
+    assert trace.version("bpftrace v0.17.0") == (0, 17, 0) >= trace.MIN_VERSION
+    assert trace.version("bpftrace v0.9.4") < trace.MIN_VERSION
+    assert trace.version("bpftrace 0.21.2\n") == (0, 21, 2)
+    assert trace.version("no version here") is None
+
+
+def test_run_with_inventory_and_trace_is_refused_in_one_line():
+    res = offlab_cli("run", "plan.yaml", "--inventory", "hosts.yml", "--trace")
+    assert res.returncode == 2 and "--trace with --inventory" in res.stderr and "Traceback" not in res.stderr

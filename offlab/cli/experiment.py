@@ -24,6 +24,9 @@ out = console(stderr=True)
 QUICK_HELP = ("The headline comparisons first, decided within 2 minutes (or --budget), with the plan's "
               "quick_workload (e.g. 1-second samples), and 2 rounds of the other cells to show the shape; "
               "plans without a baseline: 1–2 repetitions, wide interval.")
+TRACE_HELP = ("Every stream sample takes the kernel's own account of its window beside the counters': drops by "
+              "reason and place, skbs by gso_type per device, from tracepoints (bpftrace; this machine's "
+              "namespaces). Off by default: seconds per sample to start, a few % of throughput.")
 BUDGET_HELP = ("Wall time of the run, lab builds and guest boots included, e.g. 90s, 2m, 1h: rounds go to "
                "undecided comparisons (headline first); "
                "what is left undetermined says how many more minutes it would need.")
@@ -51,10 +54,16 @@ def run_cmd(
                                                                         "(one run per pair; docs/remote.md)."),
     pair: List[str] = typer.Option([], "--pair", help="With --inventory: CLIENT:IF,SERVER:IF, repeatable "
                                                       "(default: the inventory's pairs)."),
+    trace: bool = typer.Option(False, "--trace", help=TRACE_HELP),
 ) -> None:
     """Run a plan: every cell, repeated until each comparison is decided (or its confidence target is met);
     results in SQLite or PostgreSQL."""
     if inventory is not None or pair:
+        if trace:
+            from offlab.errors import BadInput
+
+            raise BadInput("--trace with --inventory: the kernel's account covers this machine's namespaces; an SSH "
+                           "host's kernel needs a BPF program shipped with the engine (docs/results.md): drop --trace")
         _fan_out(plan, inventory, pair, db, quick, as_json, resume, validate)
         return
     from offlab.errors import BadInput
@@ -70,7 +79,7 @@ def run_cmd(
     if plan is not None:
         # The plan is judged before the database is opened, so --validate needs none.
         p = load_plan_file(str(plan), quick=quick)
-        override([p], PlanOverrides(budget=budget, until=until))
+        override([p], PlanOverrides(budget=budget, until=until, trace=trace))
         _warn_no_ops(p)
         if validate:
             _validate_tools(p)
@@ -80,6 +89,7 @@ def run_cmd(
         _need_root("offlab run --resume")
         store = Store.open(db or default_db_path())
         runner = Runner.resume(store, resume, on_event=_Progress().event)
+        runner.plan.trace = runner.plan.trace or trace
         check_tools(runner.plan)
         _finish(store, runner, as_json)
         return
@@ -183,6 +193,7 @@ def suite_run(
     db: Optional[str] = typer.Option(None, "--db", help="Results database: an SQLite file or a postgresql:// URL."),
     report_dir: Optional[Path] = typer.Option(None, "--report-dir", help="Write an HTML report per run here."),
     as_json: bool = typer.Option(False, "--json"),
+    trace: bool = typer.Option(False, "--trace", help=TRACE_HELP),
 ) -> None:
     """Run a built-in suite."""
     from offlab.experiment import suites as suite_lib
@@ -190,7 +201,7 @@ def suite_run(
     from offlab.store import Store, default_db_path
 
     plans = suite_lib.plans(name, quick=quick)
-    override(plans, PlanOverrides(budget=budget, until=until))
+    override(plans, PlanOverrides(budget=budget, until=until, trace=trace))
     _ready(plans, "offlab suite run")
     _run_plans(plans, Store.open(db or default_db_path()), as_json, report_dir)
 

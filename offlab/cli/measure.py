@@ -210,12 +210,13 @@ def print_sample(s: StoredSample) -> None:
         out.print(f"  {escape(line)}")
     if s.loss_attribution and s.loss_attribution.receiver_absent:
         out.print(f"  [bold red]no receiver[/bold red] {escape(s.loss_attribution.receiver_absent)}")
-    from offlab.experiment import kernel_account  # here, as the formatter above: not on every CLI start
+    from offlab.report import kernel  # here, as the formatter above: not on every CLI start
 
-    for line in kernel_account.lines(s.kernel_account):
+    account = kernel.merge([s.kernel_account])
+    for line in kernel.loss_lines(account) + kernel.segmentation_lines(account):
         out.print(f"  {escape(line)}")
     if s.kernel_account is None and s.workload.kind != "rr":
-        out.print(f"  [dim]{kernel_account.OFF_LINE}[/dim]")
+        out.print(f"  [dim]{kernel.OFF_LINE}[/dim]")
     for e in s.effects or []:
         style = "bold red" if e.status == NOT_EXERCISED else "dim"
         out.print(f"  [{style}]{escape(e.status)}[/{style}] {escape(e.setting)}={escape(e.value)} at "

@@ -218,27 +218,40 @@ def print_captures(store, run_id: int) -> None:
 
 
 def print_losses(store, run_id: int) -> None:
-    """Segmentation by counters per cell, and where each cell's lost datagrams died."""
+    """Segmentation by counters per cell, then by the kernel's account; where each cell's lost datagrams
+    died by the counters, then by the kernel's drop reasons (cells whose samples took it, `--trace`)."""
     from offlab.report import format as fmt
-    from offlab.report import losses
+    from offlab.report import kernel, kernel_accounts, losses, segmentations
 
-    from offlab.report import segmentations
-
+    cells = store.cells(run_id)
     samples = records(store.samples(run_id))
-    segs = segmentations(store.cells(run_id), samples)
+    segs = segmentations(cells, samples)
+    accounts = kernel_accounts(cells, samples)
     if segs:
         out.print("[bold]segmentation by counters[/bold] (first sample of each cell: packets vs bytes per hop)")
         for c in segs:
             out.print(f"  {escape(c['cell'])}:")
             for h in c["hops"]:
                 out.print(f"    {escape(h['line'])}")
-    found = losses(store.cells(run_id), samples)
-    if not found:
+    traced = {k: kernel.segmentation_lines(m) + kernel.unavailable_lines(m) for k, m in accounts.items()}
+    if any(traced.values()):
+        out.print("[bold]segmentation by the kernel's account[/bold] (tracepoints, the cell's samples summed: "
+                  "skbs handed to each device's queue and driver, and passed up)")
+        for key, lines in traced.items():
+            if lines:
+                out.print(f"  {escape(key)}:")
+                for line in lines:
+                    out.print(f"    {escape(line)}")
+    found = losses(cells, samples)
+    dropped = {k: kernel.loss_lines(m) for k, m in accounts.items()}
+    if not found and not any(dropped.values()):
         return
-    out.print("[bold]where the loss went[/bold] (counters before and after on every hop; share of the lost)")
-    for la in found:
-        out.print(f"  {escape(la.cell or '?')}:")
-        for line in fmt.loss_lines(la):
+    out.print("[bold]where the loss went[/bold] (counters before and after on every hop; share of the lost"
+              + ("; then the kernel's drops by reason" if any(dropped.values()) else "") + ")")
+    by_cell = {la.cell: la for la in found}
+    for key in [c["key"] for c in cells if c["key"] in by_cell or dropped.get(c["key"])]:
+        out.print(f"  {escape(key)}:")
+        for line in fmt.loss_lines(by_cell.get(key)) + dropped.get(key, []):
             out.print(f"    {escape(line)}")
 
 
@@ -451,6 +464,11 @@ def compare_cmd(
         if len(runs) == 1:
             with _open(db) as store:
                 print_published(store, runs[0])
+        with _open(db) as store:
+            for run_id in runs:  # the kernel's account beside the counters', where the run's samples took it
+                if any((s.sample or StoredSample()).kernel_account for s in records(store.samples(run_id))):
+                    out.print(f"\n[bold]run {run_id}[/bold]")
+                    print_losses(store, run_id)
         for d in envs:
             out.print("\n" + "\n".join(escape(line) for line in envdiff.lines(d)))
     for p in dict.fromkeys(problems):

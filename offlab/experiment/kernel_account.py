@@ -1,129 +1,293 @@
-"""The kernel's account of a sample beside the counters': loss by drop reason, segmentation by gso_type.
+"""The kernel's account of a sample beside the counters': loss by drop reason, segmentation and merging per hop.
 
 Pure functions over a sample's stored figures: `probes.trace` (offlab.probes.trace) against its
-`loss_attribution` (counters) and its `effects` (the USO witness). docs/results.md defines each figure.
+`loss_attribution` (counters) and its `effects` (the counters' witnesses). The lines people read are
+offlab.report.kernel's. docs/results.md defines each figure.
 """
 
 from __future__ import annotations
 
-UNSEEN = "no tracepoint saw them"
-# The kernel's and the counters' totals are read at the same edges but not the same instants (the
-# counters in microseconds, bpftrace's printout within ~0.1 s): a difference under both of these is
-# agreement.
-AGREE_SHARE = 0.01
-AGREE_DATAGRAMS = 10
+from offlab.experiment.effects import EXERCISED, MERGING, MIN_PACKETS, SEGMENTATION
+from offlab.metrics import NOT_EXERCISED
+from offlab.stats import AGREE_COUNT, agreement, partition
+
+SOFTWARE_MIN = AGREE_COUNT  # fewer super-packets than this cut in software is noise at the edges
 USO_SETTINGS = ("uso", "tx-udp-segmentation")
 UDP_L4 = "UDP_L4"
+# gso_type names (offlab.probes.trace.GSO_TYPES) that carry each protocol's super-packets
+KINDS = {"tcp": ("TCPV4", "TCPV6"), "udp": (UDP_L4,), "any": ()}
+# A device whose queue was handed super-packets that its driver was not (cut in software between the
+# two, validate_xmit_skb) by at least this share of them: segmented in software there.
+SOFTWARE_SHARE = 0.5
+# The counters' loss places and the kernel's drop reasons that count the same datagrams: compared one
+# by one where both saw some.
+QUEUE_REASONS = ("QDISC_DROP", "QDISC_OVERLIMIT")
+SAME_DROPS = (("RcvbufErrors", ("SOCKET_RCVBUFF",)), ("NoPorts", ("NO_SOCKET",)),
+              ("InCsumErrors", ("UDP_CSUM", "SKB_CSUM")), ("qdisc", QUEUE_REASONS),
+              ("softnet backlog", ("CPU_BACKLOG",)))
 
 
-def loss(trace: dict, lost: int | None, counted: float | None) -> dict | None:
+def loss(trace: dict, lost: int | None, counted: float | None, counter_places: list[dict] | None = None, *,
+         refused: int = 0, lost_known_to: float = 0) -> dict | None:
     """Lost datagrams by the kernel's reason: per (host, device, reason, location) the datagrams and their
-    share, and `unseen` what no tracepoint saw; shares are of max(lost, dropped) and add up to 100 %.
-    `agreement` compares the kernel's total with the counters' (`counted`: explained datagrams)."""
-    drops = trace.get("drops") or []
+    share, and `unseen` what no tracepoint saw; shares are of max(lost, dropped) and add up to 1.
+    `refused`: sends the engine saw refused (ENOBUFS) and sent again: that many of the client's queue
+    drops are not loss (`not_lost`). `vs_lost` compares the kernel's total with the lost count (known to ±
+    `lost_known_to`), `vs_counters` with the counters' estimate (`counted`), and `by_reason` each counter
+    place with the drop reasons that count the same datagrams."""
+    drops, not_lost = _not_lost([dict(d) for d in trace.get("drops") or []], refused)
     dropped = sum(d["datagrams"] for d in drops)
     if not dropped and not lost:
         return None
-    whole = max(lost or 0, dropped)
-    places = [{**d, "share": d["datagrams"] / whole} for d in drops]
+    shares, rest = partition([d["datagrams"] for d in drops], lost or 0)
+    places = [{**d, "share": s} for d, s in zip(drops, shares, strict=True)]
     unseen = max(0, (lost or 0) - dropped)
-    out: dict = {"dropped": dropped, "lost": lost, "places": places, "unseen": unseen,
-                 "unseen_share": unseen / whole if whole else 0.0}
+    out: dict = {"dropped": dropped, "lost": lost, "places": places, "unseen": unseen, "unseen_share": rest}
+    if not_lost:
+        out["not_lost"] = not_lost
     if lost is not None:
-        out["vs_lost"] = _compare(dropped, lost)
+        out["vs_lost"] = agreement(dropped, lost, lost_known_to)
     if counted is not None:
-        out["vs_counters"] = _compare(dropped, round(counted))
+        out["vs_counters"] = agreement(dropped, round(counted), lost_known_to)
+    pairs = []
+    for counter, reasons in SAME_DROPS:
+        theirs = [p for p in counter_places or [] if counter in str(p.get("where"))]
+        ours = sum(d["datagrams"] for d in drops if d["reason"] in reasons)
+        if theirs or ours:
+            pairs.append({"counter": counter, "reasons": list(reasons),
+                          **agreement(ours, round(sum(float(p.get("datagrams") or 0) for p in theirs)))})
+    if pairs:
+        out["by_reason"] = pairs
     return out
 
 
-def _compare(kernel: int, other: int) -> dict:
-    diff = kernel - other
-    agree = abs(diff) <= max(AGREE_DATAGRAMS, AGREE_SHARE * max(kernel, other))
-    return {"kernel": kernel, "other": other, "difference": diff,
-            "difference_share": diff / other if other else None, "agree": agree}
+def _not_lost(drops: list[dict], refused: int) -> tuple[list[dict], list[dict]]:
+    """The client's queue drops less the sends the engine was refused and sent again; those as `not_lost`."""
+    out = []
+    for d in drops:
+        if refused and d["host"] == "client" and d["reason"] in QUEUE_REASONS:
+            n = min(refused, d["datagrams"])
+            refused -= n
+            d["datagrams"] -= n
+            out.append({**d, "datagrams": n, "what": "sends the queue refused (ENOBUFS), sent again by the engine"})
+    return [d for d in drops if d["datagrams"] > 0], out
 
 
-def uso(trace: dict, effects: list[dict] | None) -> dict | None:
-    """Was USO exercised by the kernel's account: the client's devices handed UDP_L4 super-packets
-    (segments > skbs); beside the counters' USO witness (effects), a disagreement flagged."""
+def _tally(rows: list[dict]) -> dict:
+    """skbs and segments, and the super-packets among them (more than one segment) by gso_type."""
+    supers: dict[str, list[int]] = {}
+    for r in rows:
+        if r["segments"] > r["skbs"]:
+            got = supers.setdefault(r["gso_type"], [0, 0])
+            got[0], got[1] = got[0] + r["skbs"], got[1] + r["segments"]
+    return {"skbs": sum(r["skbs"] for r in rows), "segments": sum(r["segments"] for r in rows),
+            "super_packets": sum(n for n, _ in supers.values()), "super_segments": sum(m for _, m in supers.values()),
+            "by_type": {t: {"super_packets": n, "segments": m} for t, (n, m) in sorted(supers.items())}}
+
+
+def hops(trace: dict) -> list[dict]:
+    """Per device of the lab: what its queue was handed (net_dev_queue), what its driver was handed
+    (net_dev_start_xmit), what it passed up (netif_receive_skb), the frames it gave GRO, and where the
+    kernel cut super-packets in software (`software_segmented`: queued as super-packets, not handed so)."""
+    # the sender first, the receiver last, the hops between by name: the order data crosses them
+    devices = sorted({(r["host"], r["device"]) for key in ("queue", "xmit", "rx", "gro_in") for r in trace.get(key) or []},
+                     key=lambda hd: ({"client": 0, "server": 2}.get(hd[0], 1), hd))
+    out = []
+    for host, dev in devices:
+        def at(key: str, host: str = host, dev: str = dev) -> list[dict]:
+            return [r for r in trace.get(key) or [] if r["host"] == host and r["device"] == dev]
+
+        queued, sent, passed = _tally(at("queue")), _tally(at("xmit")), _tally(at("rx"))
+        gro_in = sum(r["frames"] for r in at("gro_in"))
+        cut = max(0, queued["super_packets"] - sent["super_packets"])
+        hop = {"host": host, "device": dev, "queued": queued, "sent": sent, "received": passed, "gro_in": gro_in,
+               "software_segmented": cut if cut >= SOFTWARE_MIN and cut >= SOFTWARE_SHARE * queued["super_packets"]
+               else 0}
+        # GRO merged here: super-packets passed up, built from the frames its NAPI handed GRO
+        hop["gro_built"] = passed["super_packets"] if gro_in > passed["skbs"] and passed["super_packets"] else 0
+        out.append(hop)
+    return out
+
+
+def _where(effect: dict) -> tuple[str, str]:
+    host, _, dev = str(effect.get("where") or "").partition(":")
+    return host, dev
+
+
+def second_source(hop_list: list[dict], effects: list[dict] | None, workload: dict) -> list[dict]:
+    """The kernel's verdict on each segmentation and merging setting the counters' witnesses judged (and on
+    the engine's UDP_SEGMENT), beside theirs; `agree` False where both judged and differ."""
+    by_dev = {(h["host"], h["device"]): h for h in hop_list}
+    out = []
+    for e in effects or []:
+        key, value = str(e.get("setting") or ""), str(e.get("value") or "")
+        if str(value).lower() not in ("on", "true", "1", "yes"):
+            continue
+        found = None
+        if key in SEGMENTATION or key in MERGING:
+            hop = by_dev.get(_where(e))
+            if hop is not None:
+                found = (_segmented(hop, KINDS[SEGMENTATION[key]]) if key in SEGMENTATION
+                         else _merged(hop, KINDS[MERGING[key]]))
+        elif key.startswith("workload gso") or key.startswith("workload gro"):
+            role = str(e.get("where") or "").split(" ", 1)[0]
+            mine = [h for h in hop_list if h["host"] == role]
+            found = _socket_gso(mine) if key.startswith("workload gso") else _socket_gro(mine)
+        if found is None:
+            continue
+        status, detail = found
+        row = {"setting": key, "where": e.get("where"), "kernel": status, "detail": detail, "counters": e.get("status")}
+        if e.get("status") in (EXERCISED, NOT_EXERCISED) and status in (EXERCISED, NOT_EXERCISED):
+            row["agree"] = e.get("status") == status
+        out.append(row)
+    return out
+
+
+def _segmented(hop: dict, types: tuple[str, ...]) -> tuple[str, str] | None:
+    where = f"{hop['host']}:{hop['device']}"
+    sent, queued = _tally_of(hop, "sent", types), _tally_of(hop, "queued", types)
+    if sent["skbs"] < MIN_PACKETS:
+        return None
+    if sent["super_packets"]:
+        return EXERCISED, (f"{where}'s driver was handed {sent['super_packets']} {'|'.join(sent['types'])} "
+                           f"super-packets ({sent['super_segments']} segments)")
+    if queued["super_packets"]:
+        return NOT_EXERCISED, (f"segmented in software at {where}: its queue was handed {queued['super_packets']} "
+                               f"super-packets ({queued['super_segments']} segments), its driver wire-size skbs only")
+    return NOT_EXERCISED, f"{where}'s driver was handed {sent['skbs']} skbs, none a super-packet"
+
+
+def _tally_of(hop: dict, part: str, types: tuple[str, ...]) -> dict:
+    """A hop's part with only the super-packets of the given gso types (all when none); `types` their names."""
+    t = hop[part]
+    ok = {n: v for n, v in t["by_type"].items() if not types or set(n.split("|")) & set(types)}
+    return {**t, "super_packets": sum(v["super_packets"] for v in ok.values()),
+            "super_segments": sum(v["segments"] for v in ok.values()), "types": sorted(ok)}
+
+
+def _merged(hop: dict, types: tuple[str, ...]) -> tuple[str, str] | None:
+    where = f"{hop['host']}:{hop['device']}"
+    got = _tally_of(hop, "received", types)
+    if got["skbs"] < MIN_PACKETS and hop["gro_in"] < MIN_PACKETS:
+        return None
+    if hop["gro_built"] and got["super_packets"]:
+        return EXERCISED, (f"GRO at {where} built {got['super_packets']} super-packets of {got['super_segments']} "
+                           f"frames ({hop['gro_in']} frames handed to GRO)")
+    if got["super_packets"]:
+        return None  # they arrived merged (a veth passes its peer's super-packets): nothing to say of GRO
+    if hop["gro_in"]:
+        return NOT_EXERCISED, f"GRO at {where} was handed {hop['gro_in']} frames and passed them up unmerged"
+    return NOT_EXERCISED, f"{where} passed up {got['skbs']} skbs, none merged, and handed GRO none"
+
+
+def _socket_gso(sender_hops: list[dict]) -> tuple[str, str] | None:
+    queued = [(_tally_of(h, "queued", KINDS["udp"]), h) for h in sender_hops]
+    supers = sum(t["super_packets"] for t, _ in queued)
+    total = sum(t["skbs"] for t, _ in queued)
+    if total < MIN_PACKETS:
+        return None
+    if supers:
+        return EXERCISED, (f"the sender's devices were handed {supers} UDP_L4 super-packets "
+                           f"({sum(t['super_segments'] for t, _ in queued)} segments)")
+    return NOT_EXERCISED, f"the sender's devices were handed {total} skbs, none a UDP_L4 super-packet"
+
+
+def _socket_gro(receiver_hops: list[dict]) -> tuple[str, str] | None:
+    """UDP_GRO on the receiving socket takes merged buffers only if its devices passed UDP super-packets up."""
+    got = [(_tally_of(h, "received", KINDS["udp"]), h) for h in receiver_hops]
+    supers = sum(t["super_packets"] for t, _ in got)
+    total = sum(t["skbs"] for t, _ in got)
+    if total < MIN_PACKETS:
+        return None
+    if supers:
+        return EXERCISED, (f"the receiver's devices passed up {supers} UDP_L4 super-packets "
+                           f"({sum(t['super_segments'] for t, _ in got)} segments)")
+    return NOT_EXERCISED, (f"the receiver's devices passed up {total} skbs, none a UDP super-packet "
+                           f"(GRO was handed {sum(h['gro_in'] for _, h in got)} frames)")
+
+
+def uso(trace: dict, effects: list[dict] | None, hop_list: list[dict] | None = None,
+        workload: dict | None = None) -> dict | None:
+    """Was USO exercised by the kernel's account: the client's devices' drivers handed UDP_L4
+    super-packets; where its queue had them and its driver did not, where they were cut in software;
+    beside the counters' USO witness (effects), a disagreement flagged. None where the client sent no UDP
+    through a device and no USO setting was judged."""
     rows = [r for r in trace.get("xmit") or [] if r["host"] == "client" and UDP_L4 in r["gso_type"].split("|")]
     supers = sum(r["skbs"] for r in rows if r["segments"] > r["skbs"])
     segments = sum(r["segments"] for r in rows if r["segments"] > r["skbs"])
     exercised = supers > 0
     witness = next((e for e in effects or [] if e.get("setting") in USO_SETTINGS
                     and str(e.get("where") or "").startswith("client")), None)
+    client = [h for h in hop_list or hops(trace) if h["host"] == "client"]
+    cut = [f"client:{h['device']}" for h in client
+           if h["software_segmented"] and _tally_of(h, "queued", KINDS["udp"])["super_packets"]]
+    sent = sum(h["sent"]["skbs"] for h in client)
+    udp = (workload or {}).get("protocol") == "udp" and sent >= MIN_PACKETS
+    if not (udp or exercised or cut or witness is not None):
+        return None
     out: dict = {"exercised": exercised, "super_packets": supers, "segments": segments,
-                 "devices": sorted({r["device"] for r in rows})}
-    if witness is None and not exercised:
-        return out if rows else None
+                 "devices": sorted({r["device"] for r in rows}), "skbs": sent}
+    if cut:
+        out["segmented_in_software_at"] = cut
     if witness is not None:
         other = witness.get("status")
         out["counters"] = other
-        if other in ("exercised", "not exercised"):
-            out["agree"] = (other == "exercised") == exercised
+        if other in (EXERCISED, NOT_EXERCISED):
+            out["agree"] = (other == EXERCISED) == exercised
     return out
 
 
 def judge(sample: dict) -> dict | None:
-    """The sample's `kernel_account`: its trace's loss by reason and USO verdict beside the counters'."""
+    """The sample's `kernel_account`: its trace's loss by reason, its hops, the USO verdict and the second
+    source for the counters' effect witnesses."""
     trace = (sample.get("probes") or {}).get("trace")
     if not trace:
         return None
     if "unavailable" in trace:
         return {"unavailable": trace["unavailable"]}
     la = sample.get("loss_attribution") or {}
+    workload = sample.get("workload") or {}
     out: dict = {}
-    if (sample.get("workload") or {}).get("protocol") == "udp":
-        found = loss(trace, la.get("lost"), la.get("explained") if la else None)
+    if workload.get("protocol") == "udp":
+        traffic = sample.get("traffic") or {}
+        # the counters' estimate before it was capped at the lost count (attribute_loss's overshoot)
+        counted = (la.get("explained") or 0) + (la.get("overshoot") or 0) if la else None
+        found = loss(trace, la.get("lost"), counted, la.get("places"),
+                     refused=(traffic.get("errors") or {}).get("ENOBUFS", 0) if traffic.get("tool") == "engine" else 0,
+                     lost_known_to=la.get("lost_uncertainty") or 0)
         if found is not None:
             out["loss"] = found
-    u = uso(trace, sample.get("effects"))
+    hop_list = hops(trace)
+    out["hops"] = hop_list
+    u = uso(trace, sample.get("effects"), hop_list, workload)
     if u is not None:
         out["uso"] = u
-    out["segmentation"] = [r for r in trace.get("xmit") or [] if r["segments"] > r["skbs"]]
-    out["merged"] = [r for r in trace.get("rx") or [] if r["segments"] > r["skbs"]]
+    second = second_source(hop_list, sample.get("effects"), workload)
+    if second:
+        out["effects"] = second
+    if trace.get("not_traced"):
+        out["not_traced"] = trace["not_traced"]
     return out
 
 
-def lines(ka: dict | None) -> list[str]:
-    """The kernel's account as lines people read (offlab measure)."""
-    if not ka:
+def disagreements(ka: dict | None) -> list[str]:
+    """Where the kernel's account and the counters' differ, one note each, with by how much."""
+    if not ka or "unavailable" in ka:
         return []
-    if "unavailable" in ka:
-        return []  # the sample's note says why, in one line
     out = []
-    lo = ka.get("loss")
-    if lo:
-        head = f"kernel drops {lo['dropped']} datagrams" + (f" of {lo['lost']} lost" if lo["lost"] is not None else "")
-        out.append(head + " (skb:kfree_skb, a super-packet counted by its segments)")
-        for p in lo["places"]:
-            where = p["host"] + (f":{p['device']}" if p["device"] else "")
-            out.append(f"  {where} {p['reason']} at {p['location']} {p['datagrams']} ({100 * p['share']:.1f} %)")
-        if lo["unseen"]:
-            out.append(f"  {UNSEEN} {lo['unseen']} ({100 * lo['unseen_share']:.1f} %)")
-        for key, what in (("vs_lost", "the lost count"), ("vs_counters", "the counters' attribution")):
-            c = lo.get(key)
-            if c and not c["agree"]:
-                pct = f" ({100 * c['difference_share']:+.1f} %)" if c["difference_share"] is not None else ""
-                out.append(f"  disagrees with {what}: kernel {c['kernel']} vs {c['other']}, "
-                           f"{c['difference']:+d} datagrams{pct}")
-    for r in ka.get("segmentation") or []:
-        out.append(f"kernel xmit {r['host']}:{r['device']} {r['skbs']} {r['gso_type']} super-packets "
-                   f"→ {r['segments']} segments ({r['segments'] / r['skbs']:.1f} each)")
-    for r in ka.get("merged") or []:
-        out.append(f"kernel rx   {r['host']}:{r['device']} {r['skbs']} {r['gso_type']} super-packets passed up "
-                   f"← {r['segments']} segments ({r['segments'] / r['skbs']:.1f} each)")
-    u = ka.get("uso")
-    if u:
-        verdict = "USO exercised" if u["exercised"] else "USO not exercised"
-        line = (f"{verdict} by the kernel's account: client {', '.join(u['devices']) or 'devices'} handed "
-                f"{u['super_packets']} UDP_L4 super-packets ({u['segments']} segments)")
-        if u.get("agree") is False:
-            line += f"; DISAGREES with the counters' witness ({u['counters']})"
-        out.append(line)
+    lo = ka.get("loss") or {}
+    for key, what in (("vs_lost", "the lost count"), ("vs_counters", "the counters' attribution")):
+        c = lo.get(key)
+        if c and not c["agree"]:
+            share = f" ({100 * c['difference_share']:+.1f} %)" if c["difference_share"] is not None else ""
+            out.append(f"kernel account disagrees with {what}: kernel {c['kernel']} vs {c['other']} datagrams, "
+                       f"{c['difference']:+d}{share}")
+    for e in ka.get("effects") or []:
+        if e.get("agree") is False:
+            out.append(f"kernel account disagrees with the {e['setting']} witness at {e['where']}: kernel "
+                       f"{e['kernel']}, counters {e['counters']} ({e['detail']})")
+    u = ka.get("uso") or {}
+    if u.get("agree") is False:
+        out.append(f"kernel account disagrees with the USO witness: kernel {'exercised' if u['exercised'] else 'not exercised'}, "
+                   f"counters {u.get('counters')}")
     return out
-
-
-# Off by default: bpftrace's start (BTF, compile) adds seconds to a sample, and its throughput cost on
-# the USO case was 2–18 % in four runs on this shared machine (docs/results.md, benchmarks/trace_cost).
-OFF_LINE = "kernel account: off by default (seconds to start, a few % of throughput); --trace turns it on"

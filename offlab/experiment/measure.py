@@ -285,6 +285,9 @@ def _witnessed(sample: Sample, settings: list[dict]) -> Sample:
     sample.kernel_account = kernel_account.judge(sample.to_dict())
     if sample.kernel_account and "unavailable" in sample.kernel_account:
         sample.notes.append(f"kernel account not taken: {sample.kernel_account['unavailable']}")
+    elif sample.kernel_account and sample.kernel_account.get("not_traced"):
+        sample.notes.append(f"kernel account partial: not traced {'; '.join(sample.kernel_account['not_traced'])}")
+    sample.notes += kernel_account.disagreements(sample.kernel_account)
     return sample
 
 

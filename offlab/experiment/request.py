@@ -156,6 +156,7 @@ class PlanOverrides:
 
     budget: str | None = None
     until: str | None = None
+    trace: bool = False  # --trace: every stream sample takes the kernel's account, whatever the plan says
 
 
 def override(plans: list[Plan], o: PlanOverrides) -> list[Plan]:
@@ -170,4 +171,6 @@ def override(plans: list[Plan], o: PlanOverrides) -> list[Plan]:
             p.repeat = p.repeat.model_copy(update={"until": o.until})
         if seconds is not None:
             p.budget_s = seconds / len(plans)
+        if o.trace:
+            p.trace = True
     return plans

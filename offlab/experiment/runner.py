@@ -122,6 +122,8 @@ class Runner:
             raise
         self = cls(plan, store, run_id=run_id, **kw)
         self.seed = run["seed"]
+        # a run started with --trace goes on taking the kernel's account (the plan as run is stored)
+        self.plan.trace = plan.trace or bool((run.get("plan") or {}).get("trace"))
         self.lock = lock
         return self
 
@@ -441,7 +443,7 @@ class Runner:
             held = [{"where": o.where, "key": o.change.key, "value": o.actual} for o in outcomes if o.ok]
             if cell.topology.mtu > 1500:  # a jumbo lab: its MTU is a setting the cell varies too
                 held.append({"where": f"lab {lab.name} (topology mtu)", "key": "mtu", "value": str(cell.topology.mtu)})
-            sample = measure(lab, w, cap, settings=held).to_dict()
+            sample = measure(lab, w, cap, settings=held, trace=self.plan.trace).to_dict()
         # Read again at the end of the window: the values really in force while it was measured.
         sample["in_force"] = tx.in_force(scope)
         sample["knob_writes"] = writes  # settings journalled and set, restored, kept from the previous cell

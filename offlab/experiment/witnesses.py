@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from offlab.metrics import METRICS, impossible
 from offlab.sample import Probes, Read, SampleWorkload, StoredSample, Traffic, counter
+from offlab.stats import partition
 from offlab.traffic.rate import parse_rate
 from offlab.traffic.series import as_dicts
 
@@ -498,9 +499,19 @@ def attribute_loss(sample: StoredSample) -> dict | None:
     bounds = ("datagrams", "low", "high")
     overlap = {k: min(getattr(soft, k), sum(getattr(p, k) for p in dev_rx)) if soft else 0 for k in bounds}
     explained = {k: sum(getattr(p, k) for p in places) - overlap[k] for k in bounds}
+    # Each lost datagram is given to one place: a backlog drop to softnet, not also to the device's
+    # rx_dropped; places whose estimates add up to more than the lost (bounds, reads ms apart) share it
+    # in proportion. Shares and `unexplained` then add up to exactly 1 (stats.partition).
+    left = overlap["datagrams"]
+    parts = []
     for p in places:
-        # tc and /proc are read a few ms apart: a place that explains everything may count a few more.
-        p.share = min(1.0, p.datagrams / lost)
+        own = p.datagrams
+        if left and any(p is q for q in dev_rx):
+            own, left = own - min(own, left), left - min(own, left)
+        parts.append(own)
+    shares, rest = partition(parts, lost)
+    for p, share in zip(places, shares, strict=True):
+        p.share = share
     order = {"client": 0, "switch": 1, "router": 2, "machine": 3, "server": 4}
     places.sort(key=lambda p: (order.get(p.host, 2), -p.datagrams))
     return {
@@ -511,6 +522,9 @@ def attribute_loss(sample: StoredSample) -> dict | None:
         "explained": min(lost, explained["datagrams"]),
         "explained_low": min(lost, explained["low"]), "explained_high": min(lost, explained["high"]),
         "unexplained": max(0, lost - explained["datagrams"]),
+        "unexplained_share": rest,
+        # the places' estimates over the lost count: shares are then of their sum (docs/results.md)
+        **({"overshoot": round(sum(parts) - lost)} if sum(parts) > lost else {}),
         "unread": unread,
         "not_lost": not_lost,
         "receiver_absent": receiver_absent(sample),

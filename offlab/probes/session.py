@@ -375,13 +375,19 @@ class ProbeSession:
         run, why; None where it was not asked."""
         if self.trace is None:
             return None
+        # a guest's or an SSH host's kernel is its own: bpftrace here cannot see it (docs/results.md)
+        untraced = [f"{role}: its own kernel ({self.lab.host(role).kind} host), which this machine's bpftrace "
+                    f"cannot see" for role in sorted(self.own_kernel)]
         if not self.trace.netns:
-            return {"unavailable": "no lab host is a network namespace of this machine's kernel"}
+            return {"unavailable": "no lab host is a network namespace of this machine's kernel ("
+                                   + "; ".join(untraced) + ")"}
         if a.trace is None or b.trace is None:
             return {"unavailable": self.trace.error or "bpftrace was not read at both edges"}
         out = trace.account(a.trace, b.trace, self.trace, {role: self.lab.host(role) for role in self.trace.netns.values()})
         # how long after the last counters' read of each edge the kernel's edge came (a loaded machine
         # may preempt offlab in between): the two accounts' windows differ by up to this much
+        if untraced:
+            out["not_traced"] = untraced
         out["edge_lag_s"] = [round(snap.trace.t - max(r[1] for r in snap.reads.values()), 6) if snap.reads and snap.trace
                              else None for snap in (a, b)]
         return out

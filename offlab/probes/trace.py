@@ -4,7 +4,10 @@ One bpftrace process per sample (Debian's bpftrace, started before the traffic a
 with the probe session) counts, inside the kernel, in BPF maps keyed by network namespace inode:
 - `skb:kfree_skb`: datagrams dropped by (namespace, device, reason, location), a dropped super-packet
   counted as its `skb_shinfo(skb)->gso_segs` (read through BTF);
-- `net:net_dev_start_xmit`: skbs handed to each device and their segments, by gso_type;
+- `net:net_dev_queue`: skbs handed to each device's queue and their segments, by gso_type: what the stack
+  built, before the device's features are checked and a super-packet it cannot take is cut in software;
+- `net:net_dev_start_xmit`: skbs handed to each device's driver and their segments, by gso_type;
+- `net:napi_gro_receive_entry`: frames each device's NAPI handed to GRO;
 - `net:netif_receive_skb`: skbs each device passed up the stack and their segments (what GRO built).
 Only the lab's namespaces are counted. Each edge of the window sends the process SIGUSR1, which makes
 it print its maps (one JSON line each): the window's account is end − start. tracefs is mounted in
@@ -31,6 +34,7 @@ from offlab.hosts import LOCAL, Process
 from offlab.hosts.process import die_with_parent
 
 BTF = "/sys/kernel/btf/vmlinux"
+MIN_VERSION = (0, 17, 0)  # Debian 12's, the one this program was written and tested on
 START_TIMEOUT_S = 90.0  # bpftrace parses BTF and compiles: seconds, tens of seconds on a loaded machine
 READ_TIMEOUT_S = 10.0
 # bpftrace prints its maps from its main loop after SIGUSR1, which waits for the next 100 ms tick
@@ -38,7 +42,7 @@ READ_TIMEOUT_S = 10.0
 # late it then prints does not matter: the edge is the epoch the same probe moves on (EPOCH).
 WAKE_SIGNAL = int(signal.SIGUSR1)
 STOP_WAIT_S = 1.0  # bpftrace 0.17 was seen to outlive a SIGINT by over 10 s: then SIGKILL
-MAPS = ("@drop", "@rx", "@rx_segs", "@xmit", "@xmit_segs")
+MAPS = ("@drop", "@gro_in", "@queue", "@queue_segs", "@rx", "@rx_segs", "@xmit", "@xmit_segs")
 # bpftrace prints its maps in the order of their names and leaves out the empty ones: this one, set
 # once, is always there and always last, so it ends each printout.
 LAST = "@zz_edge"
@@ -89,6 +93,17 @@ tracepoint:skb:kfree_skb
     @drop[{EPOCH}, $ns, $dev != 0 ? $dev->ifindex : 0, args->reason, ksym(args->location)] = sum($segs > 1 ? $segs : 1);
   }}
 }}
+tracepoint:net:net_dev_queue
+{{
+  // handed to the device's queue, before any software segmentation (validate_xmit_skb) for its features
+  $skb = (struct sk_buff *)args->skbaddr;
+  $ns = $skb->dev->nd_net.net->ns.inum;
+  if ({mine}) {{
+    $sh = (struct skb_shared_info *)($skb->head + $skb->end);
+    @queue[{EPOCH}, $ns, str(args->name), $sh->gso_type] = count();
+    @queue_segs[{EPOCH}, $ns, str(args->name), $sh->gso_type] = sum($sh->gso_segs > 1 ? $sh->gso_segs : 1);
+  }}
+}}
 tracepoint:net:net_dev_start_xmit
 {{
   $skb = (struct sk_buff *)args->skbaddr;
@@ -98,6 +113,15 @@ tracepoint:net:net_dev_start_xmit
     $type = ((struct skb_shared_info *)($skb->head + $skb->end))->gso_type;
     @xmit[{EPOCH}, $ns, str(args->name), $type] = count();
     @xmit_segs[{EPOCH}, $ns, str(args->name), $type] = sum(args->gso_segs > 1 ? args->gso_segs : 1);
+  }}
+}}
+tracepoint:net:napi_gro_receive_entry
+{{
+  // each frame a device's NAPI handed to GRO: against what netif_receive_skb passed up, what GRO merged
+  $skb = (struct sk_buff *)args->skbaddr;
+  $ns = $skb->dev->nd_net.net->ns.inum;
+  if ({mine}) {{
+    @gro_in[{EPOCH}, $ns, str(args->name)] = count();
   }}
 }}
 tracepoint:net:netif_receive_skb
@@ -121,7 +145,22 @@ def unavailable() -> str | None:
         return "bpftrace is not installed (apt-get install bpftrace; scripts/install-deps does)"
     if not os.path.exists(BTF):
         return f"this kernel has no BTF ({BTF} missing): a dropped super-packet's segments cannot be read"
+    try:
+        said = LOCAL.run(["bpftrace", "--version"], timeout=30, check=False).stdout
+    except OfflabError as exc:
+        return f"bpftrace --version failed: {exc}"
+    found = version(said)
+    if found is None or found < MIN_VERSION:
+        return (f"bpftrace {'.'.join(map(str, found)) if found else repr(said.strip()[:40])} is older than "
+                f"{'.'.join(map(str, MIN_VERSION))} (its JSON printout and BTF struct reads): install bpftrace ≥ "
+                f"{'.'.join(map(str, MIN_VERSION))}")
     return None
+
+
+def version(text: str) -> tuple[int, ...] | None:
+    """`bpftrace --version`'s 'bpftrace v0.17.0' → (0, 17, 0); None if it says no version."""
+    m = re.search(r"v?(\d+)\.(\d+)(?:\.(\d+))?", text)
+    return tuple(int(x or 0) for x in m.groups()) if m else None
 
 
 def parse_reasons(format_text: str) -> dict[int, str]:
@@ -299,8 +338,9 @@ def ifnames(host) -> dict[int, str]:
 
 
 def account(a: Maps, b: Maps, kt: KernelTrace, hosts: dict) -> dict:
-    """The window's account as the sample stores it: drops (host, device, reason, location, datagrams) and
-    per device the skbs handed to it (xmit) and passed up from it (rx) by gso_type, with their segments."""
+    """The window's account as the sample stores it: drops (host, device, reason, location, datagrams); per
+    device the skbs handed to its queue (queue) and its driver (xmit) and passed up from it (rx) by gso_type,
+    with their segments; and the frames its NAPI handed to GRO (gro_in)."""
     d = delta(a, b)
     roles = kt.netns
     names: dict[str, dict[int, str]] = {}
@@ -317,7 +357,9 @@ def account(a: Maps, b: Maps, kt: KernelTrace, hosts: dict) -> dict:
     drops.sort(key=lambda x: -int(x["datagrams"] or 0))
     out: dict = {"tool": "bpftrace", "window_s": round(b.t - a.t, 6),
                  "printed_s": [round(a.printed_s, 6), round(b.printed_s, 6)], "drops": drops}
-    for key in ("xmit", "rx"):
+    gro = [{"host": roles.get(int(ns), str(ns)), "device": dev, "frames": n} for (ns, dev), n in d.get("@gro_in", {}).items()]
+    out["gro_in"] = sorted(gro, key=lambda r: (r["host"], r["device"]))
+    for key in ("queue", "xmit", "rx"):
         segs = d.get(f"@{key}_segs", {})
         rows = [{"host": roles.get(int(ns), str(ns)), "device": dev, "gso_type": gso_names(int(gt)),
                  "skbs": n, "segments": segs.get((ns, dev, gt), n)}

@@ -13,6 +13,7 @@ from offlab.report.compare import (Row, any_compared, axes_of, by_cell, compare_
 from offlab.errors import BadInput, EnvironmentProblem
 from offlab.metrics import HEADLINE, METRICS, NOT_EXERCISED, TCG_MARK, not_exercised_by_cell
 from offlab.report import format as fmt
+from offlab.report import kernel
 from offlab.sample import Cpu, LossAttribution, SampleRecord, StoredSample, records
 from offlab.stats import CI, is_improvement, mean_ci
 from offlab.store import Store, series_holders
@@ -313,6 +314,22 @@ def losses(cells: list[dict], samples: list[SampleRecord]) -> list[LossAttributi
     return out
 
 
+def kernel_accounts(cells: list[dict], samples: list[SampleRecord]) -> dict[str, dict]:
+    """Per cell key whose samples took the kernel's account (`--trace`): their accounts summed
+    (offlab.report.kernel.merge); cells without one are absent."""
+    per_cell: dict[int, list[dict]] = {}
+    for s in samples:
+        ka = (s.sample or StoredSample()).kernel_account
+        if ka:
+            per_cell.setdefault(s.cell_id, []).append(ka)
+    out = {}
+    for c in cells:
+        merged = kernel.merge(per_cell.get(c["id"], [])) if c["status"] not in NO_FIGURES else None
+        if merged:
+            out[c["key"]] = merged
+    return out
+
+
 def _attribution(sample: StoredSample) -> LossAttribution | None:
     """The sample's loss attribution as stored; one stored by an offlab that counted a GRO packet as a
     datagram and took the loss over the tool's whole run says so (offlab.report.format.OLDER_ATTRIBUTION)."""
@@ -504,6 +521,7 @@ def build_report(store: Store, run_id: int, *, baseline: dict | None = None,
         "env_groups": env_groups(env),
         "searches": searches(cells, samples),
         "losses": losses(cells, samples),
+        "kernel": kernel_accounts(cells, samples),
         "segmentations": segmentations(cells, samples),
         "offloads": offload_table(env, run.get("plan_text") or ""),
         "history": _history(store, run, present),
@@ -522,6 +540,11 @@ def _render(context: dict) -> str:
     env = jinja2.Environment(loader=loader, autoescape=jinja2.select_autoescape(["html", "j2"]),
                              trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined)
     env.filters["cls"] = lambda s: "".join(ch if ch.isalnum() else "-" for ch in str(s))
+    env.globals["loss_percents"] = fmt.loss_percents
+    env.globals["kernel_percents"] = kernel.loss_percents
+    env.globals["kernel_loss_lines"] = kernel.loss_lines
+    env.globals["kernel_segmentation_lines"] = kernel.segmentation_lines
+    env.globals["kernel_unavailable_lines"] = kernel.unavailable_lines
     return env.get_template("report.html.j2").render(**context)
 
 

@@ -7,7 +7,7 @@ from typing import Sequence
 
 from offlab.metrics import METRICS
 from offlab.sample import LossAttribution, LossPlace, NotLost
-from offlab.stats import CI
+from offlab.stats import CI, partition, percents
 
 MINUS = "\u2212"
 
@@ -121,7 +121,7 @@ def loss_lines(la: LossAttribution | None) -> list[str]:
     """Loss attribution (offlab.experiment.witnesses.attribute_loss) as lines people read, in datagrams:
     'router:oltrq2 qdisc (tbf) drops 27410 (98 %): queue full or over its rate';
     'server Udp RcvbufErrors 87137 packets ≈ 3834028 datagrams (44.0 per packet, server:x rx: 64810 B per
-    packet; bounds 87137..3834028) (98 %): socket receive buffer full'."""
+    packet; bounds 87137..3834028) (98 %): socket receive buffer full'. The shares shown add up to 100 %."""
     if not la:
         return []
     # Samples stored before offlab recorded the source and the sent count still read.
@@ -129,19 +129,38 @@ def loss_lines(la: LossAttribution | None) -> list[str]:
     head = f"lost {la.lost}{of} datagrams" + (f" ({la.lost_source})" if la.lost_source else "")
     if not la.places:
         head += ": no counter explains them"
-    lines = [head] + [f"  {place_text(p)} ({100 * p.share:.0f} %)" + (f": {p.what}" if p.what else "")
-                      for p in la.places]
+    pct, rest_pct = loss_percents(la)
+    lines = [head] + [f"  {place_text(p)} ({share} %)" + (f": {p.what}" if p.what else "")
+                      for p, share in zip(la.places, pct, strict=True)]
     if la.places and la.explained_low is not None and la.explained_low != la.explained_high:
         lines.append(f"  explained {la.explained} datagrams ({100 * (la.explained or 0) / la.lost:.0f} %), "
                      f"bounds {la.explained_low}..{la.explained_high}")
     if la.places and la.unexplained:
-        lines.append(f"  unexplained {la.unexplained} ({100 * la.unexplained / la.lost:.0f} %)")
+        lines.append(f"  unexplained {la.unexplained} ({rest_pct} %)")
+    if la.overshoot:
+        lines.append(f"  the places' estimates add up to {la.overshoot} datagrams more than the {la.lost} lost: "
+                     f"each place's share is of their sum, not of the lost")
     lines += [f"  not loss: {n.where} {n.count}: {n.what}" for n in la.not_lost]
     lines += [f"  not read: {u}" for u in la.unread]
     if la.lost_uncertainty:
         lines.append(f"  ± {la.lost_uncertainty} datagrams: the client's and the server's counters were read "
                      f"up to {1000 * (la.skew_s or 0):.1f} ms apart")
     return lines
+
+
+def loss_partition(la: LossAttribution) -> tuple[list[float], float]:
+    """Each place's share and the unexplained share, adding up to 1; a sample stored before shares did
+    (its places' estimates summed as if exact) is partitioned here the same way (stats.partition)."""
+    if la.unexplained_share is not None:
+        return [p.share for p in la.places], la.unexplained_share
+    return partition([p.bound("datagrams") for p in la.places], la.lost)
+
+
+def loss_percents(la: LossAttribution) -> tuple[list[str], str]:
+    """The places' shares and the unexplained one as printed percentages that add up to 100."""
+    shares, rest = loss_partition(la)
+    shown = percents([*shares, rest])
+    return shown[:-1], shown[-1]
 
 
 def place_text(p: LossPlace) -> str:
@@ -153,14 +172,19 @@ def place_text(p: LossPlace) -> str:
 
 
 def merge_attributions(found: Sequence[LossAttribution | None]) -> LossAttribution | None:
-    """The attributions of a cell's samples summed: lost, each place's count and share of the total."""
+    """The attributions of a cell's samples summed: lost, each place's count, and its share of the total:
+    the datagrams each sample gave it (its share × its lost), so the shares still add up to 1."""
     got = [a for a in found if a]
     if not got:
         return None
     lost = sum(a.lost for a in got)
     places: dict[str, LossPlace] = {}
+    given: dict[str, float] = {}
+    rest = 0.0
     for a in got:
-        for p in a.places:
+        shares, unexplained = loss_partition(a)
+        rest += unexplained * a.lost
+        for p, share in zip(a.places, shares, strict=True):
             # Older samples counted every place in datagrams, without an estimate of their own.
             q = places.get(p.where)
             if q is None:
@@ -168,6 +192,7 @@ def merge_attributions(found: Sequence[LossAttribution | None]) -> LossAttributi
                                                            "high": 0})
             q.count += p.count
             q.datagrams, q.low, q.high = (q.bound(k) + p.bound(k) for k in ("datagrams", "low", "high"))
+            given[p.where] = given.get(p.where, 0.0) + share * a.lost
     for q in places.values():
         if q.unit == "packets":
             q.per_packet = (q.datagrams or 0) / q.count
@@ -177,11 +202,13 @@ def merge_attributions(found: Sequence[LossAttribution | None]) -> LossAttributi
         for n in a.not_lost:
             m = not_lost.setdefault(n.where, NotLost.from_json({**n.to_json(), "count": 0}))
             m.count += n.count
-    for q in places.values():
-        q.share = min(1.0, q.bound("datagrams") / lost)
+    for where, q in places.items():
+        q.share = given[where] / lost if lost else 0.0
+    overshoot = sum(a.overshoot or 0 for a in got)
     sources = sorted({_source_kind(a.lost_source) for a in got if a.lost_source})
     out = LossAttribution(lost=lost, sent=sum(a.sent or 0 for a in got), lost_source=", ".join(sources),
-                          places=list(places.values()), unexplained=sum(a.unexplained for a in got),
+                          places=list(places.values()), unexplained=round(rest),
+                          unexplained_share=rest / lost if lost else 0.0, overshoot=overshoot or None,
                           not_lost=list(not_lost.values()), samples=len(got),
                           unread=sorted({u for a in got for u in a.unread}))
     if all(a.explained_low is not None for a in got):

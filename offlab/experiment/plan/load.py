@@ -15,7 +15,7 @@ from offlab.experiment.plan.models import CaptureSpec, Plan, RepeatSpec, Topolog
 from offlab.experiment.plan.published import parse_published
 
 TOP_KEYS = {"name", "description", "topology", "axes", "only", "exclude", "workload", "repeat", "baseline",
-            "capture", "budget", "seed", "warmup", "headline", "quick", "quick_workload", "published"}
+            "capture", "budget", "seed", "warmup", "headline", "quick", "quick_workload", "published", "trace"}
 QUICK_BUDGET_S = 120.0  # --quick with no budget of its own: about two minutes of measuring
 QUICK_MAX_ROUNDS = 30  # --quick: the budget bounds a headline comparison's rounds, not the plan's max
 
@@ -61,12 +61,15 @@ def load_plan(text: str, source: str = "<plan>", *, quick: bool = False) -> Plan
         err.fail(("headline",), "headline names comparisons with the baseline: give the plan a baseline")
     budget = _budget(err, data.get("budget"))
     seed = data.get("seed")
+    trace = data.get("trace", False)
+    if not isinstance(trace, bool):
+        err.fail(("trace",), "trace is true or false: the kernel's own account of every sample (docs/results.md)")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         err.fail(("seed",), "seed must be an integer")
     plan = Plan(source=source, text=text, name=name, description=str(data.get("description") or ""),
                 topology=topology, workload=workload, repeat=repeat, axes=axes, only=only, exclude=exclude,
                 baseline=baseline, capture=capture, budget_s=budget, seed=seed, headline=headline,
-                quick=quick_cells)
+                quick=quick_cells, trace=trace)
     plan.cells = expand(plan, err, value_paths)
     if not plan.cells:
         err.fail(("only",) if only else ("axes",), "the filters leave no cell to run")

@@ -222,6 +222,7 @@ class Plan:
     quick: list[dict[str, str]] = field(default_factory=list)  # --quick: cells run besides the headline's
     shape_rounds: int | None = None  # --quick: rounds of a cell outside the headline comparisons
     published: dict | None = None  # a source's reported ratios for some comparisons (plan.published)
+    trace: bool = False  # every stream sample takes the kernel's account (offlab.probes.trace; run --trace)
 
     def to_dict(self) -> dict:
         return {
@@ -231,5 +232,5 @@ class Plan:
             "only": self.only, "exclude": self.exclude, "baseline": self.baseline,
             "capture": self.capture.model_dump() if self.capture else None, "budget_s": self.budget_s,
             "seed": self.seed, "headline": self.headline, "quick": self.quick, "shape_rounds": self.shape_rounds,
-            "published": self.published,
+            "published": self.published, "trace": self.trace,
         }
