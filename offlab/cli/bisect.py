@@ -63,6 +63,8 @@ def bisect_cmd(
     from offlab.experiment import bisect as bis
     from offlab.experiment.plan import check_tools, load_plan_file
 
+    b_lines = _Lines()
+
     if plan is not None:
         if not good or not bad:
             raise BadInput(f"--{'good' if not good else 'bad'} is missing: offlab bisect PLAN --good V --bad V")
@@ -72,18 +74,20 @@ def bisect_cmd(
         check_tools(p)
         store = Store.open(db or default_db_path())
         picks = [a.strip() for x in among for a in x.split(",") if a.strip()]
-        b = bis.Bisect.start(store, p, good, bad, cell=cell, metric=metric, among=picks, on_event=_Lines().event)
+        b = bis.Bisect.start(store, p, good, bad, cell=cell, metric=metric, among=picks, on_event=b_lines.event)
     else:
         _need_root()
         store = Store.open(db or default_db_path())
-        b = bis.Bisect.resume(store, resume, on_event=_Lines().event)
+        b = bis.Bisect.resume(store, resume, on_event=b_lines.event)
     n = len(b.releases)
     err.print(escape(f"bisect {b.id}: {b.spec.cell} vs {b.spec.baseline} on {b.spec.metric}, {n} releases from "
                      f"{b.releases[0].abi} to {b.releases[-1].abi} (at most {b.bound()} measured)"))
     from offlab.cli.experiment import _Progress
 
+    progress = _Progress()
+    progress.t0 = b_lines.t0  # one clock for the bisect's lines and its runs'
     try:
-        b.execute(bis.plan_runner(store, _Progress().event))
+        b.execute(bis.plan_runner(store, progress.event))
     except KeyboardInterrupt:
         err.print(f"[yellow]interrupted: resume with `offlab bisect --resume {b.id}`[/yellow]")
         raise typer.Exit(130) from None

@@ -458,6 +458,12 @@ def _kernel_files(pkg: Path, kernel: KernelPackage) -> tuple[Path, Path]:
     """The unpacked kernel's bzImage and module directory: /boot/vmlinuz-REL and /lib/modules/REL up
     to 6.18, /usr/lib/modules/REL/vmlinuz (merged /usr, the linux-binary part) from 6.19 on."""
     moddirs = sorted(d for base in ("lib/modules", "usr/lib/modules") for d in (pkg / base).glob("*") if d.is_dir())
+    parts = {d.name.split("-")[1] for d in kernel.debs}
+    if not moddirs and "binary" in parts and "modules" not in parts:
+        # trixie-backports' 6.19 → 7.1 in the lists of 2026-11-28: only linux-binary-… is listed
+        raise EnvironmentProblem(f"{kernel.name} {kernel.version}: the archive's lists carry its linux-binary "
+                                 f"package but not its linux-modules and linux-base parts: no modules (virtio_net), "
+                                 f"so no guest can be built from it")
     if len(moddirs) != 1:
         raise EnvironmentProblem(f"{kernel.name} {kernel.version}: expected one lib/modules/RELEASE directory, "
                                  f"found {len(moddirs)}: is it a Debian kernel package?")
