@@ -76,6 +76,7 @@ def bisect_cmd(
         picks = [a.strip() for x in among for a in x.split(",") if a.strip()]
         b = bis.Bisect.start(store, p, good, bad, cell=cell, metric=metric, among=picks, on_event=b_lines.event)
     else:
+        assert resume is not None
         _need_root()
         store = Store.open(db or default_db_path())
         b = bis.Bisect.resume(store, resume, on_event=b_lines.event)

@@ -206,7 +206,8 @@ def _params(key: str) -> dict[str, str]:
 def step_plan_text(plan_text: str, source: str, spec: Spec, abi: str) -> str:
     """The plan's YAML with every guest on release `abi`, only the compared cell and its baseline (the
     headline), and the bisect's metric: what one step runs, stored with its run."""
-    data, _ = yamlio.load(plan_text, source)
+    loaded, _ = yamlio.load(plan_text, source)
+    data = dict(loaded)  # type: ignore[call-overload]  # a plan that loaded is a mapping
     data["topology"] = {**dict(data["topology"]), "kernel_version": abi}
     data["only"] = [_params(spec.cell), _params(spec.baseline)]
     data["headline"] = [_params(spec.cell)]
@@ -234,14 +235,15 @@ def verdict_of(store: Store, run_id: int, spec: Spec, level: float, equivalence:
             history.setdefault(s["cell_id"], []).append((s["round"], s["metrics"][spec.metric]))
     d = replay(history.get(base["id"], []), history.get(cell["id"], []), n0, level, equivalence,
                METRICS[spec.metric].better)
-    detail = {"verdict": d.verdict if d else UNDECIDED, "ratio": d.ratio if d else None,
+    verdict = d.verdict if d else UNDECIDED
+    detail: dict = {"verdict": verdict, "ratio": d.ratio if d else None,
               "low": d.low if d else None, "high": d.high if d else None, "pairs": d.n if d else 0,
               "samples": sum(1 for s in samples if s["cell_id"] in (cell["id"], base["id"]))}
     unexercised = not_exercised_by_cell(samples).get(cell["id"])
     if unexercised:
         detail["not_exercised"] = unexercised
         return NOT_EXERCISED, detail
-    return detail["verdict"], detail
+    return verdict, detail
 
 
 # ---- the Debian changelog between two releases -----------------------------------------------------
@@ -390,7 +392,7 @@ class Bisect:
         step = self.steps.setdefault(position, Step(position, release))
         self.on_event("step", {"position": position, "release": release, "resumed": step.run_id is not None})
         run_id = step.run_id
-        if run_id is None or self.store.get_run(run_id)["status"] != "done":
+        if run_id is None or self.store.get_run(run_id)["status"] not in ("done", "budget_exhausted"):
             why = self._unmeasurable(release)
             if why is not None:
                 step.verdict, step.detail = UNMEASURABLE, {"reason": why}

@@ -493,7 +493,7 @@ def _why_not(lab: LabState, role: str | None, o) -> str:
     chain's (e.g. the guest's driver does not accept the bit), so a skipped cell names the side that lacks it."""
     text = o.reason or f"{o.change.key} could not be set"
     entry = lab.hosts.get(role) if role else None
-    if o.change.iface and entry is not None and entry.guest:
+    if role and o.change.iface and entry is not None and entry.guest:
         from offlab.knobs.features import pattern_of
         from offlab.lab.explain import guest_feature_reason
 
