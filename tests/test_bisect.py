@@ -65,7 +65,8 @@ def test_among_keeps_only_the_named_releases_between_the_ends():
                                    "nearest: 6.12.43+deb12, 6.12.57+deb12, 6.12.69+deb12, 6.12.73+deb12"),
     ("6.1", "9.9", None, "--bad 9.9: Debian's archive has no cloud kernel 9.9; series: 6.1, 6.12, 6.16"),
     ("6.1.0-55", "6.1.0-56", None, "nothing between --good 6.1.0-55 and --bad 6.1.0-56"),
-    ("6.1", "7.2", ["7.3"], "--among 7.3: Debian's archive has no cloud kernel 7.3; series: 6.12, 6.16"),
+    ("6.1", "7.2", ["7.3"], "--among 7.3: 7.3.4+deb13 is not between --good 6.1.0-56 and --bad 7.2.13+deb14"),
+    ("6.1", "7.2", ["6.13"], "--among 6.13: Debian's archive has no cloud kernel 6.13; series: 6.1, 6.12, 6.16"),
 ])
 def test_bad_ends_are_one_line_naming_the_option(good, bad, among, words):
     from offlab.errors import BadInput

@@ -96,9 +96,12 @@ def release_list(known: list[kernels.Release], good: str, bad: str, among: list[
     if among:
         picked = []
         for spec in among:
-            r = kernels.choose(spec, between, "--among") if between else None
-            if r is None:
-                raise BadInput(f"--among {spec}: nothing lies between {g.abi} and {b.abi}")
+            try:
+                r = kernels.choose(spec, between, "--among")
+            except BadInput:
+                elsewhere = kernels.choose(spec, known, "--among")  # BadInput naming the nearest if Debian lacks it
+                raise BadInput(f"--among {spec}: {elsewhere.abi} is not between --good {g.abi} and --bad {b.abi}; "
+                               f"name releases between them") from None
             if r not in picked:
                 picked.append(r)
         between = sorted(picked, key=lambda r: kernels.debian_key(r.version))
