@@ -292,4 +292,3 @@ class TestGuests:
                                                        "kernel_suite", "qemu_version")}
                 assert stored == {k: shown["guest"][k] for k in stored}
         assert guests["server"]["kernel_package_version"] == "7.2.12-1~bpo13+1"
-
