@@ -35,16 +35,18 @@ from offlab import __version__
 from offlab.errors import BadInput, EnvironmentProblem
 from offlab.state import owner_alive
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
-# Versions this offlab reads without migrating (a read-only file): 1 lacks sample_series, 2 runs.uid.
-READABLE_VERSIONS = (1, 2, SCHEMA_VERSION)
+# Versions this offlab reads without migrating (a read-only file): 1 lacks sample_series, 2 runs.uid,
+# 3 the bisect tables.
+READABLE_VERSIONS = (1, 2, 3, SCHEMA_VERSION)
 
 # A "running" run whose lock names no live process, or that has no lock this long after it started
 # (the runner takes the lock right after creating the run), died without saying so (kill -9).
 NO_LOCK_GRACE_S = 60.0
 
 RUN_STATUSES = ("running", "done", "interrupted", "failed", "budget_exhausted")
+BISECT_STATUSES = ("running", "done", "interrupted", "failed")
 CELL_STATUSES = ("pending", "running", "done", "confidence_not_reached", "skipped", "failed", "interrupted")
 
 # PostgreSQL: the advisory-lock class of offlab's locks (the run lock: (class, run id); migrating: (class, 0)).
@@ -98,6 +100,25 @@ SAMPLE_SERIES = sa.Table(
       for n, t in _SERIES_TYPES.items()],
     sa.PrimaryKeyConstraint("sample_id", "part", "source", "i"), sqlite_with_rowid=False)
 
+# A bisect (offlab.experiment.bisect): what it was asked, the releases it may measure, and where it
+# ended; one step per release it looked at, each pointing to the run whose samples decided it.
+BISECTS = sa.Table(
+    "bisects", _ddl, _ID(),
+    sa.Column("plan_name", sa.Text, nullable=False), sa.Column("plan_text", sa.Text, nullable=False),
+    sa.Column("spec", sa.Text, nullable=False), sa.Column("status", sa.Text, nullable=False),
+    sa.Column("note", sa.Text), sa.Column("result", sa.Text), sa.Column("owner", sa.Text),
+    sa.Column("started_at", sa.Text, nullable=False), sa.Column("finished_at", sa.Text),
+    sa.Column("offlab_version", sa.Text, nullable=False), sa.Column("uid", sa.Text, nullable=False, unique=True))
+BISECT_STEPS = sa.Table(
+    "bisect_steps", _ddl, _ID(), _FK("bisect_id", "bisects"),
+    sa.Column("position", sa.Integer, nullable=False),  # the release's index in the bisect's list
+    sa.Column("release", sa.Text, nullable=False), sa.Column("package_version", sa.Text, nullable=False),
+    sa.Column("suite", sa.Text, nullable=False),
+    sa.Column("run_id", sa.Integer, sa.ForeignKey("runs.id", ondelete="SET NULL")),
+    sa.Column("verdict", sa.Text), sa.Column("detail", sa.Text),
+    sa.Column("created_at", sa.Text, nullable=False), sa.Column("decided_at", sa.Text),
+    sa.UniqueConstraint("bisect_id", "position"))
+
 # MIGRATIONS[v] takes a database from version v - 1 to v: each step is portable SQL text, a table
 # (created in the dialect's DDL), or a function of the open transaction. Never edit a released step: add one.
 MIGRATIONS: dict[int, list] = {
@@ -120,6 +141,8 @@ MIGRATIONS: dict[int, list] = {
     3: ["ALTER TABLE runs ADD COLUMN uid TEXT",
         lambda c: _backfill_uids(c),
         "CREATE UNIQUE INDEX runs_uid ON runs(uid)"],
+    # `offlab bisect` (issue #33): bisects and their steps.
+    4: [BISECTS, BISECT_STEPS],
 }
 
 
@@ -678,6 +701,96 @@ class Store:
                             {"s": status, "n": note, "f": finished, "id": run_id})
             if cur.rowcount == 0:
                 raise self._no_run(run_id)
+
+    # -- bisects ------------------------------------------------------------------------------
+
+    def create_bisect(self, plan_name: str, plan_text: str, spec: dict, owner: dict) -> int:
+        """A new bisect, status "running", owned by this process (`owner`: pid and start time)."""
+        with self._tx() as c:
+            return int(c.execute(sa.text(
+                "INSERT INTO bisects(plan_name, plan_text, spec, status, owner, started_at, offlab_version, uid) "
+                "VALUES (:n, :t, :s, 'running', :o, :at, :v, :u) RETURNING id"),
+                {"n": plan_name, "t": plan_text, "s": _dumps(spec), "o": _dumps(owner), "at": now_utc(),
+                 "v": __version__, "u": uuid.uuid4().hex}).scalar_one())
+
+    def set_bisect_status(self, bisect_id: int, status: str, note: str | None = None, result: dict | None = None,
+                          owner: dict | None = None) -> None:
+        """Status (and result, when it has one); any status but "running" stamps finished_at."""
+        if status not in BISECT_STATUSES:
+            raise ValueError(f"bisect status {status!r} is not one of {', '.join(BISECT_STATUSES)}")
+        values = {"s": status, "n": note, "f": None if status == "running" else now_utc(), "id": bisect_id}
+        sets = "status = :s, note = :n, finished_at = :f"
+        if result is not None:
+            sets, values["r"] = sets + ", result = :r", _dumps(result)
+        if owner is not None:
+            sets, values["o"] = sets + ", owner = :o", _dumps(owner)
+        with self._tx() as c:
+            if c.execute(sa.text(f"UPDATE bisects SET {sets} WHERE id = :id"), values).rowcount == 0:
+                raise self._no_bisect(bisect_id)
+
+    def put_bisect_step(self, bisect_id: int, position: int, release: str, package_version: str, suite: str,
+                        run_id: int | None = None, verdict: str | None = None, detail: dict | None = None) -> None:
+        """Create or update the step at `position`: the run measuring it, then its verdict once decided."""
+        row = {"b": bisect_id, "p": position, "rel": release, "pv": package_version, "su": suite, "run": run_id,
+               "v": verdict, "d": None if detail is None else _dumps(detail), "at": now_utc(),
+               "dec": now_utc() if verdict is not None else None}
+        with self._tx() as c:
+            done = c.execute(sa.text(
+                "UPDATE bisect_steps SET run_id = coalesce(:run, run_id), verdict = :v, detail = :d, decided_at = :dec "
+                "WHERE bisect_id = :b AND position = :p"), row).rowcount
+            if not done:
+                c.execute(sa.text(
+                    "INSERT INTO bisect_steps(bisect_id, position, release, package_version, suite, run_id, verdict, "
+                    "detail, created_at, decided_at) VALUES (:b, :p, :rel, :pv, :su, :run, :v, :d, :at, :dec)"), row)
+
+    def _no_bisect(self, bisect_id: int) -> BadInput:
+        return BadInput(f"no bisect {bisect_id} in DB {self.where} (offlab results list)")
+
+    def get_bisect(self, bisect_id: int) -> dict:
+        """A bisect with its spec, result and steps (in the order they were taken)."""
+        if self.schema_version() < 4:
+            raise self._no_bisect(bisect_id)
+        rows = self._q("SELECT * FROM bisects WHERE id = :id", {"id": bisect_id})
+        if not rows:
+            raise self._no_bisect(bisect_id)
+        r = dict(rows[0]._mapping)
+        where = f"bisect {bisect_id}"
+        status, note = r["status"], r["note"]
+        owner = _loads(r["owner"], f"column owner of {where}")
+        if status == "running" and not owner_alive(owner):
+            status, note = "interrupted", f"its process ended; resume with `offlab bisect --resume {bisect_id}`"
+        steps = [{"position": s["position"], "release": s["release"], "package_version": s["package_version"],
+                  "suite": s["suite"], "run_id": s["run_id"], "verdict": s["verdict"],
+                  "detail": _loads(s["detail"], f"column detail of a step of {where}") if s["detail"] else None,
+                  "created_at": s["created_at"], "decided_at": s["decided_at"]}
+                 for s in (dict(x._mapping) for x in self._q(
+                     "SELECT * FROM bisect_steps WHERE bisect_id = :b ORDER BY id", {"b": bisect_id}))]
+        return {"id": r["id"], "plan_name": r["plan_name"], "plan_text": r["plan_text"],
+                "spec": _loads(r["spec"], f"column spec of {where}"), "status": status, "note": note,
+                "result": _loads(r["result"], f"column result of {where}") if r["result"] else None,
+                "started_at": r["started_at"], "finished_at": r["finished_at"], "uid": r["uid"], "steps": steps}
+
+    def bisect_of_run(self, run_id: int) -> dict | None:
+        """The bisect one of whose steps is this run, or None."""
+        if self.schema_version() < 4:
+            return None
+        rows = self._q("SELECT bisect_id FROM bisect_steps WHERE run_id = :r", {"r": run_id})
+        return self.get_bisect(rows[0][0]) if rows else None
+
+    def list_bisects(self) -> list[dict]:
+        """Every bisect, oldest first: id, plan, good and bad, status, steps measured, the first changed release."""
+        if self.schema_version() < 4:
+            return []
+        out = []
+        for i in [r[0] for r in self._q("SELECT id FROM bisects ORDER BY id")]:
+            b = self.get_bisect(i)
+            out.append({"id": i, "plan": b["plan_name"], "good": b["spec"].get("good"), "bad": b["spec"].get("bad"),
+                        "status": b["status"], "note": b["note"], "started": b["started_at"],
+                        "steps": sum(1 for s in b["steps"] if s["run_id"] is not None),
+                        "step_runs": [{"run_id": s["run_id"], "release": s["release"]} for s in b["steps"]
+                                      if s["run_id"] is not None],
+                        "first": (b["result"] or {}).get("first")})
+        return out
 
     # -- the run lock --------------------------------------------------------------------------
 

@@ -83,6 +83,17 @@ def test_debian_version_order_agrees_with_dpkg():
         assert subprocess.run(["dpkg", "--compare-versions", a, "le", b]).returncode == 0, (a, b)
 
 
+def test_the_default_kernel_and_the_series_asked_for_by_name_remember_their_images_apart(tmp_path, monkeypatch):
+    """The default guest (the machine's apt's newest 6.12, 6.12.117+deb12) and `kernel_version: "6.12"` (the
+    archive's newest, trixie's 6.12.117+deb13) once shared vm/inputs-6.12.json: a kernels-suite run's 6.12 cells
+    booted trixie's kernel in round 1 and bookworm's after another session's default guest rewrote the file."""
+    from offlab.vm import image
+
+    monkeypatch.setenv("OFFLAB_CACHE_DIR", str(tmp_path))
+    assert image._remembered(None) != image._remembered("6.12")
+    assert image._fingerprint(None, []) != image._fingerprint("6.12", [])
+
+
 def test_apt_get_update_output_names_the_suites_that_could_not_be_reached():
     from offlab.vm import kernels
 

@@ -51,7 +51,7 @@ def test_only_and_exclude_filter_cells():
 @pytest.mark.parametrize("name, seeds", [
     ("uso", ["Seed 000"]), ("gro-gso", ["Seed 001"]), ("vxlan", ["Seed 003"]), ("jumbo", ["Seed 004"]),
     ("pps", ["Seed 002"]), ("quick", ["seed 000", "seed 001", "seed 004"]),
-    ("uso-vm", ["Seed 000"]), ("gro-gso-vm", ["Seed 001"]),
+    ("uso-vm", ["Seed 000"]), ("gro-gso-vm", ["Seed 001"]), ("kernels", ["Seed 000", "VIRTIO_NET_F_HOST_USO"]),
     ("big-tcp", ["Issue 29", "185000-byte", "net/big_tcp.sh"]),
     ("send-paths", ["Issue 29", "SO_EE_CODE_ZEROCOPY_COPIED"]),
     ("dpdk-gro", ["Seed 001", "+49 %", "+63 %"]), ("dpdk-gso", ["Seed 001", "+33 %", "+55 %"]),

@@ -39,7 +39,7 @@ def _register() -> None:
     from offlab.cli import lab as lab_cli
 
     app.add_typer(lab_cli.app, name="lab")
-    for module in ("measure", "experiment", "results", "restore", "doctor", "mtu", "hosts", "fleet", "vm"):
+    for module in ("measure", "experiment", "bisect", "results", "restore", "doctor", "mtu", "hosts", "fleet", "vm"):
         try:
             mod = __import__(f"offlab.cli.{module}", fromlist=["register"])
         except ModuleNotFoundError as exc:

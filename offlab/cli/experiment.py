@@ -362,7 +362,10 @@ class _Progress:
             self.task = self.bar.add_task("starting", total=None)
 
     def _line(self, text: str) -> None:
-        out.print(f"[{time.monotonic() - self.t0:6.1f}s] {text}")
+        from rich.markup import escape
+
+        # escaped: a reason such as "tx-udp-segmentation is off [fixed]" is text, not rich markup
+        out.print(escape(f"[{time.monotonic() - self.t0:6.1f}s] {text}"))
 
     def event(self, kind: str, info: dict) -> None:
         if kind == "lab":

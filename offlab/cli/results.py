@@ -56,11 +56,13 @@ def list_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print the runs as JSON."),
     db: Optional[str] = typer.Option(None, "--db", help=DB_HELP),
 ) -> None:
-    """The runs in the database: status, times, cells and samples."""
+    """The runs in the database: status, times, cells and samples; then the bisects (offlab bisect)."""
     with _open(db) as store:
         runs = store.list_runs()
-    if as_json:
-        _json(runs)
+        bisects = store.list_bisects()
+    if as_json:  # a run that is a bisect's step says so (the bisects themselves: offlab bisect --show ID --json)
+        steps = {s["run_id"]: {"id": b["id"], "release": s["release"]} for b in bisects for s in b["step_runs"]}
+        _json([{**r, **({"bisect": steps[r["id"]]} if r["id"] in steps else {})} for r in runs])
         return
     if not runs:
         typer.echo("no runs yet: offlab run PLAN.yaml")
@@ -70,6 +72,13 @@ def list_cmd(
         t.add_row(str(r["id"]), escape(r["name"]), r["status"], r["started"], r["finished"] or "–",
                   str(r["cells"]), str(r["samples"]), escape(r["note"] or ""))
     out.print(t)
+    if bisects:
+        out.print("bisects (offlab bisect --show ID):")
+        t = Table("id", "plan", "good", "bad", "status", "started", "measured", "note", box=None)
+        for b in bisects:
+            t.add_row(str(b["id"]), escape(b["plan"]), escape(str(b["good"])), escape(str(b["bad"])), b["status"],
+                      b["started"], str(b["steps"]), escape(b["note"] or ""))
+        out.print(t)
 
 
 def import_cmd(

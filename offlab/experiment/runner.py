@@ -420,7 +420,8 @@ class Runner:
         self.on_event("knobs", {"cell": cell.key, "round": rnd, **writes})
         impossible = [o for o in outcomes if not o.ok]
         if impossible:
-            reason = "; ".join(o.reason or f"{o.change.key} could not be set" for o in impossible)
+            roles = {id(ch): t.partition(":")[0] for ch, (t, _, _) in zip(changes, cell.changes, strict=True)}
+            reason = "; ".join(_why_not(lab, roles.get(id(o.change)), o) for o in impossible)
             cs.status, cs.reason = "skipped", f"cannot test here: {reason}"
             self.store.set_cell_status(cs.cell_id, "skipped", cs.reason)
             self.on_event("skipped", {"cell": cell.key, "reason": cs.reason})
@@ -487,6 +488,24 @@ class Runner:
         if key.startswith(SYSCTL_PREFIXES) or key.startswith(TESTPMD_PREFIX):  # no interface: the host's own
             return Change(host=host, key=key, value=value, lab=lab)
         return Change(host=host, key=key, value=value, iface=lab.resolve_iface(role, ref or None), lab=lab)
+
+
+def _why_not(lab: LabState, role: str | None, o) -> str:
+    """Why a setting could not be made: the knob's reason, and for a guest NIC's feature its virtio-net
+    chain's (e.g. the guest's driver does not accept the bit), so a skipped cell names the side that lacks it."""
+    text = o.reason or f"{o.change.key} could not be set"
+    entry = lab.hosts.get(role) if role else None
+    if role and o.change.iface and entry is not None and entry.guest:
+        from offlab.knobs.features import pattern_of
+        from offlab.lab.explain import guest_feature_reason
+
+        try:
+            chain = guest_feature_reason(lab, role, o.change.iface, pattern_of(o.change.key))
+        except (OfflabError, OSError, ValueError):
+            chain = None  # the knob's own reason stands
+        if chain:
+            text += f" (virtio-net chain: {chain})"
+    return text
 
 
 def _in_lab(name: str) -> Callable:

@@ -112,11 +112,17 @@ def leaves(host, iface: str) -> dict[str, netdev.Feature]:
     return out
 
 
-def resolve(key: str, feats: dict[str, netdev.Feature], where: str) -> list[str]:
-    """Kernel features a key stands for on this device; BadInput with close names if none."""
+def pattern_of(key: str) -> str:
+    """The kernel feature name (or fnmatch pattern, for a group such as tso) a key stands for."""
     name = ALIASES.get(key, key)
     name = LONG_TO_SHORT.get(name, name)
-    pattern = LEGACY[name][1] if name in LEGACY else name
+    return LEGACY[name][1] if name in LEGACY else name
+
+
+def resolve(key: str, feats: dict[str, netdev.Feature], where: str) -> list[str]:
+    """Kernel features a key stands for on this device; BadInput with close names if none."""
+    name = LONG_TO_SHORT.get(ALIASES.get(key, key), ALIASES.get(key, key))
+    pattern = pattern_of(key)
     if "*" in pattern:
         found = [f for f in feats if fnmatchcase(f, pattern)]
         if not found and LEGACY[name][0] in feats:  # a group with a single member is shown by its long name

@@ -9,6 +9,7 @@ holds off although requested on, with the feature each needs (netdev.held_off).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
 
 from offlab import netdev
 from offlab.errors import OfflabError
@@ -182,6 +183,18 @@ def _accepted(host, ref: dict, iface: str, mac: str) -> set[int]:
     return bits
 
 
+def guest_feature_reason(lab: LabState, role: str, iface: str, pattern: str) -> str | None:
+    """Why a guest NIC's feature (`pattern`: a name or an fnmatch pattern) cannot change, from its virtio-net
+    chain: the bit QEMU does not offer or the guest's driver does not accept; None when the chain says neither."""
+    nic = next((n for n in guest_nics(lab, role) if n["iface"] == iface), None)
+    if nic is None:
+        return None
+    for row in nic_chain(lab, role, nic).rows:
+        if any(fnmatchcase(name, pattern) for name in row.guest) and (row.offered is False or row.accepted is False):
+            return row.why
+    return None
+
+
 def guest_chains(lab: LabState) -> dict[str, list[dict]]:
     """role → its NICs' chains as JSON, for a sample's record of how its guests ran."""
     out = {}
@@ -192,4 +205,4 @@ def guest_chains(lab: LabState) -> dict[str, list[dict]]:
     return out
 
 
-__all__ = ["Explanation", "explain", "guest_chains", "effective_properties", "nic_chain"]
+__all__ = ["Explanation", "explain", "guest_chains", "guest_feature_reason", "effective_properties", "nic_chain"]

@@ -530,7 +530,28 @@ def build_report(store: Store, run_id: int, *, baseline: dict | None = None,
                        "rule": r.rule}
                       for r in published],
     }
+    context["bisect"] = bisect_section(store.bisect_of_run(run_id), run_id)
     return _render(context)
+
+
+def bisect_section(b: dict | None, run_id: int) -> dict | None:
+    """A run that is a step of `offlab bisect`: the bisect's question, its steps (this run's marked) and where
+    it ended, as the report's small section."""
+    if b is None:
+        return None
+    spec, result = b["spec"], b["result"] or {}
+    steps = [{"release": s["release"], "suite": s["suite"], "verdict": s["verdict"] or "not decided yet",
+              "run_id": s["run_id"], "this": s["run_id"] == run_id} for s in b["steps"]]
+    if result.get("kind") == "found":
+        end = (f"first release where the verdict changes: {result['hi']['abi']} ({result['hi']['verdict']}); "
+               f"before it {result['lo']['abi']} ({result['lo']['verdict']})")
+    elif result:
+        end = b["note"] or ""
+    else:
+        end = f"{b['status']}: {b['note'] or 'not finished'}"
+    return {"id": b["id"], "question": f"{spec['cell']} vs {spec['baseline']} on {fmt.short(spec['metric'])}, "
+                                       f"--good {spec['good']} --bad {spec['bad']}, {len(spec['releases'])} releases",
+            "steps": steps, "end": end}
 
 
 def _render(context: dict) -> str:

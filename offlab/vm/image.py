@@ -282,7 +282,7 @@ def _fingerprint(kernel_version: str | None, files: list[str]) -> str:
             return None
         return [st.st_size, st.st_mtime_ns, st.st_ino]
 
-    parts = {"builder": BUILDER_VERSION, "want": kernel_version or DEFAULT_SERIES, "modules": list(GUEST_MODULES),
+    parts = {"builder": BUILDER_VERSION, "want": _wanted(kernel_version), "modules": list(GUEST_MODULES),
              "texts": [guestfs.INITTAB, guestfs.RC, guestfs.FSTAB, guestfs.AGENT, _PASSWD, _GROUP],
              "tools": {t: which(t) for t in (*GUEST_BINARIES, *EXEC_HELPERS, "busybox")}, "engine": _engine_path(),
              "files": {f: meta(f) for f in sorted({*files, *_apt_state()})}}
@@ -290,7 +290,14 @@ def _fingerprint(kernel_version: str | None, files: list[str]) -> str:
 
 
 def _remembered(kernel_version: str | None) -> Path:
-    return cache_root() / f"inputs-{kernel_version or DEFAULT_SERIES}.json"
+    return cache_root() / f"inputs-{_wanted(kernel_version)}.json"
+
+
+def _wanted(kernel_version: str | None) -> str:
+    """What the remembered key is for: the default kernel (the machine's apt's newest 6.12) is not the
+    series 6.12 asked for by name (the archive's newest 6.12, trixie's +deb13): each its own file, or a
+    guest of one would boot the other's image."""
+    return kernel_version if kernel_version is not None else f"default-{DEFAULT_SERIES}"
 
 
 def _remembered_key(kernel_version: str | None) -> str | None:
@@ -458,6 +465,12 @@ def _kernel_files(pkg: Path, kernel: KernelPackage) -> tuple[Path, Path]:
     """The unpacked kernel's bzImage and module directory: /boot/vmlinuz-REL and /lib/modules/REL up
     to 6.18, /usr/lib/modules/REL/vmlinuz (merged /usr, the linux-binary part) from 6.19 on."""
     moddirs = sorted(d for base in ("lib/modules", "usr/lib/modules") for d in (pkg / base).glob("*") if d.is_dir())
+    parts = {d.name.split("-")[1] for d in kernel.debs}
+    if not moddirs and "binary" in parts and "modules" not in parts:
+        # trixie-backports' 6.19 → 7.1 in the lists of 2026-11-28: only linux-binary-… is listed
+        raise EnvironmentProblem(f"{kernel.name} {kernel.version}: the archive's lists carry its linux-binary "
+                                 f"package but not its linux-modules and linux-base parts: no modules (virtio_net), "
+                                 f"so no guest can be built from it")
     if len(moddirs) != 1:
         raise EnvironmentProblem(f"{kernel.name} {kernel.version}: expected one lib/modules/RELEASE directory, "
                                  f"found {len(moddirs)}: is it a Debian kernel package?")
