@@ -106,6 +106,7 @@ class Runner:
         self.decider: Decider | None = None
         self.decisions: list[dict] = []  # every comparison's outcome, once the run ends
         self.started: float | None = None  # the budget's clock: from run(), so guest boots count
+        self.cannot_run: dict[str, str] = {}  # lab_key → why its guests cannot run here (cells skipped)
 
     # ---- entry points -------------------------------------------------
     @classmethod
@@ -189,6 +190,8 @@ class Runner:
         keys = list(dict.fromkeys(c.lab_key for c in self.plan.cells))
         self.one_guest_at_a_time = len(keys) > 1 and all(c.topology.kind in labs.GUEST_TOPOLOGIES
                                                          for c in self.plan.cells)
+        self.cannot_run = {k: why for k in keys if (why := _cannot_run(self.plan, k)) is not None}
+        keys = [k for k in keys if k not in self.cannot_run]
         for key in keys[:1] if self.one_guest_at_a_time else keys:
             self._lab_up(key)
 
@@ -199,7 +202,7 @@ class Runner:
         topo = next(c.topology for c in self.plan.cells if c.lab_key == key)
         options = {k: v for k, v in (("underlay_mtu", topo.underlay_mtu), ("vni", topo.vni),
                                      ("port", topo.port), ("nic", topo.nic or None), ("guest_cpus", topo.guest_cpus),
-                                     ("kernel_version", topo.kernel_version), ("pmd", topo.pmd),
+                                     ("kernel_version", topo.kernel_version), ("qemu", topo.qemu), ("pmd", topo.pmd),
                                      ("ports", list(topo.ports) if topo.ports else None)) if v is not None}
         self.on_event("lab", {"topology": topo.kind, "mtu": topo.mtu})
         self.labs[key] = labs.up(topo.kind, f"{prefix}{chr(97 + i)}", mtu=topo.mtu, ipv6=topo.ipv6,
@@ -274,6 +277,9 @@ class Runner:
             row = known.get(cs.cell_id, {})
             if row.get("status") in ("done", "confidence_not_reached", "skipped"):
                 cs.status, cs.reason = row["status"], row.get("reason")
+            elif cell.lab_key in self.cannot_run:
+                cs.status, cs.reason = "skipped", f"cannot test here: {self.cannot_run[cell.lab_key]}"
+                self.store.set_cell_status(cs.cell_id, "skipped", cs.reason)
             for s in samples:
                 if s["cell_id"] == cs.cell_id:
                     cs.rounds_done.add(s["round"])
@@ -282,6 +288,9 @@ class Runner:
                         cs.history.append((s["round"], s["metrics"][metric]))
             self.cells.append(cs)
         self.on_event("run", {"run_id": self.run_id, "cells": len(self.cells), "seed": self.seed})
+        for cs in self.cells:
+            if cs.cell.lab_key in self.cannot_run and cs.status == "skipped":
+                self.on_event("skipped", {"cell": cs.cell.key, "reason": cs.reason})
 
     def _rounds(self) -> None:
         if self.plan.repeat.rule(self.plan.baseline is not None) == "decided":
@@ -418,7 +427,7 @@ class Runner:
         self.on_event("knobs", {"cell": cell.key, "round": rnd, **writes})
         impossible = [o for o in outcomes if not o.ok]
         if impossible:
-            reason = "; ".join(o.reason or f"{o.change.key} could not be set" for o in impossible)
+            reason = "; ".join(_with_chain(lab, o) for o in impossible)
             cs.status, cs.reason = "skipped", f"cannot test here: {reason}"
             self.store.set_cell_status(cs.cell_id, "skipped", cs.reason)
             self.on_event("skipped", {"cell": cell.key, "reason": cs.reason})
@@ -485,6 +494,47 @@ class Runner:
         if key.startswith(SYSCTL_PREFIXES) or key.startswith(TESTPMD_PREFIX):  # no interface: the host's own
             return Change(host=host, key=key, value=value, lab=lab)
         return Change(host=host, key=key, value=value, iface=lab.resolve_iface(role, ref or None), lab=lab)
+
+
+def _cannot_run(plan: Plan, key: str) -> str | None:
+    """Why the guests of the cells with lab `key` cannot run here, or None: a virtio-net property
+    their QEMU does not have (QEMU 7.2 has no host_uso), a QEMU and guest kernel that cannot boot
+    together. Their cells are skipped with it; the QEMU is fetched first if it is not cached."""
+    from offlab.lab.vm import check_pairing, guest_roles, kernel_for
+    from offlab.vm import image as vm_image
+    from offlab.vm import qemu, qemus
+
+    topo = next(c.topology for c in plan.cells if c.lab_key == key)
+    if topo.kind not in labs.GUEST_TOPOLOGIES or topo.qemu is None:
+        return None
+    for role in guest_roles(topo.kind):
+        q = qemus.resolve(kernel_for(topo.qemu, role))
+        try:
+            qemu.Nic.from_options("tap0", "52:54:00:00:00:00", dict(topo.nic), q)
+            if not q.installed:
+                check_pairing(q, vm_image.build(kernel_for(topo.kernel_version, role)))
+        except qemu.PropertyMissing as exc:
+            return f"{role}: QEMU {q.version} has no property {exc.prop} (its guest cannot have the NIC the cell asks for)"
+        except EnvironmentProblem as exc:
+            return f"{role}: {exc}"
+    return None
+
+
+def _with_chain(lab: LabState, o) -> str:
+    """An impossible setting's reason; for a guest NIC's feature, with its negotiation chain's why
+    (QEMU has no such property / does not offer the bit / the guest's driver does not accept it)."""
+    from offlab.lab.explain import lacking_reason
+
+    reason = o.reason or f"{o.change.key} could not be set"
+    role = getattr(o.change.host, "role", None)
+    if o.change.iface and role and lab.hosts.get(role) and lab.hosts[role].guest:
+        try:
+            chain = lacking_reason(lab, role, o.change.iface, o.change.key)
+        except (OfflabError, OSError, ValueError):
+            chain = ""
+        if chain:
+            reason = f"{chain} — {reason}"
+    return reason
 
 
 def _in_lab(name: str) -> Callable:
