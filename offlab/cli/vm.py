@@ -106,7 +106,7 @@ def qemu_cmd(
             return
         uso = all(p in qemu.nic_properties(q) for p in ("host_uso", "guest_uso4", "guest_uso6"))
         typer.echo(f"QEMU {q.version} ({q.package_version}, {'the machine’s own' if q.installed else q.suite})")
-        typer.echo(f"  runs      {' '.join(q.argv())}" + (f" -L {q.data_dir}" if q.data_dir else ""))
+        typer.echo(f"  runs      {' '.join([*q.argv(), *q.data_args()])}")
         typer.echo("  USO       " + ("host_uso, guest_uso4, guest_uso6" if uso else
                                      "no host_uso/guest_uso4/guest_uso6: a guest's USO cannot be tested on it"))
         return

@@ -291,7 +291,7 @@ def firmware(q: Qemu | None = None) -> list[str]:
     directory first (`-L`)."""
     q = _or_installed(q)
     share = Path(q.binary).resolve().parent.parent / "share" / "qemu"
-    for d in (share, *([] if q.data_dir else [Path("/usr/share/qemu")])):
+    for d in (share, *([] if q.data_dirs else [Path("/usr/share/qemu")])):
         if (d / FIRMWARE).is_file():
             return ["-bios", FIRMWARE]
     return []

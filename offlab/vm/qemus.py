@@ -41,6 +41,9 @@ NEVER_FETCHED = ("libc6",)  # the dynamic loader and C library of this machine a
 BINARY = "usr/bin/qemu-system-x86_64"
 MODULE_DIR = "usr/lib/x86_64-linux-gnu/qemu"
 DATA_DIR = "usr/share/qemu"
+# Firmware QEMU's Depends bring from other packages, where Debian puts it: a relocatable QEMU looks for
+# it beside its own binary, so an unpacked one is told with -L (the machine's copy, or the fetched one).
+FIRMWARE_DIRS = {"seabios": "usr/share/seabios", "ipxe-qemu": "usr/lib/ipxe/qemu"}
 TCG_MODULE = "accel-tcg-x86_64.so"
 MANIFEST = "qemu.json"
 _SPEC_RE = re.compile(r"^(installed|\d+\.\d+)$")
@@ -342,7 +345,7 @@ class Qemu:
     suite: str  # "installed" or the archive suite it came from
     binary: str
     env: tuple[tuple[str, str], ...] = ()  # QEMU_MODULE_DIR, LD_LIBRARY_PATH for an unpacked one
-    data_dir: str = ""  # -L for an unpacked one
+    data_dirs: tuple[str, ...] = ()  # -L for an unpacked one: its own data, then its firmware packages
 
     @property
     def series(self) -> str:
@@ -359,7 +362,7 @@ class Qemu:
         return ["env", *(f"{k}={v}" for k, v in self.env), self.binary]
 
     def data_args(self) -> list[str]:
-        return ["-L", self.data_dir] if self.data_dir else []
+        return [a for d in self.data_dirs for a in ("-L", d)]
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -454,8 +457,10 @@ def _qemu_in(target: Path, pick: Candidate, debs: list[Deb]) -> Qemu:
                if any(x.name not in (PACKAGE, *SIBLINGS) for x in debs) and _has_libraries(root / d)]
     if libdirs:
         env.append(("LD_LIBRARY_PATH", ":".join(libdirs)))
+    fetched = {d.name for d in debs}
+    firmware = [str(root / d) if name in fetched else f"/{d}" for name, d in FIRMWARE_DIRS.items()]
     return Qemu(series_of(pick.version), pick.version, pick.suite, str(root / BINARY), tuple(env),
-                str(root / DATA_DIR))
+                (str(root / DATA_DIR), *firmware))
 
 
 def _has_libraries(d: Path) -> bool:
@@ -490,7 +495,8 @@ def _check_libraries(tmp: Path, final: Qemu, target: Path) -> tuple[list[str], s
 
 def _load(target: Path) -> Qemu:
     data = json.loads((target / MANIFEST).read_text())
-    return Qemu(**{**data["qemu"], "env": tuple(tuple(x) for x in data["qemu"]["env"])})
+    return Qemu(**{**data["qemu"], "env": tuple(tuple(x) for x in data["qemu"]["env"]),
+                   "data_dirs": tuple(data["qemu"]["data_dirs"])})
 
 
 def _cached_of(spec: str) -> Qemu | None:
