@@ -180,7 +180,6 @@ def boot_guest(b: Builder, role: str, where: str, taps: list[str], *, peers: lis
     cpus = guest_cpus(opts)
     with b.step(f"guest image for {role}"):
         image = vm_image.build(kernel_for(opts.get("kernel_version"), role))
-    check_pairing(q, image)
     if rundir is None:
         rundir = ensure_dir(state_dir() / "vm" / b.lab.name)
     b.lab.rundir = str(rundir)
@@ -290,16 +289,3 @@ def check_guest_options(options: dict, topology: str | None = None) -> None:
         qemu.Nic.from_options("tap0", "52:54:00:00:00:00", nic, qemus.resolve(spec) if spec is not None else None)
     guest_cpus(options)
 
-
-# QEMU and guest kernel pairs that do not boot reliably here, and why (docs/vm.md "QEMU versions").
-UNBOOTABLE: dict[tuple[str, str], str] = {}
-
-
-def check_pairing(q, image) -> None:
-    """EnvironmentProblem (exit 3, one line) for a QEMU and guest kernel that cannot boot together."""
-    from offlab.errors import EnvironmentProblem
-    from offlab.vm.qemus import series_of
-
-    why = UNBOOTABLE.get((q.series, series_of(image.kernel_package_version)))
-    if why:
-        raise EnvironmentProblem(f"QEMU {q.version} with guest kernel {image.kernel_release}: {why}")

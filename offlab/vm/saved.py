@@ -6,7 +6,8 @@ address yet) it is paused, its whole state is written to a file with QEMU's `mig
 and it goes on. A later guest of the same kind starts QEMU with the same command line plus
 `-incoming defer` and loads that file instead of booting.
 
-What a saved guest keys on (`key`): QEMU's full `--version` line, and the QEMU command line with
+What a saved guest keys on (`key`): the full `--version` line of the QEMU that runs it (the installed
+one or another version offlab unpacked, offlab.vm.qemus), and the QEMU command line with
 the parts that differ between labs replaced by placeholders (socket, console and monitor paths,
 tap names, MACs): so the image (its key is in the kernel path), machine, firmware, kernel command
 line, CPUs, memory, accelerator and every NIC's device, properties and queue count are in it.
@@ -27,7 +28,8 @@ booted cold (and saved again); why is recorded in the lab (`start_why`) and prin
 
 Not restored: guests with vhost-user NICs (dpdk-vm, ovs-dpdk-vm). Their backend (testpmd, OVS) is
 a new process in every lab; a restored virtio-net device would hand it rings whose indices the new
-backend never saw. They keep the fast cold boot. `OFFLAB_VM_WARM=0` turns warm starts off.
+backend never saw. They keep the fast cold boot. Nor guests of a QEMU older than 9.0 (Debian's 7.2):
+it has no `mapped-ram`. `OFFLAB_VM_WARM=0` turns warm starts off.
 """
 
 from __future__ import annotations
