@@ -106,6 +106,44 @@ def test_relations_agree_with_dpkg():
             assert qemus.Relation("x", op, b).satisfied_by(a) is want, (a, op, b)
 
 
+def _chain(case: str):
+    import json
+
+    from offlab.netdev import parse_features
+    from offlab.vm import virtio
+
+    d = Path(REPO) / "tests" / "fixtures" / "virtio" / case
+    status = json.loads((d / "x-query-virtio-status.json").read_text())
+    props = json.loads((d / "qom-get.json").read_text())
+    nic = json.loads((d / "nic.json").read_text())
+    tap = (d / "tap-ethtool-k.txt")
+    return virtio.build(
+        role="client", iface="eth0", device_id="nic0", effective=props, set_props=nic["set_properties"],
+        offered=virtio.parse_status_features(status["host-features"]),
+        accepted=virtio.parse_sysfs_features((d / "guest-features").read_text()),
+        guest_feats=parse_features((d / "guest-ethtool-k.txt").read_text()),
+        tap_feats=parse_features(tap.read_text()) if tap.exists() else None, tap="olq0" if tap.exists() else None,
+        tap_host="server", vhost_user=None if tap.exists() else "/run/x/vhost0.sock",
+        absent={link.prop for link in virtio.LINKS if link.prop not in props}, qemu_version=nic["qemu"])
+
+
+def test_the_chain_of_a_72_guest_says_qemu_has_no_uso_property_and_which_side_lacks_each_bit():
+    chain = _chain("qemu72_default")
+    uso = chain.row("host_uso")
+    assert (uso.source, uso.offered, uso.lacking) == ("absent", False, "QEMU")
+    assert uso.why == ("tx-udp-segmentation off [fixed]: QEMU 7.2.22 has no property host_uso: VIRTIO_NET_F_HOST_USO "
+                       "(bit 56) not offered (QEMU does not offer it)")
+    assert chain.row("guest_uso4").why.startswith("tx-udp-segmentation off: QEMU 7.2.22 has no property guest_uso4")
+    assert {r.prop: r.lacking for r in chain.rows if r.lacking} == {
+        "host_uso": "QEMU", "guest_uso4": "QEMU", "guest_uso6": "QEMU", "mq": "QEMU setting"}
+    row = next(line for line in chain.lines() if line.lstrip().startswith("host_uso"))
+    assert row.split()[:7] == ["host_uso", "-", "absent", "56", "no", "no", "QEMU"]
+    # the other sides, on QEMU 10.0 captures: a property set off, a backend that cannot, all negotiated
+    assert _chain("host_uso_off").row("host_uso").lacking == "QEMU setting"
+    assert _chain("dpdk_vhost_user").row("host_uso").lacking == "backend"
+    assert not [r.prop for r in _chain("default").rows if r.lacking and r.prop != "mq"]
+
+
 # ---- real guests ---------------------------------------------------------------------------------
 def _dpkg_l() -> str:
     return subprocess.run(["dpkg", "-l", "qemu-system-*", "seabios", "ipxe-qemu"], capture_output=True,
