@@ -352,6 +352,9 @@ def _print_lab(lab: labs.LabState, as_json: bool) -> None:
     for role, h in info["hosts"].items():
         g = h.get("guest") or {}
         if g.get("start"):
-            out.print(escape(f"guest {role}: {g['start']} start, ready in {g.get('ready_seconds')} s ({g.get('start_why', '')})"))
+            on = f"QEMU {g.get('qemu_version')}" + (f" ({g['qemu_suite']}, run from offlab's cache)"
+                                                    if g.get("qemu_suite") not in (None, "installed") else "")
+            out.print(escape(f"guest {role}: {on}, {g['start']} start, ready in {g.get('ready_seconds')} s "
+                             f"({g.get('start_why', '')})"))
     reach = ", ".join(f"{r} {h['address']}" for r, h in info["hosts"].items() if h.get("address"))
     out.print(f"reach: {reach}")

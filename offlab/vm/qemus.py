@@ -22,7 +22,6 @@ here are named in the manifest.
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import re
@@ -316,15 +315,27 @@ def lists(packages: tuple[str, ...] | None = (PACKAGE, *SIBLINGS)) -> dict[str, 
     return out
 
 
-@functools.lru_cache(maxsize=None)
-def _candidates_cached(stamp: str) -> tuple[Candidate, ...]:
-    return tuple(candidates(lists()))
-
-
 def known_candidates() -> list[Candidate]:
-    """The archive's qemu-system-x86 versions, read again only when offlab's lists change."""
-    stamp = str(_stat(kernels.state_dir() / "index.json"))
-    return list(_candidates_cached(stamp))
+    """The archive's qemu-system-x86 versions: read from offlab's lists once per change of them
+    (kept in vm/qemu/candidates.json; reading six suites' lists takes seconds)."""
+    stamp = list(_stat(kernels.state_dir() / "index.json") or ())
+    cache = qemu_root() / "candidates.json"
+    try:
+        data = json.loads(cache.read_text())
+        if data["stamp"] == stamp:
+            return [Candidate(**c) for c in data["candidates"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    found = candidates(lists())
+    stamp = list(_stat(kernels.state_dir() / "index.json") or ())  # lists() may have fetched them just now
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_name(f".{cache.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"stamp": stamp, "candidates": [asdict(c) for c in found]}) + "\n")
+        os.replace(tmp, cache)
+    except OSError:
+        pass  # only a shortcut
+    return found
 
 
 def _stat(path: Path) -> tuple[int, int] | None:
