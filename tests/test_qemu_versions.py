@@ -242,6 +242,15 @@ class TestGuests:
         assert res.returncode == 2 and "--qemu is for topologies with guests" in res.stderr, res.stderr
         assert sorted(Path(c.dir).name for c in qemus.cached()) == have
 
+    def test_a_qemu_and_kernel_seen_not_to_boot_together_are_refused_in_one_line_before_anything_is_built(self):
+        res = offlab_cli("lab", "up", "vm", "--name", "qpanic", "--qemu", "7.2", "--kernel-version", "6.12.95+deb12")
+        assert res.returncode == 3, res.stderr
+        (line,) = res.stderr.strip().splitlines()
+        assert line.startswith("offlab: error: QEMU 7.2.22 cannot boot guest kernel 6.12.95+deb12: Debian's QEMU 7.2 "
+                               "(TCG) panics this kernel early in boot")
+        assert not any(n.startswith("ol-qpanic-") for n in subprocess.run(
+            ["ip", "netns", "list"], capture_output=True, text=True).stdout.split())
+
 
 def test_vm_qemu_lists_the_installed_and_cached_versions_and_removes_one(tmp_path, monkeypatch):
     """A cache of its own: an unpacked QEMU (its tree and .deb files) is listed with its disk use and removed."""

@@ -246,6 +246,7 @@ def set_cmd(
 ) -> None:
     """Change settings of a lab host by hand, journalled: they stay until `offlab restore` or `lab down`."""
     from offlab.knobs import Change, Transaction
+    from offlab.lab.explain import outcome_chain
 
     if not is_root():
         raise NotRoot("lab set")
@@ -264,6 +265,8 @@ def set_cmd(
     else:
         for o in outcomes:
             typer.echo(o.line())
+            if not o.ok and (chain := outcome_chain(lab, o)):  # a guest NIC's feature: why, along its chain
+                typer.echo(f"  why: {chain}")
     if any(o.ok and o.change.key.startswith("testpmd.") for o in outcomes):
         _warn_testpmd_no_ops(lab)
     if tx.impossible:

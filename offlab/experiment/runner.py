@@ -498,9 +498,10 @@ class Runner:
 
 def _cannot_run(plan: Plan, key: str) -> str | None:
     """Why the guests of the cells with lab `key` cannot run here, or None: a virtio-net property
-    their QEMU does not have (QEMU 7.2 has no host_uso). Their cells are skipped with it; the QEMU
-    is fetched first if it is not cached."""
-    from offlab.lab.vm import guest_roles, kernel_for
+    their QEMU does not have (QEMU 7.2 has no host_uso), a QEMU and guest kernel seen not to boot
+    together (qemus.UNBOOTABLE). Their cells are skipped with it; the QEMU is fetched first if it
+    is not cached."""
+    from offlab.lab.vm import check_boots, guest_roles, kernel_for
     from offlab.vm import qemu, qemus
 
     topo = next(c.topology for c in plan.cells if c.lab_key == key)
@@ -512,24 +513,21 @@ def _cannot_run(plan: Plan, key: str) -> str | None:
             qemu.Nic.from_options("tap0", "52:54:00:00:00:00", dict(topo.nic), q)
         except qemu.PropertyMissing as exc:
             return f"{role}: QEMU {q.version} has no property {exc.prop} (its guest cannot have the NIC the cell asks for)"
+        try:
+            check_boots(q, kernel_for(topo.kernel_version, role))
+        except EnvironmentProblem as exc:
+            return f"{role}: {exc}"
     return None
 
 
 def _with_chain(lab: LabState, o) -> str:
     """An impossible setting's reason; for a guest NIC's feature, with its negotiation chain's why
     (QEMU has no such property / does not offer the bit / the guest's driver does not accept it)."""
-    from offlab.lab.explain import lacking_reason
+    from offlab.lab.explain import outcome_chain
 
     reason = o.reason or f"{o.change.key} could not be set"
-    role = getattr(o.change.host, "role", None)
-    if o.change.iface and role and lab.hosts.get(role) and lab.hosts[role].guest:
-        try:
-            chain = lacking_reason(lab, role, o.change.iface, o.change.key)
-        except (OfflabError, OSError, ValueError):
-            chain = ""
-        if chain:
-            reason = f"{chain} — {reason}"
-    return reason
+    chain = outcome_chain(lab, o)
+    return f"{chain} — {reason}" if chain else reason
 
 
 def _in_lab(name: str) -> Callable:

@@ -216,4 +216,18 @@ def guest_chains(lab: LabState) -> dict[str, list[dict]]:
     return out
 
 
-__all__ = ["Explanation", "explain", "guest_chains", "effective_properties", "lacking_reason", "nic_chain"]
+def outcome_chain(lab: LabState, outcome) -> str:
+    """For a setting of a guest NIC's feature that could not be made (a knobs Outcome), the chain's
+    why (lacking_reason); "" for any other setting or when the chain cannot be read."""
+    change = outcome.change
+    role = getattr(change.host, "role", None)
+    if not (change.iface and role and role in lab.hosts and lab.hosts[role].guest):
+        return ""
+    try:
+        return lacking_reason(lab, role, change.iface, change.key)
+    except (OfflabError, OSError, ValueError):
+        return ""
+
+
+__all__ = ["Explanation", "explain", "guest_chains", "effective_properties", "lacking_reason", "nic_chain",
+           "outcome_chain"]

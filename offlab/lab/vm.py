@@ -19,7 +19,7 @@ from pathlib import Path
 from offlab import netdev
 from offlab.addresses import (BEHIND4, BEHIND6, CLIENT4, CLIENT6, ROUTER_C4, ROUTER_C6, ROUTER_S4, ROUTER_S6,
                               SERVER4, SERVER6, address)
-from offlab.errors import BadInput
+from offlab.errors import BadInput, EnvironmentProblem
 from offlab.hosts import Host
 from offlab.lab.build import Builder, LabBuildFailed
 from offlab.lab.model import Adjustment, Daemon, HostEntry, Interface
@@ -288,4 +288,18 @@ def check_guest_options(options: dict, topology: str | None = None) -> None:
     for spec in specs:
         qemu.Nic.from_options("tap0", "52:54:00:00:00:00", nic, qemus.resolve(spec) if spec is not None else None)
     guest_cpus(options)
+    if value is not None and topology is not None:
+        for role in guest_roles(topology):
+            check_boots(qemus.resolve(kernel_for(value, role)), kernel_for(options.get("kernel_version"), role))
+
+
+def check_boots(q, kernel_version: str | None) -> None:
+    """EnvironmentProblem (exit 3, one line, before anything is built) for a QEMU and guest kernel
+    seen not to boot together here (offlab.vm.qemus.UNBOOTABLE)."""
+    from offlab.vm import image as vm_image
+    from offlab.vm import qemus
+
+    if any(series == q.series for series, _ in qemus.UNBOOTABLE):  # else no need to look the kernel up
+        if why := qemus.cannot_boot(q, vm_image.resolve_kernel(kernel_version).abi):
+            raise EnvironmentProblem(why)
 

@@ -517,6 +517,25 @@ def _cached_of(spec: str) -> Qemu | None:
     return None
 
 
+# ---- what cannot boot ------------------------------------------------------------------------
+# QEMU series and guest kernel releases seen not to boot together here (TCG), each with why;
+# measured, not guessed (docs/vm.md "QEMU versions"). A lab refuses them (exit 3), a plan skips them.
+_PANIC_72 = ("Debian's QEMU 7.2 (TCG) panics this kernel early in boot (general protection fault in "
+             "do_sync_core, double fault in kmem_cache_alloc_noprof), with the fast and the classic boot")
+UNBOOTABLE: dict[tuple[str, str], str] = {
+    ("7.2", "6.12.95+deb12"): _PANIC_72,
+}
+
+
+def cannot_boot(q: Qemu, kernel_release: str) -> str | None:
+    """Why QEMU `q` cannot boot a guest kernel (`uname -r`, with or without -cloud-amd64), or None."""
+    abi = kernel_release.removesuffix("-cloud-amd64")
+    why = UNBOOTABLE.get((q.series, abi))
+    if why is None:
+        return None
+    return f"QEMU {q.version} cannot boot guest kernel {abi}: {why}"
+
+
 # ---- what is cached ---------------------------------------------------------------------------
 @dataclass
 class Cached:
