@@ -252,6 +252,32 @@ class TestGuests:
             ["ip", "netns", "list"], capture_output=True, text=True).stdout.split())
 
 
+@pytest.mark.network
+def test_a_library_the_machine_lacks_is_fetched_unpacked_and_found_through_ld_library_path(tmp_path, monkeypatch):
+    """A cache of its own (offlab's archive lists copied in), on a machine said to lack libslirp0:
+    7.2 comes with bookworm's libslirp0, and the unpacked binary runs with that copy."""
+    import shutil
+
+    from offlab.vm import image, kernels, qemus
+
+    shutil.copytree(kernels.state_dir(), tmp_path / "vm" / "archive")
+    monkeypatch.setenv("OFFLAB_CACHE_DIR", str(tmp_path))
+    assert image.cache_root() == tmp_path / "vm"
+    real = qemus.machine()
+    lacking = qemus.Machine({k: v for k, v in real.installed.items() if k != "libslirp0"}, real.provides)
+    monkeypatch.setattr(qemus, "machine", lambda: lacking)
+    q = qemus.resolve("7.2")
+    (libdir,) = dict(q.env)["LD_LIBRARY_PATH"].split(":")
+    assert libdir.startswith(str(tmp_path)) and (Path(libdir) / "libslirp.so.0").exists()
+    ldd = subprocess.run(["env", *(f"{k}={v}" for k, v in q.env), "ldd", q.binary], capture_output=True,
+                         text=True).stdout
+    assert f"libslirp.so.0 => {libdir}/libslirp.so.0" in ldd and "not found" not in ldd
+    out = subprocess.run(q.argv() + ["--version"], capture_output=True, text=True).stdout
+    assert out.startswith(f"QEMU emulator version {q.version}")
+    assert [d.split("_")[0] for d in sorted(p.name for p in (tmp_path / "vm" / "debs").iterdir())] == [
+        "libslirp0", "qemu-system-common", "qemu-system-data", "qemu-system-x86"]
+
+
 def test_vm_qemu_lists_the_installed_and_cached_versions_and_removes_one(tmp_path, monkeypatch):
     """A cache of its own: an unpacked QEMU (its tree and .deb files) is listed with its disk use and removed."""
     import json

@@ -447,8 +447,9 @@ def unpack(pick: Candidate, m: Machine) -> Qemu:
             (tmp / "root").mkdir(parents=True)
             for path in files:
                 LOCAL.run(["dpkg-deb", "-x", str(path), str(tmp / "root")], timeout=300)
-            unloadable, version = _check_libraries(tmp, _qemu_in(target, pick, debs), target)
-            qemu = replace(_qemu_in(target, pick, debs), version=version)
+            planned = _qemu_in(tmp, target, pick, debs)
+            unloadable, version = _check_libraries(tmp, planned, target)
+            qemu = replace(planned, version=version)
             manifest = {"qemu": qemu.to_json(), "debs": [asdict(d) for d in debs],
                         "files": [str(f) for f in files], "sibling_depends_not_fetched": optional,
                         "modules_that_cannot_load": unloadable, "unpacked_at": time.time()}
@@ -461,11 +462,12 @@ def unpack(pick: Candidate, m: Machine) -> Qemu:
     return _load(target)
 
 
-def _qemu_in(target: Path, pick: Candidate, debs: list[Deb]) -> Qemu:
+def _qemu_in(tree: Path, target: Path, pick: Candidate, debs: list[Deb]) -> Qemu:
+    """How the QEMU unpacked in `tree` will run once it is renamed to `target`."""
     root = target / "root"
     env = [("QEMU_MODULE_DIR", str(root / MODULE_DIR))]
     libdirs = [str(root / d) for d in ("usr/lib/x86_64-linux-gnu", "lib/x86_64-linux-gnu")
-               if any(x.name not in (PACKAGE, *SIBLINGS) for x in debs) and _has_libraries(root / d)]
+               if any(x.name not in (PACKAGE, *SIBLINGS) for x in debs) and _has_libraries(tree / "root" / d)]
     if libdirs:
         env.append(("LD_LIBRARY_PATH", ":".join(libdirs)))
     fetched = {d.name for d in debs}
