@@ -245,8 +245,8 @@ def set_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print requested vs actual as JSON."),
 ) -> None:
     """Change settings of a lab host by hand, journalled: they stay until `offlab restore` or `lab down`."""
+    from offlab.experiment.runner import chain_why
     from offlab.knobs import Change, Transaction
-    from offlab.lab.explain import outcome_chain
 
     if not is_root():
         raise NotRoot("lab set")
@@ -265,7 +265,7 @@ def set_cmd(
     else:
         for o in outcomes:
             typer.echo(o.line())
-            if not o.ok and (chain := outcome_chain(lab, o)):  # a guest NIC's feature: why, along its chain
+            if not o.ok and (chain := chain_why(lab, o)):  # a guest NIC's feature: why, along its chain
                 typer.echo(f"  why: {chain}")
     if any(o.ok and o.change.key.startswith("testpmd.") for o in outcomes):
         _warn_testpmd_no_ops(lab)

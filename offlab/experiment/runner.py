@@ -523,11 +523,20 @@ def _cannot_run(plan: Plan, key: str) -> str | None:
 def _with_chain(lab: LabState, o) -> str:
     """An impossible setting's reason; for a guest NIC's feature, with its negotiation chain's why
     (QEMU has no such property / does not offer the bit / the guest's driver does not accept it)."""
-    from offlab.lab.explain import outcome_chain
-
     reason = o.reason or f"{o.change.key} could not be set"
-    chain = outcome_chain(lab, o)
+    chain = chain_why(lab, o)
     return f"{chain} — {reason}" if chain else reason
+
+
+def chain_why(lab: LabState, o) -> str:
+    """For a guest NIC's feature that could not be set (a knobs Outcome), its chain's why; else ""."""
+    from offlab.knobs.features import kernel_pattern
+    from offlab.lab.explain import lacking_reason
+
+    role = getattr(o.change.host, "role", None)
+    if not (o.change.iface and role):
+        return ""
+    return lacking_reason(lab, role, o.change.iface, kernel_pattern(o.change.key))
 
 
 def _in_lab(name: str) -> Callable:

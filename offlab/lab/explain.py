@@ -167,21 +167,22 @@ def nic_chain(lab: LabState, role: str, nic: dict) -> virtio.NicChain:
                         qemu_version=guest.get("qemu_version") or "")
 
 
-def lacking_reason(lab: LabState, role: str, iface: str, key: str) -> str:
-    """Why a guest NIC's feature `key` (an ethtool name or offlab's alias) cannot be on, from the
-    NIC's chain: the rows that reach that feature and whose bit QEMU did not offer or the guest's
-    driver did not accept ("" when the chain does not explain it, or `role` is no guest)."""
+def lacking_reason(lab: LabState, role: str, iface: str, pattern: str) -> str:
+    """Why a guest NIC's feature (an ethtool name, or a pattern such as tx-tcp*-segmentation) cannot
+    be on, from the NIC's chain: the rows that reach such a feature and whose bit QEMU did not offer
+    or the guest's driver did not accept ("" when the chain does not say, cannot be read, or `role`
+    is no guest)."""
     from fnmatch import fnmatchcase
 
-    from offlab.knobs.features import ALIASES, LEGACY, LONG_TO_SHORT
-
-    name = ALIASES.get(key, key)
-    name = LONG_TO_SHORT.get(name, name)
-    pattern = LEGACY[name][1] if name in LEGACY else name
+    if not (role in lab.hosts and lab.hosts[role].guest):
+        return ""
     nic = next((n for n in guest_nics(lab, role) if n["iface"] == iface), None)
     if nic is None:
         return ""
-    chain = nic_chain(lab, role, nic)
+    try:
+        chain = nic_chain(lab, role, nic)
+    except (OfflabError, OSError, ValueError):
+        return ""
     links = {link.prop: link for link in virtio.LINKS}
     rows = [r for r in chain.rows if r.lacking and any(fnmatchcase(g, pattern) for g in links[r.prop].guest)]
     return "; ".join(r.why for r in rows)
@@ -216,18 +217,4 @@ def guest_chains(lab: LabState) -> dict[str, list[dict]]:
     return out
 
 
-def outcome_chain(lab: LabState, outcome) -> str:
-    """For a setting of a guest NIC's feature that could not be made (a knobs Outcome), the chain's
-    why (lacking_reason); "" for any other setting or when the chain cannot be read."""
-    change = outcome.change
-    role = getattr(change.host, "role", None)
-    if not (change.iface and role and role in lab.hosts and lab.hosts[role].guest):
-        return ""
-    try:
-        return lacking_reason(lab, role, change.iface, change.key)
-    except (OfflabError, OSError, ValueError):
-        return ""
-
-
-__all__ = ["Explanation", "explain", "guest_chains", "effective_properties", "lacking_reason", "nic_chain",
-           "outcome_chain"]
+__all__ = ["Explanation", "explain", "guest_chains", "effective_properties", "lacking_reason", "nic_chain"]
