@@ -436,7 +436,9 @@ class Guest(JsonView):
 
     accel: str | None = None
     vhost: bool | None = None
-    qemu_version: str | None = None
+    qemu_version: str | None = None  # as the QEMU that ran the guest prints it (7.2.22, 10.0.2)
+    qemu_package_version: str | None = None  # its Debian package version
+    qemu_suite: str | None = None  # "installed" (the machine's own) or the archive suite offlab fetched it from
     kernel_release: str | None = None  # uname -r in the guest
     kernel_package: str | None = None  # the Debian package it came from, its version and archive suite
     kernel_package_version: str | None = None

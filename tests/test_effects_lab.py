@@ -251,9 +251,9 @@ def test_validate_refuses_a_nic_property_lab_up_refuses(tmp_path, state_dir):
     plan.write_text("name: p\ntopology: {kind: vm, nic: {nosuch: 1}}\nworkload: {tool: iperf3}\n")
     res = offlab_cli("run", str(plan), "--validate")
     assert res.returncode == 2, res.stderr
-    assert "topology.nic: virtio-net-pci property 'nosuch' is not in QEMU" in res.stderr
+    assert "topology.nic: QEMU " in res.stderr and "has no property nosuch" in res.stderr
     up = offlab_cli("lab", "up", "vm", "--name", "efnic", "--nic", "nosuch=1")  # refused before anything is built
-    assert up.returncode == 2 and "virtio-net-pci property 'nosuch' is not in QEMU" in up.stderr
+    assert up.returncode == 2 and "has no property nosuch" in up.stderr
 
 
 def test_validate_warns_of_tso_and_uso_with_nothing_to_segment(tmp_path):

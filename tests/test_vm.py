@@ -127,7 +127,7 @@ def test_unknown_virtio_net_property_is_bad_input_naming_it_and_the_qemu_version
 
     assert qemu.check_nic_properties({"host_tso4": False, "rx_queue_size": 1024}) == \
         {"host_tso4": "off", "rx_queue_size": "1024"}
-    with pytest.raises(BadInput, match=f"'host_warp'.*QEMU {qemu.qemu_version()}"):
+    with pytest.raises(BadInput, match=f"QEMU {qemu.qemu_version()} has no property host_warp"):
         qemu.check_nic_properties({"host_warp": True})
 
 

@@ -99,7 +99,7 @@ def test_saved_guest_key_follows_the_device_not_the_lab():
 def test_vhost_user_guests_are_never_restored(monkeypatch):
     from offlab.vm import qemu, saved
 
-    monkeypatch.setattr(qemu, "check_nic_properties", lambda props: {k: str(v) for k, v in props.items()})
+    monkeypatch.setattr(qemu, "check_nic_properties", lambda props, q=None: {k: str(v) for k, v in props.items()})
     vu = qemu.VhostUserNic.from_options("/run/x/vhost.sock", "52:54:00:01:02:03", {})
     assert "vhost-user" in saved.why_not_warm([vu])
     monkeypatch.setenv("OFFLAB_VM_WARM", "0")

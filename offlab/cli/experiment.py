@@ -10,6 +10,7 @@ from typing import List, Optional
 from typing import TYPE_CHECKING
 
 import typer
+from rich.markup import escape
 from offlab.cli.console import console
 
 if TYPE_CHECKING:  # names for annotations only; imported for real inside the commands
@@ -398,7 +399,7 @@ class _Progress:
         elif kind == "restart":
             self._line(f"guest restart: lab {info['lab']} up with other QEMU properties (guest boot {info['boots']} of this run)")
         elif kind == "skipped":
-            self._line(f"  {info['cell']}: skipped — {info['reason']}")
+            self._line(f"  {info['cell']}: skipped — {escape(info['reason'])}")  # "[fixed]" is no markup
         elif kind == "decisions":
             comps = info["comparisons"]
             decided = sum(d["verdict"] != "undecided" for d in comps)

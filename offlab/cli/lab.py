@@ -37,6 +37,10 @@ def up_cmd(
     kernel_version: list[str] = typer.Option([], "--kernel-version", help=(
         f"{', '.join(labs.GUEST_TOPOLOGIES)}: the guest kernel from Debian's archive: a series (6.1, 6.12, 7.2), a "
         "release (6.12.57+deb12) or newest; ROLE=V per guest (repeatable, e.g. client=6.1 server=7.2).")),
+    qemu: list[str] = typer.Option([], "--qemu", help=(
+        f"{', '.join(labs.GUEST_TOPOLOGIES)}: the QEMU that runs the guests: installed (default), its series (10.0), "
+        "or another Debian has for this machine (7.2: fetched once into offlab's cache, run from there, never "
+        "installed; `offlab vm qemu --list`); ROLE=V per guest (repeatable).")),
     guest_cpus: Optional[int] = typer.Option(None, "--guest-cpus",
                                              help=f"{', '.join(labs.GUEST_TOPOLOGIES)}: vCPUs per guest (default 1)."),
     pmd: Optional[str] = typer.Option(None, "--pmd", help="dpdk, ovs-dpdk: the DPDK ports, tap (default) or "
@@ -90,6 +94,8 @@ def up_cmd(
         options["guest_cpus"] = guest_cpus
     if kernel_version:
         options["kernel_version"] = _kernel_option(kernel_version, topology)
+    if qemu:
+        options["qemu"] = _qemu_option(qemu, topology)
     lab = labs.up(topology, name, mtu=mtu, ipv6=ipv6, options=options)
     _print_lab(lab, as_json)
 
@@ -103,6 +109,18 @@ def _kernel_option(items: list[str], topology: str) -> str | dict[str, str]:
         raise BadInput("--kernel-version: give one V for every guest, or ROLE=V for each guest (e.g. client=6.1)")
     value: str | dict[str, str] = dict(i.split("=", 1) for i in items) if per_role else items[0]
     check_kernel_version(value, topology, "--kernel-version")
+    return value
+
+
+def _qemu_option(items: list[str], topology: str) -> str | dict[str, str]:
+    """--qemu V (every guest) or ROLE=V per guest, checked (one line, nothing fetched) before anything is built."""
+    from offlab.lab.vm import check_qemu
+
+    per_role = [i for i in items if "=" in i]
+    if per_role and len(per_role) != len(items) or not per_role and len(items) > 1:
+        raise BadInput("--qemu: give one V for every guest, or ROLE=V for each guest (e.g. client=7.2)")
+    value: str | dict[str, str] = dict(i.split("=", 1) for i in items) if per_role else items[0]
+    check_qemu(value, topology, "--qemu", resolve=False)
     return value
 
 
@@ -227,6 +245,7 @@ def set_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print requested vs actual as JSON."),
 ) -> None:
     """Change settings of a lab host by hand, journalled: they stay until `offlab restore` or `lab down`."""
+    from offlab.experiment.runner import chain_why
     from offlab.knobs import Change, Transaction
 
     if not is_root():
@@ -246,6 +265,8 @@ def set_cmd(
     else:
         for o in outcomes:
             typer.echo(o.line())
+            if not o.ok and (chain := chain_why(lab, o)):  # a guest NIC's feature: why, along its chain
+                typer.echo(f"  why: {chain}")
     if any(o.ok and o.change.key.startswith("testpmd.") for o in outcomes):
         _warn_testpmd_no_ops(lab)
     if tx.impossible:
@@ -334,6 +355,9 @@ def _print_lab(lab: labs.LabState, as_json: bool) -> None:
     for role, h in info["hosts"].items():
         g = h.get("guest") or {}
         if g.get("start"):
-            out.print(escape(f"guest {role}: {g['start']} start, ready in {g.get('ready_seconds')} s ({g.get('start_why', '')})"))
+            on = f"QEMU {g.get('qemu_version')}" + (f" ({g['qemu_suite']}, run from offlab's cache)"
+                                                    if g.get("qemu_suite") not in (None, "installed") else "")
+            out.print(escape(f"guest {role}: {on}, {g['start']} start, ready in {g.get('ready_seconds')} s "
+                             f"({g.get('start_why', '')})"))
     reach = ", ".join(f"{r} {h['address']}" for r, h in info["hosts"].items() if h.get("address"))
     out.print(f"reach: {reach}")

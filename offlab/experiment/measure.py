@@ -171,7 +171,8 @@ def _measure(lab: LabState, w: Workload, capture: CaptureRequest | None, *,
     if tp_read is not None:
         probe.testpmd_settings = tp_read.result(timeout=60)
     same_kernel = lab.client.shares_kernel and lab.server.shares_kernel
-    guests = {role: {k: e.guest.get(k) for k in ("accel", "vhost", "qemu_version", "kernel_release", "kernel_package",
+    guests = {role: {k: e.guest.get(k) for k in ("accel", "vhost", "qemu_version", "qemu_package_version", "qemu_suite",
+                                                 "kernel_release", "kernel_package",
                                                  "kernel_package_version", "kernel_suite")}
               for role, e in lab.hosts.items() if e.guest}
     # Each guest NIC's negotiation chain as it stood at the end of the traffic (read after it, so the

@@ -106,6 +106,7 @@ class Runner:
         self.decider: Decider | None = None
         self.decisions: list[dict] = []  # every comparison's outcome, once the run ends
         self.started: float | None = None  # the budget's clock: from run(), so guest boots count
+        self.cannot_run: dict[str, str] = {}  # lab_key → why its guests cannot run here (cells skipped)
 
     # ---- entry points -------------------------------------------------
     @classmethod
@@ -191,6 +192,8 @@ class Runner:
         keys = list(dict.fromkeys(c.lab_key for c in self.plan.cells))
         self.one_guest_at_a_time = len(keys) > 1 and all(c.topology.kind in labs.GUEST_TOPOLOGIES
                                                          for c in self.plan.cells)
+        self.cannot_run = {k: why for k in keys if (why := _cannot_run(self.plan, k)) is not None}
+        keys = [k for k in keys if k not in self.cannot_run]
         for key in keys[:1] if self.one_guest_at_a_time else keys:
             self._lab_up(key)
 
@@ -201,7 +204,7 @@ class Runner:
         topo = next(c.topology for c in self.plan.cells if c.lab_key == key)
         options = {k: v for k, v in (("underlay_mtu", topo.underlay_mtu), ("vni", topo.vni),
                                      ("port", topo.port), ("nic", topo.nic or None), ("guest_cpus", topo.guest_cpus),
-                                     ("kernel_version", topo.kernel_version), ("pmd", topo.pmd),
+                                     ("kernel_version", topo.kernel_version), ("qemu", topo.qemu), ("pmd", topo.pmd),
                                      ("ports", list(topo.ports) if topo.ports else None)) if v is not None}
         self.on_event("lab", {"topology": topo.kind, "mtu": topo.mtu})
         self.labs[key] = labs.up(topo.kind, f"{prefix}{chr(97 + i)}", mtu=topo.mtu, ipv6=topo.ipv6,
@@ -276,6 +279,9 @@ class Runner:
             row = known.get(cs.cell_id, {})
             if row.get("status") in ("done", "confidence_not_reached", "skipped"):
                 cs.status, cs.reason = row["status"], row.get("reason")
+            elif cell.lab_key in self.cannot_run:
+                cs.status, cs.reason = "skipped", f"cannot test here: {self.cannot_run[cell.lab_key]}"
+                self.store.set_cell_status(cs.cell_id, "skipped", cs.reason)
             for s in samples:
                 if s["cell_id"] == cs.cell_id:
                     cs.rounds_done.add(s["round"])
@@ -284,6 +290,9 @@ class Runner:
                         cs.history.append((s["round"], s["metrics"][metric]))
             self.cells.append(cs)
         self.on_event("run", {"run_id": self.run_id, "cells": len(self.cells), "seed": self.seed})
+        for cs in self.cells:
+            if cs.cell.lab_key in self.cannot_run and cs.status == "skipped":
+                self.on_event("skipped", {"cell": cs.cell.key, "reason": cs.reason})
 
     def _rounds(self) -> None:
         if self.plan.repeat.rule(self.plan.baseline is not None) == "decided":
@@ -420,8 +429,7 @@ class Runner:
         self.on_event("knobs", {"cell": cell.key, "round": rnd, **writes})
         impossible = [o for o in outcomes if not o.ok]
         if impossible:
-            roles = {id(ch): t.partition(":")[0] for ch, (t, _, _) in zip(changes, cell.changes, strict=True)}
-            reason = "; ".join(_why_not(lab, roles.get(id(o.change)), o) for o in impossible)
+            reason = "; ".join(_with_chain(lab, o) for o in impossible)
             cs.status, cs.reason = "skipped", f"cannot test here: {reason}"
             self.store.set_cell_status(cs.cell_id, "skipped", cs.reason)
             self.on_event("skipped", {"cell": cell.key, "reason": cs.reason})
@@ -490,22 +498,47 @@ class Runner:
         return Change(host=host, key=key, value=value, iface=lab.resolve_iface(role, ref or None), lab=lab)
 
 
-def _why_not(lab: LabState, role: str | None, o) -> str:
-    """Why a setting could not be made: the knob's reason, and for a guest NIC's feature its virtio-net
-    chain's (e.g. the guest's driver does not accept the bit), so a skipped cell names the side that lacks it."""
-    text = o.reason or f"{o.change.key} could not be set"
-    entry = lab.hosts.get(role) if role else None
-    if role and o.change.iface and entry is not None and entry.guest:
-        from offlab.knobs.features import pattern_of
-        from offlab.lab.explain import guest_feature_reason
+def _cannot_run(plan: Plan, key: str) -> str | None:
+    """Why the guests of the cells with lab `key` cannot run here, or None: a virtio-net property
+    their QEMU does not have (QEMU 7.2 has no host_uso), a QEMU and guest kernel seen not to boot
+    together (qemus.UNBOOTABLE). Their cells are skipped with it; the QEMU is fetched first if it
+    is not cached."""
+    from offlab.lab.vm import check_boots, guest_roles, kernel_for
+    from offlab.vm import qemu, qemus
 
+    topo = next(c.topology for c in plan.cells if c.lab_key == key)
+    if topo.kind not in labs.GUEST_TOPOLOGIES or topo.qemu is None:
+        return None
+    for role in guest_roles(topo.kind):
+        q = qemus.resolve(kernel_for(topo.qemu, role))
         try:
-            chain = guest_feature_reason(lab, role, o.change.iface, pattern_of(o.change.key))
-        except (OfflabError, OSError, ValueError):
-            chain = None  # the knob's own reason stands
-        if chain:
-            text += f" (virtio-net chain: {chain})"
-    return text
+            qemu.Nic.from_options("tap0", "52:54:00:00:00:00", dict(topo.nic), q)
+        except qemu.PropertyMissing as exc:
+            return f"{role}: QEMU {q.version} has no property {exc.prop} (its guest cannot have the NIC the cell asks for)"
+        try:
+            check_boots(q, kernel_for(topo.kernel_version, role))
+        except EnvironmentProblem as exc:
+            return f"{role}: {exc}"
+    return None
+
+
+def _with_chain(lab: LabState, o) -> str:
+    """An impossible setting's reason; for a guest NIC's feature, with its negotiation chain's why
+    (QEMU has no such property / does not offer the bit / the guest's driver does not accept it)."""
+    reason = o.reason or f"{o.change.key} could not be set"
+    chain = chain_why(lab, o)
+    return f"{chain} — {reason}" if chain else reason
+
+
+def chain_why(lab: LabState, o) -> str:
+    """For a guest NIC's feature that could not be set (a knobs Outcome), its chain's why; else ""."""
+    from offlab.knobs.features import kernel_pattern
+    from offlab.lab.explain import lacking_reason
+
+    role = getattr(o.change.host, "role", None)
+    if not (o.change.iface and role):
+        return ""
+    return lacking_reason(lab, role, o.change.iface, kernel_pattern(o.change.key))
 
 
 def _in_lab(name: str) -> Callable:

@@ -112,8 +112,9 @@ def leaves(host, iface: str) -> dict[str, netdev.Feature]:
     return out
 
 
-def pattern_of(key: str) -> str:
-    """The kernel feature name (or fnmatch pattern, for a group such as tso) a key stands for."""
+def kernel_pattern(key: str) -> str:
+    """The kernel feature name, or the pattern of a legacy group, that a key (an alias, a short or
+    long ethtool name) stands for, before any device is read."""
     name = ALIASES.get(key, key)
     name = LONG_TO_SHORT.get(name, name)
     return LEGACY[name][1] if name in LEGACY else name
@@ -121,8 +122,9 @@ def pattern_of(key: str) -> str:
 
 def resolve(key: str, feats: dict[str, netdev.Feature], where: str) -> list[str]:
     """Kernel features a key stands for on this device; BadInput with close names if none."""
-    name = LONG_TO_SHORT.get(ALIASES.get(key, key), ALIASES.get(key, key))
-    pattern = pattern_of(key)
+    name = ALIASES.get(key, key)
+    name = LONG_TO_SHORT.get(name, name)
+    pattern = kernel_pattern(key)
     if "*" in pattern:
         found = [f for f in feats if fnmatchcase(f, pattern)]
         if not found and LEGACY[name][0] in feats:  # a group with a single member is shown by its long name

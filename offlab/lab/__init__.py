@@ -43,7 +43,7 @@ def _check_request(topology: str, name: str, mtu: int, options: dict) -> None:
     check_lab_name(name)
     check_mtu(mtu)
     if topology in GUEST_TOPOLOGIES:
-        check_guest_options(options)
+        check_guest_options(options, topology)
     if TOPOLOGIES[topology].testpmd:
         check_dpdk_options(options, mtu, topology)
     if topology == "phys":

@@ -99,9 +99,11 @@ def effective_properties(qmp_path: str, device_id: str) -> dict[str, object]:
 
 
 def _qom_props(q: Qmp, device_id: str) -> dict[str, object]:
+    """The chain's properties the device has (an older QEMU lacks some: 7.2 has no host_uso)."""
     path = f"/machine/peripheral/{device_id}"
+    has = {p["name"] for p in q.execute("qom-list", path=path)}  # type: ignore[union-attr]
     return {link.prop: q.execute("qom-get", path=path, property=link.prop)
-            for link in virtio.LINKS}
+            for link in virtio.LINKS if link.prop in has}
 
 
 def _virtio_path(q: Qmp, device_id: str) -> str:
@@ -158,10 +160,32 @@ def nic_chain(lab: LabState, role: str, nic: dict) -> virtio.NicChain:
             problems.append(f"tap {tap}: {exc}")
     backend_bits = virtio.parse_status_features(status["backend-features"]) if status and \
         status.get("backend-features") else None
+    absent = {link.prop for link in virtio.LINKS if link.prop not in props} if props else set()
     return virtio.build(role=role, iface=name, device_id=device_id, effective=props,
                         set_props=nic.get("properties") or {}, offered=offered, accepted=accepted,
                         guest_feats=guest_feats, tap_feats=tap_feats, tap=tap, tap_host=tap_role, problems=problems,
-                        vhost_user=nic.get("vhost_user"), backend_bits=backend_bits)
+                        vhost_user=nic.get("vhost_user"), backend_bits=backend_bits, absent=absent,
+                        qemu_version=guest.get("qemu_version") or "")
+
+
+def lacking_reason(lab: LabState, role: str, iface: str, pattern: str) -> str:
+    """Why a guest NIC's feature (an ethtool name, or a pattern such as tx-tcp*-segmentation) cannot
+    be on, from the NIC's chain: the rows that reach such a feature and whose bit QEMU did not offer
+    or the guest's driver did not accept ("" when the chain does not say, cannot be read, or `role`
+    is no guest)."""
+
+    if not (role in lab.hosts and lab.hosts[role].guest):
+        return ""
+    nic = next((n for n in guest_nics(lab, role) if n["iface"] == iface), None)
+    if nic is None:
+        return ""
+    try:
+        chain = nic_chain(lab, role, nic)
+    except (OfflabError, OSError, ValueError):
+        return ""
+    links = {link.prop: link for link in virtio.LINKS}
+    rows = [r for r in chain.rows if r.lacking and any(fnmatchcase(g, pattern) for g in links[r.prop].guest)]
+    return "; ".join(r.why for r in rows)
 
 
 def _accepted(host, ref: dict, iface: str, mac: str) -> set[int]:
@@ -183,18 +207,6 @@ def _accepted(host, ref: dict, iface: str, mac: str) -> set[int]:
     return bits
 
 
-def guest_feature_reason(lab: LabState, role: str, iface: str, pattern: str) -> str | None:
-    """Why a guest NIC's feature (`pattern`: a name or an fnmatch pattern) cannot change, from its virtio-net
-    chain: the bit QEMU does not offer or the guest's driver does not accept; None when the chain says neither."""
-    nic = next((n for n in guest_nics(lab, role) if n["iface"] == iface), None)
-    if nic is None:
-        return None
-    for row in nic_chain(lab, role, nic).rows:
-        if any(fnmatchcase(name, pattern) for name in row.guest) and (row.offered is False or row.accepted is False):
-            return row.why
-    return None
-
-
 def guest_chains(lab: LabState) -> dict[str, list[dict]]:
     """role → its NICs' chains as JSON, for a sample's record of how its guests ran."""
     out = {}
@@ -205,4 +217,4 @@ def guest_chains(lab: LabState) -> dict[str, list[dict]]:
     return out
 
 
-__all__ = ["Explanation", "explain", "guest_chains", "guest_feature_reason", "effective_properties", "nic_chain"]
+__all__ = ["Explanation", "explain", "guest_chains", "effective_properties", "lacking_reason", "nic_chain"]

@@ -8,7 +8,8 @@ vanishes with QEMU or with that namespace, never returning to the machine's own.
 
 Topology options (`lab.options`, from a plan's `topology:`): `nic` — virtio-net-pci properties
 for every NIC of every guest, plus `queues`; `guest_cpus` — vCPUs per guest; `kernel_version` — the
-guest kernel (offlab.vm.kernels), one for every guest or per guest role ({"client": "6.1", "server": "7.2"}).
+guest kernel (offlab.vm.kernels), one for every guest or per guest role ({"client": "6.1", "server": "7.2"});
+`qemu` — the QEMU that runs the guest (offlab.vm.qemus: "7.2", "10.0", installed), likewise.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 from offlab import netdev
 from offlab.addresses import (BEHIND4, BEHIND6, CLIENT4, CLIENT6, ROUTER_C4, ROUTER_C6, ROUTER_S4, ROUTER_S6,
                               SERVER4, SERVER6, address)
-from offlab.errors import BadInput
+from offlab.errors import BadInput, EnvironmentProblem
 from offlab.hosts import Host
 from offlab.lab.build import Builder, LabBuildFailed
 from offlab.lab.model import Adjustment, Daemon, HostEntry, Interface
@@ -93,8 +94,29 @@ def guest_roles(topology: str) -> list[str]:
 
 
 def kernel_for(value: str | dict | None, role: str) -> str | None:
-    """The kernel_version option for one guest: the one value, or its role's entry (None: the default)."""
+    """A per-guest option (kernel_version, qemu) for one guest: the one value, or its role's entry
+    (None: the default)."""
     return value.get(role) if isinstance(value, dict) else value
+
+
+def check_qemu(value: object, topology: str, what: str = "qemu", *, resolve: bool = True) -> None:
+    """BadInput (naming `what`) unless `value` is a QEMU for every guest or per guest role of `topology`.
+    `resolve`: fetch and unpack it now if it is not cached (lab up); else only check it against
+    the archive's lists offlab already has (a plan is checked without the network)."""
+    from offlab.vm import qemus
+
+    roles = guest_roles(topology) if topology in _guest_topologies() else []
+    if not roles:
+        raise BadInput(f"{what} is for topologies with guests ({', '.join(_guest_topologies())}), not {topology}")
+    specs = value if isinstance(value, dict) else {"": value}
+    for role, spec in specs.items():
+        if role and role not in roles:
+            raise BadInput(f"{what} {role}: {topology}'s guests are {', '.join(roles)}")
+        field = f"{what} {role}" if role else what
+        qemus.check_known(spec, field)  # every spec first: nothing is fetched for a plan with a bad one
+    if resolve:
+        for spec in specs.values():
+            qemus.resolve(spec, what)
 
 
 def check_kernel_version(value: str | dict, topology: str, what: str = "kernel_version", *,
@@ -144,14 +166,17 @@ def boot_guest(b: Builder, role: str, where: str, taps: list[str], *, peers: lis
     only), else booted cold and saved; the lab's guest entry says which (`start`) and why.
     """
     from offlab.vm import image as vm_image
-    from offlab.vm import qemu, saved
+    from offlab.vm import qemu, qemus, saved
 
     opts = b.lab.options
+    with b.step(f"QEMU for {role}"):
+        q = qemus.resolve(kernel_for(opts.get("qemu"), role))
     if vhost_user:
         nics = [qemu.VhostUserNic.from_options(sock, qemu.mac_for(b.lab.name, role, Path(sock).name),
-                                               opts.get("nic", {})) for sock in vhost_user]
+                                               opts.get("nic", {}), q) for sock in vhost_user]
     else:
-        nics = [qemu.Nic.from_options(tap, qemu.mac_for(b.lab.name, role, tap), opts.get("nic", {})) for tap in taps]
+        nics = [qemu.Nic.from_options(tap, qemu.mac_for(b.lab.name, role, tap), opts.get("nic", {}), q)
+                for tap in taps]
     cpus = guest_cpus(opts)
     with b.step(f"guest image for {role}"):
         image = vm_image.build(kernel_for(opts.get("kernel_version"), role))
@@ -172,13 +197,14 @@ def boot_guest(b: Builder, role: str, where: str, taps: list[str], *, peers: lis
     with b.step(f"start guest {role} (QEMU in {ns})"):
         guest, how = saved.start(image, b.lab.host(where), rundir, name=role, nics=nics, smp=cpus,
                                  timeout=timeout, lab=b.lab.name, role=role, on_started=record,
-                                 after_cold=check_nics)
+                                 after_cold=check_nics, q=q)
     described = [{"iface": f"eth{i}", **_backend(n), "mac": n.mac, "queues": n.queues, "properties": n.properties,
                   "device_id": qemu.device_id(i)} for i, n in enumerate(nics)]
     b.lab.hosts[role] = HostEntry(
         netns=ns,
         interfaces=[Interface(f"eth{i}", "virtio-net", peer_host=peer) for i, peer in enumerate(peers)],
         guest={"ref": guest.host().ref(), "accel": guest.accel, "qemu_version": guest.qemu_version,
+               "qemu_package_version": q.package_version, "qemu_suite": q.suite, "qemu_binary": q.binary,
                "kernel_release": guest.kernel_release, "kernel_package": image.kernel_package,
                "kernel_package_version": image.kernel_package_version, "kernel_suite": image.kernel_suite or "machine's apt",
                "kernel_entry": "pvh" if image.pvh else "classic", **({"kernel_entry_why": image.pvh_why} if not image.pvh else {}),
@@ -247,12 +273,33 @@ def guest_sysctl(b: Builder, role: str, guest: Host, key: str, value: str, why: 
             raise LabBuildFailed(f"{key} reads {got} in guest {role} after setting {value}")
 
 
-def check_guest_options(options: dict) -> None:
-    """BadInput (exit 2) for a guest option that is wrong, before anything is built."""
-    from offlab.vm import qemu
+def check_guest_options(options: dict, topology: str | None = None) -> None:
+    """BadInput (exit 2) for a guest option that is wrong, before anything is built: the NIC
+    properties against each guest's QEMU (fetched first if another version is asked for)."""
+    from offlab.vm import qemu, qemus
 
     nic = options.get("nic", {})
     if not isinstance(nic, dict):
         raise BadInput(f"nic {nic!r}: a mapping of virtio-net-pci properties, e.g. {{rx_queue_size: 1024}}")
-    qemu.Nic.from_options("tap0", "52:54:00:00:00:00", nic)
+    value = options.get("qemu")
+    if value is not None and topology is not None:
+        check_qemu(value, topology)
+    specs = set(value.values()) if isinstance(value, dict) else {value}
+    for spec in specs:
+        qemu.Nic.from_options("tap0", "52:54:00:00:00:00", nic, qemus.resolve(spec) if spec is not None else None)
     guest_cpus(options)
+    if value is not None and topology is not None:
+        for role in guest_roles(topology):
+            check_boots(qemus.resolve(kernel_for(value, role)), kernel_for(options.get("kernel_version"), role))
+
+
+def check_boots(q, kernel_version: str | None) -> None:
+    """EnvironmentProblem (exit 3, one line, before anything is built) for a QEMU and guest kernel
+    seen not to boot together here (offlab.vm.qemus.UNBOOTABLE)."""
+    from offlab.vm import image as vm_image
+    from offlab.vm import qemus
+
+    if any(series == q.series for series, _ in qemus.UNBOOTABLE):  # else no need to look the kernel up
+        if why := qemus.cannot_boot(q, vm_image.resolve_kernel(kernel_version).abi):
+            raise EnvironmentProblem(why)
+

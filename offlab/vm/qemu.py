@@ -32,6 +32,7 @@ from offlab.names import IFNAME_RE
 from offlab.hosts.guest import GuestGone, GuestHost, console_tail, process_start_time
 from offlab.hosts.process import signal_pid
 from offlab.vm.image import INSTALL_HINT, Image, cache_root
+from offlab.vm.qemus import Qemu
 
 QEMU = "qemu-system-x86_64"
 KVM_PROBE_TIMEOUT = 20.0
@@ -75,9 +76,26 @@ def qemu_version() -> str:
 
 
 @functools.lru_cache(maxsize=None)
-def nic_properties() -> dict[str, str]:
+def installed() -> Qemu:
+    """The machine's own QEMU (the one on PATH), as offlab runs it."""
+    res = LOCAL.run(["dpkg-query", "-W", "-f", "${Version}", "qemu-system-x86"], check=False, timeout=30)
+    return Qemu(qemu_version(), res.stdout.strip() if res.ok else "", "installed", qemu_binary())
+
+
+def _or_installed(q: Qemu | None) -> Qemu:
+    return installed() if q is None else q
+
+
+@functools.lru_cache(maxsize=None)
+def version_line(q: Qemu | None = None) -> str:
+    """QEMU's full `--version` line: what a saved guest and the accelerator probe key on."""
+    return LOCAL.run([*_or_installed(q).argv(), "--version"], timeout=30).stdout.splitlines()[0].strip()
+
+
+@functools.lru_cache(maxsize=None)
+def nic_properties(q: Qemu | None = None) -> dict[str, str]:
     """virtio-net-pci property → its type and default, as this QEMU prints them."""
-    out = LOCAL.run([qemu_binary(), "-device", "virtio-net-pci,help"], timeout=30).stdout
+    out = LOCAL.run([*_or_installed(q).argv(), "-device", "virtio-net-pci,help"], timeout=30).stdout
     props = {}
     for line in out.splitlines():
         m = re.match(r"^\s+([A-Za-z0-9_.-]+)=(.*)$", line)
@@ -86,14 +104,24 @@ def nic_properties() -> dict[str, str]:
     return props
 
 
-def check_nic_properties(props: dict[str, object]) -> dict[str, str]:
+class PropertyMissing(BadInput):
+    """A virtio-net property the QEMU a guest runs on does not have (7.2 has no host_uso): a run
+    skips the cell that asks for it, with this reason."""
+
+    def __init__(self, prop: str, q: Qemu) -> None:
+        self.prop, self.qemu = prop, q
+        super().__init__(f"QEMU {q.version} has no property {prop} "
+                         f"(`{QEMU} -device virtio-net-pci,help` lists what it has)")
+
+
+def check_nic_properties(props: dict[str, object], q: Qemu | None = None) -> dict[str, str]:
     """The properties as QEMU strings; BadInput for one this QEMU lacks or a malformed value."""
-    have = nic_properties()
+    q = _or_installed(q)
+    have = nic_properties(q)
     out = {}
     for name, value in props.items():
         if name not in have:
-            raise BadInput(f"virtio-net-pci property {name!r} is not in QEMU {qemu_version()} "
-                           f"(`{QEMU} -device virtio-net-pci,help` lists what it has)")
+            raise PropertyMissing(name, q)
         text = ("on" if value else "off") if isinstance(value, bool) else str(value)
         if not _VALUE_RE.fullmatch(text):
             raise BadInput(f"virtio-net-pci property {name}={text!r}: not a valid value")
@@ -124,12 +152,12 @@ class _VirtioNet:
             raise BadInput(f"virtio-net queues={self.queues!r}: a whole number from 1 to {MAX_QUEUES}")
 
     @classmethod
-    def from_options(cls, backend: str, mac: str, options: dict[str, object]):
+    def from_options(cls, backend: str, mac: str, options: dict[str, object], q: Qemu | None = None):
         """A NIC on `backend` (a tap name, a socket path) from a topology's `nic` options:
-        virtio-net-pci properties plus `queues`."""
+        virtio-net-pci properties plus `queues`, checked against QEMU `q` (default: the installed)."""
         props, queues = _split_queues(options)
         nic = cls(backend, mac, {}, queues)  # queues checked before it shapes the properties
-        nic.properties = _with_mq(props, nic.queues)
+        nic.properties = _with_mq(props, nic.queues, q)
         return nic
 
     def check_backend(self) -> None:
@@ -139,11 +167,11 @@ class _VirtioNet:
         """(arguments the backend needs before its -netdev, the -netdev value) for NIC number `i`."""
         raise NotImplementedError
 
-    def argv(self, i: int) -> list[str]:
+    def argv(self, i: int, q: Qemu | None = None) -> list[str]:
         before, netdev = self.backend(i)
         if self.queues > 1:
             netdev += f",queues={self.queues}"
-        return [*before, "-netdev", netdev, "-device", _device(i, self.mac, self.properties)]
+        return [*before, "-netdev", netdev, "-device", _device(i, self.mac, self.properties, q)]
 
 
 @dataclass
@@ -199,11 +227,11 @@ def _split_queues(options: dict[str, object]) -> tuple[dict[str, object], object
     return props, queues
 
 
-def _with_mq(props: dict[str, object], queues: int) -> dict[str, str]:
+def _with_mq(props: dict[str, object], queues: int, q: Qemu | None) -> dict[str, str]:
     if queues > 1:
         props.setdefault("mq", True)
         props.setdefault("vectors", 2 * queues + 2)
-    return check_nic_properties(props)
+    return check_nic_properties(props, q)
 
 
 def device_id(i: int) -> str:
@@ -212,8 +240,8 @@ def device_id(i: int) -> str:
     return f"nic{i}"
 
 
-def _device(i: int, mac: str, properties: dict[str, str]) -> str:
-    props = check_nic_properties(properties)
+def _device(i: int, mac: str, properties: dict[str, str], q: Qemu | None) -> str:
+    props = check_nic_properties(properties, q)
     return ",".join([f"virtio-net-pci,id={device_id(i)},netdev=n{i},mac={mac}",
                      *(f"{k}={v}" for k, v in props.items())])
 
@@ -242,7 +270,7 @@ class Guest:
     socket: str
     console: str
     accel: str
-    qemu_version: str
+    qemu_version: str  # the version that really runs: `--version` of the QEMU started
     kernel_release: str
     argv: list[str]
     ready_seconds: float = 0.0
@@ -258,10 +286,12 @@ class Guest:
         return asdict(self)
 
 
-def firmware() -> list[str]:
-    """`-bios qboot.rom` when this QEMU ships qboot, else [] (SeaBIOS)."""
-    share = Path(qemu_binary()).resolve().parent.parent / "share" / "qemu"
-    for d in (share, Path("/usr/share/qemu")):
+def firmware(q: Qemu | None = None) -> list[str]:
+    """`-bios qboot.rom` when this QEMU ships qboot, else [] (SeaBIOS); an unpacked QEMU's own data
+    directory first (`-L`)."""
+    q = _or_installed(q)
+    share = Path(q.binary).resolve().parent.parent / "share" / "qemu"
+    for d in (share, *([] if q.data_dirs else [Path("/usr/share/qemu")])):
         if (d / FIRMWARE).is_file():
             return ["-bios", FIRMWARE]
     return []
@@ -269,18 +299,20 @@ def firmware() -> list[str]:
 
 def command(image: Image, *, socket: str, console: str, nics: list[Nic | VhostUserNic] = (),
             memory: int = 512, smp: int = 1, accel: str = "tcg", name: str = "guest",
-            qmp: str | None = None, classic: bool = False) -> list[str]:
+            qmp: str | None = None, classic: bool = False, qemu: Qemu | None = None) -> list[str]:
     """The QEMU argv for one guest (memory in MiB; shared memfd RAM when a NIC is vhost-user;
-    a QMP monitor on the unix socket `qmp` if given). `classic`: the boot offlab had before the
-    fast one (plain q35, SeaBIOS, the compressed kernel, the full boot log), for comparisons."""
+    a QMP monitor on the unix socket `qmp` if given) on `qemu` (default: the installed one).
+    `classic`: the boot offlab had before the fast one (plain q35, SeaBIOS, the compressed kernel,
+    the full boot log), for comparisons."""
+    q = _or_installed(qemu)
     if accel not in ("tcg", "kvm"):
         raise BadInput(f"accelerator {accel!r}: choose tcg or kvm")
     for what, path in (("guest channel", socket), ("QMP socket", qmp or "")):
         if len(path) > SOCKET_PATH_MAX:
             raise BadInput(f"the {what} path is too long for a unix socket ({len(path)} > "
                            f"{SOCKET_PATH_MAX}): {path}")
-    machine, boot = ("q35", []) if classic else (MACHINE, firmware())
-    argv = [qemu_binary(), "-name", f"offlab-{name}", "-machine", machine, *boot, "-accel", accel,
+    machine, boot = ("q35", []) if classic else (MACHINE, firmware(q))
+    argv = [*q.argv(), *q.data_args(), "-name", f"offlab-{name}", "-machine", machine, *boot, "-accel", accel,
             "-m", str(int(memory)), "-smp", str(int(smp)),
             "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
             "-serial", f"file:{console}",
@@ -293,12 +325,12 @@ def command(image: Image, *, socket: str, console: str, nics: list[Nic | VhostUs
     if qmp:
         argv += ["-qmp", f"unix:{qmp},server=on,wait=off"]
     for i, nic in enumerate(nics):
-        argv += nic.argv(i)
+        argv += nic.argv(i, q)
     return argv
 
 
 # ---- accelerator -------------------------------------------------------------------
-def accelerator(image: Image) -> str:
+def accelerator(image: Image, qemu: Qemu | None = None) -> str:
     """'kvm' if a guest really boots with KVM here within KVM_PROBE_TIMEOUT, else 'tcg'.
 
     $OFFLAB_VM_ACCEL=tcg|kvm forces one. The answer is cached per QEMU version and host kernel,
@@ -311,7 +343,8 @@ def accelerator(image: Image) -> str:
         raise BadInput(f"OFFLAB_VM_ACCEL={forced!r}: choose tcg, kvm or auto")
     if not os.access("/dev/kvm", os.R_OK | os.W_OK):
         return "tcg"
-    key = f"{qemu_version()}|{os.uname().release}|{image.kernel_release}"
+    q = _or_installed(qemu)
+    key = f"{q.version}|{os.uname().release}|{image.kernel_release}"
     cache = cache_root() / "accel.json"
     try:
         known = json.loads(cache.read_text())
@@ -319,7 +352,7 @@ def accelerator(image: Image) -> str:
             return known["accel"]
     except (OSError, ValueError):
         pass
-    accel, why = _probe_kvm(image)
+    accel, why = _probe_kvm(image, q)
     cache.parent.mkdir(parents=True, exist_ok=True)
     tmp = cache.with_name(f".accel.{os.getpid()}.tmp")
     tmp.write_text(json.dumps({"key": key, "accel": accel, "why": why, "at": time.time()}) + "\n")
@@ -327,11 +360,11 @@ def accelerator(image: Image) -> str:
     return accel
 
 
-def _probe_kvm(image: Image) -> tuple[str, str]:
+def _probe_kvm(image: Image, q: Qemu) -> tuple[str, str]:
     with tempfile.TemporaryDirectory(prefix="offlab-kvm-") as d:
         console = os.path.join(d, "console.log")
         argv = command(image, socket=os.path.join(d, "ctl.sock"), console=console, accel="kvm",
-                       name="kvm-probe")
+                       name="kvm-probe", qemu=q)
         with open(os.path.join(d, "qemu.log"), "w") as log:
             proc = LOCAL.spawn(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + KVM_PROBE_TIMEOUT
@@ -361,7 +394,7 @@ def _read(path: str) -> str:
 def boot(image: Image, where: Host, rundir: str | Path, *, name: str, nics: list[Nic | VhostUserNic] = (),
          memory: int = 512, smp: int = 1, accel: str = "auto", timeout: float = 60.0,
          lab: str | None = None, role: str | None = None,
-         on_started: Callable[[int, int], None] | None = None) -> Guest:
+         on_started: Callable[[int, int], None] | None = None, qemu: Qemu | None = None) -> Guest:
     """Start QEMU in `where` (a namespace host), wait until the guest's agent answers.
 
     `on_started(pid, start_time)` runs as soon as QEMU exists, so a lab can record it before the
@@ -369,18 +402,19 @@ def boot(image: Image, where: Host, rundir: str | Path, *, name: str, nics: list
     tail, QEMU stopped by pid.
     """
     if accel == "auto":
-        accel = accelerator(image)
+        accel = accelerator(image, qemu)
 
     def until_ready(guest: Guest, proc, qemu_log: Path, start: float) -> None:
         _wait_ready(guest, proc, qemu_log, start + timeout, timeout)
 
     return launch(image, where, Path(rundir), name=name, nics=list(nics), memory=memory, smp=smp, accel=accel,
-                  lab=lab, role=role, on_started=on_started, until_ready=until_ready)
+                  lab=lab, role=role, on_started=on_started, until_ready=until_ready, qemu=qemu)
 
 
 def launch(image: Image, where: Host, rundir: Path, *, name: str, nics: list, memory: int, smp: int, accel: str,
            lab: str | None, role: str | None, on_started: Callable[[int, int], None] | None,
-           until_ready: Callable[[Guest, Any, Path, float], None], extra: Sequence[str] = ()) -> Guest:
+           until_ready: Callable[[Guest, Any, Path, float], None], extra: Sequence[str] = (),
+           qemu: Qemu | None = None) -> Guest:
     """Start QEMU (`command` + `extra`) in `where` with its files in `rundir`; `on_started(pid,
     start_time)` as soon as it exists, then `until_ready(guest, proc, qemu_log, start)` (a cold
     boot's agent wait, a restore's migration). On any failure QEMU is stopped by pid and its agent
@@ -391,15 +425,16 @@ def launch(image: Image, where: Host, rundir: Path, *, name: str, nics: list, me
     qemu_log = rundir / f"{name}.qemu.log"
     for stale in (socket, console, qmp):
         Path(stale).unlink(missing_ok=True)
+    q = _or_installed(qemu)
     argv = command(image, socket=socket, console=console, nics=nics, memory=memory, smp=smp,
-                   accel=accel, name=name, qmp=qmp) + list(extra)
+                   accel=accel, name=name, qmp=qmp, qemu=q) + list(extra)
     start = time.monotonic()
     with open(qemu_log, "w") as log:
         proc = where.spawn(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                            start_new_session=True)
     started = process_start_time(proc.pid)
     guest = Guest(name=name, pid=proc.pid, start_time=started or 0, socket=socket, console=console,
-                  accel=accel, qemu_version=qemu_version(), kernel_release=image.kernel_release,
+                  accel=accel, qemu_version=q.version, kernel_release=image.kernel_release,
                   argv=argv, lab=lab, role=role, qmp=qmp)
     try:
         if started is None:
@@ -484,5 +519,6 @@ def _reap(proc) -> None:
         pass
 
 
-__all__ = ["Guest", "Nic", "VhostUserNic", "accelerator", "boot", "check_nic_properties", "command", "device_id",
-           "launch", "mac_for", "nic_properties", "qemu_version", "shared_memory_argv", "stop"]
+__all__ = ["Guest", "Nic", "PropertyMissing", "Qemu", "VhostUserNic", "accelerator", "boot", "check_nic_properties",
+           "command", "device_id", "installed", "launch", "mac_for", "nic_properties", "qemu_version",
+           "shared_memory_argv", "stop", "version_line"]

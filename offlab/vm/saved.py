@@ -6,7 +6,8 @@ address yet) it is paused, its whole state is written to a file with QEMU's `mig
 and it goes on. A later guest of the same kind starts QEMU with the same command line plus
 `-incoming defer` and loads that file instead of booting.
 
-What a saved guest keys on (`key`): QEMU's full `--version` line, and the QEMU command line with
+What a saved guest keys on (`key`): the full `--version` line of the QEMU that runs it (the installed
+one or another version offlab unpacked, offlab.vm.qemus), and the QEMU command line with
 the parts that differ between labs replaced by placeholders (socket, console and monitor paths,
 tap names, MACs): so the image (its key is in the kernel path), machine, firmware, kernel command
 line, CPUs, memory, accelerator and every NIC's device, properties and queue count are in it.
@@ -27,13 +28,13 @@ booted cold (and saved again); why is recorded in the lab (`start_why`) and prin
 
 Not restored: guests with vhost-user NICs (dpdk-vm, ovs-dpdk-vm). Their backend (testpmd, OVS) is
 a new process in every lab; a restored virtio-net device would hand it rings whose indices the new
-backend never saw. They keep the fast cold boot. `OFFLAB_VM_WARM=0` turns warm starts off.
+backend never saw. They keep the fast cold boot. Nor guests of a QEMU older than 9.0 (Debian's 7.2):
+it has no `mapped-ram`. `OFFLAB_VM_WARM=0` turns warm starts off.
 """
 
 from __future__ import annotations
 
 import fcntl
-import functools
 import hashlib
 import json
 import os
@@ -45,7 +46,7 @@ from pathlib import Path
 from typing import Callable
 
 from offlab.errors import EnvironmentProblem, OfflabError
-from offlab.hosts import LOCAL, Host
+from offlab.hosts import Host
 from offlab.vm import qemu
 from offlab.vm.image import Image, cache_root
 from offlab.vm.qmp import Qmp, QmpError
@@ -55,6 +56,7 @@ STATE, MANIFEST = "state", "saved.json"
 RESTORE_TIMEOUT = 60.0
 KEEP = 16  # saved guests kept (the least recently used go first): ~100 MB on disk each
 _CAPS = [{"capability": "mapped-ram", "state": True}]
+MAPPED_RAM_SINCE = (9, 0)
 
 
 @dataclass
@@ -70,27 +72,27 @@ def saved_root() -> Path:
     return Path(os.environ.get("OFFLAB_VM_SAVED_DIR") or cache_root() / "saved")
 
 
-def key(image: Image, nics: list, memory: int, smp: int, accel: str) -> str:
-    """The saved guest's key: QEMU's version and the command line with the per-lab parts as placeholders."""
+def key(image: Image, nics: list, memory: int, smp: int, accel: str, q: qemu.Qemu | None = None) -> str:
+    """The saved guest's key: the full `--version` line of the QEMU that runs it (`q`, default the
+    installed one) and the command line with the per-lab parts as placeholders."""
     general = []
     for i, nic in enumerate(nics):
         fixed_mac = nic.properties.get("ctrl_vq") == "off" or nic.properties.get("ctrl_mac_addr") == "off"
         general.append(qemu.Nic(f"tap{i}", nic.mac if fixed_mac else "52:54:00:00:00:00", nic.properties, nic.queues))
     argv = qemu.command(image, socket="@channel", console="@console", qmp="@qmp", nics=general,
-                        memory=memory, smp=smp, accel=accel, name="@name")
-    parts = {"saved": SAVED_VERSION, "qemu": qemu_version_line(), "argv": argv[1:]}
+                        memory=memory, smp=smp, accel=accel, name="@name", qemu=q)
+    parts = {"saved": SAVED_VERSION, "qemu": qemu.version_line(q), "argv": argv[len((q or qemu.installed()).argv()):]}
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
 
 
-@functools.lru_cache(maxsize=None)
-def qemu_version_line() -> str:
-    return LOCAL.run([qemu.qemu_binary(), "--version"], timeout=30).stdout.splitlines()[0].strip()
-
-
-def why_not_warm(nics: list) -> str | None:
+def why_not_warm(nics: list, q: qemu.Qemu | None = None) -> str | None:
     """Why this guest cannot start warm at all, or None."""
     if os.environ.get("OFFLAB_VM_WARM", "1") == "0":
         return "OFFLAB_VM_WARM=0"
+    version = (q or qemu.installed()).version
+    if tuple(int(x) for x in version.split(".")[:2]) < MAPPED_RAM_SINCE:
+        return (f"QEMU {version} cannot save a guest to a file with mapped-ram "
+                f"(QEMU {'.'.join(map(str, MAPPED_RAM_SINCE))} and later can)")
     if any(isinstance(n, qemu.VhostUserNic) for n in nics):
         return ("vhost-user NICs are not restored: their backend is a new process in every lab and "
                 "never saw the saved rings")
@@ -171,7 +173,7 @@ def _remove_stale_temps(root: Path) -> None:
             shutil.rmtree(p, ignore_errors=True)
 
 
-def save(guest: qemu.Guest, k: str, nics: list) -> str:
+def save(guest: qemu.Guest, k: str, nics: list, q: qemu.Qemu | None = None) -> str:
     """Save a ready guest as `k` (pause, migrate to a file, go on); "" or why it was not saved."""
     root = saved_root()
     try:
@@ -195,7 +197,7 @@ def save(guest: qemu.Guest, k: str, nics: list) -> str:
             start = time.monotonic()
             _migrate_out(guest, tmp / STATE)
             seconds = round(time.monotonic() - start, 2)
-            manifest = {"key": k, "qemu": qemu_version_line(), "argv": guest.argv, "macs": [n.mac for n in nics],
+            manifest = {"key": k, "qemu": qemu.version_line(q), "argv": guest.argv, "macs": [n.mac for n in nics],
                         "features": features, "size": (tmp / STATE).stat().st_size, "sha256": digest(tmp / STATE),
                         "saved_at": time.time(), "save_seconds": seconds}
             (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
@@ -245,7 +247,7 @@ def _features(host: Host, count: int) -> list[str]:
 # ---- restore -------------------------------------------------------------------------
 def restore(image: Image, where: Host, rundir: Path, state: Path, manifest: dict, *, name: str, nics: list,
             memory: int, smp: int, accel: str, lab: str | None, role: str | None,
-            on_started: Callable[[int, int], None] | None) -> qemu.Guest:
+            on_started: Callable[[int, int], None] | None, q: qemu.Qemu | None = None) -> qemu.Guest:
     """A guest loaded from `state`, re-checked; EnvironmentProblem (QEMU stopped) if it cannot be."""
 
     def until_ready(guest: qemu.Guest, proc, qemu_log: Path, start: float) -> None:
@@ -254,7 +256,8 @@ def restore(image: Image, where: Host, rundir: Path, state: Path, manifest: dict
         _recheck(guest.host(), nics, manifest, deadline)
 
     return qemu.launch(image, where, rundir, name=name, nics=nics, memory=memory, smp=smp, accel=accel, lab=lab,
-                       role=role, on_started=on_started, until_ready=until_ready, extra=["-incoming", "defer"])
+                       role=role, on_started=on_started, until_ready=until_ready, extra=["-incoming", "defer"],
+                       qemu=q)
 
 
 def _migrate_in(guest: qemu.Guest, proc, state: Path, qemu_log: Path, deadline: float) -> None:
@@ -322,32 +325,33 @@ def _tail(path: Path) -> str:
 def start(image: Image, where: Host, rundir: str | Path, *, name: str, nics: list, memory: int = 512,
           smp: int = 1, accel: str = "auto", timeout: float = 60.0, lab: str | None = None,
           role: str | None = None, on_started: Callable[[int, int], None] | None = None,
-          after_cold: Callable[[qemu.Guest], None] | None = None) -> tuple[qemu.Guest, Start]:
+          after_cold: Callable[[qemu.Guest], None] | None = None,
+          q: qemu.Qemu | None = None) -> tuple[qemu.Guest, Start]:
     """A ready guest: restored from a saved one when there is a usable one, else booted cold and
     then saved (`after_cold(guest)` runs between the boot and the save: the caller's checks)."""
     rundir = Path(rundir)
     if accel == "auto":
-        accel = qemu.accelerator(image)
-    why = why_not_warm(nics)
+        accel = qemu.accelerator(image, q)
+    why = why_not_warm(nics, q)
     k = ""
     if why is None:
-        k = key(image, nics, memory, smp, accel)
+        k = key(image, nics, memory, smp, accel, q)
         state, manifest, why = load(k)
         if state is not None:
             try:
                 guest = restore(image, where, rundir, state, manifest, name=name, nics=nics, memory=memory,
-                                smp=smp, accel=accel, lab=lab, role=role, on_started=on_started)
+                                smp=smp, accel=accel, lab=lab, role=role, on_started=on_started, q=q)
                 _say(f"guest {name}: warm start from saved guest {k} in {guest.ready_seconds:g} s")
                 return guest, Start("warm", f"restored from saved guest {k}", k)
             except OfflabError as exc:
                 discard(k)
                 why = f"saved guest {k} did not restore ({exc}): deleted"
     guest = qemu.boot(image, where, rundir, name=name, nics=nics, memory=memory, smp=smp, accel=accel,
-                      timeout=timeout, lab=lab, role=role, on_started=on_started)
+                      timeout=timeout, lab=lab, role=role, on_started=on_started, qemu=q)
     if after_cold is not None:
         after_cold(guest)
     if k:
-        not_saved = save(guest, k, nics)
+        not_saved = save(guest, k, nics, q)
         why += f"; saved as {k}" if not not_saved else f"; not saved: {not_saved}"
     entry = "" if image.pvh else f"; bzImage boot, not PVH: {image.pvh_why or 'no PVH entry'}"
     _say(f"guest {name}: cold boot in {guest.ready_seconds:g} s ({why}{entry})")

@@ -118,7 +118,7 @@ class Row:
 
     prop: str
     value: str | None  # effective value from QEMU (None: unread)
-    source: str  # "set" (on the command line or a plan) | "default" | "unread"
+    source: str  # "set" (on the command line or a plan) | "default" | "unread" | "absent" (QEMU has no such property)
     bit: int
     bit_name: str
     offered: bool | None
@@ -126,6 +126,9 @@ class Row:
     guest: dict[str, str] = field(default_factory=dict)  # feature → "on" / "off [fixed]" ...
     tap: dict[str, str] = field(default_factory=dict)
     why: str = ""
+    # Which side of the chain lacks the bit: "QEMU" (no such property in this version), "QEMU setting"
+    # (the property is off), "backend" (on, yet not offered), "guest driver" (offered, not accepted), "".
+    lacking: str = ""
 
 
 @dataclass
@@ -153,12 +156,13 @@ class NicChain:
         head = f"{self.role}:{self.iface}  QEMU device {self.device_id}"
         head += f", {self.backend}" if self.backend else ""
         out = [head, f"  {'property':<20} {'value':<5} {'from':<7} {'bit':>3} {'offered':<7} {'accepted':<8} "
-                     f"guest ethtool / tap ethtool"]
+                     f"{'lacking':<12} guest ethtool / tap ethtool"]
         for r in self.rows:
             ends = "; ".join(filter(None, [", ".join(f"{k} {v}" for k, v in r.guest.items()),
                                            ", ".join(f"tap {k} {v}" for k, v in r.tap.items())]))
-            out.append(f"  {r.prop:<20} {r.value or '?':<5} {r.source:<7} {r.bit:>3} {_yn(r.offered):<7} "
-                       f"{_yn(r.accepted):<8} {ends or '-'}")
+            out.append(f"  {r.prop:<20} {r.value or '-' if r.source == 'absent' else r.value or '?':<5} "
+                       f"{r.source:<7} {r.bit:>3} {_yn(r.offered):<7} {_yn(r.accepted):<8} {r.lacking or '-':<12} "
+                       f"{ends or '-'}")
         notable = [r for r in self.rows if r.offered is False and r.value != "off" or r.accepted is False
                    or r.value == "off" or any("off" in v for v in [*r.guest.values(), *r.tap.values()])]
         out += [f"  why: {r.why}" for r in notable]
@@ -189,14 +193,17 @@ def _qemu_value(v: object) -> str | None:
 def build(*, role: str, iface: str, device_id: str, effective: dict[str, object], set_props: dict[str, str],
           offered: set[int] | None, accepted: set[int] | None, guest_feats: dict[str, Feature] | None,
           tap_feats: dict[str, Feature] | None, tap: str | None = None, tap_host: str | None = None,
-          problems: list[str] = (), vhost_user: str | None = None, backend_bits: set[int] | None = None) -> NicChain:
+          problems: list[str] = (), vhost_user: str | None = None, backend_bits: set[int] | None = None,
+          absent: set[str] = frozenset(), qemu_version: str = "") -> NicChain:
     """The chain from what was read; any input may be None (unread), the reasons then say less.
-    `backend_bits`: what a vhost-user backend offers QEMU (x-query-virtio-status backend-features)."""
+    `backend_bits`: what a vhost-user backend offers QEMU (x-query-virtio-status backend-features);
+    `absent`: the chain's properties this QEMU (`qemu_version`) does not have at all."""
     backend = f"tap {tap} in {tap_host}" if tap else (f"vhost-user {vhost_user}" if vhost_user else "")
     rows = []
     for link in LINKS:
         value = _qemu_value(effective.get(link.prop))
-        source = "set" if link.prop in set_props else ("default" if value is not None else "unread")
+        source = "absent" if link.prop in absent else \
+            "set" if link.prop in set_props else ("default" if value is not None else "unread")
         if value is None and link.prop in set_props:
             value = set_props[link.prop]
         row = Row(link.prop, value, source, link.bit, BIT_NAMES[link.bit],
@@ -207,9 +214,19 @@ def build(*, role: str, iface: str, device_id: str, effective: dict[str, object]
         if tap_feats is not None:
             row.tap = {t: show_feature(_leaf(tap_feats, t)) for t in link.tap}
         row.why = _why(link, row, offered, accepted, guest_feats, tap_feats, iface,
-                       _lacks(link.bit, tap, vhost_user, backend_bits))
+                       _lacks(link.bit, tap, vhost_user, backend_bits), qemu_version)
+        row.lacking = _lacking(row)
         rows.append(row)
     return NicChain(role, iface, device_id, tap, tap_host, rows, list(problems), backend)
+
+
+def _lacking(row: Row) -> str:
+    """The side of the chain that lacks the bit, for people and for a skipped cell's reason."""
+    if row.offered is False:
+        return "QEMU" if row.source == "absent" else ("QEMU setting" if row.value == "off" else "backend")
+    if row.accepted is False:
+        return "guest driver"
+    return ""
 
 
 def _lacks(bit: int, tap: str | None, vhost_user: str | None, backend_bits: set[int] | None) -> str:
@@ -230,19 +247,22 @@ def _leaf(feats: dict[str, Feature], name: str) -> Feature | None:
 
 def _why(link: Link, row: Row, offered: set[int] | None, accepted: set[int] | None,
          guest_feats: dict[str, Feature] | None, tap_feats: dict[str, Feature] | None, iface: str,
-         lacks: str) -> str:
+         lacks: str, qemu_version: str = "") -> str:
     setting = f"{link.prop}={row.value or '?'}" + (" (QEMU's default)" if row.source == "default" else "")
     bit = f"{BIT_NAMES[link.bit]} (bit {link.bit})"
     ends = ", ".join(f"{k} {v}" for k, v in [*row.guest.items(), *row.tap.items()])
     missing = [BIT_NAMES[b] for b in link.needs if accepted is not None and b not in accepted]
     lead = f"{ends}: " if ends else ""
+    if row.source == "absent":
+        return (lead + f"QEMU {qemu_version or '(this version)'} has no property {link.prop}: {bit} not offered "
+                f"(QEMU does not offer it)" + (f"; {link.note}" if link.note else ""))
     if row.offered is False:
         cause = (f"{setting}, {bit} not offered" if row.value == "off" else
                  f"{setting} but {bit} not offered: {lacks}" if row.value == "on" else f"{bit} not offered")
         note = link.note if link.note and (row.tap or "tap" not in link.note) else ""
         return lead + cause + (f"; {note}" if note else "")
     if row.accepted is False:
-        why = f"{setting}, {bit} offered, not accepted by the guest's driver"
+        why = f"{setting}, {bit} offered by QEMU, not accepted by the guest's driver"
         why += (f" (it needs {', '.join(missing)}, not accepted)" if missing else
                 " (its virtio_net does not know or want it)")
         return lead + why + (f"; {link.note}" if link.note else "")

@@ -32,6 +32,7 @@ class TopologySpec(Strict):
     # vm: QEMU virtio-net device properties (boot-time: cells that differ here get their own guest)
     nic: dict[str, str | int | bool] = {}
     kernel_version: str | dict[str, str] | None = None  # every guest's, or per guest role (offlab.vm.kernels)
+    qemu: str | dict[str, str] | None = None  # the QEMU every guest (or each role) runs on (offlab.vm.qemus)
     guest_cpus: int | None = Field(None, ge=1, le=8)  # vCPUs per guest (boot-time, like nic)
     pmd: Literal["tap", "af_packet"] | None = None  # dpdk: testpmd's ports (default tap)
     ports: list[str] | None = None  # phys: the two ports of this machine lent to the lab (client, server)
@@ -43,6 +44,17 @@ class TopologySpec(Strict):
 
             try:  # checked against the archive's index where offlab has it; fetched at lab up otherwise
                 check_kernel_version(self.kernel_version, self.kind, resolve=False)
+            except BadInput as e:
+                raise ValueError(str(e)) from None
+        return self
+
+    @model_validator(mode="after")
+    def _qemu(self) -> "TopologySpec":
+        if self.qemu is not None:
+            from offlab.lab.vm import check_qemu
+
+            try:  # checked against the archive's lists where offlab has them; fetched at lab up
+                check_qemu(self.qemu, self.kind, resolve=False)
             except BadInput as e:
                 raise ValueError(str(e)) from None
         return self
