@@ -33,9 +33,12 @@ $(VENV)/.installed: pyproject.toml $(shell find offlab engine/src -type f -not -
 	  echo "offlab: rebuilding $(VENV) with $(PYTHON) (its interpreter was $$(readlink -f $(PY)))"; rm -rf $(VENV); fi
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@# uv resolves, downloads and installs in parallel: a fresh venv in about half pip's time
-	@# (benchmarks/install_speed). setuptools-rust and wheel stay in the venv for `make bundle`.
+	@# (benchmarks/install_speed). pyproject's build requirements go in too, at its versions: `make bundle`
+	@# and the fleet tests build offlab's wheel with --no-build-isolation, and the setuptools 66 a
+	@# bookworm venv starts with cannot read this pyproject.
 	@test -x $(VENV)/bin/uv || $(PY) -m pip install -q 'uv>=0.5,<1'
-	@$(VENV)/bin/uv pip install -q --python $(PY) --compile-bytecode --reinstall-package offlab setuptools setuptools-rust wheel '.[test,fleet]'
+	@$(VENV)/bin/uv pip install -q --python $(PY) --compile-bytecode --reinstall-package offlab \
+	  'setuptools>=77' 'setuptools-rust>=1.9' wheel '.[test,fleet]'
 	@chmod -R a+rX $(VENV)
 	@scripts/check-traversable $(VENV)/bin/offlab
 	@touch $@
