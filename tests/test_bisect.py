@@ -371,7 +371,7 @@ class TestLive:
         assert (result["kind"], result["first"], result["lo"]["abi"]) == ("found", "6.12.117+deb12", "6.1.0-56"), result
         assert result["lo"]["verdict"] == "cannot test" and result["hi"]["verdict"] == "faster"
         six_one = next(x for x in b["steps"] if x["release"] == "6.1.0-56")
-        assert "VIRTIO_NET_F_HOST_USO (bit 56) offered, not accepted by the guest's driver" in six_one["detail"]["reason"]
+        assert "VIRTIO_NET_F_HOST_USO (bit 56) offered by QEMU, not accepted by the guest's driver" in six_one["detail"]["reason"]
         for x in measured:
             assert f"{x['release']} ({x['suite']}): {x['verdict']}" in res.stdout
         assert "first release where the verdict changes: 6.12.117+deb12 (faster)" in res.stdout

@@ -29,6 +29,7 @@ from offlab.errors import BadInput, CommandFailed, CommandTimeout, EnvironmentPr
 from offlab.hosts.base import DEFAULT_TIMEOUT, TOOL_PACKAGES, Host, Result, register_kind, which
 from offlab.hosts.local import check_netns, netns_exists
 from offlab.hosts.process import RemoteProcess
+from offlab.interrupts import shielded
 
 SSH_ERROR = 255  # ssh's own exit code for "could not connect / authenticate / lost the connection"
 CONTROL_PERSIST = 60  # seconds an idle master outlives its last client (bounds a leftover after kill -9)
@@ -309,23 +310,27 @@ class SshHost(Host):
             # pipe it holds would make this call wait for it.
             log = sock.with_name(sock.name + ".log")
             argv = self._local([*self._base(master=True), "-N", "-f", "--", self.target])
-            with open(log, "w+b") as err:
-                try:
-                    proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                          stderr=err, timeout=self.connect_timeout + 15)
-                    rc = proc.returncode
-                except subprocess.TimeoutExpired:
-                    rc = None
-                err.seek(0)
-                text = err.read().decode(errors="replace")
-            log.unlink(missing_ok=True)
-            if rc is None:
-                raise EnvironmentProblem(f"ssh host {self.name}: connecting did not finish within "
-                                         f"{self.connect_timeout + 15} s")
-            if rc != 0 or not sock.exists():
-                raise HostUnreachable(self.name, "connecting", text or f"exit code {rc}")
-            with _OPEN_LOCK:
-                _OPEN[self._key] = self
+            # Shielded: a Ctrl-C here would leave a master that detaches once authenticated, unknown to
+            # close_all, and its session on the host for ControlPersist seconds; it waits until the
+            # master is registered (at most the connect timeout), then is raised.
+            with shielded():
+                with open(log, "w+b") as err:
+                    try:
+                        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                              stderr=err, timeout=self.connect_timeout + 15)
+                        rc = proc.returncode
+                    except subprocess.TimeoutExpired:
+                        rc = None
+                    err.seek(0)
+                    text = err.read().decode(errors="replace")
+                log.unlink(missing_ok=True)
+                if rc is None:
+                    raise EnvironmentProblem(f"ssh host {self.name}: connecting did not finish within "
+                                             f"{self.connect_timeout + 15} s")
+                if rc != 0 or not sock.exists():
+                    raise HostUnreachable(self.name, "connecting", text or f"exit code {rc}")
+                with _OPEN_LOCK:
+                    _OPEN[self._key] = self
 
     def _check_master(self) -> bool:
         argv = self._local([*self._base(), "-O", "check", "--", self.target], netns=False)
