@@ -24,7 +24,7 @@ from offlab.errors import EnvironmentProblem
 from offlab.hosts import NetnsHost
 from tests import sshd as sshd_mod
 from tests.conftest import OUR_NAMESPACES, REPO, offlab_cli, requires_root
-from tests.helpers import pair_plan, stand_in_machines, tool_saw_no_loss
+from tests.helpers import pair_plan, run as offlab_in_process, stand_in_machines, tool_saw_no_loss
 
 pytestmark = requires_root
 
@@ -114,7 +114,9 @@ def test_pair_named_on_the_command_line_takes_its_addresses_from_the_hosts(pair,
 
 def test_ports_that_would_cut_the_user_off_are_refused_in_one_line(pair, inv, tmp_path, state_dir, lab_name):
     def up(*args, inventory=inv):
-        res = cli(state_dir, "lab", "up", "hosts", "--inventory", str(inventory), "--name", lab_name, *args)
+        # The CLI in this process (helpers.run): each case is refused once the hosts have answered, with the
+        # exit code and the one line `offlab` gives, without an interpreter's start-up per case.
+        res = offlab_in_process("lab", "up", "hosts", "--inventory", str(inventory), "--name", lab_name, *args)
         assert "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
         assert not (state_dir / "labs" / f"{lab_name}.json").exists()  # nothing claimed
         return res.returncode, res.stderr
