@@ -71,9 +71,10 @@ def run_until_samples(plan_path, db, state_dir, samples: int, timeout: float = 9
     raise AssertionError(f"the background run stored fewer than {samples} samples in {timeout:g} s")
 
 
-def pair_plan(name: str, rounds: int, rate: str | None = None) -> str:
-    """The small plan the host-pair tests and benchmarks/fleet_scale run: iperf3 TCP 1 s (`rate`-limited when
-    given) with the server's gro off and on, `rounds` samples of each."""
+def pair_plan(name: str, rounds: int, rate: str | None = "100M") -> str:
+    """The small plan the host-pair tests and benchmarks/fleet_scale run: iperf3 TCP 1 s at `rate` (None:
+    unlimited) with the server's gro off and on, `rounds` samples of each. The tests check where samples go
+    and what is put back, not how fast: unlimited TCP would take the machine's 2 CPUs for every sample."""
     limit = f", rate: {rate}" if rate else ""
     return textwrap.dedent(f"""
         name: {name}

@@ -19,6 +19,7 @@ from offlab.hosts import LOCAL, NetnsHost, netns_exists
 from offlab.hosts.ssh import SshHost, close_all
 
 SSHD = "/usr/sbin/sshd"
+SFTP_SERVER = "/usr/lib/openssh/sftp-server"  # openssh-server's, where Debian's sshd_config names it
 PORT = 2222
 # What a login user's shell reads before a command that came over ssh (Debian's bash sources ~/.bashrc
 # for one). Root's on this machine loads pyenv: a quarter of a second a command, several times that
@@ -127,7 +128,10 @@ def _sshd_config(path: Path, listen: str, port: int, host_key: Path, authorized_
     lines = [f"ListenAddress {listen}", f"Port {port}", f"HostKey {host_key}", f"AuthorizedKeysFile {authorized_keys}",
              f"PidFile {pid_file}", "PermitRootLogin prohibit-password", "UsePAM no",
              "StrictModes no",  # the keys live under /tmp (mode 1777)
-             "PermitUserRC no"]  # ~/.ssh/rc: a start-up file of this machine's user, not the stand-in's
+             "PermitUserRC no",  # ~/.ssh/rc: a start-up file of this machine's user, not the stand-in's
+             # As Debian's own sshd_config: without an sftp subsystem, each file Ansible copies or fetches
+             # tries sftp, then scp (sftp too, since OpenSSH 9), both failing, before its piped fallback.
+             f"Subsystem sftp {SFTP_SERVER}"]
     if client_alive:
         lines += ["ClientAliveInterval 2", "ClientAliveCountMax 3"]
     path.write_text("\n".join(lines) + "\n")
@@ -344,13 +348,16 @@ class Fleet:
     def path(self, what: str, name: str) -> Path:
         return self.dir / f"{what}-{name}"
 
-    def ansible_inventory(self, extra: dict[str, dict] | None = None) -> str:
+    def ansible_inventory(self, extra: dict[str, dict] | None = None, only: list[str] | None = None) -> str:
+        """The fleet (or the machines `only` names) as the team's Ansible inventory, each in group `rack`."""
         lines = ["all:", "  vars:", "    ansible_user: root", f"    ansible_port: {self.port}",
                  f"    ansible_ssh_private_key_file: {self.dir / 'userkey'}",
                  f"    ansible_ssh_common_args: \"-o UserKnownHostsFile={self.dir / 'known_hosts'} -o StrictHostKeyChecking=yes\"",
                  "    ansible_python_interpreter: /usr/bin/python3", "    offlab_connect_timeout: 5",
                  "  children:", "    rack:", "      hosts:"]
         for name, m in self.machines.items():
+            if only is not None and name not in only:
+                continue
             lines += [f"        {name}:", f"          ansible_host: {m.ssh_ip}",
                       f"          offlab_remote_dir: {self.path('remote', name)}",
                       f"          offlab_prefix: {self.path('prefix', name)}",

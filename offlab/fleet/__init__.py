@@ -1,7 +1,8 @@
 """`offlab fleet run PLAN --inventory FILE`: the plan on every host pair, driven by Ansible.
 
     controller: offlab ─ ansible-playbook offlab/fleet/ansible/fleet.yml (forks, serial batches)
-        play 1, every host: the bundle copied, offlab installed offline in offlab_prefix, `hosts check --local`
+        play 1, every host: unless installed from this bundle already (its sha256), the bundle copied and
+                offlab installed offline in offlab_prefix; `hosts check --local`
         play 2, every pair's client host: a key pair made for the run, authorized on both ends (marked),
                 `offlab run PLAN --inventory PAIR.json --pair A:IF,B:IF` there (per-sample ssh stays in
                 the pair), its SQLite file fetched home
@@ -14,6 +15,7 @@ pair that fails is rescued by the playbook, so the others go on.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -167,7 +169,8 @@ def run(plan_path: str, inventory: str, db: str, pairs: list[str] | None = None,
                     {"name": x.name, "addresses": list(x.addresses)} for x in ih.interfaces]}}}
         extra = {"offlab_fleet_run": token, "offlab_fleet_hosts": ",".join(hosts),
                  "offlab_fleet_clients": ",".join(jobs), "offlab_fleet_serial": serial or "100%",
-                 "offlab_fleet_bundle": str(bundle_path.resolve()), "offlab_fleet_plan": os.path.abspath(plan_path),
+                 "offlab_fleet_bundle": str(bundle_path.resolve()), "offlab_fleet_bundle_sha256": _sha256(bundle_path),
+                 "offlab_fleet_plan": os.path.abspath(plan_path),
                  "offlab_fleet_out": str(out), "offlab_fleet_jobs": jobs, "offlab_fleet_checks": checks}
         (Path(tmp) / "extra.json").write_text(json.dumps(extra))
         argv = [player, "-i", os.path.abspath(inventory), str(PLAYBOOK), "-e", f"@{tmp}/extra.json",
@@ -193,6 +196,16 @@ def run(plan_path: str, inventory: str, db: str, pairs: list[str] | None = None,
             raise EnvironmentProblem(f"{e}; the pairs' results are kept in {home} (one SQLite file per pair): "
                                      f"`offlab results import FILE --db {db}` once it answers") from None
     return results
+
+
+def _sha256(path: Path) -> str:
+    """The bundle's hash, once on the controller: a host installed from it keeps its installation without the
+    bundle being copied or checksummed there again."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def jobs_by_index(jobs: dict) -> dict[str, str]:
