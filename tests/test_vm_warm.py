@@ -108,8 +108,9 @@ def test_vhost_user_guests_are_never_restored(monkeypatch):
 
 # ---- real guests -------------------------------------------------------------------------
 def _guest(name: str) -> dict:
-    shown = json.loads(offlab_cli("lab", "show", name, "--json").stdout)
-    return shown["hosts"]["client"]["guest"]
+    res = offlab_cli("lab", "show", name, "--json")
+    assert res.returncode == 0, f"lab show {name}: exit {res.returncode}: {res.stderr}"  # (a whole run once saw it fail)
+    return json.loads(res.stdout)["hosts"]["client"]["guest"]
 
 
 def _up(name: str) -> dict:
