@@ -58,13 +58,14 @@ test-fast: install
 	$(PYTEST) -n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder --fast tests
 
 # The offline bundle `offlab fleet run` copies to each host (docs/remote.md): offlab's wheel (with the
-# offlab-engine binary, built by setuptools-rust) and every dependency's wheel, for this interpreter
-# and architecture; hosts install it with `pip install --no-index --find-links`.
+# offlab-engine binary, built by setuptools-rust), every dependency's wheel, for this interpreter and
+# architecture, and uv's, which installs them there (`uv pip install --no-index --find-links`).
 BUNDLE ?= dist/offlab-bundle.tar
+BUNDLE_UV := 'uv>=0.5,<1'
 bundle: $(BUNDLE)
 $(BUNDLE): $(VENV)/.installed
 	@rm -rf dist/offlab-bundle && mkdir -p dist
-	@$(PY) -m pip wheel -q --no-build-isolation . -w dist/offlab-bundle
+	@$(PY) -m pip wheel -q --no-build-isolation . $(BUNDLE_UV) -w dist/offlab-bundle
 	@tar -cf $@.tmp -C dist/offlab-bundle . && mv $@.tmp $@
 	@echo "offlab: bundle $@ ($$(ls dist/offlab-bundle | wc -l) wheels)"
 
