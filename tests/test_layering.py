@@ -1,4 +1,4 @@
-"""The arrows of DESIGN.md, checked over the import graph of the offlab package.
+"""The arrows of docs/architecture.md, checked over the import graph of the offlab package.
 
 cli → experiment → {lab, knobs, traffic, probes} → hosts; lab → vm → hosts; report → store.
 Every import counts, also one inside a function (a late import is still an arrow).
@@ -150,7 +150,7 @@ def violations(modules: dict[str, tuple[str, str, bool]]) -> list[str]:
 
 def test_imports_follow_the_arrows_of_the_design():
     problems = violations(load(PACKAGE))
-    assert not problems, "imports against DESIGN.md's arrows:\n" + "\n".join(problems)
+    assert not problems, "imports against docs/architecture.md's arrows:\n" + "\n".join(problems)
 
 
 def test_every_part_has_its_rule():
@@ -444,7 +444,7 @@ def module_caches(source: str) -> list[tuple[int, str]]:
 
 # Above `hosts`, what a part learns about a host, a lab or a daemon belongs to an object that ends with
 # it (the host's memo, which its lab's removal drops; a probe session; a Testpmd), never to the module
-# (STYLE.md: "Module-global caches without a lifetime"). `hosts` keeps the one registry of memos and its
+# (a module-global cache outlives what it describes). `hosts` keeps the one registry of memos and its
 # connections (hosts/memo.py). These few are not caches, and say why:
 NOT_CACHES = {
     ("offlab.knobs.lease", "_HELD"): "the leases this process holds: Lease.release removes each",
