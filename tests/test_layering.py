@@ -24,6 +24,7 @@ PARTS = {
     "offlab.addresses": "common",  # the lab's address ranges and host addresses (labs, the MTU probe, help texts)
     "offlab.sample": "common",  # a stored sample read as dataclasses (witnesses, report, results)
     "offlab.interrupts": "common",  # SIGINT, SIGTERM and SIGHUP as exceptions, held through shielded sections
+    "offlab.wire": "common",  # header sizes on the wire
     "offlab.hosts": "hosts",
     "offlab.inventory": "inventory",  # inventories (offlab's YAML, Ansible's) → SSH hosts and test interfaces
     "offlab.hostcheck": "doctor",  # `hosts check`: an audit of inventory hosts
