@@ -121,6 +121,42 @@ def test_vm_image_cli_shows_the_cached_image_and_a_missing_kernel_is_exit_2(imag
     assert res.returncode == 2 and "--kernel-version" in res.stderr
 
 
+def test_the_kvm_answer_is_kept_for_every_qemu_and_guest_kernel_so_each_is_probed_once(image, tmp_path,
+                                                                                      monkeypatch):
+    """A probe costs up to 20 s where KVM hangs (this machine): alternating between two guest kernels
+    or two QEMUs probes each combination once; the earlier one-answer file is still read."""
+    import dataclasses
+
+    from offlab.vm import qemu
+    from offlab.vm.qemus import Qemu
+
+    monkeypatch.setenv("OFFLAB_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("OFFLAB_VM_ACCEL", raising=False)
+    monkeypatch.setattr(os, "access", lambda path, mode: True)  # a /dev/kvm to probe, here or not
+    probed = []
+
+    def probe(img, q):
+        probed.append((img.kernel_release, q.version))
+        return "tcg", "the stand-in probe"
+
+    monkeypatch.setattr(qemu, "_probe_kvm", probe)
+    installed = qemu.installed()
+    other_qemu = Qemu("7.2.22", "1:7.2+dfsg-7+deb12u18+b3", "bookworm", installed.binary)
+    other_kernel = dataclasses.replace(image, kernel_release="6.1.0-56-cloud-amd64")
+    for _ in range(2):
+        for img, q in ((image, installed), (other_kernel, installed), (image, other_qemu)):
+            assert qemu.accelerator(img, q) == "tcg"
+    assert probed == [(image.kernel_release, installed.version), ("6.1.0-56-cloud-amd64", installed.version),
+                      (image.kernel_release, "7.2.22")]
+    answers = json.loads((tmp_path / "vm" / "accel.json").read_text())["answers"]
+    assert {a["why"] for a in answers.values()} == {"the stand-in probe"} and len(answers) == 3
+    # the one-answer form an earlier offlab wrote: its answer is used, not probed again
+    key = f"{installed.version}|{os.uname().release}|6.2.0-kvm"
+    (tmp_path / "vm" / "accel.json").write_text(json.dumps({"key": key, "accel": "kvm", "why": "old", "at": 1}))
+    assert qemu.accelerator(dataclasses.replace(image, kernel_release="6.2.0-kvm"), installed) == "kvm"
+    assert len(probed) == 3
+
+
 def test_unknown_virtio_net_property_is_bad_input_naming_it_and_the_qemu_version():
     from offlab.errors import BadInput
     from offlab.vm import qemu
