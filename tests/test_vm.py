@@ -148,9 +148,9 @@ def test_the_kvm_answer_is_kept_for_every_qemu_and_guest_kernel_so_each_is_probe
             assert qemu.accelerator(img, q) == "tcg"
     assert probed == [(image.kernel_release, installed.version), ("6.1.0-56-cloud-amd64", installed.version),
                       (image.kernel_release, "7.2.22")]
-    answers = json.loads((tmp_path / "vm" / "accel.json").read_text())["answers"]
+    answers = json.loads((tmp_path / "vm" / "accel-answers.json").read_text())["answers"]
     assert {a["why"] for a in answers.values()} == {"the stand-in probe"} and len(answers) == 3
-    # the one-answer form an earlier offlab wrote: its answer is used, not probed again
+    # the one-answer file an earlier offlab wrote (and may still write meanwhile): its answer is used
     key = f"{installed.version}|{os.uname().release}|6.2.0-kvm"
     (tmp_path / "vm" / "accel.json").write_text(json.dumps({"key": key, "accel": "kvm", "why": "old", "at": 1}))
     assert qemu.accelerator(dataclasses.replace(image, kernel_release="6.2.0-kvm"), installed) == "kvm"

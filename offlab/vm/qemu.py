@@ -347,8 +347,8 @@ def accelerator(image: Image, qemu: Qemu | None = None) -> str:
         return "tcg"
     q = _or_installed(qemu)
     key = f"{q.version}|{os.uname().release}|{image.kernel_release}"
-    cache = cache_root() / "accel.json"
-    known = _accel_answers(cache)
+    cache = cache_root() / "accel-answers.json"
+    known = {**_accel_answers(cache.with_name("accel.json")), **_accel_answers(cache)}
     if known.get(key, {}).get("accel") in ("kvm", "tcg"):
         return known[key]["accel"]
     accel, why = _probe_kvm(image, q)
@@ -362,7 +362,8 @@ def accelerator(image: Image, qemu: Qemu | None = None) -> str:
 
 
 def _accel_answers(cache: Path) -> dict[str, dict]:
-    """Key → {accel, why, at} from vm/accel.json; a file of the earlier one-answer form gives its one."""
+    """Key → {accel, why, at} from vm/accel-answers.json, or the one answer of vm/accel.json (an
+    earlier offlab's file, which kept only the last combination probed; read, never written)."""
     try:
         data = json.loads(cache.read_text())
     except (OSError, ValueError):
