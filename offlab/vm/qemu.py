@@ -95,13 +95,19 @@ def version_line(q: Qemu | None = None) -> str:
 @functools.lru_cache(maxsize=None)
 def nic_properties(q: Qemu | None = None) -> dict[str, str]:
     """virtio-net-pci property → its type and default, as this QEMU prints them."""
-    out = LOCAL.run([*_or_installed(q).argv(), "-device", "virtio-net-pci,help"], timeout=30).stdout
-    props = {}
+    return dict(_nic_properties(_or_installed(q)))
+
+
+@functools.lru_cache(maxsize=None)
+def _nic_properties(q: Qemu) -> tuple[tuple[str, str], ...]:
+    """Asked once per QEMU and process: every NIC of a lab checks its properties against it."""
+    out = LOCAL.run([*q.argv(), "-device", "virtio-net-pci,help"], timeout=30).stdout
+    props = []
     for line in out.splitlines():
         m = re.match(r"^\s+([A-Za-z0-9_.-]+)=(.*)$", line)
         if m:
-            props[m.group(1)] = m.group(2).strip()
-    return props
+            props.append((m.group(1), m.group(2).strip()))
+    return tuple(props)
 
 
 class PropertyMissing(BadInput):
