@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import OUR_NAMESPACES, REPO, netns_names, offlab_cli, requires_root
+from tests.conftest import OUR_NAMESPACES, REPO, offlab_cli, requires_root
 
 pytestmark = [
     requires_root,
@@ -422,25 +422,19 @@ def test_a_guest_that_does_not_boot_in_time_is_exit_3_with_its_console_tail_and_
     assert not (tmp_path / "slow.sock").exists()
 
 
-def test_stopping_the_guest_leaves_no_qemu_socket_or_namespace(image, tmp_path):
+def test_stopping_the_guest_leaves_no_qemu_or_socket(booted):
+    """Last in the module: it stops the module's guest (the fixture's stop then finds it gone)."""
     from offlab.errors import EnvironmentProblem
-    from offlab.hosts import LOCAL, NetnsHost
     from offlab.hosts.guest import process_start_time
     from offlab.vm import qemu
 
-    ns = f"{OUR_NAMESPACES[0]}vm-s"
-    LOCAL.run(["ip", "netns", "add", ns])
-    try:
-        guest = qemu.boot(image, NetnsHost(ns), tmp_path, name="s", accel="tcg", timeout=BOOT_TIMEOUT)
-        host = guest.host()
-        assert host.alive()
-        assert qemu.stop(guest.pid, guest.start_time, guest.socket)
-        assert process_start_time(guest.pid) is None and not host.alive()
-        assert not Path(guest.socket).exists()
-        # powered off through the agent (the console says so), not killed
-        with pytest.raises(EnvironmentProblem, match="is not running.*console: .*Power down") as exc:
-            host.run(["true"])  # a guest that died: exit 3 with the tail of its console
-        assert exc.value.exit_code == 3
-    finally:
-        LOCAL.run(["ip", "netns", "del", ns], check=False)
-    assert ns not in netns_names()
+    host = booted.host()
+    assert host.alive()
+    assert qemu.stop(booted.pid, booted.start_time, booted.socket)
+    assert process_start_time(booted.pid) is None and not host.alive()
+    assert not Path(booted.socket).exists()
+    # powered off through the agent (the console says so), not killed
+    with pytest.raises(EnvironmentProblem, match="is not running.*console: .*Power down") as exc:
+        host.run(["true"])  # a guest that died: exit 3 with the tail of its console
+    assert exc.value.exit_code == 3
+    assert not qemu.stop(booted.pid, booted.start_time, booted.socket)  # a second stop finds nothing to stop

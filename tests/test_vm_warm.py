@@ -128,13 +128,29 @@ def _down(name: str) -> None:
 @requires_root
 @needs_qemu
 @pytest.mark.network
-def test_warm_start_is_the_lab_s_own_guest_and_a_corrupt_save_boots_cold(lab_name, clean_machine, saved_dir):
-    """Two cold boots and one restore."""
+def test_a_save_killed_is_swept_a_warm_start_is_the_lab_s_own_guest_and_a_killed_restore_or_corrupt_save_is_not_trusted(
+        lab_name, clean_machine, state_dir, saved_dir):
+    """One saved guest through its life: three cold boots (the first killed while saving) and two
+    restores (the second killed with -9)."""
     from offlab.vm import saved
 
-    first = _up(lab_name)
+    proc = subprocess.Popen([sys.executable, "-m", "offlab", "lab", "up", "vm", "--name", lab_name],
+                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 240  # a hang guard: a TCG cold boot before the save starts
+    while not list(saved_dir.glob(".save-*")):
+        assert proc.poll() is None and time.monotonic() < deadline, "the save never started"
+        time.sleep(0.01)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    (qemu_pid,) = [d["pid"] for d in json.loads((state_dir / "labs" / f"{lab_name}.json").read_text())["daemons"]]
+    _down(lab_name)
+    assert not running(qemu_pid)
+    assert [p.name.startswith(".save-") for p in saved_dir.iterdir() if not p.name.startswith(".lock")] == [True]
+
+    first = _up(lab_name)  # the half-written save is not used, and is swept
     _down(lab_name)
     assert first["start"] == "cold" and "no saved guest of this kind yet" in first["start_why"]
+    assert not list(saved_dir.glob(".save-*"))
     (key,) = [p.name for p in saved_dir.iterdir() if not p.name.startswith(".")]
     assert f"saved as {key}" in first["start_why"]
 
@@ -153,6 +169,12 @@ def test_warm_start_is_the_lab_s_own_guest_and_a_corrupt_save_boots_cold(lab_nam
     finally:
         _down(name)
 
+    daemon = kill_9_once_daemon_is_recorded("vm", lab_name, state_dir, "QEMU")  # a restore killed
+    _down(lab_name)
+    assert not running(daemon["pid"])
+    state, manifest, why = saved.load(key)
+    assert state is not None and why == ""  # a restore writes nothing to the saved guest
+
     state = saved_dir / key / "state"
     with open(state, "r+b") as f:  # one byte of guest memory changed
         at = os.lseek(f.fileno(), state.stat().st_size // 2, os.SEEK_DATA)
@@ -165,40 +187,6 @@ def test_warm_start_is_the_lab_s_own_guest_and_a_corrupt_save_boots_cold(lab_nam
     assert again["start"] == "cold"
     assert f"saved guest {key} was unusable (its state file's checksum does not match)" in again["start_why"]
     assert saved.load(key)[0] is not None  # saved anew from this boot
-
-
-@requires_root
-@needs_qemu
-@pytest.mark.network
-def test_kill_9_during_a_save_or_a_restore_leaves_nothing_a_later_lab_up_trusts(lab_name, clean_machine,
-                                                                                state_dir, saved_dir):
-    """Two cold boots (one killed while saving) and one restore killed."""
-    from offlab.vm import saved
-
-    proc = subprocess.Popen([sys.executable, "-m", "offlab", "lab", "up", "vm", "--name", lab_name],
-                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 240
-    while not list(saved_dir.glob(".save-*")):
-        assert proc.poll() is None and time.monotonic() < deadline, "the save never started"
-        time.sleep(0.01)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
-    (qemu_pid,) = [d["pid"] for d in json.loads((state_dir / "labs" / f"{lab_name}.json").read_text())["daemons"]]
-    _down(lab_name)
-    assert not running(qemu_pid)
-    assert [p.name.startswith(".save-") for p in saved_dir.iterdir() if not p.name.startswith(".lock")] == [True]
-
-    cold = _up(lab_name)  # the half-written save is not used, and is swept
-    _down(lab_name)
-    assert cold["start"] == "cold" and "no saved guest of this kind yet" in cold["start_why"]
-    assert not list(saved_dir.glob(".save-*"))
-    (key,) = [p.name for p in saved_dir.iterdir() if not p.name.startswith(".")]
-
-    daemon = kill_9_once_daemon_is_recorded("vm", lab_name, state_dir, "QEMU")
-    _down(lab_name)
-    assert not running(daemon["pid"])
-    state, manifest, why = saved.load(key)
-    assert state is not None and why == ""  # a restore writes nothing to the saved guest
 
 
 def test_only_the_most_recently_used_saved_guests_are_kept(saved_dir):
