@@ -134,11 +134,13 @@ def test_a_save_killed_is_swept_a_warm_start_is_the_lab_s_own_guest_and_a_killed
     restores (the second killed with -9)."""
     from offlab.vm import saved
 
-    proc = subprocess.Popen([sys.executable, "-m", "offlab", "lab", "up", "vm", "--name", lab_name],
-                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    err = state_dir.parent / "lab-up.err"
+    with open(err, "w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "offlab", "lab", "up", "vm", "--name", lab_name],
+                                cwd=REPO, stdout=subprocess.DEVNULL, stderr=log)
     deadline = time.monotonic() + 240  # a hang guard: a TCG cold boot before the save starts
     while not list(saved_dir.glob(".save-*")):
-        assert proc.poll() is None and time.monotonic() < deadline, "the save never started"
+        assert proc.poll() is None and time.monotonic() < deadline, f"the save never started: {err.read_text()}"
         time.sleep(0.01)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
