@@ -128,10 +128,11 @@ def _down(name: str) -> None:
 @requires_root
 @needs_qemu
 @pytest.mark.network
+@pytest.mark.timeout(900)  # a hang guard only: six TCG boots or restores on a loaded machine
 def test_a_save_killed_is_swept_a_warm_start_is_the_lab_s_own_guest_and_a_killed_restore_or_corrupt_save_is_not_trusted(
         lab_name, clean_machine, state_dir, saved_dir):
-    """One saved guest through its life: three cold boots (the first killed while saving) and two
-    restores (the second killed with -9)."""
+    """One saved guest through its life: four cold boots (the first killed while saving) and three
+    restores (the second killed with -9, the third fails to load)."""
     from offlab.vm import saved
 
     err = state_dir.parent / "lab-up.err"
@@ -178,6 +179,22 @@ def test_a_save_killed_is_swept_a_warm_start_is_the_lab_s_own_guest_and_a_killed
     assert not running(daemon["pid"])
     state, manifest, why = saved.load(key)
     assert state is not None and why == ""  # a restore writes nothing to the saved guest
+
+    # a saved guest that matches its manifest but QEMU cannot load: the restore's QEMU is stopped and
+    # no longer listed, the guest boots cold, and the lab lists (and checks) only the QEMU that runs
+    state.write_bytes(b"not a migration stream" * 1000)
+    (saved_dir / key / "saved.json").write_text(json.dumps({**manifest, "size": state.stat().st_size,
+                                                            "sha256": saved.digest(state)}))
+    cold = _up(lab_name)
+    try:
+        assert cold["start"] == "cold" and f"saved guest {key} did not restore" in cold["start_why"], cold
+        (qemu_daemon,) = json.loads((state_dir / "labs" / f"{lab_name}.json").read_text())["daemons"]
+        assert running(qemu_daemon["pid"])
+        res = offlab_cli("lab", "exec", lab_name, "client", "--", "true")
+        assert res.returncode == 0, res.stderr
+    finally:
+        _down(lab_name)
+    assert saved.load(key)[1]["sha256"] != manifest["sha256"]  # saved anew from this boot
 
     state = saved_dir / key / "state"
     with open(state, "r+b") as f:  # one byte of guest memory changed
