@@ -398,6 +398,7 @@ def _wait_for(db: Path, proc: subprocess.Popen, ready, what: str, timeout: float
 class TestLive:
     pytestmark = GUEST_MARKS
 
+    @pytest.mark.timeout(1800)  # a hang guard only, as _wait_for's: pytest's 300 s cut it short on a loaded machine
     def test_bisect_finds_the_first_release_whose_uso_is_exercised_and_resumes_after_sigkill(self, tmp_path,
                                                                                             state_dir, clean_machine):
         from offlab.store import Store
