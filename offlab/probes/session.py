@@ -99,8 +99,10 @@ class ProbeSession:
                                                 if h.shares_kernel and h.netns_name is not None})
                 if self.trace.netns:
                     self.trace.start()
-                if self.own_kernel:
-                    self.hist = GuestHists(self.own_kernel)
+                # a guest's, through its agent; an SSH host's is not wired yet (docs/results.md)
+                guests = {role: h for role, h in self.own_kernel.items() if h.kind == "guest"}
+                if guests:
+                    self.hist = GuestHists(guests)
             for role, host in hosts.items():
                 if role not in self.own_kernel:
                     self.readers[role] = host.net_reader()
@@ -390,7 +392,8 @@ class ProbeSession:
         # a guest's or an SSH host's kernel is its own: its hist triggers count there (hist.py), where
         # they could be set and were read at both edges
         guests = self.hist.account(a, b) if self.hist is not None else {}
-        untraced = [f"{role}: {self.hist.error.get(role, 'not traced') if self.hist is not None else 'not traced'}"
+        untraced = [f"{role}: " + (self.hist.error.get(role, "not traced") if self.hist is not None and role in self.hist.hosts
+                                   else f"its own kernel ({self.lab.host(role).kind} host): not traced yet")
                     for role in sorted(self.own_kernel) if role not in guests]
         out: dict | None = None
         if self.trace.netns:
@@ -409,7 +412,7 @@ class ProbeSession:
             return {"unavailable": "no lab host could be traced (" + "; ".join(untraced) + ")"}
         if out is None:
             out = {"tool": "hist triggers", "drops": [], "gro_in": [], "queue": [], "xmit": [], "rx": []}
-        for role, rows in guests.items():
+        for rows in guests.values():
             for key in ("drops", "gro_in", "queue", "xmit", "rx"):
                 out[key] = out.get(key, []) + rows[key]
         out["drops"].sort(key=lambda x: -int(x["datagrams"] or 0))
