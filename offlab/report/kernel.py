@@ -86,7 +86,9 @@ def _merge_loss(losses: list[dict]) -> dict:
     rows = sorted(places.values(), key=lambda q: -q["datagrams"])
     for q in rows:
         q["share"] = q.pop("given") / whole_sum if whole_sum else 0.0
-    out: dict = {"lost": lost, "dropped": dropped, "unseen": unseen,
+    # None where no sample had a lost count (iperf3 -R: the receiver's count is not offlab's to read)
+    known = any(lo.get("lost") is not None for lo in losses)
+    out: dict = {"lost": lost if known else None, "dropped": dropped, "unseen": unseen,
                  "unseen_share": rest / whole_sum if whole_sum else 0.0, "places": rows, "samples": len(losses)}
     if not_lost:
         out["not_lost"] = list(not_lost.values())
@@ -144,7 +146,8 @@ def loss_lines(m: dict | None) -> list[str]:
     if not lo:
         return []
     guests = sorted({p["host"] for p in lo["places"] if p.get("unit") == "skbs"})
-    head = (f"kernel drops {lo['dropped']} datagrams of {lo['lost']} lost (skb:kfree_skb, a super-packet by its segments"
+    of = f"of {lo['lost']} lost" if lo.get("lost") is not None else "(no lost count to set them against)"
+    head = (f"kernel drops {lo['dropped']} datagrams {of} (skb:kfree_skb, a super-packet by its segments"
             + (f"; in {', '.join(guests)}'s own kernel by its hist triggers, a super-packet as 1 skb" if guests else "")
             + ")")
     out = [head]
