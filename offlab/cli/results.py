@@ -25,7 +25,7 @@ DB_HELP = ("Results database: an SQLite file or a postgresql://USER@HOST/DB URL 
 
 
 def register(app: typer.Typer) -> None:
-    results = typer.Typer(help="Runs stored in the results database.", no_args_is_help=True)
+    results = typer.Typer(rich_markup_mode=None, help="Runs stored in the results database.", no_args_is_help=True)
     results.command("list")(list_cmd)
     results.command("show")(show_cmd)
     results.command("import")(import_cmd)
