@@ -13,7 +13,7 @@ from typing import Any
 
 from offlab.errors import BadInput
 from offlab.knobs.base import Knob
-from offlab.probes import hist
+from offlab import tracefs as hist
 
 KEY = "trace-hist"
 

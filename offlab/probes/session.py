@@ -28,6 +28,7 @@ from offlab.probes.bigpackets import BigPacketCounters
 from offlab.probes.clock import Clocks, is_number, read_times
 from offlab.probes.remote import Async, RemoteRead, RemoteReaders
 from offlab.probes.result import ProbeResult
+from offlab.tracefs import HIST_FILES, NAME_PREFIX
 
 WATCHED_THREADS = ("ksoftirqd/", "vhost-", "napi/")
 # wait_for_traffic: bytes over all lab interfaces here (a frame counts once per interface it crosses)
@@ -67,7 +68,8 @@ class ProbeSession:
     """Anchors in every lab host; `snapshot()` twice; `result(a, b)` the deltas."""
 
     def __init__(self, lab, *, lifetime: float = 600.0, big_packets: bool = False,
-                 queue_ifaces: dict[str, list[str]] | None = None, kernel_trace: bool = False) -> None:
+                 queue_ifaces: dict[str, list[str]] | None = None, kernel_trace: bool = False,
+                 guest_trace: dict[str, str | None] | None = None) -> None:
         self.lab = lab
         self.readers = {}
         # role → the interfaces whose per-queue packets are read at each edge (queues.py); only a sample
@@ -99,10 +101,9 @@ class ProbeSession:
                                                 if h.shares_kernel and h.netns_name is not None})
                 if self.trace.netns:
                     self.trace.start()
-                # a guest's, through its agent; an SSH host's is not wired yet (docs/results.md)
-                guests = {role: h for role, h in self.own_kernel.items() if h.kind == "guest"}
-                if guests:
-                    self.hist = GuestHists(guests)
+                # each guest's, by the hist triggers its caller set there (experiment/guest_trace.py)
+                if guest_trace:
+                    self.hist = GuestHists({role: self.own_kernel[role] for role in guest_trace}, guest_trace)
             for role, host in hosts.items():
                 if role not in self.own_kernel:
                     self.readers[role] = host.net_reader()
@@ -126,8 +127,6 @@ class ProbeSession:
         self._stop_sampling()
         if self.trace is not None:
             self.trace.close()
-        if self.hist is not None:
-            self.hist.close()
         for counting in self.big.values():
             counting.remove()
         for reader in self.readers.values():
@@ -393,7 +392,8 @@ class ProbeSession:
         # they could be set and were read at both edges
         guests = self.hist.account(a, b) if self.hist is not None else {}
         untraced = [f"{role}: " + (self.hist.error.get(role, "not traced") if self.hist is not None and role in self.hist.hosts
-                                   else f"its own kernel ({self.lab.host(role).kind} host): not traced yet")
+                                   else f"its own kernel ({self.lab.host(role).kind} host): not traced"
+                                   + (" yet" if self.lab.host(role).kind != "guest" else ""))
                     for role in sorted(self.own_kernel) if role not in guests]
         out: dict | None = None
         if self.trace.netns:
@@ -424,36 +424,18 @@ class ProbeSession:
 
 
 class GuestHists:
-    """offlab's hist triggers in each host with a kernel of its own (hist.py), set for one probe
-    session in a journalled transaction of their own (knobs/trace_hist.py) and put back by `close`."""
+    """What offlab's hist triggers counted in each guest (set by the caller: experiment/guest_trace.py),
+    read with its counters at each edge; `error`: role → why that guest's kernel is not traced."""
 
-    def __init__(self, hosts: dict) -> None:
-        from offlab.knobs.trace_hist import KEY
-        from offlab.knobs.transaction import Change, Transaction
-
+    def __init__(self, hosts: dict, errors: dict[str, str | None]) -> None:
         self.hosts = hosts
-        self.error: dict[str, str] = {}  # role → why its kernel could not be traced (one line)
+        self.error: dict[str, str] = {role: why for role, why in errors.items() if why}
         self.reasons: dict[str, dict[int, str]] = {}
         self.reason_error: dict[str, str] = {}  # role → why its reasons are numbers
-        self.tx: Transaction | None = Transaction("trace")
-        self.tx.__enter__()
-        try:
-            for role, host in hosts.items():
-                try:
-                    out = self.tx.apply([Change(host, KEY, "on")])[0]
-                except OfflabError as exc:
-                    self.error[role] = f"hist triggers could not be set: {exc}"
-                    continue
-                if not out.ok:
-                    self.error[role] = f"hist triggers could not be set ({out.reason})"
-        except BaseException as exc:
-            self.tx.__exit__(type(exc), exc, exc.__traceback__)
-            self.tx = None
-            raise
 
     def files(self) -> dict[str, tuple[str, ...]]:
         """role → the hist files read with its counters at each edge."""
-        return {role: hist.HIST_FILES for role in self.hosts if role not in self.error}
+        return {role: HIST_FILES for role in self.hosts if role not in self.error}
 
     def account(self, a: "Snapshot", b: "Snapshot") -> dict[str, dict]:
         """role → its window's rows (hist.account) and how they were taken, for the roles read at both edges."""
@@ -465,7 +447,7 @@ class GuestHists:
                 self.error[role] = "its hist triggers were not read at both edges"
                 continue
             d = hist.delta(a.hist[role], b.hist[role])
-            if d.get(f"{hist.NAME_PREFIX}drop") and role not in self.reasons:
+            if d.get(f"{NAME_PREFIX}drop") and role not in self.reasons:
                 self.reasons[role] = self._reasons(role)
             rows = hist.account(d, role, self.reasons.get(role, {}))
             rows["how"] = {"tool": "tracefs hist triggers", "drops_counted_in": "skbs",
@@ -479,11 +461,6 @@ class GuestHists:
         except (OfflabError, OSError, ValueError) as exc:
             self.reason_error[role] = f"drop reasons by number: {role}'s BTF could not be read ({exc})"
             return {}
-
-    def close(self) -> None:
-        tx, self.tx = self.tx, None
-        if tx is not None:
-            tx.__exit__(None, None, None)
 
 
 def _udp_text(reader) -> tuple[str, str]:
