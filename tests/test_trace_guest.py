@@ -23,7 +23,6 @@ from offlab.experiment import kernel_account, teardown
 from offlab.experiment.measure import measure
 from offlab import tracefs
 from offlab.probes import hist, remote, trace
-from offlab.probes.counters import parse_net_dev
 from offlab.report import kernel as rk
 from offlab.traffic import Workload
 from tests.conftest import REPO, TEST_TAG, offlab_cli, requires_root
@@ -204,12 +203,7 @@ def test_a_tiny_receive_buffer_in_the_guest_drops_as_socket_rcvbuff_in_the_guest
 @requires_root
 @pytest.mark.network
 def test_triggers_left_by_a_killed_controller_are_removed_by_restore(lab):
-    server = labs.LabState.load(lab.name).host("server")
-
-    def server_rx() -> int:
-        return sum(d["rx_packets"] for d in parse_net_dev(server.read("/proc/net/dev")).values())
-
-    before = server_rx()
+    journal = os.path.join(os.environ["OFFLAB_STATE_DIR"], "journal")
     # this process's channel to the guest is exclusive while open: give the controller its turn at once
     from offlab.hosts.guest import _CHANNELS
     _CHANNELS.close(labs.LabState.load(lab.name).host("client").socket)
@@ -217,14 +211,16 @@ def test_triggers_left_by_a_killed_controller_are_removed_by_restore(lab):
                              "--duration", "60", "--trace", "--rate", "500"], cwd=REPO,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        # Watched from here only (the server namespace's counters): a second process talking to the guest
-        # would take turns with the controller on its one channel. The triggers are set before the
-        # traffic starts, so traffic arriving means they are in place.
+        # Watched from here only (the controller's journal): a second process talking to the guest would
+        # take turns with the controller on its one channel. The setting is journalled before it is made;
+        # setting it is a few agent round trips (seconds under TCG): then the controller is killed.
         deadline = time.monotonic() + 120  # a hang guard: a TCG guest answers in seconds
         while time.monotonic() < deadline and proc.poll() is None:
-            if server_rx() > before + 200:
+            if os.path.isdir(journal) and any('"trace-hist"' in open(os.path.join(journal, f)).read()
+                                              for f in os.listdir(journal)):
                 break
             time.sleep(0.5)
+        time.sleep(10)
         assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
