@@ -115,7 +115,7 @@ def _end(ih: inv_mod.InventoryHost, rundir: str, address: str | None) -> dict:
     """One end as the client host's offlab reaches it: over ssh with the run's key and known_hosts."""
     entry: dict = {"ssh": address or ih.target, "identity_file": f"{rundir}/id",
                    "ssh_args": ["-o", f"UserKnownHostsFile={rundir}/known_hosts", "-o", "StrictHostKeyChecking=yes"],
-                   "connect_timeout": ih.connect_timeout, "remote_dir": ih.remote_dir, "sudo": ih.become,
+                   "connect_timeout": ih.connect_timeout, "remote_dir": ih.remote_dir, "lease": ih.lease, "sudo": ih.become,
                    "interfaces": [{"name": i.name, "addresses": list(i.addresses)} for i in ih.interfaces],
                    "allow_management_traffic": ih.allow_management_traffic}
     if ih.user:

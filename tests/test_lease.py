@@ -1,0 +1,176 @@
+"""Leases (offlab.hosts.lease): an SSH host whose controller falls silent puts itself back.
+
+Two stand-in machines `a` and `b` (tests/sshd.py `start_pair`: namespaces, each with its own sshd) reached
+from a controller namespace, joined by two test links. The controllers are real offlab processes killed
+with SIGKILL; the watchdogs are the real `sh` loops on the stand-in machines. Nothing is mocked. Leases are
+a few seconds (the inventory's `lease`) so the proofs stay short.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from offlab.hosts import NetnsHost
+from tests import sshd as sshd_mod
+from tests.conftest import OUR_NAMESPACES, REPO, requires_root
+from tests.helpers import run as offlab_in_process, stand_in_machines
+
+pytestmark = requires_root
+
+LEASE = 3  # seconds: the lapse of the stand-in machines' leases in these tests
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    with stand_in_machines(lambda: sshd_mod.start_pair(tmp_path_factory.mktemp("ls"), f"{OUR_NAMESPACES[0]}ls",
+                                                       subnet=236, links=2)) as p:
+        yield p
+
+
+def inventory(pair, tmp_path, lease: int) -> Path:
+    path = tmp_path / "inventory.yml"
+    path.write_text(json.dumps(pair.inventory(a={"lease": lease}, b={"lease": lease})))  # JSON is YAML
+    return path
+
+
+def feature(ns: str, iface: str) -> bool:
+    out = NetnsHost(ns).run(["ethtool", "--json", "-k", iface]).stdout
+    return json.loads(out)[0]["generic-receive-offload"]["active"]
+
+
+def mtu(ns: str, iface: str) -> int:
+    return json.loads(NetnsHost(ns).run(["ip", "-j", "link", "show", "dev", iface]).stdout)[0]["mtu"]
+
+
+def processes_in(ns: str) -> dict[int, str]:
+    """pid → command line of every process in namespace `ns` but its sshd (listener and sessions)."""
+    out = {}
+    for pid in subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split():
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+        except OSError:
+            continue
+        if cmd and not cmd.startswith(("sshd", "/usr/sbin/sshd")):
+            out[int(pid)] = cmd
+    return out
+
+
+def leases_on(pair, side: str) -> list[str]:
+    d = Path(pair.remote_dir(side)) / "lease"
+    return sorted(p.name for p in d.iterdir()) if d.is_dir() else []
+
+
+def wait_for(what, check, guard: float = 120):
+    """Poll `check` until it is true; the guard only stops a hang (not a timing target)."""
+    end = time.monotonic() + guard
+    while time.monotonic() < end:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.25)
+    raise AssertionError(f"{what}: not within the {guard} s hang guard")
+
+
+# A controller on the lab in argv[1]: changes gro and mtu on the server's t<argv[2]>, starts a server
+# process there, says so, then waits (as a long sample would) until it is killed or sent SIGTERM.
+CONTROLLER = """
+import signal, sys, time
+from offlab import lab
+from offlab.knobs import Change, Transaction
+from offlab.interrupts import interrupts
+l = lab.LabState.load(sys.argv[1])
+iface = "t" + sys.argv[2]
+try:
+    with interrupts(), Transaction("controller") as tx:
+        tx.apply([Change(l.server, "gro", "on", iface, l), Change(l.server, "mtu", 1400, iface, l)])
+        proc = l.host("server").spawn(["sleep", "300"])
+        print("applied", flush=True)
+        time.sleep(float(sys.argv[3]))
+        proc.terminate(); proc.wait()
+except KeyboardInterrupt:
+    pass
+print("done", flush=True)
+"""
+
+
+def start_controller(pair, lab: str, link: int, state_dir, seconds: float = 300) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-c", CONTROLLER, lab, str(link), str(seconds)], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "OFFLAB_STATE_DIR": str(state_dir)})
+    line = proc.stdout.readline().strip()
+    assert line == "applied", proc.stderr.read() if proc.poll() is not None else line
+    return proc
+
+
+def kill_controller(pair, proc: subprocess.Popen) -> None:
+    """SIGKILL, then its ssh masters ended by pid (they outlive it for ControlPersist seconds, documented):
+    from then on nothing reaches the machines from it."""
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=10)
+    proc.stdout.close()
+    proc.stderr.close()
+    for line in sshd_mod.mux_processes(sshd_mod.Sshd(pair.dir, pair.controller, pair.b.ns, "", "")):
+        if f"ControlPath=/tmp/offlab-ssh.{proc.pid}." in line or f"/ssh/{proc.pid}." in line:
+            os.kill(int(line.split()[0]), signal.SIGTERM)
+
+
+def lab_up(inv: Path, name: str, pair_text: str) -> None:
+    """`lab up hosts` in this process; its leases (taken for the engine it copies) released as at the end of
+    the `lab up` process: the engine copy stays journalled on the hosts for `lab down`."""
+    from offlab.hosts import lease
+    from offlab.lab import hosts as hosts_lab
+
+    hosts_lab.up(name, str(inv), pair_text)
+    lease.release_all()
+
+
+def test_a_killed_controllers_host_puts_itself_back_and_the_next_restore_says_so(pair, tmp_path, state_dir,
+                                                                                   lab_name):
+    from offlab.experiment import teardown
+
+    inv = inventory(pair, tmp_path, LEASE)
+    lab_up(inv, lab_name, "a:t1,b:t1")
+    try:
+        before = (feature(pair.b.ns, "t1"), mtu(pair.b.ns, "t1"))
+        assert before == (False, 1500)
+        proc = start_controller(pair, lab_name, 1, state_dir)
+        assert (feature(pair.b.ns, "t1"), mtu(pair.b.ns, "t1")) == (True, 1400)
+        assert any(c.startswith("sleep 300") for c in processes_in(pair.b.ns).values())
+        kill_controller(pair, proc)
+        # ...and the machine's management link cut at once: nothing from anywhere reaches it.
+        NetnsHost(pair.b.ns).run(["ip", "link", "set", "mgmt", "down"])
+        try:
+            # No command is run anywhere: the machine's own watchdog puts it back once the lease lapses.
+            wait_for("settings back and the server process ended on b",
+                     lambda: (feature(pair.b.ns, "t1"), mtu(pair.b.ns, "t1")) == before
+                     and not any(c.startswith("sleep 300") for c in processes_in(pair.b.ns).values()))
+            # ...and then leaves: no process of offlab's on b (the watchdog neither), no lease.
+            wait_for("the watchdog gone", lambda: processes_in(pair.b.ns) == {} or print(processes_in(pair.b.ns)))
+            assert leases_on(pair, "b") == []
+            record = list((Path(pair.remote_dir("b")) / "lapsed").glob("*.txt"))
+            assert len(record) == 1, record
+        finally:
+            NetnsHost(pair.b.ns).run(["ip", "link", "set", "mgmt", "up"])
+        # The next `offlab restore` that reaches b says what the lease did, once.
+        res = offlab_in_process("restore")
+        assert res.returncode == 0, res.stdout + res.stderr
+        said = [l for l in res.stdout.splitlines() if l.startswith("b: ")]
+        assert said and "restored by its lease at" in said[0] and "after the controller (pid " \
+            f"{proc.pid}" in said[0] and "fell silent at" in said[0], res.stdout
+        assert "b:   restored: t1 mtu: 1400 → back to 1500" in said and "b:   restored: t1 gro: on → back to off" \
+            in said, said
+        assert any(l.startswith("b:   restored: stop sleep 300") for l in said), said
+        assert not (Path(pair.remote_dir("b")) / "lapsed").exists()
+        assert "restored by its lease" not in offlab_in_process("restore").stdout
+    finally:
+        teardown.down(lab_name, force=True)
+    assert not Path(pair.remote_dir("b")).exists(), list(Path(pair.remote_dir("b")).rglob("*"))
+    assert processes_in(pair.b.ns) == {}
