@@ -95,7 +95,7 @@ try:
         print("applied", flush=True)
         time.sleep(float(sys.argv[3]))
         proc.terminate(); proc.wait()
-except KeyboardInterrupt:
+except (KeyboardInterrupt, SystemExit):  # SIGINT, SIGTERM, SIGHUP (offlab.interrupts): put back, then here
     pass
 print("done", flush=True)
 """
@@ -173,4 +173,105 @@ def test_a_killed_controllers_host_puts_itself_back_and_the_next_restore_says_so
     finally:
         teardown.down(lab_name, force=True)
     assert not Path(pair.remote_dir("b")).exists(), list(Path(pair.remote_dir("b")).rglob("*"))
+    assert processes_in(pair.b.ns) == {}
+
+
+def watchdog_of(pair, side: str, lease_id: str) -> int:
+    pid, _ = (Path(pair.remote_dir(side)) / "lease" / lease_id / "ids").read_text().split()
+    return int(pid)
+
+
+def alive(pid: int) -> bool:
+    from offlab.state import proc_start
+
+    return proc_start(pid) is not None
+
+
+def test_two_labs_on_one_host_each_have_their_own_lease_and_lab_down_stops_only_its_dead_ones(pair, tmp_path,
+                                                                                              state_dir, lab_name):
+    from offlab.experiment import teardown
+
+    inv = inventory(pair, tmp_path, 60)  # nothing lapses in this test: lab down does the work
+    labs = (lab_name, lab_name[:9] + "z")
+    lab_up(inv, labs[0], "a:t1,b:t1")
+    lab_up(inv, labs[1], "a:t2,b:t2")
+    procs = []
+    try:
+        procs = [start_controller(pair, labs[0], 1, state_dir), start_controller(pair, labs[1], 2, state_dir)]
+        ids = leases_on(pair, "b")
+        assert len(ids) == 2 and leases_on(pair, "a") == [], ids  # one per controller; a was not changed
+        owner = {i: int(i.split("-")[0]) for i in ids}
+        first = next(i for i in ids if owner[i] == procs[0].pid)
+        second = next(i for i in ids if owner[i] == procs[1].pid)
+        dogs = {i: watchdog_of(pair, "b", i) for i in ids}
+        assert all(alive(p) for p in dogs.values())
+        kill_controller(pair, procs[0])
+        # lab down of the first lab: its settings and process back, its dead controller's watchdog gone...
+        res = offlab_in_process("lab", "down", labs[0])
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert f"stop the lease watchdog of pid {procs[0].pid} on " in res.stdout, res.stdout
+        assert (feature(pair.b.ns, "t1"), mtu(pair.b.ns, "t1")) == (False, 1500)
+        wait_for("the first watchdog gone", lambda: not alive(dogs[first]))
+        # ...and the second lab's lease, watchdog, settings and process untouched: its controller lives.
+        assert leases_on(pair, "b") == [second] and alive(dogs[second])
+        assert (feature(pair.b.ns, "t2"), mtu(pair.b.ns, "t2")) == (True, 1400)
+        assert [c for c in processes_in(pair.b.ns).values() if c.startswith("sleep 300")] == ["sleep 300"]
+        # The second controller ends as interrupted (SIGTERM): it puts back, releases its lease and leaves.
+        procs[1].send_signal(signal.SIGTERM)
+        out, err = procs[1].communicate(timeout=120)
+        assert out.strip() == "done", err
+        assert leases_on(pair, "b") == [] and not alive(dogs[second])
+        assert (feature(pair.b.ns, "t2"), mtu(pair.b.ns, "t2")) == (False, 1500)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        for name in labs:
+            teardown.down(name, force=True)
+    assert processes_in(pair.b.ns) == {} and processes_in(pair.a.ns) == {}
+    assert not Path(pair.remote_dir("b")).exists(), list(Path(pair.remote_dir("b")).rglob("*"))
+
+
+def test_a_live_controller_is_never_undercut_and_a_failed_renewal_is_retried_and_said(pair, tmp_path, state_dir,
+                                                                                        lab_name):
+    """A controller holding its settings and process longer than twice its lease, whose renewals fail on the
+    host for a while (the deadline cannot be written there): the failure is said, the renewals go on, the
+    next that gets through is said too, and the host never puts itself back under it."""
+    from offlab.experiment import teardown
+
+    lease_s = 6  # renewals every 1.5 s: a block of 2.5 s fails at least one, and leaves the lease seconds to spare
+    inv = inventory(pair, tmp_path, lease_s)
+    lab_up(inv, lab_name, "a:t1,b:t1")
+    proc = None
+    try:
+        proc = start_controller(pair, lab_name, 1, state_dir, seconds=2.5 * lease_s)
+        ids = leases_on(pair, "b")
+        lease_dir = Path(pair.remote_dir("b")) / "lease" / ids[0]
+        seen, blocked = set(), False
+        watch_until = time.monotonic() + 2 * lease_s  # then the controller ends its process and puts back
+        while time.monotonic() < watch_until:
+            # Held all along: the setting, the process, the lease.
+            assert proc.poll() is None and leases_on(pair, "b") == ids, (leases_on(pair, "b"), proc.poll())
+            seen.add((lease_dir / "deadline").read_text().split()[0])
+            assert feature(pair.b.ns, "t1") is True
+            assert any(c.startswith("sleep 300") for c in processes_in(pair.b.ns).values())
+            if not blocked and len(seen) >= 2:  # renewed at least once: now its renewals fail for a while
+                (lease_dir / "deadline.t").mkdir()
+                time.sleep(2.5)
+                (lease_dir / "deadline.t").rmdir()
+                blocked = True
+            time.sleep(0.2)
+        out, err = proc.communicate(timeout=60)
+        assert out.strip() == "done", err
+        assert blocked and "offlab: lease on b: renewal failed (answered 'failed'); retrying every 1.5 s" in err, err
+        assert "offlab: lease on b: renewed again after " in err and "lapsed" not in err, err
+        assert len(seen) >= 3, seen  # the deadline moved on, before and after the failures
+        assert not (Path(pair.remote_dir("b")) / "lapsed").exists()
+        assert leases_on(pair, "b") == [] and (feature(pair.b.ns, "t1"), mtu(pair.b.ns, "t1")) == (False, 1500)
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        teardown.down(lab_name, force=True)
     assert processes_in(pair.b.ns) == {}

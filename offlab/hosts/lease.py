@@ -100,15 +100,18 @@ n=0; while [ ! -s "$L/ids" ] && [ $n -lt 500 ]; do sleep 0.01; n=$((n + 1)); don
 cat "$L/ids"
 """
 
-# The renewal session: a line in, the deadline moved on, a line out ("ok"; "gone" once the lease is not
-# there any more: lapsed, or stopped by restore.sh).
+# The renewal session: a line in, the deadline moved on, a line out: "ok"; "failed" when the deadline
+# could not be written; "gone" (and the session ends) once the lease is not there any more: lapsed, or
+# stopped by restore.sh.
 _RENEW = r"""
 L=$1; s=$2
 while read -r x; do
-  [ -d "$L" ] || { echo gone; continue; }
+  [ -d "$L" ] || { echo gone; exit 0; }
   read -r u _ </proc/uptime; u=${u%.*}
-  if echo "$((u + s)) $u" >"$L/deadline.t" 2>/dev/null && mv -f "$L/deadline.t" "$L/deadline"; then echo ok
-  else echo gone; fi
+  if echo "$((u + s)) $u" >"$L/deadline.t" 2>/dev/null && mv -f "$L/deadline.t" "$L/deadline" 2>/dev/null; then
+    echo ok
+  elif [ -d "$L" ]; then echo failed
+  else echo gone; exit 0; fi
 done
 """
 
@@ -170,6 +173,7 @@ class RemoteLease:
         self._proc: subprocess.Popen | None = None
         self._buf = b""
         self._stop = threading.Event()
+        self._lock = threading.Lock()  # one renewal or release at a time
         self._thread: threading.Thread | None = None
 
     # ---- on the host -----------------------------------------------------------------------
@@ -186,9 +190,11 @@ class RemoteLease:
         """Stop the watchdog and remove the lease (with `only_if_idle`, only when nothing it lists is still
         journalled there); whether it is released."""
         script = _RELEASE_IF_IDLE if only_if_idle else _RELEASE
-        res = self.host.run(["sh", "-c", script, "sh", self.remote_dir, self.id], check=False, timeout=30)
-        if res.stdout.strip() == "busy":
-            return False
+        with self._lock:  # no renewal meanwhile: it would find the lease gone and take it for a lapse
+            res = self.host.run(["sh", "-c", script, "sh", self.remote_dir, self.id], check=False, timeout=30)
+            if res.stdout.strip() == "busy":
+                return False
+            self._stop.set()
         self._halt()
         _DONE.append(self)
         if res.stdout.strip() == "gone" and not self.lost:
@@ -200,9 +206,10 @@ class RemoteLease:
     # ---- renewals ----------------------------------------------------------------------------
     def _loop(self) -> None:
         while not self._stop.wait(self.interval):
-            if self.lost:
-                return
-            self.renew()
+            with self._lock:
+                if self.lost or self._stop.is_set():
+                    return
+                self.renew()
 
     def renew(self) -> None:
         try:
@@ -226,6 +233,11 @@ class RemoteLease:
             return
         if answer == "gone":
             self.lost = True
+            self._close()
+            with _LOCK:  # the next change on this host takes a new lease
+                if _mine().get((self.host._key, self.remote_dir)) is self:
+                    _LEASES.pop((self.host._key, self.remote_dir))
+                    _DONE.append(self)
             _say(f"lease on {self.host.name} lapsed: the host has put back what this process changed there; "
                  f"what is measured there from now on is not of the settings asked for")
             return
