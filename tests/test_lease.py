@@ -275,3 +275,61 @@ def test_a_live_controller_is_never_undercut_and_a_failed_renewal_is_retried_and
             proc.wait()
         teardown.down(lab_name, force=True)
     assert processes_in(pair.b.ns) == {}
+
+
+# Host-wide and harmless (the burst of the kernel's network log rate limit), used by no other test.
+MACHINE_SYSCTL = "net.core.message_burst"
+MACHINE_PATH = Path("/proc/sys/net/core/message_burst")
+MACHINE_HOLDER = """
+import sys, time
+from offlab.hosts import LOCAL
+from offlab.knobs import Change, Transaction
+with Transaction(label="holder") as tx:
+    assert tx.apply([Change(LOCAL, sys.argv[1], sys.argv[2])])[0].ok
+    print("ready", flush=True)
+    time.sleep(300)
+"""
+
+
+def test_a_host_wide_sysctl_of_a_killed_controller_comes_back_within_the_lapse_without_restore(tmp_path, state_dir):
+    from offlab.state import proc_start
+
+    original = MACHINE_PATH.read_text().strip()
+    env = {**os.environ, "OFFLAB_STATE_DIR": str(state_dir), "OFFLAB_MACHINE_LEASE": "1"}
+    holder = subprocess.Popen([sys.executable, "-c", MACHINE_HOLDER, MACHINE_SYSCTL, str(int(original) + 7)],
+                              cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "ready", holder.stderr.read() if holder.poll() is not None else ""
+        assert MACHINE_PATH.read_text().strip() == str(int(original) + 7)
+        dogs = [p for p in Path("/proc").iterdir() if p.name.isdigit() and _cmdline(p).startswith(
+            f"{sys.executable} -m offlab.knobs.watchdog {holder.pid} ")]
+        assert len(dogs) == 1
+        holder.kill()
+        holder.wait()
+        # Nothing is run: the watchdog sees the holder gone, waits the lapse, puts the sysctl back, leaves.
+        wait_for("the sysctl back", lambda: MACHINE_PATH.read_text().strip() == original)
+        wait_for("the watchdog gone", lambda: proc_start(int(dogs[0].name)) is None)
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
+        holder.stdout.close()
+        holder.stderr.close()
+        if MACHINE_PATH.read_text().strip() != original:
+            MACHINE_PATH.write_text(original)
+    # The next `offlab restore` says what the lease did, once; nothing is left to restore.
+    res = offlab_in_process("restore")
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert lines[0].startswith("this machine: restored by its lease at ") and f"after pid {holder.pid} ended" \
+        in lines[0], lines
+    assert lines[1] == f"this machine:   restored machine {MACHINE_SYSCTL} = {original}", lines
+    assert "restored by its lease" not in offlab_in_process("restore").stdout
+    assert not list((state_dir / "journal").glob("*.journal"))
+
+
+def _cmdline(p: Path) -> str:
+    try:
+        return (p / "cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+    except OSError:
+        return ""

@@ -33,6 +33,10 @@ def register(app: typer.Typer) -> None:
 
         refs = [e.data.get("host") for v in (all_journals() if journal_dir().exists() else [])
                 for e in v.open_entries]
+        from offlab.knobs import watchdog
+
+        for line in watchdog.lapses(remove=not list_only):  # what this machine's lease put back, said once
+            typer.echo(line)
         report = restore_report(list_only=list_only, force=force)
         for line in report.lines:
             typer.echo(line)

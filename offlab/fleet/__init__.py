@@ -165,7 +165,8 @@ def run(plan_path: str, inventory: str, db: str, pairs: list[str] | None = None,
                 "inventory": {"hosts": {client.name: _end(client, rundir, None),
                                         server.name: _end(server, rundir, None)}, "pairs": [p]}}
             for ih in (client, server):
-                checks[ih.name] = {"hosts": {ih.name: {"ssh": "localhost", "interfaces": [
+                checks[ih.name] = {"hosts": {ih.name: {"ssh": "localhost", "remote_dir": ih.remote_dir,
+                                                       "lease": ih.lease, "interfaces": [
                     {"name": x.name, "addresses": list(x.addresses)} for x in ih.interfaces]}}}
         extra = {"offlab_fleet_run": token, "offlab_fleet_hosts": ",".join(hosts),
                  "offlab_fleet_clients": ",".join(jobs), "offlab_fleet_serial": serial or "100%",
