@@ -159,7 +159,16 @@ def test_a_killed_controllers_host_puts_itself_back_and_the_next_restore_says_so
             assert len(record) == 1, record
         finally:
             NetnsHost(pair.b.ns).run(["ip", "link", "set", "mgmt", "up"])
-        # The next `offlab restore` that reaches b says what the lease did, once.
+        # `lab show` and `hosts check` state the lease and what it did (and keep the record)...
+        res = offlab_in_process("lab", "show", lab_name)
+        assert res.returncode == 0, res.stderr
+        assert f"lease server (b): {LEASE} s: the host puts itself back {LEASE} s after its controller falls " \
+               "silent" in res.stdout, res.stdout
+        assert "lapsed: b: restored by its lease at " in res.stdout, res.stdout
+        res = offlab_in_process("hosts", "check", str(inv), "--host", "b")
+        assert f"  info  lease: {LEASE} s: offlab's changes here are put back by the host itself" in res.stdout, res.stdout
+        assert "  warn  lease lapsed: restored by its lease at " in res.stdout, res.stdout
+        # ...and the next `offlab restore` that reaches b says it too, once, and clears it.
         res = offlab_in_process("restore")
         assert res.returncode == 0, res.stdout + res.stderr
         said = [l for l in res.stdout.splitlines() if l.startswith("b: ")]
