@@ -15,7 +15,8 @@ def register(app: typer.Typer) -> None:
         force: bool = typer.Option(False, "--force",
                                    help="Also restore journals of processes that are still running."),
     ) -> None:
-        """Replay the settings journals newest first: every original value goes back, then the journal goes;
+        """Say what a lease put back by itself (this machine's watchdog, an SSH host's), once; replay the settings
+        journals newest first: every original value goes back, then the journal goes;
         then end the processes offlab started on SSH hosts (its labs' and its journals') whose offlab process is gone
         (iperf3, the engine, tcpdump; each by pid checked against its start time); then remove labs whose `lab up`
         was killed before they were up (their QEMU, testpmd, namespaces), and give back the ports of phys labs that

@@ -32,37 +32,35 @@ def lapse_s() -> float:
         return float(DEFAULT_LAPSE)
 
 
-_PROC: list[subprocess.Popen] = []  # this process's watchdog, if started
-_PID = [os.getpid()]
+_PROC: list[tuple[int, subprocess.Popen]] = []  # (this process's pid, its watchdog), once started
 
 
 def ensure() -> None:
     """This process's watchdog, started unless it runs."""
+    from offlab.hosts import LOCAL
     from offlab.state import me, state_dir
 
-    if _PID[0] != os.getpid():  # a forked child has no watchdog of its own yet
-        _PROC.clear()
-        _PID[0] = os.getpid()
-    if _PROC and _PROC[0].poll() is None:
+    if _PROC and (_PROC[0][0] != os.getpid() or _PROC[0][1].poll() is not None):
+        _PROC.clear()  # a forked child has none of its own yet; or it ended
+    if _PROC:
         return
-    _PROC.clear()
     owner = me()
     # This very offlab (a checkout, a venv), whatever the directory it was started from.
     package_root = str(Path(__file__).resolve().parents[2])
     path = os.environ.get("PYTHONPATH")
     env = {**os.environ, "OFFLAB_STATE_DIR": str(state_dir().resolve()),
            "PYTHONPATH": package_root + (os.pathsep + path if path else "")}
-    _PROC.append(subprocess.Popen(
+    _PROC.append((os.getpid(), LOCAL.spawn(
         [sys.executable, "-m", "offlab.knobs.watchdog", str(owner["pid"]), str(owner["start"]), f"{lapse_s():g}"],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-        env=env, cwd="/"))
+        env=env, cwd="/")))
 
 
 def stop() -> None:
     """This process holds no host-wide setting any more: its watchdog goes."""
-    if not _PROC or _PID[0] != os.getpid():
+    if not _PROC or _PROC[0][0] != os.getpid():
         return
-    proc = _PROC.pop()
+    _, proc = _PROC.pop()
     if proc.poll() is None:
         proc.terminate()
         try:
