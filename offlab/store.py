@@ -770,6 +770,18 @@ class Store:
                 "result": _loads(r["result"], f"column result of {where}") if r["result"] else None,
                 "started_at": r["started_at"], "finished_at": r["finished_at"], "uid": r["uid"], "steps": steps}
 
+    def unfinished_bisect(self, plan_text: str, question: dict) -> int | None:
+        """The newest bisect of this plan text that asked `question` (its spec without the release list)
+        and has not finished (running, interrupted or failed), or None."""
+        if self.schema_version() < 4:
+            return None
+        for bid, spec in self._q("SELECT id, spec FROM bisects WHERE plan_text = :t AND status != 'done' "
+                                 "ORDER BY id DESC", {"t": plan_text}):
+            asked = _loads(spec, f"column spec of bisect {bid}")
+            if {k: v for k, v in asked.items() if k != "releases"} == question:
+                return int(bid)
+        return None
+
     def bisect_of_run(self, run_id: int) -> dict | None:
         """The bisect one of whose steps is this run, or None."""
         if self.schema_version() < 4:
@@ -1019,7 +1031,45 @@ class Store:
             imported += 1
             on_line(f"run {run['id']} ({run['name']}): imported as run {new}, {len(cells)} cells, "
                     f"{len(samples)} samples")
+        self._import_bisects(other, on_line)
         return imported, skipped
+
+    def _import_bisects(self, other: "Store", on_line: Callable[[str], None]) -> None:
+        """Copy `other`'s bisects not held here (by uid), each step pointing to its run as imported here.
+        A bisect whose process has ended arrives interrupted (an owner's pid means nothing on this host)."""
+        if other.schema_version() < 4:
+            return
+        for raw in [dict(r._mapping) for r in other._q("SELECT * FROM bisects ORDER BY id")]:
+            have = self._q("SELECT id FROM bisects WHERE uid = :u", {"u": raw["uid"]})
+            if have:
+                on_line(f"bisect {raw['id']} ({raw['plan_name']}): already here as bisect {have[0][0]}")
+                continue
+            read = other.get_bisect(raw["id"])  # its status as its owner's liveness makes it
+            steps = [dict(r._mapping) for r in other._q("SELECT * FROM bisect_steps WHERE bisect_id = :b ORDER BY id",
+                                                        {"b": raw["id"]})]
+            runs = {}
+            for st in steps:
+                if st["run_id"] is not None:
+                    uid = other._q("SELECT uid FROM runs WHERE id = :r", {"r": st["run_id"]})
+                    here = self._q("SELECT id FROM runs WHERE uid = :u", {"u": uid[0][0]}) if uid else []
+                    runs[st["run_id"]] = here[0][0] if here else None
+            with self._tx() as c:
+                new = int(c.execute(sa.text(
+                    "INSERT INTO bisects(plan_name, plan_text, spec, status, note, result, owner, started_at, "
+                    "finished_at, offlab_version, uid) VALUES (:n, :t, :s, :st, :no, :r, :o, :at, :f, :v, :u) "
+                    "RETURNING id"),
+                    {"n": raw["plan_name"], "t": raw["plan_text"], "s": raw["spec"], "st": read["status"],
+                     "no": read["note"], "r": raw["result"], "o": raw["owner"] if read["status"] == "running" else None,
+                     "at": raw["started_at"], "f": raw["finished_at"], "v": raw["offlab_version"],
+                     "u": raw["uid"]}).scalar_one())
+                for st in steps:
+                    c.execute(sa.text(
+                        "INSERT INTO bisect_steps(bisect_id, position, release, package_version, suite, run_id, "
+                        "verdict, detail, created_at, decided_at) VALUES (:b, :p, :rel, :pv, :su, :run, :v, :d, :at, "
+                        ":dec)"), {"b": new, "p": st["position"], "rel": st["release"], "pv": st["package_version"],
+                                   "su": st["suite"], "run": runs.get(st["run_id"]), "v": st["verdict"],
+                                   "d": st["detail"], "at": st["created_at"], "dec": st["decided_at"]})
+            on_line(f"bisect {raw['id']} ({raw['plan_name']}): imported as bisect {new}, {len(steps)} steps")
 
 
 def _sqlite_connect(path: Path, query: str | None = None) -> sqlite3.Connection:

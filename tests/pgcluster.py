@@ -1,4 +1,4 @@
-"""A private PostgreSQL cluster for the tests (../shared/notes/postgres.md): its own data directory,
+"""A private PostgreSQL cluster for the tests: its own data directory,
 socket directory and port, run by an unprivileged user (postgres as root, else the user running the
 tests), on its Unix socket only, stopped (by its postmaster's pid) and removed afterwards. Never the
 machine's own service.

@@ -133,7 +133,7 @@ PAYLOADS = {"1472@1500": (1472, 1500), "8972@9000": (8972, 9000), "65507@1500": 
 
 def make_uso_run(store: Store, *, rounds: int = 4, seed: int = 7, skip: str | None = "65507@1500",
                  name: str = "uso", scale: float = 1.0, capture_round: int = 0) -> tuple[int, dict[str, int]]:
-    """A payload × offload run like DESIGN.md's plan; the cell payload=`skip`,offload=on is skipped."""
+    """A payload × offload run like the payload × offload plan of docs/plans.md; the cell payload=`skip`,offload=on is skipped."""
     rng = random.Random(seed)
     plan = {"name": name, "axes": {"payload": list(PAYLOADS), "offload": ["off", "on"]},
             "baseline": {"offload": "off"}, "repeat": {"min": 3, "max": 10, "level": 99, "width": 5}}

@@ -234,6 +234,83 @@ def test_a_bisect_whose_process_died_reads_as_interrupted(tmp_path):
     assert b["status"] == "interrupted" and f"offlab bisect --resume {bid}" in b["note"]
 
 
+def test_the_same_bisect_asked_again_carries_on_and_fresh_or_another_question_starts_anew(tmp_path, monkeypatch):
+    from offlab.experiment import bisect
+    from offlab.experiment.plan import load_plan
+    from offlab.store import Store
+    from offlab.vm import kernels
+
+    monkeypatch.setattr(kernels, "index", lambda: json.loads((FIXTURES / "index.json").read_text()))
+    plan = load_plan(USO_PLAN, "p.yaml")
+    events: list[tuple[str, dict]] = []
+    with Store.open(tmp_path / "b.db") as s:
+        first = bisect.Bisect.start(s, plan, "6.1", "7.2.12+deb13", among=["6.12.117+deb12"])
+        s.put_bisect_step(first.id, 2, "7.2.12+deb13", "7.2.12-1~bpo13+1", "trixie-backports", None, "faster", {})
+        # its process is gone (a SIGKILL leaves the status "running" with a dead owner)
+        dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+        s.set_bisect_status(first.id, "running", owner={"pid": int(dead.stdout), "start": 1})
+        again = bisect.Bisect.start(s, plan, "6.1", "7.2.12+deb13", among=["6.12.117+deb12"],
+                                    on_event=lambda kind, info: events.append((kind, info)))
+        assert again.id == first.id and again.seen() == {2: "faster"}
+        assert events == [("again", {"bisect_id": first.id})]
+        assert s.get_bisect(first.id)["status"] == "running"  # now this process's
+        # a live owner: the same command refuses rather than racing it
+        with pytest.raises(Exception, match=f"bisect {first.id} is running in another process"):
+            bisect.Bisect.start(s, plan, "6.1", "7.2.12+deb13", among=["6.12.117+deb12"])
+        s.set_bisect_status(first.id, "interrupted", "interrupted")
+        assert bisect.Bisect.start(s, plan, "6.1", "7.2.12+deb13", among=["6.12.117+deb12"], fresh=True).id != first.id
+        s.set_bisect_status(first.id + 1, "interrupted", "interrupted")
+        other = bisect.Bisect.start(s, plan, "6.1", "7.2.12+deb13")  # another question: no --among
+        assert other.id not in (first.id, first.id + 1)
+        s.set_bisect_status(first.id, "done", "first 7.2.12+deb13", {"first": "7.2.12+deb13"})
+        s.set_bisect_status(first.id + 1, "done", "first 7.2.12+deb13", {"first": "7.2.12+deb13"})
+        s.set_bisect_status(other.id, "done", "no change", {"kind": "same"})
+        # finished ones are never carried on: a new bisect
+        assert bisect.Bisect.start(s, plan, "6.1", "7.2.12+deb13").id > other.id
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_results_import_carries_bisects_with_their_steps_pointing_at_the_imported_runs(tmp_path, backend, request):
+    from offlab.store import Store
+
+    src = tmp_path / "host.db"
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    with Store.open(src) as s:
+        s.create_run("other", "name: o\n", {}, 1, {}, None, {"min": 3})  # ids differ between the databases
+        done = s.create_bisect("uso-bisect", "name: x\n", {"good": "6.1", "bad": "7.2", "releases": []}, {"pid": 1})
+        run = s.create_run("uso-bisect", "name: x\n", {}, 1, {}, None, {"min": 3})
+        s.put_bisect_step(done, 3, "7.2.12+deb13", "7.2.12-1~bpo13+1", "trixie-backports", run, "faster",
+                          {"ratio": 2.7})
+        s.put_bisect_step(done, 0, "6.1.0-56", "6.1.158-1", "bookworm-security", None, "cannot test",
+                          {"reason": "r"})
+        s.set_bisect_status(done, "done", "first 7.2.12+deb13", {"first": "7.2.12+deb13"})
+        cut = s.create_bisect("uso-bisect", "name: x\n", {"good": "6.1", "bad": "7.3", "releases": []},
+                              {"pid": int(dead.stdout), "start": 1})
+        source_done = s.get_bisect(done)
+    url = request.getfixturevalue("pg").database() if backend == "postgresql" else str(tmp_path / "lab.db")
+    lines: list[str] = []
+    with Store.open(url) as target, Store.open_read_only(src) as source:
+        target.create_run("mine", "name: m\n", {}, 1, {}, None, {"min": 3})
+        target.import_from(source, lines.append)
+        listed = target.list_bisects()
+        assert [(b["good"], b["bad"], b["status"], b["first"]) for b in listed] == [
+            ("6.1", "7.2", "done", "7.2.12+deb13"), ("6.1", "7.3", "interrupted", None)]
+        got = target.get_bisect(listed[0]["id"])
+        runs = {r["name"]: r["id"] for r in target.list_runs()}
+        step = next(x for x in got["steps"] if x["position"] == 3)
+        assert target.get_run(step["run_id"])["uid"] == Store.open_read_only(src).get_run(run)["uid"]
+        assert step["run_id"] == max(runs.values()) and (step["verdict"], step["detail"]) == ("faster", {"ratio": 2.7})
+        assert [(x["position"], x["verdict"]) for x in got["steps"]] == [(x["position"], x["verdict"])
+                                                                        for x in source_done["steps"]]
+        assert got["result"] == source_done["result"] and got["uid"] == source_done["uid"]
+        assert target.bisect_of_run(step["run_id"])["id"] == got["id"]
+        assert f"bisect {cut} (uso-bisect): imported as bisect {listed[1]['id']}, 0 steps" in lines
+        again: list[str] = []
+        target.import_from(source, again.append)  # twice: nothing more
+        assert len(target.list_bisects()) == 2 and f"bisect {done} (uso-bisect): already here as bisect " \
+            f"{listed[0]['id']}" in again
+
+
 # ---- the command's bad input ---------------------------------------------------------------------------
 USO_PLAN = """\
 name: uso-bisect

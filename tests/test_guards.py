@@ -32,3 +32,17 @@ def test_mypy_finds_nothing_in_the_typed_parts():
     res = _run("mypy", "--no-incremental", "--cache-dir", "/dev/null", "--ignore-missing-imports",
                "--follow-imports=silent", *TYPED)
     assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_the_repo_stands_alone_no_file_cites_one_outside_it():
+    """Code, tests and docs say what they mean themselves: none points a reader at a design note, a style
+    guide or a notes folder that lives outside this repository."""
+    outside = ("DESIGN" + ".md", "STYLE" + ".md", "shared" + "/notes", "../" + "shared")
+    found = []
+    for top in ("offlab", "tests", "docs", "scripts", "benchmarks", "engine/src", "README.md", "Makefile"):
+        root = Path(REPO, top)
+        for p in ([root] if root.is_file() else sorted(root.rglob("*"))):
+            if p.is_file() and "__pycache__" not in p.parts and "fixtures" not in p.parts:
+                text = p.read_text(errors="replace")
+                found += [f"{p.relative_to(REPO)}: {w}" for w in outside if w in text]
+    assert not found, found

@@ -1,4 +1,4 @@
-"""The arrows of DESIGN.md, checked over the import graph of the offlab package.
+"""The arrows of docs/architecture.md, checked over the import graph of the offlab package.
 
 cli → experiment → {lab, knobs, traffic, probes} → hosts; lab → vm → hosts; report → store.
 Every import counts, also one inside a function (a late import is still an arrow).
@@ -24,6 +24,7 @@ PARTS = {
     "offlab.addresses": "common",  # the lab's address ranges and host addresses (labs, the MTU probe, help texts)
     "offlab.sample": "common",  # a stored sample read as dataclasses (witnesses, report, results)
     "offlab.interrupts": "common",  # SIGINT, SIGTERM and SIGHUP as exceptions, held through shielded sections
+    "offlab.wire": "common",  # header sizes on the wire
     "offlab.hosts": "hosts",
     "offlab.inventory": "inventory",  # inventories (offlab's YAML, Ansible's) → SSH hosts and test interfaces
     "offlab.hostcheck": "doctor",  # `hosts check`: an audit of inventory hosts
@@ -150,7 +151,7 @@ def violations(modules: dict[str, tuple[str, str, bool]]) -> list[str]:
 
 def test_imports_follow_the_arrows_of_the_design():
     problems = violations(load(PACKAGE))
-    assert not problems, "imports against DESIGN.md's arrows:\n" + "\n".join(problems)
+    assert not problems, "imports against docs/architecture.md's arrows:\n" + "\n".join(problems)
 
 
 def test_every_part_has_its_rule():
@@ -444,7 +445,7 @@ def module_caches(source: str) -> list[tuple[int, str]]:
 
 # Above `hosts`, what a part learns about a host, a lab or a daemon belongs to an object that ends with
 # it (the host's memo, which its lab's removal drops; a probe session; a Testpmd), never to the module
-# (STYLE.md: "Module-global caches without a lifetime"). `hosts` keeps the one registry of memos and its
+# (a module-global cache outlives what it describes). `hosts` keeps the one registry of memos and its
 # connections (hosts/memo.py). These few are not caches, and say why:
 NOT_CACHES = {
     ("offlab.knobs.lease", "_HELD"): "the leases this process holds: Lease.release removes each",

@@ -11,6 +11,7 @@ from offlab.errors import OfflabError
 from offlab.interrupts import EXIT_INTERRUPTED, Terminated, interrupts
 
 app = typer.Typer(
+    rich_markup_mode=None,  # help text is plain: a line break in a first paragraph is a space, never a new line
     name="offlab",
     help="Network offload, MTU and tuning experiments on Linux and virtualised Linux networking: namespaces, "
          "Open vSwitch, QEMU guests, DPDK testpmd, SSH hosts and two real ports.",

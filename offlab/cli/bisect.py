@@ -24,8 +24,8 @@ sequential rule within its budget: faster, slower, equivalent, undecided, "set b
 cell's effect witness) or "cannot test" (the cell was skipped, with the negotiation chain's reason).
 With n releases from --good to --bad it measures at most ⌈log2 n⌉+1 of them. It prints the first
 release where the verdict changes, both packages and the Debian changelog entries between them; an
-undecided step stops it with the range it narrowed the change to. Killed, `--resume ID` continues
-without measuring a decided step again. Every step is a run in the results database (`offlab results
+undecided step stops it with the range it narrowed the change to. Killed, the same command again (or
+`--resume ID`) continues without measuring a decided step again; --fresh starts over. Every step is a run in the results database (`offlab results
 list` lists bisects too). Guests under TCG: verdicts are directions, not absolute figures."""
 
 
@@ -47,6 +47,8 @@ def bisect_cmd(
     among: List[str] = typer.Option([], "--among", help="Only these releases between the ends (repeatable, "
                                                          "or comma-separated): a shorter bisect."),
     resume: Optional[int] = typer.Option(None, "--resume", help="Continue an interrupted bisect."),
+    fresh: bool = typer.Option(False, "--fresh", help="A new bisect even if one of the same plan, ends and "
+                                                      "cell stopped unfinished (by default it carries on)."),
     show: Optional[int] = typer.Option(None, "--show", help="Print a stored bisect."),
     db: Optional[str] = typer.Option(None, "--db", help="Results database: an SQLite file or a postgresql:// URL."),
     as_json: bool = typer.Option(False, "--json", help="Print the bisect as JSON."),
@@ -74,7 +76,8 @@ def bisect_cmd(
         check_tools(p)
         store = Store.open(db or default_db_path())
         picks = [a.strip() for x in among for a in x.split(",") if a.strip()]
-        b = bis.Bisect.start(store, p, good, bad, cell=cell, metric=metric, among=picks, on_event=b_lines.event)
+        b = bis.Bisect.start(store, p, good, bad, cell=cell, metric=metric, among=picks, fresh=fresh,
+                             on_event=b_lines.event)
     else:
         assert resume is not None
         _need_root()
@@ -90,7 +93,7 @@ def bisect_cmd(
     try:
         b.execute(bis.plan_runner(store, progress.event))
     except KeyboardInterrupt:
-        err.print(f"[yellow]interrupted: resume with `offlab bisect --resume {b.id}`[/yellow]")
+        err.print(f"[yellow]interrupted: the same command again (or `offlab bisect --resume {b.id}`) carries on[/yellow]")
         raise typer.Exit(130) from None
     print_bisect(store.get_bisect(b.id), as_json)
 
@@ -111,7 +114,11 @@ class _Lines:
 
     def event(self, kind: str, info: dict) -> None:
         t = f"[{time.monotonic() - self.t0:6.1f}s]"
-        if kind == "step":
+        if kind == "again":
+            i = info["bisect_id"]
+            err.print(f"{t} bisect: bisect {i} asked this of this plan and did not finish: carrying on with it, "
+                      f"its decided steps kept (--fresh starts over)")
+        elif kind == "step":
             r = info["release"]
             again = " (resuming its run)" if info["resumed"] else ""
             err.print(escape(f"{t} bisect: measuring {r.abi} ({r.name} {r.version}, {r.suite}){again}"))

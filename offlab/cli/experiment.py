@@ -33,7 +33,7 @@ BUDGET_HELP = ("Wall time of the run, lab builds and guest boots included, e.g. 
                "what is left undetermined says how many more minutes it would need.")
 UNTIL_HELP = ("decided: repeat each comparison with the baseline until faster, slower or equivalent; "
               "width: repeat each cell until its interval is repeat.width % wide (netperf -I, the old rule).")
-suite_app = typer.Typer(help="Built-in suites that reproduce the seed documents.", no_args_is_help=True)
+suite_app = typer.Typer(rich_markup_mode=None, help="Built-in suites that reproduce the seed documents.", no_args_is_help=True)
 
 
 def register(app: typer.Typer) -> None:

@@ -9,7 +9,7 @@ import typer
 
 from offlab.errors import EnvironmentProblem
 
-app = typer.Typer(help="Fleet runs driven by Ansible: offlab installed on each host, each pair run from its "
+app = typer.Typer(rich_markup_mode=None, help="Fleet runs driven by Ansible: offlab installed on each host, each pair run from its "
                        "client host, results imported here.", no_args_is_help=True)
 
 

@@ -9,7 +9,7 @@ import typer
 
 from offlab.errors import EnvironmentProblem
 
-app = typer.Typer(help="Existing machines reached over SSH (inventories).", no_args_is_help=True)
+app = typer.Typer(rich_markup_mode=None, help="Existing machines reached over SSH (inventories).", no_args_is_help=True)
 
 
 @app.command("check")

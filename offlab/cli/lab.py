@@ -19,7 +19,7 @@ from offlab.hosts import is_root
 from offlab.lab.inspect import SUMMARY_FEATURES, describe
 from offlab.names import check_lab_name, check_mtu
 
-app = typer.Typer(help="Build, inspect and remove labs: namespaces, guests, DPDK, OVS, SSH hosts, two ports.", no_args_is_help=True)
+app = typer.Typer(rich_markup_mode=None, help="Build, inspect and remove labs: namespaces, guests, DPDK, OVS, SSH hosts, two ports.", no_args_is_help=True)
 out = console()
 
 

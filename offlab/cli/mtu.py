@@ -12,7 +12,7 @@ from rich.table import Table
 from offlab.addresses import RANGES
 from offlab.errors import BadInput
 
-app = typer.Typer(help="MTU arithmetic and path-MTU probing inside labs.", no_args_is_help=True)
+app = typer.Typer(rich_markup_mode=None, help="MTU arithmetic and path-MTU probing inside labs.", no_args_is_help=True)
 
 
 @app.command("calc")

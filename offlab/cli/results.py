@@ -25,7 +25,7 @@ DB_HELP = ("Results database: an SQLite file or a postgresql://USER@HOST/DB URL 
 
 
 def register(app: typer.Typer) -> None:
-    results = typer.Typer(help="Runs stored in the results database.", no_args_is_help=True)
+    results = typer.Typer(rich_markup_mode=None, help="Runs stored in the results database.", no_args_is_help=True)
     results.command("list")(list_cmd)
     results.command("show")(show_cmd)
     results.command("import")(import_cmd)
@@ -85,11 +85,11 @@ def import_cmd(
     files: list[Path] = typer.Argument(..., help="SQLite databases to merge in (e.g. copied from hosts that ran offline)."),
     db: Optional[str] = typer.Option(None, "--db", help="The database they go into. " + DB_HELP),
 ) -> None:
-    """Merge SQLite databases into this one (SQLite or PostgreSQL), each run once.
+    """Merge SQLite databases into this one (SQLite or PostgreSQL), each run and bisect once.
 
     Each run comes with its plan, environment, host pair, cells, samples, metrics and intervals, in one
     transaction; a run already here (the same runs.uid) is skipped, so importing twice adds nothing.
-    The files are only read."""
+    Bisects come with their steps, each pointing at its run as imported. The files are only read."""
     from offlab.store import Store
 
     with Store.open(db) as target:

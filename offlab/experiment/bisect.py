@@ -65,6 +65,11 @@ class Spec:
     def to_json(self) -> dict:
         return asdict(self)
 
+    def question(self) -> dict:
+        """What the user asked, without the release list the archive gave then: the same command again
+        asks the same question even after the archive has grown."""
+        return {k: v for k, v in self.to_json().items() if k != "releases"}
+
     @classmethod
     def from_json(cls, data: dict) -> "Spec":
         return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
@@ -350,9 +355,10 @@ class Bisect:
 
     @classmethod
     def start(cls, store: Store, plan: Plan, good: str, bad: str, *, cell: str | None = None,
-              metric: str | None = None, among: list[str] | None = None,
+              metric: str | None = None, among: list[str] | None = None, fresh: bool = False,
               on_event: Callable[[str, dict], None] | None = None) -> "Bisect":
-        """Check everything (nothing fetched but the archive's lists), then store a new bisect."""
+        """Check everything (nothing fetched but the archive's lists), then store a new bisect, or resume
+        the unfinished one that asked the same question of the same plan (unless `fresh`)."""
         cell_key, base_key = comparison(plan, cell)
         metric = metric or plan.repeat.metric
         if metric not in METRICS:
@@ -360,6 +366,12 @@ class Bisect:
         releases = release_list(kernels.releases(kernels.index()), good, bad, among)
         spec = Spec(good, bad, cell_key, base_key, metric, list(among or []),
                     [asdict(r) for r in releases])
+        if not fresh:
+            earlier = store.unfinished_bisect(plan.text, spec.question())
+            if earlier is not None:  # the same command again: it carries on where that one stopped
+                again = cls.resume(store, earlier, on_event)
+                again.on_event("again", {"bisect_id": earlier})
+                return again
         bisect_id = store.create_bisect(plan.name, plan.text, spec.to_json(), me())
         return cls(store, bisect_id, plan.text, plan.source, spec, on_event)
 

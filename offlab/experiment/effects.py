@@ -21,6 +21,7 @@ import math
 from dataclasses import asdict, dataclass, field
 
 from offlab.experiment.plan import topology as static
+from offlab.knobs.features import names_for
 from offlab.metrics import NOT_EXERCISED
 
 EXERCISED = "exercised"
@@ -165,12 +166,13 @@ def _testpmd_gso(where, fwd, rx, ratio, avg_in, segsz, gro_on, src, seen, counte
 
 # ---- kernel features: segmentation at the sender, merging at a receiver -------------------------
 
-SEGMENTATION = {"tso": "tcp", "tcp-segmentation-offload": "tcp", "tx-tcp-segmentation": "tcp",
-                "tx-tcp6-segmentation": "tcp", "gso": "any", "generic-segmentation-offload": "any",
-                "tx-generic-segmentation": "any", "uso": "udp", "tx-udp-segmentation": "udp"}
-MERGING = {"gro": "any", "generic-receive-offload": "any", "rx-gro": "any", "lro": "tcp",
-           "large-receive-offload": "tcp", "rx-lro": "tcp", "gro-list": "any", "rx-gro-list": "any",
-           "gro-hw": "any", "rx-gro-hw": "any", "udp-gro-fwd": "udp", "rx-udp-gro-forwarding": "udp"}
+# Kernel features by the traffic they act on; every name a plan may give each (features.names_for).
+SEGMENTATION = {name: proto for feature, proto in (("tx-tcp-segmentation", "tcp"), ("tx-tcp6-segmentation", "tcp"),
+                                                   ("tx-generic-segmentation", "any"), ("tx-udp-segmentation", "udp"))
+                for name in names_for(feature)}
+MERGING = {name: proto for feature, proto in (("rx-gro", "any"), ("rx-lro", "tcp"), ("rx-gro-list", "any"),
+                                              ("rx-gro-hw", "any"), ("rx-udp-gro-forwarding", "udp"))
+           for name in names_for(feature)}
 
 
 def _roles(workload: dict) -> tuple[str, str]:

@@ -28,6 +28,7 @@ from offlab.traffic import TrafficResult, Workload
 from offlab.traffic import engine as engine_driver
 from offlab.traffic import iperf3 as iperf3_driver
 from offlab.traffic import rr as rr_driver
+from offlab.wire import ETH_HEADER
 
 _BESIDE = ThreadPoolExecutor(max_workers=4, thread_name_prefix="offlab-beside")
 # Probes stop this much before the sender does, so the second snapshot is still inside traffic.
@@ -228,7 +229,7 @@ def sample_notes(probe: ProbeResult, lab_mtu: int, guests: dict, *, channel_marg
     if steal >= NOTABLE_STEAL_PCT:
         notes.append(f"CPU steal {steal:.1f} % of the window: the hypervisor ran other work on "
                      f"these CPUs; expect noise")
-    if any(max(d["rx_avg_bytes"] or 0, d["tx_avg_bytes"] or 0) > lab_mtu + 14 for d in probe.interfaces.values()):
+    if any(max(d["rx_avg_bytes"] or 0, d["tx_avg_bytes"] or 0) > lab_mtu + ETH_HEADER for d in probe.interfaces.values()):
         notes.append(VETH_NOTE)
     for role, d in probe.snmp.items():
         pruned = rcvq_pruned(d)

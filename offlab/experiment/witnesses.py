@@ -20,6 +20,7 @@ from offlab.sample import Probes, Read, SampleWorkload, StoredSample, Traffic, c
 from offlab.stats import partition
 from offlab.traffic.rate import parse_rate
 from offlab.traffic.series import as_dicts
+from offlab.wire import ETH_HEADER, IP_MAX, IPV4_HEADER, UDP_HEADER, ip_header
 
 # Beyond five percentage points (plus what the reads' skew and the series' alignment let flow, below)
 # the tool's and the kernel's loss over the window disagree. A tool compared over its whole run (no
@@ -273,22 +274,16 @@ DEVICE_DROPS = (("rx_dropped", "dropped on receive"), ("tx_dropped", "dropped on
 # A UDP GSO/GRO super-packet is at most 64 KiB of IP packet (no BIG TCP for UDP) and at most
 # UDP_MAX_SEGMENTS (128) segments: the most datagrams one counted packet can stand for.
 UDP_MAX_SEGMENTS = 128
-IP_MAX_PACKET = 65535
-UDP_HEADER = 8
 # A per-packet counter is converted when the packets it counts carried more than this many datagrams
 # on average; below it they are single datagrams (the odd ARP or END marker moves the average a little).
 SUPER_PACKET_MIN = 1.05
-
-
-def _ip_header(w: SampleWorkload) -> int:
-    return 40 if w.ipv6 else 20
 
 
 def max_datagrams_per_packet(w: SampleWorkload) -> int | None:
     """The most datagrams of the workload's payload one GSO/GRO packet can carry: 44 at 1472 B over IPv4."""
     if not w.size:
         return None
-    room = IP_MAX_PACKET - (0 if w.ipv6 else 20) - UDP_HEADER  # IPv6's payload length excludes its header
+    room = IP_MAX - (0 if w.ipv6 else IPV4_HEADER) - UDP_HEADER  # IPv6's payload length excludes its header
     return max(1, min(UDP_MAX_SEGMENTS, room // w.size))
 
 
@@ -320,7 +315,7 @@ def datagrams_per_packet(probes: Probes, host: str, w: SampleWorkload) -> PerPac
     if best is None:
         return None
     name, packets, octets = best
-    headers = ETH_HEADER + _ip_header(w) + UDP_HEADER
+    headers = ETH_HEADER + ip_header(w.ipv6) + UDP_HEADER
     per = max(1.0, (octets - packets * headers) / (packets * size))
     return PerPacket(per=per, interface=name, avg_bytes=octets / packets)
 
@@ -564,8 +559,6 @@ def receiver_absent(sample: StoredSample) -> str | None:
             f"wrong; this is not loss on the path")
 
 
-# An Ethernet frame of a full MTU is MTU + 14 bytes as /proc/net/dev counts it (no FCS, no VLAN tag).
-ETH_HEADER = 14
 # Fewer packets than this on an interface in one direction say nothing about segmentation (ARP, ACKs).
 SEGMENTATION_MIN_PACKETS = 20
 

@@ -55,6 +55,18 @@ ALIASES: dict[str, str] = {
     "rx-csum": "rx",
 }
 
+
+
+def names_for(feature: str) -> set[str]:
+    """Every name a plan may give one kernel feature: itself, offlab's short alias, and ethtool's legacy
+    short and long names whose pattern covers it (tso and tcp-segmentation-offload for tx-tcp6-segmentation)."""
+    names = {feature} | {alias for alias, f in ALIASES.items() if f == feature}
+    for short, (long, pattern) in LEGACY.items():
+        if fnmatchcase(feature, pattern):
+            names |= {short, long}
+    return names
+
+
 # Why the kernel may keep a feature off: what it needs (netdev_fix_features and friends).
 NEEDS: list[tuple[str, list[str]]] = [
     ("tx-tcp*-segmentation", ["tx", "sg"]),

@@ -41,7 +41,7 @@ def _with_effective(qmp: str | None, nic: dict) -> dict:
 
 
 def describe(lab: LabState, *, with_features: bool = True) -> dict:
-    """The `lab show --json` contract (see DESIGN.md) but for "changes", which the caller adds from knobs."""
+    """The `lab show --json` contract but for "changes", which the caller adds from knobs."""
     hosts = {}
     for role, entry in lab.hosts.items():
         host = lab.host(role)

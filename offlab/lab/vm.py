@@ -99,21 +99,32 @@ def kernel_for(value: str | dict | None, role: str) -> str | None:
     return value.get(role) if isinstance(value, dict) else value
 
 
+def _per_guest(value: object, topology: str, what: str) -> dict[str, object]:
+    """`value` as {role or "": spec}: one spec for every guest, or one per guest role of `topology`;
+    BadInput (naming `what`) for a topology without guests or a role it does not have."""
+    roles = guest_roles(topology) if topology in _guest_topologies() else []
+    if not roles:
+        raise BadInput(f"{what} is for topologies with guests ({', '.join(_guest_topologies())}), not {topology}")
+    specs = value if isinstance(value, dict) else {"": value}
+    for role in specs:
+        if role and role not in roles:
+            raise BadInput(f"{what} {role}: {topology}'s guests are {', '.join(roles)}")
+    return specs
+
+
+def _field(what: str, role: str) -> str:
+    return f"{what} {role}" if role else what
+
+
 def check_qemu(value: object, topology: str, what: str = "qemu", *, resolve: bool = True) -> None:
     """BadInput (naming `what`) unless `value` is a QEMU for every guest or per guest role of `topology`.
     `resolve`: fetch and unpack it now if it is not cached (lab up); else only check it against
     the archive's lists offlab already has (a plan is checked without the network)."""
     from offlab.vm import qemus
 
-    roles = guest_roles(topology) if topology in _guest_topologies() else []
-    if not roles:
-        raise BadInput(f"{what} is for topologies with guests ({', '.join(_guest_topologies())}), not {topology}")
-    specs = value if isinstance(value, dict) else {"": value}
+    specs = _per_guest(value, topology, what)
     for role, spec in specs.items():
-        if role and role not in roles:
-            raise BadInput(f"{what} {role}: {topology}'s guests are {', '.join(roles)}")
-        field = f"{what} {role}" if role else what
-        qemus.check_known(spec, field)  # every spec first: nothing is fetched for a plan with a bad one
+        qemus.check_known(spec, _field(what, role))  # every spec first: nothing is fetched for a plan with a bad one
     if resolve:
         for spec in specs.values():
             qemus.resolve(spec, what)
@@ -126,20 +137,13 @@ def check_kernel_version(value: str | dict, topology: str, what: str = "kernel_v
     offlab already has them (a plan is checked without the network)."""
     from offlab.vm import kernels
 
-    roles = guest_roles(topology) if topology in _guest_topologies() else []
-    if not roles:
-        raise BadInput(f"{what} is for topologies with guests ({', '.join(_guest_topologies())}), not {topology}")
-    specs = value if isinstance(value, dict) else {"": value}
-    for role, spec in specs.items():
-        if role and role not in roles:
-            raise BadInput(f"{what} {role}: {topology}'s guests are {', '.join(roles)}")
+    for role, spec in _per_guest(value, topology, what).items():
         if not isinstance(spec, str):
-            raise BadInput(f"{what}{' ' + role if role else ''} {spec!r}: write the kernel as a string, e.g. \"6.12\"")
-        field = f"{what} {role}" if role else what
+            raise BadInput(f"{_field(what, role)} {spec!r}: write the kernel as a string, e.g. \"6.12\"")
         if resolve:
-            kernels.resolve(spec, field)
+            kernels.resolve(spec, _field(what, role))
         else:
-            kernels.check_known(spec, field)
+            kernels.check_known(spec, _field(what, role))
 
 
 def _guest_topologies() -> tuple[str, ...]:

@@ -13,22 +13,12 @@ from dataclasses import asdict, dataclass
 
 from offlab.errors import BadInput
 from offlab.names import check_mtu
+from offlab.wire import (ETH_HEADER, FCS, ICMP_HEADER, IP_MAX, IPV4_HEADER, IPV6_FRAG_HEADER, IPV6_HEADER,  # noqa: F401
+                         TCP_HEADER, TCP_TIMESTAMPS, UDP_HEADER, VLAN_TAG, VXLAN_HEADER, ip_header)
 
-IPV4_HEADER = 20
-IPV6_HEADER = 40
-IPV6_FRAG_HEADER = 8
-UDP_HEADER = 8
-ICMP_HEADER = 8
-TCP_HEADER = 20
-TCP_TIMESTAMPS = 12  # the option (10) padded to 12, present on nearly every Linux segment
-ETH_HEADER = 14
-FCS = 4
-VLAN_TAG = 4
-IP_MAX = 65535  # 16-bit total length (IPv4) / payload length (IPv6, without jumbograms)
 MIN_MTU = {4: 68, 6: 1280}
 
 # Bytes a tunnel adds in front of the inner packet, by underlay family.
-VXLAN_HEADER = 8
 # The one source of "VXLAN takes 50 bytes (70 over IPv6)" for lab, knobs and doctor.
 VXLAN_OVERHEAD = {4: ETH_HEADER + IPV4_HEADER + UDP_HEADER + VXLAN_HEADER,
                   6: ETH_HEADER + IPV6_HEADER + UDP_HEADER + VXLAN_HEADER}
@@ -37,10 +27,6 @@ ENCAP_OVERHEAD = {
     "gre": {4: IPV4_HEADER + 4, 6: IPV6_HEADER + 4},
 }
 ENCAPS = ("none", "vlan", "vxlan", "gre")
-
-
-def ip_header(ipv6: bool) -> int:
-    return IPV6_HEADER if ipv6 else IPV4_HEADER
 
 
 def udp_payload_max(mtu: int, ipv6: bool = False) -> int:

@@ -18,8 +18,8 @@ import dpkt
 from offlab.errors import EnvironmentProblem
 from offlab.hosts import Host, require_tool
 from offlab.names import check_ifname
+from offlab.wire import ETH_HEADER
 
-ETH_HLEN = 14
 HIST_EDGES = (64, 128, 256, 512, 1024, 1514, 1518, 2048, 4096, 8192, 9014, 9018, 16384, 32768, 65536, 1 << 20)
 
 
@@ -107,7 +107,7 @@ def summarize(frames: list[tuple[int, bytes]], *, host: str, iface: str, mtu: in
             if n > 0:
                 tcp[n] += 1
     s.largest_frame = max(sizes) if sizes else 0
-    s.over_mtu_frames = sum(n for size, n in sizes.items() if size > mtu + ETH_HLEN)
+    s.over_mtu_frames = sum(n for size, n in sizes.items() if size > mtu + ETH_HEADER)
     s.histogram = _histogram(sizes)
     s.fragmented_datagrams = len(frag_groups)
     if frag_groups:
@@ -128,8 +128,8 @@ def _ipv6_fragment(buf: bytes, linktype: int) -> tuple[int, int, bool] | None:
     dpkt does not expose the fragment header uniformly across versions, so the chain of
     extension headers is read directly: next-header 44 anywhere before the payload.
     """
-    off = ETH_HLEN if linktype == 1 else 0
-    if linktype == 1 and len(buf) >= 14 and buf[12:14] == b"\x81\x00":
+    off = ETH_HEADER if linktype == 1 else 0
+    if linktype == 1 and len(buf) >= ETH_HEADER and buf[12:14] == b"\x81\x00":
         off += 4  # one VLAN tag
     if len(buf) < off + 40:
         return None
@@ -174,7 +174,7 @@ def verdict(s: CaptureSummary) -> str:
     """One sentence a person can paste into a bug report."""
     if not s.frames:
         return f"no frames captured on {s.host}:{s.iface}"
-    limit = s.mtu + ETH_HLEN
+    limit = s.mtu + ETH_HEADER
     parts = []
     if s.fragmented_datagrams:
         top_udp = max(s.udp_payload_sizes, default=None)

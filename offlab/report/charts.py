@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from offlab.metrics import METRICS
 from offlab.stats import CI
+from offlab.wire import ETH_HEADER
 
 # Colour-blind-safe (Okabe–Ito), in the order hues are handed out.
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000")
@@ -184,7 +185,7 @@ def frame_histograms(captures: list[tuple[str, dict]]) -> str:
     for row, (_, cap) in enumerate(captures):
         counts = dict((b, n) for b, n in cap.get("histogram") or [])
         total = sum(counts.values()) or 1
-        limit = (cap.get("mtu") or 0) + 14
+        limit = (cap.get("mtu") or 0) + ETH_HEADER
         for col, b in enumerate(bins):
             pct = 100.0 * counts.get(b, 0) / total
             over = bool(limit) and _bin_low(b) > limit

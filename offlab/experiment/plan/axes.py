@@ -15,7 +15,7 @@ from offlab.traffic import Workload
 TOPOLOGY_KEYS = ("mtu", "underlay_mtu", "vni", "port", "ipv6", "pmd")
 WORKLOAD_KEYS = (*(f for f in Workload.__dataclass_fields__ if f != "ipv6"),
                  "search_max_loss", "search_low", "search_high", "search_steps", "kind", *RR_FIELDS)
-# Flat shorthands an axis value may use, as in DESIGN.md's `{udp_payload: 1472, mtu: 1500}`.
+# Flat shorthands an axis value may use, e.g. `{udp_payload: 1472, mtu: 1500}`.
 FLAT_ALIASES = {"udp_payload": ("workload", "size"), "message_size": ("workload", "size"),
                 "socket_buffer": ("workload", "sndbuf+rcvbuf")}
 AXIS_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,31}$")

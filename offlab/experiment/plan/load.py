@@ -118,7 +118,7 @@ def load_plan_file(path: str, *, quick: bool = False) -> Plan:
 def _capture(err: PlanErrors, raw: Any, kind: str) -> CaptureSpec | None:
     if raw is None:
         return None
-    if isinstance(raw, dict) and "on" in raw:  # DESIGN.md's `capture: {on: server}`
+    if isinstance(raw, dict) and "on" in raw:  # docs/plans.md's `capture: {on: server}`
         raw = {**{k: v for k, v in raw.items() if k != "on"}, "host": raw["on"]}
     capture = err.model(CaptureSpec, raw, ("capture",))
     target = capture.host + (f":{capture.iface}" if capture.iface else "")

@@ -1,0 +1,21 @@
+"""Header sizes on the wire, in bytes: the one place each is written (MTU arithmetic, witnesses that turn
+bytes into datagrams, the capture's frame limit, the report's bins)."""
+
+from __future__ import annotations
+
+ETH_HEADER = 14  # a frame is MTU + 14 as /proc/net/dev and tcpdump count it (no FCS, no VLAN tag)
+FCS = 4
+VLAN_TAG = 4
+IPV4_HEADER = 20
+IPV6_HEADER = 40
+IPV6_FRAG_HEADER = 8
+UDP_HEADER = 8
+ICMP_HEADER = 8
+TCP_HEADER = 20
+TCP_TIMESTAMPS = 12  # the option (10) padded to 12, present on nearly every Linux segment
+VXLAN_HEADER = 8
+IP_MAX = 65535  # 16-bit total length (IPv4) / payload length (IPv6, without jumbograms)
+
+
+def ip_header(ipv6: bool) -> int:
+    return IPV6_HEADER if ipv6 else IPV4_HEADER
