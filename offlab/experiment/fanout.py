@@ -138,7 +138,9 @@ def _collect(procs: list, on_line: Callable[[str], None]) -> None:
                 r.run_id = json.loads(line).get("run_id")
                 note = json.loads(line).get("leases")
         lines = [l for l in err.read().splitlines() if l.strip()]
-        r.error = lines[-1] if r.rc != 0 and lines else ""
+        # The error, not a lease's word on a renewal said after it (offlab.hosts.lease, at exit)
+        errors = [l for l in lines if not l.startswith("offlab: lease on ")] or lines
+        r.error = errors[-1] if r.rc != 0 and errors else ""
         out.close()
         err.close()
         on_line(f"{r.pair}: " + (f"run {r.run_id} done" if r.rc == 0 else f"failed (exit {r.rc}): {r.error}"
