@@ -342,3 +342,22 @@ def _cmdline(p: Path) -> str:
         return (p / "cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
     except OSError:
         return ""
+
+
+@pytest.mark.parametrize("where,value,field", [
+    ("offlab", "x", "host 'h': lease 'x'"), ("offlab", 1, "host 'h': lease 1"),
+    ("ansible", "-5", "host 'h': lease '-5'"), ("ansible", 90000, "host 'h': lease 90000")])
+def test_a_bad_lease_is_one_line_naming_the_host_and_the_field(where, value, field):
+    from offlab import inventory
+    from offlab.errors import BadInput
+
+    if where == "offlab":
+        data = {"hosts": {"h": {"ssh": "192.0.2.1", "lease": value}}}
+    else:
+        data = {"all": {"hosts": {"h": {"ansible_host": "192.0.2.1", "offlab_lease": value}}}}
+    with pytest.raises(BadInput) as exc:
+        inventory.parse(data, "inv.yml")
+    assert str(exc.value).startswith(f"inv.yml: {field}: whole seconds, 2..86400 (the default is 60), or 0 for "
+                                     "no lease"), str(exc.value)
+    ok = {"hosts": {"h": {"ssh": "192.0.2.1", "lease": 0}}}
+    assert inventory.parse(ok, "inv.yml").hosts["h"].ssh_host().lease == 0
