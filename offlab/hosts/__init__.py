@@ -23,7 +23,6 @@ from offlab.hosts.memo import Memo
 from offlab.hosts.local import LOCAL, LocalHost, NetnsHost, check_netns, netns_exists
 from offlab.hosts.ssh import SshHost  # registers the "ssh" kind, so from_ref follows journals to SSH hosts
 from offlab.hosts.guest import GuestHost  # registers the "guest" kind for from_ref
-from offlab.hosts import lease  # noqa: F401  leases on SSH hosts, taken with the first journalled change
 
 __all__ = [
     "DEFAULT_TIMEOUT", "TOOL_PACKAGES", "Host", "Memo", "NetReader", "Process", "Result", "from_ref", "is_root",

@@ -38,7 +38,6 @@ import atexit
 import os
 import secrets
 import select
-import shlex
 import socket
 import subprocess
 import sys
@@ -215,6 +214,7 @@ class RemoteLease:
         try:
             if self._proc is None or self._proc.poll() is not None:
                 self._open()
+            assert self._proc is not None and self._proc.stdin is not None
             os.write(self._proc.stdin.fileno(), b"r\n")
             answer = self._answer(timeout=max(self.interval, 2.0))
         except (OSError, EnvironmentProblem) as exc:
@@ -261,6 +261,7 @@ class RemoteLease:
     def _answer(self, timeout: float) -> str | None:
         """The next line the renewal session sends, or None after `timeout` s or at its end."""
         end = time.monotonic() + timeout
+        assert self._proc is not None and self._proc.stdout is not None
         fd = self._proc.stdout.fileno()
         while b"\n" not in self._buf:
             left = end - time.monotonic()
@@ -277,7 +278,8 @@ class RemoteLease:
         proc, self._proc = self._proc, None
         if proc is not None:
             try:
-                proc.stdin.close()
+                if proc.stdin is not None:
+                    proc.stdin.close()
             except OSError:
                 pass
             try:
@@ -445,5 +447,3 @@ def _clock(epoch: str | None) -> str:
     except ValueError:
         return "?"
 
-
-remote_journal.lease_of = lease_of

@@ -26,7 +26,6 @@ import re
 import secrets
 import shlex
 import time
-from typing import Callable
 
 from offlab.hosts.base import Host
 from offlab.hosts.process import START_TIME_SH
@@ -78,9 +77,16 @@ LEASE_OWN = ' && { [ -z "$4" ] || echo "$2.sh" >>"$1/lease/$4/own"; }'
 _RECORD = (LEASE_CHECK + 'umask 077; mkdir -p "$1/undo" && printf "%s" "$3" >"$1/restore.sh" && '
            'cat >"$1/undo/.$2.tmp" && mv "$1/undo/.$2.tmp" "$1/undo/$2.sh"' + LEASE_OWN)
 
-# The lease of this process on a host, if it keeps one (offlab.hosts.lease sets this): called before
-# anything is recorded there, it starts the host's watchdog on the first call; the lease's id, or "".
-lease_of: Callable[[Host, str], str] = lambda host, remote_dir: ""
+
+
+def lease_of(host: Host, remote_dir: str) -> str:
+    """The lease of this process on a host, if it keeps one: called before anything is recorded there,
+    it starts the host's watchdog on the first call; the lease's id, or ""."""
+    from offlab.hosts import lease  # late: the lease is built on this journal
+
+    return lease.lease_of(host, remote_dir)
+
+
 _FORGET = 'rm -f "$1/undo/"*"-$2.sh"'
 
 

@@ -21,6 +21,8 @@ import sys
 import time
 from pathlib import Path
 
+from offlab.hosts import Process
+
 DEFAULT_LAPSE = 60
 POLL_S = 0.5
 
@@ -32,7 +34,7 @@ def lapse_s() -> float:
         return float(DEFAULT_LAPSE)
 
 
-_PROC: list[tuple[int, subprocess.Popen]] = []  # (this process's pid, its watchdog), once started
+_PROC: list[tuple[int, Process]] = []  # (this process's pid, its watchdog), once started
 
 
 def ensure() -> None:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import re
 import struct
+from typing import Any
 
 from offlab.tracefs import NAME_PREFIX
 
@@ -154,7 +155,7 @@ def account(d: dict[str, dict[tuple, dict[str, int]]], role: str, reasons: dict[
     """One host's window (delta) as rows of trace.account: drops (counted in skbs), queue, xmit, rx
     and gro_in. The segments of the super-packets a queue was handed, and of those passed up, are not in
     their tracepoints: they are inferred (`segments_inferred`), docs/results.md."""
-    drops = [{"host": role, "device": None, "reason": reasons.get(int(r), str(r)), "location": loc or None,
+    drops: list[dict[str, Any]] = [{"host": role, "device": None, "reason": reasons.get(int(r), str(r)), "location": loc or None,
               "datagrams": v["hitcount"], "unit": "skbs"}
              for (r, loc), v in d.get(f"{NAME_PREFIX}drop", {}).items()]
     drops.sort(key=lambda x: -x["datagrams"])
@@ -163,7 +164,7 @@ def account(d: dict[str, dict[tuple, dict[str, int]]], role: str, reasons: dict[
         row = xmit.setdefault((str(dev), gso_type_name(int(gt), int(segs))), [0, 0])
         row[0] += v["hitcount"]
         row[1] += v["hitcount"] * max(int(segs), 1)
-    xmit_rows = [{"host": role, "device": dev, "gso_type": gt, "skbs": n, "segments": s}
+    xmit_rows: list[dict[str, Any]] = [{"host": role, "device": dev, "gso_type": gt, "skbs": n, "segments": s}
                  for (dev, gt), (n, s) in xmit.items()]
 
     def split(total: str, big: str, segments_of_big) -> list[dict]:
