@@ -398,6 +398,7 @@ def _wait_for(db: Path, proc: subprocess.Popen, ready, what: str, timeout: float
 class TestLive:
     pytestmark = GUEST_MARKS
 
+    @pytest.mark.timeout(1800)  # a hang guard only, as _wait_for's: pytest's 300 s cut it short on a loaded machine
     def test_bisect_finds_the_first_release_whose_uso_is_exercised_and_resumes_after_sigkill(self, tmp_path,
                                                                                             state_dir, clean_machine):
         from offlab.store import Store
@@ -430,10 +431,14 @@ class TestLive:
             decided = {x["run_id"]: [r["id"] for r in s.samples(x["run_id"])] for x in before["steps"] if x["verdict"]}
             killed = next(x["run_id"] for x in before["steps"] if x["verdict"] is None)
             killed_samples = {(r["cell_id"], r["round"]) for r in s.samples(killed)}
-        res = offlab_cli("bisect", "--resume", str(bid), "--db", str(db), env={"OFFLAB_STATE_DIR": str(state_dir)},
+        # the same command again carries on with it (as `--resume ID` does)
+        res = offlab_cli("bisect", str(plan), "--good", "6.1", "--bad", "7.2.12+deb13", "--among", AMONG, "--db", str(db),
+                         env={"OFFLAB_STATE_DIR": str(state_dir)},
                          timeout=2400)
         assert res.returncode == 0, res.stderr
+        assert f"bisect {bid} asked this of this plan and did not finish: carrying on with it" in res.stderr
         with Store.open(db, create=False) as s:
+            assert [x["id"] for x in s.list_bisects()] == [bid]
             b = s.get_bisect(bid)
             runs = [r["id"] for r in s.list_runs()]
             for run_id, sample_ids in decided.items():  # a decided step is not measured again

@@ -25,6 +25,7 @@ PARTS = {
     "offlab.sample": "common",  # a stored sample read as dataclasses (witnesses, report, results)
     "offlab.interrupts": "common",  # SIGINT, SIGTERM and SIGHUP as exceptions, held through shielded sections
     "offlab.wire": "common",  # header sizes on the wire
+    "offlab.tracefs": "common",  # offlab's hist triggers: which, and the shell that sets and removes them
     "offlab.hosts": "hosts",
     "offlab.inventory": "inventory",  # inventories (offlab's YAML, Ansible's) → SSH hosts and test interfaces
     "offlab.hostcheck": "doctor",  # `hosts check`: an audit of inventory hosts
@@ -451,6 +452,7 @@ NOT_CACHES = {
     ("offlab.knobs.lease", "_HELD"): "the leases this process holds: Lease.release removes each",
     ("offlab.knobs.journal", "_MIRRORS"): "where journal records are copied (undo.py's hooks), not a memory",
     ("offlab.doctor.registry", "REGISTRY"): "the checks, filled once by their decorators as modules load",
+    ("offlab.knobs.watchdog", "_PROC"): "this process's watchdog while it holds a machine-wide setting: stop() ends it",
 }
 
 

@@ -26,8 +26,8 @@ QUICK_HELP = ("The headline comparisons first, decided within 2 minutes (or --bu
               "quick_workload (e.g. 1-second samples), and 2 rounds of the other cells to show the shape; "
               "plans without a baseline: 1–2 repetitions, wide interval.")
 TRACE_HELP = ("Every stream sample takes the kernel's own account of its window beside the counters': drops by "
-              "reason and place, skbs by gso_type per device, from tracepoints (bpftrace; this machine's "
-              "namespaces). Off by default: seconds per sample to start, a few % of throughput.")
+              "reason and place, skbs by gso_type per device, from tracepoints (bpftrace in this machine's "
+              "namespaces; tracefs hist triggers inside a guest). Off by default: seconds per sample to start, a few % of throughput.")
 BUDGET_HELP = ("Wall time of the run, lab builds and guest boots included, e.g. 90s, 2m, 1h: rounds go to "
                "undecided comparisons (headline first); "
                "what is left undetermined says how many more minutes it would need.")
@@ -261,6 +261,11 @@ def _finish(store: Store, runner: Runner, as_json: bool, report_dir: Path | None
         if "report" in summary:
             typer.echo(f"report: {summary['report']}")
         typer.echo(f"run {run_id} ({runner.plan.name}) {summary['status']}: offlab results show {run_id}")
+    from offlab.hosts import lease
+
+    note = lease.renewal_note()
+    if note and not as_json:
+        typer.echo(note)
     return summary
 
 

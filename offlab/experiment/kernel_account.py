@@ -160,7 +160,8 @@ def _segmented(hop: dict, types: tuple[str, ...]) -> tuple[str, str] | None:
 def _tally_of(hop: dict, part: str, types: tuple[str, ...]) -> dict:
     """A hop's part with only the super-packets of the given gso types (all when none); `types` their names."""
     t = hop[part]
-    ok = {n: v for n, v in t["by_type"].items() if not types or set(n.split("|")) & set(types)}
+    # "?": a guest's queue's super-packets, whose type its tracepoint does not carry (probes/hist.py)
+    ok = {n: v for n, v in t["by_type"].items() if not types or n == "?" or set(n.split("|")) & set(types)}
     return {**t, "super_packets": sum(v["super_packets"] for v in ok.values()),
             "super_segments": sum(v["segments"] for v in ok.values()), "types": sorted(ok)}
 

@@ -22,7 +22,7 @@ from offlab.probes.counters import rcvq_pruned
 from offlab.probes.cpu import NOTABLE_STEAL_PCT
 from offlab.sample import Probes, StoredSample
 from offlab.dpdk import Testpmd
-from offlab.experiment import effects, kernel_account, witnesses
+from offlab.experiment import effects, guest_trace, kernel_account, witnesses
 from offlab.probes.capture import Capture, CaptureSummary, read_pcap, summarize
 from offlab.traffic import TrafficResult, Workload
 from offlab.traffic import engine as engine_driver
@@ -125,8 +125,11 @@ def _measure(lab: LabState, w: Workload, capture: CaptureRequest | None, *,
     # testpmd's own read of its GRO/GSO/fwd: what the effect witnesses judge its counters against
     tp = Testpmd.for_lab(lab.name) if lab.has_testpmd else None
     tp_read = _BESIDE.submit(tp.settings) if tp is not None else None
-    with ProbeSession(lab, big_packets=w.big_packets, queue_ifaces=_queue_ifaces(lab, settings),
-                      kernel_trace=trace) as probes, \
+    # a guest's own kernel account: offlab's hist triggers there, set before the probes open and put back
+    # after they close (guest_trace.py)
+    with guest_trace.triggers(lab, trace) as traced, \
+            ProbeSession(lab, big_packets=w.big_packets, queue_ifaces=_queue_ifaces(lab, settings),
+                         kernel_trace=trace, guest_trace=traced) as probes, \
             tempfile.TemporaryDirectory(prefix="offlab-cap-") as tmp:
         window = Window()
         probe_thread: threading.Thread | None = None

@@ -16,10 +16,11 @@ from offlab.knobs.queues import QueueMask
 from offlab.knobs.sysctl import Sysctl, is_sysctl_key
 from offlab.knobs.target import Target
 from offlab.knobs.testpmd import TestpmdSetting, is_testpmd_key
+from offlab.knobs.trace_hist import KEY as TRACE_HIST_KEY, HistTriggers
 
 KINDS: dict[str, type[Knob]] = {k.kind: k for k in (Feature, Mtu, TxQueueLen, Channels, Ring, Coalesce,
                                                     QueueMask, Sysctl, BridgeNf, Qdisc, NapiParam, TestpmdSetting,
-                                                    LinkSize, Threaded)}
+                                                    LinkSize, Threaded, HistTriggers)}
 PREFIXED = {"channels": Channels, "ring": Ring, "coalesce": Coalesce}
 
 
@@ -36,6 +37,8 @@ def knob_class(key: str) -> type[Knob]:
         return TxQueueLen
     if key == "qdisc":
         return Qdisc
+    if key == TRACE_HIST_KEY:
+        return HistTriggers
     if key in BRIDGE_NF_KEYS:
         return BridgeNf
     if key in NAPI_KEYS:

@@ -190,8 +190,15 @@ def boot_guest(b: Builder, role: str, where: str, taps: list[str], *, peers: lis
     b.lab.save()
     ns = netns_name(b.lab.name, where)
 
+    recorded: list[Daemon] = []
+
     def record(pid: int, start_time: int) -> None:
-        b.lab.daemons.append(Daemon(QEMU_DAEMON, pid, ns, start_time))
+        # A warm start that failed was stopped by pid before the cold boot starts: only the QEMU
+        # that runs the guest stays listed (else the lab would read as broken, its daemon dead).
+        for gone in recorded:
+            b.lab.daemons.remove(gone)
+        recorded[:] = [Daemon(QEMU_DAEMON, pid, ns, start_time)]
+        b.lab.daemons.append(recorded[0])
         b.lab.save()
 
     def check_nics(cold: qemu.Guest) -> None:  # before a cold-booted guest is saved

@@ -20,8 +20,11 @@ from offlab.probes import counters, qdisc
 class RemoteReaders:
     """The channel hosts of one probe session, by role, with the reader stream of each that keeps one."""
 
-    def __init__(self, hosts: dict[str, Host], *, lifetime: float) -> None:
+    def __init__(self, hosts: dict[str, Host], *, lifetime: float,
+                 extra: dict[str, tuple[str, ...]] | None = None) -> None:
         self.hosts = hosts
+        # role → more files read in the same request as its counters (its hist triggers: hist.py)
+        self.extra = extra or {}
         self.streams: dict[str, Stream] = {}
         try:
             for role, host in hosts.items():
@@ -30,6 +33,17 @@ class RemoteReaders:
         except BaseException:
             self.close()
             raise
+
+    def read_extra(self, role: str, text: str) -> dict[str, str]:
+        """The extra files of `role` out of a read's text (a guest's: read with its counters), or read now
+        (an SSH host's stream reads only the counters: right after them)."""
+        paths = self.extra.get(role) or ()
+        if not paths:
+            return {}
+        if role in self.streams:
+            got = self.hosts[role].read_many(paths)
+            return {p: t for p, t in got.items() if t is not None}
+        return split_files(text, paths)
 
     def read(self, role: str) -> tuple[str, float, "Async | str"]:
         """One snapshot of a channel host's counters: the files' text as split_counter_files reads it,
@@ -41,7 +55,7 @@ class RemoteReaders:
             files, _, tc_text = self.streams[role].ask().partition(SEP + "\n")
             return files, time.monotonic(), tc_text
         host = self.hosts[role]
-        texts = host.read_many(COUNTER_FILES)
+        texts = host.read_many(COUNTER_FILES + tuple(self.extra.get(role) or ()))
         tc = Async(read_tc_text, host)
         answered = time.monotonic()
         if texts.get("/proc/net/dev") is None:
@@ -86,11 +100,25 @@ def split_counter_files(text: str) -> dict[str, str]:
     files = {name: "" for name in ("uptime", "dev", "snmp", "netstat", "snmp6", "stat")}
     name = None
     for line in text.splitlines(keepends=True):
-        if line.startswith("@@/proc/"):
-            name = line.strip().rsplit("/", 1)[1]
+        if line.startswith("@@/"):  # a file other than /proc's (a hist file) belongs to none of these
+            name = line.strip().rsplit("/", 1)[1] if line.startswith("@@/proc/") else None
         elif name in files:
             files[name] += line
     return files
+
+
+def split_files(text: str, paths) -> dict[str, str]:
+    """The named files' text out of a read's "@@PATH" sections."""
+    out: dict[str, str] = {}
+    name = None
+    for line in text.splitlines(keepends=True):
+        if line.startswith("@@/"):
+            name = line[2:].rstrip("\n") if line[2:].rstrip("\n") in paths else None
+            if name is not None:
+                out[name] = ""
+        elif name is not None:
+            out[name] += line
+    return out
 
 
 # What a guest's agent reads in one request (read_many), in this order: its clock first.
@@ -147,8 +175,10 @@ class Stream:
 class RemoteRead:
     """One snapshot's files of a host with its own kernel, read in one request on a thread, timed."""
 
-    def __init__(self, read, role: str, *, done=None) -> None:
+    def __init__(self, read, role: str, *, done=None, extra=None) -> None:
         self.read, self.role, self.out, self.tc, self.done = read, role, "", "", done
+        self.read_extra = extra  # (role, text) → the extra files: after `done`, off the counters' span
+        self.extra: dict[str, str] = {}
         self.error: OfflabError | OSError | None = None
         self.sent = self.answered = time.monotonic()
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -163,6 +193,11 @@ class RemoteRead:
         finally:
             if self.done is not None:
                 self.done()
+        if self.read_extra is not None and self.error is None:
+            try:
+                self.extra = self.read_extra(self.role, self.out)
+            except (OfflabError, OSError):
+                self.extra = {}
 
     def result(self, lab: str, role: str) -> tuple[dict[str, str], str]:
         self.thread.join(timeout=35)

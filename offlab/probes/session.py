@@ -21,13 +21,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from offlab.dpdk import Testpmd
-from offlab.errors import EnvironmentProblem
+from offlab.errors import EnvironmentProblem, OfflabError
 from offlab.netdev import parse_softnet
-from offlab.probes import bigpackets, counters, cpu, dpdk_ports, qdisc, queues, trace
+from offlab.probes import bigpackets, counters, cpu, dpdk_ports, hist, qdisc, queues, trace
 from offlab.probes.bigpackets import BigPacketCounters
 from offlab.probes.clock import Clocks, is_number, read_times
 from offlab.probes.remote import Async, RemoteRead, RemoteReaders
 from offlab.probes.result import ProbeResult
+from offlab.tracefs import HIST_FILES, NAME_PREFIX
 
 WATCHED_THREADS = ("ksoftirqd/", "vhost-", "napi/")
 # wait_for_traffic: bytes over all lab interfaces here (a frame counts once per interface it crosses)
@@ -59,13 +60,16 @@ class Snapshot:
     clocks: dict[str, float] = field(default_factory=dict)
     pending: dict = field(default_factory=dict, repr=False)  # role → a channel host's read still under way
     trace: trace.Maps | None = None  # the kernel's account (trace.py) as it stood at this edge
+    # role → a channel host's hist triggers (hist.py) as they stood when it read its counters
+    hist: dict[str, dict] = field(default_factory=dict)
 
 
 class ProbeSession:
     """Anchors in every lab host; `snapshot()` twice; `result(a, b)` the deltas."""
 
     def __init__(self, lab, *, lifetime: float = 600.0, big_packets: bool = False,
-                 queue_ifaces: dict[str, list[str]] | None = None, kernel_trace: bool = False) -> None:
+                 queue_ifaces: dict[str, list[str]] | None = None, kernel_trace: bool = False,
+                 guest_trace: dict[str, str | None] | None = None) -> None:
         self.lab = lab
         self.readers = {}
         # role → the interfaces whose per-queue packets are read at each edge (queues.py); only a sample
@@ -89,16 +93,22 @@ class ProbeSession:
         self.remote: RemoteReaders | None = None
         # the kernel's account of this machine's lab namespaces (trace.py), when asked
         self.trace: trace.KernelTrace | None = None
+        # and of each host with a kernel of its own, by hist triggers in its tracefs (hist.py)
+        self.hist: GuestHists | None = None
         try:
             if kernel_trace:
                 self.trace = trace.KernelTrace({trace.netns_inode(h.netns_name): role for role, h in hosts.items()
                                                 if h.shares_kernel and h.netns_name is not None})
                 if self.trace.netns:
                     self.trace.start()
+                # each guest's, by the hist triggers its caller set there (experiment/guest_trace.py)
+                if guest_trace:
+                    self.hist = GuestHists({role: self.own_kernel[role] for role in guest_trace}, guest_trace)
             for role, host in hosts.items():
                 if role not in self.own_kernel:
                     self.readers[role] = host.net_reader()
-            self.remote = RemoteReaders(self.own_kernel, lifetime=lifetime)
+            self.remote = RemoteReaders(self.own_kernel, lifetime=lifetime,
+                                        extra=self.hist.files() if self.hist is not None else None)
             calls = [Async(self.clocks.exchange, role, self.remote.read_clock, self.clocks.needed(role))
                      for role in self.own_kernel]
             for c in calls:
@@ -219,7 +229,8 @@ class ProbeSession:
         track = self._sampler is not None  # this machine's counters are sampled while those reads are under way
         if track:
             self._reads_begin(len(self.own_kernel))
-        remote = {role: RemoteRead(self.remote.read, role, done=self._read_done if track else None)
+        remote = {role: RemoteRead(self.remote.read, role, done=self._read_done if track else None,
+                                   extra=self.remote.read_extra if self.hist is not None else None)
                   for role in self.own_kernel}
         # tc is a command, not a file: one per namespace, all at once, while the files are read.
         tc = {role: Async(qdisc.read, self.lab.host(role)) for role in self.readers}
@@ -300,6 +311,8 @@ class ProbeSession:
             snap.guest_stat[role] = cpu.parse_proc_stat(files["stat"])
             snap.qdisc[role] = qdisc.parse_tc(tc_text) if tc_text.strip() else None
             snap.reads[role] = (r.sent, r.answered)
+            if r.extra:
+                snap.hist[role] = {name: h for text in r.extra.values() for name, h in hist.parse_hist(text).items()}
             uptime = files["uptime"].split()
             if uptime and is_number(uptime[0]):
                 snap.clocks[role] = float(uptime[0])
@@ -375,22 +388,79 @@ class ProbeSession:
         run, why; None where it was not asked."""
         if self.trace is None:
             return None
-        # a guest's or an SSH host's kernel is its own: bpftrace here cannot see it (docs/results.md)
-        untraced = [f"{role}: its own kernel ({self.lab.host(role).kind} host), which this machine's bpftrace "
-                    f"cannot see" for role in sorted(self.own_kernel)]
-        if not self.trace.netns:
-            return {"unavailable": "no lab host is a network namespace of this machine's kernel ("
-                                   + "; ".join(untraced) + ")"}
-        if a.trace is None or b.trace is None:
-            return {"unavailable": self.trace.error or "bpftrace was not read at both edges"}
-        out = trace.account(a.trace, b.trace, self.trace, {role: self.lab.host(role) for role in self.trace.netns.values()})
-        # how long after the last counters' read of each edge the kernel's edge came (a loaded machine
-        # may preempt offlab in between): the two accounts' windows differ by up to this much
+        # a guest's or an SSH host's kernel is its own: its hist triggers count there (hist.py), where
+        # they could be set and were read at both edges
+        guests = self.hist.account(a, b) if self.hist is not None else {}
+        untraced = [f"{role}: " + (self.hist.error.get(role, "not traced") if self.hist is not None and role in self.hist.hosts
+                                   else f"its own kernel ({self.lab.host(role).kind} host): not traced"
+                                   + (" yet" if self.lab.host(role).kind != "guest" else ""))
+                    for role in sorted(self.own_kernel) if role not in guests]
+        out: dict | None = None
+        if self.trace.netns:
+            if a.trace is None or b.trace is None:
+                if not guests:
+                    return {"unavailable": self.trace.error or "bpftrace was not read at both edges"}
+                untraced.append(f"this machine's namespaces: {self.trace.error or 'bpftrace was not read at both edges'}")
+            else:
+                out = trace.account(a.trace, b.trace, self.trace,
+                                    {role: self.lab.host(role) for role in self.trace.netns.values()})
+                # how long after the last counters' read of each edge the kernel's edge came (a loaded
+                # machine may preempt offlab in between): the two accounts' windows differ by up to this much
+                out["edge_lag_s"] = [round(snap.trace.t - max(r[1] for r in snap.reads.values()), 6)
+                                     if snap.reads and snap.trace else None for snap in (a, b)]
+        if out is None and not guests:
+            return {"unavailable": "no lab host could be traced (" + "; ".join(untraced) + ")"}
+        if out is None:
+            out = {"tool": "hist triggers", "drops": [], "gro_in": [], "queue": [], "xmit": [], "rx": []}
+        for rows in guests.values():
+            for key in ("drops", "gro_in", "queue", "xmit", "rx"):
+                out[key] = out.get(key, []) + rows[key]
+        out["drops"].sort(key=lambda x: -int(x["datagrams"] or 0))
+        if guests:
+            out["hist"] = {role: rows["how"] for role, rows in guests.items()}
         if untraced:
             out["not_traced"] = untraced
-        out["edge_lag_s"] = [round(snap.trace.t - max(r[1] for r in snap.reads.values()), 6) if snap.reads and snap.trace
-                             else None for snap in (a, b)]
         return out
+
+
+class GuestHists:
+    """What offlab's hist triggers counted in each guest (set by the caller: experiment/guest_trace.py),
+    read with its counters at each edge; `error`: role → why that guest's kernel is not traced."""
+
+    def __init__(self, hosts: dict, errors: dict[str, str | None]) -> None:
+        self.hosts = hosts
+        self.error: dict[str, str] = {role: why for role, why in errors.items() if why}
+        self.reasons: dict[str, dict[int, str]] = {}
+        self.reason_error: dict[str, str] = {}  # role → why its reasons are numbers
+
+    def files(self) -> dict[str, tuple[str, ...]]:
+        """role → the hist files read with its counters at each edge."""
+        return {role: HIST_FILES for role in self.hosts if role not in self.error}
+
+    def account(self, a: "Snapshot", b: "Snapshot") -> dict[str, dict]:
+        """role → its window's rows (hist.account) and how they were taken, for the roles read at both edges."""
+        out = {}
+        for role in self.hosts:
+            if role in self.error:
+                continue
+            if role not in a.hist or role not in b.hist:
+                self.error[role] = "its hist triggers were not read at both edges"
+                continue
+            d = hist.delta(a.hist[role], b.hist[role])
+            if d.get(f"{NAME_PREFIX}drop") and role not in self.reasons:
+                self.reasons[role] = self._reasons(role)
+            rows = hist.account(d, role, self.reasons.get(role, {}))
+            rows["how"] = {"tool": "tracefs hist triggers", "drops_counted_in": "skbs",
+                           **({"reasons": self.reason_error[role]} if role in self.reason_error else {})}
+            out[role] = rows
+        return out
+
+    def _reasons(self, role: str) -> dict[int, str]:
+        try:
+            return hist.drop_reasons(self.hosts[role].read_bytes(hist.BTF))
+        except (OfflabError, OSError, ValueError) as exc:
+            self.reason_error[role] = f"drop reasons by number: {role}'s BTF could not be read ({exc})"
+            return {}
 
 
 def _udp_text(reader) -> tuple[str, str]:

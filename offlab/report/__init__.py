@@ -563,6 +563,7 @@ def _render(context: dict) -> str:
     env.filters["cls"] = lambda s: "".join(ch if ch.isalnum() else "-" for ch in str(s))
     env.globals["loss_percents"] = fmt.loss_percents
     env.globals["kernel_percents"] = kernel.loss_percents
+    env.globals["kernel_place"] = kernel.place_name
     env.globals["kernel_loss_lines"] = kernel.loss_lines
     env.globals["kernel_segmentation_lines"] = kernel.segmentation_lines
     env.globals["kernel_unavailable_lines"] = kernel.unavailable_lines

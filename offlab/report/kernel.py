@@ -67,9 +67,10 @@ def _merge_loss(losses: list[dict]) -> dict:
         dropped += lo["dropped"]
         unseen += lo["unseen"]
         for p in lo["places"]:
-            key = (p["host"], p["device"], p["reason"], p["location"])
+            key = (p["host"], p["device"], p["reason"], p["location"], p.get("unit"))
             q = places.setdefault(key, {"host": p["host"], "device": p["device"], "reason": p["reason"],
-                                        "location": p["location"], "datagrams": 0, "given": 0.0})
+                                        "location": p["location"], "datagrams": 0, "given": 0.0,
+                                        **({"unit": p["unit"]} if p.get("unit") else {})})
             q["datagrams"] += p["datagrams"]
             q["given"] += p["share"] * whole
         for name in ("vs_lost", "vs_counters"):
@@ -85,7 +86,9 @@ def _merge_loss(losses: list[dict]) -> dict:
     rows = sorted(places.values(), key=lambda q: -q["datagrams"])
     for q in rows:
         q["share"] = q.pop("given") / whole_sum if whole_sum else 0.0
-    out: dict = {"lost": lost, "dropped": dropped, "unseen": unseen,
+    # None where no sample had a lost count (iperf3 -R: the receiver's count is not offlab's to read)
+    known = any(lo.get("lost") is not None for lo in losses)
+    out: dict = {"lost": lost if known else None, "dropped": dropped, "unseen": unseen,
                  "unseen_share": rest / whole_sum if whole_sum else 0.0, "places": rows, "samples": len(losses)}
     if not_lost:
         out["not_lost"] = list(not_lost.values())
@@ -142,12 +145,17 @@ def loss_lines(m: dict | None) -> list[str]:
     lo = (m or {}).get("loss")
     if not lo:
         return []
-    head = f"kernel drops {lo['dropped']} datagrams of {lo['lost']} lost (skb:kfree_skb, a super-packet by its segments)"
+    guests = sorted({p["host"] for p in lo["places"] if p.get("unit") == "skbs"})
+    of = f"of {lo['lost']} lost" if lo.get("lost") is not None else "(no lost count to set them against)"
+    head = (f"kernel drops {lo['dropped']} datagrams {of} (skb:kfree_skb, a super-packet by its segments"
+            + (f"; in {', '.join(guests)}'s own kernel by its hist triggers, a super-packet as 1 skb" if guests else "")
+            + ")")
     out = [head]
     shown = loss_percents(lo)
     for p, pct in zip(lo["places"], shown[:-1], strict=True):
-        where = p["host"] + (f":{p['device']}" if p["device"] else " (socket)")
-        out.append(f"  {where} {p['reason']} at {p['location']} {p['datagrams']} ({pct} %)")
+        where = place_name(p)
+        out.append(f"  {where} {p['reason']} at {p['location']} {p['datagrams']}"
+                   f"{' skbs' if p.get('unit') == 'skbs' else ''} ({pct} %)")
     if lo["unseen"]:
         out.append(f"  {UNSEEN} {lo['unseen']} ({shown[-1]} %)")
     for n in lo.get("not_lost") or []:
@@ -163,8 +171,17 @@ def loss_lines(m: dict | None) -> list[str]:
     return out
 
 
+def place_name(p: dict) -> str:
+    """Where a drop was: `server:veth0`, `server (socket)`, or `client (its own kernel)` for a guest's
+    (its hist has no device: probes/hist.py)."""
+    if p.get("device"):
+        return f"{p['host']}:{p['device']}"
+    return p["host"] + (" (its own kernel)" if p.get("unit") == "skbs" else " (socket)")
+
+
 def _types(part: dict) -> str:
-    return "|".join(sorted(part["by_type"])) or "no"
+    # "?": a guest's queue's super-packets, of a type its tracepoint does not carry (probes/hist.py)
+    return "|".join("type unknown" if t == "?" else t for t in sorted(part["by_type"])) or "no"
 
 
 def hop_line(h: dict) -> str | None:
@@ -172,8 +189,9 @@ def hop_line(h: dict) -> str | None:
     where = f"{h['host']}:{h['device']}"
     q, s, r = h["queued"], h["sent"], h["received"]
     if h["software_segmented"]:
+        inferred = ", inferred from its driver's" if "?" in q["by_type"] else ""
         return (f"{where} segmented in software: its queue was handed {q['super_packets']} {_types(q)} super-packets "
-                f"({q['super_segments']} segments), its driver {s['skbs']} skbs of which {s['super_packets']} "
+                f"({q['super_segments']} segments{inferred}), its driver {s['skbs']} skbs of which {s['super_packets']} "
                 f"super-packets")
     parts = []
     if s["super_packets"]:

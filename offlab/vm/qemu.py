@@ -95,13 +95,19 @@ def version_line(q: Qemu | None = None) -> str:
 @functools.lru_cache(maxsize=None)
 def nic_properties(q: Qemu | None = None) -> dict[str, str]:
     """virtio-net-pci property → its type and default, as this QEMU prints them."""
-    out = LOCAL.run([*_or_installed(q).argv(), "-device", "virtio-net-pci,help"], timeout=30).stdout
-    props = {}
+    return dict(_nic_properties(_or_installed(q)))
+
+
+@functools.lru_cache(maxsize=None)
+def _nic_properties(q: Qemu) -> tuple[tuple[str, str], ...]:
+    """Asked once per QEMU and process: every NIC of a lab checks its properties against it."""
+    out = LOCAL.run([*q.argv(), "-device", "virtio-net-pci,help"], timeout=30).stdout
+    props = []
     for line in out.splitlines():
         m = re.match(r"^\s+([A-Za-z0-9_.-]+)=(.*)$", line)
         if m:
-            props[m.group(1)] = m.group(2).strip()
-    return props
+            props.append((m.group(1), m.group(2).strip()))
+    return tuple(props)
 
 
 class PropertyMissing(BadInput):
@@ -333,8 +339,10 @@ def command(image: Image, *, socket: str, console: str, nics: list[Nic | VhostUs
 def accelerator(image: Image, qemu: Qemu | None = None) -> str:
     """'kvm' if a guest really boots with KVM here within KVM_PROBE_TIMEOUT, else 'tcg'.
 
-    $OFFLAB_VM_ACCEL=tcg|kvm forces one. The answer is cached per QEMU version and host kernel,
-    since a KVM that fails here hangs rather than erroring (a nested paravirtual /dev/kvm).
+    $OFFLAB_VM_ACCEL=tcg|kvm forces one. The answer is cached per QEMU version, host kernel and
+    guest kernel, every combination kept (a run over two kernels or two QEMUs probes each once, not
+    at every switch), since a KVM that fails here may hang rather than error (a nested paravirtual
+    /dev/kvm).
     """
     forced = os.environ.get("OFFLAB_VM_ACCEL", "auto")
     if forced in ("tcg", "kvm"):
@@ -345,19 +353,33 @@ def accelerator(image: Image, qemu: Qemu | None = None) -> str:
         return "tcg"
     q = _or_installed(qemu)
     key = f"{q.version}|{os.uname().release}|{image.kernel_release}"
-    cache = cache_root() / "accel.json"
-    try:
-        known = json.loads(cache.read_text())
-        if known.get("key") == key and known.get("accel") in ("kvm", "tcg"):
-            return known["accel"]
-    except (OSError, ValueError):
-        pass
+    cache = cache_root() / "accel-answers.json"
+    known = {**_accel_answers(cache.with_name("accel.json")), **_accel_answers(cache)}
+    if known.get(key, {}).get("accel") in ("kvm", "tcg"):
+        return known[key]["accel"]
     accel, why = _probe_kvm(image, q)
+    known = _accel_answers(cache)  # another offlab may have probed another combination meanwhile
+    known[key] = {"accel": accel, "why": why, "at": time.time()}
     cache.parent.mkdir(parents=True, exist_ok=True)
     tmp = cache.with_name(f".accel.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({"key": key, "accel": accel, "why": why, "at": time.time()}) + "\n")
+    tmp.write_text(json.dumps({"answers": known}, indent=1) + "\n")
     os.replace(tmp, cache)
     return accel
+
+
+def _accel_answers(cache: Path) -> dict[str, dict]:
+    """Key → {accel, why, at} from vm/accel-answers.json, or the one answer of vm/accel.json (an
+    earlier offlab's file, which kept only the last combination probed; read, never written)."""
+    try:
+        data = json.loads(cache.read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    if "key" in data:  # the one-answer form offlab wrote before
+        return {str(data["key"]): {k: v for k, v in data.items() if k != "key"}}
+    answers = data.get("answers")
+    return {str(k): v for k, v in answers.items() if isinstance(v, dict)} if isinstance(answers, dict) else {}
 
 
 def _probe_kvm(image: Image, q: Qemu) -> tuple[str, str]:

@@ -1,0 +1,58 @@
+"""offlab's hist triggers in a host's tracefs (probes/hist.py), as a journalled setting.
+
+`--trace` on a lab with a guest sets `trace-hist=on` on that guest in a transaction of its own:
+the original (tracefs mounted or not, and offlab's triggers there: none) is in the journal before
+a trigger is written, and is put back when the sample ends, on Ctrl-C/SIGTERM/SIGHUP, and after a
+kill -9 of the controller by `offlab restore` (or `lab down`, which takes the guest's kernel with it):
+every trigger named `offlab_*` removed, tracefs unmounted if offlab mounted it. Not a plan setting.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from offlab.errors import BadInput
+from offlab.knobs.base import Knob
+from offlab import tracefs as hist
+
+KEY = "trace-hist"
+
+
+class HistTriggers(Knob):
+    kind = "trace-hist"
+    needs_iface = False
+
+    @classmethod
+    def plan_value_problem(cls, key: str, value: Any) -> str | None:
+        return f"{KEY} is offlab's own (set by --trace for the sample's window), not a plan setting"
+
+    def check(self, value: Any, plan) -> str:
+        if value != "on":
+            raise BadInput(f"{KEY}: only on (offlab sets it for --trace; restore puts it back)")
+        return "on"
+
+    def snapshot(self) -> dict:
+        lines = self.host.run(hist.state_argv(), timeout=60).stdout.split("\n")
+        return {"tracefs": (lines[0].strip() or "unmounted"),
+                "triggers": sorted(l.strip() for l in lines[1:] if l.strip())}
+
+    def show(self, snap: Any) -> str:
+        if not isinstance(snap, dict):
+            return str(snap)
+        n = len(snap.get("triggers") or [])
+        return f"{n} trigger(s) of offlab's" + ("" if snap.get("tracefs") == "mounted" else ", tracefs unmounted")
+
+    def satisfied(self, value: str, snap: Any) -> bool:
+        return isinstance(snap, dict) and len(snap.get("triggers") or []) == len(hist.triggers(1514))
+
+    def apply(self, value: str) -> None:
+        mtu = self.host.run(["sh", "-c", hist.MTU_SH], timeout=60).stdout
+        self.host.run(hist.install_argv(hist.triggers(hist.frame_max(mtu))), timeout=60)
+
+    def restore(self, snap: Any) -> None:
+        mounted_before = isinstance(snap, dict) and snap.get("tracefs") == "mounted"
+        self.host.run(hist.remove_argv(unmount=not mounted_before), timeout=60)
+
+    def same(self, a: Any, b: Any) -> bool:
+        return isinstance(a, dict) and isinstance(b, dict) and a.get("tracefs") == b.get("tracefs") \
+            and a.get("triggers") == b.get("triggers")
