@@ -49,12 +49,8 @@ def cli(state_dir, *args, timeout: float = 240) -> subprocess.CompletedProcess:
 def here(*args: str) -> subprocess.CompletedProcess:
     """The CLI in this process (helpers.run; the `state_dir` fixture has set OFFLAB_STATE_DIR): the same exit
     code and streams, without an interpreter's start-up, for steps that are not about the process edge. Each
-    test keeps the real `offlab` where its own check is (lab up, exec, measure, the runs, a restore's output).
-    A Ctrl-C meant for pytest that lands in the call (offlab makes it exit 130) still stops the session."""
-    res = offlab_in_process(*args)
-    if res.returncode == 130 and res.stderr.strip() == "offlab: interrupted":
-        raise KeyboardInterrupt
-    return res
+    test keeps the real `offlab` where its own check is (lab up, exec, measure, the runs, a restore's output)."""
+    return offlab_in_process(*args)
 
 
 def feature(ns: str, iface: str, name: str = "generic-receive-offload") -> bool:
