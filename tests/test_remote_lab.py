@@ -46,13 +46,6 @@ def cli(state_dir, *args, timeout: float = 240) -> subprocess.CompletedProcess:
     return offlab_cli(*args, env={"OFFLAB_STATE_DIR": str(state_dir)}, timeout=timeout)
 
 
-def here(*args: str) -> subprocess.CompletedProcess:
-    """The CLI in this process (helpers.run; the `state_dir` fixture has set OFFLAB_STATE_DIR): the same exit
-    code and streams, without an interpreter's start-up, for steps that are not about the process edge. Each
-    test keeps the real `offlab` where its own check is (lab up, exec, measure, the runs, a restore's output)."""
-    return offlab_in_process(*args)
-
-
 def feature(ns: str, iface: str, name: str = "generic-receive-offload") -> bool:
     out = NetnsHost(ns).run(["ethtool", "--json", "-k", iface]).stdout
     return json.loads(out)[0][name]["active"]
@@ -90,7 +83,7 @@ def test_lab_up_hosts_measure_and_down_leave_the_machines_as_found(pair, inv, st
     res = cli(state_dir, "lab", "exec", lab_name, "server", "--", "ip", "netns", "identify")
     assert res.returncode == 0 and res.stdout.strip() == pair.b.ns, res.stderr
     assert feature(pair.b.ns, "t1") is False
-    res = here("lab", "set", lab_name, "server", "t1", "gro=on")
+    res = cli(state_dir, "lab", "set", lab_name, "server", "t1", "gro=on")
     assert res.returncode == 0 and feature(pair.b.ns, "t1") is True, res.stderr
     undo = [p.read_text() for p in (Path(pair.remote_dir("b")) / "undo").iterdir() if "engine" not in p.name]
     assert undo == ["# offlab: t1 gro: on → back to off\nethtool -K t1 rx-gro off\n"]
@@ -98,7 +91,7 @@ def test_lab_up_hosts_measure_and_down_leave_the_machines_as_found(pair, inv, st
     assert res.returncode == 0, res.stderr
     sample = json.loads(res.stdout)
     assert sample["traffic"]["throughput_bps"] > 0 and sample["traffic"]["datagrams_received"] > 0
-    res = here("lab", "down", lab_name)
+    res = cli(state_dir, "lab", "down", lab_name)
     assert res.returncode == 0, res.stderr
     assert "journalled setting, put back: " in res.stdout and feature(pair.b.ns, "t1") is False
     for side in ("a", "b"):  # nothing of offlab's is left on the machines
@@ -112,11 +105,11 @@ def test_pair_named_on_the_command_line_takes_its_addresses_from_the_hosts(pair,
     del bare["pairs"]
     path = tmp_path / "bare.yml"
     path.write_text(json.dumps(bare))
-    res = here("lab", "up", "hosts", "--inventory", str(path), "--pair", "a:t2,b:t2", "--name", lab_name, "--json")
+    res = cli(state_dir, "lab", "up", "hosts", "--inventory", str(path), "--pair", "a:t2,b:t2", "--name", lab_name, "--json")
     assert res.returncode == 0, res.stderr
     hosts = json.loads(res.stdout)["hosts"]
     assert (hosts["client"]["address"], hosts["server"]["address"]) == (pair.test_ip("a", 2), pair.test_ip("b", 2))
-    assert here("lab", "down", lab_name).returncode == 0
+    assert cli(state_dir, "lab", "down", lab_name).returncode == 0
 
 
 def test_ports_that_would_cut_the_user_off_are_refused_in_one_line(pair, inv, tmp_path, state_dir, lab_name):
@@ -130,10 +123,10 @@ def test_ports_that_would_cut_the_user_off_are_refused_in_one_line(pair, inv, tm
 
     rc, err = up("--pair", "a:mgmt,b:t1")
     assert rc == 2 and "host a (client): mgmt carries the SSH session (10.200.230.2)" in err, err
-    res = here("lab", "up", "hosts", "--inventory", str(inv), "--name", lab_name, "--pair", "a:mgmt,b:t1",
-               "--allow-management-traffic")  # the user said so explicitly
+    res = cli(state_dir, "lab", "up", "hosts", "--inventory", str(inv), "--name", lab_name, "--pair", "a:mgmt,b:t1",
+              "--allow-management-traffic")  # the user said so explicitly
     assert res.returncode == 0, res.stderr
-    assert here("lab", "down", lab_name).returncode == 0
+    assert cli(state_dir, "lab", "down", lab_name).returncode == 0
     b = NetnsHost(pair.b.ns)
     b.run(["ip", "route", "add", "default", "via", pair.test_ip("a", 3), "dev", "t3"])
     try:
@@ -280,7 +273,7 @@ def test_fan_out_runs_one_plan_on_three_pairs_and_compare_sets_them_side_by_side
                             "GROUP BY r.id ORDER BY r.name").fetchall()
     assert rows == [("pairs @ a:t1,b:t1", 2), ("pairs @ a:t2,b:t2", 2), ("pairs @ a:t3,b:t3", 2)]
     ids = [str(r["run_id"]) for r in out["pairs"]]
-    res = here("compare", *ids, "--db", str(db), "--json")
+    res = cli(state_dir, "compare", *ids, "--db", str(db), "--json")
     assert res.returncode == 0, res.stderr
     compared = {(r["run"], r["baseline_run"]) for r in json.loads(res.stdout)["rows"]}
     assert compared == {(int(ids[1]), int(ids[0])), (int(ids[2]), int(ids[0]))}
@@ -304,7 +297,7 @@ def test_fan_out_into_a_shared_postgresql_and_compare_from_it(pair, inv, tmp_pat
         assert all((runs[i]["status"], runs[i]["samples"]) == ("done", 2) for i in ids)
         for i in ids:
             assert {x["cell_id"] for x in s.samples(i)} <= {c["id"] for c in s.cells(i)}
-    res = here("compare", *map(str, ids), "--db", url, "--json")
+    res = cli(state_dir, "compare", *map(str, ids), "--db", url, "--json")
     assert res.returncode == 0, res.stderr
     assert {(r["run"], r["baseline_run"]) for r in json.loads(res.stdout)["rows"]} == {(ids[1], ids[0])}
     assert not Path(pair.remote_dir("a")).exists() and not Path(pair.remote_dir("b")).exists()
@@ -350,9 +343,9 @@ def test_a_host_that_dies_mid_run_keeps_the_samples_and_names_the_host(pair, inv
         assert conn.execute("SELECT COUNT(*) FROM samples WHERE run_id = 1").fetchone()[0] >= 1
         assert conn.execute("SELECT status FROM runs WHERE id = 1").fetchone()[0] == "failed"
     # Once b answers again, the journal (kept, since b could not be restored then) puts it back.
-    res = here("restore")
+    res = cli(state_dir, "restore")
     assert res.returncode == 0, res.stdout + res.stderr
-    res = here("lab", "down", "--all")
+    res = cli(state_dir, "lab", "down", "--all")
     assert res.returncode == 0, res.stdout + res.stderr
     assert feature(pair.b.ns, "t1") is False
     left = [str(p) for p in Path(pair.remote_dir("b")).rglob("*")]
@@ -366,7 +359,7 @@ def test_ssh_hosts_samples_state_the_skew_of_their_reads_and_still_flag_a_disagr
     from offlab.experiment.measure import measure
     from offlab.traffic import Workload
 
-    res = here("lab", "up", "hosts", "--inventory", str(inv), "--pair", "a:t3,b:t3", "--name", lab_name)
+    res = cli(state_dir, "lab", "up", "hosts", "--inventory", str(inv), "--pair", "a:t3,b:t3", "--name", lab_name)
     assert res.returncode == 0, res.stderr
     try:
         lab = labs.LabState.load(lab_name)
@@ -394,25 +387,25 @@ def test_ssh_hosts_samples_state_the_skew_of_their_reads_and_still_flag_a_disagr
         (zero,) = [c for c in again["checks"] if c["check"] == "loss"]
         assert again["status"] == ("inconsistent" if check["kernel"] > zero["tolerance"] else "consistent"), again
     finally:
-        assert here("lab", "down", lab_name).returncode == 0
+        assert cli(state_dir, "lab", "down", lab_name).returncode == 0
 
 
 def test_lab_show_lists_the_pending_changes_of_each_ssh_host(pair, inv, state_dir, lab_name):
-    res = here("lab", "up", "hosts", "--inventory", str(inv), "--pair", "a:t2,b:t2", "--name", lab_name)
+    res = cli(state_dir, "lab", "up", "hosts", "--inventory", str(inv), "--pair", "a:t2,b:t2", "--name", lab_name)
     assert res.returncode == 0, res.stderr
     try:
-        assert json.loads(here("lab", "show", lab_name, "--json").stdout)["changes"] == []
-        res = here("lab", "set", lab_name, "server", "t2", "gro=on")
+        assert json.loads(cli(state_dir, "lab", "show", lab_name, "--json").stdout)["changes"] == []
+        res = cli(state_dir, "lab", "set", lab_name, "server", "t2", "gro=on")
         assert res.returncode == 0, res.stderr
-        res = here("lab", "set", lab_name, "client", "t2", "mtu=1400")
+        res = cli(state_dir, "lab", "set", lab_name, "client", "t2", "mtu=1400")
         assert res.returncode == 0, res.stderr
-        changes = json.loads(here("lab", "show", lab_name, "--json").stdout)["changes"]
+        changes = json.loads(cli(state_dir, "lab", "show", lab_name, "--json").stdout)["changes"]
         assert sorted((c["host"], c["iface"], c["key"], str(c["value"])) for c in changes) == \
             [("client", "t2", "mtu", "1400"), ("server", "t2", "gro", "on")], changes
-        text = here("lab", "show", lab_name).stdout
+        text = cli(state_dir, "lab", "show", lab_name).stdout
         assert "journalled: server:t2 gro = on (was off;" in text and "journalled: client:t2 mtu = 1400" in text
     finally:
-        assert here("lab", "down", lab_name).returncode == 0
+        assert cli(state_dir, "lab", "down", lab_name).returncode == 0
     assert feature(pair.b.ns, "t2") is False and mtu(pair.a.ns, "t2") == 1500
 
 
@@ -548,10 +541,10 @@ def test_controller_killed_mid_run_over_an_ansible_inventory_leaves_nothing_on_t
                        for l in res.stdout.splitlines()), res.stdout
         else:
             if how == "offlab restore":  # --list says what it would end, and ends nothing
-                res = here("restore", "--list")
+                res = cli(state_dir, "restore", "--list")
                 assert res.returncode == 0 and f"would end on b: stop {server_cmd}" in res.stdout, res.stdout
                 assert any(name_of(c).startswith(server_cmd) for c in processes_in(pair.b.ns).values())
-            res = here(*how.removeprefix("offlab ").split())
+            res = cli(state_dir, *how.removeprefix("offlab ").split())
             assert res.returncode == 0, res.stdout + res.stderr
             assert server_cmd in res.stdout, res.stdout
         assert (feature(pair.a.ns, "t1"), mtu(pair.a.ns, "t1")) == before, (res.stdout, killed, [
@@ -571,8 +564,8 @@ def test_controller_killed_mid_run_over_an_ansible_inventory_leaves_nothing_on_t
                 assert not Path(pair.remote_dir(side)).exists(), list(Path(pair.remote_dir(side)).rglob("*"))
     finally:
         # The controller's own state (its labs and journal) goes; the hosts stay as they are now.
-        here("restore")
-        res = here("lab", "down", "--all", "--force")
+        cli(state_dir, "restore")
+        res = cli(state_dir, "lab", "down", "--all", "--force")
         assert res.returncode == 0, res.stdout + res.stderr
     for side in ("a", "b"):
         assert processes_in(getattr(pair, side).ns) == {}, side
