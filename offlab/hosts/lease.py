@@ -128,17 +128,27 @@ stop() {
   echo stopped
 }
 """
-_RELEASE = _STOP_ONE + r'stop "$1/lease/$2"; rmdir "$1/lease" 2>/dev/null; exit 0'
+# After a lease goes, the remote directory goes too when nothing else is in it (the journal's own tidy-up
+# ran earlier, while this lease still held it open).
+_TIDY = r"""
+tidy() {
+  cd "$1" 2>/dev/null || return 0
+  rmdir lease undo proc 2>/dev/null
+  [ -e undo ] || [ -e proc ] || [ -e lease ] || [ -e lapsed ] || { rm -f restore.sh; cd /; rmdir "$1" 2>/dev/null; }
+  cd /
+}
+"""
+_RELEASE = _STOP_ONE + _TIDY + r'stop "$1/lease/$2"; tidy "$1"; exit 0'
 # Released only when nothing it lists is still journalled on the host (the controller put it all back).
-_RELEASE_IF_IDLE = _STOP_ONE + r"""
+_RELEASE_IF_IDLE = _STOP_ONE + _TIDY + r"""
 L=$1/lease/$2
 [ -d "$L" ] || { echo gone; exit 0; }
 while read -r f; do [ -e "$1/undo/$f" ] && { echo busy; exit 0; }; done <"$L/own"
-stop "$L"; rmdir "$1/lease" 2>/dev/null; exit 0
+stop "$L"; tidy "$1"; exit 0
 """
 _LIST = r'cd "$1/lease" 2>/dev/null || exit 0; for l in */; do [ -f "$l/owner" ] || continue; ' \
         r'printf "%s %s %s\n" "${l%/}" "$(cat "$l/owner")" "$(head -c 200 "$l/label" | tr "\n" " ")"; done'
-_STOP_MANY = _STOP_ONE + r'R=$1; shift; for l; do stop "$R/lease/$l" >/dev/null; done; rmdir "$R/lease" 2>/dev/null; exit 0'
+_STOP_MANY = _STOP_ONE + _TIDY + r'R=$1; shift; for l; do stop "$R/lease/$l" >/dev/null; done; tidy "$R"; exit 0'
 _LAPSED = r'cd "$1/lapsed" 2>/dev/null || exit 0; for f in *.txt; do [ -e "$f" ] || continue; echo "@@ $f"; cat "$f"; ' \
           r'[ "$2" = remove ] && rm -f "$f"; done; cd "$1"; rmdir lapsed 2>/dev/null; exit 0'
 
