@@ -16,25 +16,16 @@ from conftest import module_lab
 from offlab.experiment import effects
 from offlab.experiment.effects import EXERCISED
 from offlab.metrics import NOT_EXERCISED
-from tests.helpers import run
+from tests.helpers import run, run_with_env
 
 HAVE_TESTPMD = shutil.which("dpdk-testpmd") is not None
 ROOT = os.geteuid() == 0
 
 
 def _cli(env: dict, *args: str):
-    """`offlab ARGS` in this process (tests.helpers.run: a Python start-up saved per call) with the lab's
-    state directory: these tests are about what the witnesses say, not the process edge."""
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        return run(*args)
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    """`offlab ARGS` in this process with the lab's state directory (a Python start-up saved per call):
+    these tests are about what the witnesses say, not the process edge."""
+    return run_with_env(env, *args)
 
 
 def _set(lab: dict, host: str, iface: str, *settings: str):
