@@ -52,6 +52,20 @@ def run(*args: str) -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
 
 
+def run_with_env(env: dict, *args: str) -> subprocess.CompletedProcess:
+    """`run` with these environment variables set for the call (e.g. a module lab's OFFLAB_STATE_DIR)."""
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        return run(*args)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 def run_until_samples(plan_path, db, state_dir, samples: int, timeout: float = 90):
     """Start `offlab run` on a plan; return (process, store, env) once `samples` samples are stored.
     A run that dies first, or stores fewer within `timeout`, fails the test (the run ended)."""

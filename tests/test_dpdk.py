@@ -17,6 +17,7 @@ from tests.conftest import (
 )
 
 from offlab.dpdk import parse
+from tests.helpers import run, run_with_env
 
 FIXTURES = Path(__file__).parent / "fixtures" / "dpdk"
 HAVE_TESTPMD = any(os.access(os.path.join(d, "dpdk-testpmd"), os.X_OK) for d in ("/usr/bin", "/usr/local/bin"))
@@ -126,9 +127,9 @@ def test_no_testpmd_is_exit_3_with_the_install_command(state_dir, monkeypatch, l
 
 
 def test_bad_pmd_and_mtu_are_exit_2_before_anything_is_built(state_dir, lab_name):
-    res = offlab_cli("lab", "up", "dpdk", "--name", lab_name, "--pmd", "virtio")
+    res = run("lab", "up", "dpdk", "--name", lab_name, "--pmd", "virtio")
     assert res.returncode == 2 and "--pmd 'virtio'" in res.stderr and "Traceback" not in res.stderr
-    res = offlab_cli("lab", "up", "dpdk", "--name", lab_name, "--mtu", "9000")
+    res = run("lab", "up", "dpdk", "--name", lab_name, "--mtu", "9000")
     assert res.returncode == 2 and "1522" in res.stderr
     assert not (state_dir / "labs" / f"{lab_name}.json").exists()
 
@@ -152,18 +153,20 @@ def dpdk_lab(tmp_path_factory):
     assert new_links_of_ours(links_before) == set()
 
 
+# The module lab's commands run through offlab.cli.main in this process (a Python start-up saved per
+# call): these tests are about testpmd's settings and counters, not the process edge.
 def _set(lab: dict, *settings: str) -> subprocess.CompletedProcess:
-    return offlab_cli("lab", "set", lab["name"], "switch", "-", *settings, env=lab["env"])
+    return run_with_env(lab["env"], "lab", "set", lab["name"], "switch", "-", *settings)
 
 
 def _settings(lab: dict) -> dict:
-    res = offlab_cli("lab", "show", lab["name"], "--json", env=lab["env"])
+    res = run_with_env(lab["env"], "lab", "show", lab["name"], "--json")
     assert res.returncode == 0, res.stderr
     return json.loads(res.stdout)["testpmd"]["settings"]
 
 
 def _restore(lab: dict) -> None:
-    res = offlab_cli("restore", env=lab["env"])
+    res = run_with_env(lab["env"], "restore")
     assert res.returncode == 0, res.stderr
 
 
@@ -190,8 +193,8 @@ def test_gro_gso_are_set_read_back_and_restored(dpdk_lab):
             p = s["ports"][port]
             assert p["gro"]["on"] and p["gso"] == {"on": True, "segsz": 1414} and p["csum"]["tcp"] == "hw"
         # the ports were stopped for csum and started again: the taps came home with their addresses
-        ping = offlab_cli("lab", "exec", dpdk_lab["name"], "client", "--", "ping", "-c", "1", "-W", "2", "10.200.1.2",
-                          env=dpdk_lab["env"])
+        ping = run_with_env(dpdk_lab["env"], "lab", "exec", dpdk_lab["name"], "client", "--", "ping", "-c", "1", "-W",
+                            "2", "10.200.1.2")
         assert ping.returncode == 0, ping.stdout + ping.stderr
     finally:
         _restore(dpdk_lab)
@@ -218,7 +221,7 @@ def test_only_the_port_a_change_needs_stopped_is_restarted(dpdk_lab):
     log = Path(dpdk_lab["shown"]["testpmd"]["rundir"], "testpmd.log")
     ping = ("lab", "exec", dpdk_lab["name"], "client", "--", "ping", "-c", "2", "-W", "2", "10.200.1.2")
     try:
-        assert offlab_cli(*ping, env=dpdk_lab["env"]).returncode == 0
+        assert run_with_env(dpdk_lab["env"], *ping).returncode == 0
         assert _neighbour_kept(dpdk_lab, "client", "10.200.1.2") and _neighbour_kept(dpdk_lab, "server", "10.200.1.1")
         since = log.stat().st_size
         res = _set(dpdk_lab, "testpmd.gro=on")
@@ -237,7 +240,7 @@ def test_only_the_port_a_change_needs_stopped_is_restarted(dpdk_lab):
         assert not _neighbour_kept(dpdk_lab, "server", "10.200.1.1")  # port 1's went back and came home
         s = _settings(dpdk_lab)
         assert s["ports"]["1"]["csum"]["tcp"] == "hw" and s["ports"]["0"]["csum"]["tcp"] == "sw"
-        assert offlab_cli(*ping, env=dpdk_lab["env"]).returncode == 0  # and forwards again
+        assert run_with_env(dpdk_lab["env"], *ping).returncode == 0  # and forwards again
     finally:
         _restore(dpdk_lab)
     s = _settings(dpdk_lab)
@@ -254,8 +257,8 @@ def test_a_setting_the_pmd_cannot_do_is_exit_2_naming_it_and_the_version(dpdk_la
 
 
 def _measure(lab: dict) -> dict:
-    res = offlab_cli("measure", lab["name"], "--tool", "iperf3", "--proto", "tcp", "--duration", "2",
-                     "--warmup", "1", "--json", env=lab["env"], timeout=120)
+    res = run_with_env(lab["env"], "measure", lab["name"], "--tool", "iperf3", "--proto", "tcp", "--duration", "2",
+                       "--warmup", "1", "--json")
     assert res.returncode == 0, res.stderr
     return json.loads(res.stdout)
 
@@ -317,7 +320,7 @@ def test_testpmd_that_fails_to_start_is_exit_3_and_leaves_nothing(dpdk_lab, monk
 def test_lab_down_after_kill_9_of_lab_up_stops_testpmd_and_removes_its_runtime_dir(lab_name, clean_machine, state_dir):
     daemon = kill_9_once_daemon_is_recorded("dpdk", lab_name, state_dir, "testpmd", timeout=60)
     assert running(daemon["pid"]) and os.path.isdir(daemon["runtime_dir"])
-    res = offlab_cli("lab", "down", lab_name)
+    res = run("lab", "down", lab_name)
     assert res.returncode == 0, res.stderr
     assert "dpdk-testpmd" in res.stdout and "DPDK runtime directory" in res.stdout
     assert not running(daemon["pid"]) and not os.path.exists(daemon["runtime_dir"])
@@ -383,7 +386,7 @@ def test_a_plan_with_testpmd_settings_it_cannot_have_is_refused(old, new, fragme
 def test_offlab_restore_after_kill_9_of_lab_up_stops_testpmd_and_removes_its_runtime_dir(lab_name, clean_machine,
                                                                                           state_dir):
     daemon = kill_9_once_daemon_is_recorded("dpdk", lab_name, state_dir, "testpmd", timeout=60)
-    res = offlab_cli("restore")
+    res = run("restore")
     assert res.returncode == 0, res.stderr
     assert f"removed (lab {lab_name}, its `lab up` died)" in res.stdout and "dpdk-testpmd" in res.stdout
     assert not running(daemon["pid"]) and not os.path.exists(daemon["runtime_dir"])
@@ -404,26 +407,33 @@ def test_testpmd_dying_mid_measure_fails_naming_it_and_the_lab_shows_broken_with
 
     from tests.conftest import REPO
 
+    # a process of its own, as a person's: testpmd outlives it (not a child of this test to reap)
     res = offlab_cli("lab", "up", "dpdk", "--name", lab_name, "--json", timeout=180)
     assert res.returncode == 0, res.stderr
     tp = json.loads(res.stdout)["testpmd"]
     try:
+        # the measure is a process of its own: its exit code and stderr are what this test is about
         proc = subprocess.Popen([sys.executable, "-m", "offlab", "measure", lab_name, "--tool", "iperf3", "--proto",
                                  "tcp", "--duration", "8"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True)
-        time.sleep(3)
+        # testpmd dies once the traffic runs: the iperf3 client is up in the client's namespace
+        deadline = time.monotonic() + 60  # a hang guard: the client starts within seconds of the measure
+        while not _lab_pids(lab_name, "client"):
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the measure's client never started"
+            time.sleep(0.05)
         os.kill(tp["pid"], signal.SIGKILL)
         _, err = proc.communicate(timeout=60)  # not the sender's 30 s grace: the daemon's death ends it
         assert proc.returncode == 3, err
         assert f"dpdk-testpmd (pid {tp['pid']}) of lab {lab_name} died: " in err and "Traceback" not in err
         assert f"`offlab lab down {lab_name}`" in err
         assert _lab_pids(lab_name, "client") == [] and _lab_pids(lab_name, "server") == []
-        listed = json.loads(offlab_cli("lab", "list", "--json").stdout)
+        listed = json.loads(run("lab", "list", "--json").stdout)
         row = next(r for r in listed if r["name"] == lab_name)
         assert row["status"] == "broken" and f"dpdk-testpmd (pid {tp['pid']}) is not running" in row["why"]
         assert row["fix"] == f"offlab lab down {lab_name}"
     finally:
-        down = offlab_cli("lab", "down", lab_name)
+        down = run("lab", "down", lab_name)
     assert down.returncode == 0, down.stderr
     assert not os.path.exists(tp["runtime_dir"])
 
@@ -452,7 +462,7 @@ def test_testpmd_dying_mid_run_fails_the_run_and_keeps_the_samples_already_store
     proc = subprocess.Popen([sys.executable, "-m", "offlab", "run", str(plan), "--db", str(db)], cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lab_file = state_dir / "labs" / f"{os.environ['OFFLAB_LAB_PREFIX']}a.json"
-    deadline = time.monotonic() + 240
+    deadline = time.monotonic() + 240  # a hang guard: the run's lab and first sample take seconds
     store, run_id = None, None
     while True:
         assert proc.poll() is None, proc.communicate()[1]

@@ -12,30 +12,38 @@ import textwrap
 
 import pytest
 
-from conftest import module_lab, offlab_cli
+from conftest import module_lab
 from offlab.experiment import effects
 from offlab.experiment.effects import EXERCISED
 from offlab.metrics import NOT_EXERCISED
+from tests.helpers import run, run_with_env
 
 HAVE_TESTPMD = shutil.which("dpdk-testpmd") is not None
 ROOT = os.geteuid() == 0
 
 
+def _cli(env: dict, *args: str):
+    """`offlab ARGS` in this process with the lab's state directory (a Python start-up saved per call):
+    these tests are about what the witnesses say, not the process edge."""
+    return run_with_env(env, *args)
+
+
 def _set(lab: dict, host: str, iface: str, *settings: str):
-    res = offlab_cli("lab", "set", lab["name"], host, iface, *settings, env=lab["env"])
+    res = _cli(lab["env"], "lab", "set", lab["name"], host, iface, *settings)
     assert res.returncode == 0, res.stderr
     return res
 
 
 def _measure(lab: dict, *args: str) -> dict:
-    res = offlab_cli("measure", lab["name"], "--duration", "1.5", "--warmup", "0.5", "--json", *args,
-                     env=lab["env"], timeout=120)
+    # 1 s after 0.3 s of warm-up: each witness reads counts (super-packets, merges, steered packets),
+    # which one second of traffic holds at any load
+    res = _cli(lab["env"], "measure", lab["name"], "--duration", "1", "--warmup", "0.3", "--json", *args)
     assert res.returncode == 0, res.stderr
     return json.loads(res.stdout)
 
 
 def _restore(lab: dict) -> None:
-    res = offlab_cli("restore", env=lab["env"])
+    res = _cli(lab["env"], "restore")
     assert res.returncode == 0, res.stderr
 
 
@@ -69,7 +77,7 @@ def test_testpmd_gro_in_io_forwarding_is_warned_at_lab_set_and_flagged_in_the_sa
         assert e["status"] == NOT_EXERCISED
         assert e["cause"] == "testpmd GRO runs only in its csum forwarding engine; fwd is io"
         assert e["counters"]["out_per_in"] > 0.9
-        shown = offlab_cli("measure", dpdk_lab["name"], "--duration", "1", "--warmup", "0.5", env=dpdk_lab["env"])
+        shown = _cli(dpdk_lab["env"], "measure", dpdk_lab["name"], "--duration", "1", "--warmup", "0.3")
         assert shown.returncode == 0, shown.stderr
         assert "set but not exercised testpmd.gro=on" in " ".join(shown.stdout.split())
         res = _set(dpdk_lab, "switch", "-", "testpmd.fwd=csum")
@@ -103,9 +111,9 @@ def test_testpmd_gro_and_gso_are_exercised_in_csum_forwarding_and_not_when_off(d
 PLAN_GRO_IO = """\
 name: gro-io
 topology: {kind: dpdk}
-workload: {tool: iperf3, duration: 1, warmup: 0.5}
+workload: {tool: iperf3, duration: 1, warmup: 0.3}
 baseline: {gro: off}
-repeat: {min: 3, max: 3}
+repeat: {min: 2, max: 2}
 axes:
   gro:
     on: {testpmd: {gro: on}}
@@ -117,21 +125,21 @@ axes:
 def test_a_run_with_testpmd_gro_in_io_forwarding_marks_the_cell_everywhere(tmp_path, clean_machine):
     plan, db = tmp_path / "gro-io.yaml", tmp_path / "r.db"
     plan.write_text(PLAN_GRO_IO)
-    res = offlab_cli("run", str(plan), "--validate")
+    res = run("run", str(plan), "--validate")
     assert res.returncode == 0, res.stderr
     assert "warning: cell gro=on: testpmd.gro=on does nothing with testpmd.fwd=io" in res.stderr
-    res = offlab_cli("run", str(plan), "--db", str(db), timeout=300)
+    res = run("run", str(plan), "--db", str(db))
     assert res.returncode == 0, res.stderr
     text = " ".join(res.stdout.split())
-    assert f"⚠ {NOT_EXERCISED} in the cell gro=on: testpmd.gro=on at switch (testpmd port 0, rx) in 3 of 3" in text
-    shown = offlab_cli("results", "show", "1", "--db", str(db))
+    assert f"⚠ {NOT_EXERCISED} in the cell gro=on: testpmd.gro=on at switch (testpmd port 0, rx) in 2 of 2" in text
+    shown = run("results", "show", "1", "--db", str(db))
     assert f"{NOT_EXERCISED}: gro=on: testpmd.gro=on" in " ".join(shown.stdout.split())
-    cells = {c["key"]: c for c in json.loads(offlab_cli("results", "show", "1", "--db", str(db), "--json").stdout)["cells"]}
+    cells = {c["key"]: c for c in json.loads(run("results", "show", "1", "--db", str(db), "--json").stdout)["cells"]}
     assert "fwd is io" in cells["gro=on"]["not_exercised"] and cells["gro=off"]["not_exercised"] is None
-    compared = offlab_cli("compare", "1", "--db", str(db))
+    compared = run("compare", "1", "--db", str(db))
     assert f"{NOT_EXERCISED} (cell gro=on)" in " ".join(compared.stdout.split())
     rep = tmp_path / "r.html"
-    assert offlab_cli("report", "1", "--db", str(db), "-o", str(rep)).returncode == 0
+    assert run("report", "1", "--db", str(db), "-o", str(rep)).returncode == 0
     assert f"<b>{NOT_EXERCISED}</b>: gro=on: testpmd.gro=on" in rep.read_text()
 
 
@@ -240,7 +248,7 @@ def test_rps_to_another_cpu_is_exercised_and_not_when_off(bridge_lab):
 def test_validate_refuses_a_testpmd_value_lab_set_would_refuse(tmp_path, body, fragment):
     plan = tmp_path / "p.yaml"
     plan.write_text(f"name: p\nworkload: {{tool: iperf3}}\n{body}\n")
-    res = offlab_cli("run", str(plan), "--validate")
+    res = run("run", str(plan), "--validate")
     assert res.returncode == 2 and fragment in res.stderr, res.stderr
     assert "Traceback" not in res.stderr
 
@@ -249,10 +257,10 @@ def test_validate_refuses_a_testpmd_value_lab_set_would_refuse(tmp_path, body, f
 def test_validate_refuses_a_nic_property_lab_up_refuses(tmp_path, state_dir):
     plan = tmp_path / "p.yaml"
     plan.write_text("name: p\ntopology: {kind: vm, nic: {nosuch: 1}}\nworkload: {tool: iperf3}\n")
-    res = offlab_cli("run", str(plan), "--validate")
+    res = run("run", str(plan), "--validate")
     assert res.returncode == 2, res.stderr
     assert "topology.nic: QEMU " in res.stderr and "has no property nosuch" in res.stderr
-    up = offlab_cli("lab", "up", "vm", "--name", "efnic", "--nic", "nosuch=1")  # refused before anything is built
+    up = run("lab", "up", "vm", "--name", "efnic", "--nic", "nosuch=1")  # refused before anything is built
     assert up.returncode == 2 and "has no property nosuch" in up.stderr
 
 
@@ -268,7 +276,7 @@ def test_validate_warns_of_tso_and_uso_with_nothing_to_segment(tmp_path):
             uso: {features: {client: {uso: on}}}
             uso-gso: {features: {client: {uso: on}}, workload: {gso: true}}
         """))
-    res = offlab_cli("run", str(plan), "--validate")
+    res = run("run", str(plan), "--validate")
     assert res.returncode == 0, res.stderr
     warned = [l for l in res.stderr.splitlines() if l.startswith("warning:")]
     assert warned == ["warning: cell seg=tso: client tso=on does nothing for a UDP workload (TSO segments TCP)",
