@@ -452,7 +452,6 @@ NOT_CACHES = {
     ("offlab.knobs.lease", "_HELD"): "the leases this process holds: Lease.release removes each",
     ("offlab.knobs.journal", "_MIRRORS"): "where journal records are copied (undo.py's hooks), not a memory",
     ("offlab.doctor.registry", "REGISTRY"): "the checks, filled once by their decorators as modules load",
-    ("offlab.knobs.watchdog", "_PROC"): "this process's watchdog while it holds a machine-wide setting: stop() ends it",
 }
 
 

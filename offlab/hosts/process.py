@@ -102,8 +102,7 @@ class RemoteProcess:
         else:
             from offlab.hosts import remote_journal
 
-            stamp, undo_text, start = remote_journal.process_record(remote_dir, self.args,
-                                                                    lease=remote_journal.lease_of(host, remote_dir))
+            stamp, undo_text, start = remote_journal.process_record(remote_dir, self.args)
             want = f"{remote_dir}/proc/{stamp}"
             self.undo = f"{remote_dir}/undo/{stamp}.sh"
             res = host.run(["sh", "-c", start + _OUTER_IDS, "sh", remote_dir, stamp, *self.args], check=False,
