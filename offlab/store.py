@@ -1039,7 +1039,13 @@ class Store:
         A bisect whose process has ended arrives interrupted (an owner's pid means nothing on this host)."""
         if other.schema_version() < 4:
             return
-        for raw in [dict(r._mapping) for r in other._q("SELECT * FROM bisects ORDER BY id")]:
+        bisects = [dict(r._mapping) for r in other._q("SELECT * FROM bisects ORDER BY id")]
+        if not bisects:
+            return
+        # run id there → run id here, by uid: one query on each side, not two per step
+        uid_of = {rid: uid for rid, uid in other._q("SELECT id, uid FROM runs WHERE uid IS NOT NULL")}
+        id_here = {uid: rid for rid, uid in self._q("SELECT id, uid FROM runs WHERE uid IS NOT NULL")}
+        for raw in bisects:
             have = self._q("SELECT id FROM bisects WHERE uid = :u", {"u": raw["uid"]})
             if have:
                 on_line(f"bisect {raw['id']} ({raw['plan_name']}): already here as bisect {have[0][0]}")
@@ -1047,12 +1053,7 @@ class Store:
             read = other.get_bisect(raw["id"])  # its status as its owner's liveness makes it
             steps = [dict(r._mapping) for r in other._q("SELECT * FROM bisect_steps WHERE bisect_id = :b ORDER BY id",
                                                         {"b": raw["id"]})]
-            runs = {}
-            for st in steps:
-                if st["run_id"] is not None:
-                    uid = other._q("SELECT uid FROM runs WHERE id = :r", {"r": st["run_id"]})
-                    here = self._q("SELECT id FROM runs WHERE uid = :u", {"u": uid[0][0]}) if uid else []
-                    runs[st["run_id"]] = here[0][0] if here else None
+            runs = {st["run_id"]: id_here.get(uid_of.get(st["run_id"])) for st in steps if st["run_id"] is not None}
             with self._tx() as c:
                 new = int(c.execute(sa.text(
                     "INSERT INTO bisects(plan_name, plan_text, spec, status, note, result, owner, started_at, "
