@@ -7,15 +7,14 @@ import sys
 import typer
 
 from offlab import __version__
+from offlab.cli.console import command_group
 from offlab.errors import OfflabError
 from offlab.interrupts import EXIT_INTERRUPTED, Terminated, interrupts
 
-app = typer.Typer(
-    rich_markup_mode=None,  # help text is plain: a line break in a first paragraph is a space, never a new line
+app = command_group(
+    "Network offload, MTU and tuning experiments on Linux and virtualised Linux networking: namespaces, "
+    "Open vSwitch, QEMU guests, DPDK testpmd, SSH hosts and two real ports.",
     name="offlab",
-    help="Network offload, MTU and tuning experiments on Linux and virtualised Linux networking: namespaces, "
-         "Open vSwitch, QEMU guests, DPDK testpmd, SSH hosts and two real ports.",
-    no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},

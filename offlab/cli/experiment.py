@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import typer
 from rich.markup import escape
-from offlab.cli.console import console
+from offlab.cli.console import command_group, console
 
 if TYPE_CHECKING:  # names for annotations only; imported for real inside the commands
     from offlab.experiment.plan import Plan
@@ -33,7 +33,7 @@ BUDGET_HELP = ("Wall time of the run, lab builds and guest boots included, e.g. 
                "what is left undetermined says how many more minutes it would need.")
 UNTIL_HELP = ("decided: repeat each comparison with the baseline until faster, slower or equivalent; "
               "width: repeat each cell until its interval is repeat.width % wide (netperf -I, the old rule).")
-suite_app = typer.Typer(rich_markup_mode=None, help="Built-in suites that reproduce the seed documents.", no_args_is_help=True)
+suite_app = command_group("Built-in suites that reproduce the seed documents.")
 
 
 def register(app: typer.Typer) -> None:

@@ -7,10 +7,11 @@ from typing import List, Optional
 
 import typer
 
+from offlab.cli.console import command_group
 from offlab.errors import EnvironmentProblem
 
-app = typer.Typer(rich_markup_mode=None, help="Fleet runs driven by Ansible: offlab installed on each host, each pair run from its "
-                       "client host, results imported here.", no_args_is_help=True)
+app = command_group("Fleet runs driven by Ansible: offlab installed on each host, each pair run from its "
+                       "client host, results imported here.")
 
 
 @app.command("run")

@@ -7,9 +7,10 @@ from typing import List, Optional
 
 import typer
 
+from offlab.cli.console import command_group
 from offlab.errors import EnvironmentProblem
 
-app = typer.Typer(rich_markup_mode=None, help="Existing machines reached over SSH (inventories).", no_args_is_help=True)
+app = command_group("Existing machines reached over SSH (inventories).")
 
 
 @app.command("check")

@@ -6,7 +6,7 @@ import json
 from typing import Optional
 
 import typer
-from offlab.cli.console import console
+from offlab.cli.console import command_group, console
 from rich.markup import escape
 from rich.table import Table
 
@@ -19,7 +19,7 @@ from offlab.hosts import is_root
 from offlab.lab.inspect import SUMMARY_FEATURES, describe
 from offlab.names import check_lab_name, check_mtu
 
-app = typer.Typer(rich_markup_mode=None, help="Build, inspect and remove labs: namespaces, guests, DPDK, OVS, SSH hosts, two ports.", no_args_is_help=True)
+app = command_group("Build, inspect and remove labs: namespaces, guests, DPDK, OVS, SSH hosts, two ports.")
 out = console()
 
 

@@ -6,13 +6,13 @@ import json
 from typing import Optional
 
 import typer
-from offlab.cli.console import console
+from offlab.cli.console import command_group, console
 from rich.table import Table
 
 from offlab.addresses import RANGES
 from offlab.errors import BadInput
 
-app = typer.Typer(rich_markup_mode=None, help="MTU arithmetic and path-MTU probing inside labs.", no_args_is_help=True)
+app = command_group("MTU arithmetic and path-MTU probing inside labs.")
 
 
 @app.command("calc")

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
-from offlab.cli.console import console
+from offlab.cli.console import command_group, console
 from rich.markup import escape
 from rich.table import Table
 
@@ -25,7 +25,7 @@ DB_HELP = ("Results database: an SQLite file or a postgresql://USER@HOST/DB URL 
 
 
 def register(app: typer.Typer) -> None:
-    results = typer.Typer(rich_markup_mode=None, help="Runs stored in the results database.", no_args_is_help=True)
+    results = command_group("Runs stored in the results database.")
     results.command("list")(list_cmd)
     results.command("show")(show_cmd)
     results.command("import")(import_cmd)

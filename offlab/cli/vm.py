@@ -8,7 +8,9 @@ from typing import Optional
 
 import typer
 
-app = typer.Typer(rich_markup_mode=None, help="QEMU guests: the cached guest image and QEMU versions.", no_args_is_help=True)
+from offlab.cli.console import command_group
+
+app = command_group("QEMU guests: the cached guest image and QEMU versions.")
 
 KERNEL_HELP = ("Debian cloud kernel from any suite of the archive: a series (6.1, 6.12, 7.2: its newest), a release "
                "as Debian names it (6.12.57+deb12, 6.1.0-56) or newest. Default: the newest 6.12 the machine's apt knows.")
