@@ -43,14 +43,14 @@ def test_live_as_root_json_validates(veth_lab):
 
 @needs_root
 def test_live_as_nobody_skips_only_what_needs_root():
-    from offlab.doctor.registry import REGISTRY
+    from offlab.doctor.checks import all_checks
 
     res = as_nobody("doctor", "--json", "--sample", "0.2")
     assert res.returncode == 0, res.stderr
     doc = json.loads(res.stdout)
     assert validate(doc) == []
     assert doc["host"]["privileged"] is False
-    needs_root = {s.id for s in REGISTRY if s.needs_root}
+    needs_root = {s.id for s in all_checks() if s.needs_root}
     assert needs_root == {"firewall.rules", "ovs.veth-csum"}
     ran = {c["id"] for c in doc["checks"]}
     skipped = {c["id"] for c in doc["checks"] if c["summary"].startswith("needs root")}

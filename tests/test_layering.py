@@ -450,8 +450,6 @@ def module_caches(source: str) -> list[tuple[int, str]]:
 # connections (hosts/memo.py). These few are not caches, and say why:
 NOT_CACHES = {
     ("offlab.knobs.lease", "_HELD"): "the leases this process holds: Lease.release removes each",
-    ("offlab.knobs.journal", "_MIRRORS"): "where journal records are copied (undo.py's hooks), not a memory",
-    ("offlab.doctor.registry", "REGISTRY"): "the checks, filled once by their decorators as modules load",
 }
 
 
@@ -476,3 +474,57 @@ def test_no_part_above_hosts_keeps_a_cache_in_a_module():
 ])
 def test_the_module_cache_checker_finds_each_way_of_filling_one(source, names):
     assert [n for _, n in module_caches(source)] == names
+
+
+def import_time_registrations(source: str) -> list[tuple[int, str]]:
+    """Calls a module makes as it loads on something it imported (`register_kind(...)`,
+    `journal.on_record(...)`, `atexit.register(...)`, `signal.signal(...)`): each puts this module into
+    another's state just because it was imported, so what works depends on who imported what. Calls on
+    the module's own names (a YAML loader class it defines, its own command table) and the
+    `if __name__ == "__main__":` block are not that."""
+    tree = ast.parse(source)
+    imported = {(a.asname or a.name).split(".")[0] for n in ast.walk(tree)
+                if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
+    found = []
+
+    def visit(body: list[ast.stmt]) -> None:
+        for node in body:
+            if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test):
+                continue
+            if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+                root = node.value.func
+                while isinstance(root, ast.Attribute):
+                    root = root.value
+                if isinstance(root, ast.Name) and root.id in imported:
+                    found.append((node.lineno, ast.unparse(node.value.func)))
+            for block in ("body", "orelse", "finalbody"):
+                if isinstance(node, (ast.If, ast.Try, ast.With)) and hasattr(node, block):
+                    visit(getattr(node, block))
+            for handler in getattr(node, "handlers", []) if isinstance(node, ast.Try) else []:
+                visit(handler.body)
+
+    visit(tree.body)
+    return found
+
+
+def test_no_module_registers_itself_where_it_is_imported():
+    """Host kinds are one table (hosts/refs.py), doctor checks are found by their mark, the SSH copy of
+    the journal is called by the transaction, ssh's at-exit close is set when a master opens."""
+    problems = [f"{file}:{line}: {mod} calls {call}(...) as it loads"
+                for mod, (file, source, _) in load(PACKAGE).items()
+                for line, call in import_time_registrations(source)]
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("source,calls", [
+    ("from offlab.hosts.base import register_kind\nregister_kind('x', f)\n", ["register_kind"]),
+    ("import atexit\natexit.register(close)\n", ["atexit.register"]),
+    ("from offlab.knobs import journal\nif True:\n    journal.on_record(a, b)\n", ["journal.on_record"]),
+    ("import signal\ntry:\n    signal.signal(2, h)\nexcept OSError:\n    pass\n", ["signal.signal"]),
+    # its own names, a main block, a call inside a function: none
+    ("import yaml\nclass L(yaml.SafeLoader):\n    pass\nL.add_constructor('!x', f)\n", []),
+    ("import sys\ndef main():\n    sys.exit(0)\nif __name__ == '__main__':\n    sys.exit(main())\n", []),
+    ("import atexit\ndef f():\n    atexit.register(g)\n", []),
+])
+def test_the_registration_checker_finds_each_way_of_registering(source, calls):
+    assert [c for _, c in import_time_registrations(source)] == calls

@@ -12,15 +12,15 @@ from __future__ import annotations
 
 import time
 
-from offlab.doctor import checks as _checks  # noqa: F401  (registers every check)
+from offlab.doctor.checks import all_checks
 from offlab.doctor import tiers
 from offlab.doctor.model import Finding, Outcome, Report
-from offlab.doctor.registry import REGISTRY, CheckSpec, Context, NotApplicable, Skip
+from offlab.doctor.registry import CheckSpec, Context, NotApplicable, Skip
 from offlab.doctor.source import CapturedTree, Denied, LiveSource, Source, SosReport, open_root
 from offlab.errors import BadInput
 from offlab.names import check_ifname
 
-__all__ = ["audit", "open_root", "LiveSource", "Report", "Finding", "REGISTRY"]
+__all__ = ["audit", "open_root", "LiveSource", "Report", "Finding", "all_checks"]
 
 NEEDS_ROOT = "needs root to observe: run as root (sudo offlab doctor)"
 READ_FROM_MAX = 16
@@ -70,11 +70,11 @@ def audit(src: Source, *, ifaces: list[str] | None = None, target_pps: int | Non
     else:
         ctx.ifaces = default_ifaces(ctx)
     if only:
-        unknown = only - {s.id for s in REGISTRY}
+        unknown = only - {s.id for s in all_checks()}
         if unknown:
             raise BadInput(f"unknown check id(s) {', '.join(sorted(unknown))}: see `offlab doctor --list`")
     findings: list[Finding] = []
-    for spec in REGISTRY:
+    for spec in all_checks():
         if only and spec.id not in only:
             continue
         targets = ctx.ifaces if spec.per_iface else [None]

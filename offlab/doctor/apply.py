@@ -8,7 +8,7 @@ applies them in one persistent Transaction, so `offlab restore` puts every origi
 from __future__ import annotations
 
 from offlab.doctor.model import FixChange, Report
-from offlab.doctor.registry import REGISTRY
+from offlab.doctor.checks import all_checks
 from offlab.doctor.source import LiveSource, Source
 from offlab.errors import BadInput
 from offlab.hosts import LOCAL, Host, NetnsHost
@@ -20,7 +20,7 @@ HOST_WIDE = ("net.core.netdev_budget", "net.core.netdev_budget_usecs", "net.core
 
 def plan(report: Report, ids: list[str]) -> list[tuple[str, FixChange]]:
     """(check id, change) for every finding of `ids` that is not ok and has an automatable fix."""
-    known = {s.id for s in REGISTRY}
+    known = {s.id for s in all_checks()}
     unknown = [i for i in ids if i not in known]
     if unknown:
         raise BadInput(f"--apply: unknown check id(s) {', '.join(unknown)} (offlab doctor --list)")

@@ -1,8 +1,10 @@
 """The check registry and the context a check reads through.
 
-A check is a plain function decorated with `@check(...)`: the decorator holds
-what never changes (id, area, title, the guide's reason, tier, needs_root) and
-the function returns an `Outcome` from what it reads via `ctx`.
+A check is a plain function decorated with `@check(...)`: the decorator puts on
+it what never changes (id, area, title, the guide's reason, tier, needs_root) and
+the function returns an `Outcome` from what it reads via `ctx`. The checks are
+found by that mark in the modules offlab/doctor/checks/ lists (`all_checks`);
+nothing is registered as a module loads.
 """
 
 from __future__ import annotations
@@ -39,7 +41,6 @@ class CheckSpec:
     func: Callable[..., Outcome]
 
 
-REGISTRY: list[CheckSpec] = []
 PCI_ADDRESS = re.compile(r"^(?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
 
 
@@ -64,17 +65,18 @@ def traced(fn: Callable[["Context"], Any]) -> property:
     return property(get)
 
 
+SPEC_ATTR = "doctor_check"  # where @check puts a check's CheckSpec
 AREAS = ("platform", "cpu", "kernel", "kvm", "nic", "irq", "napi", "bridge", "firewall", "mtu", "ovs", "dpdk")
 
 
 def check(id: str, *, area: str, title: str, why: str, tier: str | None = None,
           needs_root: bool = False, per_iface: bool = False):
-    """Register a check; `per_iface` checks are called once per audited interface."""
+    """Mark a function as a check; `per_iface` checks are called once per audited interface."""
     assert area in AREAS, area
     assert tier in (None, "basic", "aggressive"), tier
 
     def deco(fn: Callable[..., Outcome]) -> Callable[..., Outcome]:
-        REGISTRY.append(CheckSpec(id, area, title, why, tier, needs_root, per_iface, fn))
+        setattr(fn, SPEC_ATTR, CheckSpec(id, area, title, why, tier, needs_root, per_iface, fn))
         return fn
 
     return deco

@@ -7,7 +7,8 @@ from rich.table import Table
 from rich.text import Text
 
 from offlab.doctor.model import Report
-from offlab.doctor.registry import AREAS, REGISTRY
+from offlab.doctor.checks import all_checks
+from offlab.doctor.registry import AREAS
 
 STYLE = {"ok": "green", "info": "cyan", "skip": "dim", "warn": "yellow", "fail": "bold red"}
 AREA_TITLES = {
@@ -61,7 +62,7 @@ def render(report: Report, console: Console, *, verbose: bool = False) -> None:
 
 def render_list(console: Console) -> None:
     table = Table("id", "area", "tier", "root", "title", box=None)
-    for spec in REGISTRY:
+    for spec in all_checks():
         table.add_row(spec.id, spec.area, spec.tier or "-", "yes" if spec.needs_root else "",
                       spec.title + (" (per interface)" if spec.per_iface else ""))
     console.print(table)

@@ -30,7 +30,6 @@ from offlab.traffic import iperf3 as iperf3_driver
 from offlab.traffic import rr as rr_driver
 from offlab.wire import ETH_HEADER
 
-_BESIDE = ThreadPoolExecutor(max_workers=4, thread_name_prefix="offlab-beside")
 # Probes stop this much before the sender does, so the second snapshot is still inside traffic.
 END_MARGIN_S = 0.05
 # Traffic that ends more than this (or 10 % of the window) before the window's end is a failed sample.
@@ -94,16 +93,20 @@ def measure(lab: LabState, w: Workload, capture: CaptureRequest | None = None, *
     settings the sample runs with, each given an effect witness (offlab.experiment.effects). `trace`:
     the kernel's own account of the window beside the counters (offlab.probes.trace). A
     failure while a lab daemon (testpmd, OVS) is dead is reported as that daemon's death, with its last lines: the traffic error is its symptom."""
+    # reads that run beside the traffic (MTUs, testpmd's settings): this sample's own threads
+    beside = ThreadPoolExecutor(max_workers=2, thread_name_prefix="offlab-beside")
     try:
-        return _measure(lab, w, capture, alongside=alongside, settings=settings or [], trace=trace)
+        return _measure(lab, w, capture, beside, alongside=alongside, settings=settings or [], trace=trace)
     except (OfflabError, OSError) as exc:
         died = labs.daemon_died(lab)
         if died is not None:
             raise died from exc
         raise
+    finally:
+        beside.shutdown(wait=False, cancel_futures=True)  # a read stuck on a dead guest does not hold the caller
 
 
-def _measure(lab: LabState, w: Workload, capture: CaptureRequest | None, *,
+def _measure(lab: LabState, w: Workload, capture: CaptureRequest | None, beside: ThreadPoolExecutor, *,
              alongside: Callable[[], None] | None, settings: list[dict], trace: bool = False) -> Sample:
     w.ipv6 = w.ipv6 and bool(lab.entry("server").address6)
     w.check()
@@ -121,10 +124,10 @@ def _measure(lab: LabState, w: Workload, capture: CaptureRequest | None, *,
     started_at = time.time()
     # Nothing changes the MTUs during a sample: read them beside the traffic, not after it (a guest's
     # read is a channel round trip, seconds on a loaded machine).
-    mtu_read = _BESIDE.submit(mtus, lab)
+    mtu_read = beside.submit(mtus, lab)
     # testpmd's own read of its GRO/GSO/fwd: what the effect witnesses judge its counters against
     tp = Testpmd.for_lab(lab.name) if lab.has_testpmd else None
-    tp_read = _BESIDE.submit(tp.settings) if tp is not None else None
+    tp_read = beside.submit(tp.settings) if tp is not None else None
     # a guest's own kernel account: offlab's hist triggers there, set before the probes open and put back
     # after they close (guest_trace.py)
     with guest_trace.triggers(lab, trace) as traced, \

@@ -13,19 +13,18 @@ from offlab.hosts.base import (
     NetReader,
     Process,
     Result,
-    from_ref,
     is_root,
-    register_kind,
     require_tool,
     which,
 )
 from offlab.hosts.memo import Memo
+from offlab.hosts.refs import from_ref
 from offlab.hosts.local import LOCAL, LocalHost, NetnsHost, check_netns, netns_exists
-from offlab.hosts.ssh import SshHost  # registers the "ssh" kind, so from_ref follows journals to SSH hosts
-from offlab.hosts.guest import GuestHost  # registers the "guest" kind for from_ref
+from offlab.hosts.ssh import SshHost
+from offlab.hosts.guest import GuestHost
 
 __all__ = [
     "DEFAULT_TIMEOUT", "TOOL_PACKAGES", "Host", "Memo", "NetReader", "Process", "Result", "from_ref", "is_root",
-    "register_kind", "require_tool", "which", "LOCAL", "LocalHost", "NetnsHost", "check_netns",
+    "require_tool", "which", "LOCAL", "LocalHost", "NetnsHost", "check_netns",
     "netns_exists", "SshHost", "GuestHost",
 ]

@@ -16,9 +16,9 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Protocol, Sequence
+from typing import Any, ClassVar, Protocol, Sequence
 
-from offlab.errors import BadInput, CommandFailed, CommandTimeout, ToolMissing
+from offlab.errors import CommandFailed, CommandTimeout, ToolMissing
 from offlab.hosts.memo import Memo, drop, memo_of
 
 DEFAULT_TIMEOUT = 30.0
@@ -298,21 +298,3 @@ class Host:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name}>"
-
-
-# kind → function that rebuilds a host from its ref; filled by the modules that define kinds.
-_KINDS: dict[str, Callable[[dict], Host]] = {}
-
-
-def register_kind(kind: str, factory: Callable[[dict], Host]) -> None:
-    _KINDS[kind] = factory
-
-
-def from_ref(ref: object) -> Host:
-    """The host a `ref()` names; BadInput for a reference this offlab cannot follow."""
-    if not isinstance(ref, dict) or not isinstance(ref.get("kind"), str):
-        raise BadInput(f"invalid host reference {ref!r}")
-    factory = _KINDS.get(ref["kind"])
-    if factory is None:
-        raise BadInput(f"unknown kind of host {ref['kind']!r} in a reference (known: {', '.join(sorted(_KINDS))})")
-    return factory(ref)

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Sequence
 
 from offlab.errors import BadInput, CommandFailed, CommandTimeout, EnvironmentProblem
-from offlab.hosts.base import DEFAULT_TIMEOUT, Host, Result, register_kind
+from offlab.hosts.base import DEFAULT_TIMEOUT, Host, Result
 from offlab.hosts.process import RemoteProcess, process_start_time
 
 IDLE_CLOSE = 2.0
@@ -420,14 +420,13 @@ def console_tail(path: str | None, lines: int = 8) -> str:
     return "; console: " + " | ".join(tail) if tail else ""
 
 
-def _from_ref(ref: dict) -> GuestHost:
+def from_ref(ref: dict) -> GuestHost:
+    """The guest a `ref()` names (hosts/refs.py)."""
     try:
         return GuestHost(ref["socket"], ref["pid"], ref["start_time"], lab=ref.get("lab"),
                          role=ref.get("role"), console=ref.get("console"))
     except (KeyError, TypeError, ValueError) as exc:
         raise BadInput(f"invalid guest reference {ref!r}: {exc}") from None
 
-
-register_kind("guest", _from_ref)
 
 __all__ = ["GuestHost", "GuestGone", "console_tail", "process_start_time"]

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Sequence
 
 from offlab.errors import BadInput, EnvironmentProblem
-from offlab.hosts.base import Host, register_kind
+from offlab.hosts.base import Host
 from offlab.hosts.process import signal_pid
 
 NETNS_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
@@ -123,5 +123,10 @@ class _AnchorReader:
 
 
 LOCAL = LocalHost()
-register_kind("local", lambda ref: LOCAL)
-register_kind("netns", lambda ref: NetnsHost(str(ref.get("netns") or "")))  # "" is refused by check_netns
+
+
+def from_ref(ref: dict) -> Host:
+    """This machine, or one of its namespaces, as a `ref()` names it (hosts/refs.py)."""
+    if ref["kind"] == "local":
+        return LOCAL
+    return NetnsHost(str(ref.get("netns") or ""))  # "" is refused by check_netns

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Sequence
 
 from offlab.errors import BadInput, CommandFailed, CommandTimeout, EnvironmentProblem, ToolMissing
-from offlab.hosts.base import DEFAULT_TIMEOUT, TOOL_PACKAGES, Host, Result, register_kind, which
+from offlab.hosts.base import DEFAULT_TIMEOUT, TOOL_PACKAGES, Host, Result, which
 from offlab.hosts.local import check_netns, netns_exists
 from offlab.hosts.process import RemoteProcess
 from offlab.interrupts import shielded
@@ -156,7 +156,7 @@ def _key_lock(key: str) -> threading.Lock:
 
 
 def close_all() -> None:
-    """Close every master this process opened (`ssh -O exit`); registered with atexit."""
+    """Close every master this process opened (`ssh -O exit`); at exit once one is opened (_opened)."""
     with _OPEN_LOCK:
         hosts = list(_OPEN.values())
     for host in hosts:
@@ -167,7 +167,12 @@ def close_all() -> None:
         _CONTROL.remove()
 
 
-atexit.register(close_all)
+def _opened(host: "SshHost") -> None:
+    """Keep `host`'s master to close at exit (under _OPEN_LOCK); the first one has close_all run then."""
+    if not _OPEN:
+        atexit.unregister(close_all)  # once, however often the set empties and fills again
+        atexit.register(close_all)
+    _OPEN[host._key] = host
 
 
 class SshHost(Host):
@@ -300,7 +305,7 @@ class SshHost(Host):
         with _key_lock(self._key):
             if sock.exists() and self._check_master():
                 with _OPEN_LOCK:
-                    _OPEN[self._key] = self
+                    _opened(self)
                 return
             sock.unlink(missing_ok=True)
             if self.via_netns is not None and not netns_exists(self.via_netns):
@@ -330,7 +335,7 @@ class SshHost(Host):
                 if rc != 0 or not sock.exists():
                     raise HostUnreachable(self.name, "connecting", text or f"exit code {rc}")
                 with _OPEN_LOCK:
-                    _OPEN[self._key] = self
+                    _opened(self)
 
     def _check_master(self) -> bool:
         argv = self._local([*self._base(), "-O", "check", "--", self.target], netns=False)
@@ -476,7 +481,8 @@ class SshHost(Host):
         return f"<SshHost {self.name}>"
 
 
-def _from_ref(ref: dict) -> SshHost:
+def from_ref(ref: dict) -> SshHost:
+    """The SSH host a `ref()` names (hosts/refs.py)."""
     known = {"kind", "name", "target", "user", "port", "identity", "ssh_args", "become", "config",
              "via_netns", "connect_timeout", "remote_dir", "tools"}
     extra = set(ref) - known
@@ -491,5 +497,3 @@ def _from_ref(ref: dict) -> SshHost:
                    connect_timeout=ref.get("connect_timeout", DEFAULT_CONNECT_TIMEOUT),
                    remote_dir=ref.get("remote_dir", DEFAULT_REMOTE_DIR), tools=ref.get("tools") or {})
 
-
-register_kind("ssh", _from_ref)

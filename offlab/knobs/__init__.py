@@ -19,7 +19,6 @@ from offlab.knobs.restore import (forget_lab_namespaces, list_pending, pending_c
 from offlab.knobs.target import Target
 from offlab.interrupts import Terminated
 from offlab.knobs.transaction import Change, Outcome, Transaction
-from offlab.knobs import undo as _undo  # noqa: F401 - registers the journal's copy on SSH hosts
 
 __all__ = ["Change", "Outcome", "Transaction", "Terminated", "restore_pending", "restore_report",
            "list_pending", "pending_changes", "forget_namespaces", "forget_lab_namespaces", "Knob", "Target", "Entry", "knob_for", "knob_class"]

@@ -28,7 +28,7 @@ import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Iterator
 
 from offlab.state import ensure_dir, me, owner_alive, proc_start, state_dir, write_failed
 
@@ -37,17 +37,6 @@ __all__ = ["Journal", "JournalView", "Entry", "load", "all_journals", "journal_d
 
 VERSION = 1
 _counter = itertools.count(1)
-# Copies of the journal elsewhere (knobs/undo.py: on the SSH host a change is made on):
-# (on_record(path, record) before the change, on_mark(path, data, seq, op) once it is put back).
-_MIRRORS: list[tuple[Callable[[Path, dict], None], Callable[[Path, dict, int, str], None]]] = []
-
-
-def on_record(record_hook: Callable[[Path, dict], None], mark_hook: Callable[[Path, dict, int, str], None]) -> None:
-    """Have every journalled change also go to `record_hook` (after it is on disk here, before it is made)."""
-    if (record_hook, mark_hook) not in _MIRRORS:
-        _MIRRORS.append((record_hook, mark_hook))
-
-
 def journal_dir() -> Path:
     return state_dir() / "journal"
 
@@ -206,15 +195,13 @@ class Journal:
     def next_seq(self) -> int:
         return self._seq + 1
 
-    def add(self, entry: dict, original: object, original_text: str, value: str) -> int:
-        """Record an original value; returns only once it is on disk."""
+    def add(self, entry: dict, original: object, original_text: str, value: str) -> dict:
+        """Record an original value; returns the record (its "seq" numbers it) only once it is on disk."""
         self._seq += 1
         record = {"op": "change", "seq": self._seq, "t": time.time_ns(), **entry,
                   "original": original, "original_text": original_text, "value": value}
         self.append(record)
-        for record_hook, _ in _MIRRORS:
-            record_hook(self.path, record)
-        return self._seq
+        return record
 
     def release(self) -> None:
         self.append({"op": "release"})
@@ -230,10 +217,6 @@ def mark(entry: Entry, op: str, note: str = "") -> None:
     if entry.journal.exists():
         Journal(entry.journal).append(rec)
     entry.status, entry.note = op, note
-    if _MIRRORS:
-        data = entry.data or next((e.data for e in load(entry.journal).entries if e.seq == entry.seq), {})
-        for _, mark_hook in _MIRRORS:
-            mark_hook(entry.journal, data, entry.seq, op)
 
 
 def remove_if_done(path: Path) -> bool:

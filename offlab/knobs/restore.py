@@ -6,8 +6,9 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from offlab.errors import OfflabError
-from offlab.knobs.journal import (Entry, all_journals, dir_lock, forget_namespaces, in_guest_of, journal_dir, mark,
+from offlab.knobs.journal import (Entry, all_journals, dir_lock, forget_namespaces, in_guest_of, journal_dir,
                                   remove_if_done)
+from offlab.knobs.undo import mark
 from offlab.knobs.registry import knob_from_entry
 from offlab.knobs.target import Target, netns_exists
 

@@ -25,7 +25,9 @@ from offlab.hosts import Host
 from offlab.interrupts import interrupts, shielded
 from offlab.knobs.base import Knob, Plan, failure_text
 from offlab.knobs.features import forget_reads, shared_reads
-from offlab.knobs.journal import Entry, Journal, dir_lock, mark, remove_if_done
+from offlab.knobs import undo
+from offlab.knobs.journal import Entry, Journal, dir_lock, remove_if_done
+from offlab.knobs.undo import mark
 from offlab.knobs.lease import Lease, take
 from offlab.knobs.registry import knob_class, knob_for
 from offlab.knobs.restore import Report, restore_entries
@@ -293,7 +295,9 @@ class Transaction:
         side_before = knob.side_state()
         if lease is not None:  # named first: a crash between the two must still point at the journal
             lease.journalled(self.journal.path, self.journal.next_seq)
-        seq = self.journal.add(knob.to_entry(), before, original, value)
+        record = self.journal.add(knob.to_entry(), before, original, value)
+        undo.copy_to_host(self.journal.path, record)
+        seq = record["seq"]
         out.journalled = True
         out.seqs.append(seq)
         self.counts["applied"] += 1

@@ -1,9 +1,10 @@
 """The journal's copy on the SSH host itself: each change on an SSH host, as the commands that undo it.
 
-Registered with the journal (journal.on_record): when a change on an SSH host is journalled here,
-the exact commands that put its original back are written on that host too, before the change is
-made (offlab.hosts.remote_journal), so `sh <remote_dir>/restore.sh` run there alone restores it
-even when this controller died with SIGKILL. When the controller restores it itself, the copy goes.
+The transaction calls `copy_to_host` with each journalled record: for a change on an SSH host, the
+exact commands that put its original back are written on that host too, before the change is made
+(offlab.hosts.remote_journal), so `sh <remote_dir>/restore.sh` run there alone restores it even when
+this controller died with SIGKILL. `mark` (the journal's mark plus this copy's removal) is how a
+restore or a refused change closes an entry, so the host's copy goes with it.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from offlab.errors import CommandFailed, EnvironmentProblem
 from offlab.hosts import from_ref
 from offlab.hosts import remote_journal
 from offlab.knobs import journal
+from offlab.knobs.journal import Entry
 from offlab.knobs.ethtool_params import _EthtoolParam
 from offlab.knobs.registry import knob_from_entry
 from offlab.knobs.sysctl import Sysctl
@@ -59,7 +61,7 @@ def _name(path: Path, seq: int) -> str:
     return f"{path.stem}-{seq}"
 
 
-def on_record(path: Path, record: dict) -> None:
+def copy_to_host(path: Path, record: dict) -> None:
     """A change on an SSH host is about to be made: its undo goes to the host first."""
     host = _ssh_host(record)
     if host is None:
@@ -74,15 +76,15 @@ def on_record(path: Path, record: dict) -> None:
     remote_journal.record(host, host.remote_dir, _name(path, record["seq"]), title, argvs)
 
 
-def on_mark(path: Path, data: dict, seq: int, op: str) -> None:
-    """The controller restored (or dropped) the change: the host's copy goes."""
+def mark(entry: Entry, op: str, note: str = "") -> None:
+    """Close an entry (restored, dropped) in the journal here and, for an SSH host's change, remove the
+    host's copy of its undo."""
+    journal.mark(entry, op, note)
+    data = entry.data or next((e.data for e in journal.load(entry.journal).entries if e.seq == entry.seq), {})
     host = _ssh_host(data)
     if host is None:
         return
     try:
-        remote_journal.forget(host, host.remote_dir, _name(path, seq))
+        remote_journal.forget(host, host.remote_dir, _name(entry.journal, entry.seq))
     except (EnvironmentProblem, CommandFailed):
         pass  # unreachable now: the script left there restores the same original, harmlessly
-
-
-journal.on_record(on_record, on_mark)
