@@ -21,7 +21,7 @@ BEFORE_LAB = "cav1"
 
 
 def stored(obj: Any) -> str:
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))  # as store.py writes a sample
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))  # as the store writes a sample
 
 
 def shape(value: Any, lab: str) -> Any:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import offlab_cli
-from offlab import store as store_mod
+from offlab.store import backends, schema
 from offlab.errors import BadInput, EnvironmentProblem
 from offlab.store import SCHEMA_VERSION, Store, default_db_path
 from synthetic_results import ENV, PLAN_TEXT, make_uso_run, sample
@@ -141,14 +141,14 @@ def test_database_from_a_newer_schema_is_refused_with_exit_3(db):
 
 def test_migrations_run_in_order_from_an_older_version(db, monkeypatch):
     Store.open(db).close()
-    extra = {**store_mod.MIGRATIONS, SCHEMA_VERSION + 1: ["ALTER TABLE runs ADD COLUMN host TEXT"]}
-    monkeypatch.setattr(store_mod, "MIGRATIONS", extra)
-    monkeypatch.setattr(store_mod, "SCHEMA_VERSION", SCHEMA_VERSION + 1)
+    extra = {**schema.MIGRATIONS, SCHEMA_VERSION + 1: ["ALTER TABLE runs ADD COLUMN host TEXT"]}
+    monkeypatch.setattr(schema, "MIGRATIONS", extra)
+    monkeypatch.setattr(schema, "SCHEMA_VERSION", SCHEMA_VERSION + 1)
     with Store.open(db) as s:
         assert s.schema_version() == SCHEMA_VERSION + 1
         cols = {r[1] for r in s.conn.execute("PRAGMA table_info(runs)")}
         assert "host" in cols
-        assert s._meta("schema_version") == str(SCHEMA_VERSION + 1)
+        assert s.meta("schema_version") == str(SCHEMA_VERSION + 1)
 
 
 def test_a_file_that_is_not_an_offlab_database_is_bad_input(tmp_path):
@@ -172,9 +172,9 @@ def test_default_db_path_prefers_offlab_db_then_root_then_home(monkeypatch, tmp_
     monkeypatch.setenv("OFFLAB_DB", str(tmp_path / "x.db"))
     assert default_db_path() == tmp_path / "x.db"
     monkeypatch.delenv("OFFLAB_DB")
-    monkeypatch.setattr(store_mod.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(backends.os, "geteuid", lambda: 0)
     assert default_db_path() == Path("/var/lib/offlab/offlab.db")
-    monkeypatch.setattr(store_mod.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(backends.os, "geteuid", lambda: 1000)
     monkeypatch.setenv("HOME", str(tmp_path))
     assert default_db_path() == tmp_path / ".local/share/offlab/offlab.db"
 
