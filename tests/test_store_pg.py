@@ -222,3 +222,17 @@ def test_results_import_of_a_file_that_is_not_an_offlab_database_is_one_line(tmp
     assert res.returncode == 2, res.stderr
     assert {"missing": f"no SQLite database at {src}", "not sqlite": f"{src} is not an SQLite database",
             "a url": "results import reads SQLite files"}[what] in line, line
+
+
+def test_a_sequential_runs_rounds_read_back_from_postgresql_as_from_sqlite(pg, tmp_path):
+    """Store.cell_rounds (what a sequential compare pairs by round) reads through the same SQL on both
+    backends: it once went through SQLite's raw connection and refused PostgreSQL."""
+    rounds = {}
+    for where in (pg.database(), tmp_path / "r.db"):
+        with Store.open(where) as s:
+            run_id, ids = make_uso_run(s, rounds=2)
+            by_cell = s.cell_rounds(run_id, "throughput_bps")
+            rounds[s.backend] = {key: by_cell.get(cid) for key, cid in ids.items()}
+    assert rounds["postgresql"] == rounds["sqlite"]
+    measured = [v for v in rounds["sqlite"].values() if v is not None]
+    assert len(measured) == 5 and all([r for r, _ in v] == [0, 1] for v in measured)
