@@ -219,6 +219,7 @@ class KernelTrace:
         self.error: str | None = None  # why it could not run (the sample's one line)
         self._lines: queue.Queue[str | None] = queue.Queue()
         self._stderr: list[str] = []
+        self._err_pump: threading.Thread | None = None
 
     def start(self) -> bool:
         """Start bpftrace and wait until its probes are attached; False (with `error`) if it cannot run."""
@@ -240,7 +241,8 @@ class KernelTrace:
             self.error = f"bpftrace could not be started: {exc}"
             return False
         threading.Thread(target=self._pump, daemon=True).start()
-        threading.Thread(target=self._pump_err, daemon=True).start()
+        self._err_pump = threading.Thread(target=self._pump_err, daemon=True)
+        self._err_pump.start()
         fmt: list[str] = []
         deadline = time.monotonic() + START_TIMEOUT_S
         while True:
@@ -276,6 +278,16 @@ class KernelTrace:
             return None
 
     def _why_not(self, what: str) -> str:
+        if self._err_pump is not None and self.proc is not None:
+            # When bpftrace has ended (or is ending: its stdout closed), its stderr is read to the end before
+            # it is quoted: the stdout's end can reach us first, and on a loaded machine the refusal was then
+            # missing from the line. One still running (a start that timed out) is not waited for.
+            try:
+                self.proc.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                pass
+            else:
+                self._err_pump.join(timeout=5)
         err = next((e for e in self._stderr if "ERROR" in e), self._stderr[0] if self._stderr else "")
         return f"bpftrace {what}" + (f": {err}" if err else "")
 
