@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from offlab.wire import ETH_HEADER
+
 TRACEFS = "/sys/kernel/tracing"
 NAME_PREFIX = "offlab_"
-ETH_HLEN = 14
 
 
 @dataclass(frozen=True)
@@ -118,4 +119,4 @@ def state_argv() -> list[str]:
 
 def frame_max(mtu_text: str) -> int:
     mtus = [int(x) for x in mtu_text.split() if x.isdigit()]
-    return (max(mtus) if mtus else 1500) + ETH_HLEN
+    return (max(mtus) if mtus else 1500) + ETH_HEADER

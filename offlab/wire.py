@@ -14,6 +14,10 @@ ICMP_HEADER = 8
 TCP_HEADER = 20
 TCP_TIMESTAMPS = 12  # the option (10) padded to 12, present on nearly every Linux segment
 VXLAN_HEADER = 8
+# whole headers before a payload, as the counters see a frame: Ethernet + IPv4 + TCP with timestamps
+# (a 1514 B frame carries 1448 B), and Ethernet + IPv4 + UDP
+TCP_FRAME_OVERHEAD = ETH_HEADER + IPV4_HEADER + TCP_HEADER + TCP_TIMESTAMPS
+UDP_FRAME_OVERHEAD = ETH_HEADER + IPV4_HEADER + UDP_HEADER
 IP_MAX = 65535  # 16-bit total length (IPv4) / payload length (IPv6, without jumbograms)
 
 

@@ -7,6 +7,7 @@ Every import counts, also one inside a function (a late import is still an arrow
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -528,3 +529,22 @@ def test_no_module_registers_itself_where_it_is_imported():
 ])
 def test_the_registration_checker_finds_each_way_of_registering(source, calls):
     assert [c for _, c in import_time_registrations(source)] == calls
+
+
+HEADER_NAME = re.compile(r"ETH|HEADER|OVERHEAD|FCS|VLAN_TAG")
+
+
+def header_constants(source: str) -> list[tuple[int, str]]:
+    """Module-level names for a header size given as a number (`ETH = 14`), not taken from offlab.wire."""
+    return [(node.lineno, t.id) for node in ast.parse(source).body if isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Constant) and isinstance(node.value.value, int)
+            for t in node.targets if isinstance(t, ast.Name) and HEADER_NAME.search(t.id)]
+
+
+def test_each_header_size_is_written_once_in_wire():
+    problems = [f"{file}:{line}: {name} is a header size: take it from offlab.wire"
+                for mod, (file, source, _) in load(PACKAGE).items() if mod != "offlab.wire"
+                for line, name in header_constants(source)]
+    assert not problems, "\n".join(problems)
+    assert header_constants("ETH = 14\nTSO_HEADERS = 66\nETH_HEADER = wire.ETH_HEADER\nLIMIT = 3\n") == \
+        [(1, "ETH"), (2, "TSO_HEADERS")]

@@ -8,7 +8,9 @@ ports are limited by OVS itself (NETDEV_DPDK_MAX_PKT_LEN, 9728-byte frames).
 
 from __future__ import annotations
 
-FRAME_OVERHEAD = 18
+from offlab.wire import ETH_HEADER, FCS
+
+FRAME_OVERHEAD = ETH_HEADER + FCS  # a PMD's frame length counts the CRC
 # The largest frame each PMD takes (`show port info`: Maximum configurable length of RX packet).
 PMD_MAX_FRAME = {"net_tap": 1522, "net_af_packet": 1518}
 # The largest MTU offlab's labs ask of those PMDs: 1500 (the tap's 1522 leaves room for a VLAN tag).

@@ -23,17 +23,13 @@ from dataclasses import asdict, dataclass, field
 from offlab.experiment.plan import topology as static
 from offlab.knobs.features import names_for
 from offlab.metrics import NOT_EXERCISED
+from offlab.wire import ETH_HEADER, TCP_FRAME_OVERHEAD, UDP_FRAME_OVERHEAD
 
 EXERCISED = "exercised"
 NOT_APPLICABLE = "not applicable"
 OFF = "off"
 UNREADABLE = "witness could not read its counters"  # the cause of a witness whose sample lacks a counter
 
-# An Ethernet frame of a full MTU as the counters see it (no FCS, no VLAN tag).
-ETH = 14
-# Ethernet + IPv4 + TCP headers with timestamps: a 1514 B frame carries 1448 B of payload.
-TCP_FRAME_OVERHEAD = 66
-UDP_FRAME_OVERHEAD = 42  # Ethernet + IPv4 + UDP
 # Fewer packets than this in the data direction say nothing (ARP, a handshake): not applicable.
 MIN_PACKETS = 100
 # A merge shows when at most this fraction of the packets that would leave without it leaves;
@@ -216,7 +212,7 @@ def segmentation_effect(key: str, value: str, where: str, probes: dict, workload
         return e
     sender = _roles(workload)[0]
     if not where.startswith(f"{sender}:"):
-        if avg and mtu and pkts >= MIN_PACKETS and avg > mtu + ETH:
+        if avg and mtu and pkts >= MIN_PACKETS and avg > mtu + ETH_HEADER:
             e.status = EXERCISED  # a forwarding hop passed super-packets on (a GRO hop's, or the sender's)
         else:
             e.cause = (f"{where} forwards what arrives: it segments only super-packets the sender or a GRO "
@@ -232,7 +228,7 @@ def segmentation_effect(key: str, value: str, where: str, probes: dict, workload
     if pkts < MIN_PACKETS or not avg or mtu is None:
         e.cause = f"fewer than {MIN_PACKETS} packets sent on {where}, or its MTU unknown"
         return e
-    if avg > mtu + ETH:
+    if avg > mtu + ETH_HEADER:
         e.status = EXERCISED
         return e
     if kind == "any" and proto == "tcp":
@@ -242,7 +238,7 @@ def segmentation_effect(key: str, value: str, where: str, probes: dict, workload
     if workload.get("rate"):
         e.cause = f"the sender was paced at {workload['rate']}: a paced TCP sender writes segments one by one"
         return e
-    if proto == "tcp" and workload.get("size") and workload["size"] <= mtu - TCP_FRAME_OVERHEAD + ETH:
+    if proto == "tcp" and workload.get("size") and workload["size"] <= mtu - TCP_FRAME_OVERHEAD + ETH_HEADER:
         e.cause = f"the application wrote {workload['size']} B at a time, within one segment"
         return e
     e.status = NOT_EXERCISED
@@ -299,8 +295,8 @@ def merging_effect(key: str, value: str, where: str, probes: dict, workload: dic
         e.cause = ("plain GRO merges forwarded UDP only with rx-udp-gro-forwarding or rx-gro-list on: their own "
                    "witnesses judge that")
         return e
-    if avg > mtu + ETH:
-        e.cause = (f"the packets arrived already merged (avg {avg:.0f} B > MTU {mtu} + {ETH}: super-packets "
+    if avg > mtu + ETH_HEADER:
+        e.cause = (f"the packets arrived already merged (avg {avg:.0f} B > MTU {mtu} + {ETH_HEADER}: super-packets "
                    f"from the sender's TSO/GSO): nothing left to merge")
         return e
     if ratio < MERGED_BELOW:
@@ -326,11 +322,11 @@ def mtu_effect(value: str, where: str, probes: dict, capture: dict | None, workl
                if max((ifs.get(n) or {}).get("rx_packets") or 0, (ifs.get(n) or {}).get("tx_packets") or 0) >= MIN_PACKETS}
     smallest = min(carried.items(), key=lambda kv: kv[1]) if carried else None
     wire = [max(v.get("rx_avg_bytes") or 0, v.get("tx_avg_bytes") or 0) for n, v in ifs.items() if n in carried
-            and max(v.get("rx_avg_bytes") or 0, v.get("tx_avg_bytes") or 0) <= carried[n] + ETH]
+            and max(v.get("rx_avg_bytes") or 0, v.get("tx_avg_bytes") or 0) <= carried[n] + ETH_HEADER]
     cap = capture or {}
     # a capture on a veth sees super-packets too: its largest frame is a wire frame only within its MTU + 14
     largest = cap.get("largest_frame") or None
-    if largest and largest > (cap.get("mtu") or 0) + ETH:
+    if largest and largest > (cap.get("mtu") or 0) + ETH_HEADER:
         largest = None
     bound = max(wire) if wire else None
     e.counters = {"path_smallest_mtu": smallest[1] if smallest else None,
@@ -357,11 +353,11 @@ def mtu_effect(value: str, where: str, probes: dict, capture: dict | None, workl
     if frame is None:
         e.cause = "super-packets hide the frame size on every hop and no capture was taken (--capture)"
         return e
-    if frame > 1500 + ETH:
+    if frame > 1500 + ETH_HEADER:
         e.status = EXERCISED
         return e
     e.status = NOT_EXERCISED
-    e.cause = f"no frame above {1500 + ETH} B seen although the path allows {smallest[1]}"
+    e.cause = f"no frame above {1500 + ETH_HEADER} B seen although the path allows {smallest[1]}"
     return e
 
 

@@ -18,7 +18,7 @@ import dpkt
 from offlab.errors import EnvironmentProblem
 from offlab.hosts import Host, require_tool
 from offlab.names import check_ifname
-from offlab.wire import ETH_HEADER
+from offlab.wire import ETH_HEADER, UDP_HEADER
 
 HIST_EDGES = (64, 128, 256, 512, 1024, 1514, 1518, 2048, 4096, 8192, 9014, 9018, 16384, 32768, 65536, 1 << 20)
 
@@ -101,7 +101,7 @@ def summarize(frames: list[tuple[int, bytes]], *, host: str, iface: str, mtu: in
                     continue
         l4 = ip.data
         if isinstance(l4, dpkt.udp.UDP):
-            udp[l4.ulen - 8] += 1
+            udp[l4.ulen - UDP_HEADER] += 1
         elif isinstance(l4, dpkt.tcp.TCP):
             n = payload_len - l4.off * 4
             if n > 0:

@@ -23,7 +23,7 @@ from offlab.traffic import series as intervals
 from offlab.traffic.engine import _ready_dir, engine_on, report
 from offlab.traffic.iperf3 import TrafficFailed
 
-HEADER_LEN = 24  # the engine's rr header: the smallest request or response
+MIN_MESSAGE = 24  # the engine's rr message header: the smallest request or response
 TCP_MAX_MESSAGE = 1 << 20
 MAX_FLOWS = 256
 MAX_TPS_PER_FLOW = 1_000_000
@@ -71,9 +71,9 @@ class RrWorkload:
         limit = UDP_MAX_PAYLOAD[6 if self.ipv6 else 4] if self.protocol == "udp" else TCP_MAX_MESSAGE
         for name in ("request_size", "response_size"):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or not HEADER_LEN <= v <= limit:
-                raise BadWorkload(name, v, f"a {self.protocol} request/response here is {HEADER_LEN}..{limit} bytes "
-                                           f"(the engine's header takes {HEADER_LEN})")
+            if isinstance(v, bool) or not isinstance(v, int) or not MIN_MESSAGE <= v <= limit:
+                raise BadWorkload(name, v, f"a {self.protocol} request/response here is {MIN_MESSAGE}..{limit} bytes "
+                                           f"(the engine's header takes {MIN_MESSAGE})")
         if not 1 <= self.flows <= MAX_FLOWS:
             raise BadWorkload("flows", self.flows, f"1..{MAX_FLOWS}")
         if self.rate is not None and self.rate / self.flows > MAX_TPS_PER_FLOW:
