@@ -226,6 +226,28 @@ def stand_in_machines(start: Callable[[], Any]) -> Iterator[Any]:
         assert not {n for n in netns_names() - before if n.startswith(OUR_NAMESPACES)}, "namespaces left"
 
 
+@contextlib.contextmanager
+def module_lab(topology: str, name: str, state_dir) -> Iterator[Any]:
+    """A lab built in this process for a module's tests that only read it (`labs.up`), with its own
+    offlab state directory for as long as it lives; taken down, and the state directory given back."""
+    from offlab import lab as labs
+    from offlab.experiment import teardown
+
+    was = os.environ.get("OFFLAB_STATE_DIR")
+    os.environ["OFFLAB_STATE_DIR"] = str(state_dir)
+    try:
+        built = labs.up(topology, name)
+        try:
+            yield built
+        finally:
+            teardown.down(name)
+    finally:
+        if was is None:
+            os.environ.pop("OFFLAB_STATE_DIR", None)
+        else:
+            os.environ["OFFLAB_STATE_DIR"] = was
+
+
 # ---- two stored runs whose environments differ (compare's "what changed") ----------------------------
 
 def iface(name: str, peer: str, **features) -> dict:

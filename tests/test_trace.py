@@ -15,12 +15,13 @@ from html import unescape
 import pytest
 
 from offlab import lab as labs
-from offlab.experiment import kernel_account, teardown
+from offlab.experiment import kernel_account
 from offlab.experiment.measure import measure
 from offlab.probes import trace
 from offlab.report import kernel as rk
 from offlab.traffic import Workload
 from tests.conftest import TEST_TAG, offlab_cli, requires_root
+from tests.helpers import module_lab
 
 FIX = os.path.join(os.path.dirname(__file__), "fixtures", "trace")
 
@@ -224,20 +225,8 @@ def test_the_program_counts_only_the_given_namespaces():
 def lab(tmp_path_factory):
     if os.geteuid() != 0 or trace.unavailable():
         pytest.skip(trace.unavailable() or "needs root")
-    was = os.environ.get("OFFLAB_STATE_DIR")
-    os.environ["OFFLAB_STATE_DIR"] = str(tmp_path_factory.mktemp("trace-state"))
-    name = f"t{TEST_TAG}tr"[:10]
-    try:
-        built = labs.up("veth", name)
-        try:
-            yield built
-        finally:
-            teardown.down(name)
-    finally:
-        if was is None:
-            os.environ.pop("OFFLAB_STATE_DIR", None)
-        else:
-            os.environ["OFFLAB_STATE_DIR"] = was
+    with module_lab("veth", f"t{TEST_TAG}tr"[:10], tmp_path_factory.mktemp("trace-state")) as built:
+        yield built
 
 
 def _sample(lab, **kw):

@@ -19,13 +19,14 @@ import time
 import pytest
 
 from offlab import lab as labs
-from offlab.experiment import kernel_account, teardown
+from offlab.experiment import kernel_account
 from offlab.experiment.measure import measure
 from offlab import tracefs
 from offlab.probes import hist, remote, trace
 from offlab.report import kernel as rk
 from offlab.traffic import Workload
 from tests.conftest import REPO, TEST_TAG, offlab_cli, requires_root
+from tests.helpers import module_lab
 
 FIX = os.path.join(os.path.dirname(__file__), "fixtures", "trace_guest")
 
@@ -125,20 +126,8 @@ def lab(tmp_path_factory):
         pytest.skip("needs root")
     if shutil.which("qemu-system-x86_64") is None:
         pytest.skip("QEMU is not installed (scripts/install-deps installs it)")
-    was = os.environ.get("OFFLAB_STATE_DIR")
-    os.environ["OFFLAB_STATE_DIR"] = str(tmp_path_factory.mktemp("trace-guest-state"))
-    name = f"t{TEST_TAG}kg"[:10]
-    try:
-        built = labs.up("vm", name)
-        try:
-            yield built
-        finally:
-            teardown.down(name)
-    finally:
-        if was is None:
-            os.environ.pop("OFFLAB_STATE_DIR", None)
-        else:
-            os.environ["OFFLAB_STATE_DIR"] = was
+    with module_lab("vm", f"t{TEST_TAG}kg"[:10], tmp_path_factory.mktemp("trace-guest-state")) as built:
+        yield built
 
 
 def _state(lab) -> list[str]:
