@@ -136,7 +136,9 @@ def _collect(procs: list, on_line: Callable[[str], None]) -> None:
             if line.startswith("{"):
                 r.run_id = json.loads(line).get("run_id")
         lines = [l for l in err.read().splitlines() if l.strip()]
-        r.error = lines[-1] if r.rc != 0 and lines else ""
+        # the error (its child prints it on one line), not a line printed after it
+        errors = [l for l in lines if l.startswith("offlab: error: ")] or lines
+        r.error = errors[-1] if r.rc != 0 and errors else ""
         out.close()
         err.close()
         on_line(f"{r.pair}: " + (f"run {r.run_id} done" if r.rc == 0 else f"failed (exit {r.rc}): {r.error}"
@@ -167,7 +169,7 @@ def _child(argv: list[str]) -> int:
             run_id = runner.run_id
             print(json.dumps({"run_id": run_id, "pair": a.pair}), flush=True)
     except OfflabError as exc:
-        print(f"offlab: error: {exc}", file=sys.stderr)
+        print("offlab: error: " + " ".join(str(exc).split()), file=sys.stderr)  # one line, whatever it quotes
         return exc.exit_code
     except KeyboardInterrupt:
         print("offlab: interrupted: settings restored", file=sys.stderr)
