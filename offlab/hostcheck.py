@@ -180,21 +180,15 @@ def _interface(host: SshHost, ih: InventoryHost, name: str, declared: list[str],
         info["present"] = False
         return info
     info["present"] = True
-    info["mtu"] = link.get("mtu")
-    info["state"] = link.get("operstate")
+    info["mtu"] = link.mtu
+    info["state"] = link.operstate
     addr = netdev.addr_rows(host, name, timeout=20)
-    info["addresses"] = [f"{a['local']}/{a['prefixlen']}" for entry in addr for a in entry.get("addr_info", [])
-                         if a.get("scope") != "link"]
-    drv = host.run(["ethtool", "-i", name], check=False, timeout=20)
-    kv = {}
-    for line in drv.stdout.splitlines():
-        key, sep, value = line.partition(":")
-        if sep:
-            kv[key.strip()] = value.strip()
-    info["driver"] = kv.get("driver")
-    info["driver_version"] = kv.get("version")
-    info["firmware"] = kv.get("firmware-version")
-    info["bus_info"] = kv.get("bus-info")
+    info["addresses"] = [a.cidr for entry in addr for a in entry.addrs if a.scope != "link"]
+    drv = netdev.driver(host, name, timeout=20)
+    info["driver"] = drv.driver or None
+    info["driver_version"] = drv.version or None
+    info["firmware"] = drv.firmware or None
+    info["bus_info"] = drv.bus_info or None
     try:
         feats = netdev.features(host, name)
     except (CommandFailed, BadInput, ValueError):

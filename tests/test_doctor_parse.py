@@ -26,13 +26,13 @@ def test_ethtool_k_text_keeps_fixed_and_requested():
 
 
 def test_ethtool_rings_and_channels_sections():
-    g = parse.ethtool_sections("Ring parameters for x:\nPre-set maximums:\nRX:\t\t4096\nRX Mini:\tn/a\n"
+    g = netdev.section_numbers("Ring parameters for x:\nPre-set maximums:\nRX:\t\t4096\nRX Mini:\tn/a\n"
                                "TX:\t\t4096\nCurrent hardware settings:\nRX:\t\t512\nRX Mini:\tn/a\nTX:\t\t256\n")
     assert g == {"max": {"rx": 4096, "rx-mini": None, "tx": 4096}, "current": {"rx": 512, "rx-mini": None, "tx": 256}}
 
 
 def test_ethtool_coalesce_adaptive_line_and_values():
-    c = parse.ethtool_coalesce("Coalesce parameters for x:\nAdaptive RX: on  TX: n/a\nrx-usecs: 50\n"
+    c = netdev.coalesce_values("Coalesce parameters for x:\nAdaptive RX: on  TX: n/a\nrx-usecs: 50\n"
                                "rx-frames: n/a\nCQE mode RX: n/a  TX: n/a\n")
     assert (c["adaptive-rx"], c["adaptive-tx"], c["rx-usecs"], c["rx-frames"]) == ("on", "n/a", 50, None)
 
@@ -40,9 +40,9 @@ def test_ethtool_coalesce_adaptive_line_and_values():
 def test_flow_hash_letters():
     full = ("UDP over IPV4 flows use these fields for computing Hash flow key:\nIP SA\nIP DA\n"
             "L4 bytes 0 & 1 [TCP/UDP src port]\nL4 bytes 2 & 3 [TCP/UDP dst port]\n\n")
-    assert parse.ethtool_flow_hash(full) == "sdfn"
-    assert parse.ethtool_flow_hash("UDP over IPV4 flows use these fields for computing Hash flow key:\nNone\n") == ""
-    assert parse.ethtool_flow_hash("Cannot get RX network flow hashing options") is None
+    assert netdev.parse_flow_hash(full) == "sdfn"
+    assert netdev.parse_flow_hash("UDP over IPV4 flows use these fields for computing Hash flow key:\nNone\n") == ""
+    assert netdev.parse_flow_hash("Cannot get RX network flow hashing options") is None
 
 
 def test_cpu_sets_and_masks():
@@ -86,12 +86,12 @@ def test_ip_d_address_text_gives_the_json_fields():
     link/ether f2:f1:8b:a9:cd:75 brd ff:ff:ff:ff:ff:ff link-netnsid 0 promiscuity 1
     veth
 """
-    links = {l["ifname"]: l for l in parse.ip_links(text)}
-    assert links["ens1f0"]["mtu"] == 9000 and links["ens1f0"]["master"] == "br0"
-    assert links["ens1f0"]["linkinfo"] == {"info_slave_kind": "bridge"}
-    assert links["br0"]["linkinfo"]["info_kind"] == "bridge" and links["br0"]["mtu"] == 1500
-    assert (links["olx1"]["link_index"], links["olx1"]["link_netnsid"]) == (2, 0)
-    assert links["olx1"]["linkinfo"]["info_kind"] == "veth"
+    links = {l.ifname: l for l in netdev.parse_links(text)}
+    assert links["ens1f0"].mtu == 9000 and links["ens1f0"].master == "br0"
+    assert (links["ens1f0"].kind, links["ens1f0"].slave_kind) == (None, "bridge")
+    assert links["br0"].kind == "bridge" and links["br0"].mtu == 1500
+    assert (links["olx1"].link_index, links["olx1"].link_netnsid) == (2, 0)
+    assert links["olx1"].kind == "veth"
 
 
 def test_ovs_dpif_show():

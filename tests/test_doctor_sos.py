@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from offlab import netdev
 from offlab.doctor import all_checks, audit, open_root, parse
 from offlab.doctor.schema import validate
 from offlab.doctor.source import command_name
@@ -314,11 +315,10 @@ def test_ps_auxwwwm_thread_rows_are_skipped():
 
 
 def test_ip_d_address_names_the_parent_device():
-    links = parse.ip_links((RHEL9 / "sos_commands/networking/ip_-d_address").read_text())
-    by = {l["ifname"]: l for l in links}
-    assert (by["ens1f0"]["parentbus"], by["ens1f0"]["parentdev"], by["ens1f0"]["master"]) == ("pci", "0000:3b:00.0",
-                                                                                              "br0")
-    assert "parentbus" not in by["vnet0"] and by["vnet0"]["linkinfo"]["info_kind"] == "tun"
+    links = netdev.parse_links((RHEL9 / "sos_commands/networking/ip_-d_address").read_text())
+    by = {l.ifname: l for l in links}
+    assert (by["ens1f0"].parentbus, by["ens1f0"].parentdev, by["ens1f0"].master) == ("pci", "0000:3b:00.0", "br0")
+    assert by["vnet0"].parentbus is None and by["vnet0"].kind == "tun"
 
 
 def test_nft_a_handles_do_not_hide_chains():

@@ -6,6 +6,7 @@ import os
 
 import pytest
 
+from offlab import netdev
 from offlab.errors import BadInput
 from offlab.knobs import journal
 from offlab.knobs.base import Plan
@@ -132,17 +133,16 @@ def test_hostile_namespace_names_are_refused(name):
 
 
 class FakePlan(Plan):
-    def __init__(self, links: dict[str, dict]) -> None:
+    def __init__(self, links: dict[str, netdev.Link]) -> None:
         super().__init__()
         self._links = {Target(None).host_key: links}  # this machine's links, as the plan keys them
 
 
-def vxlan_links(v6: bool) -> dict[str, dict]:
+def vxlan_links(v6: bool) -> dict[str, netdev.Link]:
     data = {"link": "u0", **({"local6": "fd00::1"} if v6 else {"local": "10.0.0.1"})}
     return {
-        "u0": {"ifname": "u0", "mtu": 1570, "min_mtu": 68, "max_mtu": 65535},
-        "vxlan0": {"ifname": "vxlan0", "mtu": 1500, "min_mtu": 68, "max_mtu": 65535,
-                   "linkinfo": {"info_kind": "vxlan", "info_data": data}},
+        "u0": netdev.Link("u0", mtu=1570, min_mtu=68, max_mtu=65535),
+        "vxlan0": netdev.Link("vxlan0", mtu=1500, min_mtu=68, max_mtu=65535, kind="vxlan", info_data=data),
     }
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from offlab import netdev
 from offlab.probes import qdisc, queues
 
 FIXTURES = Path(__file__).parent / "fixtures" / "queues"
@@ -21,7 +22,7 @@ def test_a_veth_counts_its_napi_receive_queues_and_not_its_xdp_only_transmit_one
 def test_the_names_drivers_give_their_queue_counters_are_all_read():
     text = "\n".join(["     rx_queue_0_packets: 5", "     tx_queue_1_packets: 7", "     rx-2.packets: 9",
                       "     rx3_packets: 11", "     rx_queue_0_bytes: 999", "     tx_queue_0_xdp_xmit: 4"])
-    assert queues.parse_stats(text) == {"rx": {"0": 5, "2": 9, "3": 11}, "tx": {"1": 7}}
+    assert netdev.parse_queue_stats(text) == {"rx": {"0": 5, "2": 9, "3": 11}, "tx": {"1": 7}}
 
 
 def test_the_window_keeps_only_queues_counted_at_both_edges():

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from offlab import netdev
 from offlab.errors import EnvironmentProblem
 from offlab.hosts import NetnsHost
 from tests import sshd as sshd_mod
@@ -167,7 +168,7 @@ def test_a_non_root_login_without_sudo_is_refused_naming_the_host():
     from offlab.inventory import InventoryHost
     from offlab.lab.hosts import Facts, check_end
 
-    facts = Facts("x86_64", 1000, None, None, {"e0": {"ifname": "e0", "addr_info": []}}, set())
+    facts = Facts("x86_64", 1000, None, None, {"e0": netdev.Link("e0")}, set())
     with pytest.raises(EnvironmentProblem, match=r"host h \(client\): logged in as uid 1000 without sudo"):
         check_end("client", InventoryHost("h", "192.0.2.1"), "e0", facts, False)
 

@@ -43,12 +43,11 @@ def _call(spec: CheckSpec, ctx: Context, iface: str | None) -> Outcome | None:
 
 def default_ifaces(ctx: Context) -> list[str]:
     """The NICs (links with a device behind them); in a namespace without any, its veths."""
-    names = [l["ifname"] for l in ctx.links if l.get("ifname") and l["ifname"] != "lo"]
+    names = [l.ifname for l in ctx.links if l.ifname and l.ifname != "lo"]
     devices = [n for n in names if ctx.has_device(n)]
     if devices:
         return devices
-    return [l["ifname"] for l in ctx.links
-            if l.get("linkinfo", {}).get("info_kind") == "veth" and l.get("ifname")]
+    return [l.ifname for l in ctx.links if l.kind == "veth" and l.ifname]
 
 
 def audit(src: Source, *, ifaces: list[str] | None = None, target_pps: int | None = None,
@@ -60,7 +59,7 @@ def audit(src: Source, *, ifaces: list[str] | None = None, target_pps: int | Non
         raise BadInput(f"--sample {sample_seconds:g} is out of range: use 0 < seconds ≤ 60")
     netns = netns or src.netns
     ctx = Context(src, netns=netns, sample_seconds=sample_seconds, target_pps=target_pps)
-    known = [l.get("ifname") for l in ctx.links]
+    known = [l.ifname for l in ctx.links]
     if ifaces:
         for name in ifaces:
             check_ifname(name)

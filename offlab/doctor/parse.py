@@ -1,60 +1,16 @@
-"""Parsers for the text the kernel and the tools print, live or in a sosreport.
+"""Parsers for the text the kernel and the other tools print, live or in a sosreport.
 
-ethtool is parsed from its plain text (not --json): sosreport stores text, and
-ethtool 6.1 has no JSON for -g/-l/-c anyway, so one parser serves every source.
-`ethtool -k/-g/-l/-c` and softnet_stat are parsed once, in offlab.netdev, which knobs and probes share.
+`ip`, `tc` and `ethtool` output (JSON or the text a sosreport holds) and softnet_stat are parsed in
+offlab.netdev, which knobs, lab and probes share; here are /proc, nftables, OVS and ps.
 """
 
 from __future__ import annotations
 
-import json
 import re
-
-from offlab import netdev
-
-# ---- ethtool --------------------------------------------------------------
-
-def _number(value: str) -> int | None:
-    value = value.strip()
-    return int(value) if value.isdigit() else None
-
-
-def ethtool_sections(text: str) -> dict[str, dict[str, int | None]]:
-    """`ethtool -g IF` / `ethtool -l IF` → netdev's sections with numbers (None for n/a)."""
-    return {sec: {k: _number(v) for k, v in vals.items()} for sec, vals in netdev.ethtool_sections(text).items()}
-
-
-def ethtool_coalesce(text: str) -> dict[str, str | int | None]:
-    """`ethtool -c IF` → netdev's parameters with numbers (None for n/a); the on/off modes stay text."""
-    return {k: v if k.startswith(("adaptive-", "cqe-mode-")) else (int(v) if v.isdigit() else None if v == "n/a" else v)
-            for k, v in netdev.ethtool_coalesce(text).items()}
-
-
-FLOW_HASH_FIELDS = {
-    "L2DA": "m",
-    "VLAN tag": "v",
-    "L3 proto": "t",
-    "IP SA": "s",
-    "IP DA": "d",
-    "L4 bytes 0 & 1 [TCP/UDP src port]": "f",
-    "L4 bytes 2 & 3 [TCP/UDP dst port]": "n",
-}
-
-
-def ethtool_flow_hash(text: str) -> str | None:
-    """`ethtool -n IF rx-flow-hash udp4` → the `ethtool -N` letters ("sdfn"), "" for None."""
-    lines = [l.strip() for l in text.splitlines() if l.strip()]
-    if not lines or "Hash flow key" not in lines[0]:
-        return None
-    letters = ""
-    for line in lines[1:]:
-        if line in FLOW_HASH_FIELDS:
-            letters += FLOW_HASH_FIELDS[line]
-    return letters
 
 
 def key_values(text: str) -> dict[str, str]:
-    """'key: value' lines (ethtool -i, /proc/PID/status) → dict."""
+    """'key: value' lines (/proc/PID/status) → dict."""
     out = {}
     for line in text.splitlines():
         key, sep, value = line.partition(":")
@@ -206,60 +162,6 @@ def count_nft_rules(text: str) -> int:
 
 
 # ---- ip / ovs / pgrep -----------------------------------------------------
-
-def ip_links(text: str) -> list[dict]:
-    """`ip -d -j link show` JSON, or `ip -d address` / `ip -d link` text (sosreport), → link dicts.
-
-    Each dict has at least ifname, mtu and, where known, master, link_index,
-    link_netnsid and linkinfo.info_kind / info_slave_kind — the JSON field names.
-    """
-    s = text.strip()
-    if s.startswith("["):
-        return json.loads(s)
-    links: list[dict] = []
-    cur: dict | None = None
-    for line in text.splitlines():
-        m = re.match(r"^(\d+): ([^:@\s]+)(?:@(\S+?))?: <([^>]*)> (.*)$", line)
-        if m:
-            idx, name, parent, flags, rest = m.groups()
-            cur = {"ifindex": int(idx), "ifname": name, "flags": flags.split(","), "linkinfo": {}}
-            mm = re.search(r"\bmtu (\d+)", rest)
-            if mm:
-                cur["mtu"] = int(mm.group(1))
-            mm = re.search(r"\bmaster (\S+)", rest)
-            if mm:
-                cur["master"] = mm.group(1)
-            if parent and parent.startswith("if") and parent[2:].isdigit():
-                cur["link_index"] = int(parent[2:])
-            elif parent:
-                cur["link"] = parent
-            links.append(cur)
-            continue
-        if cur is None:
-            continue
-        words = line.split()
-        for key in ("parentbus", "parentdev"):  # iproute2 names the device behind a link (kernel >= 5.14)
-            mm = re.search(rf"\b{key} (\S+)", line)
-            if mm:
-                cur[key] = mm.group(1)
-        if not words or words[0].startswith(("inet", "valid_lft", "altname")):
-            continue
-        if words[0].startswith("link/"):
-            mm = re.search(r"link-netnsid (\d+)", line)
-            if mm:
-                cur["link_netnsid"] = int(mm.group(1))
-            mm = re.search(r"link-netns (\S+)", line)
-            if mm:
-                cur["link_netns"] = mm.group(1)
-            continue
-        kind = words[0]
-        if kind.endswith("_slave"):
-            cur["linkinfo"]["info_slave_kind"] = kind[: -len("_slave")]
-        elif kind in ("veth", "bridge", "vxlan", "vlan", "bond", "tun", "macvlan", "ipvlan",
-                      "openvswitch", "gre", "gretap", "geneve", "dummy", "ifb"):
-            cur["linkinfo"].setdefault("info_kind", kind)
-    return links
-
 
 def dpif_show(text: str) -> dict[str, dict[str, list[str]]]:
     """`ovs-appctl dpif/show` → {"netdev@ovs-netdev": {"br0": ["port", ...]}}."""

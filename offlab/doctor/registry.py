@@ -116,27 +116,27 @@ class Context:
 
     # ---- shared views ----------------------------------------------------
     @traced
-    def links(self) -> list[dict]:
+    def links(self) -> list[netdev.Link]:
         """Every link of this host/namespace (ip -d -j link; `ip -d address` text in a sosreport)."""
         out = self.run(netdev.ip_argv("link", "show", details=True))
         if out is None or not out.ok or not out.stdout.strip():
             out = self.run(["ip", "-d", "address"]) or self.run(["ip", "-d", "link"])
         if out is not None and out.ok and out.stdout.strip():
             try:
-                links = parse.ip_links(out.stdout)
+                links = netdev.parse_links(out.stdout)
             except ValueError:  # JSON cut short: fall back to the sysfs names below
                 links = []
             if links:
                 return links
-        return [{"ifname": n} for n in self.src.listdir("/sys/class/net")]
+        return [netdev.Link(n) for n in self.src.listdir("/sys/class/net")]
 
-    def link(self, iface: str) -> dict | None:
-        return next((l for l in self.links if l.get("ifname") == iface), None)
+    def link(self, iface: str) -> netdev.Link | None:
+        return next((l for l in self.links if l.ifname == iface), None)
 
     def mtu(self, iface: str) -> int | None:
         link = self.link(iface)
-        if link and "mtu" in link:
-            return int(link["mtu"])
+        if link and link.mtu is not None:
+            return int(link.mtu)
         return self.int_value(f"/sys/class/net/{iface}/mtu")
 
     @traced
@@ -199,10 +199,10 @@ class Context:
         """A link with hardware behind it: sysfs's `device`, else (sysfs not copied) its parent bus or PCI bus-info."""
         if self.src.exists(f"/sys/class/net/{iface}"):
             return self.src.exists(f"/sys/class/net/{iface}/device")
-        link = self.link(iface) or {}
-        if link.get("parentbus") or link.get("parentdev"):
+        link = self.link(iface)
+        if link and (link.parentbus or link.parentdev):
             return True
-        return bool(PCI_ADDRESS.match(self.driver(iface).get("bus-info", "")))
+        return bool(PCI_ADDRESS.match(self.driver(iface).bus_info))
 
     def ethtool(self, opt: str, iface: str, *extra: str) -> Output | None:
         return self.run(["ethtool", opt, iface, *extra])
@@ -218,13 +218,13 @@ class Context:
             raise no_data(f"ethtool -k {iface} output holds no feature line ({last_line(out)})")
         return feats
 
-    def driver(self, iface: str) -> dict[str, str]:
+    def driver(self, iface: str) -> netdev.Driver:
         out = self.ethtool("-i", iface)
-        return parse.key_values(out.stdout) if out is not None and out.ok else {}
+        return netdev.parse_driver(out.stdout) if out is not None and out.ok else netdev.Driver()
 
     def is_bridge(self, iface: str) -> bool:
-        link = self.link(iface) or {}
-        if link.get("linkinfo", {}).get("info_kind") == "bridge":
+        link = self.link(iface)
+        if link and link.kind == "bridge":
             return True
         return self.src.exists(f"/sys/class/net/{iface}/bridge")
 

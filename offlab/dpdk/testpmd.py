@@ -348,12 +348,8 @@ class Testpmd:
         for p in self.info.ports:
             if p.index not in ports or p.pmd != "tap" or not p.home or p.home == self.info.netns:
                 continue
-            rows = netdev.ip_json_or_none(LOCAL, "addr", "show", "dev", p.iface, netns=p.home)
-            addrs = []
-            if rows:
-                for a in rows[0].get("addr_info", []):
-                    if a.get("scope") == "global":
-                        addrs.append([a["local"] + f"/{a['prefixlen']}", *(["nodad"] if a.get("family") == "inet6" else [])])
+            addrs = [[a.cidr, *(["nodad"] if a.family == "inet6" else [])]
+                     for a in netdev.find_addrs(LOCAL, p.iface, netns=p.home) or () if a.scope == "global"]
             LOCAL.run(["ip", "-n", p.home, "link", "set", p.iface, "netns", self.info.netns], timeout=10)
             moved.append((p, addrs))
         return moved

@@ -369,7 +369,7 @@ def _window(probes: ProbeSession, w: Workload, capture: CaptureRequest | None, c
 def _mtu(lab: LabState, role: str, iface: str) -> int:
     from offlab import netdev
 
-    return int(netdev.link(lab.host(role), iface)["mtu"])
+    return int(netdev.link(lab.host(role), iface).mtu or 0)
 
 
 # The loaded RR probe ends this long before the stream does, so it never sees the stream stop.

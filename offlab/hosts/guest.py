@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Sequence
 
 from offlab.errors import BadInput, CommandFailed, CommandTimeout, EnvironmentProblem
-from offlab.hosts.base import DEFAULT_TIMEOUT, Host, Result
+from offlab.hosts.base import DEFAULT_TIMEOUT, TC_QDISC_SHOW, Host, Result
 from offlab.hosts.process import RemoteProcess, process_start_time
 
 IDLE_CLOSE = 2.0
@@ -372,7 +372,7 @@ class GuestHost(Host):
     def qdisc_json(self, *, timeout: float = 10) -> str | None:
         """The qdiscs' counters as `tc -s -j qdisc show` prints them, from the agent's own rtnetlink
         dump (no tc forked in the guest)."""
-        [(code, data)] = self._files(["q:"], ["tc", "-s", "-j", "qdisc", "show"], timeout)
+        [(code, data)] = self._files(["q:"], TC_QDISC_SHOW, timeout)
         return None if code else data.decode(errors="replace")
 
     def wait_for_file(self, path: str | Path, seconds: float) -> bool:

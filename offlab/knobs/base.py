@@ -31,19 +31,19 @@ class Plan:
     """
 
     def __init__(self) -> None:
-        self._links: dict[str | None, dict[str, dict]] = {}
+        self._links: dict[str | None, dict[str, netdev.Link]] = {}
         self.mtus: dict[tuple[str | None, str], int] = {}
 
-    def links(self, target: Target) -> dict[str, dict]:
+    def links(self, target: Target) -> dict[str, netdev.Link]:
         if target.host_key not in self._links:
-            self._links[target.host_key] = {l["ifname"]: l for l in netdev.link_rows(target.host, details=True)}
+            self._links[target.host_key] = {l.ifname: l for l in netdev.link_rows(target.host, details=True)}
         return self._links[target.host_key]
 
     def mtu(self, target: Target, iface: str) -> int:
         key = (target.host_key, iface)
         if key in self.mtus:
             return self.mtus[key]
-        return int(self.links(target)[iface]["mtu"])
+        return int(self.links(target)[iface].mtu or 0)
 
 
 @dataclass(frozen=True)

@@ -65,7 +65,7 @@ def link_sizes(host, iface: str) -> dict[str, int]:
         sizes = {k: int(v) for k, v in json.loads(out).items()}
     else:
         info = _link(host, iface)
-        sizes = {k: int(info[k]) for k in rtnl.ATTRS if isinstance(info.get(k), int)}
+        sizes = {k: info.sizes[k] for k in rtnl.ATTRS if k in info.sizes}
     if memo is not None:
         memo[key] = sizes
     return sizes
@@ -85,7 +85,7 @@ class LinkSize(Knob):
             raise BadInput(f"no interface {self.iface!r} in {self.target.where.split(':')[0]}")
         size = as_int(f"{self.label} (bytes)", value, 1, 2**32 - 1)
         if self.key.startswith("gso"):
-            tso = me.get("tso_max_size")
+            tso = me.sizes.get("tso_max_size")
             if isinstance(tso, int) and size > tso:
                 raise BadInput(f"{self.label}={size}: more than {self.iface}'s tso_max_size {tso} (the largest "
                                f"super-packet this device takes); use at most {tso}")

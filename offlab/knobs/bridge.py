@@ -34,7 +34,7 @@ class BridgeNf(FileKnob):
         links = plan.links(self.target)
         if self.iface not in links:
             raise BadInput(f"no interface {self.iface!r} in {self.target.where.split(':')[0]}")
-        if links[self.iface].get("linkinfo", {}).get("info_kind") != "bridge":
+        if links[self.iface].kind != "bridge":
             raise BadInput(f"{self.label}: {self.iface} is not a bridge; {self.key} is a per-bridge setting")
         return onoff(flag)
 

@@ -47,7 +47,7 @@ class _EthtoolParam(Knob):
 
     def _device_kind(self) -> str:
         try:
-            return link(self.host, self.iface).get("linkinfo", {}).get("info_kind") or "device"
+            return link(self.host, self.iface).kind or "device"
         except (BadInput, CommandFailed):
             return "device"
 

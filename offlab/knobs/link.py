@@ -29,15 +29,6 @@ from offlab.netdev import link as _link
 from offlab.netdev import vsctl
 
 
-def _kind(link: dict) -> str:
-    return link.get("linkinfo", {}).get("info_kind", "")
-
-
-def _vxlan_family(link: dict) -> int:
-    data = link.get("linkinfo", {}).get("info_data", {})
-    return 6 if any(k in data for k in ("local6", "remote6", "group6")) else 4
-
-
 # How long OVS may take to reconfigure a DPDK port for a new MTU (a vhost-user port makes a new
 # mempool; under load on 2 CPUs this took seconds).
 OVS_DPDK_MTU_WAIT = 30.0
@@ -189,13 +180,13 @@ class Mtu(Knob):
         me = links.get(self.iface)
         if me is None:
             raise BadInput(f"no interface {self.iface!r} in {self.target.where.split(':')[0]}")
-        lo, hi = me.get("min_mtu", MTU_MIN), me.get("max_mtu", MTU_MAX)
+        lo, hi = me.min_mtu or MTU_MIN, me.max_mtu or MTU_MAX
         if not lo <= mtu <= hi:
             raise BadInput(f"{self.label}: {mtu} is outside what {self.iface} accepts ({lo}..{hi})")
-        if _kind(me) == "vxlan":
-            under = me.get("linkinfo", {}).get("info_data", {}).get("link")
+        under = me.vxlan_dev
+        if under is not None:
             if under in links:
-                over = VXLAN_OVERHEAD[_vxlan_family(me)]
+                over = VXLAN_OVERHEAD[me.vxlan_family]
                 room = plan.mtu(self.target, under) - over
                 if mtu > room:
                     raise BadInput(
@@ -203,16 +194,16 @@ class Mtu(Knob):
                         f"(MTU {plan.mtu(self.target, under)} − {over} = {room}); raise {under} first"
                     )
         for name, link in links.items():
-            if _kind(link) == "vxlan" and link.get("linkinfo", {}).get("info_data", {}).get("link") == self.iface:
-                need = plan.mtu(self.target, name) + VXLAN_OVERHEAD[_vxlan_family(link)]
+            if link.vxlan_dev == self.iface:
+                need = plan.mtu(self.target, name) + VXLAN_OVERHEAD[link.vxlan_family]
                 if mtu < need:
                     raise BadInput(
                         f"{self.label}: {mtu} is too small for the VXLAN device {name} on top of it "
                         f"(its MTU {plan.mtu(self.target, name)} needs an underlay of at least {need}); "
                         f"lower {name} first"
                     )
-        if _kind(me) == "bridge":
-            ports = {n: plan.mtu(self.target, n) for n, l in links.items() if l.get("master") == self.iface}
+        if me.kind == "bridge":
+            ports = {n: plan.mtu(self.target, n) for n, l in links.items() if l.master == self.iface}
             if ports and mtu > min(ports.values()):
                 small = min(ports, key=lambda n: ports[n])
                 raise BadInput(
@@ -225,7 +216,7 @@ class Mtu(Knob):
     def snapshot(self) -> dict:
         if self._is_dpdk_port():
             return {"mtu": self._ovs_mtu(), "mtu_request": self._vsctl("get", "Interface", self.iface, "mtu_request")}
-        snap: dict = {"mtu": int(_link(self.host, self.iface)["mtu"])}
+        snap: dict = {"mtu": int(_link(self.host, self.iface).mtu or 0)}
         if self._is_ovs_port():
             snap["mtu_request"] = self._vsctl("get", "Interface", self.iface, "mtu_request")
         return snap
@@ -252,7 +243,7 @@ class Mtu(Knob):
             return
         if "mtu_request" in snap and self._is_ovs_port():
             self._set_request(snap["mtu_request"], snap["mtu"])
-        if int(_link(self.host, self.iface)["mtu"]) != snap["mtu"]:
+        if int(_link(self.host, self.iface).mtu or 0) != snap["mtu"]:
             self.host.run(["ip", "link", "set", "dev", self.iface, "mtu", str(int(snap["mtu"]))], timeout=10)
 
     def explain(self, value: str, before: Any, after: Any) -> str:
@@ -273,10 +264,10 @@ class Mtu(Knob):
         """The MTU of the bridge this port belongs to: it follows its ports."""
         if self._is_dpdk_port():
             return {}
-        master = _link(self.host, self.iface).get("master")
+        master = _link(self.host, self.iface).master
         if not master:
             return {}
-        return {f"{master} mtu": str(_link(self.host, master)["mtu"])}
+        return {f"{master} mtu": str(_link(self.host, master).mtu)}
 
 
 class TxQueueLen(Knob):
@@ -289,7 +280,7 @@ class TxQueueLen(Knob):
         return str(n)
 
     def snapshot(self) -> int:
-        return int(_link(self.host, self.iface).get("txqlen", 0))
+        return int(_link(self.host, self.iface).txqlen or 0)
 
     def apply(self, value: str) -> None:
         self.host.run(["ip", "link", "set", "dev", self.iface, "txqueuelen", str(int(value))], timeout=10)

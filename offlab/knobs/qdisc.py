@@ -10,17 +10,17 @@ refused, since it could not be put back.
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
 from offlab.errors import BadInput
 from offlab.knobs.base import Knob, Plan
+from offlab.netdev import Qdisc as TcQdisc
+from offlab.netdev import qdiscs
 
 KIND_RE = re.compile(r"^[a-z][a-z0-9_]{0,15}$")
 ARG_RE = re.compile(r"^[A-Za-z0-9_.:/-]{1,32}$")
 HANDLE_RE = re.compile(r"^[0-9a-f]{1,4}:$")
-SPECIAL_PARENTS = ("ffff:fff1", "ffff:fff2", "ffff:fff3")  # ingress / clsact: not under root
 
 
 def _rebuild_args(q: dict) -> list[str] | None:
@@ -45,9 +45,8 @@ def parse_spec(label: str, value: Any) -> list[str]:
 class Qdisc(Knob):
     kind = "qdisc"
 
-    def _show(self) -> list[dict]:
-        out = self.host.run(["tc", "-j", "qdisc", "show", "dev", self.iface], timeout=10).stdout
-        return [q for q in json.loads(out or "[]") if q.get("parent") not in SPECIAL_PARENTS]
+    def _show(self) -> list[TcQdisc]:
+        return [q for q in qdiscs(self.host, self.iface) if q.under_root]
 
     def check(self, value: Any, plan: Plan) -> str:
         words = parse_spec(self.label, value)
@@ -57,9 +56,11 @@ class Qdisc(Knob):
 
     def snapshot(self) -> dict:
         tree = self._show()
-        root = next((q for q in tree if q.get("root")), None) or {"kind": "noqueue", "handle": "0:"}
-        return {"kind": root["kind"], "handle": root.get("handle", "0:"), "options": root.get("options", {}),
-                "children": [q for q in tree if not q.get("root") and q.get("handle") != "0:"]}
+        root = next((q for q in tree if q.root), None)
+        return {"kind": root.kind if root else "noqueue", "handle": root.handle if root else "0:",
+                "options": root.options if root else {},
+                "children": [{"kind": q.kind, "handle": q.handle, "parent": q.parent}
+                             for q in tree if not q.root and q.handle != "0:"]}
 
     def show(self, snap: dict) -> str:
         return snap["kind"]

@@ -153,13 +153,13 @@ def _check_mtus(lab: LabState) -> None:
             continue  # an SSH host: a lab over existing machines sets no MTU of its own
         links = netdev.link_rows(lab.host(role), details=True, timeout=30)
         for link in links:
-            if link["ifname"] == "lo" or link.get("ifname") == "ovs-netdev":
+            if link.ifname in ("lo", "ovs-netdev"):
                 continue
-            want = lab.options.get("underlay_mtu") if _is_underlay(lab, role, link["ifname"]) else lab.mtu
-            if link["mtu"] != want:
+            want = lab.options.get("underlay_mtu") if _is_underlay(lab, role, link.ifname) else lab.mtu
+            if link.mtu != want:
                 raise BadInput(
-                    f"MTU {want} did not take on {role}:{link['ifname']} (it has {link['mtu']}, "
-                    f"max_mtu {link.get('max_mtu')})"
+                    f"MTU {want} did not take on {role}:{link.ifname} (it has {link.mtu}, "
+                    f"max_mtu {link.max_mtu})"
                 )
 
 

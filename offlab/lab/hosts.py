@@ -13,13 +13,13 @@ knobs/undo.py); `lab down` removes nothing of the hosts, only what offlab copied
 from __future__ import annotations
 
 import ipaddress
-import json
 import os
 import platform
 import sys
 from dataclasses import dataclass
 
 from offlab import inventory as inv_mod
+from offlab import netdev
 from offlab.errors import BadInput, CommandFailed, EnvironmentProblem, OfflabError
 from offlab.hosts import remote_journal, which
 from offlab.hosts.ssh import SshHost
@@ -40,7 +40,7 @@ class Facts:
     uid: int
     ssh_server_ip: str | None  # the host's own end of this SSH session (SSH_CONNECTION), if known
     engine: str | None
-    links: dict[str, dict]  # ifname → `ip -j addr` entry
+    links: dict[str, netdev.Link]  # ifname → its link and addresses
     default_devs: set[str]
 
 
@@ -59,8 +59,8 @@ def probe(host: SshHost) -> Facts:
         raise EnvironmentProblem(f"host {host.name}: could not read its interfaces and routes "
                                  f"(is iproute2 installed there?): {res.stderr.strip()[:200]}")
     try:
-        links = {l["ifname"]: l for l in json.loads(parts["addr"] or "[]")}
-        routes = [*json.loads(parts["route4"] or "[]"), *json.loads(parts["route6"] or "[]")]
+        links = {l.ifname: l for l in netdev.parse_links(parts["addr"])}
+        routes = [*netdev.parse_routes(parts["route4"]), *netdev.parse_routes(parts["route6"])]
     except ValueError:
         raise EnvironmentProblem(f"host {host.name}: `ip -j` gave no JSON: iproute2 there is too old "
                                  f"(needs 4.14+)") from None
@@ -68,11 +68,11 @@ def probe(host: SshHost) -> Facts:
     return Facts(arch=parts.get("arch", "").strip(), uid=int(parts.get("uid", "").strip() or -1),
                  ssh_server_ip=ssh[2] if len(ssh) >= 3 else None,
                  engine=parts.get("engine", "").strip() or None, links=links,
-                 default_devs={r["dev"] for r in routes if r.get("dev")})
+                 default_devs={r.dev for r in routes if r.dev})
 
 
-def _global_addresses(link: dict) -> list[str]:
-    return [f"{a['local']}/{a['prefixlen']}" for a in link.get("addr_info", []) if a.get("scope") == "global"]
+def _global_addresses(link: netdev.Link) -> list[str]:
+    return [a.cidr for a in link.addrs if a.scope == "global"]
 
 
 def _ip(text: str | None) -> str | None:
@@ -253,10 +253,8 @@ def up(name: str, inventory: str, pair: str | None = None, *, allow_management: 
 
 
 def _server_mtu(lab: LabState) -> int:
-    from offlab import netdev
-
     iface = lab.hosts["server"].interfaces[0].name
-    return int(netdev.link(lab.host("server"), iface)["mtu"])
+    return int(netdev.link(lab.host("server"), iface).mtu or 0)
 
 
 def ssh_hosts_known(extra_refs: list[dict] = ()) -> list[SshHost]:

@@ -45,24 +45,21 @@ def describe(lab: LabState, *, with_features: bool = True) -> dict:
     hosts = {}
     for role, entry in lab.hosts.items():
         host = lab.host(role)
-        by_name = {l["ifname"]: l for l in netdev.links(host)}
+        by_name = {l.ifname: l for l in netdev.links(host)}
         ifaces = []
         for iface in entry.interfaces:
-            info = by_name.get(iface.name, {})
+            info = by_name.get(iface.name)
             item = {
                 "name": iface.name,
                 "kind": iface.kind,
-                "mtu": info.get("mtu"),
-                "state": info.get("operstate"),
-                "addresses": [
-                    f"{a['local']}/{a['prefixlen']}" for a in info.get("addr_info", [])
-                    if a.get("scope") == "global"
-                ],
+                "mtu": info.mtu if info else None,
+                "state": info.operstate if info else None,
+                "addresses": [a.cidr for a in info.addrs if a.scope == "global"] if info else [],
             }
             if iface.peer_host:
                 item["peer_host"] = iface.peer_host
-            if info.get("master"):
-                item["master"] = info["master"]
+            if info and info.master:
+                item["master"] = info.master
             if with_features and info:
                 feats = netdev.features(host, iface.name)
                 item["features"] = {k: f.active for k, f in feats.items()}

@@ -148,7 +148,7 @@ def rehome_taps(lab: LabState) -> list[str]:
     from offlab.hosts import LOCAL
 
     switch = lab.hosts["switch"].netns
-    here = {l["ifname"] for l in netdev.links(lab.host("switch"))}
+    here = {l.ifname for l in netdev.links(lab.host("switch"))}
     moved = []
     for role, (cidr4, cidr6) in (("client", (CLIENT4, CLIENT6)), ("server", (SERVER4, SERVER6))):
         entry = lab.hosts[role]

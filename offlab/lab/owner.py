@@ -57,15 +57,12 @@ def inode(ns: str) -> int | None:
 def owner_of(ns: str) -> str | None:
     """The state directory named by `ns`'s mark; "" when unmarked; None when `ns` is gone."""
     try:
-        rows = netdev.ip_json_or_none(LOCAL, "link", "show", "dev", "lo", netns=check_netns(ns))
+        lo = netdev.find_link(LOCAL, "lo", netns=check_netns(ns))
     except ValueError:  # not JSON
         return ""
-    if rows is None:
+    if lo is None:
         return None
-    try:
-        alias = rows[0].get("ifalias", "")
-    except (IndexError, AttributeError):
-        return ""
+    alias = lo.ifalias
     return alias[len(PREFIX):] if alias.startswith(PREFIX) else ""
 
 

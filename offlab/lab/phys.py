@@ -43,7 +43,7 @@ def check_ports(ports: object, lab_name: str) -> list[str]:
     names = [check_ifname(p, "--ports port") for p in ports]
     if names[0] == names[1]:
         raise BadInput(f"--ports names {names[0]} twice: give two different ports (client,server)")
-    links = {l["ifname"]: l for l in netdev.links(LOCAL)}
+    links = {l.ifname: l for l in netdev.links(LOCAL)}
     busy = _default_route_devs()
     conns = _established()
     for name in names:
@@ -55,17 +55,17 @@ def check_ports(ports: object, lab_name: str) -> list[str]:
                                f"choose a port of the root namespace, or move it back first")
             have = ", ".join(n for n in links if n != "lo") or "none"
             raise BadInput(f"port {name} does not exist (ports here: {have})")
-        if link["ifname"] != name:
-            raise BadInput(f"port {name} is an altname of {link['ifname']}: name it --ports by {link['ifname']}")
-        if name == "lo" or "LOOPBACK" in link.get("flags", []):
+        if link.ifname != name:
+            raise BadInput(f"port {name} is an altname of {link.ifname}: name it --ports by {link.ifname}")
+        if name == "lo" or "LOOPBACK" in link.flags:
             raise BadInput(f"port {name} is the loopback device: choose a network port")
         if name in busy:
             raise BadInput(f"port {name} carries the default route ({busy[name]}): moving it would cut this "
                            f"machine off; choose a port that does not")
-        if link.get("master"):
-            raise BadInput(f"port {name} is a member of {link['master']} (bridge/bond): `ip link set {name} "
+        if link.master:
+            raise BadInput(f"port {name} is a member of {link.master} (bridge/bond): `ip link set {name} "
                            f"nomaster` first, or choose another port")
-        mine = {a["local"].split("%")[0] for a in link.get("addr_info", []) if a.get("local")}
+        mine = {a.local.split("%")[0] for a in link.addrs}
         for local, remote, ssh in conns:
             if local in mine:
                 what = "an SSH session" if ssh else "an established connection"
@@ -76,8 +76,8 @@ def check_ports(ports: object, lab_name: str) -> list[str]:
     return names
 
 
-def _by_altname(links: dict[str, dict], name: str) -> dict | None:
-    return next((l for l in links.values() if name in l.get("altnames", [])), None)
+def _by_altname(links: dict[str, netdev.Link], name: str) -> netdev.Link | None:
+    return next((l for l in links.values() if name in l.altnames), None)
 
 
 def _default_route_devs() -> dict[str, str]:
@@ -85,8 +85,8 @@ def _default_route_devs() -> dict[str, str]:
     out: dict[str, str] = {}
     for fam in (4, 6):
         for r in netdev.routes(LOCAL, fam, "default"):
-            via = f"default via {r['gateway']}" if r.get("gateway") else "default"
-            for dev in [r.get("dev"), *(h.get("dev") for h in r.get("nexthops", []))]:
+            via = f"default via {r.gateway}" if r.gateway else "default"
+            for dev in [r.dev, *r.nexthop_devs]:
                 if dev:
                     out.setdefault(dev, f"IPv{fam} {via}")
     return out
@@ -153,17 +153,17 @@ def snapshot(name: str) -> dict:
     link = netdev.addr_rows(host, name, details=True)[0]
     feats = netdev.features(host, name)
     return {
-        "name": link["ifname"],
-        "ifindex": link["ifindex"],
-        "altnames": list(link.get("altnames", [])),
-        "mac": link.get("permaddr") or link.get("address"),
-        "kind": (link.get("linkinfo") or {}).get("info_kind") or "nic",
-        "mtu": link["mtu"],
-        "up": "UP" in link.get("flags", []),
-        "master": link.get("master"),
+        "name": link.ifname,
+        "ifindex": link.ifindex,
+        "altnames": list(link.altnames),
+        "mac": link.mac,
+        "kind": link.kind or "nic",
+        "mtu": link.mtu,
+        "up": link.up,
+        "master": link.master,
         "netns": "root",
-        "addresses": [a for a in link.get("addr_info", []) if _ours_to_put_back(a)],
-        "dynamic": [f"{a['local']}/{a['prefixlen']}" for a in link.get("addr_info", []) if a.get("dynamic")],
+        "addresses": [a.to_json() for a in link.addrs if _ours_to_put_back(a)],
+        "dynamic": [a.cidr for a in link.addrs if a.dynamic],
         # Only what ethtool lets change (not [fixed], not a group header): what a knob could have moved.
         "features": {k: f.requested for k, f in feats.items() if f.requested is not None and not f.fixed},
         # A move to another namespace drops these: routes through the port, its net.ipv4/6.conf.IF.*.
@@ -177,10 +177,11 @@ def _routes(host: Host, name: str) -> list[dict]:
     out = []
     for fam in (4, 6):
         for r in netdev.routes(host, fam, "dev", name):
-            if r.get("protocol") in ("kernel", "ra", "redirect") or r.get("type") in ("multicast", "local"):
+            if r.protocol in ("kernel", "ra", "redirect") or r.type in ("multicast", "local"):
                 continue
-            out.append({"family": f"-{fam}", **{k: r[k] for k in ("dst", "gateway", "metric", "prefsrc", "scope",
-                                                            "protocol") if k in r}})
+            out.append({"family": f"-{fam}", "dst": r.dst,
+                        **{k: v for k, v in (("gateway", r.gateway), ("metric", r.metric), ("prefsrc", r.prefsrc),
+                                             ("scope", r.scope), ("protocol", r.protocol)) if v is not None}})
     return out
 
 
@@ -207,15 +208,16 @@ def _conf(name: str) -> dict[str, str]:
     return out
 
 
-def _ours_to_put_back(a: dict) -> bool:
+def _ours_to_put_back(a: netdev.Addr) -> bool:
     """An address the kernel or a daemon will not make again by itself: not a v6 link-local, not dynamic."""
-    if not a.get("local") or a.get("dynamic"):
+    if not a.local or a.dynamic:
         return False
-    return not (a.get("family") == "inet6" and a.get("scope") == "link")
+    return not (a.family == "inet6" and a.scope == "link")
 
 
-def _addr_key(a: dict) -> str:
-    return f"{ipaddress.ip_address(a['local'].split('%')[0])}/{a['prefixlen']}"
+def _addr_key(recorded: dict) -> str:
+    a = netdev.Addr.from_json(recorded)
+    return f"{ipaddress.ip_address(a.local.split('%')[0])}/{a.prefixlen}"
 
 
 # ---- the topology ------------------------------------------------------------------------------
@@ -295,7 +297,7 @@ def _same_port(host: Host, rec: dict) -> bool:
     link = netdev.find_link(host, rec["name"])
     if link is None:
         return False
-    mac = link.get("permaddr") or link.get("address")
+    mac = link.mac
     if rec.get("mac") and mac != rec["mac"]:
         raise EnvironmentProblem(f"the link named {rec['name']} in {host.name} has MAC {mac}, not the port's "
                                  f"{rec['mac']}: someone made another link of that name; rename it")
@@ -341,19 +343,20 @@ def _put_back(rec: dict) -> None:
             LOCAL.run(argv, check=False, timeout=10)  # read back below
 
 
-def _addr_args(a: dict) -> list[str]:
-    args = [f"{a['local']}/{a['prefixlen']}"]
-    if a.get("address") and a["address"] != a["local"]:
-        args = [a["local"], "peer", f"{a['address']}/{a['prefixlen']}"]
-    if a.get("broadcast"):
-        args += ["broadcast", a["broadcast"]]
-    if a.get("scope") and a["scope"] != "global":
-        args += ["scope", str(a["scope"])]
-    if a.get("label") and a.get("family") == "inet":
-        args += ["label", a["label"]]
-    if a.get("noprefixroute"):
+def _addr_args(recorded: dict) -> list[str]:
+    a = netdev.Addr.from_json(recorded)
+    args = [a.cidr]
+    if a.peer and a.peer != a.local:
+        args = [a.local, "peer", f"{a.peer}/{a.prefixlen}"]
+    if a.broadcast:
+        args += ["broadcast", a.broadcast]
+    if a.scope and a.scope != "global":
+        args += ["scope", a.scope]
+    if a.label and a.family == "inet":
+        args += ["label", a.label]
+    if a.noprefixroute:
         args.append("noprefixroute")
-    if a.get("family") == "inet6":
+    if a.family == "inet6":
         args.append("nodad")  # it was the port's address already; no need to wait for DAD again
     return args
 
@@ -386,7 +389,7 @@ def ifindex_note(lab: LabState) -> list[str]:
     for rec in lab.ports:
         link = netdev.find_link(LOCAL, rec["name"])
         if link is not None:
-            idx = link["ifindex"]
+            idx = link.ifindex
             if idx != rec["ifindex"]:
                 notes.append(f"port {rec['name']}: ifindex {idx} now, {rec['ifindex']} before (the kernel chose)")
     return notes

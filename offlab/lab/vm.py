@@ -235,7 +235,7 @@ def _backend(nic) -> dict:
 
 def _check_nic_order(host: Host, nics: list) -> None:
 
-    by_mac = {l.get("address"): l["ifname"] for l in netdev.link_rows(host, timeout=30)}
+    by_mac = {l.address: l.ifname for l in netdev.link_rows(host, timeout=30)}
     for i, nic in enumerate(nics):
         if by_mac.get(nic.mac) != f"eth{i}":
             raise LabBuildFailed(f"the guest's NIC on {next(iter(_backend(nic).values()))} (MAC {nic.mac}) is "

@@ -103,15 +103,15 @@ def route_mtu(host: Host, dest: str) -> tuple[str | None, int | None]:
     outside offlab's ranges, or out of a device with hardware behind it.
     """
     route = netdev.route_get(host, dest)
-    dev, gateway = route.get("dev"), route.get("gateway")
+    dev, gateway = route.dev, route.gateway
     if gateway and not _allowed(ipaddress.ip_address(gateway)):
         raise BadInput(f"{dest} is routed via {gateway} from {host.name}: outside offlab's ranges, refusing")
     if not dev:
         return None, None
-    info = netdev.find_link(host, dev, details=True) or {}
-    if info.get("parentbus") or info.get("parentdev"):
+    info = netdev.find_link(host, dev, details=True)
+    if info is not None and (info.parentbus or info.parentdev):
         raise BadInput(f"{dest} is routed out of {dev} in {host.name}, a device with hardware behind it: refusing")
-    return dev, info.get("mtu")
+    return dev, info.mtu if info is not None else None
 
 
 def _allowed(addr: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:

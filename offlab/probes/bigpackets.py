@@ -74,8 +74,8 @@ class BigPacketCounters:
             raise EnvironmentProblem("counting packets over 64 KiB needs nft (Debian package nftables; "
                                      "`make install` installs it)")
         links = netdev.link_rows(self.host)
-        ifaces = [l["ifname"] for l in links if l.get("ifname") and l["ifname"] != "lo"]
-        self.ports = [l["ifname"] for l in links if l.get("ifname") and l.get("master")]
+        ifaces = [l.ifname for l in links if l.ifname and l.ifname != "lo"]
+        self.ports = [l.ifname for l in links if l.ifname and l.master]
         self.remove()  # a table left by a killed run in the same namespace: start from zero
         text = ruleset(ifaces) + (ruleset(self.ports, "bridge") if self.ports else "")
         try:

@@ -6,34 +6,26 @@ rate-limited queue) and where a router drops what it forwards; /proc/net/dev doe
 
 from __future__ import annotations
 
-import json
-import re
-
 from offlab.errors import OfflabError
+from offlab.hosts.base import TC_QDISC_SHOW as TC_SHOW  # noqa: F401 (the argv probes/remote.py batches)
+from offlab.netdev import parse_qdiscs
 
-TC_SHOW = ["tc", "-s", "-j", "qdisc", "show"]
 KEEP = ("packets", "bytes", "drops", "overlimits", "requeues")
-MQ_CHILD = re.compile(r"^:[0-9a-f]+$")  # a child of the root's class N: an mq's transmit queue N − 1
 
 
 def parse_tc(text: str) -> dict[str, dict]:
     """`tc -s -j qdisc show` → {dev: {kind, packets, bytes, drops, overlimits, requeues}} of each root qdisc;
     a multiqueue device's `mq` root adds `queues`: {tx queue: packets} from its children (parent `:N` is
     transmit queue N − 1), the packets each queue sent."""
-    try:
-        rows = json.loads(text or "[]")
-    except ValueError:
-        return {}
     out: dict[str, dict] = {}
     children: dict[str, dict[str, int]] = {}
-    for q in rows if isinstance(rows, list) else []:
-        if not isinstance(q, dict) or not q.get("dev") or q.get("dev") == "lo":
+    for q in parse_qdiscs(text):
+        if not q.dev or q.dev == "lo":
             continue
-        if q.get("root"):
-            out[q["dev"]] = {"kind": q.get("kind"), **{k: int(q.get(k) or 0) for k in KEEP}}
-        elif MQ_CHILD.match(str(q.get("parent") or "")):
-            queue = str(int(str(q["parent"])[1:], 16) - 1)
-            children.setdefault(q["dev"], {})[queue] = int(q.get("packets") or 0)
+        if q.root:
+            out[q.dev] = {"kind": q.kind, **{k: getattr(q, k) for k in KEEP}}
+        elif q.tx_queue is not None:
+            children.setdefault(q.dev, {})[str(q.tx_queue)] = q.packets
     for dev, queues in children.items():
         if dev in out and out[dev]["kind"] == "mq":
             out[dev]["queues"] = queues

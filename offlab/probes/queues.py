@@ -13,36 +13,21 @@ not pay. What each device counts per queue differs:
 
 from __future__ import annotations
 
-import re
-
 from offlab.errors import OfflabError
-
-# rx_queue_3_packets (virtio-net, ixgbe, ice), rx_queue_3_xdp_packets (veth), rx-3.packets, rx3_packets (mlx5)
-QUEUE_STAT = re.compile(r"^\s*(rx|tx)(?:_queue_|-|)(\d+)[._](xdp_)?packets:\s*(\d+)\s*$")
+from offlab.netdev import parse_queue_stats
 # A host's interfaces, one `ethtool -S` each, in one command; a name is passed as an argument, never parsed.
 SCRIPT = 'for i; do echo "== $i"; ethtool -S "$i" 2>/dev/null; done'
 
 
-def parse_stats(text: str) -> dict[str, dict[str, int]]:
-    """`ethtool -S` of one interface → {"rx": {"0": packets, ...}, "tx": {...}}; empty directions left out."""
-    out: dict[str, dict[str, int]] = {}
-    for line in text.splitlines():
-        m = QUEUE_STAT.match(line)
-        if m:
-            way, queue, _, n = m.groups()
-            out.setdefault(way, {})[queue] = out.get(way, {}).get(queue, 0) + int(n)
-    return out
-
-
 def parse_script(text: str) -> dict[str, dict[str, dict[str, int]]]:
-    """SCRIPT's output → {iface: parse_stats(its part)}, for interfaces with at least one queue counter."""
+    """SCRIPT's output → {iface: netdev.parse_queue_stats(its part)}, for interfaces with a queue counter."""
     out: dict[str, dict[str, dict[str, int]]] = {}
     name: str | None = None
     lines: list[str] = []
     for line in text.splitlines() + ["== "]:
         if line.startswith("== "):
             if name:
-                stats = parse_stats("\n".join(lines))
+                stats = parse_queue_stats("\n".join(lines))
                 if stats:
                     out[name] = stats
             name, lines = line[3:].strip(), []

@@ -346,7 +346,7 @@ def ifnames(host) -> dict[int, str]:
         links = netdev.link_rows(host)
     except OfflabError:
         return {}
-    return {int(x["ifindex"]): str(x["ifname"]) for x in links if isinstance(x, dict) and "ifindex" in x}
+    return {x.ifindex: x.ifname for x in links if x.ifindex is not None}
 
 
 def account(a: Maps, b: Maps, kt: KernelTrace, hosts: dict) -> dict:

@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from offlab import netdev
 from offlab.errors import EnvironmentProblem, OfflabError
 from offlab.hosts import Host
 from offlab.vm import qemu
@@ -299,15 +300,15 @@ def _recheck(host: Host, nics: list, manifest: dict, deadline: float) -> None:
     out = host.run(["sh", "-c", _RECHECK, "recheck", stamp, str(len(nics)), *pairs],
                    timeout=max(1.0, deadline - time.monotonic())).stdout
     links_json, _, features = out.partition("\n")
-    by_mac = {l.get("address"): l for l in json.loads(links_json)}
+    by_mac = {l.address: l for l in netdev.parse_links(links_json)}
     for i, nic in enumerate(nics):
         link = by_mac.get(nic.mac)
-        if link is None or link["ifname"] != f"eth{i}":
+        if link is None or link.ifname != f"eth{i}":
             raise EnvironmentProblem(f"after the restore, MAC {nic.mac} is on "
-                                     f"{link['ifname'] if link else 'no NIC'}, not eth{i}")
-        if link.get("addr_info"):
+                                     f"{link.ifname if link else 'no NIC'}, not eth{i}")
+        if link.addrs:
             raise EnvironmentProblem(f"after the restore, eth{i} has addresses: "
-                                     f"{[a.get('local') for a in link['addr_info']]}")
+                                     f"{[a.local for a in link.addrs]}")
     if features.split() != manifest.get("features"):
         raise EnvironmentProblem(f"after the restore, the NICs' virtio features are {features.split()}, "
                                  f"not the saved {manifest.get('features')}")

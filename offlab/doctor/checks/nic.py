@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from offlab.doctor import parse
+from offlab import netdev
 from offlab.doctor.model import FixChange, Outcome
 from offlab.doctor.registry import Context, NotApplicable, Skip, check, last_line, no_data
 
@@ -38,7 +38,7 @@ def rings(ctx: Context, iface: str) -> Outcome:
     out = ctx.ethtool("-g", iface)
     if out is None or not out.ok:
         raise Skip(f"{iface} reports no ring sizes ({last_line(out) if out else NOT_HERE})")
-    g = parse.ethtool_sections(out.stdout)
+    g = netdev.section_numbers(out.stdout)
     cur, mx = g["current"], g["max"]
     if cur.get("rx") is None and cur.get("tx") is None:
         raise no_data(f"ethtool -g {iface} output has no current rx/tx ring size ({last_line(out)})")
@@ -62,7 +62,7 @@ def rings(ctx: Context, iface: str) -> Outcome:
 def rx_queues(ctx: Context, iface: str) -> int:
     out = ctx.ethtool("-l", iface)
     if out is not None and out.ok:
-        cur = parse.ethtool_sections(out.stdout)["current"]
+        cur = netdev.section_numbers(out.stdout)["current"]
         n = max(cur.get("combined") or 0, cur.get("rx") or 0)
         if n:
             return n
@@ -82,7 +82,7 @@ def flow_hash(ctx: Context, iface: str) -> Outcome:
                       "(ethtool missing, or not in this tree: sos never collects it)")
     if not out.ok:
         raise Skip(f"{iface} does not report its RSS hash ({last_line(out)})")
-    letters = parse.ethtool_flow_hash(out.stdout)
+    letters = netdev.parse_flow_hash(out.stdout)
     if letters is None:
         raise no_data(f"unrecognised ethtool -n output for {iface}")
     queues = rx_queues(ctx, iface)
@@ -105,7 +105,7 @@ def coalesce(ctx: Context, iface: str) -> Outcome:
     out = ctx.ethtool("-c", iface)
     if out is None or not out.ok:
         raise Skip(f"{iface} does not report coalescing ({last_line(out) if out else NOT_HERE})")
-    c = parse.ethtool_coalesce(out.stdout)
+    c = netdev.coalesce_values(out.stdout)
     if "adaptive-rx" not in c and "rx-usecs" not in c:
         raise no_data(f"ethtool -c {iface} output has neither Adaptive RX nor rx-usecs ({last_line(out)})")
     keys = ("adaptive-rx", "adaptive-tx", "rx-usecs", "rx-frames", "tx-usecs", "tx-frames")
@@ -125,7 +125,8 @@ def coalesce(ctx: Context, iface: str) -> Outcome:
            "the guide keeps them on unless a driver bug says otherwise")
 def offloads(ctx: Context, iface: str) -> Outcome:
     feats = ctx.features(iface)
-    kind = (ctx.link(iface) or {}).get("linkinfo", {}).get("info_kind")
+    link = ctx.link(iface)
+    kind = link.kind if link else None
     off, kept = [], []
     for name in OFFLOADS:
         f = feats.get(name)

@@ -29,14 +29,14 @@ def _ctl(ctx: Context, pid: int) -> str:
     return f"/var/run/openvswitch/ovs-vswitchd.{pid}.ctl"
 
 
-def _peer_tx(ctx: Context, port: dict) -> dict:
+def _peer_tx(ctx: Context, port: netdev.Link) -> dict:
     """Find the veth peer of an OVS port and read its tx-checksumming."""
-    index, nsid = port.get("link_index"), port.get("link_netnsid")
-    entry = {"port": port["ifname"], "peer": None, "peer_netns": None, "tx_checksumming": None}
+    index, nsid = port.link_index, port.link_netnsid
+    entry = {"port": port.ifname, "peer": None, "peer_netns": None, "tx_checksumming": None}
     if index is None:
         return entry
     if nsid is None:
-        peer = next((l["ifname"] for l in ctx.links if l.get("ifindex") == index), None)
+        peer = next((l.ifname for l in ctx.links if l.ifindex == index), None)
         if peer:
             f = ctx.features(peer).get("tx-checksumming")
             entry.update(peer=peer, tx_checksumming=None if f is None else f.active)
@@ -49,7 +49,7 @@ def _peer_tx(ctx: Context, port: dict) -> dict:
     res = ctx.run(netdev.ip_argv("link", "show", netns=peer_ns))
     if res is None or not res.ok:
         return entry
-    peer = next((l["ifname"] for l in parse.ip_links(res.stdout) if l.get("ifindex") == index), None)
+    peer = next((l.ifname for l in netdev.parse_links(res.stdout) if l.ifindex == index), None)
     if peer is None:
         return entry
     k = ctx.run(["ip", "netns", "exec", peer_ns, "ethtool", "-k", peer])
@@ -100,7 +100,7 @@ def veth_csum(ctx: Context) -> Outcome:
                 continue
             for br, ports in brs.items():
                 veths = [ctx.link(p) for p in ports]
-                veths = [l for l in veths if l and l.get("linkinfo", {}).get("info_kind") == "veth"]
+                veths = [l for l in veths if l and l.kind == "veth"]
                 bridges[br] = [_peer_tx(ctx, l) for l in veths]
     if unanswered and not bridges:
         raise Skip(f"ovs-vswitchd (pid {', '.join(map(str, unanswered))}) does not answer ovs-appctl dpif/show")

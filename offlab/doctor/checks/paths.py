@@ -18,10 +18,6 @@ MAX_NAMESPACES = 16
 L2_KINDS = ("veth", "bridge", "vxlan")
 
 
-def _kind(link: dict) -> str | None:
-    return link.get("linkinfo", {}).get("info_kind")
-
-
 class _Sets:
     def __init__(self) -> None:
         self.parent: dict[tuple[str, str], tuple[str, str]] = {}
@@ -37,22 +33,22 @@ class _Sets:
         self.parent[self.find(a)] = self.find(b)
 
 
-def _walk(ctx: Context) -> tuple[dict[str, list[dict]], dict[str, dict[int, str]], list[str]]:
+def _walk(ctx: Context) -> tuple[dict[str, list[netdev.Link]], dict[str, dict[int, str]], list[str]]:
     """Links of this namespace and of every named namespace its veths reach."""
     here = ctx.netns or ""
-    spaces: dict[str, list[dict]] = {here: ctx.links}
+    spaces: dict[str, list[netdev.Link]] = {here: ctx.links}
     ids: dict[str, dict[int, str]] = {}
     unreachable: list[str] = []
     queue = [here]
     while queue:
         ns = queue.pop(0)
         links = spaces[ns]
-        if not any(l.get("link_netnsid") is not None for l in links):
+        if not any(l.link_netnsid is not None for l in links):
             continue
         out = ctx.run(["ip", "netns", "list"] if ns == here else ["ip", "-n", ns, "netns", "list"])
         ids[ns] = parse.netns_ids(out.stdout) if out is not None and out.ok else {}
         for link in links:
-            peer_ns = ids[ns].get(link.get("link_netnsid", -1))
+            peer_ns = ids[ns].get(link.link_netnsid if link.link_netnsid is not None else -1)
             if peer_ns is None or peer_ns in spaces or peer_ns in unreachable:
                 continue
             if len(spaces) >= MAX_NAMESPACES:
@@ -62,7 +58,7 @@ def _walk(ctx: Context) -> tuple[dict[str, list[dict]], dict[str, dict[int, str]
             if res is None or not res.ok or not res.stdout.strip():
                 unreachable.append(peer_ns)
                 continue
-            spaces[peer_ns] = parse.ip_links(res.stdout)
+            spaces[peer_ns] = netdev.parse_links(res.stdout)
             queue.append(peer_ns)
     return spaces, ids, unreachable
 
@@ -77,48 +73,43 @@ def _label(ns: str, ifname: str) -> str:
 def path(ctx: Context) -> Outcome:
     if not ctx.links:
         raise no_data("no interface list (ip -d -j link, ip -d address, /sys/class/net)")
-    if not any(_kind(l) == "veth" for l in ctx.links):
+    if not any(l.kind == "veth" for l in ctx.links):
         return Outcome("ok", "no veth here: no namespace path to follow", {"namespaces": [ctx.netns or ""]})
     spaces, ids, unreachable = _walk(ctx)
     sets = _Sets()
     mtu: dict[tuple[str, str], int] = {}
     tunnels = []  # (overlay node, underlay node, overhead)
     for ns, links in spaces.items():
-        by_index = {l.get("ifindex"): l["ifname"] for l in links if "ifname" in l}
+        by_index = {l.ifindex: l.ifname for l in links if l.ifname}
         for l in links:
-            name, kind = l.get("ifname"), _kind(l)
-            if not name or name == "lo" or not (kind in L2_KINDS or l.get("master")):
+            name, kind = l.ifname, l.kind
+            if not name or name == "lo" or not (kind in L2_KINDS or l.master):
                 continue
             node = (ns, name)
             sets.find(node)
-            if l.get("mtu") is not None:
-                mtu[node] = int(l["mtu"])
-            if l.get("master"):
-                sets.union(node, (ns, l["master"]))
-            if kind == "veth" and l.get("link_index") is not None:
-                if l.get("link_netnsid") is None:
-                    peer = by_index.get(l["link_index"])
+            if l.mtu is not None:
+                mtu[node] = int(l.mtu)
+            if l.master:
+                sets.union(node, (ns, l.master))
+            if kind == "veth" and l.link_index is not None:
+                if l.link_netnsid is None:
+                    peer = by_index.get(l.link_index)
                     if peer:
                         sets.union(node, (ns, peer))
                 else:
-                    peer_ns = ids.get(ns, {}).get(l["link_netnsid"])
+                    peer_ns = ids.get(ns, {}).get(l.link_netnsid)
                     if peer_ns in spaces:
-                        peer = next((p["ifname"] for p in spaces[peer_ns] if p.get("ifindex") == l["link_index"]),
-                                    None)
+                        peer = next((p.ifname for p in spaces[peer_ns] if p.ifindex == l.link_index), None)
                         if peer:
                             sets.union(node, (peer_ns, peer))
-            if kind == "vxlan":
-                data = l.get("linkinfo", {}).get("info_data", {})
-                lower = data.get("link")
-                six = ":" in str(data.get("remote", "")) or "local6" in data or "remote6" in data
-                if lower:
-                    tunnels.append((node, (ns, lower), VXLAN_OVERHEAD[6 if six else 4]))
+            if l.vxlan_dev:
+                tunnels.append((node, (ns, l.vxlan_dev), VXLAN_OVERHEAD[l.vxlan_family]))
     segments: dict[tuple[str, str], list[tuple[str, str]]] = {}
     for node in list(sets.parent):
         segments.setdefault(sets.find(node), []).append(node)
     underlay_roots = {sets.find(u) for _, u, _ in tunnels}
     # A bridge's own MTU follows its ports: only ports and veth ends are set by hand.
-    kinds = {(ns, l.get("ifname")): _kind(l) for ns, links in spaces.items() for l in links}
+    kinds = {(ns, l.ifname): l.kind for ns, links in spaces.items() for l in links}
     problems, fixes, changes = [], [], []
     seg_mtu: dict[tuple[str, str], int] = {}
     seg_want: dict[tuple[str, str], int] = {}  # the MTU most of a segment has: what its odd links should get

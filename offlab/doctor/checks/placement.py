@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from offlab.doctor import parse
+from offlab import netdev
 from offlab.doctor.checks.nic import hardware
 from offlab.doctor.model import FixChange, Outcome
 from offlab.doctor.registry import Context, Skip, check, no_data
@@ -16,14 +17,14 @@ def queues(ctx: Context, iface: str) -> Outcome:
     out = ctx.ethtool("-l", iface)
     cur = mx = None
     if out is not None and out.ok:
-        ch = parse.ethtool_sections(out.stdout)
+        ch = netdev.section_numbers(out.stdout)
         cur = max(ch["current"].get("combined") or 0, ch["current"].get("rx") or 0) or None
         mx = max(ch["max"].get("combined") or 0, ch["max"].get("rx") or 0) or None
     if cur is None:
         cur = len([q for q in ctx.src.listdir(f"/sys/class/net/{iface}/queues") if q.startswith("rx-")]) or None
     if cur is None:
         raise Skip(f"{iface}: neither ethtool -l nor /sys/class/net/{iface}/queues tells the queue count")
-    driver = ctx.driver(iface).get("driver")
+    driver = ctx.driver(iface).driver or None
     evidence = {"queues": cur, "max": mx, "cpus": ncpu, "driver": driver}
     want = min(mx or cur, ncpu)
     if cur >= want and not (mx == 1 and ncpu > 1):
@@ -101,7 +102,7 @@ def nic_irqs(ctx: Context, iface: str, bus: str | None) -> list[str]:
            "(cat /sys/class/net/IF/device/numa_node); crossing nodes costs every packet")
 def numa(ctx: Context, iface: str) -> Outcome:
     hardware(ctx, iface)
-    bus = ctx.driver(iface).get("bus-info") or None
+    bus = ctx.driver(iface).bus_info or None
     if bus and not bus.count(":") >= 2:
         bus = None  # not a PCI address (e.g. a platform or virtio-mmio device)
     node_text = ctx.value(f"/sys/bus/pci/devices/{bus}/numa_node") if bus else None

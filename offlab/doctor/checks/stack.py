@@ -23,7 +23,7 @@ NAPI_GUIDE = {
 def bridges(ctx: Context) -> list[str]:
     if not ctx.links:
         raise no_data("no interface list (ip -d -j link, ip -d address, /sys/class/net)")
-    return [l["ifname"] for l in ctx.links if l.get("ifname") and ctx.is_bridge(l["ifname"])]
+    return [l.ifname for l in ctx.links if l.ifname and ctx.is_bridge(l.ifname)]
 
 
 def sysctls_readable(ctx: Context) -> bool:
@@ -60,7 +60,7 @@ def bridge_mtu(ctx: Context) -> Outcome:
         return Outcome("ok", "no Linux bridges here", {"bridges": {}})
     table, bad = {}, {}
     for br in brs:
-        ports = {l["ifname"]: l.get("mtu") for l in ctx.links if l.get("master") == br}
+        ports = {l.ifname: l.mtu for l in ctx.links if l.master == br}
         table[br] = {"mtu": ctx.mtu(br), "ports": ports}
         values = [m for m in ports.values() if m is not None]
         if values and len(set(values)) > 1:
