@@ -285,7 +285,7 @@ def test_the_pmd_limits_the_role_pattern_and_the_tool_packages_are_written_once(
 
 
 def test_every_ip_json_command_is_built_in_netdev():
-    """`ip -j …` argv lists live in netdev.py (ip_argv and the readers on it: link_rows, find_link, addr_rows,
+    """`ip -j …` argv lists live in netdev/__init__.py (ip_argv and the readers on it: link_rows, find_link, addr_rows,
     routes, route_get, netns_names); the other parts call those. Shell scripts that batch one round trip
     (lab/hosts.py's SSH probe, vm/saved.py's guest recheck) are not argv lists and stay where they are."""
     problems = []

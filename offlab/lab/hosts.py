@@ -44,17 +44,23 @@ class Facts:
     default_devs: set[str]
 
 
-def probe(host: SshHost) -> Facts:
-    """What the host says about itself; EnvironmentProblem naming the host when it cannot say."""
-    res = host.run(["sh", "-c", _PROBE], timeout=30)
+def _sections(text: str) -> dict[str, str]:
+    """A batch's output cut at its `@name` lines → {name: what the commands after it printed}."""
     parts: dict[str, str] = {}
     key = None
-    for line in res.stdout.splitlines():
+    for line in text.splitlines():
         if line.startswith("@") and line[1:].isalnum():
             key = line[1:]
             parts[key] = ""
         elif key is not None:
             parts[key] += line + "\n"
+    return parts
+
+
+def probe(host: SshHost) -> Facts:
+    """What the host says about itself; EnvironmentProblem naming the host when it cannot say."""
+    res = host.run(["sh", "-c", _PROBE], timeout=30)
+    parts = _sections(res.stdout)
     if "end" not in parts:
         raise EnvironmentProblem(f"host {host.name}: could not read its interfaces and routes "
                                  f"(is iproute2 installed there?): {res.stderr.strip()[:200]}")
