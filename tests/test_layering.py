@@ -354,25 +354,60 @@ def test_no_test_module_imports_another():
     assert not wrong, f"test modules importing test modules: {wrong}"
 
 
-def test_the_list_of_topologies_is_written_once():
-    """lab/catalog.py holds one record per topology; a collection (a tuple, list, set, dict keys) of two
-    or more names only a topology has (vm-router, dpdk-vm, ...) anywhere else in offlab is a list written
-    again. veth, bridge, vxlan, router, ovs and dpdk are also device and check names (doctor's areas)."""
-    from offlab.lab.catalog import NAMES
+_TOPOLOGY_EXPR = re.compile(r"\btopolog(y|ies)\b|\btopo\b")
 
-    names = set(NAMES) - {"veth", "bridge", "vxlan", "router", "ovs", "dpdk"}
+
+def topology_names_again(source: str, names: set[str]) -> list[str]:
+    """Each place in `source` that writes topology facts again: a collection (tuple, list, set, dict keys)
+    of two or more topology names of which one is a topology only (veth, bridge, vxlan, router, ovs and
+    dpdk alone are device kinds and doctor's areas: `("veth", "bridge", "vxlan")` is a list of link kinds),
+    and any comparison of a topology (`lab.topology`, `topo.kind`, `place.topology`, ...) with a name."""
+    only = names - {"veth", "bridge", "vxlan", "router", "ovs", "dpdk"}
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        elts = node.keys if isinstance(node, ast.Dict) else getattr(node, "elts", None)
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set, ast.Dict)) and elts:
+            found = {e.value for e in elts if isinstance(e, ast.Constant) and e.value in names}
+            if len(found) >= 2 and found & only:
+                out.append(f"{node.lineno}: topologies {sorted(found)} listed again (use offlab.lab.catalog)")
+        elif isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            consts = {c.value for s in sides for c in ast.walk(s) if isinstance(c, ast.Constant) and c.value in names}
+            if consts and any(_TOPOLOGY_EXPR.search(ast.unparse(s)) for s in sides):
+                out.append(f"{node.lineno}: a branch on topology {sorted(consts)} (put the fact in its "
+                           "offlab.lab.catalog record)")
+    return out
+
+
+def test_topology_names_are_only_in_the_catalog_and_the_builders():
+    """lab/catalog.py holds one record per topology, with every fact other parts branch on; the modules
+    of the builders it names may name their own topology. Anywhere else a topology list or a branch on a
+    topology's name is a fact written again."""
+    from offlab.lab.catalog import NAMES, TOPOLOGIES
+
+    home = {"offlab.lab.catalog", *(t.build.__module__ for t in TOPOLOGIES.values())}
     problems = []
     for mod, (file, source, _) in load(PACKAGE).items():
-        if mod == "offlab.lab.catalog":
-            continue
-        for node in ast.walk(ast.parse(source)):
-            elts = node.keys if isinstance(node, ast.Dict) else getattr(node, "elts", None)
-            if not isinstance(node, (ast.Tuple, ast.List, ast.Set, ast.Dict)) or not elts:
-                continue
-            found = {e.value for e in elts if isinstance(e, ast.Constant) and e.value in names}
-            if len(found) >= 2:
-                problems.append(f"{file}:{node.lineno}: topologies {sorted(found)} listed again (use offlab.lab.catalog)")
+        if mod not in home:
+            problems += [f"{file}:{p}" for p in topology_names_again(source, set(NAMES))]
     assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("source, found", [
+    ('KINDS = ("dpdk", "dpdk-vm")\n', ["listed again"]),
+    ('KINDS = {"vm-pair": 1, "veth": 2}\n', ["listed again"]),
+    ('if lab.topology == "phys":\n    pass\n', ["a branch on topology ['phys']"]),
+    ('if topo.kind in ("vxlan",):\n    pass\n', ["a branch on topology ['vxlan']"]),
+    ('if place.topology not in ("dpdk", "bridge"):\n    pass\n', ["a branch on topology ['bridge', 'dpdk']"]),
+    # device kinds and areas, not topologies
+    ('L2 = ("veth", "bridge", "vxlan")\nif link.kind == "bridge":\n    pass\n', []),
+    ('AREAS = ("nic", "bridge", "ovs", "dpdk")\n', []),
+])
+def test_the_topology_checker_finds_each_way_of_writing_a_fact_again(source, found):
+    from offlab.lab.catalog import NAMES
+
+    got = topology_names_again(source, set(NAMES))
+    assert len(got) == len(found) and all(f in g for f, g in zip(found, got, strict=True)), got
 
 
 # ---- host kinds are invisible above hosts -------------------------------------------------------

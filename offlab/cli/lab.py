@@ -13,7 +13,7 @@ from rich.table import Table
 from offlab import lab as labs
 from offlab.addresses import LAB_NET6
 from offlab.experiment import teardown
-from offlab.lab.catalog import DPDK_TOPOLOGIES
+from offlab.lab.catalog import DPDK_TOPOLOGIES, borrows_ports, taking_option
 from offlab.errors import BadInput, EnvironmentProblem, NotRoot
 from offlab.hosts import is_root
 from offlab.lab.inspect import SUMMARY_FEATURES, describe
@@ -74,15 +74,15 @@ def up_cmd(
     if inventory is not None or pair is not None or allow_management:
         raise BadInput(f"--inventory, --pair and --allow-management-traffic are for `lab up hosts`, not {topology}")
     check_up_options(name, mtu, ipv6)
-    if topology not in ("dpdk", "ovs-dpdk") and pmd is not None:
-        raise BadInput("--pmd is an option of the dpdk and ovs-dpdk topologies only")
+    if topology not in taking_option("pmd") and pmd is not None:
+        raise BadInput(f"--pmd is an option of the {' and '.join(taking_option('pmd'))} topologies only")
     if topology not in DPDK_TOPOLOGIES and testpmd_cpu is not None:
         raise BadInput(f"--testpmd-cpu is an option of the {', '.join(DPDK_TOPOLOGIES)} topologies only")
     options = {k: v for k, v in (("vni", vni), ("port", port), ("underlay_mtu", underlay_mtu),
                                  ("pmd", pmd), ("cpu", testpmd_cpu)) if v is not None}
-    if (topology == "phys") != (ports is not None):
-        raise BadInput("lab up phys needs --ports IF1,IF2 (docs/phys.md)" if topology == "phys"
-                       else f"--ports is for `lab up phys`, not {topology}")
+    if borrows_ports(topology) != (ports is not None):
+        raise BadInput(f"lab up {topology} needs --ports IF1,IF2 (docs/phys.md)" if borrows_ports(topology)
+                       else f"--ports is for `lab up {' / '.join(taking_option('ports'))}`, not {topology}")
     if ports is not None:
         options["ports"] = [p.strip() for p in ports.split(",")]
     if (nic or guest_cpus is not None) and topology not in labs.GUEST_TOPOLOGIES:

@@ -102,8 +102,9 @@ class TestpmdSetting(Knob):
 
     @classmethod
     def plan_place_problem(cls, key: str, value: Any, place: PlanPlace) -> str | None:
-        if place.topology not in ("dpdk", "dpdk-vm"):
-            return f"{key} is a setting of dpdk-testpmd: only a dpdk or dpdk-vm lab runs one, not {place.topology}"
+        if place.topology not in place.testpmd_labs:
+            return (f"{key} is a setting of dpdk-testpmd: only a {' or '.join(place.testpmd_labs)} lab runs one, "
+                    f"not {place.topology}")
         if place.role != "switch" or place.ref is not None:
             return f"{key} is a setting of the testpmd on host switch, not of {place.target}"
         try:  # the same judgement as `lab set` makes before it asks testpmd

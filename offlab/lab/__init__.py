@@ -17,16 +17,13 @@ from offlab.interrupts import shielded
 from offlab.lab import owner
 from offlab.dpdk import remove_runtime
 from offlab.lab.build import Builder, LabBuildFailed
-from offlab.lab.dpdk import check_options as check_dpdk_options
-from offlab.lab.ovs_dpdk import check_options as check_ovs_dpdk_options, require_vswitchd
-from offlab.lab.ovs_dpdk import check_vm_options as check_ovs_dpdk_vm_options
+from offlab.lab.ovs_dpdk import require_vswitchd
 from offlab.lab.hold import hold, holders
-from offlab.lab.catalog import GUEST_TOPOLOGIES, TOPOLOGIES
+from offlab.lab.catalog import BASE_TOOLS, GUEST_TOPOLOGIES, HOSTS, TOPOLOGIES, borrows_ports, taking_option
 from offlab.lab.model import LabState
 from offlab.lab.ovs import alive, stop_daemon
 from offlab.lab.vm import check_guest_options
-from offlab.mtu.calc import VXLAN_OVERHEAD
-from offlab.names import MTU_MAX, check_lab_name, check_mtu
+from offlab.names import check_lab_name, check_mtu
 from offlab.state import state_dir
 
 __all__ = ["up", "remove", "Removal", "state_names", "daemon_died", "LabDaemonDied", "GUEST_TOPOLOGIES", "list_labs", "health", "removed", "hold", "holders", "LabState",
@@ -42,34 +39,13 @@ def _check_request(topology: str, name: str, mtu: int, options: dict) -> None:
         raise BadInput(f"unknown topology {topology!r}: choose one of {', '.join(TOPOLOGIES)}")
     check_lab_name(name)
     check_mtu(mtu)
-    if topology in GUEST_TOPOLOGIES:
+    topo = TOPOLOGIES[topology]
+    if topo.guests:
         check_guest_options(options, topology)
-    if TOPOLOGIES[topology].testpmd:
-        check_dpdk_options(options, mtu, topology)
-    if topology == "phys":
-        from offlab.lab import phys
-
-        phys.check_request(name, options)
-    elif "ports" in options:
-        raise BadInput(f"--ports is for `lab up phys`, not {topology}")
-    if topology == "ovs-dpdk":
-        check_ovs_dpdk_options(options, mtu)
-    if topology == "ovs-dpdk-vm":
-        check_ovs_dpdk_vm_options(options, mtu)
-    if topology == "vxlan":
-        under = options.get("underlay_mtu")
-        if under is not None:
-            check_mtu(under, "--underlay-mtu")
-            if mtu > under - VXLAN_OVERHEAD[4]:
-                raise BadInput(f"--mtu {mtu} does not fit the VXLAN underlay: at most underlay MTU {under} - "
-                               f"{VXLAN_OVERHEAD[4]} = {under - VXLAN_OVERHEAD[4]}")
-        elif mtu + VXLAN_OVERHEAD[4] > MTU_MAX:
-            raise BadInput(f"--mtu {mtu} is too large for vxlan: the underlay needs {mtu} + {VXLAN_OVERHEAD[4]} "
-                           f"≤ {MTU_MAX}")
-        for key, lo, hi in (("vni", 1, 2**24 - 1), ("port", 1, 65535)):
-            val = options.get(key)
-            if val is not None and not (isinstance(val, int) and lo <= val <= hi):
-                raise BadInput(f"--{key} {val!r} is out of range {lo}..{hi}")
+    if "ports" in options and "ports" not in topo.options:
+        raise BadInput(f"--ports is for `lab up {' / '.join(taking_option('ports'))}`, not {topology}")
+    if topo.check is not None:
+        topo.check(name, mtu, options)
 
 
 def up(topology: str, name: str | None = None, *, mtu: int = 1500, ipv6: bool = False,
@@ -80,7 +56,7 @@ def up(topology: str, name: str | None = None, *, mtu: int = 1500, ipv6: bool = 
     _check_request(topology, name, mtu, options)
     if not is_root():
         raise NotRoot("building a lab")
-    for tool in ("ip", "ethtool", *TOPOLOGIES[topology].tools):
+    for tool in (*BASE_TOOLS, *TOPOLOGIES[topology].tools):
         require_tool(tool)
     if TOPOLOGIES[topology].ovs_dpdk:
         require_vswitchd()
@@ -164,7 +140,8 @@ def _check_mtus(lab: LabState) -> None:
 
 
 def _is_underlay(lab: LabState, role: str, ifname: str) -> bool:
-    return lab.topology == "vxlan" and (role == "switch" or ifname == "u0")
+    topo = TOPOLOGIES.get(lab.topology)
+    return topo is not None and (role in topo.underlay_roles or ifname in topo.underlay_ifaces)
 
 
 @dataclasses.dataclass
@@ -223,10 +200,10 @@ def remove(name: str, *, put_back: Callable[[LabState], list[str]], force: bool 
                        f"namespace {ns} belongs to {who}; offlab leaves it alone"
                        + (f" (OFFLAB_STATE_DIR={who} offlab lab down {name})" if who.startswith("/") else ""))
     removed: list[str] = []
-    if lab is not None and lab.topology in ("hosts", "phys"):
+    if lab is not None and (lab.topology == HOSTS or borrows_ports(lab.topology)):
         # Interfaces that outlive the lab (an SSH host's port, a phys port): their settings go back first.
         removed += put_back(lab)
-    if lab is not None and lab.topology == "hosts":
+    if lab is not None and lab.topology == HOSTS:
         from offlab.lab import hosts as hosts_lab
 
         removed += hosts_lab.teardown(lab, also={u["pid"] for u in users if isinstance(u.get("pid"), int)})
@@ -297,7 +274,7 @@ def abandoned() -> list[str]:
 def phys_in_use_by_nobody(*, force: bool = False) -> list[str]:
     """Phys labs that are up and that no live run or measurement holds (any, with `force`): their ports
     are this machine's own, which `offlab restore` gives back like every setting offlab changed."""
-    return [lab.name for lab in list_labs() if lab.topology == "phys" and lab.status == "up"
+    return [lab.name for lab in list_labs() if borrows_ports(lab.topology) and lab.status == "up"
             and (force or not holders(lab.name))]
 
 

@@ -3,9 +3,11 @@
 A record holds the builder (its docstring is the picture), the hosts and their interfaces as known
 before any lab exists (so a plan's `HOST[:IFACE]` is judged at load time the way
 LabState.resolve_iface judges it once the lab is up; tests/test_plan.py builds each lab and compares),
-the tools `lab up` checks first, and whether the lab runs guests or an Open vSwitch of its own.
-The plan schema's choices, `lab up`'s check, the guest and OVS lists all read TOPOLOGIES;
-tests/test_layering.py checks that no other module of offlab names a topology list again.
+the tools `lab up` checks first, whether the lab runs guests, an Open vSwitch or a DPDK process of
+its own, its own `lab up` options and the function that judges them, and the interfaces that carry
+an underlay. The plan schema's choices, `lab up`'s checks, a plan's checks and the tools it needs,
+the guest, DPDK and OVS lists all read TOPOLOGIES; tests/test_layering.py checks that no other
+module of offlab (but the builders) names a topology again, in a list or in a branch.
 """
 
 from __future__ import annotations
@@ -13,6 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from offlab.lab import dpdk as testpmd_lab
+from offlab.lab import ovs_dpdk as ovs_dpdk_lab
+from offlab.lab import phys as phys_lab
 from offlab.lab import topologies as ns
 from offlab.lab.build import Builder
 from offlab.lab.dpdk import dpdk, dpdk_vm
@@ -95,6 +100,15 @@ class Topology:
     guests: bool = False  # runs QEMU guests (the --nic / --guest-cpus options apply)
     ovs: bool = False  # runs an Open vSwitch of its own in the switch namespace
     dpdk: bool = False  # runs a DPDK process (testpmd, OVS-DPDK) on a CPU of this machine (--testpmd-cpu)
+    options: tuple[str, ...] = ()  # its own `lab up` options (a plan's topology keys), besides guests' and cpu
+    check: Callable[[str, int, dict], None] | None = None  # (name, mtu, options) → BadInput before anything is built
+    underlay_roles: tuple[str, ...] = ()  # hosts whose every interface carries the underlay (its own MTU)
+    underlay_ifaces: tuple[str, ...] = ()  # interfaces, on any host, that carry the underlay
+
+    @property
+    def borrows_ports(self) -> bool:
+        """Its interfaces are this machine's own ports, lent to the lab and given back as they were."""
+        return "ports" in self.options
 
     @property
     def hosts(self) -> dict[str, tuple[StaticIface, ...]]:
@@ -118,18 +132,35 @@ class Topology:
 TOPOLOGIES: dict[str, Topology] = {t.name: t for t in (
     Topology("veth", ns.veth),
     Topology("bridge", ns.bridge),
-    Topology("vxlan", ns.vxlan),
+    Topology("vxlan", ns.vxlan, options=("vni", "port", "underlay_mtu"), check=ns.check_vxlan,
+             underlay_roles=("switch",), underlay_ifaces=("u0",)),
     Topology("router", ns.router),
     Topology("ovs", ns.ovs, ("ovs-vswitchd", *_OVS_TOOLS), ovs=True),
     Topology("vm", vm, _QEMU, guests=True),
     Topology("vm-router", vm_router, _QEMU, guests=True),
     Topology("vm-pair", vm_pair, _QEMU, guests=True),
-    Topology("dpdk", dpdk, _TESTPMD, dpdk=True),
-    Topology("dpdk-vm", dpdk_vm, (*_TESTPMD, *_QEMU), guests=True, dpdk=True),
-    Topology("ovs-dpdk", ovs_dpdk, _OVS_TOOLS, ovs=True, dpdk=True),
-    Topology("ovs-dpdk-vm", ovs_dpdk_vm, (*_OVS_TOOLS, *_QEMU), guests=True, ovs=True, dpdk=True),
-    Topology("phys", phys, ("ss",)),
+    Topology("dpdk", dpdk, _TESTPMD, dpdk=True, options=("pmd",), check=testpmd_lab.check_options),
+    Topology("dpdk-vm", dpdk_vm, (*_TESTPMD, *_QEMU), guests=True, dpdk=True, check=testpmd_lab.check_vm_options),
+    Topology("ovs-dpdk", ovs_dpdk, _OVS_TOOLS, ovs=True, dpdk=True, options=("pmd",),
+             check=ovs_dpdk_lab.check_options),
+    Topology("ovs-dpdk-vm", ovs_dpdk_vm, (*_OVS_TOOLS, *_QEMU), guests=True, ovs=True, dpdk=True,
+             check=ovs_dpdk_lab.check_vm_options),
+    Topology("phys", phys, ("ss",), options=("ports",), check=phys_lab.check_request),
 )}
 NAMES = tuple(TOPOLOGIES)
 GUEST_TOPOLOGIES = tuple(n for n, t in TOPOLOGIES.items() if t.guests)
 DPDK_TOPOLOGIES = tuple(n for n, t in TOPOLOGIES.items() if t.dpdk)
+TESTPMD_TOPOLOGIES = tuple(n for n, t in TOPOLOGIES.items() if t.testpmd)
+HOSTS = "hosts"  # not a topology: a lab over machines of an inventory (lab/hosts.py), built from no record
+BASE_TOOLS = ("ip", "ethtool")  # what every topology runs, checked before its own tools
+
+
+def taking_option(option: str) -> tuple[str, ...]:
+    """The topologies that take `option` (vni, pmd, ports, ...)."""
+    return tuple(n for n, t in TOPOLOGIES.items() if option in t.options)
+
+
+def borrows_ports(name: str) -> bool:
+    """Whether a lab of topology `name` runs on this machine's own ports (False for `hosts` and unknown names)."""
+    topo = TOPOLOGIES.get(name)
+    return topo is not None and topo.borrows_ports

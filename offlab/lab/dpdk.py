@@ -27,15 +27,21 @@ AF_PACKET_CSUM_WHY = ("the af_packet PMD hands testpmd partial-checksum frames a
                       "on unchanged, so TCP is black-holed unless the senders checksum in software")
 
 
-def check_options(options: dict, mtu: int, topology: str = "dpdk") -> None:
-    pmd = options.get("pmd", "tap")
-    if topology == "dpdk-vm" and "pmd" in options:
+def check_vm_options(name: str, mtu: int, options: dict) -> None:
+    """`lab up dpdk-vm`'s options, before anything is built."""
+    if "pmd" in options:
         raise BadInput("--pmd is an option of the dpdk topology; dpdk-vm's ports are a tap and a vhost-user port")
-    if pmd not in PMDS:
-        raise BadInput(f"--pmd {pmd!r}: choose tap or af_packet")
-    if mtu != MAX_MTU and topology == "dpdk-vm":
+    if mtu != MAX_MTU:
         raise BadInput(f"--mtu {mtu}: the dpdk-vm lab's tap port takes at most {MAX_MTU} (DPDK 22.11 net_tap "
                        f"frames ≤ {PMD_MAX_FRAME['net_tap']} B), and so does the path through it")
+    check_cpu(options.get("cpu"))
+
+
+def check_options(name: str, mtu: int, options: dict) -> None:
+    """`lab up dpdk`'s options, before anything is built."""
+    pmd = options.get("pmd", "tap")
+    if pmd not in PMDS:
+        raise BadInput(f"--pmd {pmd!r}: choose tap or af_packet")
     if mtu != MAX_MTU:
         raise BadInput(f"--mtu {mtu}: the dpdk lab's ports take at most {MAX_MTU} (DPDK 22.11 net_tap frames "
                        f"≤ {PMD_MAX_FRAME['net_tap']} B, net_af_packet ≤ {PMD_MAX_FRAME['net_af_packet']} B); jumbo frames need vhost-user ports at both ends "
@@ -87,7 +93,7 @@ def dpdk(b: Builder, mtu: int) -> None:
     server and addressed there, and go back whenever testpmd reconfigures its ports.
     """
     opts = b.lab.options
-    check_options(opts, mtu)
+    check_options(b.lab.name, mtu, opts)
     pmd = opts.setdefault("pmd", "tap")
     cpu = opts.setdefault("cpu", default_cpu())
     b.host("client"), b.host("switch"), b.host("server")
@@ -126,7 +132,7 @@ def dpdk_vm(b: Builder, mtu: int) -> None:
     from offlab.lab.vm import boot_guest, guest_address
 
     opts = b.lab.options
-    check_options(opts, mtu, "dpdk-vm")
+    check_vm_options(b.lab.name, mtu, opts)
     cpu = opts.setdefault("cpu", default_cpu())
     b.host("client"), b.host("switch")
     ns = {role: netns_name(b.lab.name, role) for role in ("client", "switch")}

@@ -57,7 +57,7 @@ def require_vswitchd() -> str:
     return VSWITCHD
 
 
-def check_options(options: dict, mtu: int) -> None:
+def check_options(name: str, mtu: int, options: dict) -> None:
     """What `lab up ovs-dpdk` can refuse before anything exists (exit 2)."""
     pmd = options.get("pmd", "tap")
     if pmd not in PORT_TYPES:
@@ -71,14 +71,14 @@ def check_options(options: dict, mtu: int) -> None:
     check_cpu(options.get("cpu"), "the OVS PMD thread's CPU; ")
 
 
-def check_vm_options(options: dict, mtu: int) -> None:
+def check_vm_options(name: str, mtu: int, options: dict) -> None:
     """What `lab up ovs-dpdk-vm` can refuse before anything exists (exit 2)."""
     if "pmd" in options:
         raise BadInput("--pmd: ovs-dpdk-vm's ports are vhost-user (dpdkvhostuser); --pmd is for ovs-dpdk")
     if mtu > VHOST_MAX_MTU:
         raise BadInput(f"--mtu {mtu}: OVS-DPDK's vhost-user ports take at most MTU {VHOST_MAX_MTU} "
                        f"(frames ≤ {VHOST_MAX_FRAME} B)")
-    check_options({k: v for k, v in options.items() if k == "cpu"}, MAX_MTU)
+    check_options(name, MAX_MTU, {k: v for k, v in options.items() if k == "cpu"})
 
 
 def ovs_dpdk_vm(b: Builder, mtu: int) -> None:
@@ -91,7 +91,7 @@ def ovs_dpdk_vm(b: Builder, mtu: int) -> None:
     from offlab.lab.vm import boot_guest, guest_address
 
     opts = b.lab.options
-    check_vm_options(opts, mtu)
+    check_vm_options(b.lab.name, mtu, opts)
     cpu = opts.setdefault("cpu", default_cpu())
     b.host("switch")
     switch = Ovs.start(b, vswitchd=False)
@@ -122,7 +122,7 @@ def ovs_dpdk(b: Builder, mtu: int) -> None:
     client and server and addressed there. Any later port reconfiguration needs them back first.
     """
     opts = b.lab.options
-    check_options(opts, mtu)
+    check_options(b.lab.name, mtu, opts)
     pmd = opts.setdefault("pmd", "tap")
     cpu = opts.setdefault("cpu", default_cpu())
     b.host("client"), b.host("switch"), b.host("server")

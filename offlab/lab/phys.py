@@ -127,8 +127,8 @@ def _namespace_holding(name: str) -> str | None:
 def _labs_holding(names: list[str], lab_name: str) -> Iterator[str]:
     from offlab.lab import list_labs
 
-    for lab in list_labs():
-        if lab.topology == "phys" and lab.name != lab_name:
+    for lab in list_labs():  # only a lab that borrows ports records them in its options
+        if lab.name != lab_name:
             for name in names:
                 if name in (lab.options.get("ports") or []):
                     yield (f"port {name} is already in lab {lab.name}: `offlab lab down {lab.name}` first, "
@@ -395,7 +395,7 @@ def ifindex_note(lab: LabState) -> list[str]:
     return notes
 
 
-def check_request(name: str, options: dict) -> None:
+def check_request(name: str, mtu: int, options: dict) -> None:
     """`lab up phys` options that can be checked before the lab is claimed (refusals: exit 2)."""
     for tool in ("ip", "ethtool", "ss"):
         require_tool(tool)

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from offlab.addresses import (BEHIND4, BEHIND6, CLIENT4, CLIENT6, HV1_UNDERLAY, HV2_UNDERLAY, ROUTER_C4,
                               ROUTER_C6, ROUTER_S4, ROUTER_S6, SERVER4, SERVER6, address)
+from offlab.errors import BadInput
 from offlab.lab.build import Builder
 from offlab.lab.model import Interface
 from offlab.lab.ovs import Ovs
 from offlab.mtu.calc import VXLAN_OVERHEAD
+from offlab.names import MTU_MAX, check_mtu
 
 
 DEFAULT_VNI = 4242
@@ -55,6 +57,36 @@ def router(b: Builder, mtu: int) -> None:
         b.sysctl("router", "net.ipv6.conf.all.forwarding", "1")
     b.default_route("client", address(ROUTER_C4), address(ROUTER_C6))
     b.default_route("server", address(ROUTER_S4), address(ROUTER_S6))
+
+
+def vxlan_mtu_problem(mtu: int, underlay_mtu: int | None, *, mtu_word: str = "mtu",
+                      underlay_word: str = "underlay_mtu") -> tuple[str, str] | None:
+    """(the option at fault, why) when the overlay `mtu` does not fit the underlay (the IPv4 VXLAN
+    header's 50 bytes), else None; `lab up` and a plan's check spell the options their way."""
+    over = VXLAN_OVERHEAD[4]
+    if underlay_mtu is not None:
+        if underlay_mtu > MTU_MAX:
+            return "underlay_mtu", f"{underlay_word} {underlay_mtu} is more than the largest MTU, {MTU_MAX}"
+        if mtu > underlay_mtu - over:
+            return "underlay_mtu", (f"{mtu_word} {mtu} does not fit the VXLAN underlay: at most {underlay_word} "
+                                    f"{underlay_mtu} - {over} = {underlay_mtu - over}")
+    elif mtu + over > MTU_MAX:
+        return "mtu", f"{mtu_word} {mtu} is too large for vxlan: the underlay needs {mtu} + {over} ≤ {MTU_MAX}"
+    return None
+
+
+def check_vxlan(name: str, mtu: int, options: dict) -> None:
+    """`lab up vxlan`'s options: the underlay MTU, the VNI and the UDP port."""
+    under = options.get("underlay_mtu")
+    if under is not None:
+        check_mtu(under, "--underlay-mtu")
+    problem = vxlan_mtu_problem(mtu, under, mtu_word="--mtu", underlay_word="underlay MTU")
+    if problem:
+        raise BadInput(problem[1])
+    for key, lo, hi in (("vni", 1, 2**24 - 1), ("port", 1, 65535)):
+        val = options.get(key)
+        if val is not None and not (isinstance(val, int) and lo <= val <= hi):
+            raise BadInput(f"--{key} {val!r} is out of range {lo}..{hi}")
 
 
 def vxlan(b: Builder, mtu: int) -> None:

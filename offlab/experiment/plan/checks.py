@@ -14,13 +14,13 @@ from offlab.errors import BadInput
 from offlab.experiment.plan import topology as static
 from offlab.experiment.plan.errors import PlanErrors
 from offlab.experiment.plan.models import Cell, Plan
-from offlab.mtu.calc import VXLAN_OVERHEAD as VXLAN_OVERHEAD_BY_FAMILY
+from offlab.lab.catalog import BASE_TOOLS, TESTPMD_TOPOLOGIES, TOPOLOGIES, taking_option
+from offlab.lab.topologies import vxlan_mtu_problem
 from offlab.names import IFNAME_PATTERN, ROLE_PATTERN
 from offlab.traffic import BadWorkload
 
 TARGET_RE = re.compile(f"^(machine|{ROLE_PATTERN})(:{IFNAME_PATTERN})?$")
-VXLAN_OVERHEAD = VXLAN_OVERHEAD_BY_FAMILY[4]  # the lab's underlay is IPv4 (offlab/lab/topologies.py)
-VXLAN_ONLY = ("underlay_mtu", "vni", "port")
+LAB_OPTIONS = ("underlay_mtu", "vni", "port", "ports")  # a plan's topology keys that only some topologies take
 
 
 def check_target(err: PlanErrors, path: tuple, target: Any, kind: str, *, machine_ok: bool = True) -> tuple[str, str | None]:
@@ -62,7 +62,7 @@ def check_knob(err: PlanErrors, path: tuple, kind: str, target: str, key: Any, v
             err.fail(path, f"'machine' takes host-wide sysctls only (net.*, kernel.*, vm.*), not {key!r}")
         return
     bridges = tuple(f"{r}:{i.name}" for r, ifs in static.HOSTS[kind].items() for i in ifs if i.kind == "bridge")
-    place = PlanPlace(kind, target, role, ref, bridges=bridges)
+    place = PlanPlace(kind, target, role, ref, bridges=bridges, testpmd_labs=TESTPMD_TOPOLOGIES)
     if cls.needs_iface:
         try:
             iface = static.resolve(kind, role, ref)
@@ -84,26 +84,20 @@ def check_cell(err: PlanErrors, cell: Cell, blame: Callable[[str, str], tuple]) 
     topo = cell.topology
     if topo.ipv6 and topo.mtu < MIN_MTU[6]:
         err.fail(blame("topology", "mtu"), f"mtu {topo.mtu} with ipv6: IPv6 needs an MTU of at least {MIN_MTU[6]}")
-    if topo.kind == "vxlan":
-        under = topo.underlay_mtu if topo.underlay_mtu is not None else topo.mtu + VXLAN_OVERHEAD
-        if topo.mtu + VXLAN_OVERHEAD > under:
-            err.fail(blame("topology", "underlay_mtu" if topo.underlay_mtu is not None else "mtu"),
-                     f"mtu {topo.mtu} does not fit the VXLAN underlay: at most underlay_mtu {under} - "
-                     f"{VXLAN_OVERHEAD} = {under - VXLAN_OVERHEAD}")
-        if under > 65535:
-            err.fail(blame("topology", "mtu"), f"mtu {topo.mtu} is too large for vxlan: the underlay needs "
-                                               f"{topo.mtu} + {VXLAN_OVERHEAD} ≤ 65535")
-    else:
-        for key in VXLAN_ONLY:
-            if getattr(topo, key) is not None:
-                err.fail(blame("topology", key), f"{key} applies to a vxlan lab only, not {topo.kind}")
+    record = TOPOLOGIES[topo.kind]
+    if "underlay_mtu" in record.options:
+        problem = vxlan_mtu_problem(topo.mtu, topo.underlay_mtu)
+        if problem:
+            err.fail(blame("topology", problem[0] if topo.underlay_mtu is not None else "mtu"), problem[1])
+    for key in LAB_OPTIONS:
+        if getattr(topo, key) is not None and key not in record.options:
+            err.fail(blame("topology", key), f"{key} applies to a {' or '.join(taking_option(key))} lab only, "
+                                             f"not {topo.kind}")
     if topo.nic or topo.guest_cpus is not None:
         _check_guest(err, cell, blame)
-    if topo.kind == "phys" and (not topo.ports or len(topo.ports) != 2 or len(set(topo.ports)) != 2):
+    if record.borrows_ports and (not topo.ports or len(topo.ports) != 2 or len(set(topo.ports)) != 2):
         err.fail(blame("topology", "ports" if topo.ports else "kind"),
-                 "a phys lab needs ports: [IF1, IF2], two different ports of this machine cabled to each other")
-    elif topo.kind != "phys" and topo.ports is not None:
-        err.fail(blame("topology", "ports"), f"ports applies to a phys lab only, not {topo.kind}")
+                 f"a {topo.kind} lab needs ports: [IF1, IF2], two different ports of this machine cabled to each other")
     try:
         cell.workload.traffic(ipv6=topo.ipv6).check()
     except BadWorkload as exc:
@@ -145,7 +139,7 @@ def no_op_warnings(plan: Plan) -> list[str]:
     out = []
     for cell in plan.cells:
         tp = {k[len("testpmd."):]: check_value(k, v) for _, k, v in cell.changes if is_testpmd_key(k)}
-        if cell.topology.kind in ("dpdk", "dpdk-vm"):
+        if TOPOLOGIES[cell.topology.kind].testpmd:
             out += [f"cell {cell.key}: {line}" for line in no_ops(tp)]
         if cell.workload.kind != "stream":
             continue
@@ -168,14 +162,9 @@ def no_op_warnings(plan: Plan) -> list[str]:
 
 def required_tools(plan: Plan) -> list[str]:
     """The programs the plan's cells will start, and only those: iperf3 only if a cell uses it, etc."""
-    tools = ["ip", "ethtool", "taskset"]
-    kinds = {c.topology.kind for c in plan.cells}
-    if "ovs" in kinds:
-        tools += ["ovsdb-server", "ovs-vswitchd", "ovs-vsctl", "ovsdb-tool"]
-    if kinds & {"dpdk", "dpdk-vm"}:
-        tools += ["dpdk-testpmd", "stdbuf"]
-    if "phys" in kinds:
-        tools.append("ss")  # the refusal of a port that carries a connection
+    tools = [*BASE_TOOLS, "taskset"]
+    for kind in dict.fromkeys(c.topology.kind for c in plan.cells):
+        tools += [t for t in TOPOLOGIES[kind].tools if t not in tools]  # the lab's own, as `lab up` checks them
     used = {c.workload.tool for c in plan.cells if c.workload.kind != "rr"}
     used |= {"engine" for c in plan.cells if c.workload.kind != "stream"}
     if "iperf3" in used:

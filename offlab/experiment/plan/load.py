@@ -13,6 +13,7 @@ from offlab.experiment.plan.checks import check_target
 from offlab.experiment.plan.errors import PlanErrors
 from offlab.experiment.plan.models import CaptureSpec, Plan, RepeatSpec, TopologySpec, WorkloadSpec
 from offlab.experiment.plan.published import parse_published
+from offlab.lab.catalog import TOPOLOGIES
 
 TOP_KEYS = {"name", "description", "topology", "axes", "only", "exclude", "workload", "repeat", "baseline",
             "capture", "budget", "seed", "warmup", "headline", "quick", "quick_workload", "published", "trace"}
@@ -73,8 +74,8 @@ def load_plan(text: str, source: str = "<plan>", *, quick: bool = False) -> Plan
     plan.cells = expand(plan, err, value_paths)
     if not plan.cells:
         err.fail(("only",) if only else ("axes",), "the filters leave no cell to run")
-    if topology.kind == "phys" and len({c.lab_key for c in plan.cells}) > 1:
-        err.fail(("axes",), "a phys plan has one pair of ports, so one lab: vary its MTU or offloads with "
+    if TOPOLOGIES[topology.kind].borrows_ports and len({c.lab_key for c in plan.cells}) > 1:
+        err.fail(("axes",), f"a {topology.kind} plan has one pair of ports, so one lab: vary its MTU or offloads with "
                             "settings (e.g. settings: {client: {mtu: 9000}, server: {mtu: 9000}}), not with topology")
     if baseline and not any(matches(c.params, baseline) for c in plan.cells):
         err.fail(("baseline",), f"baseline {fmt(baseline)} matches no cell")
