@@ -12,7 +12,7 @@ from tests.conftest import REPO
 # hosts, knobs and store: every part above them calls them; a wrong type there is everyone's bug.
 # hosts, knobs and the store (the floor), and the typed doors between parts: the stored
 # sample's view, the measure request, the witnesses that read samples, the probe result
-TYPED = ["offlab/hosts", "offlab/knobs", "offlab/store", "offlab/sample.py", "offlab/experiment/request.py",
+TYPED = ["offlab/hosts", "offlab/netdev", "offlab/knobs", "offlab/store", "offlab/sample.py", "offlab/experiment/request.py",
          "offlab/experiment/witnesses.py", "offlab/probes", "offlab/experiment/measure.py",
          "offlab/experiment/effects.py", "offlab/report/trend.py", "offlab/experiment/kernel_account.py"]
 

@@ -217,7 +217,7 @@ def _literal_number(value: ast.expr) -> bool:
 
 
 def test_the_vxlan_overhead_and_the_ovs_vsctl_call_are_written_once():
-    """50/70 bytes of VXLAN live in mtu/calc.py, the ovs-vsctl argv in netdev.py; elsewhere they are imported."""
+    """50/70 bytes of VXLAN live in mtu/calc.py, the ovs-vsctl argv in netdev/__init__.py; elsewhere they are imported."""
     problems = []
     for mod, (file, source, _) in load(PACKAGE).items():
         for node in ast.walk(ast.parse(source)):
