@@ -354,7 +354,8 @@ def test_no_test_module_imports_another():
     assert not wrong, f"test modules importing test modules: {wrong}"
 
 
-_TOPOLOGY_EXPR = re.compile(r"\btopolog(y|ies)\b|\btopo\b")
+# lab.topology, place.topology, topo.kind, cell.topology.kind, a plan's `kinds` (its set of topology kinds)
+_TOPOLOGY_EXPR = re.compile(r"(\w+\.)*(topology|topo)(\.kind)?|kinds")
 
 
 def topology_names_again(source: str, names: set[str]) -> list[str]:
@@ -373,7 +374,7 @@ def topology_names_again(source: str, names: set[str]) -> list[str]:
         elif isinstance(node, ast.Compare):
             sides = [node.left, *node.comparators]
             consts = {c.value for s in sides for c in ast.walk(s) if isinstance(c, ast.Constant) and c.value in names}
-            if consts and any(_TOPOLOGY_EXPR.search(ast.unparse(s)) for s in sides):
+            if consts and any(_TOPOLOGY_EXPR.fullmatch(ast.unparse(s)) for s in sides):
                 out.append(f"{node.lineno}: a branch on topology {sorted(consts)} (put the fact in its "
                            "offlab.lab.catalog record)")
     return out
@@ -399,8 +400,9 @@ def test_topology_names_are_only_in_the_catalog_and_the_builders():
     ('if lab.topology == "phys":\n    pass\n', ["a branch on topology ['phys']"]),
     ('if topo.kind in ("vxlan",):\n    pass\n', ["a branch on topology ['vxlan']"]),
     ('if place.topology not in ("dpdk", "bridge"):\n    pass\n', ["a branch on topology ['bridge', 'dpdk']"]),
+    ('if kinds != {"veth"}:\n    pass\n', ["a branch on topology ['veth']"]),
     # device kinds and areas, not topologies
-    ('L2 = ("veth", "bridge", "vxlan")\nif link.kind == "bridge":\n    pass\n', []),
+    ('L2 = ("veth", "bridge", "vxlan")\nif link.kind == "bridge" or kinds.get(m) != "veth":\n    pass\n', []),
     ('AREAS = ("nic", "bridge", "ovs", "dpdk")\n', []),
 ])
 def test_the_topology_checker_finds_each_way_of_writing_a_fact_again(source, found):

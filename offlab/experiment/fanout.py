@@ -30,6 +30,7 @@ from offlab.errors import BadInput, OfflabError
 from offlab.hosts import LOCAL
 from offlab.interrupts import shielded
 from offlab.lab import hosts as hosts_lab
+from offlab.lab.catalog import PAIR_TOPOLOGIES
 
 TAG = " @ "  # run name = "<plan name> @ <pair>"
 
@@ -55,9 +56,9 @@ def check_plan(plan) -> None:
     """A plan for host pairs: one client─server lab whose topology nothing varies (the hosts are as they are)."""
     kinds = {c.topology.kind for c in plan.cells}
     keys = {c.lab_key for c in plan.cells}
-    if kinds != {"veth"} or len(keys) != 1:
+    if not kinds <= set(PAIR_TOPOLOGIES) or len(keys) != 1:
         raise BadInput(f"{plan.source}: a plan run with --inventory runs on two existing hosts (client, server): "
-                       f"its topology must be `kind: veth` and the same in every cell (found "
+                       f"its topology must be `kind: {' or '.join(PAIR_TOPOLOGIES)}` and the same in every cell (found "
                        f"{', '.join(sorted(kinds))}{'' if len(keys) == 1 else ' varying'}); vary mtu as a setting "
                        f"of client:to-server instead")
 

@@ -104,6 +104,7 @@ class Topology:
     check: Callable[[str, int, dict], None] | None = None  # (name, mtu, options) → BadInput before anything is built
     underlay_roles: tuple[str, ...] = ()  # hosts whose every interface carries the underlay (its own MTU)
     underlay_ifaces: tuple[str, ...] = ()  # interfaces, on any host, that carry the underlay
+    pair_shaped: bool = False  # client ─ server, one port each: what an inventory's pair of machines is
 
     @property
     def borrows_ports(self) -> bool:
@@ -130,7 +131,7 @@ class Topology:
 
 
 TOPOLOGIES: dict[str, Topology] = {t.name: t for t in (
-    Topology("veth", ns.veth),
+    Topology("veth", ns.veth, pair_shaped=True),
     Topology("bridge", ns.bridge),
     Topology("vxlan", ns.vxlan, options=("vni", "port", "underlay_mtu"), check=ns.check_vxlan,
              underlay_roles=("switch",), underlay_ifaces=("u0",)),
@@ -151,6 +152,7 @@ NAMES = tuple(TOPOLOGIES)
 GUEST_TOPOLOGIES = tuple(n for n, t in TOPOLOGIES.items() if t.guests)
 DPDK_TOPOLOGIES = tuple(n for n, t in TOPOLOGIES.items() if t.dpdk)
 TESTPMD_TOPOLOGIES = tuple(n for n, t in TOPOLOGIES.items() if t.testpmd)
+PAIR_TOPOLOGIES = tuple(n for n, t in TOPOLOGIES.items() if t.pair_shaped)  # what a plan run on hosts may name
 HOSTS = "hosts"  # not a topology: a lab over machines of an inventory (lab/hosts.py), built from no record
 BASE_TOOLS = ("ip", "ethtool")  # what every topology runs, checked before its own tools
 
