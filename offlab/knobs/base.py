@@ -143,7 +143,7 @@ class Knob:
         if self.target.iface is None:
             return None
         try:  # a host that does not answer raises (HostUnreachable): its entry waits for it
-            gone = netdev.ip_json_or_none(self.host, "link", "show", "dev", self.iface) is None
+            gone = netdev.find_link(self.host, self.iface) is None
         except ValueError:  # ip answered, not in JSON: the interface is there
             gone = False
         return f"interface {self.iface} gone: nothing to restore" if gone else None
