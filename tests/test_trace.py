@@ -409,8 +409,3 @@ def test_an_old_bpftrace_is_named_with_its_version():
     assert trace.version("bpftrace v0.9.4") < trace.MIN_VERSION
     assert trace.version("bpftrace 0.21.2\n") == (0, 21, 2)
     assert trace.version("no version here") is None
-
-
-def test_run_with_inventory_and_trace_is_refused_in_one_line():
-    res = offlab_cli("run", "plan.yaml", "--inventory", "hosts.yml", "--trace")
-    assert res.returncode == 2 and "--trace with --inventory" in res.stderr and "Traceback" not in res.stderr

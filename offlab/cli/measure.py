@@ -45,7 +45,8 @@ def measure_cmd(
                                                                           "the lab's namespaces (nftables; BIG TCP's proof)."),
     trace: bool = typer.Option(_D.trace, "--trace", help="The kernel's own account of the window: drops by reason "
                                                          "and skbs by gso_type per device, from tracepoints "
-                                                         "(bpftrace in this machine's namespaces; tracefs hist triggers inside a guest)."),
+                                                         "(bpftrace in this machine's namespaces; tracefs hist "
+                                                         "triggers in a guest's or an SSH host's own kernel)."),
     capture: Optional[str] = typer.Option(_D.capture, "--capture", help="HOST[:IFACE] to capture on (IFACE may be to-<host>)."),
     frames: int = typer.Option(_D.frames, "--frames", help="Frames to capture."),
     as_json: bool = typer.Option(False, "--json", help="Print the sample as JSON (with its per-interval series)."),

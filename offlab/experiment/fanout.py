@@ -63,8 +63,9 @@ def check_plan(plan) -> None:
 
 
 def fan_out(plan_path: str, inventory: str, db: str, pairs: list[str] | None = None, *, quick: bool = False,
-            on_line: Callable[[str], None] = lambda line: None) -> list[PairRun]:
-    """Run the plan on every pair at once; a PairRun per pair (run id, or the error that stopped it)."""
+            trace: bool = False, on_line: Callable[[str], None] = lambda line: None) -> list[PairRun]:
+    """Run the plan on every pair at once; a PairRun per pair (run id, or the error that stopped it).
+    `trace`: every stream sample takes the kernel's account on the pair's hosts (--trace)."""
     from offlab.experiment.plan import load_plan_file
 
     plan = load_plan_file(plan_path, quick=quick)
@@ -86,7 +87,7 @@ def fan_out(plan_path: str, inventory: str, db: str, pairs: list[str] | None = N
             on_line(f"lab up hosts {r.lab}: {r.pair}")
             hosts_lab.up(r.lab, inventory, r.pair)
             made.append(r.lab)
-        _run_children(runs, plan_path, db, quick, on_line)
+        _run_children(runs, plan_path, db, quick, on_line, trace=trace)
     finally:
         for name in made:
             try:
@@ -97,12 +98,14 @@ def fan_out(plan_path: str, inventory: str, db: str, pairs: list[str] | None = N
     return runs
 
 
-def _run_children(runs: list[PairRun], plan_path: str, db: str, quick: bool, on_line: Callable[[str], None]) -> None:
+def _run_children(runs: list[PairRun], plan_path: str, db: str, quick: bool, on_line: Callable[[str], None], *,
+                  trace: bool = False) -> None:
     with private_tmp("fanout") as tmp:
         procs = []
         for i, r in enumerate(runs):
             argv = [sys.executable, "-m", "offlab.experiment.fanout", "child", "--lab", r.lab, "--pair", r.pair,
-                    "--db", db, "--plan", os.path.abspath(plan_path)] + (["--quick"] if quick else [])
+                    "--db", db, "--plan", os.path.abspath(plan_path)] + (["--quick"] if quick else []) \
+                + (["--trace"] if trace else [])
             out, err = open(Path(tmp) / f"{i}.out", "w+"), open(Path(tmp) / f"{i}.err", "w+")
             procs.append((r, LOCAL.spawn(argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL), out, err))
         try:
@@ -157,11 +160,12 @@ def _child(argv: list[str]) -> int:
     for opt in ("--lab", "--pair", "--db", "--plan"):
         ap.add_argument(opt, required=True)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--trace", action="store_true")
     a = ap.parse_args(argv)
     run_id = None
     try:
         plan = load_plan_file(a.plan, quick=a.quick)
-        plan = dataclasses.replace(plan, name=f"{plan.name}{TAG}{a.pair}")
+        plan = dataclasses.replace(plan, name=f"{plan.name}{TAG}{a.pair}", trace=plan.trace or a.trace)
         runner = Runner(plan, Store.open(a.db), lab=labs.LabState.load(a.lab))
         try:
             run_id = runner.run()

@@ -22,7 +22,7 @@ from offlab.probes.counters import rcvq_pruned
 from offlab.probes.cpu import NOTABLE_STEAL_PCT
 from offlab.sample import Probes, StoredSample
 from offlab.dpdk import Testpmd
-from offlab.experiment import effects, guest_trace, kernel_account, witnesses
+from offlab.experiment import effects, host_trace, kernel_account, witnesses
 from offlab.probes.capture import Capture, CaptureSummary, read_pcap, summarize
 from offlab.traffic import TrafficResult, Workload
 from offlab.traffic import engine as engine_driver
@@ -129,10 +129,10 @@ def _measure(lab: LabState, w: Workload, capture: CaptureRequest | None, beside:
     tp = Testpmd.for_lab(lab.name) if lab.has_testpmd else None
     tp_read = beside.submit(tp.settings) if tp is not None else None
     # a guest's own kernel account: offlab's hist triggers there, set before the probes open and put back
-    # after they close (guest_trace.py)
-    with guest_trace.triggers(lab, trace) as traced, \
+    # after they close (host_trace.py)
+    with host_trace.triggers(lab, trace) as traced, \
             ProbeSession(lab, big_packets=w.big_packets, queue_ifaces=_queue_ifaces(lab, settings),
-                         kernel_trace=trace, guest_trace=traced) as probes, \
+                         kernel_trace=trace, hist_trace=traced) as probes, \
             private_tmp("cap") as tmp:
         window = Window()
         probe_thread: threading.Thread | None = None

@@ -19,11 +19,12 @@ from offlab.knobs.journal import Entry
 from offlab.knobs.ethtool_params import _EthtoolParam
 from offlab.knobs.registry import knob_from_entry
 from offlab.knobs.sysctl import Sysctl
+from offlab.knobs.trace_hist import HistTriggers
 
 
 def undo_argvs(entry: dict) -> list[list[str]] | None:
-    """The commands that put the entry's original back with only ip/ethtool/sh; None when offlab itself
-    is needed (an OVS port, a qdisc tree, an RPS mask)."""
+    """The commands that put the entry's original back with only ip/ethtool/sh (offlab's hist triggers:
+    sh, grep, sed, umount); None when offlab itself is needed (an OVS port, a qdisc tree, an RPS mask)."""
     kind, snap = entry.get("kind"), entry.get("original")
     if kind == "sysctl":
         if not isinstance(snap, str):
@@ -33,6 +34,9 @@ def undo_argvs(entry: dict) -> list[list[str]] | None:
             return None
         path = knob.path
         return [["sh", "-c", 'printf "%s\\n" "$1" >"$2"', "sh", snap, path]]
+    if kind == "trace-hist":
+        knob = knob_from_entry(entry)
+        return [knob.restore_argv(snap)] if isinstance(knob, HistTriggers) else None
     iface = entry.get("iface")
     if not isinstance(iface, str):
         return None  # every other kind here is one of an interface
