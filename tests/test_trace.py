@@ -440,6 +440,7 @@ def test_a_request_response_sample_takes_the_kernels_account(lab):
     assert s.kernel_account is not None and "unavailable" not in s.kernel_account, s.notes
     iface = state.resolve_iface("client", "to-server")
     requests = sum(r["skbs"] for r in s.probes["trace"]["xmit"] if r["host"] == "client" and r["device"] == iface)
-    idle = s.rr["idle"]
-    # one request datagram per transaction handed to the client's device over the window
-    assert requests == pytest.approx(idle["transactions_per_s"] * s.probes["window_s"], rel=0.2), (requests, idle)
+    # each request is one skb handed to the client's veth driver, as its own tx counter says over the same
+    # window (two sources; the kernel's edges come microseconds after the counters' reads at 2000 a second)
+    counted = s.probes["interfaces"][f"client:{iface}"]["tx_packets"]
+    assert requests > 100 and requests == pytest.approx(counted, rel=0.05, abs=5), (requests, counted)
