@@ -138,8 +138,10 @@ def _collect(procs: list, on_line: Callable[[str], None]) -> None:
                 r.run_id = json.loads(line).get("run_id")
                 note = json.loads(line).get("leases")
         lines = [l for l in err.read().splitlines() if l.strip()]
-        # The error, not a lease's word on a renewal said after it (offlab.hosts.lease, at exit)
-        errors = [l for l in lines if not l.startswith("offlab: lease on ")] or lines
+        # The error (its child prints it on one line), not a lease's word on a renewal said after it
+        # (offlab.hosts.lease, at exit) nor a fragment of a command quoted in a traceback-free message
+        errors = [l for l in lines if l.startswith("offlab: error: ")] or \
+            [l for l in lines if not l.startswith("offlab: lease on ")] or lines
         r.error = errors[-1] if r.rc != 0 and errors else ""
         out.close()
         err.close()
@@ -174,7 +176,7 @@ def _child(argv: list[str]) -> int:
 
             print(json.dumps({"run_id": run_id, "pair": a.pair, "leases": lease.renewal_note()}), flush=True)
     except OfflabError as exc:
-        print(f"offlab: error: {exc}", file=sys.stderr)
+        print("offlab: error: " + " ".join(str(exc).split()), file=sys.stderr)  # one line, whatever it quotes
         return exc.exit_code
     except KeyboardInterrupt:
         print("offlab: interrupted: settings restored", file=sys.stderr)

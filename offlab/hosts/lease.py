@@ -55,15 +55,19 @@ RENEW_STREAM_LIFETIME = 3600  # seconds one renewal session lives on the host be
 # The watchdog: $1 its lease directory, $2 remote_dir. It writes its own ids first (the starter waits
 # for them), then wakes once a second until the deadline passes or its lease is gone.
 WATCHDOG = START_TIME_SH + r"""
-L=$1; R=$2; id=${L##*/}
+L=$1; R=$2; id=${L##*/}; s=
+# stopped (SIGTERM): its sleep is ended and reaped before it exits, so nothing of it outlives the stop
+trap '[ -n "$s" ] && kill "$s" 2>/dev/null; [ -n "$s" ] && wait "$s" 2>/dev/null; exit 0' TERM
+nap() { sleep 1 & s=$!; wait "$s"; s=; }
 printf "%s %s\n" "$$" "$(st $$)" >"$L/ids.t" && mv "$L/ids.t" "$L/ids" || exit 0
 while :; do
   read -r d r <"$L/deadline" 2>/dev/null || exit 0
   read -r u _ </proc/uptime; u=${u%.*}
-  case "$d" in ''|*[!0-9]*) sleep 1; continue ;; esac
+  case "$d" in ''|*[!0-9]*) nap; continue ;; esac
   [ "$u" -lt "$d" ] || break
-  sleep 1
+  nap
 done
+trap - TERM
 mv "$L" "$L.lapsed" 2>/dev/null || exit 0
 L=$L.lapsed; now=$(date +%s)
 {
@@ -114,15 +118,15 @@ while read -r x; do
 done
 """
 
-# Stops one lease: its watchdog's process group (it sleeps in a child) by pid and start time, then the
-# lease goes. $1 the lease directory. Prints "gone" if it was not there (lapsed meanwhile).
+# Stops one lease: its watchdog (which ends and reaps the child it sleeps in) by pid and start time, then
+# the lease goes. $1 the lease directory. Prints "gone" if it was not there (lapsed meanwhile).
 _STOP_ONE = START_TIME_SH + r"""
 stop() {
   [ -d "$1" ] || { echo gone; return 0; }
   p=; t=; read -r p t <"$1/ids" 2>/dev/null
   rm -rf -- "$1"
   if [ -n "$p" ] && [ "$(st "$p")" = "$t" ]; then
-    kill -TERM -- "-$p" 2>/dev/null || kill -TERM "$p" 2>/dev/null
+    kill -TERM "$p" 2>/dev/null
     n=0; while [ "$(st "$p")" = "$t" ] && [ $n -lt 20 ]; do sleep 0.05; n=$((n + 1)); done
   fi
   echo stopped
@@ -316,6 +320,7 @@ def _say(text: str) -> None:
 # ---- this process's leases ------------------------------------------------------------------------
 _LOCK = threading.Lock()
 _LEASES: dict[tuple[str, str], RemoteLease] = {}
+_AT_EXIT = threading.Event()  # release_all is registered to run at exit
 _KEY_LOCKS: dict[tuple[str, str], threading.Lock] = {}
 _PID = [os.getpid()]
 _DONE: list[RemoteLease] = []  # released, kept for the counts of renewal_note
@@ -346,6 +351,10 @@ def lease_of(host: Host, remote_dir: str) -> str:
             lease.arm()
             with _LOCK:
                 leases[key] = lease
+                if not _AT_EXIT.is_set():
+                    # registered after ssh's close_all (armed over an open master), so it runs before it
+                    atexit.register(release_all)
+                    _AT_EXIT.set()
     return lease.id
 
 
@@ -374,8 +383,6 @@ def release_all() -> None:
         except (EnvironmentProblem, CommandFailed, OSError):
             lease._halt()  # unreachable: its watchdog puts the host back once the lease lapses
 
-
-atexit.register(release_all)  # after offlab.hosts.ssh's close_all was registered, so it runs before it
 
 
 def renewal_note() -> str | None:

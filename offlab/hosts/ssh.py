@@ -179,11 +179,15 @@ def close_all() -> None:
         _CONTROL.remove()
 
 
+_AT_EXIT = threading.Event()  # close_all is registered to run at exit
+
+
 def _opened(host: "SshHost") -> None:
-    """Keep `host`'s master to close at exit (under _OPEN_LOCK); the first one has close_all run then."""
-    if not _OPEN:
-        atexit.unregister(close_all)  # once, however often the set empties and fills again
+    """Keep `host`'s master to close at exit (under _OPEN_LOCK); the first one has close_all run then
+    (once: what registers later, a lease's release, runs before it)."""
+    if not _AT_EXIT.is_set():
         atexit.register(close_all)
+        _AT_EXIT.set()
     _OPEN[host._key] = host
 
 
