@@ -26,6 +26,12 @@ class CannotTestHere(EnvironmentProblem):
     io_uring with kernel.io_uring_disabled = 2): a run skips that cell as "cannot test here"."""
 
 
+def shown(argv: list[str]) -> str:
+    """A command as a message quotes it, on one line: a script passed as an argument (`sh -c '...'`)
+    is named by its size, not printed."""
+    return " ".join(f"<script of {a.count(chr(10)) + 1} lines>" if "\n" in a or len(a) > 200 else a for a in argv)
+
+
 class CommandFailed(EnvironmentProblem):
     """A system command failed; carries its argv and stderr."""
 
@@ -35,14 +41,14 @@ class CommandFailed(EnvironmentProblem):
         self.stderr = stderr.strip()
         loc = f" in {where}" if where else ""
         detail = self.stderr.splitlines()[-1] if self.stderr else f"exit code {rc}"
-        super().__init__(f"`{' '.join(argv)}` failed{loc}: {detail}")
+        super().__init__(f"`{shown(argv)}` failed{loc}: {detail}")
 
 
 class CommandTimeout(EnvironmentProblem):
     def __init__(self, argv: list[str], timeout: float, where: str = "") -> None:
         self.argv = list(argv)
         loc = f" in {where}" if where else ""
-        super().__init__(f"`{' '.join(argv)}` did not finish within {timeout:g} s{loc}")
+        super().__init__(f"`{shown(argv)}` did not finish within {timeout:g} s{loc}")
 
 
 class ToolMissing(EnvironmentProblem):
