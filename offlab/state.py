@@ -1,14 +1,20 @@
 """The state directory: lab files, settings journals, OVS run directories; and the small
-primitives every writer of state shares (atomic JSON, process identity, flock files)."""
+primitives every writer of state shares (atomic JSON, process identity, flock files, temporary
+directories named by their owner)."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import json
 import os
+import re
+import shutil
+import tempfile
 import time
 from pathlib import Path
+from typing import Iterator
 
 from offlab.errors import BadInput, EnvironmentProblem
 
@@ -107,6 +113,37 @@ def owner_alive(owner: object) -> bool:
     if not isinstance(owner, dict) or not isinstance(owner.get("pid"), int):
         return False
     return proc_start(owner["pid"]) == owner.get("start")
+
+
+# ---- temporary directories named by their owner --------------------------------------------------
+
+_PRIVATE_TMP = re.compile(r"offlab-([a-z]+)\.(\d+)\.(\d+)\.[A-Za-z0-9_]+")
+
+
+@contextlib.contextmanager
+def private_tmp(what: str) -> Iterator[Path]:
+    """A temporary directory of this process (`/tmp/offlab-WHAT.PID.START.xxxx`), removed when the block
+    ends; one that a process killed outright left behind is known by its dead owner, and `offlab restore`
+    removes it (sweep_private_tmp)."""
+    pid = os.getpid()
+    with tempfile.TemporaryDirectory(prefix=f"offlab-{what}.{pid}.{proc_start(pid)}.") as d:
+        yield Path(d)
+
+
+def sweep_private_tmp(*, list_only: bool = False) -> list[str]:
+    """Remove the private temporary directories (private_tmp) of processes that are gone; what was
+    (or, with `list_only`, would be) removed."""
+    out = []
+    for path in sorted(Path(tempfile.gettempdir()).glob("offlab-*")):
+        m = _PRIVATE_TMP.fullmatch(path.name)
+        if m is None or not path.is_dir() or path.is_symlink() or path.stat().st_uid != os.geteuid():
+            continue
+        if owner_alive({"pid": int(m[2]), "start": int(m[3])}):
+            continue
+        if not list_only:
+            shutil.rmtree(path, ignore_errors=True)
+        out.append(str(path))
+    return out
 
 
 # ---- flock files ------------------------------------------------------------------------

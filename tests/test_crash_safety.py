@@ -217,3 +217,45 @@ def test_a_failed_run_stores_why(tmp_path, state_dir, clean_machine, monkeypatch
     run = store.list_runs()[0]
     assert run["status"] == "failed"
     assert run["note"] == "EnvironmentProblem: offlab-engine vanished (test)"
+
+
+HOLDER = """
+import sys, time
+from offlab.state import private_tmp
+with private_tmp(sys.argv[1]) as d:
+    (d / "wire.pcap").write_bytes(b"x")
+    print(d, flush=True)
+    time.sleep(600)
+"""
+
+
+@requires_root
+def test_a_temporary_directory_of_a_killed_process_is_removed_by_restore_and_a_live_ones_is_kept(state_dir):
+    """A measure killed with SIGKILL never removes its capture directory (its `with` never ends): the
+    directory is named by its owner (pid and start time), so `offlab restore` knows it is garbage."""
+    import signal
+    import sys
+
+    from tests.conftest import REPO
+
+    def holder(what: str) -> tuple[subprocess.Popen, Path]:
+        proc = subprocess.Popen([sys.executable, "-c", HOLDER, what], cwd=REPO, stdout=subprocess.PIPE, text=True)
+        assert proc.stdout is not None
+        return proc, Path(proc.stdout.readline().strip())
+
+    killed, gone_dir = holder("cap")
+    live, live_dir = holder("engine")
+    try:
+        killed.send_signal(signal.SIGKILL)
+        killed.wait(timeout=30)
+        assert gone_dir.is_dir() and gone_dir.name.startswith(f"offlab-cap.{killed.pid}.")
+        res = offlab_cli("restore", env={"OFFLAB_STATE_DIR": str(state_dir)})
+        assert res.returncode == 0, res.stderr
+        assert not gone_dir.exists() and (live_dir / "wire.pcap").is_file()
+    finally:
+        live.send_signal(signal.SIGTERM)
+        live.wait(timeout=30)
+        for proc in (killed, live):
+            assert proc.stdout is not None
+            proc.stdout.close()
+    shutil.rmtree(live_dir, ignore_errors=True)  # SIGTERM ends it without its `with` ending

@@ -18,11 +18,13 @@ import queue
 import random
 import signal
 import subprocess
+import tempfile
 import sys
 import textwrap
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -189,6 +191,12 @@ def _journal_files(state_dir) -> list[str]:
     return sorted(p.name for p in d.iterdir()) if d.exists() else []
 
 
+def _private_tmp_of(pid: int) -> list[str]:
+    """The temporary directories (offlab.state.private_tmp) that process `pid` left; by pid, not a
+    before/after listing of /tmp, which other users of the machine change meanwhile."""
+    return sorted(str(p) for p in Path(tempfile.gettempdir()).glob(f"offlab-*.{pid}.*"))
+
+
 def _stored(db) -> int:
     """Samples the run has committed so far (0 before its database exists)."""
     import sqlite3
@@ -261,6 +269,7 @@ def _interrupt_and_resume(kind: str, seed: int, tmp_path, state_dir, machines: "
     assert not new_links_of_ours(before_links), f"{moment}: links left; {said}"
     assert not our_processes() - before_procs, f"{moment}: processes left; {said}"
     assert _journal_files(state_dir) == [], f"{moment}: journal left; {said}"
+    assert not _private_tmp_of(proc.pid), f"{moment}: temporary directories left: {_private_tmp_of(proc.pid)}; {said}"
     if machines:
         assert not machines.leftovers(), f"{moment}: {machines.leftovers()}; {said}"
     if not sent:  # the run ended before the moment came: it must simply be complete

@@ -20,7 +20,8 @@ def register(app: typer.Typer) -> None:
         then end the processes offlab started on SSH hosts (its labs' and its journals') whose offlab process is gone
         (iperf3, the engine, tcpdump; each by pid checked against its start time); then remove labs whose `lab up`
         was killed before they were up (their QEMU, testpmd, namespaces), and give back the ports of phys labs that
-        no live process uses (they are this machine's own)."""
+        no live process uses (they are this machine's own); last, remove the temporary directories of offlab
+        processes that are gone."""
         from offlab import lab as labs
         from offlab.experiment import teardown
         from offlab.knobs import restore_report
@@ -58,6 +59,12 @@ def register(app: typer.Typer) -> None:
                 continue
             for what in teardown.down(name, force=True):
                 typer.echo(f"gave back (phys lab {name}): {what}")
+        if not list_only:
+            # the temporary directories of offlab processes killed outright (a capture's pcap, the engine's
+            # ready files): nothing to put back, only to remove
+            from offlab.state import sweep_private_tmp
+
+            sweep_private_tmp()
         if report.failed:
             raise EnvironmentProblem(f"{len(report.failed)} setting(s) or host(s) could not be restored; "
                                      f"their journal is kept for the next `offlab restore`")

@@ -22,7 +22,6 @@ import gzip
 import math
 import os
 import re
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -37,7 +36,7 @@ from offlab.experiment.plan.load import baseline_key
 from offlab.hosts import LOCAL
 from offlab.lab.catalog import GUEST_TOPOLOGIES
 from offlab.metrics import METRICS, NOT_EXERCISED, not_exercised_by_cell
-from offlab.state import me
+from offlab.state import me, private_tmp
 from offlab.stats import UNDECIDED, replay
 from offlab.store import Store
 from offlab.vm import kernels
@@ -305,7 +304,7 @@ def changelog_text(release: kernels.Release, debs: list[Path]) -> str:
     """The release's Debian changelog, read from its own packages: changelog.Debian.gz (changelog.gz in a
     signed image package) in the doc directory of the image (from 6.19 on, binary) package, which may be a
     symlink to another part's (linux-base-…). EnvironmentProblem saying what is missing otherwise."""
-    with tempfile.TemporaryDirectory(prefix="offlab-changelog-") as tmp:
+    with private_tmp("changelog") as tmp:
         root = Path(tmp)
         for deb in debs:
             # only the doc directories: a kernel package is tens of MB

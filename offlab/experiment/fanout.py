@@ -17,12 +17,12 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from offlab.state import private_tmp
 from offlab import inventory as inv_mod
 from offlab import lab as labs
 from offlab.experiment import teardown
@@ -98,7 +98,7 @@ def fan_out(plan_path: str, inventory: str, db: str, pairs: list[str] | None = N
 
 
 def _run_children(runs: list[PairRun], plan_path: str, db: str, quick: bool, on_line: Callable[[str], None]) -> None:
-    with tempfile.TemporaryDirectory(prefix="offlab-fanout.") as tmp:
+    with private_tmp("fanout") as tmp:
         procs = []
         for i, r in enumerate(runs):
             argv = [sys.executable, "-m", "offlab.experiment.fanout", "child", "--lab", r.lab, "--pair", r.pair,

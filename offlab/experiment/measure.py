@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import signal
-import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -12,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from offlab.state import private_tmp
 from offlab import lab as labs
 from offlab.errors import BadInput, EnvironmentProblem, OfflabError
 from offlab.lab.explain import guest_chains
@@ -133,7 +133,7 @@ def _measure(lab: LabState, w: Workload, capture: CaptureRequest | None, beside:
     with guest_trace.triggers(lab, trace) as traced, \
             ProbeSession(lab, big_packets=w.big_packets, queue_ifaces=_queue_ifaces(lab, settings),
                          kernel_trace=trace, guest_trace=traced) as probes, \
-            tempfile.TemporaryDirectory(prefix="offlab-cap-") as tmp:
+            private_tmp("cap") as tmp:
         window = Window()
         probe_thread: threading.Thread | None = None
         side_thread: threading.Thread | None = None

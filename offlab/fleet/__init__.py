@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from offlab.state import private_tmp
 from offlab import inventory as inv_mod
 from offlab.errors import BadInput, EnvironmentProblem
 from offlab.hosts import LOCAL
@@ -152,7 +153,7 @@ def run(plan_path: str, inventory: str, db: str, pairs: list[str] | None = None,
     # unreachable one is one line now, not after the whole fleet has run.
     Store.open(db).close()
     token = secrets.token_hex(6)
-    with tempfile.TemporaryDirectory(prefix="offlab-fleet.") as tmp:
+    with private_tmp("fleet") as tmp:
         out = Path(tmp) / "out"
         out.mkdir()
         jobs, checks, hosts = {}, {}, []
@@ -317,7 +318,7 @@ def clean(inventory: str, hosts: list[str] | None = None, *, forks: int = 5) -> 
     for n in names:
         inv.host(n)
     player = ansible_playbook()
-    with tempfile.TemporaryDirectory(prefix="offlab-fleet.") as tmp:
+    with private_tmp("fleet") as tmp:
         (Path(tmp) / "extra.json").write_text(json.dumps({"offlab_fleet_hosts": ",".join(names), "offlab_fleet_clients": ",".join(names),
                                                           "offlab_fleet_serial": "100%", "offlab_fleet_run": "clean"}))
         argv = [player, "-i", os.path.abspath(inventory), str(PLAYBOOK), "--tags", "clean",

@@ -8,11 +8,11 @@ import os
 import random
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Iterator
 
+from offlab.state import private_tmp
 from offlab.errors import CannotTestHere, ToolMissing
 from offlab.hosts import Host, which
 from offlab.traffic import TrafficResult, Workload
@@ -181,8 +181,8 @@ def run(client: Host, server: Host, server_addr: str, w: Workload, *, on_started
 def _ready_dir(server: Host) -> Iterator[str]:
     """A private directory where the receiver drops its ready file, on the server's filesystem."""
     if server.shares_kernel:
-        with tempfile.TemporaryDirectory(prefix="offlab-engine-") as tmp:
-            yield tmp
+        with private_tmp("engine") as tmp:
+            yield str(tmp)
         return
     remote_dir = getattr(server, "remote_dir", None)
     if remote_dir is not None:  # an SSH host: in its journal, so a crash leaves nothing there either

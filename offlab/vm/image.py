@@ -27,12 +27,12 @@ import shutil
 import stat
 import struct
 import sys
-import tempfile
 import time
 import zlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from offlab.state import private_tmp
 from offlab.errors import EnvironmentProblem
 from offlab.hosts import LOCAL, which
 from offlab.vm import guestfs, kernels
@@ -526,7 +526,7 @@ def _decompress(payload: bytes, kind: str) -> bytes:
         return b""
     # zstd and lz4 exit 1 on the size trailer after the stream, having written the whole kernel
     # (through files: a host's run() carries text, and a kernel is bytes)
-    with tempfile.TemporaryDirectory(prefix="offlab-unpack-") as tmp:
+    with private_tmp("unpack") as tmp:
         src, dst = Path(tmp) / "in", Path(tmp) / "out"
         src.write_bytes(payload)
         # to stdout, redirected: with -o, zstd deletes what it wrote when it then trips on the trailer

@@ -20,12 +20,12 @@ import os
 import re
 import signal
 import subprocess
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from offlab.state import private_tmp
 from offlab.errors import BadInput, CommandTimeout, EnvironmentProblem
 from offlab.hosts import LOCAL, Host, which
 from offlab.names import IFNAME_RE
@@ -383,7 +383,7 @@ def _accel_answers(cache: Path) -> dict[str, dict]:
 
 
 def _probe_kvm(image: Image, q: Qemu) -> tuple[str, str]:
-    with tempfile.TemporaryDirectory(prefix="offlab-kvm-") as d:
+    with private_tmp("kvm") as d:
         console = os.path.join(d, "console.log")
         argv = command(image, socket=os.path.join(d, "ctl.sock"), console=console, accel="kvm",
                        name="kvm-probe", qemu=q)
