@@ -372,6 +372,23 @@ def release_idle(host: SshHost, remote_dir: str) -> None:
             _mine().pop((host._key, remote_dir), None)
 
 
+# The lines of `own` naming one journal's undo scripts ($2: "-<journal>-", see knobs/undo) struck out.
+_HAND_OVER = 'o=$1/own; [ -f "$o" ] || exit 0; grep -v -F -e "$2" "$o" >"$o.t"; mv "$o.t" "$o"'
+
+
+def hand_over(host: SshHost, remote_dir: str, marker: str) -> None:
+    """Changes this process leaves in force on purpose (a persisted transaction: `lab set`, a library's
+    `persist=True`) are no longer its lease's to put back: the undo scripts whose names hold `marker`
+    leave its list (they stay journalled on the host, for `lab down`, `offlab restore` or restore.sh),
+    and the lease is released once nothing else it covers is left, as a command's lease at its end."""
+    with _LOCK:
+        lease = _mine().get((host._key, remote_dir))
+    if lease is None:
+        return
+    host.run(["sh", "-c", _HAND_OVER, "sh", lease.dir, marker], check=False, timeout=30)
+    release_idle(host, remote_dir)
+
+
 def release_all() -> None:
     """At exit: every lease of this process released (what it left journalled on purpose stays)."""
     with _LOCK:
