@@ -256,6 +256,11 @@ def _finish(store: Store, runner: Runner, as_json: bool, report_dir: Path | None
         if "report" in summary:
             typer.echo(f"report: {summary['report']}")
         typer.echo(f"run {run_id} ({runner.plan.name}) {summary['status']}: offlab results show {run_id}")
+    from offlab.hosts import lease
+
+    note = lease.renewal_note()
+    if note and not as_json:
+        typer.echo(note)
     return summary
 
 

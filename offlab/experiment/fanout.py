@@ -135,17 +135,22 @@ def _collect(procs: list, on_line: Callable[[str], None]) -> None:
         r.rc = p.returncode
         out.seek(0)
         err.seek(0)
+        note = None
         for line in out.read().splitlines():
             if line.startswith("{"):
                 r.run_id = json.loads(line).get("run_id")
+                note = json.loads(line).get("leases")
         lines = [l for l in err.read().splitlines() if l.strip()]
-        # the error (its child prints it on one line), not a line printed after it
-        errors = [l for l in lines if l.startswith("offlab: error: ")] or lines
+        # The error (its child prints it on one line), not a lease's word on a renewal said after it
+        # (offlab.hosts.lease, at exit) nor a fragment of a command quoted in a traceback-free message
+        errors = [l for l in lines if l.startswith("offlab: error: ")] or \
+            [l for l in lines if not l.startswith("offlab: lease on ")] or lines
         r.error = errors[-1] if r.rc != 0 and errors else ""
         out.close()
         err.close()
         on_line(f"{r.pair}: " + (f"run {r.run_id} done" if r.rc == 0 else f"failed (exit {r.rc}): {r.error}"
-                                 + (f" (samples kept in run {r.run_id})" if r.run_id is not None else "")))
+                                 + (f" (samples kept in run {r.run_id})" if r.run_id is not None else ""))
+                + (f"; {note}" if note else ""))
 
 
 def _child(argv: list[str]) -> int:
@@ -171,7 +176,9 @@ def _child(argv: list[str]) -> int:
             run_id = runner.run()
         finally:
             run_id = runner.run_id
-            print(json.dumps({"run_id": run_id, "pair": a.pair}), flush=True)
+            from offlab.hosts import lease
+
+            print(json.dumps({"run_id": run_id, "pair": a.pair, "leases": lease.renewal_note()}), flush=True)
     except OfflabError as exc:
         print("offlab: error: " + " ".join(str(exc).split()), file=sys.stderr)  # one line, whatever it quotes
         return exc.exit_code

@@ -10,6 +10,7 @@ restore or a refused change closes an entry, so the host's copy goes with it.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from offlab.errors import CommandFailed, EnvironmentProblem
 from offlab.hosts import from_ref
@@ -96,6 +97,28 @@ def mark(entry: Entry, op: str, note: str = "") -> None:
         if entry.journal.exists():
             journal.Journal(entry.journal).append({"op": "copy-left", "seq": entry.seq})
         entry.copy_left = True
+
+
+def let_go(path: Path, entries: list[Entry], *, hand_over: bool = False) -> None:
+    """A transaction ended: this process's leases on the SSH hosts of its entries are released where
+    nothing they cover is left (a library's transaction in a longer-lived process, as a command's at
+    its end). With `hand_over` (a persisted journal released), its changes there stay in force on
+    purpose, so the lease no longer covers them (offlab.hosts.lease.hand_over)."""
+    from offlab.hosts import lease
+
+    hosts: dict[tuple[str, str], Any] = {}
+    for entry in entries:
+        host = _ssh_host(entry.data)
+        if host is not None:
+            hosts.setdefault((host._key, host.remote_dir), host)
+    for host in hosts.values():
+        try:
+            if hand_over:
+                lease.hand_over(host, host.remote_dir, f"-{path.stem}-")
+            else:
+                lease.release_idle(host, host.remote_dir)
+        except (EnvironmentProblem, CommandFailed):
+            pass  # unreachable: the lease lapses and its watchdog puts back what it covers, said then
 
 
 def forget_copies(entries: list[Entry]) -> tuple[list[str], list[str]]:
