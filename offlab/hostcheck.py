@@ -93,6 +93,7 @@ def check_host(ih: InventoryHost, local: bool = False) -> HostReport:
         _tools(plain, ih, rep)
         for iface in ih.interfaces:
             rep.interfaces.append(_interface(plain, ih, iface.name, list(iface.addresses), rep))
+        _lease(LOCAL if local else (ih.ssh_host() if ih.become else plain), ih, rep)
         if not ih.interfaces:
             rep.checks.append(Check("interfaces", "test interfaces", "info", "none declared",
                                     "hosts check needs none; a lab on this host does",
@@ -110,10 +111,31 @@ def check_host(ih: InventoryHost, local: bool = False) -> HostReport:
     return rep
 
 
+def _lease(host, ih: InventoryHost, rep: HostReport) -> None:
+    """The host's lease (offlab_lease), and what its watchdogs restored after a controller fell silent."""
+    from offlab.hosts import lease
+
+    if ih.lease:
+        rep.checks.append(Check("lease", "lease", "info", f"{ih.lease} s: offlab's changes here are put back by the "
+                                f"host itself {ih.lease} s after its controller falls silent (offlab_lease)"))
+    else:
+        rep.checks.append(Check("lease", "lease", "info", "none (offlab_lease: 0): a controller that dies leaves its "
+                                "changes here until restore.sh, `offlab restore` or `lab down`"))
+    try:
+        lapsed = lease.lapses(host, ih.remote_dir)
+    except (EnvironmentProblem, CommandFailed) as exc:
+        lapsed = [f"not read: {exc}"]
+    if lapsed:
+        rep.checks.append(Check("lapsed", "lease lapsed", "warn", "; ".join(l.removeprefix(f"{host.name}: ").strip()
+                                                                          for l in lapsed),
+                                "a controller fell silent and this host put back what it had changed",
+                                "`offlab restore` on the controller reports it once and clears the record"))
+
+
 def _kwargs(ih: InventoryHost) -> dict:
     return dict(target=ih.target, user=ih.user, port=ih.port, identity=ih.identity, ssh_args=list(ih.ssh_args),
                 become=ih.become, config=ih.ssh_config, via_netns=ih.via_netns,
-                connect_timeout=ih.connect_timeout, name=ih.name)
+                connect_timeout=ih.connect_timeout, name=ih.name, remote_dir=ih.remote_dir, lease=ih.lease)
 
 
 def _target_text(ih: InventoryHost) -> str:

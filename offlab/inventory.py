@@ -31,8 +31,8 @@ from typing import Iterable
 import yaml
 
 from offlab.errors import BadInput
-from offlab.hosts.ssh import (DEFAULT_CONNECT_TIMEOUT, DEFAULT_REMOTE_DIR, REMOTE_PATH_RE, TARGET_RE, USER_RE,
-                              SshHost, check_ssh_args)
+from offlab.hosts.ssh import (DEFAULT_CONNECT_TIMEOUT, DEFAULT_LEASE, DEFAULT_REMOTE_DIR, REMOTE_PATH_RE, TARGET_RE, USER_RE,
+                              SshHost, check_lease, check_ssh_args)
 from offlab.names import check_ifname
 
 MAX_BYTES = 1 << 20  # an inventory of thousands of hosts fits; a runaway file does not
@@ -143,12 +143,13 @@ class InventoryHost:
     allow_management_traffic: bool = False
     groups: tuple[str, ...] = ()
     remote_dir: str = DEFAULT_REMOTE_DIR
+    lease: int = DEFAULT_LEASE
 
     def ssh_host(self) -> SshHost:
         return SshHost(self.target, user=self.user, port=self.port, identity=self.identity,
                        ssh_args=list(self.ssh_args), become=self.become, config=self.ssh_config,
                        via_netns=self.via_netns, connect_timeout=self.connect_timeout, name=self.name,
-                       remote_dir=self.remote_dir)
+                       remote_dir=self.remote_dir, lease=self.lease)
 
     def interface(self, name: str) -> TestInterface | None:
         return next((i for i in self.interfaces if i.name == name), None)
@@ -158,7 +159,7 @@ class InventoryHost:
                 "identity": self.identity, "become": self.become, "ssh_args": list(self.ssh_args),
                 "ssh_config": self.ssh_config, "via_netns": self.via_netns,
                 "allow_management_traffic": self.allow_management_traffic, "groups": list(self.groups),
-                "remote_dir": self.remote_dir,
+                "remote_dir": self.remote_dir, "lease": self.lease,
                 "interfaces": [{"name": i.name, "addresses": list(i.addresses)} for i in self.interfaces]}
 
 
@@ -216,7 +217,7 @@ def _is_offlab(data: dict) -> bool:
 
 # ---- offlab's format ------------------------------------------------------------------------
 _OFFLAB_KEYS = {"ssh", "user", "port", "identity_file", "sudo", "ssh_args", "ssh_config", "via_netns",
-                "connect_timeout", "interfaces", "allow_management_traffic", "remote_dir"}
+                "connect_timeout", "interfaces", "allow_management_traffic", "remote_dir", "lease"}
 
 
 def _parse_offlab(data: dict, source: str) -> Inventory:
@@ -251,14 +252,14 @@ def _parse_offlab(data: dict, source: str) -> Inventory:
             connect_timeout=v.get("connect_timeout", DEFAULT_CONNECT_TIMEOUT),
             interfaces=_interfaces(v.get("interfaces"), f"{where}: interfaces"),
             allow=_bool(v.get("allow_management_traffic", False), f"{where}: allow_management_traffic"),
-            groups=(), remote_dir=v.get("remote_dir", DEFAULT_REMOTE_DIR))
+            groups=(), remote_dir=v.get("remote_dir", DEFAULT_REMOTE_DIR), lease=v.get("lease", DEFAULT_LEASE))
     return inv
 
 
 # ---- Ansible's format -------------------------------------------------------------------------
 _GROUP_KEYS = {"hosts", "children", "vars"}
 _OFFLAB_VARS = {"offlab_interfaces", "offlab_allow_management_traffic", "offlab_ssh_config",
-                "offlab_via_netns", "offlab_connect_timeout", "offlab_remote_dir", "offlab_pairs",
+                "offlab_via_netns", "offlab_connect_timeout", "offlab_remote_dir", "offlab_pairs", "offlab_lease",
                 # read by the fleet playbook (offlab/fleet/ansible/fleet.yml), not by offlab itself
                 "offlab_prefix", "offlab_authorized_keys", "offlab_python"}
 
@@ -430,14 +431,22 @@ def _ansible_host(name: str, v: dict, groups: list[str], source: str) -> Invento
         connect_timeout=get("offlab_connect_timeout") or DEFAULT_CONNECT_TIMEOUT,
         interfaces=_interfaces(get("offlab_interfaces"), f"{where}: offlab_interfaces"),
         allow=_bool(get("offlab_allow_management_traffic") or False, f"{where}: offlab_allow_management_traffic"),
-        groups=tuple(groups), remote_dir=get("offlab_remote_dir") or DEFAULT_REMOTE_DIR)
+        groups=tuple(groups), remote_dir=get("offlab_remote_dir") or DEFAULT_REMOTE_DIR,
+        lease=_lease_var(get("offlab_lease")))
+
+
+def _lease_var(value: object) -> object:
+    """offlab_lease as Ansible users write it: an int, or digits in a string (what `-e` gives)."""
+    if value is None:
+        return DEFAULT_LEASE
+    return int(value) if isinstance(value, str) and value.strip().isdigit() else value
 
 
 # ---- shared checks ----------------------------------------------------------------------------------
 def _host(name: str, where: str, *, target: object, user: object, port: object, identity: object,
           become: bool, ssh_args: object, ssh_config: object, via_netns: object, connect_timeout: object,
           interfaces: tuple[TestInterface, ...], allow: bool, groups: tuple[str, ...],
-          remote_dir: object = DEFAULT_REMOTE_DIR) -> InventoryHost:
+          remote_dir: object = DEFAULT_REMOTE_DIR, lease: object = DEFAULT_LEASE) -> InventoryHost:
     if not isinstance(target, str) or not TARGET_RE.fullmatch(target):
         raise BadInput(f"{where}: ssh target {target!r} is not a host name or an address")
     if user is not None and (not isinstance(user, str) or not USER_RE.fullmatch(user)):
@@ -456,6 +465,7 @@ def _host(name: str, where: str, *, target: object, user: object, port: object, 
     check_ssh_args(ssh_args, f"{where}: ssh_args")
     if not isinstance(remote_dir, str) or not REMOTE_PATH_RE.fullmatch(remote_dir) or "/../" in remote_dir + "/":
         raise BadInput(f"{where}: remote_dir {remote_dir!r}: an absolute path (default {DEFAULT_REMOTE_DIR})")
+    check_lease(lease, f"{where}: lease")
     if allow is False:
         mgmt = _ip(target)
         for iface in interfaces:
@@ -464,7 +474,7 @@ def _host(name: str, where: str, *, target: object, user: object, port: object, 
                                f"traffic would share the management link; set allow_management_traffic: true "
                                f"if you mean it")
     return InventoryHost(name, target, user, port, identity, become, tuple(ssh_args), ssh_config, via_netns,
-                         connect_timeout, interfaces, allow, groups, remote_dir)
+                         connect_timeout, interfaces, allow, groups, remote_dir, lease)
 
 
 def _pairs(value: object, where: str) -> list[str]:

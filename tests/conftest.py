@@ -87,6 +87,17 @@ def _descends_from_us(pid: int, parent: dict[int, int]) -> bool:
 requires_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root for network namespaces")
 
 
+@pytest.fixture(autouse=True)
+def _leases_end_with_their_test():
+    """A test that reached SSH hosts in this process (a library transaction, a spawned remote process)
+    may hold leases there, renewed by a thread of this process: released when the test ends, as a
+    command's are when it ends, so no renewal reopens a master or reaches a stand-in torn down since."""
+    yield
+    leases = sys.modules.get("offlab.hosts.lease")
+    if leases is not None:
+        leases.release_all()
+
+
 @pytest.fixture
 def state_dir(tmp_path, monkeypatch):
     d = tmp_path / "state"

@@ -488,6 +488,7 @@ def module_caches(source: str) -> list[tuple[int, str]]:
 # connections (hosts/memo.py). These few are not caches, and say why:
 NOT_CACHES = {
     ("offlab.knobs.lease", "_HELD"): "the leases this process holds: Lease.release removes each",
+    ("offlab.knobs.watchdog", "_PROC"): "this process's watchdog while it holds a machine-wide setting: stop() ends it",
 }
 
 

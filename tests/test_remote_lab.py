@@ -243,10 +243,13 @@ def test_library_teardown_puts_an_ssh_hosts_settings_back_without_the_cli(pair, 
     """A lab taken down by library code (a runner, a benchmark: no `offlab.cli` imported) restores what a
     dead process journalled on the machines; it used to rely on hooks that only the CLI registered."""
     from offlab.experiment import teardown
-    from offlab.lab import hosts as hosts_lab
 
     env = {**os.environ, "OFFLAB_STATE_DIR": str(state_dir)}
-    hosts_lab.up(lab_name, str(inv), "a:t1,b:t1")
+    # up in a process of its own, as a user's: its lease on the hosts ends with it (one taken in this
+    # long-lived test process would hold the hosts' private directories open for the next tests)
+    up = subprocess.run([sys.executable, "-m", "offlab", "lab", "up", "hosts", "--inventory", str(inv), "--name",
+                         lab_name, "--pair", "a:t1,b:t1"], cwd=REPO, capture_output=True, text=True, env=env, timeout=300)
+    assert up.returncode == 0, up.stderr
     try:
         before = (feature(pair.b.ns, "t1"), mtu(pair.b.ns, "t1"))
         apply_then_kill_controller(pair, lab_name, state_dir)
@@ -279,7 +282,8 @@ def test_fan_out_runs_one_plan_on_three_pairs_and_compare_sets_them_side_by_side
     compared = {(r["run"], r["baseline_run"]) for r in json.loads(res.stdout)["rows"]}
     assert compared == {(int(ids[1]), int(ids[0])), (int(ids[2]), int(ids[0]))}
     assert feature(pair.b.ns, "t1") is False
-    assert not list((state_dir / "labs").glob("*.json")) and not Path(pair.remote_dir("b")).exists()
+    assert not list((state_dir / "labs").glob("*.json"))
+    assert not Path(pair.remote_dir("b")).exists(), sorted(map(str, Path(pair.remote_dir("b")).rglob("*")))
 
 
 def test_fan_out_into_a_shared_postgresql_and_compare_from_it(pair, inv, tmp_path, state_dir, pg):
@@ -422,6 +426,11 @@ def test_ssh_hosts_samples_state_the_skew_of_their_reads_and_still_flag_a_disagr
         (zero,) = [c for c in again["checks"] if c["check"] == "loss"]
         assert again["status"] == ("inconsistent" if check["kernel"] > zero["tolerance"] else "consistent"), again
     finally:
+        # the samples were measured in this process, which took leases on both hosts as any offlab process
+        # does; a command's process releases them at its exit, this long-lived one here
+        from offlab.hosts import lease
+
+        lease.release_all()
         assert cli(state_dir, "lab", "down", lab_name).returncode == 0
 
 

@@ -592,7 +592,7 @@ def test_hosts_check_cli_bad_inventory_is_exit_2(tmp_path):
     res = offlab_cli("hosts", "check", str(path))
     assert res.returncode == 2
     assert res.stderr.strip() == f"offlab: error: {path}: host 'h1': unknown key 'sshport' (known: " \
-        "allow_management_traffic, connect_timeout, identity_file, interfaces, port, remote_dir, ssh, ssh_args, " \
+        "allow_management_traffic, connect_timeout, identity_file, interfaces, lease, port, remote_dir, ssh, ssh_args, " \
         "ssh_config, sudo, user, via_netns)"
 
 

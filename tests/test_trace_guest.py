@@ -103,12 +103,15 @@ def test_drop_reasons_from_btf_are_the_tracepoint_formats():
 
 
 def test_the_triggers_are_offlabs_by_name_and_removed_by_the_same_line():
-    ts = tracefs.triggers(9014)
-    assert all(t.name.startswith(tracefs.NAME_PREFIX) for t in ts) and len({t.name for t in ts}) == len(ts)
+    tag = tracefs.tag_of("a host's key")
+    ts = tracefs.triggers(9014, tag)
+    assert all(t.name.startswith(tracefs.prefix(tag)) for t in ts) and len({t.name for t in ts}) == len(ts)
     assert {t.event for t in ts} == set(tracefs.EVENTS)
-    assert "if len > 9014" in next(t for t in ts if t.name == "offlab_queue_super").command()
+    assert "if len > 9014" in next(t for t in ts if t.name == f"offlab_{tag}_queue_super").command()
     with pytest.raises(ValueError):
-        tracefs.triggers("1514; reboot")  # type: ignore[arg-type]
+        tracefs.triggers("1514; reboot", tag)  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        tracefs.triggers(1514, "x; reboot")
 
 
 def test_a_plan_cannot_set_the_trace_triggers():
@@ -132,7 +135,8 @@ def lab(tmp_path_factory):
 
 def _state(lab) -> list[str]:
     """The guest's tracefs as offlab's triggers see it: 'mounted'/'unmounted', then offlab's triggers."""
-    return labs.LabState.load(lab.name).host("client").run(tracefs.state_argv(), timeout=60).stdout.splitlines()
+    host = labs.LabState.load(lab.name).host("client")
+    return host.run(tracefs.state_argv(tracefs.tag_of(host.key)), timeout=60).stdout.splitlines()
 
 
 def _set(lab, *settings: str) -> None:
@@ -218,7 +222,7 @@ def test_triggers_left_by_a_killed_controller_are_removed_by_restore(lab):
             proc.kill()
             proc.wait()
     left = _state(lab)
-    assert left[0] == "mounted" and len(left) == 1 + len(tracefs.triggers(1514)), left
+    assert left[0] == "mounted" and len(left) == 1 + len(tracefs.triggers(1514, "0")), left
     res = offlab_cli("restore")
     assert res.returncode == 0, res.stderr
     assert "trace-hist" in res.stdout, res.stdout

@@ -60,8 +60,15 @@ def fail(exc: OfflabError) -> "typer.Exit":
 def main() -> None:
     # SIGINT, SIGTERM and SIGHUP all unwind as exceptions, so whatever a command changed (a lab
     # half built, settings being set) is put back by its own `finally` before the exit below.
-    with interrupts():
-        _main()
+    try:
+        with interrupts():
+            _main()
+    finally:
+        # One command, one controller: the leases it took on SSH hosts are released when it ends, as at
+        # a process's exit, also when it was called in a longer-lived process (a test, a notebook).
+        leases = sys.modules.get("offlab.hosts.lease")
+        if leases is not None:
+            leases.release_all()
 
 
 def _main() -> None:

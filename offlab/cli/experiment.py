@@ -27,7 +27,7 @@ QUICK_HELP = ("The headline comparisons first, decided within 2 minutes (or --bu
               "plans without a baseline: 1–2 repetitions, wide interval.")
 TRACE_HELP = ("Every stream sample takes the kernel's own account of its window beside the counters': drops by "
               "reason and place, skbs by gso_type per device, from tracepoints (bpftrace in this machine's "
-              "namespaces; tracefs hist triggers inside a guest). Off by default: seconds per sample to start, a few % of throughput.")
+              "namespaces; tracefs hist triggers in a guest's or an SSH host's own kernel). Off by default: seconds per sample to start, a few % of throughput.")
 BUDGET_HELP = ("Wall time of the run, lab builds and guest boots included, e.g. 90s, 2m, 1h: rounds go to "
                "undecided comparisons (headline first); "
                "what is left undetermined says how many more minutes it would need.")
@@ -60,12 +60,7 @@ def run_cmd(
     """Run a plan: every cell, repeated until each comparison is decided (or its confidence target is met);
     results in SQLite or PostgreSQL."""
     if inventory is not None or pair:
-        if trace:
-            from offlab.errors import BadInput
-
-            raise BadInput("--trace with --inventory: the kernel's account covers this machine's namespaces; an SSH "
-                           "host's kernel needs a BPF program shipped with the engine (docs/results.md): drop --trace")
-        _fan_out(plan, inventory, pair, db, quick, as_json, resume, validate)
+        _fan_out(plan, inventory, pair, db, quick, as_json, resume, validate, trace)
         return
     from offlab.errors import BadInput
     from offlab.experiment.plan import check_tools, load_plan_file
@@ -98,7 +93,7 @@ def run_cmd(
     _run_plans([p], Store.open(db or default_db_path()), as_json)
 
 
-def _fan_out(plan, inventory, pairs, db, quick: bool, as_json: bool, resume, validate: bool) -> None:
+def _fan_out(plan, inventory, pairs, db, quick: bool, as_json: bool, resume, validate: bool, trace: bool) -> None:
     """`run PLAN --inventory FILE`: the plan on every host pair at once, then the pairs side by side."""
     from offlab.errors import BadInput, EnvironmentProblem
     from offlab.experiment.fanout import fan_out
@@ -110,7 +105,7 @@ def _fan_out(plan, inventory, pairs, db, quick: bool, as_json: bool, resume, val
         raise BadInput("--inventory runs a PLAN file (not --resume or --validate)")
     _need_root("offlab run --inventory")
     db_path = str(db or default_db_path())
-    runs = fan_out(str(plan), str(inventory), db_path, list(pairs) or None, quick=quick,
+    runs = fan_out(str(plan), str(inventory), db_path, list(pairs) or None, quick=quick, trace=trace,
                    on_line=(lambda line: None) if as_json else out.print)
     if as_json:
         typer.echo(json.dumps({"db": db_path, "pairs": [r.to_dict() for r in runs]}, indent=2))
@@ -261,6 +256,11 @@ def _finish(store: Store, runner: Runner, as_json: bool, report_dir: Path | None
         if "report" in summary:
             typer.echo(f"report: {summary['report']}")
         typer.echo(f"run {run_id} ({runner.plan.name}) {summary['status']}: offlab results show {run_id}")
+    from offlab.hosts import lease
+
+    note = lease.renewal_note()
+    if note and not as_json:
+        typer.echo(note)
     return summary
 
 

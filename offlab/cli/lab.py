@@ -305,12 +305,33 @@ def exec_cmd(
     raise typer.Exit(lab.host(host).interactive(cmd))
 
 
+def _leases(lab: labs.LabState) -> dict:
+    """Each SSH host's lease (offlab_lease) and what its watchdog restored after a controller fell silent
+    (reported here, kept for `offlab restore`)."""
+    from offlab.errors import OfflabError
+    from offlab.hosts import lease
+
+    out = {}
+    for role, entry in lab.hosts.items():
+        if entry.ref is None:
+            continue
+        host = lab.host(role)
+        try:
+            lapsed = lease.lapses(host, host.remote_dir)
+        except OfflabError as exc:
+            lapsed = [f"{host.name}: not read ({exc})"]
+        out[role] = {"host": host.name, "seconds": host.lease, "lapsed": lapsed}
+    return out
+
+
 def _print_lab(lab: labs.LabState, as_json: bool) -> None:
     from offlab.knobs import pending_changes
 
     info = describe(lab)
     info["changes"] = pending_changes({e.netns: role for role, e in lab.hosts.items() if e.netns and not e.guest},
                                       lab.name)
+    if lab.topology == "hosts":
+        info["leases"] = _leases(lab)
     if as_json:
         typer.echo(json.dumps(info, indent=2))
         return
@@ -350,6 +371,12 @@ def _print_lab(lab: labs.LabState, as_json: bool) -> None:
         held = f", held by running pid {c['held_by']}" if c.get("held_by") else ""
         out.print(f"journalled: {c['host']}:{c['iface'] or '-'} {c['key']} = {c['value']} "
                   f"(was {c['original']}; {c['journal']}{held})")
+    for role, l in (info.get("leases") or {}).items():
+        how = (f"{l['seconds']} s: the host puts itself back {l['seconds']} s after its controller falls silent"
+               if l["seconds"] else "none (offlab_lease: 0): only restore.sh, `offlab restore` or `lab down` put it back")
+        out.print(escape(f"lease {role} ({l['host']}): {how}"))
+        for line in l["lapsed"]:
+            out.print(escape(f"lapsed: {line}"))
     for d in info["daemons"]:
         out.print(f"daemon: {d['name']} pid {d['pid']}")
     for role, h in info["hosts"].items():

@@ -45,7 +45,8 @@ def measure_cmd(
                                                                           "the lab's namespaces (nftables; BIG TCP's proof)."),
     trace: bool = typer.Option(_D.trace, "--trace", help="The kernel's own account of the window: drops by reason "
                                                          "and skbs by gso_type per device, from tracepoints "
-                                                         "(bpftrace in this machine's namespaces; tracefs hist triggers inside a guest)."),
+                                                         "(bpftrace in this machine's namespaces; tracefs hist "
+                                                         "triggers in a guest's or an SSH host's own kernel)."),
     capture: Optional[str] = typer.Option(_D.capture, "--capture", help="HOST[:IFACE] to capture on (IFACE may be to-<host>)."),
     frames: int = typer.Option(_D.frames, "--frames", help="Frames to capture."),
     as_json: bool = typer.Option(False, "--json", help="Print the sample as JSON (with its per-interval series)."),
@@ -69,12 +70,17 @@ def measure_cmd(
     sample = request.run(job)
     if as_json:
         rr_idle = sample.rr["idle"] if job.kind == "rr" and sample.rr else None  # an rr sample: its result on top
-        doc = sample.to_dict() if rr_idle is None else {**rr_idle, "probes": sample.probes, "notes": sample.notes}
+        doc = sample.to_dict() if rr_idle is None else {**rr_idle, "probes": sample.probes, "notes": sample.notes,
+                                                         **({"kernel_account": sample.kernel_account}
+                                                            if sample.kernel_account is not None else {})}
         typer.echo(json.dumps(doc, indent=2, default=str))
         return
     s = StoredSample.from_json(sample.to_dict())
     if job.kind == "rr":
         print_rr(s)
+        print_kernel_account(s)
+        for note in s.notes:
+            out.print(f"  [dim]note: {escape(note)}[/dim]")
         return
     print_sample(s)
     if s.rr:
@@ -84,6 +90,17 @@ def measure_cmd(
 def request_from_options(options: dict) -> MeasureRequest:
     """`offlab measure`'s options (its parameters by name, --json left out) → the request they ask for."""
     return MeasureRequest(**options)
+
+
+def print_kernel_account(s: StoredSample) -> None:
+    """The kernel's account of the sample (--trace), as `results show` prints it: loss by reason, segmentation."""
+    if s.kernel_account is None:
+        return
+    from offlab.report import kernel  # here, not on every CLI start
+
+    account = kernel.merge([s.kernel_account])
+    for line in kernel.loss_lines(account) + kernel.segmentation_lines(account):
+        out.print(f"  {escape(line)}")
 
 
 def print_rr(s: StoredSample) -> None:
@@ -210,12 +227,10 @@ def print_sample(s: StoredSample) -> None:
         out.print(f"  {escape(line)}")
     if s.loss_attribution and s.loss_attribution.receiver_absent:
         out.print(f"  [bold red]no receiver[/bold red] {escape(s.loss_attribution.receiver_absent)}")
-    from offlab.report import kernel  # here, as the formatter above: not on every CLI start
-
-    account = kernel.merge([s.kernel_account])
-    for line in kernel.loss_lines(account) + kernel.segmentation_lines(account):
-        out.print(f"  {escape(line)}")
+    print_kernel_account(s)
     if s.kernel_account is None and s.workload.kind != "rr":
+        from offlab.report import kernel
+
         out.print(f"  [dim]{kernel.OFF_LINE}[/dim]")
     for e in s.effects or []:
         style = "bold red" if e.status == NOT_EXERCISED else "dim"

@@ -15,7 +15,8 @@ def register(app: typer.Typer) -> None:
         force: bool = typer.Option(False, "--force",
                                    help="Also restore journals of processes that are still running."),
     ) -> None:
-        """Replay the settings journals newest first: every original value goes back, then the journal goes;
+        """Say what a lease put back by itself (this machine's watchdog, an SSH host's), once; replay the settings
+        journals newest first: every original value goes back, then the journal goes;
         then end the processes offlab started on SSH hosts (its labs' and its journals') whose offlab process is gone
         (iperf3, the engine, tcpdump; each by pid checked against its start time); then remove labs whose `lab up`
         was killed before they were up (their QEMU, testpmd, namespaces), and give back the ports of phys labs that
@@ -34,6 +35,10 @@ def register(app: typer.Typer) -> None:
 
         refs = [e.data.get("host") for v in (all_journals() if journal_dir().exists() else [])
                 for e in v.open_entries]
+        from offlab.knobs import watchdog
+
+        for line in watchdog.lapses(remove=not list_only):  # what this machine's lease put back, said once
+            typer.echo(line)
         report = restore_report(list_only=list_only, force=force)
         for line in report.lines:
             typer.echo(line)

@@ -354,7 +354,11 @@ def _trial_text(t: dict) -> str:
     loss = "loss ?" if t["loss"] is None else f"{100 * t['loss']:.2g} %"
     marks = (" ✓" if t["passed"] else "") + (" gen-limited" if t["generator_limited"] else "") + (
         " (confirm)" if t["phase"] == "confirm" else "")
-    return f"{t['target_pps'] / 1e3:.0f}k→{(t['achieved_pps'] or 0) / 1e3:.0f}k {loss}{marks}"
+    kl = t.get("kernel_loss")
+    kernel = "" if kl is None else (" [kernel: not taken]" if "unavailable" in kl else " [kernel: " + (", ".join(
+        [f"{k} {v}" for k, v in sorted(kl["places"].items(), key=lambda kv: -kv[1])]
+        + ([f"unseen {kl['unseen']}"] if kl.get("unseen") else [])) or "no drop") + "]")
+    return f"{t['target_pps'] / 1e3:.0f}k→{(t['achieved_pps'] or 0) / 1e3:.0f}k {loss}{marks}{kernel}"
 
 
 def _print_run(run: dict, cells: list[dict], cis: dict, level: float) -> None:

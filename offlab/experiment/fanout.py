@@ -64,8 +64,9 @@ def check_plan(plan) -> None:
 
 
 def fan_out(plan_path: str, inventory: str, db: str, pairs: list[str] | None = None, *, quick: bool = False,
-            on_line: Callable[[str], None] = lambda line: None) -> list[PairRun]:
-    """Run the plan on every pair at once; a PairRun per pair (run id, or the error that stopped it)."""
+            trace: bool = False, on_line: Callable[[str], None] = lambda line: None) -> list[PairRun]:
+    """Run the plan on every pair at once; a PairRun per pair (run id, or the error that stopped it).
+    `trace`: every stream sample takes the kernel's account on the pair's hosts (--trace)."""
     from offlab.experiment.plan import load_plan_file
 
     plan = load_plan_file(plan_path, quick=quick)
@@ -87,7 +88,7 @@ def fan_out(plan_path: str, inventory: str, db: str, pairs: list[str] | None = N
             on_line(f"lab up hosts {r.lab}: {r.pair}")
             hosts_lab.up(r.lab, inventory, r.pair)
             made.append(r.lab)
-        _run_children(runs, plan_path, db, quick, on_line)
+        _run_children(runs, plan_path, db, quick, on_line, trace=trace)
     finally:
         for name in made:
             try:
@@ -98,12 +99,14 @@ def fan_out(plan_path: str, inventory: str, db: str, pairs: list[str] | None = N
     return runs
 
 
-def _run_children(runs: list[PairRun], plan_path: str, db: str, quick: bool, on_line: Callable[[str], None]) -> None:
+def _run_children(runs: list[PairRun], plan_path: str, db: str, quick: bool, on_line: Callable[[str], None], *,
+                  trace: bool = False) -> None:
     with private_tmp("fanout") as tmp:
         procs = []
         for i, r in enumerate(runs):
             argv = [sys.executable, "-m", "offlab.experiment.fanout", "child", "--lab", r.lab, "--pair", r.pair,
-                    "--db", db, "--plan", os.path.abspath(plan_path)] + (["--quick"] if quick else [])
+                    "--db", db, "--plan", os.path.abspath(plan_path)] + (["--quick"] if quick else []) \
+                + (["--trace"] if trace else [])
             out, err = open(Path(tmp) / f"{i}.out", "w+"), open(Path(tmp) / f"{i}.err", "w+")
             procs.append((r, LOCAL.spawn(argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL), out, err))
         try:
@@ -133,17 +136,22 @@ def _collect(procs: list, on_line: Callable[[str], None]) -> None:
         r.rc = p.returncode
         out.seek(0)
         err.seek(0)
+        note = None
         for line in out.read().splitlines():
             if line.startswith("{"):
                 r.run_id = json.loads(line).get("run_id")
+                note = json.loads(line).get("leases")
         lines = [l for l in err.read().splitlines() if l.strip()]
-        # the error (its child prints it on one line), not a line printed after it
-        errors = [l for l in lines if l.startswith("offlab: error: ")] or lines
+        # The error (its child prints it on one line), not a lease's word on a renewal said after it
+        # (offlab.hosts.lease, at exit) nor a fragment of a command quoted in a traceback-free message
+        errors = [l for l in lines if l.startswith("offlab: error: ")] or \
+            [l for l in lines if not l.startswith("offlab: lease on ")] or lines
         r.error = errors[-1] if r.rc != 0 and errors else ""
         out.close()
         err.close()
         on_line(f"{r.pair}: " + (f"run {r.run_id} done" if r.rc == 0 else f"failed (exit {r.rc}): {r.error}"
-                                 + (f" (samples kept in run {r.run_id})" if r.run_id is not None else "")))
+                                 + (f" (samples kept in run {r.run_id})" if r.run_id is not None else ""))
+                + (f"; {note}" if note else ""))
 
 
 def _child(argv: list[str]) -> int:
@@ -158,17 +166,20 @@ def _child(argv: list[str]) -> int:
     for opt in ("--lab", "--pair", "--db", "--plan"):
         ap.add_argument(opt, required=True)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--trace", action="store_true")
     a = ap.parse_args(argv)
     run_id = None
     try:
         plan = load_plan_file(a.plan, quick=a.quick)
-        plan = dataclasses.replace(plan, name=f"{plan.name}{TAG}{a.pair}")
+        plan = dataclasses.replace(plan, name=f"{plan.name}{TAG}{a.pair}", trace=plan.trace or a.trace)
         runner = Runner(plan, Store.open(a.db), lab=labs.LabState.load(a.lab))
         try:
             run_id = runner.run()
         finally:
             run_id = runner.run_id
-            print(json.dumps({"run_id": run_id, "pair": a.pair}), flush=True)
+            from offlab.hosts import lease
+
+            print(json.dumps({"run_id": run_id, "pair": a.pair, "leases": lease.renewal_note()}), flush=True)
     except OfflabError as exc:
         print("offlab: error: " + " ".join(str(exc).split()), file=sys.stderr)  # one line, whatever it quotes
         return exc.exit_code

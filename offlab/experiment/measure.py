@@ -22,7 +22,7 @@ from offlab.probes.counters import rcvq_pruned
 from offlab.probes.cpu import NOTABLE_STEAL_PCT
 from offlab.sample import Probes, StoredSample
 from offlab.dpdk import Testpmd
-from offlab.experiment import effects, guest_trace, kernel_account, witnesses
+from offlab.experiment import effects, host_trace, kernel_account, witnesses
 from offlab.probes.capture import Capture, CaptureSummary, read_pcap, summarize
 from offlab.traffic import TrafficResult, Workload
 from offlab.traffic import engine as engine_driver
@@ -129,10 +129,10 @@ def _measure(lab: LabState, w: Workload, capture: CaptureRequest | None, beside:
     tp = Testpmd.for_lab(lab.name) if lab.has_testpmd else None
     tp_read = beside.submit(tp.settings) if tp is not None else None
     # a guest's own kernel account: offlab's hist triggers there, set before the probes open and put back
-    # after they close (guest_trace.py)
-    with guest_trace.triggers(lab, trace) as traced, \
+    # after they close (host_trace.py)
+    with host_trace.triggers(lab, trace) as traced, \
             ProbeSession(lab, big_packets=w.big_packets, queue_ifaces=_queue_ifaces(lab, settings),
-                         kernel_trace=trace, guest_trace=traced) as probes, \
+                         kernel_trace=trace, hist_trace=traced) as probes, \
             private_tmp("cap") as tmp:
         window = Window()
         probe_thread: threading.Thread | None = None
@@ -290,6 +290,11 @@ def _witnessed(sample: Sample, settings: list[dict]) -> Sample:
         sample.notes.append(big)
     sample.notes += witnesses.out_of_range(StoredSample.from_json(sample.to_dict()))
     sample.effects = effects.witness(sample.to_dict(), settings)
+    return _judged(sample)
+
+
+def _judged(sample: Sample) -> Sample:
+    """The sample's `kernel_account` (where `--trace` took one), and its notes."""
     sample.kernel_account = kernel_account.judge(sample.to_dict())
     if sample.kernel_account and "unavailable" in sample.kernel_account:
         sample.notes.append(f"kernel account not taken: {sample.kernel_account['unavailable']}")
@@ -376,13 +381,15 @@ def _mtu(lab: LabState, role: str, iface: str) -> int:
 LOADED_END_MARGIN_S = 0.2
 
 
-def measure_rr(lab: LabState, rw: rr_driver.RrWorkload, *, big_packets: bool = False) -> Sample:
+def measure_rr(lab: LabState, rw: rr_driver.RrWorkload, *, big_packets: bool = False, trace: bool = False) -> Sample:
     """One request/response sample with CPU, interface and softnet probes over its window (after warm-up);
-    with `big_packets`, the packets over 64 KiB per interface too (BIG TCP's proof, as for a stream)."""
+    with `big_packets`, the packets over 64 KiB per interface too (BIG TCP's proof, as for a stream);
+    with `trace`, the kernel's own account of the window (drops by reason, skbs per device), as a stream's."""
     rw.ipv6 = rw.ipv6 and bool(lab.entry("server").address6)
     rw.check()
     started_at = time.time()
-    with ProbeSession(lab, big_packets=big_packets) as probes:
+    with host_trace.triggers(lab, trace) as traced, \
+            ProbeSession(lab, big_packets=big_packets, kernel_trace=trace, hist_trace=traced) as probes:
         window = Window()
         probe_thread: threading.Thread | None = None
 
@@ -413,9 +420,10 @@ def measure_rr(lab: LabState, rw: rr_driver.RrWorkload, *, big_packets: bool = F
     big = witnesses.big_packets(Probes.from_json(stored))
     if big:
         notes.append(big)
-    return Sample(lab=lab.name, topology=lab.topology, workload={"kind": "rr", **rw.to_dict()},
-                  started_at=started_at, traffic={}, probes=stored, service_demand_us_per_kib={}, notes=notes,
-                  rr={"idle": idle})
+    sample = Sample(lab=lab.name, topology=lab.topology, workload={"kind": "rr", **rw.to_dict()},
+                    started_at=started_at, traffic={}, probes=stored, service_demand_us_per_kib={}, notes=notes,
+                    rr={"idle": idle})
+    return _judged(sample) if trace else sample
 
 
 def cpu_per_transaction(probe: ProbeResult, tps: float) -> float | None:
@@ -434,11 +442,12 @@ def check_under_load(w: Workload) -> Workload:
 
 
 def measure_rr_under_load(lab: LabState, w: Workload, rw: rr_driver.RrWorkload,
-                          capture: CaptureRequest | None = None) -> Sample:
+                          capture: CaptureRequest | None = None, *, trace: bool = False) -> Sample:
     """flent's RRUL idea on one path: the RR probe alone first (idle), then the stream `w` with the
-    same probe running beside it (loaded). One sample: the stream's throughput and both sets of rtt."""
+    same probe running beside it (loaded). One sample: the stream's throughput and both sets of rtt.
+    With `trace`, each phase's kernel account: the loaded one is the sample's, the idle one `rr.idle`'s."""
     check_under_load(w)
-    idle = measure_rr(lab, rw)
+    idle = measure_rr(lab, rw, trace=trace)
     loaded_w = dataclasses.replace(rw, warmup=w.warmup, duration=w.duration - LOADED_END_MARGIN_S)
     got: dict = {}
 
@@ -448,7 +457,7 @@ def measure_rr_under_load(lab: LabState, w: Workload, rw: rr_driver.RrWorkload,
         except Exception as exc:  # handed to this thread's caller
             got["error"] = exc
 
-    sample = measure(lab, w, capture, alongside=probe)
+    sample = measure(lab, w, capture, alongside=probe, trace=trace)
     if "error" in got:
         raise got["error"]
     if "result" not in got:
@@ -456,6 +465,8 @@ def measure_rr_under_load(lab: LabState, w: Workload, rw: rr_driver.RrWorkload,
     loaded = got["result"].to_dict()
     assert idle.rr is not None  # measure_rr's sample always has its rr figures
     base = idle.rr["idle"]
+    if idle.kernel_account is not None:
+        base["kernel_account"] = idle.kernel_account
     sample.workload = {"kind": "rr-under-load", **sample.workload, "rr": rw.to_dict()}
     sample.rr = {"idle": base, "loaded": loaded, "loaded_over_idle": {
         k: (loaded[k] / base[k] if loaded.get(k) and base.get(k) else None)

@@ -64,7 +64,7 @@ class MeasureJob:
     rr: RrWorkload | None  # None for stream
     capture: CaptureRequest | None
     big_packets: bool = False  # rr: count packets over 64 KiB (a stream's workload carries its own)
-    trace: bool = False  # a stream: the kernel's account from its tracepoints
+    trace: bool = False  # the kernel's account from its tracepoints (a stream's and an rr's)
 
 
 def check(req: MeasureRequest) -> MeasureJob:
@@ -77,7 +77,7 @@ def check(req: MeasureRequest) -> MeasureJob:
     if req.workload == "rr":
         # --rate is transactions/s here; --proto also takes tcp-crr.
         return MeasureJob(req.lab, req.workload, None, _rr(req, req.proto or "udp", req.rate), None,
-                          big_packets=req.big_packets)
+                          big_packets=req.big_packets, trace=req.trace)
     probe: RrWorkload | None = None
     if req.workload == "rr-under-load":
         if req.rr_proto not in RR_PROTOCOLS:
@@ -123,7 +123,7 @@ def run(job: MeasureJob) -> Sample:
     if job.kind == "rr":
         assert job.rr is not None
         with hold(job.lab, "offlab measure --workload rr"):
-            return measure_rr(state, job.rr, big_packets=job.big_packets)
+            return measure_rr(state, job.rr, big_packets=job.big_packets, trace=job.trace)
     assert job.stream is not None
     if job.stream.ipv6 and not state.ipv6:
         raise BadInput(f"lab {job.lab} has no IPv6 addresses: rebuild it with `offlab lab up ... --ipv6`")
@@ -132,7 +132,7 @@ def run(job: MeasureJob) -> Sample:
     with hold(job.lab, "offlab measure"):
         if job.rr is None:
             return measure(state, job.stream, job.capture, settings=lab_settings(state), trace=job.trace)
-        return measure_rr_under_load(state, job.stream, job.rr, job.capture)
+        return measure_rr_under_load(state, job.stream, job.rr, job.capture, trace=job.trace)
 
 
 def lab_settings(state) -> list[dict]:

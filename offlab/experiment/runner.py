@@ -441,12 +441,15 @@ class Runner:
             cap = CaptureRequest(c.host, c.iface, c.frames)
         spec = cell.workload
         if spec.kind == "rr":
-            sample = measure_rr(lab, spec.rr_workload(ipv6=cell.topology.ipv6), big_packets=spec.big_packets).to_dict()
+            sample = measure_rr(lab, spec.rr_workload(ipv6=cell.topology.ipv6), big_packets=spec.big_packets,
+                                trace=self.plan.trace).to_dict()
         elif spec.kind == "rr-under-load":
-            sample = measure_rr_under_load(lab, w, spec.rr_workload(ipv6=cell.topology.ipv6), cap).to_dict()
+            sample = measure_rr_under_load(lab, w, spec.rr_workload(ipv6=cell.topology.ipv6), cap,
+                                           trace=self.plan.trace).to_dict()
         elif spec.search_max_loss is not None:
             sample = zero_loss_search(lab, w, spec.search_max_loss, parse_pps(spec.search_low),
-                                      parse_pps(spec.search_high), spec.search_steps, cap).to_dict()
+                                      parse_pps(spec.search_high), spec.search_steps, cap,
+                                      trace=self.plan.trace).to_dict()
         else:
             # the cell's settings as they read back: each gets an effect witness over the sample's counters
             held = [{"where": o.where, "key": o.change.key, "value": o.actual} for o in outcomes if o.ok]

@@ -38,6 +38,10 @@ class Trial:
     loss: float | None
     passed: bool
     generator_limited: bool
+    # with --trace: the trial's window by the kernel's account: {"lost": datagrams lost in the window,
+    # "places": {"host[:device] REASON": datagrams}, "unseen": what no tracepoint saw}, or {"unavailable":
+    # why}; the chosen trial's whole account is the sample's
+    kernel_loss: dict | None = None
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -49,12 +53,28 @@ def _trial(sample, phase: str, target: float, max_loss: float) -> Trial:
     loss = t.get("loss")
     limited = achieved is not None and achieved < target * (1 - GENERATOR_SHORTFALL)
     return Trial(phase, int(target), achieved, t.get("pps"), t.get("datagrams_sent"), t.get("datagrams_received"),
-                 loss, loss is not None and loss <= max_loss and achieved is not None, limited)
+                 loss, loss is not None and loss <= max_loss and achieved is not None, limited,
+                 kernel_loss(getattr(sample, "kernel_account", None)))
+
+
+def kernel_loss(ka: dict | None) -> dict | None:
+    """A trial's kernel account in brief: its lost datagrams by place and reason, and what no tracepoint saw."""
+    if ka is None:
+        return None
+    if "unavailable" in ka:
+        return {"unavailable": ka["unavailable"]}
+    lo = ka.get("loss") or {}
+    places: dict[str, int] = {}
+    for p in lo.get("places") or []:
+        key = (f"{p['host']}:{p['device']}" if p.get("device") else str(p["host"])) + f" {p['reason']}"
+        places[key] = places.get(key, 0) + int(p["datagrams"])
+    return {"lost": lo.get("lost") or 0, "places": places, "unseen": int(lo.get("unseen") or 0)}
 
 
 def zero_loss_search(lab, w, max_loss: float, low: float, high: float, steps: int, capture=None, *,
-                     confirm: int = 1, trial: Callable | None = None):
-    """Search; return the sample of the confirmed best trial (or of the last trial, flagged)."""
+                     confirm: int = 1, trial: Callable | None = None, trace: bool = False):
+    """Search; return the sample of the confirmed best trial (or of the last trial, flagged). `trace`:
+    every trial takes the kernel's account (measure's --trace), in brief in its row of `search.trials`."""
     if trial is None:
         from offlab.experiment.measure import measure as trial
     if not 0 < low < high:
@@ -63,7 +83,7 @@ def zero_loss_search(lab, w, max_loss: float, low: float, high: float, steps: in
     samples: list = []  # the measured sample of each trial, in the same order
 
     def run(rate: float, phase: str) -> Trial:
-        s = trial(lab, dataclasses.replace(w, rate=f"{int(rate)}pps"), capture)
+        s = trial(lab, dataclasses.replace(w, rate=f"{int(rate)}pps"), capture, **({"trace": True} if trace else {}))
         trials.append(_trial(s, phase, rate, max_loss))
         samples.append(s)
         return trials[-1]

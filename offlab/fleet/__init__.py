@@ -116,7 +116,7 @@ def _end(ih: inv_mod.InventoryHost, rundir: str, address: str | None) -> dict:
     """One end as the client host's offlab reaches it: over ssh with the run's key and known_hosts."""
     entry: dict = {"ssh": address or ih.target, "identity_file": f"{rundir}/id",
                    "ssh_args": ["-o", f"UserKnownHostsFile={rundir}/known_hosts", "-o", "StrictHostKeyChecking=yes"],
-                   "connect_timeout": ih.connect_timeout, "remote_dir": ih.remote_dir, "sudo": ih.become,
+                   "connect_timeout": ih.connect_timeout, "remote_dir": ih.remote_dir, "lease": ih.lease, "sudo": ih.become,
                    "interfaces": [{"name": i.name, "addresses": list(i.addresses)} for i in ih.interfaces],
                    "allow_management_traffic": ih.allow_management_traffic}
     if ih.user:
@@ -166,7 +166,8 @@ def run(plan_path: str, inventory: str, db: str, pairs: list[str] | None = None,
                 "inventory": {"hosts": {client.name: _end(client, rundir, None),
                                         server.name: _end(server, rundir, None)}, "pairs": [p]}}
             for ih in (client, server):
-                checks[ih.name] = {"hosts": {ih.name: {"ssh": "localhost", "interfaces": [
+                checks[ih.name] = {"hosts": {ih.name: {"ssh": "localhost", "remote_dir": ih.remote_dir,
+                                                       "lease": ih.lease, "interfaces": [
                     {"name": x.name, "addresses": list(x.addresses)} for x in ih.interfaces]}}}
         extra = {"offlab_fleet_run": token, "offlab_fleet_hosts": ",".join(hosts),
                  "offlab_fleet_clients": ",".join(jobs), "offlab_fleet_serial": serial or "100%",

@@ -102,7 +102,8 @@ class RemoteProcess:
         else:
             from offlab.hosts import remote_journal
 
-            stamp, undo_text, start = remote_journal.process_record(remote_dir, self.args)
+            stamp, undo_text, start = remote_journal.process_record(remote_dir, self.args,
+                                                                    lease=remote_journal.lease_of(host, remote_dir))
             want = f"{remote_dir}/proc/{stamp}"
             self.undo = f"{remote_dir}/undo/{stamp}.sh"
             res = host.run(["sh", "-c", start + _OUTER_IDS, "sh", remote_dir, stamp, *self.args], check=False,

@@ -40,6 +40,17 @@ RESTORE_SH = """#!/bin/sh
 # Run as root:  sh {dir}/restore.sh      (exit 0: all put back; 1: see the lines on stderr)
 cd "$(dirname "$0")" || exit 1
 rc=0
+# First the lease watchdogs (offlab.hosts.lease): each stopped by its pid and start time, so none
+# restores at the same time as this script; then what their leases restored earlier, said once.
+st() { s=$(cat /proc/$1/stat 2>/dev/null) || return 0; s=${s##*) }; set -- $s; [ "$1" = Z ] || echo "${20}"; }
+for l in lease/*/; do
+  [ -d "$l" ] || continue
+  if read -r p t <"$l/ids" 2>/dev/null && [ "$(st "$p")" = "$t" ]; then kill -TERM "$p" 2>/dev/null || true; fi
+  rm -rf -- "$l"
+done
+rmdir lease 2>/dev/null
+for f in lapsed/*.txt; do [ -e "$f" ] && sed 's/^/earlier: /' "$f" && rm -f "$f"; done
+rmdir lapsed 2>/dev/null
 for f in $(ls -1 undo 2>/dev/null | sort -r); do
   case "$f" in *.sh) ;; *) continue ;; esac
   what=$(sed -n '1s/^# offlab: //p' "undo/$f")
@@ -56,9 +67,26 @@ fi
 exit $rc
 """
 
+# Refuses (exit 4) when this process's lease ($4, if any) on the host has lapsed: its watchdog has put
+# the host back, and a change made now would be restored by nobody's lease.
+LEASE_CHECK = ('if [ -n "$4" ] && [ ! -d "$1/lease/$4" ]; then echo "the lease of this offlab process on this '
+               'host has lapsed: the host put itself back (offlab restore says when)" >&2; exit 4; fi; ')
+# ...then, after the undo script is in place, names it in the lease's list of what it restores.
+LEASE_OWN = ' && { [ -z "$4" ] || echo "$2.sh" >>"$1/lease/$4/own"; }'
 # One round trip: make the private directory, (re)write restore.sh, then the undo script from stdin.
-_RECORD = ('umask 077; mkdir -p "$1/undo" && printf "%s" "$3" >"$1/restore.sh" && '
-           'cat >"$1/undo/.$2.tmp" && mv "$1/undo/.$2.tmp" "$1/undo/$2.sh"')
+_RECORD = (LEASE_CHECK + 'umask 077; mkdir -p "$1/undo" && printf "%s" "$3" >"$1/restore.sh" && '
+           'cat >"$1/undo/.$2.tmp" && mv "$1/undo/.$2.tmp" "$1/undo/$2.sh"' + LEASE_OWN)
+
+
+
+def lease_of(host: Host, remote_dir: str) -> str:
+    """The lease of this process on a host, if it keeps one: called before anything is recorded there,
+    it starts the host's watchdog on the first call; the lease's id, or ""."""
+    from offlab.hosts import lease  # late: the lease is built on this journal
+
+    return lease.lease_of(host, remote_dir)
+
+
 _FORGET = 'rm -f "$1/undo/"*"-$2.sh"'
 
 
@@ -72,8 +100,9 @@ def record(host: Host, remote_dir: str, name: str, title: str, argvs: list[list[
     """Write the undo script of change `name` on `host` before the change is made; its path there."""
     if not NAME_RE.fullmatch(name):
         raise ValueError(f"invalid remote journal name {name!r}")
+    lease = lease_of(host, remote_dir)
     stamped = f"{time.time_ns():019d}-{name}"
-    host.run(["sh", "-c", _RECORD, "sh", remote_dir, stamped, RESTORE_SH.replace("{dir}", remote_dir)],
+    host.run(["sh", "-c", _RECORD, "sh", remote_dir, stamped, RESTORE_SH.replace("{dir}", remote_dir), lease],
              input=script(title, argvs), timeout=30)
     return f"{remote_dir}/undo/{stamped}.sh"
 
@@ -86,9 +115,16 @@ def forget(host: Host, remote_dir: str, name: str) -> None:
 
 
 def tidy(host: Host, remote_dir: str) -> None:
-    """Remove the private directory once nothing in it is left to restore (the host as it was found)."""
+    """Remove the private directory once nothing in it is left to restore (the host as it was found);
+    this process's lease there goes first when nothing it covers is left."""
+    from offlab.hosts import lease
+    from offlab.hosts.ssh import SshHost
+
+    if isinstance(host, SshHost):
+        lease.release_idle(host, remote_dir)
     host.run(["sh", "-c", 'cd "$1" 2>/dev/null || exit 0; rmdir undo 2>/dev/null; rmdir proc 2>/dev/null; '
-              '[ -e undo ] || [ -e proc ] || { rm -f restore.sh; cd /; rmdir "$1" 2>/dev/null; }; exit 0',
+              'rmdir lease 2>/dev/null; [ -e undo ] || [ -e proc ] || [ -e lease ] || [ -e lapsed ] || '
+              '{ rm -f restore.sh; cd /; rmdir "$1" 2>/dev/null; }; exit 0',
               "sh", remote_dir], timeout=30)
 
 
@@ -129,7 +165,8 @@ def boot_id() -> str:
         return "unknown"
 
 
-def process_record(remote_dir: str, argv: list[str], title: str | None = None) -> tuple[str, str, str]:
+def process_record(remote_dir: str, argv: list[str], title: str | None = None,
+                   lease: str = "") -> tuple[str, str, str]:
     """(stamp, undo script, start script) for one process: the start script, run with `remote_dir` and
     the stamp as $1 $2 and the undo script on stdin, records it in `remote_dir`, makes its directory,
     prints it, and leaves `"$D" argv...` as its arguments for the starter (hosts/process.py)."""
@@ -141,9 +178,11 @@ def process_record(remote_dir: str, argv: list[str], title: str | None = None) -
     what = title or "stop " + " ".join(" ".join(argv).split())[:160]
     undo = (f"# offlab: {what}\n{OWNER}{boot_id()} {owner['pid']} {owner['start']}\n"
             f"d={shlex.quote(d)}\n{_END_PROCESS}")
-    start = ('R=$1; S=$2; shift 2; umask 077; mkdir -p "$R/undo" "$R/proc" && printf "%s" '
-             + shlex.quote(RESTORE_SH.replace("{dir}", remote_dir)) + ' >"$R/restore.sh" && '
-             'cat >"$R/undo/.$S.tmp" && mv "$R/undo/.$S.tmp" "$R/undo/$S.sh" && mkdir "$R/proc/$S" || exit 1; '
+    check = LEASE_CHECK.replace("$1", "$R").replace("$4", "$K")
+    own = LEASE_OWN.replace("$1", "$R").replace("$4", "$K").replace("$2", "$S")
+    start = (f'R=$1; S=$2; K={shlex.quote(lease)}; shift 2; ' + check + 'umask 077; mkdir -p "$R/undo" "$R/proc" && '
+             'printf "%s" ' + shlex.quote(RESTORE_SH.replace("{dir}", remote_dir)) + ' >"$R/restore.sh" && '
+             'cat >"$R/undo/.$S.tmp" && mv "$R/undo/.$S.tmp" "$R/undo/$S.sh"' + own + ' && mkdir "$R/proc/$S" || exit 1; '
              'umask 022; D="$R/proc/$S"; echo "$D"; set -- "$D" "$@"; ')
     return stamp, undo, start
 
@@ -164,6 +203,9 @@ def end_processes(host: Host, remote_dir: str, *, force: bool = False, also: fro
     What was ended, one line each (`stop <argv>`)."""
     from offlab.state import owner_alive
 
+    from offlab.hosts import lease as leases
+
+    stopped = leases.stop_orphans(host, remote_dir, force=force, also=also, list_only=list_only)
     listed = host.run(["sh", "-c", _LIST_PROCS, "sh", remote_dir], timeout=30).stdout
     chosen = []
     for line in listed.splitlines():
@@ -178,20 +220,21 @@ def end_processes(host: Host, remote_dir: str, *, force: bool = False, also: fro
         if force or not alive or pid in also:
             chosen.append(name)
     if not chosen:
-        return []
+        return stopped
     if list_only:  # what each would do, nothing done
         res = host.run(["sh", "-c", 'cd "$1/undo" 2>/dev/null || exit 0; shift; for f; do '
                         'sed -n "1s/^# offlab: //p" "$f"; done', "sh", remote_dir, *chosen], check=False, timeout=30)
-        return [l for l in res.stdout.splitlines() if l.strip()]
+        return [l for l in res.stdout.splitlines() if l.strip()] + stopped
     res = host.run(["sh", "-c", _RUN_UNDO, "sh", remote_dir, *chosen], check=False, timeout=30 + 4 * len(chosen))
-    return [l for l in res.stdout.splitlines() if l.strip()]
+    return [l for l in res.stdout.splitlines() if l.strip()] + stopped
 
 
 def temp_dir(host: Host, remote_dir: str) -> tuple[str, str]:
     """A private directory on the host for a while (the engine's ready file), recorded like a process
     (with no process in it): restore.sh, `offlab restore` and `lab down` remove it after a crash.
     (its path, its undo script's path); `drop_temp_dir` removes both."""
-    stamp, undo, start = process_record(remote_dir, [], title="remove a temporary directory")
+    stamp, undo, start = process_record(remote_dir, [], title="remove a temporary directory",
+                                        lease=lease_of(host, remote_dir))
     res = host.run(["sh", "-c", start, "sh", remote_dir, stamp], input=undo, timeout=30)
     d = f"{remote_dir}/proc/{stamp}"
     if res.stdout.strip() != d:

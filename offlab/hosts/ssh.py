@@ -37,6 +37,10 @@ DEFAULT_CONNECT_TIMEOUT = 10
 # Where offlab keeps its files on an SSH host: the remote journal of settings and a copied engine.
 # /run is a tmpfs: a reboot resets every setting offlab changed, and clears their journal with them.
 DEFAULT_REMOTE_DIR = "/run/offlab-remote"
+# Seconds a host waits for the controller's renewal before its watchdog puts it back (offlab.hosts.lease);
+# 0: no lease (the host is put back only by restore.sh, `offlab restore`, `lab down` or `fleet clean`).
+DEFAULT_LEASE = 60
+LEASE_MIN, LEASE_MAX = 2, 86400
 REMOTE_GRACE = 2  # seconds the remote `timeout` waits past the local one, then again before SIGKILL
 
 TARGET_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:%-]{0,252}$")  # a host name or an IP literal
@@ -60,6 +64,14 @@ class HostUnreachable(EnvironmentProblem):
         detail = lines[-1] if lines else "no message from ssh"
         self.detail = detail
         super().__init__(f"ssh host {host}: {what} failed (ssh exit 255): {detail}")
+
+
+def check_lease(value: object, where: str) -> int:
+    """A lease in whole seconds: 0 (none) or LEASE_MIN..LEASE_MAX; BadInput naming `where` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int) or not (value == 0 or LEASE_MIN <= value <= LEASE_MAX):
+        raise BadInput(f"{where} {value!r}: whole seconds, {LEASE_MIN}..{LEASE_MAX} (the default is {DEFAULT_LEASE}), "
+                       f"or 0 for no lease")
+    return value
 
 
 def check_ssh_args(args: Sequence[str], where: str = "ssh_args") -> list[str]:
@@ -167,11 +179,15 @@ def close_all() -> None:
         _CONTROL.remove()
 
 
+_AT_EXIT = threading.Event()  # close_all is registered to run at exit
+
+
 def _opened(host: "SshHost") -> None:
-    """Keep `host`'s master to close at exit (under _OPEN_LOCK); the first one has close_all run then."""
-    if not _OPEN:
-        atexit.unregister(close_all)  # once, however often the set empties and fills again
+    """Keep `host`'s master to close at exit (under _OPEN_LOCK); the first one has close_all run then
+    (once: what registers later, a lease's release, runs before it)."""
+    if not _AT_EXIT.is_set():
         atexit.register(close_all)
+        _AT_EXIT.set()
     _OPEN[host._key] = host
 
 
@@ -195,6 +211,7 @@ class SshHost(Host):
         name: str | None = None,
         remote_dir: str = DEFAULT_REMOTE_DIR,
         tools: dict[str, str] | None = None,
+        lease: int = DEFAULT_LEASE,
     ) -> None:
         if not isinstance(target, str) or not TARGET_RE.fullmatch(target):
             raise BadInput(f"invalid ssh target {target!r}: a host name or an IP address")
@@ -209,12 +226,14 @@ class SshHost(Host):
             raise BadInput(f"invalid connect timeout {connect_timeout!r}: 1..600 seconds")
         if not isinstance(remote_dir, str) or not REMOTE_PATH_RE.fullmatch(remote_dir) or "/../" in remote_dir + "/":
             raise BadInput(f"invalid remote directory {remote_dir!r}: an absolute path of letters, digits and _ . - /")
+        check_lease(lease, "lease")
         tools = dict(tools or {})
         for tool, path in tools.items():
             if not isinstance(tool, str) or not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", tool) \
                     or not isinstance(path, str) or not REMOTE_PATH_RE.fullmatch(path):
                 raise BadInput(f"invalid remote tool path {tool!r}: {path!r}")
         self.remote_dir = remote_dir
+        self.lease = lease
         self.tools = tools  # tool name → its path on the host (an engine offlab copied there)
         self.target = target
         self.user = user
@@ -234,7 +253,7 @@ class SshHost(Host):
     def _key(self) -> str:
         """One master per distinct connection (what ssh's %C hashes, plus our own options)."""
         r = self.ref()
-        for k in ("name", "become", "remote_dir", "tools"):
+        for k in ("name", "become", "remote_dir", "tools", "lease"):
             r.pop(k, None)
         return hashlib.sha1(json.dumps(r, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -471,7 +490,8 @@ class SshHost(Host):
         return {"kind": self.kind, "name": self.name, "target": self.target, "user": self.user,
                 "port": self.port, "identity": self.identity, "ssh_args": list(self.ssh_args),
                 "become": self.become, "config": self.config, "via_netns": self.via_netns,
-                "connect_timeout": self.connect_timeout, "remote_dir": self.remote_dir, "tools": dict(self.tools)}
+                "connect_timeout": self.connect_timeout, "remote_dir": self.remote_dir, "tools": dict(self.tools),
+                "lease": self.lease}
 
     def alive(self) -> bool:
         try:
@@ -494,7 +514,7 @@ class SshHost(Host):
 def from_ref(ref: dict) -> SshHost:
     """The SSH host a `ref()` names (hosts/refs.py)."""
     known = {"kind", "name", "target", "user", "port", "identity", "ssh_args", "become", "config",
-             "via_netns", "connect_timeout", "remote_dir", "tools"}
+             "via_netns", "connect_timeout", "remote_dir", "tools", "lease"}
     extra = set(ref) - known
     if extra:
         raise BadInput(f"unknown field(s) {sorted(extra)} in an ssh host reference")
@@ -505,5 +525,6 @@ def from_ref(ref: dict) -> SshHost:
                    ssh_args=ssh_args, become=bool(ref.get("become")), config=ref.get("config"),
                    via_netns=ref.get("via_netns"), name=ref.get("name"),
                    connect_timeout=ref.get("connect_timeout", DEFAULT_CONNECT_TIMEOUT),
-                   remote_dir=ref.get("remote_dir", DEFAULT_REMOTE_DIR), tools=ref.get("tools") or {})
+                   remote_dir=ref.get("remote_dir", DEFAULT_REMOTE_DIR), tools=ref.get("tools") or {},
+                   lease=ref.get("lease", DEFAULT_LEASE))
 

@@ -93,8 +93,11 @@ class Lease:
 
     def journalled(self, journal: Path, seq: int) -> None:
         """The change is about to happen: name the journal entry that can undo it."""
+        from offlab.knobs import watchdog
+
         self.info.update(journal=str(journal), seq=seq)
         self.file.write(self.info)
+        watchdog.ensure()  # puts it back should this process die holding it
 
     def release(self) -> None:
         """Drop one hold; the last gives the setting back (if it could not be restored, the file
@@ -104,6 +107,10 @@ class Lease:
             return
         _HELD.pop(self.name, None)
         self.file.release(keep=self.info if _unrestored(self.info) else None)
+        if not _HELD:
+            from offlab.knobs import watchdog
+
+            watchdog.stop()
 
 
 def _unrestored(info: dict) -> str | None:

@@ -250,8 +250,10 @@ class Transaction:
         report = Report()
         if self.journal is not None and self.journal.path.exists():
             with shielded(), dir_lock():
-                restore_entries(self.journal.view().open_entries, report)
+                entries = self.journal.view().entries
+                restore_entries([e for e in entries if e.status == "open"], report)
                 remove_if_done(self.journal.path)
+                undo.let_go(self.journal.path, entries)
         self.restore_report = report
         return report.lines
 
@@ -330,7 +332,9 @@ class Transaction:
         if not self.journal.path.exists() or (not self.journal.view().open_entries
                                               and remove_if_done(self.journal.path)):
             return
+        view = self.journal.view()
         self.journal.release()  # open entries, or a host's copy of an undo left: `offlab restore`'s now
+        undo.let_go(self.journal.path, view.open_entries, hand_over=True)
 
 
 def _ident(knob: Knob) -> tuple:

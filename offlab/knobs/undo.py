@@ -10,6 +10,7 @@ restore or a refused change closes an entry, so the host's copy goes with it.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from offlab.errors import CommandFailed, EnvironmentProblem
 from offlab.hosts import from_ref
@@ -19,11 +20,12 @@ from offlab.knobs.journal import Entry
 from offlab.knobs.ethtool_params import _EthtoolParam
 from offlab.knobs.registry import knob_from_entry
 from offlab.knobs.sysctl import Sysctl
+from offlab.knobs.trace_hist import HistTriggers
 
 
 def undo_argvs(entry: dict) -> list[list[str]] | None:
-    """The commands that put the entry's original back with only ip/ethtool/sh; None when offlab itself
-    is needed (an OVS port, a qdisc tree, an RPS mask)."""
+    """The commands that put the entry's original back with only ip/ethtool/sh (offlab's hist triggers:
+    sh, grep, sed, umount); None when offlab itself is needed (an OVS port, a qdisc tree, an RPS mask)."""
     kind, snap = entry.get("kind"), entry.get("original")
     if kind == "sysctl":
         if not isinstance(snap, str):
@@ -33,6 +35,9 @@ def undo_argvs(entry: dict) -> list[list[str]] | None:
             return None
         path = knob.path
         return [["sh", "-c", 'printf "%s\\n" "$1" >"$2"', "sh", snap, path]]
+    if kind == "trace-hist":
+        knob = knob_from_entry(entry)
+        return [knob.restore_argv(snap)] if isinstance(knob, HistTriggers) else None
     iface = entry.get("iface")
     if not isinstance(iface, str):
         return None  # every other kind here is one of an interface
@@ -92,6 +97,28 @@ def mark(entry: Entry, op: str, note: str = "") -> None:
         if entry.journal.exists():
             journal.Journal(entry.journal).append({"op": "copy-left", "seq": entry.seq})
         entry.copy_left = True
+
+
+def let_go(path: Path, entries: list[Entry], *, hand_over: bool = False) -> None:
+    """A transaction ended: this process's leases on the SSH hosts of its entries are released where
+    nothing they cover is left (a library's transaction in a longer-lived process, as a command's at
+    its end). With `hand_over` (a persisted journal released), its changes there stay in force on
+    purpose, so the lease no longer covers them (offlab.hosts.lease.hand_over)."""
+    from offlab.hosts import lease
+
+    hosts: dict[tuple[str, str], Any] = {}
+    for entry in entries:
+        host = _ssh_host(entry.data)
+        if host is not None:
+            hosts.setdefault((host._key, host.remote_dir), host)
+    for host in hosts.values():
+        try:
+            if hand_over:
+                lease.hand_over(host, host.remote_dir, f"-{path.stem}-")
+            else:
+                lease.release_idle(host, host.remote_dir)
+        except (EnvironmentProblem, CommandFailed):
+            pass  # unreachable: the lease lapses and its watchdog puts back what it covers, said then
 
 
 def forget_copies(entries: list[Entry]) -> tuple[list[str], list[str]]:

@@ -198,12 +198,15 @@ def teardown(lab: LabState, also: frozenset[int] | set[int] = frozenset()) -> li
     """`lab down` of a hosts lab: nothing of the hosts is removed; only what offlab put there: the
     processes it started that outlived their offlab process (and those of `also`, the lab's holders
     with --force), then the engine it copied."""
+    from offlab.hosts import lease
+
     removed, failed = [], []
     for role, entry in lab.hosts.items():
         if entry.ref is None:
             continue
         host = lab.host(role)
         try:
+            removed += lease.lapses(host, host.remote_dir, remove=True)
             ended = remote_journal.end_processes(host, host.remote_dir, also=also)
             removed += [f"{host.name}: {what}" for what in ended]
         except (EnvironmentProblem, CommandFailed) as exc:
@@ -285,9 +288,12 @@ def ssh_hosts_known(extra_refs: list[dict] = ()) -> list[SshHost]:
 def end_orphans(hosts: list[SshHost], *, force: bool = False, list_only: bool = False) -> tuple[list[str], list[str]]:
     """`offlab restore`: end on each host the processes offlab started there whose offlab process is
     gone (every one of this machine's, with `force`); (lines, failures). `list_only`: only say which."""
+    from offlab.hosts import lease
+
     lines, failed = [], []
     for host in hosts:
         try:
+            lines += lease.lapses(host, host.remote_dir, remove=not list_only)
             found = remote_journal.end_processes(host, host.remote_dir, force=force, list_only=list_only)
             lines += [f"{'would end' if list_only else 'ended'} on {host.name}: {what}" for what in found]
             if not list_only:

@@ -30,7 +30,7 @@ import re
 import struct
 from typing import Any
 
-from offlab.tracefs import NAME_PREFIX
+from offlab.tracefs import NAME_PREFIX, prefix
 
 BTF = "/sys/kernel/btf/vmlinux"
 
@@ -50,15 +50,19 @@ def _value(text: str) -> int | str:
     return int(text) if re.fullmatch(r"-?\d+", text) else text
 
 
-def parse_hist(text: str) -> dict[str, dict[tuple, dict[str, int]]]:
+def parse_hist(text: str, tag: str | None = None) -> dict[str, dict[tuple, dict[str, int]]]:
     """A `hist` file's text (one or more histograms) → {hist name: {key tuple: {"hitcount": n, val: n}}},
-    for offlab's named histograms only; keys in the order the trigger names them."""
+    for offlab's named histograms only; keys in the order the trigger names them. With `tag`, only those
+    set for that host (tracefs.prefix), named without the tag (`offlab_drop`): another host's on the
+    same kernel are left out."""
     out: dict[str, dict[tuple, dict[str, int]]] = {}
     current: dict[tuple, dict[str, int]] | None = None
+    ours = prefix(tag) if tag is not None else NAME_PREFIX
     for line in text.splitlines():
         m = _INFO.match(line)
         if m:
-            current = out.setdefault(m.group(1), {}) if m.group(1).startswith(NAME_PREFIX) else None
+            name = m.group(1)
+            current = out.setdefault(NAME_PREFIX + name.removeprefix(ours), {}) if name.startswith(ours) else None
             continue
         m = _ENTRY.match(line.strip())
         if m is None or current is None:

@@ -28,7 +28,7 @@ from offlab.probes.bigpackets import BigPacketCounters
 from offlab.probes.clock import Clocks, is_number, read_times
 from offlab.probes.remote import Async, RemoteRead, RemoteReaders
 from offlab.probes.result import ProbeResult
-from offlab.tracefs import HIST_FILES, NAME_PREFIX
+from offlab.tracefs import HIST_FILES, NAME_PREFIX, tag_of
 
 WATCHED_THREADS = ("ksoftirqd/", "vhost-", "napi/")
 # wait_for_traffic: bytes over all lab interfaces here (a frame counts once per interface it crosses)
@@ -69,7 +69,7 @@ class ProbeSession:
 
     def __init__(self, lab, *, lifetime: float = 600.0, big_packets: bool = False,
                  queue_ifaces: dict[str, list[str]] | None = None, kernel_trace: bool = False,
-                 guest_trace: dict[str, str | None] | None = None) -> None:
+                 hist_trace: dict[str, str | None] | None = None) -> None:
         self.lab = lab
         self.readers = {}
         # role → the interfaces whose per-queue packets are read at each edge (queues.py); only a sample
@@ -94,16 +94,16 @@ class ProbeSession:
         # the kernel's account of this machine's lab namespaces (trace.py), when asked
         self.trace: trace.KernelTrace | None = None
         # and of each host with a kernel of its own, by hist triggers in its tracefs (hist.py)
-        self.hist: GuestHists | None = None
+        self.hist: HostHists | None = None
         try:
             if kernel_trace:
                 self.trace = trace.KernelTrace({trace.netns_inode(h.netns_name): role for role, h in hosts.items()
                                                 if h.shares_kernel and h.netns_name is not None})
                 if self.trace.netns:
                     self.trace.start()
-                # each guest's, by the hist triggers its caller set there (experiment/guest_trace.py)
-                if guest_trace:
-                    self.hist = GuestHists({role: self.own_kernel[role] for role in guest_trace}, guest_trace)
+                # each guest's and SSH host's, by the hist triggers its caller set there (experiment/host_trace.py)
+                if hist_trace:
+                    self.hist = HostHists({role: self.own_kernel[role] for role in hist_trace}, hist_trace)
             for role, host in hosts.items():
                 if role not in self.own_kernel:
                     self.readers[role] = host.net_reader()
@@ -252,7 +252,7 @@ class ProbeSession:
                     f"lab {self.lab.name}: the counters of host {role} cannot be read any more "
                     f"({exc.strerror or exc}): was the lab removed (`offlab lab list`)?") from None
         # the kernel's maps right after the counters' files: the edge is the instant of that signal (trace.py)
-        asked = self.trace.request() if self.trace is not None and self.trace.error is None else None
+        asked = self.trace.request() if self.trace is not None and self.trace.netns and self.trace.error is None else None
         procs = {}
         lab_daemons = {d.pid for d in self.lab.daemons}  # e.g. this lab's ovs-vswitchd, not another's
         for pid in {*self.pids.values(), *lab_daemons, *cpu.kernel_threads(WATCHED_THREADS)}:
@@ -312,7 +312,8 @@ class ProbeSession:
             snap.qdisc[role] = qdisc.parse_tc(tc_text) if tc_text.strip() else None
             snap.reads[role] = (r.sent, r.answered)
             if r.extra:
-                snap.hist[role] = {name: h for text in r.extra.values() for name, h in hist.parse_hist(text).items()}
+                tag = self.hist.tags[role] if self.hist is not None else None
+                snap.hist[role] = {name: h for text in r.extra.values() for name, h in hist.parse_hist(text, tag).items()}
             uptime = files["uptime"].split()
             if uptime and is_number(uptime[0]):
                 snap.clocks[role] = float(uptime[0])
@@ -392,8 +393,7 @@ class ProbeSession:
         # they could be set and were read at both edges
         guests = self.hist.account(a, b) if self.hist is not None else {}
         untraced = [f"{role}: " + (self.hist.error.get(role, "not traced") if self.hist is not None and role in self.hist.hosts
-                                   else f"its own kernel ({self.lab.host(role).kind} host): not traced"
-                                   + (" yet" if self.lab.host(role).kind != "guest" else ""))
+                                   else f"its own kernel ({self.lab.host(role).kind} host): not traced")
                     for role in sorted(self.own_kernel) if role not in guests]
         out: dict | None = None
         if self.trace.netns:
@@ -423,12 +423,14 @@ class ProbeSession:
         return out
 
 
-class GuestHists:
-    """What offlab's hist triggers counted in each guest (set by the caller: experiment/guest_trace.py),
-    read with its counters at each edge; `error`: role → why that guest's kernel is not traced."""
+class HostHists:
+    """What offlab's hist triggers counted in each guest and SSH host (set by the caller:
+    experiment/host_trace.py), read with its counters at each edge; `error`: role → why that host's
+    kernel is not traced."""
 
     def __init__(self, hosts: dict, errors: dict[str, str | None]) -> None:
         self.hosts = hosts
+        self.tags = {role: tag_of(h.key) for role, h in hosts.items()}  # the names of its triggers (tracefs.py)
         self.error: dict[str, str] = {role: why for role, why in errors.items() if why}
         self.reasons: dict[str, dict[int, str]] = {}
         self.reason_error: dict[str, str] = {}  # role → why its reasons are numbers
