@@ -16,6 +16,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -280,6 +281,80 @@ def test_serial_runs_the_pairs_in_batches_and_a_database_gone_meanwhile_keeps_th
     finally:
         shutil.rmtree(home, ignore_errors=True)
     assert leftovers_on_the_machines(fleet) == []
+
+
+def ns_processes(ns: str) -> dict[int, str]:
+    """pid → command line of every process in namespace `ns` but its sshd (zombies not counted)."""
+    out = {}
+    for pid in subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split():
+        try:
+            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                continue
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+        except (OSError, IndexError):
+            continue
+        if Path(f"/proc/{pid}/comm").exists() and Path(f"/proc/{pid}/comm").read_text().strip() != "sshd":
+            out[int(pid)] = cmd
+    return out
+
+
+# A fleet run's server whose controller (the client host's `offlab run`, started there by Ansible) is killed
+# outright, its own management link cut at once: nothing reaches it, and it puts itself back by its lease.
+def test_a_fleet_runs_server_puts_itself_back_by_its_lease_when_its_controller_dies_and_its_link_is_cut(
+        fleet, bundle, tmp_path):
+    lease = 3
+    inv, plan, db = run_files(fleet, tmp_path, pair_plan("fleet", 3), machines=["a2", "b2"])
+    inv.write_text(fleet.ansible_inventory({"b2": {"offlab_lease": lease}}, only=["a2", "b2"]))
+    before = settings_of(fleet)
+    a2, b2 = fleet.machines["a2"].ns, fleet.machines["b2"].ns
+    crashed: dict[str, object] = {}
+
+    def crash() -> bool:
+        with sshd_mod.frozen(b2):  # b2 holding the run's setting, and nothing there acting meanwhile
+            if feature(b2) == before["b2"][0]:
+                return False
+            # The controller and all it started on a2, stopped until none is forked past the list, then killed.
+            killed: list[int] = []
+            crashed["commands"] = list(ns_processes(a2).values())
+            while new := [p for p in ns_processes(a2) if p not in killed]:
+                for pid in new:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGSTOP)
+                killed += new
+            for pid in killed:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            sshd_mod.cut(fleet, "b2")
+            crashed["gro"], crashed["killed"], crashed["at"] = feature(b2), killed, time.monotonic()
+        return True
+
+    try:
+        with once_measuring(fleet, "a2", crash, ready=lambda: feature(b2) != before["b2"][0]):
+            res = fleet_cli(fleet, tmp_path, "fleet", "run", str(plan), "--inventory", str(inv), "--group", "rack",
+                            "--db", str(db), "--bundle", str(bundle), "--forks", "2")
+        assert "gro" in crashed, (res.stdout + res.stderr)[-3000:]
+        assert crashed["gro"] != before["b2"][0]
+        assert any(" -m offlab run " in f" {c} " or "offlab run " in c for c in crashed["commands"]), crashed  # type: ignore[attr-defined]
+        # No command from anywhere: b2's watchdog puts its setting back and ends the run's server there,
+        # then leaves itself (a hang guard only: the time it took is printed, not judged).
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and (settings_of(fleet)["b2"] != before["b2"] or ns_processes(b2)):
+            time.sleep(0.2)
+        took = time.monotonic() - crashed["at"]  # type: ignore[operator]
+        assert settings_of(fleet)["b2"] == before["b2"] and not ns_processes(b2), (took, ns_processes(b2))
+        lapsed = list((fleet.path("remote", "b2") / "lapsed").glob("*.txt"))
+        # One record per lease of the killed processes (the run and its pair's runner each hold their own).
+        records = "".join(p.read_text() for p in lapsed)
+        assert lapsed and "restored: t1 gro" in records and "controller pid " in records, records
+        print(f"b2 put back by its {lease}-s lease {took:.1f} s after its controller was killed")
+    finally:
+        sshd_mod.reconnect(fleet, "b2")
+    assert res.returncode != 0, res.stdout
+    # What a2's killed controller left (its own settings, its run directory) and b2's record: `fleet clean`.
+    res = fleet_cli(fleet, tmp_path, "fleet", "clean", "--inventory", str(inv), "--host", "a2", "--host", "b2")
+    assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
+    assert leftovers_on_the_machines(fleet) == []
+    assert settings_of(fleet) == before
 
 
 # Two servers lost mid-run in one fleet run of three pairs, each a pair of its own, so that neither loss
