@@ -23,6 +23,7 @@ PARTS = {
     "offlab.stats": "common",  # pure statistics
     "offlab.metrics": "common",  # what a sample measures, by name
     "offlab.addresses": "common",  # the lab's address ranges and host addresses (labs, the MTU probe, help texts)
+    "offlab.catalog": "common",  # the topologies by name: hosts, tools, kinds; builders named, imported by lab
     "offlab.sample": "common",  # a stored sample read as dataclasses (witnesses, report, results)
     "offlab.interrupts": "common",  # SIGINT, SIGTERM and SIGHUP as exceptions, held through shielded sections
     "offlab.wire": "common",  # header sizes on the wire
@@ -355,15 +356,15 @@ def test_no_test_module_imports_another():
 
 
 def test_the_list_of_topologies_is_written_once():
-    """lab/catalog.py holds one record per topology; a collection (a tuple, list, set, dict keys) of two
+    """catalog.py holds one record per topology; a collection (a tuple, list, set, dict keys) of two
     or more names only a topology has (vm-router, dpdk-vm, ...) anywhere else in offlab is a list written
     again. veth, bridge, vxlan, router, ovs and dpdk are also device and check names (doctor's areas)."""
-    from offlab.lab.catalog import NAMES
+    from offlab.catalog import NAMES
 
     names = set(NAMES) - {"veth", "bridge", "vxlan", "router", "ovs", "dpdk"}
     problems = []
     for mod, (file, source, _) in load(PACKAGE).items():
-        if mod == "offlab.lab.catalog":
+        if mod == "offlab.catalog":
             continue
         for node in ast.walk(ast.parse(source)):
             elts = node.keys if isinstance(node, ast.Dict) else getattr(node, "elts", None)
@@ -371,7 +372,7 @@ def test_the_list_of_topologies_is_written_once():
                 continue
             found = {e.value for e in elts if isinstance(e, ast.Constant) and e.value in names}
             if len(found) >= 2:
-                problems.append(f"{file}:{node.lineno}: topologies {sorted(found)} listed again (use offlab.lab.catalog)")
+                problems.append(f"{file}:{node.lineno}: topologies {sorted(found)} listed again (use offlab.catalog)")
     assert not problems, "\n".join(problems)
 
 
@@ -548,3 +549,25 @@ def test_each_header_size_is_written_once_in_wire():
     assert not problems, "\n".join(problems)
     assert header_constants("ETH = 14\nTSO_HEADERS = 66\nETH_HEADER = wire.ETH_HEADER\nLIMIT = 3\n") == \
         [(1, "ETH"), (2, "TSO_HEADERS")]
+
+
+# What an `offlab` start may not load before a command runs: each command imports its machinery in its own
+# body (the suite starts `python -m offlab` hundreds of times, and a person types it).
+HEAVY_AT_START = ("offlab.lab", "offlab.knobs", "offlab.hosts", "offlab.sample", "offlab.experiment.runner",
+                  "offlab.store", "offlab.report", "offlab.netdev", "rich.console", "rich.table")
+
+
+def test_offlab_starts_without_loading_the_machinery_of_its_commands():
+    import subprocess
+    import sys
+
+    code = ("import sys\nsys.argv = ['offlab', '--version']\nfrom offlab.cli import main\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\nprint(' '.join(sorted(sys.modules)))\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         cwd=PACKAGE.parent)  # timeout: a hang guard only
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.startswith("offlab 0"), res.stdout
+    loaded = set(res.stdout.split("\n", 1)[1].split())
+    assert "offlab.cli.lab" in loaded and "offlab.catalog" in loaded  # every command is registered
+    heavy = sorted(m for m in loaded if m.startswith(HEAVY_AT_START))
+    assert not heavy, f"`offlab --version` loaded {heavy}: import these inside the command that uses them"

@@ -3,17 +3,39 @@ make a command group."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.console import Console
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 MIN_WIDTH = 120
 
 
 def console(*, stderr: bool = False) -> Console:
+    from rich.console import Console  # here: rich's console is a good part of every command's start
+
     detected = Console(stderr=stderr).width
     return Console(stderr=stderr, width=max(detected, MIN_WIDTH), soft_wrap=stderr)
+
+
+class OnFirstUse:
+    """A command module's console, made when a command first prints (so `offlab --version` and the other
+    commands never pay for it)."""
+
+    def __init__(self, *, stderr: bool = False) -> None:
+        self._stderr = stderr
+        self._console: Console | None = None
+
+    def made(self) -> Console:
+        """The console itself (rich's Progress wants one, not a stand-in)."""
+        if self._console is None:
+            self._console = console(stderr=self._stderr)
+        return self._console
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.made(), name)
 
 
 def command_group(help: str, **options: Any) -> typer.Typer:

@@ -21,7 +21,7 @@ from offlab.lab.dpdk import check_options as check_dpdk_options
 from offlab.lab.ovs_dpdk import check_options as check_ovs_dpdk_options, require_vswitchd
 from offlab.lab.ovs_dpdk import check_vm_options as check_ovs_dpdk_vm_options
 from offlab.lab.hold import hold, holders
-from offlab.lab.catalog import GUEST_TOPOLOGIES, TOPOLOGIES
+from offlab.catalog import GUEST_TOPOLOGIES, TOPOLOGIES
 from offlab.lab.model import LabState
 from offlab.lab.ovs import alive, stop_daemon
 from offlab.lab.vm import check_guest_options

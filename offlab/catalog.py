@@ -1,7 +1,8 @@
 """One record per topology, from which every list of topologies is derived.
 
-A record holds the builder (its docstring is the picture), the hosts and their interfaces as known
-before any lab exists (so a plan's `HOST[:IFACE]` is judged at load time the way
+A record holds its builder by name (the function's docstring is the picture; it is imported only when a
+lab is built, so a help text or a plan check that lists the topologies loads no builder), the hosts and
+their interfaces as known before any lab exists (so a plan's `HOST[:IFACE]` is judged at load time the way
 LabState.resolve_iface judges it once the lab is up; tests/test_plan.py builds each lab and compares),
 the tools `lab up` checks first, and whether the lab runs guests or an Open vSwitch of its own.
 The plan schema's choices, `lab up`'s check, the guest and OVS lists all read TOPOLOGIES;
@@ -10,15 +11,9 @@ tests/test_layering.py checks that no other module of offlab names a topology li
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from typing import Callable
-
-from offlab.lab import topologies as ns
-from offlab.lab.build import Builder
-from offlab.lab.dpdk import dpdk, dpdk_vm
-from offlab.lab.ovs_dpdk import ovs_dpdk, ovs_dpdk_vm
-from offlab.lab.phys import phys
-from offlab.lab.vm import vm, vm_pair, vm_router
 
 
 @dataclass(frozen=True)
@@ -90,7 +85,7 @@ _TESTPMD = ("dpdk-testpmd", "stdbuf")
 @dataclass(frozen=True)
 class Topology:
     name: str
-    build: Callable[[Builder, int], None]
+    builder: str  # "MODULE:FUNCTION" of offlab.lab, called with (Builder, mtu)
     tools: tuple[str, ...] = ()  # besides ip and ethtool, checked before anything is built
     guests: bool = False  # runs QEMU guests (the --nic / --guest-cpus options apply)
     ovs: bool = False  # runs an Open vSwitch of its own in the switch namespace
@@ -111,24 +106,30 @@ class Topology:
         return self.dpdk and self.ovs
 
     @property
+    def build(self) -> Callable[..., None]:
+        """The builder, called with (offlab.lab.build.Builder, mtu); imported here, when a lab is built."""
+        module, _, function = self.builder.partition(":")
+        return getattr(importlib.import_module(module), function)
+
+    @property
     def picture(self) -> str:
         return (self.build.__doc__ or "").strip().splitlines()[0]
 
 
 TOPOLOGIES: dict[str, Topology] = {t.name: t for t in (
-    Topology("veth", ns.veth),
-    Topology("bridge", ns.bridge),
-    Topology("vxlan", ns.vxlan),
-    Topology("router", ns.router),
-    Topology("ovs", ns.ovs, ("ovs-vswitchd", *_OVS_TOOLS), ovs=True),
-    Topology("vm", vm, _QEMU, guests=True),
-    Topology("vm-router", vm_router, _QEMU, guests=True),
-    Topology("vm-pair", vm_pair, _QEMU, guests=True),
-    Topology("dpdk", dpdk, _TESTPMD, dpdk=True),
-    Topology("dpdk-vm", dpdk_vm, (*_TESTPMD, *_QEMU), guests=True, dpdk=True),
-    Topology("ovs-dpdk", ovs_dpdk, _OVS_TOOLS, ovs=True, dpdk=True),
-    Topology("ovs-dpdk-vm", ovs_dpdk_vm, (*_OVS_TOOLS, *_QEMU), guests=True, ovs=True, dpdk=True),
-    Topology("phys", phys, ("ss",)),
+    Topology("veth", "offlab.lab.topologies:veth"),
+    Topology("bridge", "offlab.lab.topologies:bridge"),
+    Topology("vxlan", "offlab.lab.topologies:vxlan"),
+    Topology("router", "offlab.lab.topologies:router"),
+    Topology("ovs", "offlab.lab.topologies:ovs", ("ovs-vswitchd", *_OVS_TOOLS), ovs=True),
+    Topology("vm", "offlab.lab.vm:vm", _QEMU, guests=True),
+    Topology("vm-router", "offlab.lab.vm:vm_router", _QEMU, guests=True),
+    Topology("vm-pair", "offlab.lab.vm:vm_pair", _QEMU, guests=True),
+    Topology("dpdk", "offlab.lab.dpdk:dpdk", _TESTPMD, dpdk=True),
+    Topology("dpdk-vm", "offlab.lab.dpdk:dpdk_vm", (*_TESTPMD, *_QEMU), guests=True, dpdk=True),
+    Topology("ovs-dpdk", "offlab.lab.ovs_dpdk:ovs_dpdk", _OVS_TOOLS, ovs=True, dpdk=True),
+    Topology("ovs-dpdk-vm", "offlab.lab.ovs_dpdk:ovs_dpdk_vm", (*_OVS_TOOLS, *_QEMU), guests=True, ovs=True, dpdk=True),
+    Topology("phys", "offlab.lab.phys:phys", ("ss",)),
 )}
 NAMES = tuple(TOPOLOGIES)
 GUEST_TOPOLOGIES = tuple(n for n, t in TOPOLOGIES.items() if t.guests)
