@@ -12,6 +12,7 @@ from offlab import lab as labs
 from offlab.experiment import teardown
 from offlab.errors import BadInput, ToolMissing
 from tests.conftest import netns_names, offlab_cli, requires_root
+from tests.helpers import run as offlab_in_process
 
 pytestmark = [requires_root, pytest.mark.network]
 
@@ -171,7 +172,7 @@ def test_down_after_kill_9_during_up_removes_what_was_built(lab_name, clean_mach
     ],
 )
 def test_bad_input_is_one_line_with_exit_2(args, code, needle, state_dir):
-    res = offlab_cli(*args)
+    res = offlab_in_process(*args)
     assert res.returncode == code, res.stderr
     assert needle in res.stderr
     assert "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1
@@ -203,7 +204,7 @@ def offlab_cli_argv() -> list[str]:
 def test_lab_show_json_contract(lab_name, clean_machine, state_dir):
     labs.up("bridge", lab_name)
     try:
-        res = offlab_cli("lab", "show", lab_name, "--json")
+        res = offlab_in_process("lab", "show", lab_name, "--json")
         info = json.loads(res.stdout)
         assert info["topology"] == "bridge" and info["mtu"] == 1500
         client = info["hosts"]["client"]
@@ -220,7 +221,7 @@ def test_lab_show_json_contract(lab_name, clean_machine, state_dir):
 
 def test_offlab_restore_leaves_a_lab_that_is_up_to_lab_down(veth_lab, state_dir):
     # restore puts settings back and removes labs whose `lab up` died; a lab that is up is the user's
-    res = offlab_cli("restore")
+    res = offlab_in_process("restore")
     assert res.returncode == 0, res.stderr
     assert veth_lab.name not in res.stdout
     assert (state_dir / "labs" / f"{veth_lab.name}.json").exists()

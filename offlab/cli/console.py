@@ -3,6 +3,7 @@ make a command group."""
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
 
 import typer
@@ -22,16 +23,19 @@ def console(*, stderr: bool = False) -> Console:
 
 class OnFirstUse:
     """A command module's console, made when a command first prints (so `offlab --version` and the other
-    commands never pay for it)."""
+    commands never pay for it); made again when COLUMNS changed, as between two commands run in one
+    process (the tests' in-process runner), since a console keeps the width it was made with."""
 
     def __init__(self, *, stderr: bool = False) -> None:
         self._stderr = stderr
         self._console: Console | None = None
+        self._columns: str | None = None
 
     def made(self) -> Console:
         """The console itself (rich's Progress wants one, not a stand-in)."""
-        if self._console is None:
-            self._console = console(stderr=self._stderr)
+        columns = os.environ.get("COLUMNS")
+        if self._console is None or columns != self._columns:
+            self._console, self._columns = console(stderr=self._stderr), columns
         return self._console
 
     def __getattr__(self, name: str) -> Any:
