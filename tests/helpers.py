@@ -31,39 +31,40 @@ def one_line_error(res: subprocess.CompletedProcess, code: int, needle: str) -> 
     assert "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
 
 
-def run(*args: str) -> subprocess.CompletedProcess:
-    """The CLI in this process (fast); same exit codes and streams as `offlab ...`."""
-    import contextlib
+def run(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """The CLI in this process: offlab's own entry (`offlab.cli.main`) with argv, stdout and stderr its own,
+    and `env` (e.g. OFFLAB_STATE_DIR, OFFLAB_DB, COLUMNS) set for the call; the exit code as the process
+    would give it. No interpreter start (about a quarter CPU-second each): for the tests that check what a
+    command prints and its exit code. A handful of tests keep starting the real `python -m offlab`
+    (tests.conftest.offlab_cli) to prove the one-line, traceback-free error end to end."""
     import io
 
     from offlab.cli import main
 
     out, err = io.StringIO(), io.StringIO()
     old_argv = sys.argv
+    saved = {k: os.environ.get(k) for k in env or {}}
+    os.environ.update(env or {})
     sys.argv = ["offlab", *args]
     code = 0
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             main()
     except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
+        code = 0 if exc.code is None else exc.code if isinstance(exc.code, int) else 1
     finally:
         sys.argv = old_argv
-    return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
-
-
-def run_with_env(env: dict, *args: str) -> subprocess.CompletedProcess:
-    """`run` with these environment variables set for the call (e.g. a module lab's OFFLAB_STATE_DIR)."""
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        return run(*args)
-    finally:
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+    return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
+
+
+def run_with_env(env: dict, *args: str) -> subprocess.CompletedProcess:
+    """`run` with these environment variables set for the call (e.g. a module lab's OFFLAB_STATE_DIR)."""
+    return run(*args, env=env)
 
 
 def run_until_samples(plan_path, db, state_dir, samples: int, timeout: float = 90):

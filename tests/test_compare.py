@@ -7,11 +7,11 @@ import json
 
 import pytest
 
-from conftest import offlab_cli
 from offlab.report import compare
 from offlab.errors import BadInput
 from offlab.store import Store
 from synthetic_results import make_uso_run
+from tests.helpers import run as offlab_in_process
 
 REPEAT = {"min": 3, "max": 10, "level": 95, "width": 5}
 
@@ -161,17 +161,17 @@ def test_compare_runs_matches_cell_keys_across_runs(store):
 def test_compare_cli_exits_1_when_asked_to_fail_on_a_slowdown(store, tmp_path):
     run = matrix_run(store, {"variant": ["base", "a", "b", "c"]}, slowdowns, {"variant": "base"})
     db = str(tmp_path / "offlab.db")
-    ok = offlab_cli("compare", str(run), "--db", db, "--fail-if-slower", "25", env={"COLUMNS": "160"})
+    ok = offlab_in_process("compare", str(run), "--db", db, "--fail-if-slower", "25", env={"COLUMNS": "160"})
     assert ok.returncode == 0, ok.stderr
     assert "variant=a" in ok.stdout and "slower" in ok.stdout and "−20.0 %" in ok.stdout
-    bad = offlab_cli("compare", str(run), "--db", db, "--fail-if-slower", "10", "--json")
+    bad = offlab_in_process("compare", str(run), "--db", db, "--fail-if-slower", "10", "--json")
     assert bad.returncode == 1
     out = json.loads(bad.stdout)
     assert [f["cell"] for f in out["fail_if_slower"]["failed"]] == ["variant=a"]
     assert "variant=a: throughput -20.0 %" in bad.stderr
-    wrong = offlab_cli("compare", str(run), "--db", db, "--baseline", "variant=z")
+    wrong = offlab_in_process("compare", str(run), "--db", db, "--baseline", "variant=z")
     assert wrong.returncode == 2 and "variant=z matches no cell" in wrong.stderr
-    csv_out = offlab_cli("compare", str(run), "--db", db, "--metric", "throughput_bps", "--csv").stdout.splitlines()
+    csv_out = offlab_in_process("compare", str(run), "--db", db, "--metric", "throughput_bps", "--csv").stdout.splitlines()
     assert csv_out[0].startswith("run,baseline_run,cell,baseline,metric,") and len(csv_out) == 1 + 3
 
 
@@ -237,11 +237,11 @@ def test_no_trade_off_is_claimed_when_throughput_and_latency_agree_or_nothing_is
 def test_compare_cli_shows_both_verdicts_and_the_trade_off(store, tmp_path):
     run = matrix_run(store, {"gro": ["off", "on"]}, coalescing, {"gro": "off"})
     store.close()
-    res = offlab_cli("compare", str(run), "--db", str(tmp_path / "offlab.db"), "--metric", "throughput_bps",
-                     "--metric", "loaded_rtt_p99_us")
+    res = offlab_in_process("compare", str(run), "--db", str(tmp_path / "offlab.db"), "--metric", "throughput_bps",
+                            "--metric", "loaded_rtt_p99_us")
     assert res.returncode == 0, res.stderr
     assert "faster, but rtt p99 under load worse" in res.stdout
     assert "faster" in res.stdout and "higher (worse)" in res.stdout
-    js = json.loads(offlab_cli("compare", str(run), "--db", str(tmp_path / "offlab.db"), "--json").stdout)
+    js = json.loads(offlab_in_process("compare", str(run), "--db", str(tmp_path / "offlab.db"), "--json").stdout)
     assert js["trade_offs"] == [{"cell": "gro=on", "baseline": "gro=off",
                                  "text": "faster, but rtt p99 under load worse"}]

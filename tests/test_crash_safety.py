@@ -17,7 +17,8 @@ from offlab.experiment import teardown
 from offlab.errors import EnvironmentProblem
 from offlab.hosts import LOCAL
 from offlab.store import Store
-from tests.conftest import netns_names, offlab_cli, requires_root
+from tests.conftest import netns_names, requires_root
+from tests.helpers import run as offlab_in_process
 from tests.synthetic_results import make_uso_run
 
 pytestmark = [requires_root]
@@ -60,16 +61,16 @@ def test_an_empty_lab_state_file_gets_one_line_and_lab_down_force_repairs_it(lab
     lab = labs.up("veth", lab_name)
     lab.path.write_text("")  # what a write interrupted before its first byte used to leave
     env = {"OFFLAB_STATE_DIR": str(state_dir)}
-    res = offlab_cli("lab", "show", lab_name, env=env)
+    res = offlab_in_process("lab", "show", lab_name, env=env)
     assert res.returncode == 2
     assert "is empty (a write was interrupted)" in one_line(res)
     assert f"offlab lab down --force {lab_name}" in res.stderr
-    listing = json.loads(offlab_cli("lab", "list", "--json", env=env).stdout)
+    listing = json.loads(offlab_in_process("lab", "list", "--json", env=env).stdout)
     assert listing == [{"name": lab_name, "topology": None, "mtu": None, "status": "corrupt", "hosts": [],
                         "why": listing[0]["why"], "fix": f"offlab lab down --force {lab_name}"}]
-    res = offlab_cli("lab", "down", lab_name, env=env)
+    res = offlab_in_process("lab", "down", lab_name, env=env)
     assert res.returncode == 2 and "--force" in one_line(res)
-    res = offlab_cli("lab", "down", "--force", lab_name, env=env)
+    res = offlab_in_process("lab", "down", "--force", lab_name, env=env)
     assert res.returncode == 0, res.stderr
     assert f"removed namespace ol-{lab_name}-client" in res.stdout
     assert not set(lab.namespaces) & netns_names()
@@ -86,10 +87,10 @@ def test_torn_and_damaged_journals_are_reported_and_cleared_by_restore(state_dir
              "netns": "ol-nosuchlab-client", "original": "5", "original_text": "5", "value": "6"}
     (jdir / "tx-3-3-1.journal").write_text(json.dumps(header) + "\n" + json.dumps(bad_t) + "\n[1, 2]\n")
     env = {"OFFLAB_STATE_DIR": str(state_dir)}
-    res = offlab_cli("restore", "--list", env=env)
+    res = offlab_in_process("restore", "--list", env=env)
     assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
     assert "would drop" in res.stdout and "line 1 unreadable" in res.stdout
-    res = offlab_cli("restore", "--force", env=env)
+    res = offlab_in_process("restore", "--force", env=env)
     assert res.returncode == 0, res.stderr
     assert not list(jdir.glob("*.journal"))
 
@@ -100,19 +101,19 @@ def test_a_full_state_dir_fails_with_one_line_and_leaves_nothing_half_made(lab_n
         lab = labs.up("veth", lab_name)
         try:
             fill(state_dir)
-            res = offlab_cli("lab", "up", "veth", "--name", f"{lab_name[:9]}z", env=env)
+            res = offlab_in_process("lab", "up", "veth", "--name", f"{lab_name[:9]}z", env=env)
             assert res.returncode == 3
             assert "No space left on device" in one_line(res) and "free space" in res.stderr
             assert not (state_dir / "labs" / f"{lab_name[:9]}z.json").exists()
             assert not any(n.startswith(f"ol-{lab_name[:9]}z-") for n in netns_names())
             ecn = lab.client.read("/proc/sys/net/ipv4/tcp_ecn").strip()
-            res = offlab_cli("lab", "set", lab_name, "client", "-", f"net.ipv4.tcp_ecn={1 - int(ecn) % 2}", env=env)
+            res = offlab_in_process("lab", "set", lab_name, "client", "-", f"net.ipv4.tcp_ecn={1 - int(ecn) % 2}", env=env)
             assert res.returncode == 3 and "No space left on device" in one_line(res)
             assert lab.client.read("/proc/sys/net/ipv4/tcp_ecn").strip() == ecn  # not journalled: not changed
-            res = offlab_cli("lab", "list", env=env)
+            res = offlab_in_process("lab", "list", env=env)
             assert res.returncode == 0 and lab_name in res.stdout
         finally:
-            res = offlab_cli("lab", "down", lab_name, env=env)
+            res = offlab_in_process("lab", "down", lab_name, env=env)
         assert res.returncode == 0 and "removed namespace" in res.stdout, res.stderr
 
 
@@ -124,10 +125,10 @@ def test_a_read_only_or_full_database_still_reads_and_writes_fail_with_one_line(
         with Store.open(db) as store:
             run_id, _ = make_uso_run(store, rounds=2)
         LOCAL.run(["mount", "-o", "remount,ro", str(fs)])
-        res = offlab_cli("results", "list", "--db", str(db))
+        res = offlab_in_process("results", "list", "--db", str(db))
         assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
         assert str(run_id) in res.stdout
-        assert offlab_cli("results", "show", str(run_id), "--db", str(db)).returncode == 0
+        assert offlab_in_process("results", "show", str(run_id), "--db", str(db)).returncode == 0
         store = Store.open(db)
         assert store.read_only and store.get_run(run_id)["status"]
         with pytest.raises(EnvironmentProblem, match="cannot write to database .*read-only.*reading it still works"):
@@ -149,7 +150,7 @@ def test_bad_json_in_a_database_row_is_one_line_naming_the_row(tmp_path):
         run_id, _ = make_uso_run(store, rounds=2)
     with sqlite3.connect(db) as conn:
         conn.execute("UPDATE runs SET env = '{\"kernel\": ' WHERE id = ?", (run_id,))
-    res = offlab_cli("results", "show", str(run_id), "--db", str(db))
+    res = offlab_in_process("results", "show", str(run_id), "--db", str(db))
     assert res.returncode == 2
     assert f"column env of run {run_id} in {db} is damaged" in one_line(res)
 
@@ -161,7 +162,7 @@ def test_doctor_root_with_a_malformed_cpu_online_counts_cpus_from_cpuinfo(tmp_pa
     root = tmp_path / "root"
     shutil.copytree(FIXTURES / "tuned-host", root)
     (root / "sys/devices/system/cpu/online").write_text(online + "\n")
-    res = offlab_cli("doctor", "--root", str(root), "--json", timeout=60)
+    res = offlab_in_process("doctor", "--root", str(root), "--json")
     assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
     assert json.loads(res.stdout)["host"]["cpus"] == 8
 
@@ -172,14 +173,14 @@ def test_doctor_root_with_a_malformed_cpu_online_counts_cpus_from_cpuinfo(tmp_pa
 def test_lab_list_shows_a_lab_whose_namespace_vanished_as_broken_with_the_fix(lab_name, state_dir, clean_machine):
     lab = labs.up("veth", lab_name)
     LOCAL.run(["ip", "netns", "del", f"ol-{lab_name}-server"])
-    res = offlab_cli("lab", "list", "--json", env={"OFFLAB_STATE_DIR": str(state_dir)})
+    res = offlab_in_process("lab", "list", "--json", env={"OFFLAB_STATE_DIR": str(state_dir)})
     row = json.loads(res.stdout)[0]
     assert row["status"] == "broken"
     assert row["why"] == f"namespace ol-{lab_name}-server is gone"
     assert row["fix"] == f"offlab lab down {lab_name}"
-    text = offlab_cli("lab", "list", env={"OFFLAB_STATE_DIR": str(state_dir)}).stdout
+    text = offlab_in_process("lab", "list", env={"OFFLAB_STATE_DIR": str(state_dir)}).stdout
     assert f"{lab_name}: broken — namespace ol-{lab_name}-server is gone; fix: offlab lab down {lab_name}" in text
-    res = offlab_cli("lab", "show", lab_name, env={"OFFLAB_STATE_DIR": str(state_dir)})
+    res = offlab_in_process("lab", "show", lab_name, env={"OFFLAB_STATE_DIR": str(state_dir)})
     assert res.returncode == 3
     assert f"is broken: namespace ol-{lab_name}-server is gone; `offlab lab down {lab_name}`" in one_line(res)
     teardown.down(lab_name)
@@ -191,10 +192,10 @@ def test_a_qdisc_the_kernel_refused_is_not_journalled(lab_name, state_dir, clean
     labs.up("veth", lab_name)
     env = {"OFFLAB_STATE_DIR": str(state_dir)}
     try:
-        res = offlab_cli("lab", "set", lab_name, "client", "-", "qdisc=nosuchq", env=env)
+        res = offlab_in_process("lab", "set", lab_name, "client", "-", "qdisc=nosuchq", env=env)
         assert res.returncode == 3 and "the kernel refused nosuchq" in res.stdout
-        assert "journalled:" not in offlab_cli("lab", "show", lab_name, env=env).stdout
-        assert offlab_cli("restore", "--list", env=env).stdout.strip() == "nothing to restore"
+        assert "journalled:" not in offlab_in_process("lab", "show", lab_name, env=env).stdout
+        assert offlab_in_process("restore", "--list", env=env).stdout.strip() == "nothing to restore"
         assert not list((state_dir / "journal").glob("*.journal"))
     finally:
         teardown.down(lab_name)
@@ -249,7 +250,7 @@ def test_a_temporary_directory_of_a_killed_process_is_removed_by_restore_and_a_l
         killed.send_signal(signal.SIGKILL)
         killed.wait(timeout=30)
         assert gone_dir.is_dir() and gone_dir.name.startswith(f"offlab-cap.{killed.pid}.")
-        res = offlab_cli("restore", env={"OFFLAB_STATE_DIR": str(state_dir)})
+        res = offlab_in_process("restore", env={"OFFLAB_STATE_DIR": str(state_dir)})
         assert res.returncode == 0, res.stderr
         assert not gone_dir.exists() and (live_dir / "wire.pcap").is_file()
     finally:

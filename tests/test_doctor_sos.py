@@ -17,7 +17,8 @@ from offlab import netdev
 from offlab.doctor import all_checks, audit, open_root, parse
 from offlab.doctor.schema import validate
 from offlab.doctor.source import command_name
-from tests.conftest import offlab_cli
+from tests.helpers import run as offlab_in_process
+
 
 FIXTURES = Path(__file__).parent / "fixtures" / "doctor"
 RHEL9 = FIXTURES / "sos-rhel9-real"
@@ -220,7 +221,7 @@ def test_almost_empty_sosreport_gives_no_data_skips_not_passes(tmp_path):
     (tmp_path / "sos_commands" / "host" / "hostname").write_text("bare-host\n")
     (tmp_path / "sos_reports").mkdir()
     (tmp_path / "sos_reports" / "manifest.json").write_text('{"version": "4.7.2"}')
-    res = offlab_cli("doctor", "--root", str(tmp_path), "--json", "--fail-on", "warn")
+    res = offlab_in_process("doctor", "--root", str(tmp_path), "--json", "--fail-on", "warn")
     assert res.returncode == 0, res.stderr
     doc = json.loads(res.stdout)
     assert validate(doc) == []
@@ -251,7 +252,7 @@ def _damage(root: Path) -> None:
 def test_malformed_files_give_no_traceback_via_the_cli(tmp_path):
     root = copy_of(tmp_path)
     _damage(root)
-    res = offlab_cli("doctor", "--root", str(root), "--json")
+    res = offlab_in_process("doctor", "--root", str(root), "--json")
     assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
     doc = json.loads(res.stdout)
     assert validate(doc) == []
@@ -263,18 +264,18 @@ def test_malformed_files_give_no_traceback_via_the_cli(tmp_path):
     assert by[("napi.softnet", None)]["summary"] == "no data: /proc/net/softnet_stat holds no hex counter rows"
     # a cut `ethtool -k` is judged on what it shows, and says what it did not
     assert "not reported" in by[("nic.offloads", "ens1f0")]["summary"]
-    text = offlab_cli("doctor", "--root", str(root))
+    text = offlab_in_process("doctor", "--root", str(root))
     assert text.returncode == 0 and "Traceback" not in text.stderr, text.stderr
 
 
 def test_sosreport_without_any_output_is_bad_input_via_the_cli(tmp_path):
     (tmp_path / "sos_commands" / "networking").mkdir(parents=True)
-    res = offlab_cli("doctor", "--root", str(tmp_path))
+    res = offlab_in_process("doctor", "--root", str(tmp_path))
     assert res.returncode == 2 and "malformed sosreport" in res.stderr and "Traceback" not in res.stderr
 
 
 def test_rhel9_sosreport_via_the_cli_fails_on_warn():
-    res = offlab_cli("doctor", "--root", str(RHEL9), "--fail-on", "warn", "--verbose")
+    res = offlab_in_process("doctor", "--root", str(RHEL9), "--fail-on", "warn", "--verbose")
     assert res.returncode == 1, res.stderr
     assert "kvm-rhel9-01 (kernel 5.14.0-427.13.1.el9_4.x86_64, sosreport" in res.stdout
     assert "read: sos_commands/kernel/uname_-a" in res.stdout

@@ -13,7 +13,7 @@ from conftest import offlab_cli
 from offlab.report import envdiff
 from offlab.store import Store
 from tests.conftest import requires_root
-from tests.helpers import ENV, store_two
+from tests.helpers import ENV, store_two, run as offlab_in_process
 
 
 def test_differences_come_most_likely_cause_first_with_interfaces_matched_by_role_and_peer(tmp_path):
@@ -50,7 +50,7 @@ def test_two_machines_are_named_as_such(tmp_path):
 
 def test_a_run_without_an_environment_is_one_line_exit_2_and_the_comparison_is_still_printed(tmp_path):
     db, ra, rb = store_two(tmp_path, ENV, None)
-    res = offlab_cli("compare", str(ra), str(rb), "--db", db, env={"COLUMNS": "200"})
+    res = offlab_in_process("compare", str(ra), str(rb), "--db", db, env={"COLUMNS": "200"})
     assert res.returncode == 2, res.stderr
     assert "throughput" in res.stdout and f"run {rb} vs run {ra}" in res.stdout  # the rows are there
     err = res.stderr.strip().splitlines()
@@ -59,11 +59,11 @@ def test_a_run_without_an_environment_is_one_line_exit_2_and_the_comparison_is_s
 
 def test_an_unknown_run_is_one_line_exit_2_and_the_other_runs_are_compared(tmp_path):
     db, ra, rb = store_two(tmp_path, ENV, ENV)
-    res = offlab_cli("compare", str(ra), str(rb), "99", "--db", db, env={"COLUMNS": "200"})
+    res = offlab_in_process("compare", str(ra), str(rb), "99", "--db", db, env={"COLUMNS": "200"})
     assert res.returncode == 2
     assert res.stderr.strip().splitlines() == [f"offlab: no run 99 in DB {db} (offlab results list)"]
     assert f"run {rb} vs run {ra}" in res.stdout and f"environment, run {ra} → run {rb}" in res.stdout
-    alone = offlab_cli("compare", str(ra), "99", "--db", db)
+    alone = offlab_in_process("compare", str(ra), "99", "--db", db)
     assert alone.returncode == 2 and len(alone.stderr.strip().splitlines()) == 1 and "no run 99" in alone.stderr
 
 
@@ -71,12 +71,12 @@ def test_fail_if_slower_says_what_changed_when_it_fails(tmp_path):
     b = copy.deepcopy(ENV)
     b["sysctls"]["net.core.rmem_max"] = "212992"
     db, ra, rb = store_two(tmp_path, ENV, b, slower=0.5)
-    res = offlab_cli("compare", str(ra), str(rb), "--fail-if-slower", "10", "--db", db)
+    res = offlab_in_process("compare", str(ra), str(rb), "--fail-if-slower", "10", "--db", db)
     assert res.returncode == 1, res.stderr
     err = res.stderr.splitlines()
     assert any("slower by more than 10 %" in l for l in err)
     assert "offlab:   sysctl net.core.rmem_max: 4194304 → 212992" in err, err
-    js = json.loads(offlab_cli("compare", str(ra), str(rb), "--json", "--db", db).stdout)
+    js = json.loads(offlab_in_process("compare", str(ra), str(rb), "--json", "--db", db).stdout)
     assert js["environment"][0]["changes"][0]["what"] == "sysctl net.core.rmem_max"
 
 
@@ -104,7 +104,7 @@ def test_two_real_runs_where_one_flips_a_sysctl_and_a_feature_name_both_first(tm
         (tmp_path / f"p{i}.yaml").write_text(text)
         res = offlab_cli("run", str(tmp_path / f"p{i}.yaml"), "--db", db, timeout=300)
         assert res.returncode == 0, res.stderr
-    res = offlab_cli("compare", "1", "2", "--db", db, env={"COLUMNS": "250"})
+    res = offlab_in_process("compare", "1", "2", "--db", db, env={"COLUMNS": "250"})
     assert res.returncode == 0, res.stderr
     head, *rest = res.stdout.split("environment, run 1 → run 2")[1].splitlines()
     assert "same machine" in head and "plans differ in 4 lines" in head, head

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, module_lab, netns_names, offlab_cli
-from tests.helpers import GUEST_MARKS, requires_root
+from tests.helpers import GUEST_MARKS, requires_root, run as offlab_in_process
 
 FIXTURES = Path(REPO) / "tests" / "fixtures" / "kernels"
 OLD, NEW = "6.1", "7.2.12+deb13"  # bookworm-security's newest 6.1 (LZ4, plain .ko) and a split 7.x package (.ko.xz)
@@ -217,7 +217,7 @@ def test_bad_kernel_versions_are_one_line_exit_2_and_fetch_nothing():
                         (("lab", "up", "vm-pair", "--name", "tkbad", "--kernel-version", "router=6.1"),
                          "vm-pair's guests are client, server"),
                         (("lab", "up", "veth", "--name", "tkbad", "--kernel-version", "6.1"), "topologies with guests")):
-        res = offlab_cli(*args)
+        res = offlab_in_process(*args)
         assert res.returncode == 2, res.stderr
         assert res.stderr.count("\n") == 1 and "--kernel-version" in res.stderr and words in res.stderr, res.stderr
     assert (set(os.listdir(kernels.debs_dir())) if kernels.debs_dir().exists() else set()) == debs
@@ -250,13 +250,13 @@ def test_vm_image_list_shows_cached_kernels_and_remove_deletes_one(tmp_path, mon
     os.link(deb, kernels.debs_dir() / deb.name)
     listed = kernels.cached()
     assert [(c.abi, c.deb_bytes, c.images) for c in listed] == [(abi, deb.stat().st_size, [])]
-    res = offlab_cli("vm", "image", "--list")
+    res = offlab_in_process("vm", "image", "--list")
     assert res.returncode == 0, res.stderr
     row = next(l for l in res.stdout.splitlines() if l.startswith(abi))
     assert f"{deb.stat().st_size / 2**20:.0f} MiB" in row and "--remove RELEASE" in res.stdout
     with pytest.raises(BadInput, match=f"--remove 7.2: is not in the cache \\(cached: {re.escape(abi)}\\)"):
         kernels.remove("7.2")
-    res = offlab_cli("vm", "image", "--remove", abi)
+    res = offlab_in_process("vm", "image", "--remove", abi)
     assert res.returncode == 0 and res.stdout.startswith(f"removed {abi}"), res.stderr
     assert kernels.cached() == [] and deb.exists()  # offlab's own cache keeps its copy
 
@@ -311,16 +311,16 @@ def test_compare_between_cells_of_one_run_names_their_guest_kernels_first(tmp_pa
                 s.add_sample(run, cells[key], rnd, sample, {"throughput_bps": v * factor})
             s.set_cell_status(cells[key], "done")
         s.set_run_status(run, "done")
-    res = offlab_cli("compare", str(run), "--db", str(db), "--metric", "throughput_bps")
+    res = offlab_in_process("compare", str(run), "--db", str(db), "--metric", "throughput_bps")
     assert res.returncode == 0, res.stderr
     lines = res.stdout.splitlines()
     at = next(i for i, l in enumerate(lines) if "on other versions" in l)
     assert lines[at].strip() == ("on other versions: guest client kernel release: 6.1.0-56-cloud-amd64 → "
                                  "6.12.117+deb12-cloud-amd64")
     assert at < next(i for i, l in enumerate(lines) if l.lstrip().startswith("throughput"))
-    [row] = json.loads(offlab_cli("compare", str(run), "--db", str(db), "--metric", "throughput_bps", "--json").stdout)["rows"]
+    [row] = json.loads(offlab_in_process("compare", str(run), "--db", str(db), "--metric", "throughput_bps", "--json").stdout)["rows"]
     assert row["versions"] == ["guest client kernel release: 6.1.0-56-cloud-amd64 → 6.12.117+deb12-cloud-amd64"]
-    res = offlab_cli("compare", str(run), "--db", str(db), "--metric", "throughput_bps", "--fail-if-slower", "10")
+    res = offlab_in_process("compare", str(run), "--db", str(db), "--metric", "throughput_bps", "--fail-if-slower", "10")
     assert res.returncode == 1 and res.stderr.startswith("offlab: kernel=6.12: throughput -50.0 % vs kernel=6.1 ")
     assert res.stderr.rstrip().endswith("; on other versions: guest client kernel release: 6.1.0-56-cloud-amd64 → "
                                         "6.12.117+deb12-cloud-amd64"), res.stderr

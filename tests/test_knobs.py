@@ -16,7 +16,7 @@ from offlab.knobs import Change, Transaction, list_pending, restore_pending
 from offlab.knobs.queues import possible_cpus
 from offlab.lab.ovs import vsctl_for
 from tests.conftest import offlab_cli, requires_root
-from tests.helpers import journals, lab_state
+from tests.helpers import journals, lab_state, run as offlab_in_process
 
 pytestmark = [requires_root, pytest.mark.network]
 
@@ -266,19 +266,19 @@ def test_lab_set_persists_until_restore_and_lab_show_lists_it(veth, state_dir):
     assert re.search(r"client:\S+ gro: off → on", res.stdout)
     res = offlab_cli("lab", "set", lab.name, "server", "-", "net.ipv4.ip_forward=1")
     assert res.returncode == 0, res.stderr
-    shown = json.loads(offlab_cli("lab", "show", lab.name, "--json").stdout)
+    shown = json.loads(offlab_in_process("lab", "show", lab.name, "--json").stdout)
     assert {(c["host"], c["key"], c["value"], c["original"]) for c in shown["changes"]} == {
         ("client", "gro", "on", "off"), ("client", "mtu", "9000", "1500"),
         ("client", "qdisc", "pfifo_fast", "noqueue"), ("server", "net.ipv4.ip_forward", "1", "0")}
-    assert "journalled: client:" in offlab_cli("lab", "show", lab.name).stdout
-    listed = offlab_cli("restore", "--list")
+    assert "journalled: client:" in offlab_in_process("lab", "show", lab.name).stdout
+    listed = offlab_in_process("restore", "--list")
     assert listed.returncode == 0 and listed.stdout.count("would restore") == 4
     assert lab_state(lab) != before
-    res = offlab_cli("restore")
+    res = offlab_in_process("restore")
     assert res.returncode == 0 and res.stdout.count("restored ") == 4, res.stdout + res.stderr
     assert lab_state(lab) == before
     assert journals(state_dir) == []
-    assert offlab_cli("restore").stdout.strip() == "nothing to restore"  # idempotent
+    assert offlab_in_process("restore").stdout.strip() == "nothing to restore"  # idempotent
 
 
 def test_lab_set_bad_input_is_one_line_exit_2_and_impossible_is_exit_3(veth, state_dir):
@@ -292,10 +292,10 @@ def test_lab_set_bad_input_is_one_line_exit_2_and_impossible_is_exit_3(veth, sta
         (("client", "-", "net.core.netdev_budget=600"), "host-wide"),
         (("client", "to-server", "gro"), "write KEY=VALUE"),
     ]:
-        res = offlab_cli("lab", "set", lab.name, *args)
+        res = offlab_in_process("lab", "set", lab.name, *args)
         assert res.returncode == 2, (args, res.stdout, res.stderr)
         assert res.stderr.count("\n") == 1 and message in res.stderr, res.stderr
-    res = offlab_cli("lab", "set", lab.name, "client", "to-server", "ring.rx=256")
+    res = offlab_in_process("lab", "set", lab.name, "client", "to-server", "ring.rx=256")
     assert res.returncode == 3 and "has no ring parameters (ethtool -g: Operation not supported)" in res.stdout
     assert lab_state(lab) == before
     assert journals(state_dir) == []
@@ -307,7 +307,7 @@ def test_lab_down_drops_the_journal_entries_of_its_namespaces(lab_name, clean_ma
         with Transaction(persist=True) as tx:
             tx.apply([Change(lab.client, "gro", "on", None, lab)])
         assert len(list_pending(lab.namespaces)) == 1
-        res = offlab_cli("lab", "down", lab_name)  # the cli wires knobs' hook into `lab down`
+        res = offlab_in_process("lab", "down", lab_name)  # the cli wires knobs' hook into `lab down`
     finally:
         teardown.down(lab_name)
     assert res.returncode == 0 and "journalled setting" in res.stdout, res.stderr

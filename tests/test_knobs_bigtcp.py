@@ -18,7 +18,7 @@ from offlab.knobs.target import Target
 from offlab.probes.bigpackets import TABLE, merged, parse, seen
 from offlab.traffic import Workload
 from tests.conftest import REPO, offlab_cli, requires_root
-from tests.helpers import journals
+from tests.helpers import journals, run as offlab_in_process
 
 FIXTURES = Path(REPO) / "tests" / "fixtures" / "probes"
 SIZES = ("gso_max_size", "gro_max_size", "gso_ipv4_max_size", "gro_ipv4_max_size")
@@ -79,16 +79,16 @@ def test_threaded_without_napi_is_cannot_test_here(veth_lab, state_dir):
 def test_lab_set_and_validate_refuse_a_size_above_tso_max_size(veth_lab, state_dir, tmp_path):
     lab = veth_lab
     before = sizes(lab, "client")
-    res = offlab_cli("lab", "set", lab.name, "client", "to-server", "gso_max_size=600000")
+    res = offlab_in_process("lab", "set", lab.name, "client", "to-server", "gso_max_size=600000")
     assert res.returncode == 2, res.stderr
     assert "tso_max_size 524280" in res.stderr and "Traceback" not in res.stderr
-    res = offlab_cli("lab", "set", lab.name, "client", "to-server", "gro_ipv4_max_size=600000")
+    res = offlab_in_process("lab", "set", lab.name, "client", "to-server", "gro_ipv4_max_size=600000")
     assert res.returncode == 2 and "GRO_MAX_SIZE 524280" in res.stderr, res.stderr
     assert sizes(lab, "client") == before
     plan = tmp_path / "big.yaml"
     plan.write_text("name: big\ntopology: {kind: router}\nworkload: {tool: iperf3, protocol: tcp}\n"
                     "axes:\n  size:\n    big: {settings: {\"client:to-router\": {gso_max_size: 524288}}}\n")
-    res = offlab_cli("run", str(plan), "--validate")
+    res = offlab_in_process("run", str(plan), "--validate")
     assert res.returncode == 2 and "veth's tso_max_size, 524280" in res.stderr, res.stderr
 
 
@@ -101,10 +101,10 @@ def test_lab_set_sizes_go_with_the_lab(lab_name, clean_machine, state_dir):
         assert res.returncode == 0, res.stderr
         assert "gso_ipv4_max_size: 65536 → 131072" in res.stdout
         assert sizes(lab, "client")["gso_ipv4_max_size"] == 131072
-        assert "gso_max_size" in offlab_cli("restore", "--list").stdout
+        assert "gso_max_size" in offlab_in_process("restore", "--list").stdout
     finally:
         teardown.down(lab_name)
-    assert offlab_cli("restore", "--list").stdout.strip() == "nothing to restore" and journals(state_dir) == []
+    assert offlab_in_process("restore", "--list").stdout.strip() == "nothing to restore" and journals(state_dir) == []
 
 
 @pytest.mark.network
@@ -116,7 +116,7 @@ def test_offlab_restore_puts_the_exact_original_back_from_the_journal(veth_lab, 
     res = offlab_cli("lab", "set", lab.name, "server", "to-client", "gro_max_size=131072", "gro_ipv4_max_size=189440")
     assert res.returncode == 0, res.stderr
     assert sizes(lab, "server") == {**before, "gro_max_size": 131072, "gro_ipv4_max_size": 189440}
-    res = offlab_cli("restore")
+    res = offlab_in_process("restore")
     assert res.returncode == 0 and "gro_ipv4_max_size = 65536" in res.stdout, res.stdout + res.stderr
     assert sizes(lab, "server") == before and journals(state_dir) == []
 

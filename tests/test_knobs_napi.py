@@ -16,7 +16,7 @@ from offlab.errors import BadInput
 from offlab.hosts import LOCAL
 from offlab.knobs import Change, Transaction
 from tests.conftest import REPO, offlab_cli, requires_root
-from tests.helpers import journals
+from tests.helpers import journals, run as offlab_in_process
 
 pytestmark = [requires_root, pytest.mark.network]
 
@@ -83,7 +83,7 @@ def test_busy_poll_in_a_lab_host_is_refused_as_host_wide_naming_the_plan_form(ve
 
 
 def test_coalescing_on_a_veth_is_cannot_test_here_exit_3_through_lab_set(veth_lab, state_dir):
-    res = offlab_cli("lab", "set", veth_lab.name, "client", "to-server", "coalesce.rx-usecs=10")
+    res = offlab_in_process("lab", "set", veth_lab.name, "client", "to-server", "coalesce.rx-usecs=10")
     assert res.returncode == 3, res.stdout + res.stderr
     assert "has no coalescing parameters (ethtool -c: Operation not supported)" in res.stdout
     assert "cannot test coalesce.rx-usecs=10 here" in res.stdout
@@ -122,7 +122,7 @@ def test_kill_9_leaves_a_journal_that_offlab_restore_replays(lab_name, clean_mac
                 proc.kill()
                 proc.wait()
         assert len(journals(state_dir)) == 1
-        res = offlab_cli("restore")
+        res = offlab_in_process("restore")
         assert res.returncode == 0 and res.stdout.count("restored ") == 3, res.stdout + res.stderr
         assert napi_state(lab) == before and busy_state() == busy_before
         assert journals(state_dir) == []
@@ -134,8 +134,8 @@ def test_lab_down_takes_the_devices_napi_settings_with_it(lab_name, clean_machin
     lab = labs.up("veth", lab_name)
     res = offlab_cli("lab", "set", lab_name, "client", "to-server", "gro_flush_timeout=20000")
     assert res.returncode == 0 and "gro_flush_timeout: 0 → 20000" in res.stdout, res.stdout + res.stderr
-    assert "gro_flush_timeout" in offlab_cli("restore", "--list").stdout
-    assert offlab_cli("lab", "down", lab_name).returncode == 0
-    assert "gro_flush_timeout" not in offlab_cli("restore", "--list").stdout
+    assert "gro_flush_timeout" in offlab_in_process("restore", "--list").stdout
+    assert offlab_in_process("lab", "down", lab_name).returncode == 0
+    assert "gro_flush_timeout" not in offlab_in_process("restore", "--list").stdout
     assert journals(state_dir) == []
     del lab

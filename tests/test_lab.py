@@ -12,6 +12,7 @@ from offlab import lab as labs
 from offlab.experiment import teardown
 from offlab.errors import BadInput, ToolMissing
 from tests.conftest import netns_names, offlab_cli, requires_root
+from tests.helpers import run as offlab_in_process
 
 pytestmark = [requires_root, pytest.mark.network]
 
@@ -119,9 +120,7 @@ def test_down_is_idempotent(lab_name, clean_machine):
 
 
 def test_failed_up_cleans_up_and_names_the_step(lab_name, clean_machine, monkeypatch):
-    import dataclasses
-
-    from offlab.lab import catalog
+    from offlab.lab import topologies
 
     def broken_bridge(b, mtu):
         b.host("client"), b.host("switch")
@@ -129,7 +128,7 @@ def test_failed_up_cleans_up_and_names_the_step(lab_name, clean_machine, monkeyp
         with b.step("add a port that does not exist"):
             b.ip("switch", "link", "set", "nosuchport", "master", "br0")
 
-    monkeypatch.setitem(catalog.TOPOLOGIES, "bridge", dataclasses.replace(catalog.TOPOLOGIES["bridge"], build=broken_bridge))
+    monkeypatch.setattr(topologies, "bridge", broken_bridge)  # the bridge record names this function
     with pytest.raises(labs.LabBuildFailed, match="step 'add a port that does not exist'"):
         labs.up("bridge", lab_name)
     assert not any(n.startswith(f"ol-{lab_name}-") for n in netns_names())
@@ -143,9 +142,9 @@ def test_down_after_kill_9_during_up_removes_what_was_built(lab_name, clean_mach
     import sys
 
     code = (
-        "import dataclasses, time\nfrom offlab.lab import catalog, up\n"
+        "import time\nfrom offlab.lab import topologies, up\n"
         "def slow(b, mtu):\n    b.host('client'); b.host('switch'); print('built', flush=True); time.sleep(60)\n"
-        "catalog.TOPOLOGIES['bridge'] = dataclasses.replace(catalog.TOPOLOGIES['bridge'], build=slow)\n"
+        "topologies.bridge = slow\n"
         f"up('bridge', '{lab_name}')\n"
     )
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
@@ -173,7 +172,7 @@ def test_down_after_kill_9_during_up_removes_what_was_built(lab_name, clean_mach
     ],
 )
 def test_bad_input_is_one_line_with_exit_2(args, code, needle, state_dir):
-    res = offlab_cli(*args)
+    res = offlab_in_process(*args)
     assert res.returncode == code, res.stderr
     assert needle in res.stderr
     assert "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1
@@ -205,7 +204,7 @@ def offlab_cli_argv() -> list[str]:
 def test_lab_show_json_contract(lab_name, clean_machine, state_dir):
     labs.up("bridge", lab_name)
     try:
-        res = offlab_cli("lab", "show", lab_name, "--json")
+        res = offlab_in_process("lab", "show", lab_name, "--json")
         info = json.loads(res.stdout)
         assert info["topology"] == "bridge" and info["mtu"] == 1500
         client = info["hosts"]["client"]
@@ -222,7 +221,7 @@ def test_lab_show_json_contract(lab_name, clean_machine, state_dir):
 
 def test_offlab_restore_leaves_a_lab_that_is_up_to_lab_down(veth_lab, state_dir):
     # restore puts settings back and removes labs whose `lab up` died; a lab that is up is the user's
-    res = offlab_cli("restore")
+    res = offlab_in_process("restore")
     assert res.returncode == 0, res.stderr
     assert veth_lab.name not in res.stdout
     assert (state_dir / "labs" / f"{veth_lab.name}.json").exists()

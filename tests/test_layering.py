@@ -23,6 +23,7 @@ PARTS = {
     "offlab.stats": "common",  # pure statistics
     "offlab.metrics": "common",  # what a sample measures, by name
     "offlab.addresses": "common",  # the lab's address ranges and host addresses (labs, the MTU probe, help texts)
+    "offlab.catalog": "common",  # the topologies by name: hosts, tools, kinds; builders named, imported by lab
     "offlab.sample": "common",  # a stored sample read as dataclasses (witnesses, report, results)
     "offlab.interrupts": "common",  # SIGINT, SIGTERM and SIGHUP as exceptions, held through shielded sections
     "offlab.wire": "common",  # header sizes on the wire
@@ -370,23 +371,23 @@ def topology_names_again(source: str, names: set[str]) -> list[str]:
         if isinstance(node, (ast.Tuple, ast.List, ast.Set, ast.Dict)) and elts:
             found = {e.value for e in elts if isinstance(e, ast.Constant) and e.value in names}
             if len(found) >= 2 and found & only:
-                out.append(f"{node.lineno}: topologies {sorted(found)} listed again (use offlab.lab.catalog)")
+                out.append(f"{node.lineno}: topologies {sorted(found)} listed again (use offlab.catalog)")
         elif isinstance(node, ast.Compare):
             sides = [node.left, *node.comparators]
             consts = {c.value for s in sides for c in ast.walk(s) if isinstance(c, ast.Constant) and c.value in names}
             if consts and any(_TOPOLOGY_EXPR.fullmatch(ast.unparse(s)) for s in sides):
                 out.append(f"{node.lineno}: a branch on topology {sorted(consts)} (put the fact in its "
-                           "offlab.lab.catalog record)")
+                           "offlab.catalog record)")
     return out
 
 
 def test_topology_names_are_only_in_the_catalog_and_the_builders():
-    """lab/catalog.py holds one record per topology, with every fact other parts branch on; the modules
+    """offlab/catalog.py holds one record per topology, with every fact other parts branch on; the modules
     of the builders it names may name their own topology. Anywhere else a topology list or a branch on a
     topology's name is a fact written again."""
-    from offlab.lab.catalog import NAMES, TOPOLOGIES
+    from offlab.catalog import NAMES, TOPOLOGIES
 
-    home = {"offlab.lab.catalog", *(t.build.__module__ for t in TOPOLOGIES.values())}
+    home = {"offlab.catalog", *(t.builder.partition(":")[0] for t in TOPOLOGIES.values())}
     problems = []
     for mod, (file, source, _) in load(PACKAGE).items():
         if mod not in home:
@@ -406,7 +407,7 @@ def test_topology_names_are_only_in_the_catalog_and_the_builders():
     ('AREAS = ("nic", "bridge", "ovs", "dpdk")\n', []),
 ])
 def test_the_topology_checker_finds_each_way_of_writing_a_fact_again(source, found):
-    from offlab.lab.catalog import NAMES
+    from offlab.catalog import NAMES
 
     got = topology_names_again(source, set(NAMES))
     assert len(got) == len(found) and all(f in g for f, g in zip(found, got, strict=True)), got
@@ -586,3 +587,25 @@ def test_each_header_size_is_written_once_in_wire():
     assert not problems, "\n".join(problems)
     assert header_constants("ETH = 14\nTSO_HEADERS = 66\nETH_HEADER = wire.ETH_HEADER\nLIMIT = 3\n") == \
         [(1, "ETH"), (2, "TSO_HEADERS")]
+
+
+# What an `offlab` start may not load before a command runs: each command imports its machinery in its own
+# body (the suite starts `python -m offlab` hundreds of times, and a person types it).
+HEAVY_AT_START = ("offlab.lab", "offlab.knobs", "offlab.hosts", "offlab.sample", "offlab.experiment.runner",
+                  "offlab.store", "offlab.report", "offlab.netdev", "rich.console", "rich.table")
+
+
+def test_offlab_starts_without_loading_the_machinery_of_its_commands():
+    import subprocess
+    import sys
+
+    code = ("import sys\nsys.argv = ['offlab', '--version']\nfrom offlab.cli import main\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\nprint(' '.join(sorted(sys.modules)))\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         cwd=PACKAGE.parent)  # timeout: a hang guard only
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.startswith("offlab 0"), res.stdout
+    loaded = set(res.stdout.split("\n", 1)[1].split())
+    assert "offlab.cli.lab" in loaded and "offlab.catalog" in loaded  # every command is registered
+    heavy = sorted(m for m in loaded if m.startswith(HEAVY_AT_START))
+    assert not heavy, f"`offlab --version` loaded {heavy}: import these inside the command that uses them"

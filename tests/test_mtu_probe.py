@@ -9,7 +9,7 @@ import pytest
 from offlab import lab as labs
 from offlab.experiment import teardown
 from offlab.hosts import LOCAL
-from offlab.mtu import probe
+from offlab.mtu.probe import probe
 from tests.conftest import requires_root
 from tests.helpers import one_line_error, run
 

@@ -17,6 +17,7 @@ from offlab.experiment.plan import load_plan
 from offlab.report import build_report, compare
 from offlab.report import format as fmt
 from offlab.store import Store
+from tests.helpers import run as offlab_in_process
 
 PLAN = """\
 name: one-verdict
@@ -85,7 +86,7 @@ def test_every_view_of_an_undecided_comparison_says_undetermined_with_the_same_i
     _print_decisions(runner, store)
     lines += [l for l in capsys.readouterr().out.splitlines() if "gro=kernel-gro vs" in l]
     for args in (("compare", str(run)), ("results", "show", str(run))):
-        res = offlab_cli(*args, "--db", str(db), env={"COLUMNS": "250"})
+        res = offlab_in_process(*args, "--db", str(db), env={"COLUMNS": "250"})
         assert res.returncode == 0, res.stderr
         text = res.stdout
         lines += [l for l in text.splitlines() if l.lstrip().startswith(("throughput ", "gro=kernel-gro vs")) and "%" in l
@@ -101,7 +102,7 @@ def test_every_view_of_an_undecided_comparison_says_undetermined_with_the_same_i
         assert not WORDS.search(line), line
         assert "undetermined" in line, line
     assert all(interval in l for l in lines if "%" in l and "[" in l), lines
-    res = offlab_cli("compare", str(run), "--json", "--db", str(db))
+    res = offlab_in_process("compare", str(run), "--json", "--db", str(db))
     row = json.loads(res.stdout)["rows"][0]
     assert row["verdict"] == "undetermined" and row["rule"] == "sequential"
 

@@ -124,3 +124,17 @@ def test_a_counter_reader_reads_its_namespace_from_the_first_read_even_when_ente
     names = {line.split(":")[0].strip() for line in dev.splitlines() if ":" in line}
     mine = set(host.run(["ls", "/sys/class/net"]).stdout.split())
     assert names == mine, f"read {names}, the namespace has {mine}"
+
+
+def test_a_capture_that_saw_no_frame_of_traffic_that_crossed_its_interface_is_an_error_not_a_figure():
+    from offlab.errors import EnvironmentProblem
+    from offlab.experiment.measure import _check_capture_saw_traffic
+
+    linktype, frames = read_pcap(os.path.join(FIX, "udp6_65507_fragments.pcap"))
+    seen = summarize(frames, host="server", iface="to-switch", mtu=1500, linktype=linktype)
+    empty = summarize([], host="server", iface="to-switch", mtu=1500, linktype=linktype)
+    crossed = {"server:to-switch": {"rx_packets": 912, "tx_packets": 40}}
+    _check_capture_saw_traffic(seen, crossed)  # frames and traffic: a figure
+    _check_capture_saw_traffic(empty, {"server:to-switch": {"rx_packets": 0, "tx_packets": 0}})  # nothing crossed
+    with pytest.raises(EnvironmentProblem, match="capture on server:to-switch saw no frame while 952 packets crossed"):
+        _check_capture_saw_traffic(empty, crossed)

@@ -7,12 +7,12 @@ import json
 
 import pytest
 
-from conftest import offlab_cli
 from offlab.errors import BadInput
 from offlab.experiment import suites
 from offlab.experiment.plan import load_plan
 from offlab.report import build_report, compare
 from offlab.store import Store
+from tests.helpers import run as offlab_in_process
 
 PLAN = """\
 name: gro-three-ways
@@ -67,7 +67,7 @@ def test_a_bad_published_value_is_refused_naming_its_field_and_line(old, new, fi
 def test_a_bad_published_value_is_exit_2_in_one_line(tmp_path):
     plan = tmp_path / "p.yaml"
     plan.write_text(PLAN.replace("change_pct: 49", "change_pct: lots"))
-    res = offlab_cli("run", str(plan), "--validate")
+    res = offlab_in_process("run", str(plan), "--validate")
     assert res.returncode == 2 and "published.ratios.0.change_pct" in res.stderr, res.stderr
     assert "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1
 
@@ -114,18 +114,18 @@ def test_compare_puts_the_published_ratio_beside_ours_for_each_baseline(stored):
     assert both[("gro=dpdk-gro", "gro=kernel-gro")].published == "seed 001: +49 %"
     assert round(both[("gro=dpdk-gro", "gro=kernel-gro")].change_pct) == 25
 
-    res = offlab_cli("compare", str(run), "--db", str(db))
+    res = offlab_in_process("compare", str(run), "--db", str(db))
     assert res.returncode == 0, res.stderr
     assert "seed 001: +63 %" in res.stdout and "seed 001: +49 %" in res.stdout and "+66.7 %" in res.stdout
     assert "+25.0 %" in res.stdout  # ours against kernel GRO, beside the seed's +49 %
-    res = offlab_cli("compare", str(run), "--baseline", "gro=kernel-gro", "--json", "--db", str(db))
+    res = offlab_in_process("compare", str(run), "--baseline", "gro=kernel-gro", "--json", "--db", str(db))
     row = next(r for r in json.loads(res.stdout)["rows"] if r["cell"] == "gro=dpdk-gro")
     assert row["published"] == "seed 001: +49 %" and round(row["change_pct"]) == 25
 
 
 def test_results_show_and_the_report_show_both_figures(stored, tmp_path):
     store, run, db = stored
-    res = offlab_cli("results", "show", str(run), "--db", str(db))
+    res = offlab_in_process("results", "show", str(run), "--db", str(db))
     assert res.returncode == 0, res.stderr
     line = next(l for l in res.stdout.splitlines() if "gro=dpdk-gro vs gro=kernel-gro" in l)
     assert "+25.0 %" in line and "seed 001: +49 %" in line, line

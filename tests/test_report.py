@@ -11,11 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import offlab_cli
 from offlab import report
 from offlab.errors import BadInput
 from offlab.store import Store
 from synthetic_results import make_pps_run, make_sweep_run, make_uso_run
+from tests.helpers import run as offlab_in_process
 
 CHROMIUM = "/usr/bin/chromium"
 
@@ -121,7 +121,7 @@ def test_report_with_an_unknown_baseline_axis_is_bad_input(store):
 def test_report_cli_writes_the_file(store, tmp_path):
     run, _ = make_uso_run(store, rounds=2)
     out = tmp_path / "out" / "report.html"
-    done = offlab_cli("report", str(run), "-o", str(out), "--db", str(tmp_path / "offlab.db"))
+    done = offlab_in_process("report", str(run), "-o", str(out), "--db", str(tmp_path / "offlab.db"))
     assert done.returncode == 0, done.stderr
     assert out.exists() and f"file://{out}" in done.stdout
 
@@ -191,12 +191,12 @@ def test_failed_cell_shows_why_and_no_figures_in_report_show_and_compare(pps):
     assert "rps=all" not in summary.split("<table class=\"matrix\">")[-1].split("</table>")[0]
     cpu = _section(html, "cpu", "attention")
     assert "rps=all" not in cpu
-    shown = offlab_cli("results", "show", str(pps["run"]), "--db", pps["db"], env={"COLUMNS": "200"})
+    shown = offlab_in_process("results", "show", str(pps["run"]), "--db", pps["db"], env={"COLUMNS": "200"})
     assert shown.returncode == 0, shown.stderr
     line = next(l for l in shown.stdout.splitlines() if l.strip().startswith("rps=all"))
     assert not re.search(r"bit/s|pps|%", line), line
     assert "failed: rps=all: offlab-engine rx exited 1: bind: address in use" in shown.stdout
-    compared = offlab_cli("compare", str(pps["run"]), "--db", pps["db"], env={"COLUMNS": "200"})
+    compared = offlab_in_process("compare", str(pps["run"]), "--db", pps["db"], env={"COLUMNS": "200"})
     assert compared.returncode == 0, compared.stderr
     assert "failed: rps=all (baseline rps=off): offlab-engine rx exited 1: bind: address in use" in compared.stdout
     assert "rps=all vs" not in compared.stdout
@@ -209,7 +209,7 @@ def test_zero_loss_headline_with_trials_is_in_the_report_and_the_terminal(pps):
     # the trials: target vs what the generator really offered
     assert "<th class=\"num\">target pps</th><th class=\"num\">offered pps</th>" in summary
     assert ">3000000</td>" in summary and ">292353</td>" in summary and "generator-limited" in summary
-    shown = offlab_cli("results", "show", str(pps["run"]), "--db", pps["db"], env={"COLUMNS": "200"})
+    shown = offlab_in_process("results", "show", str(pps["run"]), "--db", pps["db"], env={"COLUMNS": "200"})
     assert re.search(r"rps=on round \d: \d+\.\d kpps at ≤ 0 % loss", shown.stdout), shown.stdout
     assert "3000k→292k 57 % gen-limited" in shown.stdout
     assert "rps=all round" not in shown.stdout  # a failed cell's search is no headline either
@@ -255,7 +255,7 @@ def test_where_the_loss_went_is_in_the_report_and_results_show(pps):
     # two samples of rps=off, 120 lost each: the router's queue explains 200 of 240
     assert "240 of 120000" in text and "router:olr2 qdisc (pfifo) drops 200 83 %" in text
     assert "unexplained 40 17 %" in text
-    shown = offlab_cli("results", "show", str(pps["run"]), "--db", pps["db"], env={"COLUMNS": "200"})
+    shown = offlab_in_process("results", "show", str(pps["run"]), "--db", pps["db"], env={"COLUMNS": "200"})
     assert "lost 240 of 120000 datagrams (client Udp OutDatagrams − server Udp InDatagrams)" in shown.stdout
     assert "router:olr2 qdisc (pfifo) drops 200 (83 %): queue full or over its rate" in shown.stdout
 
@@ -265,7 +265,7 @@ def test_segmentation_by_counters_is_in_the_report_and_results_show(pps):
     text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", seg))
     assert "client:olr0 tx 1512 63880 B 1500 super-packets: not segmented on this hop" in text
     assert "rps=all" not in text  # failed: no figures
-    shown = offlab_cli("results", "show", str(pps["run"]), "--db", pps["db"], env={"COLUMNS": "200"})
+    shown = offlab_in_process("results", "show", str(pps["run"]), "--db", pps["db"], env={"COLUMNS": "200"})
     assert "client:olr0 tx: 1512 pkts of avg 63880 B (super-packets: not segmented on this hop)" in shown.stdout
 
 

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import offlab_cli
 from offlab.store import backends, schema
 from offlab.errors import BadInput, EnvironmentProblem
 from offlab.store import SCHEMA_VERSION, Store, default_db_path
 from synthetic_results import ENV, PLAN_TEXT, make_uso_run, sample
+from tests.helpers import run as offlab_in_process
 
 REPEAT = {"min": 3, "max": 10, "level": 99, "width": 5}
 CELLS = [
@@ -242,17 +242,17 @@ def test_metrics_table_answers_plain_sql(sqlite_store, db):
 def test_results_cli_lists_shows_and_exports(store, any_db):
     db = any_db
     run, _ = make_uso_run(store, rounds=3)
-    listed = offlab_cli("results", "list", "--json", "--db", str(db))
+    listed = offlab_in_process("results", "list", "--json", "--db", str(db))
     assert listed.returncode == 0, listed.stderr
     assert json.loads(listed.stdout)[0]["samples"] == 15
-    shown = offlab_cli("results", "show", str(run), "--db", str(db), env={"COLUMNS": "200"})
+    shown = offlab_in_process("results", "show", str(run), "--db", str(db), env={"COLUMNS": "200"})
     assert shown.returncode == 0, shown.stderr
     assert "payload=1472@1500,offload=on" in shown.stdout and "Gbit/s" in shown.stdout
     assert "tx-udp-segmentation is [fixed] off" in shown.stdout  # reason printed as text, not rich markup
-    rows = offlab_cli("results", "show", str(run), "--csv", "--db", str(db)).stdout.splitlines()
+    rows = offlab_in_process("results", "show", str(run), "--csv", "--db", str(db)).stdout.splitlines()
     assert rows[0].startswith("run_id,run,cell_id,cell,payload,offload,cell_status,round,sample_id,created_at,")
     assert len(rows) == 1 + 15
-    everything = json.loads(offlab_cli("results", "show", str(run), "--json", "--db", str(db)).stdout)
+    everything = json.loads(offlab_in_process("results", "show", str(run), "--json", "--db", str(db)).stdout)
     assert everything["run"]["plan_text"] == PLAN_TEXT and len(everything["samples"]) == 15
-    missing = offlab_cli("results", "show", "77", "--db", str(db))
+    missing = offlab_in_process("results", "show", "77", "--db", str(db))
     assert missing.returncode == 2 and "no run 77" in missing.stderr

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, offlab_cli
+from tests.conftest import REPO
 from offlab.errors import EnvironmentProblem
 from offlab.experiment.runner import RunBusy, run_lock
 from offlab.store import SCHEMA_VERSION, Store
 from synthetic_results import make_uso_run
-from tests.helpers import WRITER
+from tests.helpers import WRITER, run as offlab_in_process
 
 
 def one_line_error(res: subprocess.CompletedProcess) -> str:
@@ -54,7 +54,7 @@ def test_an_unreachable_or_refusing_database_is_one_line_exit_3(pg, tmp_path, ho
            "no such role": pg.url("postgres", user="nobody_here"),
            "no such database": pg.url("no_such_db"),
            "not postgresql": "mysql://root@db/offlab"}[how]
-    res = offlab_cli("results", "list", "--db", url)
+    res = offlab_in_process("results", "list", "--db", url)
     line = one_line_error(res)
     if how == "not postgresql":
         assert res.returncode == 2 and "--db mysql://root@db/offlab: offlab stores results in an SQLite file" in line
@@ -67,7 +67,7 @@ def test_an_unreachable_or_refusing_database_is_one_line_exit_3(pg, tmp_path, ho
 
 
 def test_a_password_in_the_url_is_never_printed(pg):
-    res = offlab_cli("results", "list", "--db", pg.url("no_such_db", user="postgres:s3cret"))
+    res = offlab_in_process("results", "list", "--db", pg.url("no_such_db", user="postgres:s3cret"))
     line = one_line_error(res)
     assert res.returncode == 3 and "s3cret" not in line and "postgres:***@" in line, line
 
@@ -80,7 +80,7 @@ def test_a_schema_newer_than_this_offlab_is_refused_in_one_line(pg):
             f"UPDATE meta SET value = '9.9.0' WHERE key = 'written_by'", db=db)
     with pytest.raises(EnvironmentProblem, match=rf"schema version {SCHEMA_VERSION + 1} \(written by offlab 9.9.0\)"):
         Store.open(url)
-    res = offlab_cli("results", "list", "--db", url)
+    res = offlab_in_process("results", "list", "--db", url)
     assert res.returncode == 3 and f"knows up to version {SCHEMA_VERSION}" in one_line_error(res)
 
 
@@ -187,7 +187,7 @@ def test_results_import_merges_sqlite_files_once_keeping_env_and_host_pair(pg, t
     os.chmod(old, 0o444)  # read only: import never writes its sources
     files.append(old)
     url = pg.database()
-    res = offlab_cli("results", "import", *map(str, files), "--db", url)
+    res = offlab_in_process("results", "import", *map(str, files), "--db", url)
     assert res.returncode == 0, res.stderr
     assert res.stdout.count("imported as run") == 3 and "1 run(s) imported, 0 already in" in res.stdout
     with Store.open(url) as s:
@@ -199,16 +199,16 @@ def test_results_import_merges_sqlite_files_once_keeping_env_and_host_pair(pg, t
             assert got["env"] == want["env"] and got["started_at"] == want["started_at"] and got["uid"] == want["uid"]
             assert [x["sample"] for x in s.samples(got["id"])] == [x["sample"] for x in src.samples(1)]
         assert s.get_run(runs["old @ e:t1,f:t1"]["id"])["env"] == {"kernel": "6.1"}
-    again = offlab_cli("results", "import", *map(str, files), "--db", url)
+    again = offlab_in_process("results", "import", *map(str, files), "--db", url)
     assert again.returncode == 0, again.stderr
     assert "imported as run" not in again.stdout and again.stdout.count("0 run(s) imported, 1 already in") == 3
     # Pairs side by side from the shared database.
     with Store.open(url) as s:
         a, c = runs["uso @ a:t1,b:t1"]["id"], runs["uso @ c:p0,d:p0"]["id"]
-    res = offlab_cli("compare", str(a), str(c), "--db", url, "--json")
+    res = offlab_in_process("compare", str(a), str(c), "--db", url, "--json")
     assert res.returncode == 0, res.stderr
     assert {(r["run"], r["baseline_run"]) for r in json.loads(res.stdout)["rows"]} == {(c, a)}
-    res = offlab_cli("report", str(c), "-o", str(tmp_path / "c.html"), "--db", url)
+    res = offlab_in_process("report", str(c), "-o", str(tmp_path / "c.html"), "--db", url)
     assert res.returncode == 0, res.stderr
     assert "uso @ c:p0,d:p0" in (tmp_path / "c.html").read_text()
 
@@ -217,7 +217,7 @@ def test_results_import_merges_sqlite_files_once_keeping_env_and_host_pair(pg, t
 def test_results_import_of_a_file_that_is_not_an_offlab_database_is_one_line(tmp_path, what, pg):
     src = {"missing": str(tmp_path / "nope.db"), "not sqlite": str(tmp_path / "notes.db"), "a url": pg.url("x")}[what]
     (tmp_path / "notes.db").write_text("not a database\n" * 100)
-    res = offlab_cli("results", "import", src, "--db", str(tmp_path / "target.db"))
+    res = offlab_in_process("results", "import", src, "--db", str(tmp_path / "target.db"))
     line = one_line_error(res)
     assert res.returncode == 2, res.stderr
     assert {"missing": f"no SQLite database at {src}", "not sqlite": f"{src} is not an SQLite database",

@@ -10,11 +10,11 @@ import json
 
 import pytest
 
-from conftest import offlab_cli
 from offlab import report
 from offlab.metrics import TCG_MARK
 from offlab.report import compare
 from offlab.store import Store
+from tests.helpers import run as offlab_in_process
 
 REPEAT = {"min": 2, "max": 4, "level": 95, "width": 20}
 GUEST = {"accel": "tcg", "qemu_version": "10.0.2", "kernel_release": "6.12.117+deb12-cloud-amd64", "vhost": False}
@@ -67,15 +67,15 @@ def test_a_sample_that_records_its_tcg_guest_marks_a_run_without_that_environmen
 
 def test_results_show_and_compare_print_the_mark_once(db):
     path, runs = db
-    show = offlab_cli("results", "show", str(runs["tcg"]), "--db", str(path), env={"COLUMNS": "200"})
+    show = offlab_in_process("results", "show", str(runs["tcg"]), "--db", str(path), env={"COLUMNS": "200"})
     assert show.returncode == 0, show.stderr
     assert show.stdout.count(TCG_MARK) == 1 and "g:client (tcg, QEMU 10.0.2)" in show.stdout
-    plain = offlab_cli("results", "show", str(runs["ns"]), "--db", str(path), env={"COLUMNS": "200"})
+    plain = offlab_in_process("results", "show", str(runs["ns"]), "--db", str(path), env={"COLUMNS": "200"})
     assert plain.returncode == 0 and "TCG" not in plain.stdout
-    cmp = offlab_cli("compare", str(runs["tcg"]), "--db", str(path), env={"COLUMNS": "200"})
+    cmp = offlab_in_process("compare", str(runs["tcg"]), "--db", str(path), env={"COLUMNS": "200"})
     assert cmp.returncode == 0, cmp.stderr
     assert cmp.stdout.count(TCG_MARK) == 1, cmp.stdout
-    js = offlab_cli("compare", str(runs["tcg"]), "--db", str(path), "--json")
+    js = offlab_in_process("compare", str(runs["tcg"]), "--db", str(path), "--json")
     assert all(TCG_MARK in r["flags"] for r in json.loads(js.stdout)["rows"])
 
 

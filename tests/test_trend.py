@@ -14,6 +14,7 @@ import pytest
 from offlab.report import trend as tr
 from offlab.store import Store
 from tests.conftest import offlab_cli, requires_root
+from tests.helpers import run as offlab_in_process
 
 HISTORY = Path(__file__).parent / "fixtures" / "trend"
 SYSCTL = "net.ipv4.tcp_rmem"  # what rmem-small.yaml sets on the server from run 4 on
@@ -81,14 +82,14 @@ def test_the_change_point_is_at_the_run_where_the_sysctl_changed_and_named_by_it
         [(runs[0], runs[runs.index(changed) - 1]), (changed, runs[-1])]
     [held] = [c for c in change.environment.changes if SYSCTL in c.what]
     assert held.what == f"server {SYSCTL}" and held.b == "4096 8192 16384" and "not set by the plan" in held.a
-    text = offlab_cli("results", "trend", "trend-rmem", "--db", str(db), "--metric", "throughput_bps")
+    text = offlab_in_process("results", "trend", "trend-rmem", "--db", str(db), "--metric", "throughput_bps")
     assert text.returncode == 0, text.stderr
     assert f"change point at run {changed}:" in text.stdout and f"server {SYSCTL}: " in text.stdout
 
 
 def test_a_history_of_identical_runs_has_no_change_point_in_any_metric(tmp_path):
     db = recorded(tmp_path)
-    res = offlab_cli("results", "trend", "trend-same", "--db", str(db), "--json")
+    res = offlab_in_process("results", "trend", "trend-same", "--db", str(db), "--json")
     assert res.returncode == 0, res.stderr
     found = json.loads(res.stdout)
     assert found["series"] and {s["metric"] for s in found["series"]} >= {"throughput_bps"}
@@ -100,11 +101,11 @@ def test_a_history_of_identical_runs_has_no_change_point_in_any_metric(tmp_path)
 def test_the_same_trend_from_postgresql(pg, tmp_path):
     db = recorded(tmp_path)
     url = pg.database()
-    res = offlab_cli("results", "import", str(db), "--db", url)
+    res = offlab_in_process("results", "import", str(db), "--db", url)
     assert res.returncode == 0, res.stderr
     for plan in ("trend-rmem", "trend-same"):
-        a = json.loads(offlab_cli("results", "trend", plan, "--db", str(db), "--json").stdout)
-        b = json.loads(offlab_cli("results", "trend", plan, "--db", url, "--json").stdout)
+        a = json.loads(offlab_in_process("results", "trend", plan, "--db", str(db), "--json").stdout)
+        b = json.loads(offlab_in_process("results", "trend", plan, "--db", url, "--json").stdout)
         # run ids are each database's own: compare what was measured and where the groups cut it
         shape = lambda t: [(s["cell"], s["metric"], [p["mean"] for p in s["points"]],  # noqa: E731
                             [g["runs"] for g in s["groups"]],
@@ -123,17 +124,17 @@ def test_bad_input_is_one_line(tmp_path):
              (("trend-rmem", "--metric", "rtt_p50_us"), 2, "--metric rtt_p50_us: no run of plan 'trend-rmem' measured "
                                                            "it; measured: throughput_bps")]
     for args, code, words in cases:
-        res = offlab_cli("results", "trend", *args, "--db", str(db))
+        res = offlab_in_process("results", "trend", *args, "--db", str(db))
         assert res.returncode == code and words in res.stderr, (args, res.stderr)
         assert res.stderr.count("\n") == 1 and "Traceback" not in res.stderr, res.stderr
-    res = offlab_cli("results", "trend", "nope", "--db", str(db))
+    res = offlab_in_process("results", "trend", "nope", "--db", str(db))
     assert "plans it has: 'trend-rmem' (6 runs), 'trend-same' (5 runs)" in res.stderr
     garbage = tmp_path / "not-a.db"
     garbage.write_text("not a database\n" * 100)
     nowhere = f"postgresql://postgres@/offlab?host={tmp_path}"  # no server listens there
     for path, code, words in ((garbage, 2, "is not an SQLite database"), (tmp_path / "missing.db", 2, "no offlab database"),
                               (nowhere, 3, "connecting failed")):
-        res = offlab_cli("results", "trend", "trend-rmem", "--db", str(path))
+        res = offlab_in_process("results", "trend", "trend-rmem", "--db", str(path))
         assert res.returncode == code and words in res.stderr and str(path) in res.stderr, res.stderr
         assert res.stderr.count("\n") == 1 and "Traceback" not in res.stderr, res.stderr
 
@@ -145,7 +146,7 @@ def test_the_report_shows_the_plans_history_with_the_change_point_and_its_differ
         [last_same] = [r["id"] for r in tr.plan_runs(s, "trend-same")][-1:]
     for run, plan in ((changed, "trend-rmem"), (last_same, "trend-same")):
         out = tmp_path / f"r{run}.html"
-        res = offlab_cli("report", str(run), "--db", str(db), "-o", str(out))
+        res = offlab_in_process("report", str(run), "--db", str(db), "-o", str(out))
         assert res.returncode == 0, res.stderr
         html = out.read_text()
         section = html[html.index('<section id="history">'):]
@@ -160,7 +161,7 @@ def test_the_report_shows_the_plans_history_with_the_change_point_and_its_differ
         conn.execute("PRAGMA foreign_keys = ON")
         conn.execute("DELETE FROM runs WHERE name = 'trend-same' AND id <> ?", (last_same,))
     out = tmp_path / "once.html"
-    assert offlab_cli("report", str(last_same), "--db", str(db), "-o", str(out)).returncode == 0
+    assert offlab_in_process("report", str(last_same), "--db", str(db), "-o", str(out)).returncode == 0
     assert 'id="history"' not in out.read_text()
 
 
@@ -181,7 +182,7 @@ def test_trend_reads_a_tiny_history_measured_live(tmp_path, clean_machine):
     for _ in range(2):
         res = offlab_cli("run", str(plan), "--db", str(db), timeout=300)
         assert res.returncode == 0, res.stderr
-    res = offlab_cli("results", "trend", "trend-live", "--db", str(db), "--json", "--metric", "throughput_bps")
+    res = offlab_in_process("results", "trend", "trend-live", "--db", str(db), "--json", "--metric", "throughput_bps")
     assert res.returncode == 0, res.stderr
     found = json.loads(res.stdout)
     [series] = found["series"]
@@ -199,6 +200,6 @@ def test_a_history_with_emulated_guests_says_so(tmp_path):
     env = copy.deepcopy(ENV)
     env["labs"][0]["hosts"]["client"]["guest"] = {"accel": "tcg", "qemu_version": "10.0.2"}
     db, _, rb = store_two(tmp_path, ENV, env)
-    res = offlab_cli("results", "trend", "p", "--db", db)
+    res = offlab_in_process("results", "trend", "p", "--db", db)
     assert res.returncode == 0, res.stderr
     assert f"{TCG_MARK} (emulated: run {rb}: " in res.stdout and "(tcg, QEMU 10.0.2)" in res.stdout

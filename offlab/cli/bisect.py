@@ -8,11 +8,10 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
-from rich.markup import escape
 
-from offlab.cli.console import console
+from offlab.cli.console import OnFirstUse
 
-err = console(stderr=True)
+err = OnFirstUse(stderr=True)
 CHANGELOG_LINES = 60  # changelog lines printed; --json and `--show ID --json` carry every entry
 
 HELP = """Find the first Debian guest kernel release at which a plan's comparison changes its verdict.
@@ -53,6 +52,7 @@ def bisect_cmd(
     db: Optional[str] = typer.Option(None, "--db", help="Results database: an SQLite file or a postgresql:// URL."),
     as_json: bool = typer.Option(False, "--json", help="Print the bisect as JSON."),
 ) -> None:
+    from rich.markup import escape
     from offlab.errors import BadInput
     from offlab.store import Store, default_db_path
 
@@ -113,6 +113,8 @@ class _Lines:
         self.t0 = time.monotonic()
 
     def event(self, kind: str, info: dict) -> None:
+        from rich.markup import escape
+
         t = f"[{time.monotonic() - self.t0:6.1f}s]"
         if kind == "again":
             i = info["bisect_id"]

@@ -10,14 +10,15 @@ from typing import List, Optional
 import typer
 from offlab.cli.console import console as make_console
 
-from offlab import netdev
 from offlab.errors import BadInput, EnvironmentProblem, NotRoot
-from offlab.hosts import LOCAL, NetnsHost, is_root
 
 NETNS_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 
 def _host_for(netns: str | None):
+    from offlab import netdev
+    from offlab.hosts import LOCAL, NetnsHost, is_root
+
     if netns is None:
         return LOCAL
     if not NETNS_RE.fullmatch(netns):
@@ -108,6 +109,8 @@ def _apply_fixes(report, src, ids: list[str], *, yes: bool, quiet: bool) -> None
         say("nothing to apply: " + ("no automatable fix among " + ", ".join(ids)
                                      if manual else "the checks asked for are ok or skipped"))
         return
+    from offlab.hosts import is_root
+
     if not is_root():
         raise NotRoot("doctor --apply")
     from offlab.knobs import Change, Transaction

@@ -10,8 +10,7 @@ from typing import List, Optional
 from typing import TYPE_CHECKING
 
 import typer
-from rich.markup import escape
-from offlab.cli.console import command_group, console
+from offlab.cli.console import OnFirstUse, command_group
 
 if TYPE_CHECKING:  # names for annotations only; imported for real inside the commands
     from offlab.experiment.plan import Plan
@@ -21,7 +20,7 @@ if TYPE_CHECKING:  # names for annotations only; imported for real inside the co
 # The experiment machinery (pydantic plans, the runner, SQLite, scipy) is imported inside the
 # commands that use it, so that `offlab lab down` does not pay for it at start-up.
 
-out = console(stderr=True)
+out = OnFirstUse(stderr=True)
 QUICK_HELP = ("The headline comparisons first, decided within 2 minutes (or --budget), with the plan's "
               "quick_workload (e.g. 1-second samples), and 2 rounds of the other cells to show the shape; "
               "plans without a baseline: 1–2 repetitions, wide interval.")
@@ -359,7 +358,7 @@ class _Progress:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
             self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                TextColumn("samples, ETA"), TimeRemainingColumn(), console=out, transient=True)
+                                TextColumn("samples, ETA"), TimeRemainingColumn(), console=out.made(), transient=True)
             self.task = self.bar.add_task("starting", total=None)
 
     def _line(self, text: str) -> None:
@@ -369,6 +368,8 @@ class _Progress:
         out.print(escape(f"[{time.monotonic() - self.t0:6.1f}s] {text}"))
 
     def event(self, kind: str, info: dict) -> None:
+        from rich.markup import escape
+
         if kind == "lab":
             self._line(f"lab up: {info['topology']} mtu {info['mtu']}")
         elif kind == "run":

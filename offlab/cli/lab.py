@@ -5,44 +5,45 @@ from __future__ import annotations
 import json
 from typing import Optional
 
-import typer
-from offlab.cli.console import command_group, console
-from rich.markup import escape
-from rich.table import Table
+from typing import TYPE_CHECKING
 
-from offlab import lab as labs
+import typer
+from offlab.cli.console import OnFirstUse, command_group
+
+# What the options and their help need, and no more: each command imports its machinery (labs, knobs,
+# teardown) in its body, so `offlab --version` or `offlab mtu calc` does not load every lab builder.
 from offlab.addresses import LAB_NET6
-from offlab.experiment import teardown
-from offlab.lab.catalog import DPDK_TOPOLOGIES, borrows_ports, taking_option
+from offlab.catalog import DPDK_TOPOLOGIES, GUEST_TOPOLOGIES, NAMES as TOPOLOGY_NAMES, borrows_ports, taking_option
 from offlab.errors import BadInput, EnvironmentProblem, NotRoot
-from offlab.hosts import is_root
-from offlab.lab.inspect import SUMMARY_FEATURES, describe
 from offlab.names import check_lab_name, check_mtu
 
+if TYPE_CHECKING:
+    from offlab.lab import LabState
+
 app = command_group("Build, inspect and remove labs: namespaces, guests, DPDK, OVS, SSH hosts, two ports.")
-out = console()
+out = OnFirstUse()
 
 
 @app.command("up")
 def up_cmd(
-    topology: str = typer.Argument(..., help=" | ".join([*labs.TOPOLOGIES, "hosts"])),
+    topology: str = typer.Argument(..., help=" | ".join([*TOPOLOGY_NAMES, "hosts"])),
     name: Optional[str] = typer.Option(None, "--name", "-n", help="Lab name (default: the topology)."),
     mtu: int = typer.Option(1500, "--mtu", help="MTU of every host-facing link (the overlay MTU for vxlan)."),
     ipv6: bool = typer.Option(False, "--ipv6", help=f"Also address hosts from {LAB_NET6}."),
     vni: Optional[int] = typer.Option(None, "--vni", help="vxlan: VXLAN network identifier (default 4242)."),
     port: Optional[int] = typer.Option(None, "--port", help="vxlan: UDP destination port (default 4789)."),
     underlay_mtu: Optional[int] = typer.Option(None, "--underlay-mtu", help="vxlan: underlay MTU (default MTU + 50)."),
-    nic: list[str] = typer.Option([], "--nic", help=f"{', '.join(labs.GUEST_TOPOLOGIES)}: a virtio-net property of "
+    nic: list[str] = typer.Option([], "--nic", help=f"{', '.join(GUEST_TOPOLOGIES)}: a virtio-net property of "
                                                   "every guest NIC as PROP=VALUE (repeatable), or queues=N (multiqueue)."),
     kernel_version: list[str] = typer.Option([], "--kernel-version", help=(
-        f"{', '.join(labs.GUEST_TOPOLOGIES)}: the guest kernel from Debian's archive: a series (6.1, 6.12, 7.2), a "
+        f"{', '.join(GUEST_TOPOLOGIES)}: the guest kernel from Debian's archive: a series (6.1, 6.12, 7.2), a "
         "release (6.12.57+deb12) or newest; ROLE=V per guest (repeatable, e.g. client=6.1 server=7.2).")),
     qemu: list[str] = typer.Option([], "--qemu", help=(
-        f"{', '.join(labs.GUEST_TOPOLOGIES)}: the QEMU that runs the guests: installed (default), its series (10.0), "
+        f"{', '.join(GUEST_TOPOLOGIES)}: the QEMU that runs the guests: installed (default), its series (10.0), "
         "or another Debian has for this machine (7.2: fetched once into offlab's cache, run from there, never "
         "installed; `offlab vm qemu --list`); ROLE=V per guest (repeatable).")),
     guest_cpus: Optional[int] = typer.Option(None, "--guest-cpus",
-                                             help=f"{', '.join(labs.GUEST_TOPOLOGIES)}: vCPUs per guest (default 1)."),
+                                             help=f"{', '.join(GUEST_TOPOLOGIES)}: vCPUs per guest (default 1)."),
     pmd: Optional[str] = typer.Option(None, "--pmd", help="dpdk, ovs-dpdk: the DPDK ports, tap (default) or "
                                                           "af_packet (over veths; cannot show GRO/GSO)."),
     testpmd_cpu: Optional[int] = typer.Option(None, "--testpmd-cpu",
@@ -61,6 +62,8 @@ def up_cmd(
     """Build a lab of network namespaces (and QEMU guests) and check that client reaches server; `hosts`: a lab over
     existing machines of an inventory (nothing is created there); `phys --ports IF1,IF2`: two ports of this machine
     moved into the lab's namespaces and given back as they were (docs/phys.md)."""
+    from offlab import lab as labs
+
     if topology == "hosts":
         from offlab.lab import hosts as hosts_lab
 
@@ -85,8 +88,8 @@ def up_cmd(
                        else f"--ports is for `lab up {' / '.join(taking_option('ports'))}`, not {topology}")
     if ports is not None:
         options["ports"] = [p.strip() for p in ports.split(",")]
-    if (nic or guest_cpus is not None) and topology not in labs.GUEST_TOPOLOGIES:
-        raise BadInput(f"--nic and --guest-cpus are for guest topologies ({', '.join(labs.GUEST_TOPOLOGIES)}), "
+    if (nic or guest_cpus is not None) and topology not in GUEST_TOPOLOGIES:
+        raise BadInput(f"--nic and --guest-cpus are for guest topologies ({', '.join(GUEST_TOPOLOGIES)}), "
                        f"not {topology}")
     if nic:
         options["nic"] = dict(_nic_option(item) for item in nic)
@@ -154,6 +157,8 @@ def down_cmd(
                                                       "corrupt (never another state directory's)."),
 ) -> None:
     """Remove a lab: daemons, processes, namespaces and links. Safe to repeat."""
+    from offlab.experiment import teardown
+
     if all_ == (name is not None):
         raise BadInput("give a lab name or --all (not both)")
     removed = teardown.down_all(force=force) if all_ else teardown.down(name, force=force)
@@ -166,6 +171,10 @@ def down_cmd(
 @app.command("list")
 def list_cmd(as_json: bool = typer.Option(False, "--json")) -> None:
     """The labs that exist, with their topology, MTU and status: up, or broken with why and the fix."""
+    from rich.table import Table
+
+    from offlab import lab as labs
+
     rows = []
     for lab, why in labs.survey():
         if lab is None:
@@ -200,6 +209,8 @@ def list_cmd(as_json: bool = typer.Option(False, "--json")) -> None:
 @app.command("show")
 def show_cmd(name: str, as_json: bool = typer.Option(False, "--json")) -> None:
     """Hosts, interfaces, addresses, MTUs and the offload state of a lab."""
+    from offlab import lab as labs
+
     lab = labs.LabState.load(name)
     why = labs.health(lab)
     if why:
@@ -217,6 +228,8 @@ def explain_cmd(
     """Why each offload is what it is: for a guest NIC the chain QEMU property → virtio feature bit offered →
     accepted by the guest → guest ethtool feature, and the tap's flags; for every interface, the features the
     kernel holds off although requested on, and what each needs."""
+    from offlab import lab as labs
+    from offlab.hosts import is_root
     from offlab.lab.explain import explain
 
     if not is_root():
@@ -245,7 +258,9 @@ def set_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print requested vs actual as JSON."),
 ) -> None:
     """Change settings of a lab host by hand, journalled: they stay until `offlab restore` or `lab down`."""
+    from offlab import lab as labs
     from offlab.experiment.runner import chain_why
+    from offlab.hosts import is_root
     from offlab.knobs import Change, Transaction
 
     if not is_root():
@@ -276,7 +291,7 @@ def set_cmd(
             + (f"; the {kept} that were made stay until `offlab restore` or `lab down`" if kept else ""))
 
 
-def _warn_testpmd_no_ops(lab: labs.LabState) -> None:
+def _warn_testpmd_no_ops(lab: LabState) -> None:
     """testpmd settings now in force that do nothing (GRO/GSO outside csum forwarding), on stderr."""
     from offlab.dpdk import Testpmd
     from offlab.knobs.testpmd import no_ops
@@ -299,13 +314,16 @@ def exec_cmd(
     cmd: list[str] = typer.Argument(..., help="Command and arguments (after --)."),
 ) -> None:
     """Run a command inside one host of a lab: offlab lab exec demo client -- ping 10.200.1.2"""
+    from offlab import lab as labs
+    from offlab.hosts import is_root
+
     if not is_root():
         raise NotRoot("lab exec")
     lab = labs.LabState.load(name)
     raise typer.Exit(lab.host(host).interactive(cmd))
 
 
-def _leases(lab: labs.LabState) -> dict:
+def _leases(lab: LabState) -> dict:
     """Each SSH host's lease (offlab_lease) and what its watchdog restored after a controller fell silent
     (reported here, kept for `offlab restore`)."""
     from offlab.errors import OfflabError
@@ -324,8 +342,12 @@ def _leases(lab: labs.LabState) -> dict:
     return out
 
 
-def _print_lab(lab: labs.LabState, as_json: bool) -> None:
+def _print_lab(lab: LabState, as_json: bool) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
     from offlab.knobs import pending_changes
+    from offlab.lab.inspect import SUMMARY_FEATURES, describe
 
     info = describe(lab)
     info["changes"] = pending_changes({e.netns: role for role, e in lab.hosts.items() if e.netns and not e.guest},

@@ -5,16 +5,17 @@ from __future__ import annotations
 import json
 from typing import Optional
 
+from typing import TYPE_CHECKING
+
 import typer
-from offlab.cli.console import console
-from rich.markup import escape
-from rich.table import Table
+from offlab.cli.console import OnFirstUse
 
 from offlab.experiment.request import MeasureRequest
-from offlab.metrics import NOT_EXERCISED
-from offlab.sample import Rr, RrPhase, StoredSample
 
-out = console()
+if TYPE_CHECKING:  # the printers import what they read, so another command's start does not
+    from offlab.sample import Rr, RrPhase, StoredSample
+
+out = OnFirstUse()
 
 
 def register(app: typer.Typer) -> None:
@@ -75,8 +76,12 @@ def measure_cmd(
                                                             if sample.kernel_account is not None else {})}
         typer.echo(json.dumps(doc, indent=2, default=str))
         return
+    from offlab.sample import StoredSample
+
     s = StoredSample.from_json(sample.to_dict())
     if job.kind == "rr":
+        from rich.markup import escape
+
         print_rr(s)
         print_kernel_account(s)
         for note in s.notes:
@@ -96,6 +101,8 @@ def print_kernel_account(s: StoredSample) -> None:
     """The kernel's account of the sample (--trace), as `results show` prints it: loss by reason, segmentation."""
     if s.kernel_account is None:
         return
+    from rich.markup import escape
+
     from offlab.report import kernel  # here, not on every CLI start
 
     account = kernel.merge([s.kernel_account])
@@ -104,6 +111,7 @@ def print_kernel_account(s: StoredSample) -> None:
 
 
 def print_rr(s: StoredSample) -> None:
+    from offlab.sample import RrPhase
     from offlab.traffic import rr
 
     res = s.rr.idle if s.rr and s.rr.idle else RrPhase()
@@ -127,6 +135,10 @@ RTT_ROWS = (("rtt_p50_us", "p50"), ("rtt_p90_us", "p90"), ("rtt_p99_us", "p99"),
 
 def print_rr_under_load(rr: Rr) -> None:
     """Idle vs loaded round trips side by side, with the factor."""
+    from rich.table import Table
+
+    from offlab.sample import RrPhase
+
     idle, loaded, x = rr.idle or RrPhase(), rr.loaded or RrPhase(), rr.loaded_over_idle
     t = Table("rtt (whole round trip)", "idle (just before)", "under load", "× idle", box=None)
     for key, label in RTT_ROWS:
@@ -161,6 +173,11 @@ def _print_series(series: list[dict], col: str, fmt, label: str) -> None:
 
 
 def print_sample(s: StoredSample) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    from offlab.metrics import NOT_EXERCISED
+
     t, p, w = s.traffic, s.probes, s.workload
     what = f"{w.tool} {w.protocol}" + (f" {w.size} B" if w.size else "") + \
         (" gso" if w.gso else "") + (" gro" if w.gro else "")

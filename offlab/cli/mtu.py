@@ -7,7 +7,6 @@ from typing import Optional
 
 import typer
 from offlab.cli.console import command_group, console
-from rich.table import Table
 
 from offlab.addresses import RANGES
 from offlab.errors import BadInput
@@ -23,6 +22,8 @@ def calc_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print the numbers as JSON."),
 ) -> None:
     """UDP payload, TCP MSS, frame sizes, tunnel MTUs and fragment counts for one MTU."""
+    from rich.table import Table
+
     from offlab.mtu.calc import table
 
     rows = table(mtu, ipv6=ipv6, encap=encap)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import typer
 
-from offlab.hosts import is_root
 from offlab.errors import EnvironmentProblem, NotRoot
 
 
@@ -24,6 +23,7 @@ def register(app: typer.Typer) -> None:
         processes that are gone."""
         from offlab import lab as labs
         from offlab.experiment import teardown
+        from offlab.hosts import is_root
         from offlab.knobs import restore_report
 
         if not list_only and not is_root():

@@ -7,18 +7,18 @@ import dataclasses
 import json
 import sys
 from pathlib import Path
-from typing import List, Optional
+from typing import TYPE_CHECKING, List, Optional
 
 import typer
-from offlab.cli.console import command_group, console
-from rich.markup import escape
-from rich.table import Table
+from offlab.cli.console import OnFirstUse, command_group
 
 from offlab.errors import BadInput
 from offlab.metrics import HEADLINE, METRICS, NOT_EXERCISED, TCG_MARK, not_exercised_by_cell
-from offlab.sample import Capture, Cpu, Iface, StoredSample, TestpmdCounters, records
 
-out = console()
+if TYPE_CHECKING:  # read by the commands that print samples, imported there
+    from offlab.sample import Capture, StoredSample, TestpmdCounters
+
+out = OnFirstUse()
 
 DB_HELP = ("Results database: an SQLite file or a postgresql://USER@HOST/DB URL (default: $OFFLAB_DB, else "
            "/var/lib/offlab/offlab.db as root, else ~/.local/share/offlab/offlab.db).")
@@ -57,6 +57,9 @@ def list_cmd(
     db: Optional[str] = typer.Option(None, "--db", help=DB_HELP),
 ) -> None:
     """The runs in the database: status, times, cells and samples; then the bisects (offlab bisect)."""
+    from rich.markup import escape
+    from rich.table import Table
+
     with _open(db) as store:
         runs = store.list_runs()
         bisects = store.list_bisects()
@@ -137,6 +140,8 @@ def show_cmd(
 
 
 def _samples_csv(run: dict, cells: list[dict], rows: list[dict]) -> None:
+    from offlab.sample import records
+
     samples = records(rows)
     axes = list(dict.fromkeys(k for c in cells for k in c["params"]))
     names = [m for m in METRICS if any(m in s.metrics for s in samples)]
@@ -157,6 +162,7 @@ def _csv_num(v: float | None) -> str:
 def print_comparison(store, run_id: int) -> None:
     """What `offlab run` prints at the end: each cell against its baseline, or, without a baseline
     (or with one that matches nothing), each cell's mean ± CI."""
+    from rich.markup import escape
     from offlab.report import compare
     from offlab.stats import mean_ci
 
@@ -186,6 +192,8 @@ def print_comparison(store, run_id: int) -> None:
 
 def print_not_exercised(store, run_id: int) -> None:
     """Cells with a setting set but not exercised (its effect witness), with the counters and the likely cause."""
+    from rich.markup import escape
+
     keys = {c["id"]: c["key"] for c in store.cells(run_id)}
     for cid, line in sorted(not_exercised_by_cell(store.samples(run_id)).items(), key=lambda kv: keys.get(kv[0], "")):
         out.print(f"[bold red]{NOT_EXERCISED}[/bold red]: {escape(keys.get(cid, '?'))}: {escape(line)}")
@@ -194,6 +202,7 @@ def print_not_exercised(store, run_id: int) -> None:
 def print_published(store, run_id: int, rule_named: bool = True) -> None:
     """The ratios the run's plan says its source published, each beside ours for the same comparison;
     the rule of our verdicts below them unless a comparison table above already named it."""
+    from rich.markup import escape
     from offlab.report import compare
     from offlab.report import format as fmt
 
@@ -212,6 +221,9 @@ def print_published(store, run_id: int, rule_named: bool = True) -> None:
 
 def print_captures(store, run_id: int) -> None:
     """What the wire showed in each cell: the capture verdict of its first captured sample."""
+    from rich.markup import escape
+    from offlab.sample import StoredSample, records
+
     keys = {c["id"]: c["key"] for c in store.cells(run_id)}
     seen: dict[int, Capture] = {}
     for s in records(store.samples(run_id)):
@@ -229,6 +241,8 @@ def print_captures(store, run_id: int) -> None:
 def print_losses(store, run_id: int) -> None:
     """Segmentation by counters per cell, then by the kernel's account; where each cell's lost datagrams
     died by the counters, then by the kernel's drop reasons (cells whose samples took it, `--trace`)."""
+    from rich.markup import escape
+    from offlab.sample import records
     from offlab.report import format as fmt
     from offlab.report import kernel, kernel_accounts, losses, segmentations
 
@@ -268,6 +282,9 @@ def print_testpmd(store, run_id: int) -> None:
     """testpmd's packets out per packet in for each cell of a dpdk lab: what GRO merged, GSO split;
     with a guest (dpdk-vm), its NIC's frames and IP packets, the CPU of testpmd, QEMU and the guest,
     and the samples where a receiver pruned its receive queue."""
+    from rich.markup import escape
+    from offlab.sample import StoredSample, records
+
     keys = {c["id"]: c["key"] for c in store.cells(run_id)}
     per_cell: dict[int, list[TestpmdCounters]] = {}
     stages: dict[int, list[GuestStages]] = {}
@@ -316,6 +333,7 @@ class GuestStages:
 
 
 def guest_stages(sample: StoredSample) -> GuestStages:
+    from offlab.sample import Cpu, Iface
     from offlab.experiment.measure import RCVQ_MARK
 
     probes = sample.probes
@@ -334,6 +352,8 @@ def guest_stages(sample: StoredSample) -> GuestStages:
 
 def print_searches(store, run_id: int) -> None:
     """The zero-loss headline of each searched sample, with its trials (offered vs achieved)."""
+    from rich.markup import escape
+    from offlab.sample import records
     from offlab.report import searches
 
     found = searches(store.cells(run_id), records(store.samples(run_id)))
@@ -362,6 +382,7 @@ def _trial_text(t: dict) -> str:
 
 
 def _print_run(run: dict, cells: list[dict], cis: dict, level: float) -> None:
+    from rich.markup import escape
     from offlab.report import env_items
     from offlab.report.compare import emulated
 
@@ -388,11 +409,15 @@ def _print_run(run: dict, cells: list[dict], cis: dict, level: float) -> None:
 
 def _print_emulated(guests: list[str]) -> None:
     """The TCG mark, once, in bold: figures from an emulated guest give directions only."""
+    from rich.markup import escape
+
     if guests:
         out.print(f"  [bold yellow]{TCG_MARK}[/bold yellow] (emulated: {escape(', '.join(guests))})")
 
 
 def _cells_table(cells: list[dict], cis: dict, level: float) -> None:
+    from rich.markup import escape
+    from rich.table import Table
     from offlab.report import NO_FIGURES
     from offlab.report import format as fmt
 
@@ -432,6 +457,8 @@ def compare_cmd(
     """Ratio with its confidence interval and a verdict, per cell and metric; with two runs or more, what
     changed between them (kernel, cmdline, accelerator, interfaces' offloads and MTUs, sysctls, settings
     held, versions, CPU, load), most likely cause first."""
+    from rich.markup import escape
+    from offlab.sample import StoredSample, records
     from offlab.report import compare
 
     _one_format(as_json, as_csv)
@@ -529,6 +556,8 @@ COLUMNS = (("metric", 15, "left"), ("baseline", 12, "right"), ("cell", 12, "righ
 
 def _print_rows(rows) -> None:
     """Per compared cell a title line and its metrics; cells that could not be compared below."""
+    from rich.markup import escape
+    from rich.table import Table
     from offlab.report import compare
     from offlab.report import format as fmt
     from offlab.stats import is_improvement

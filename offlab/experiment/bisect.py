@@ -34,7 +34,7 @@ from offlab.experiment.plan import Plan, load_plan
 from offlab.experiment.plan.axes import matches
 from offlab.experiment.plan.load import baseline_key
 from offlab.hosts import LOCAL
-from offlab.lab.catalog import GUEST_TOPOLOGIES
+from offlab.catalog import GUEST_TOPOLOGIES
 from offlab.metrics import METRICS, NOT_EXERCISED, not_exercised_by_cell
 from offlab.state import me, private_tmp
 from offlab.stats import UNDECIDED, replay

@@ -30,7 +30,7 @@ from offlab.errors import BadInput, OfflabError
 from offlab.hosts import LOCAL
 from offlab.interrupts import shielded
 from offlab.lab import hosts as hosts_lab
-from offlab.lab.catalog import PAIR_TOPOLOGIES
+from offlab.catalog import PAIR_TOPOLOGIES
 
 TAG = " @ "  # run name = "<plan name> @ <pair>"
 

@@ -174,6 +174,8 @@ def _measure(lab: LabState, w: Workload, capture: CaptureRequest | None, beside:
         if window.ended_early_s is not None or window.start is None or window.end is None:
             raise _ended_early(lab, w, traffic, window.ended_early_s)
         probe = probes.result(window.start, window.end, client_cpu=w.client_cpu, server_cpu=w.server_cpu)
+        if window.capture is not None:
+            _check_capture_saw_traffic(window.capture, probe.interfaces)
     probe.mtus = mtu_read.result(timeout=60)
     if tp_read is not None:
         probe.testpmd_settings = tp_read.result(timeout=60)
@@ -330,12 +332,21 @@ def _ended_early(lab: LabState, w: Workload, traffic: TrafficResult, early_s: fl
 def _window(probes: ProbeSession, w: Workload, capture: CaptureRequest | None, cap_iface: str | None,
             lab: LabState, tmp: str, out: Window, *, lead: float = 0.0,
             traffic_done: threading.Event | None = None) -> None:
-    """Warm-up (+ `lead`, and for a channel host until traffic flows), first snapshot (and capture
-    start), the window, second snapshot. Traffic that ends before the window does ends the window at
+    """The capture listening (if one is asked), warm-up (+ `lead`, and for a channel host until traffic
+    flows), first snapshot, the window, second snapshot. Traffic that ends before the window does ends the window at
     once, with `ended_early_s` saying by how much (the caller gives no sample then)."""
+    cap = None
     try:
         t0 = time.monotonic() + lead
-        time.sleep(w.warmup + lead)
+        # the capture's host and interface (the interface is resolved whenever a capture is asked)
+        at = (capture.role, cap_iface) if capture is not None and cap_iface is not None else None
+        if at is not None and capture is not None:
+            # Listening before the window opens, not as it opens: on a loaded machine tcpdump's start (its
+            # exec in the namespace, libpcap's socket) took longer than a 1-s window, and the capture of a
+            # sample whose traffic crossed the interface came back with no frame at all.
+            cap = Capture(lab.host(at[0]), at[1], Path(tmp) / "wire.pcap", frames=capture.frames)
+            cap.wait_ready()
+        time.sleep(max(0.0, t0 + w.warmup - time.monotonic()))
         if lead:
             seen = probes.wait_for_traffic(CHANNEL_START_WAIT_S)
             if seen or time.monotonic() > t0 + w.warmup + 0.1:
@@ -343,12 +354,6 @@ def _window(probes: ProbeSession, w: Workload, capture: CaptureRequest | None, c
             if not seen and probes.readers:
                 out.late_start_s = CHANNEL_START_WAIT_S
         out.start = probes.snapshot()
-        cap = None
-        # the capture's host and interface (the interface is resolved whenever a capture is asked)
-        at = (capture.role, cap_iface) if capture is not None and cap_iface is not None else None
-        if at is not None and capture is not None:
-            cap = Capture(lab.host(at[0]), at[1], Path(tmp) / "wire.pcap", frames=capture.frames)
-            cap.wait_ready()
         end = t0 + w.warmup + w.duration - END_MARGIN_S
         done = traffic_done or threading.Event()
         if done.wait(max(0.0, end - time.monotonic())):
@@ -368,7 +373,21 @@ def _window(probes: ProbeSession, w: Workload, capture: CaptureRequest | None, c
             summary.kernel_dropped = dropped
             out.capture = summary
     except Exception as exc:  # handed to the caller's thread, which raises it
+        if cap is not None and out.capture is None:
+            cap.stop()
         out.error = exc
+
+
+def _check_capture_saw_traffic(cap: CaptureSummary, interfaces: dict[str, dict]) -> None:
+    """A capture with no frame of a window whose traffic crossed its interface proves nothing about that
+    traffic: an error to say, never a figure (a sample that says "largest frame 0" under a loaded CPU)."""
+    counted = interfaces.get(f"{cap.host}:{cap.iface}") or {}
+    crossed = (counted.get("rx_packets") or 0) + (counted.get("tx_packets") or 0)
+    if cap.frames == 0 and crossed:
+        raise EnvironmentProblem(
+            f"the capture on {cap.host}:{cap.iface} saw no frame while {crossed} packets crossed it in the window "
+            f"(tcpdump dropped {cap.kernel_dropped or 0}); nothing measured: run the sample again on a less "
+            f"loaded machine, or without the capture")
 
 
 def _mtu(lab: LabState, role: str, iface: str) -> int:

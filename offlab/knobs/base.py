@@ -55,7 +55,7 @@ class PlanPlace:
     ref: str | None  # the IFACE part, if any
     iface_kind: str | None = None  # the kind of the interface it names (veth, bridge, ovs-dpdk, ...), if known
     bridges: tuple[str, ...] = ()  # the lab's bridges, as HOST:NAME
-    testpmd_labs: tuple[str, ...] = ()  # the topologies whose switch runs dpdk-testpmd (from lab/catalog.py)
+    testpmd_labs: tuple[str, ...] = ()  # the topologies whose switch runs dpdk-testpmd (from offlab/catalog.py)
 
 
 class Knob:

@@ -19,7 +19,7 @@ from offlab.dpdk import remove_runtime
 from offlab.lab.build import Builder, LabBuildFailed
 from offlab.lab.ovs_dpdk import require_vswitchd
 from offlab.lab.hold import hold, holders
-from offlab.lab.catalog import BASE_TOOLS, GUEST_TOPOLOGIES, HOSTS, TOPOLOGIES, borrows_ports, taking_option
+from offlab.catalog import BASE_TOOLS, GUEST_TOPOLOGIES, HOSTS, TOPOLOGIES, borrows_ports, taking_option
 from offlab.lab.model import LabState
 from offlab.lab.ovs import alive, stop_daemon
 from offlab.lab.vm import check_guest_options

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from offlab import netdev
 from offlab.dpdk import Testpmd
-from offlab.lab.catalog import TOPOLOGIES
+from offlab.catalog import TOPOLOGIES
 from offlab.lab.model import LabState
 
 # The features worth a glance in the text view, by the short names people type.

@@ -6,6 +6,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from offlab.catalog import TOPOLOGIES
 from offlab.errors import BadInput
 from offlab.hosts import Host, NetnsHost, from_ref
 from offlab.names import check_lab_name
@@ -155,16 +156,12 @@ class LabState:
     @property
     def has_ovs(self) -> bool:
         """Whether the lab runs an Open vSwitch of its own, whose switch settings go through ovs-vsctl."""
-        from offlab.lab.catalog import TOPOLOGIES  # late: the records import the builders, which import this
-
         record = TOPOLOGIES.get(self.topology)
         return bool(record and record.ovs)
 
     @property
     def has_testpmd(self) -> bool:
         """Whether the lab's switch is a dpdk-testpmd (its port counters are probes, `testpmd.*` knobs)."""
-        from offlab.lab.catalog import TOPOLOGIES
-
         record = TOPOLOGIES.get(self.topology)
         return bool(record and record.testpmd)
 

@@ -88,7 +88,7 @@ def vm_pair(b: Builder, mtu: int) -> None:
 # ---- parts ---------------------------------------------------------------------------------
 def guest_roles(topology: str) -> list[str]:
     """The roles that are QEMU guests in a topology (those with a virtio-net NIC)."""
-    from offlab.lab.catalog import TOPOLOGIES
+    from offlab.catalog import TOPOLOGIES
 
     return [role for role, ifaces in TOPOLOGIES[topology].hosts.items() if any(i.kind == "virtio-net" for i in ifaces)]
 
@@ -147,7 +147,7 @@ def check_kernel_version(value: str | dict, topology: str, what: str = "kernel_v
 
 
 def _guest_topologies() -> tuple[str, ...]:
-    from offlab.lab.catalog import GUEST_TOPOLOGIES
+    from offlab.catalog import GUEST_TOPOLOGIES
 
     return GUEST_TOPOLOGIES
 

@@ -204,8 +204,9 @@ class Capture:
                 "-Z", "root", "-w", str(pcap)]
         self.proc = host.spawn(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
-    def wait_ready(self, timeout: float = 3.0) -> None:
-        """tcpdump says 'listening on' once the socket is open; frames before that are missed."""
+    def wait_ready(self, timeout: float = 20.0) -> None:
+        """tcpdump says 'listening on' once the socket is open; frames before that are missed. The timeout
+        is a hang guard: at a load of 30 on two CPUs its start took seconds."""
         import select
 
         line = ""

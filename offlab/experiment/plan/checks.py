@@ -14,7 +14,7 @@ from offlab.errors import BadInput
 from offlab.experiment.plan import topology as static
 from offlab.experiment.plan.errors import PlanErrors
 from offlab.experiment.plan.models import Cell, Plan
-from offlab.lab.catalog import BASE_TOOLS, TESTPMD_TOPOLOGIES, TOPOLOGIES, taking_option
+from offlab.catalog import BASE_TOOLS, TESTPMD_TOPOLOGIES, TOPOLOGIES, taking_option
 from offlab.lab.topologies import vxlan_mtu_problem
 from offlab.names import IFNAME_PATTERN, ROLE_PATTERN
 from offlab.traffic import BadWorkload

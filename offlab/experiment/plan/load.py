@@ -13,7 +13,7 @@ from offlab.experiment.plan.checks import check_target
 from offlab.experiment.plan.errors import PlanErrors
 from offlab.experiment.plan.models import CaptureSpec, Plan, RepeatSpec, TopologySpec, WorkloadSpec
 from offlab.experiment.plan.published import parse_published
-from offlab.lab.catalog import TOPOLOGIES
+from offlab.catalog import TOPOLOGIES
 
 TOP_KEYS = {"name", "description", "topology", "axes", "only", "exclude", "workload", "repeat", "baseline",
             "capture", "budget", "seed", "warmup", "headline", "quick", "quick_workload", "published", "trace"}

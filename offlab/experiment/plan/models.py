@@ -12,7 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from offlab.errors import BadInput
-from offlab.lab.catalog import NAMES as TOPOLOGY_NAMES
+from offlab.catalog import NAMES as TOPOLOGY_NAMES
 from offlab.metrics import METRICS
 from offlab.traffic import Workload, default_protocol
 from offlab.traffic.rate import parse_pps
@@ -23,7 +23,7 @@ class Strict(BaseModel):
 
 
 class TopologySpec(Strict):
-    kind: Literal[TOPOLOGY_NAMES]  # type: ignore[valid-type]  # the records' names, lab/catalog.py
+    kind: Literal[TOPOLOGY_NAMES]  # type: ignore[valid-type]  # the records' names, catalog.py
     mtu: int = Field(1500, ge=68, le=65535)
     ipv6: bool = False
     underlay_mtu: int | None = Field(None, ge=68, le=65535)

@@ -1,8 +1,8 @@
-"""A plan's `HOST[:IFACE]`, judged before any lab exists from the topology records (lab/catalog.py)."""
+"""A plan's `HOST[:IFACE]`, judged before any lab exists from the topology records (catalog.py)."""
 
 from __future__ import annotations
 
-from offlab.lab.catalog import TOPOLOGIES, StaticIface
+from offlab.catalog import TOPOLOGIES, StaticIface
 from offlab.lab.model import UPLINK_KINDS
 
 __all__ = ["HOSTS", "StaticIface", "resolve"]

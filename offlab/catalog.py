@@ -1,7 +1,9 @@
 """One record per topology, from which every list of topologies is derived.
 
-A record holds the builder (its docstring is the picture), the hosts and their interfaces as known
-before any lab exists (so a plan's `HOST[:IFACE]` is judged at load time the way
+A record holds its builder and its options' check by name ("MODULE:FUNCTION", imported only when a lab
+is built or its options judged, so a help text or a plan check that lists the topologies loads no
+builder; the builder's docstring is the picture), the hosts and their interfaces as known before any
+lab exists (so a plan's `HOST[:IFACE]` is judged at load time the way
 LabState.resolve_iface judges it once the lab is up; tests/test_plan.py builds each lab and compares),
 the tools `lab up` checks first, whether the lab runs guests, an Open vSwitch or a DPDK process of
 its own, its own `lab up` options and the function that judges them, and the interfaces that carry
@@ -12,18 +14,11 @@ module of offlab (but the builders) names a topology again, in a list or in a br
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from typing import Callable
 
-from offlab.lab import dpdk as testpmd_lab
-from offlab.lab import ovs_dpdk as ovs_dpdk_lab
-from offlab.lab import phys as phys_lab
-from offlab.lab import topologies as ns
-from offlab.lab.build import Builder
-from offlab.lab.dpdk import dpdk, dpdk_vm
-from offlab.lab.ovs_dpdk import ovs_dpdk, ovs_dpdk_vm
-from offlab.lab.phys import phys
-from offlab.lab.vm import vm, vm_pair, vm_router
+
 
 
 @dataclass(frozen=True)
@@ -92,16 +87,21 @@ _QEMU = ("qemu-system-x86_64",)
 _TESTPMD = ("dpdk-testpmd", "stdbuf")
 
 
+def _load(ref: str) -> Callable:
+    module, _, function = ref.partition(":")
+    return getattr(importlib.import_module(module), function)
+
+
 @dataclass(frozen=True)
 class Topology:
     name: str
-    build: Callable[[Builder, int], None]
+    builder: str  # "MODULE:FUNCTION" of offlab.lab, called with (offlab.lab.build.Builder, mtu)
     tools: tuple[str, ...] = ()  # besides ip and ethtool, checked before anything is built
     guests: bool = False  # runs QEMU guests (the --nic / --guest-cpus options apply)
     ovs: bool = False  # runs an Open vSwitch of its own in the switch namespace
     dpdk: bool = False  # runs a DPDK process (testpmd, OVS-DPDK) on a CPU of this machine (--testpmd-cpu)
     options: tuple[str, ...] = ()  # its own `lab up` options (a plan's topology keys), besides guests' and cpu
-    check: Callable[[str, int, dict], None] | None = None  # (name, mtu, options) → BadInput before anything is built
+    checker: str | None = None  # "MODULE:FUNCTION" (name, mtu, options) → BadInput before anything is built
     underlay_roles: tuple[str, ...] = ()  # hosts whose every interface carries the underlay (its own MTU)
     underlay_ifaces: tuple[str, ...] = ()  # interfaces, on any host, that carry the underlay
     pair_shaped: bool = False  # client ─ server, one port each: what an inventory's pair of machines is
@@ -126,27 +126,40 @@ class Topology:
         return self.dpdk and self.ovs
 
     @property
+    def build(self) -> Callable[..., None]:
+        """The builder, called with (offlab.lab.build.Builder, mtu); imported here, when a lab is built."""
+        return _load(self.builder)
+
+    @property
+    def check(self) -> Callable[[str, int, dict], None] | None:
+        """What judges its own `lab up` options (name, mtu, options), raising BadInput; imported when asked."""
+        return _load(self.checker) if self.checker else None
+
+    @property
     def picture(self) -> str:
         return (self.build.__doc__ or "").strip().splitlines()[0]
 
 
 TOPOLOGIES: dict[str, Topology] = {t.name: t for t in (
-    Topology("veth", ns.veth, pair_shaped=True),
-    Topology("bridge", ns.bridge),
-    Topology("vxlan", ns.vxlan, options=("vni", "port", "underlay_mtu"), check=ns.check_vxlan,
+    Topology("veth", "offlab.lab.topologies:veth", pair_shaped=True),
+    Topology("bridge", "offlab.lab.topologies:bridge"),
+    Topology("vxlan", "offlab.lab.topologies:vxlan", options=("vni", "port", "underlay_mtu"),
+             checker="offlab.lab.topologies:check_vxlan",
              underlay_roles=("switch",), underlay_ifaces=("u0",)),
-    Topology("router", ns.router),
-    Topology("ovs", ns.ovs, ("ovs-vswitchd", *_OVS_TOOLS), ovs=True),
-    Topology("vm", vm, _QEMU, guests=True),
-    Topology("vm-router", vm_router, _QEMU, guests=True),
-    Topology("vm-pair", vm_pair, _QEMU, guests=True),
-    Topology("dpdk", dpdk, _TESTPMD, dpdk=True, options=("pmd",), check=testpmd_lab.check_options),
-    Topology("dpdk-vm", dpdk_vm, (*_TESTPMD, *_QEMU), guests=True, dpdk=True, check=testpmd_lab.check_vm_options),
-    Topology("ovs-dpdk", ovs_dpdk, _OVS_TOOLS, ovs=True, dpdk=True, options=("pmd",),
-             check=ovs_dpdk_lab.check_options),
-    Topology("ovs-dpdk-vm", ovs_dpdk_vm, (*_OVS_TOOLS, *_QEMU), guests=True, ovs=True, dpdk=True,
-             check=ovs_dpdk_lab.check_vm_options),
-    Topology("phys", phys, ("ss",), options=("ports",), check=phys_lab.check_request),
+    Topology("router", "offlab.lab.topologies:router"),
+    Topology("ovs", "offlab.lab.topologies:ovs", ("ovs-vswitchd", *_OVS_TOOLS), ovs=True),
+    Topology("vm", "offlab.lab.vm:vm", _QEMU, guests=True),
+    Topology("vm-router", "offlab.lab.vm:vm_router", _QEMU, guests=True),
+    Topology("vm-pair", "offlab.lab.vm:vm_pair", _QEMU, guests=True),
+    Topology("dpdk", "offlab.lab.dpdk:dpdk", _TESTPMD, dpdk=True, options=("pmd",),
+             checker="offlab.lab.dpdk:check_options"),
+    Topology("dpdk-vm", "offlab.lab.dpdk:dpdk_vm", (*_TESTPMD, *_QEMU), guests=True, dpdk=True,
+             checker="offlab.lab.dpdk:check_vm_options"),
+    Topology("ovs-dpdk", "offlab.lab.ovs_dpdk:ovs_dpdk", _OVS_TOOLS, ovs=True, dpdk=True, options=("pmd",),
+             checker="offlab.lab.ovs_dpdk:check_options"),
+    Topology("ovs-dpdk-vm", "offlab.lab.ovs_dpdk:ovs_dpdk_vm", (*_OVS_TOOLS, *_QEMU), guests=True, ovs=True,
+             dpdk=True, checker="offlab.lab.ovs_dpdk:check_vm_options"),
+    Topology("phys", "offlab.lab.phys:phys", ("ss",), options=("ports",), checker="offlab.lab.phys:check_request"),
 )}
 NAMES = tuple(TOPOLOGIES)
 GUEST_TOPOLOGIES = tuple(n for n, t in TOPOLOGIES.items() if t.guests)
