@@ -101,6 +101,9 @@ class Moment:
     delay: float
     kind: str = "ns"
     phase: str = ""
+    # One seed in four sends a second signal (any of the three) this long after the first: a user
+    # pressing Ctrl-C again, a scheduler's SIGTERM after a SIGHUP; it lands in the cleanup the first began.
+    second: tuple[int, float] | None = None
 
     @classmethod
     def from_seed(cls, seed: int, kind: str = "ns") -> "Moment":
@@ -111,16 +114,22 @@ class Moment:
             # 1st comes once offlab's handlers are in place, the 8th before the final restore and lab
             # removal. Up to 1.5 s after one spans a lab build (testpmd's start), a cell's switch, a
             # 0.4 s sample, the gap between two, and the restore and teardown after the last.
-            return cls(seed, signum, rng.randrange(1, 9), round(rng.uniform(0.0, 1.5), 3), kind)
+            return cls(seed, signum, rng.randrange(1, 9), round(rng.uniform(0.0, 1.5), 3), kind)._second(rng)
         # A guest run says one line more, once its guest is up (the 2nd: lab up, guest up, run, ...);
         # its samples take seconds (the engine through the agent, under TCG), so `run` draws up to 4 s.
         phase = rng.choice(GUEST_PHASES)
         if phase == "run":
-            return cls(seed, signum, rng.randrange(2, 10), round(rng.uniform(0.0, 4.0), 3), kind, phase)
+            return cls(seed, signum, rng.randrange(2, 10), round(rng.uniform(0.0, 4.0), 3), kind, phase)._second(rng)
         # boot: inside a cold boot (3 s of the 4.6-20 s it takes here); save: inside the save (0.7 s);
         # restore: inside a warm start (1.3 s here), or the lab's build around it.
         return cls(seed, signum, 1, round(rng.uniform(0.0, {"boot": 3.0, "save": 0.7, "restore": 1.5}[phase]), 3),
-                   kind, phase)
+                   kind, phase)._second(rng)
+
+    def _second(self, rng: random.Random) -> "Moment":
+        """Drawn after the first signal's moment, so that a seed's first signal stays what it was."""
+        if rng.random() < 0.25:
+            self.second = (rng.choice(SIGNALS), round(rng.uniform(0.0, 0.5), 3))
+        return self
 
     @property
     def cold(self) -> bool:
@@ -131,6 +140,8 @@ class Moment:
         where = (f"{self.delay:g} s after the guest's save began" if self.phase == "save"
                  else f"{self.delay:g} s after progress line {self.after_lines}")
         phase = f" ({self.phase}, {'cold' if self.cold else 'warm'} start)" if self.phase else ""
+        if self.second:
+            phase += f", then {signal.Signals(self.second[0]).name} {self.second[1]:g} s later"
         return (f"{self.kind} seed {self.seed}: {signal.Signals(self.signum).name} {where}{phase} (replay: "
                 f"OFFLAB_SIGNAL_KINDS={self.kind} OFFLAB_SIGNAL_SEED={self.seed} python -m pytest -p no:cacheprovider "
                 f"tests/test_signals.py -k seeded)")
@@ -139,9 +150,11 @@ class Moment:
 GUEST_PHASES = ("boot", "save", "restore", "run", "run", "run")
 
 
-# make test's slice: one seed per signal, each sent after round 1 ends (0.16 s, 1.1 s after it, 0.4 s
+# make test's slice: ns one seed per signal, each sent after round 1 ends (0.16 s, 1.1 s after it, 0.4 s
 # after round 2 begins: between samples, in a switch or in a sample, as fast as the machine is), so
-# that the resume has work left. The seed is the test's id: `-k "[5]"` reruns one.
+# that the resume has work left; seed 9 sends a SIGHUP 3 ms after its SIGTERM. guest: seed 7 in the
+# guest's save (then a second signal), 14 in round 1's second sample. The seed is the test's id:
+# `-k "[5]"` reruns one.
 MAKE_TEST_SEEDS = {"ns": (4, 5, 9), "ssh": (4, 9), "guest": (7, 14), "dpdk": (4, 9)}
 KINDS = ("ns", "ssh", "guest", "dpdk")
 
@@ -344,6 +357,10 @@ def _interrupt_and_resume(kind: str, seed: int, tmp_path, state_dir, machines: "
         if sent:
             proc.send_signal(moment.signum)
         t0 = time.monotonic()
+        if sent and moment.second:
+            time.sleep(moment.second[1])
+            if proc.poll() is None:
+                proc.send_signal(moment.second[0])
         try:
             rc = proc.wait(timeout=END_WITHIN_S if sent else PROGRESS_WITHIN_S)  # hang guards
         except subprocess.TimeoutExpired:
