@@ -340,8 +340,11 @@ def _interrupt_and_resume(kind: str, seed: int, tmp_path, state_dir, machines: "
 
     saved_roots = [tmp_path / "saved", saved_root()]
     before_ns, before_links, before_procs, before_dpdk = netns_names(), root_links(), our_processes(), _dpdk_files()
+    # SIGHUP at its default, as a terminal leaves it: a harness run under `nohup` (benchmarks/signal_stress
+    # in the background) passes it on ignored, and offlab rightly keeps an inherited SIG_IGN (exit 0).
     proc = subprocess.Popen([sys.executable, "-m", "offlab", "run", str(plan), *where, "--db", str(db)], cwd=REPO,
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
     seen: list[str] = []
     try:
         q = _lines(proc.stderr)
