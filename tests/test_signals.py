@@ -310,18 +310,35 @@ def test_a_signal_at_a_seeded_moment_of_a_testpmd_run_leaves_no_dpdk_state(seed,
 
 
 def _dpdk_files() -> set[str]:
-    """DPDK runtime directories and hugepage files an offlab testpmd may have made (its file prefix is
-    `offlab-<lab>-...`); compared before and after, as other tests' labs share them."""
+    """DPDK runtime directories and hugepage files a testpmd of this test process's runs may have made
+    (its file prefix is `offlab-<lab>-...`, the run's lab named from OFFLAB_LAB_PREFIX); compared before
+    and after. Other tests' and sessions' testpmd labs come and go meanwhile."""
+    ours = f"offlab-{os.environ['OFFLAB_LAB_PREFIX']}"
     found = set()
     for d in ("/var/run/dpdk", "/dev/hugepages"):
         if os.path.isdir(d):
-            found |= {os.path.join(d, n) for n in os.listdir(d) if "offlab-" in n}
+            found |= {os.path.join(d, n) for n in os.listdir(d) if ours in n}
     return found
 
 
 def _saves_of(pid: int, roots: list[Path]) -> list[str]:
     """Half-written saved guests (offlab.vm.saved: `.save-<key>-<pid>`) that process `pid` left."""
     return sorted(str(p) for root in roots for p in root.glob(f".save-*-{pid}"))
+
+
+def _describe(pids: set[int]) -> list[str]:
+    """Each process as `ps` would show it, with its network namespace (a leak's where and what)."""
+    out = []
+    for pid in sorted(pids):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            ns = os.readlink(f"/proc/{pid}/ns/net")
+        except OSError:
+            out.append(f"{pid} (gone)")
+            continue
+        out.append(f"{pid} {stat[stat.rindex(')') + 2]} ppid {stat[stat.rindex(')') + 4:].split()[0]} {ns} {argv}")
+    return out
 
 
 def _entries(d: Path) -> list[str]:
@@ -381,7 +398,8 @@ def _interrupt_and_resume(kind: str, seed: int, tmp_path, state_dir, machines: "
     # left; nothing on the machines.
     assert not {n for n in netns_names() - before_ns if n.startswith(OUR_NAMESPACES)}, f"{moment}: namespaces left; {said}"
     assert not new_links_of_ours(before_links), f"{moment}: links left; {said}"
-    assert not our_processes() - before_procs, f"{moment}: processes left; {said}"
+    left = our_processes() - before_procs
+    assert not left, f"{moment}: processes left: {_describe(left)}; {said}"
     assert _journal_files(state_dir) == [], f"{moment}: journal left; {said}"
     assert _entries(state_dir / "labs") == [], f"{moment}: lab files left: {_entries(state_dir / 'labs')}; {said}"
     assert not _private_tmp_of(proc.pid), f"{moment}: temporary directories left: {_private_tmp_of(proc.pid)}; {said}"
