@@ -125,9 +125,17 @@ def private_tmp(what: str) -> Iterator[Path]:
     """A temporary directory of this process (`/tmp/offlab-WHAT.PID.START.xxxx`), removed when the block
     ends; one that a process killed outright left behind is known by its dead owner, and `offlab restore`
     removes it (sweep_private_tmp)."""
+    path = make_private_tmp(what)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def make_private_tmp(what: str) -> Path:
+    """As private_tmp, for a directory that lives as long as its process (the caller removes it)."""
     pid = os.getpid()
-    with tempfile.TemporaryDirectory(prefix=f"offlab-{what}.{pid}.{proc_start(pid)}.") as d:
-        yield Path(d)
+    return Path(tempfile.mkdtemp(prefix=f"offlab-{what}.{pid}.{proc_start(pid)}."))
 
 
 def sweep_private_tmp(*, list_only: bool = False) -> list[str]:

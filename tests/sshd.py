@@ -8,8 +8,10 @@ by pid. `stop()` leaves nothing: no sshd, no ssh master, no namespace.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
+import signal
 import subprocess
 import time
 from dataclasses import dataclass
@@ -80,6 +82,30 @@ def sshd_pids(ns: str) -> set[int]:
         except OSError:
             pass
     return pids
+
+
+@contextlib.contextmanager
+def frozen(ns: str):
+    """Every process in namespace `ns` stopped (SIGSTOP) while the block runs and resumed after, so
+    nothing there acts meanwhile: a test reads a machine's state and acts on it as one step."""
+    stopped: list[int] = []
+    # Until no new one appears: a process forked while the list was being stopped is stopped too.
+    while new := [int(p) for p in LOCAL.run(["ip", "netns", "pids", ns], check=False).stdout.split()
+                  if int(p) not in stopped]:
+        for pid in new:
+            try:
+                os.kill(pid, signal.SIGSTOP)
+            except ProcessLookupError:
+                pass
+        stopped += new
+    try:
+        yield
+    finally:
+        for pid in stopped:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
 
 
 def _veth(a_ns: str, a: str, a_ip: str, b_ns: str, b: str, b_ip: str) -> None:
@@ -443,8 +469,11 @@ def reconnect(f: Fleet, name: str) -> None:
 
 def lose(f: Fleet, name: str) -> None:
     """Machine `name` drops off the network as a crashed sshd would: its listener and every session
-    (the clients' masters with it) ended by pid; what its sessions started keeps running."""
+    (the clients' masters with it) killed by pid; what its sessions started keeps running."""
     m = f.machines[name]
+    if m.proc is not None:
+        m.proc.kill()  # SIGKILL, as a crash: it also ends a listener that is stopped (`frozen`)
+        m.proc.wait(timeout=10)
     _end_sshd(m.proc, m.ns, grace=0)
     m.proc = None
 

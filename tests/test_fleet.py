@@ -133,16 +133,16 @@ def samples_on(fleet, name: str) -> int:
 
 
 @contextlib.contextmanager
-def once_measuring(fleet, name: str, act: Callable[[], None], ready: Callable[[], bool] = lambda: True):
-    """While the block runs, call `act()` once: as soon as the run on machine `name` has stored a
-    sample and `ready()` holds (a crash, a cut, a database dropped mid-run)."""
+def once_measuring(fleet, name: str, act: Callable[[], bool | None], ready: Callable[[], bool] = lambda: True):
+    """While the block runs, call `act()` until it acts: as soon as the run on machine `name` has stored a
+    sample and `ready()` holds (a crash, a cut, a database dropped mid-run); an `act` that finds the
+    moment gone after all returns False and is called again at the next."""
     stop = threading.Event()
 
     def watch() -> None:
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline and not stop.is_set():
-            if samples_on(fleet, name) >= 1 and ready():
-                act()
+            if samples_on(fleet, name) >= 1 and ready() and act() is not False:
                 return
             time.sleep(0.2)
 
@@ -294,9 +294,16 @@ def test_servers_lost_mid_run_keep_their_pairs_samples_the_other_pair_goes_on_an
     before = settings_of(fleet)
     lost: dict[str, object] = {}
 
-    def lose_b3() -> None:
-        sshd_mod.lose(fleet, "b3")  # the listener and every session, by pid
-        lost["gro"] = feature(fleet.machines["b3"].ns)
+    def lose_b3() -> bool:
+        # Read and lost as one step (b3 frozen meanwhile): the run may have just switched back to the
+        # original between `ready` and here, and a b3 lost then would have nothing of the run's to keep.
+        with sshd_mod.frozen(fleet.machines["b3"].ns):
+            gro = feature(fleet.machines["b3"].ns)
+            if gro == before["b3"][0]:
+                return False
+            sshd_mod.lose(fleet, "b3")  # the listener and every session, by pid
+        lost["gro"] = gro
+        return True
 
     try:
         # b2 once a2 has stored a sample; b3 once a3 has, and the plan's setting is changed on b3

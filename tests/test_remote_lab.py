@@ -303,6 +303,40 @@ def test_fan_out_into_a_shared_postgresql_and_compare_from_it(pair, inv, tmp_pat
     assert not Path(pair.remote_dir("a")).exists() and not Path(pair.remote_dir("b")).exists()
 
 
+def test_a_setting_put_back_just_as_its_host_fell_silent_has_its_copy_there_removed_by_the_next_restore(
+        pair, inv, state_dir, lab_name):
+    res = cli(state_dir, "lab", "up", "hosts", "--inventory", str(inv), "--pair", "a:t1,b:t1", "--name", lab_name)
+    assert res.returncode == 0, res.stderr
+    res = cli(state_dir, "lab", "set", lab_name, "server", "t1", "gro=on")
+    assert res.returncode == 0 and feature(pair.b.ns, "t1") is True, res.stderr
+    (copy,) = [p for p in (Path(pair.remote_dir("b")) / "undo").iterdir() if "engine" not in p.name]
+    from offlab.knobs import journal, undo
+
+    (entry,) = [e for v in journal.all_journals() for e in v.open_entries]
+    # A restore's last step met a host that had just fallen silent: the setting was put back, then b's
+    # link went down before b's copy of the undo could go (what a run's cell switch met in CI).
+    NetnsHost(pair.b.ns).run(["ethtool", "-K", "t1", "gro", "off"])
+    NetnsHost(pair.b.ns).run(["ip", "link", "set", "mgmt", "down"])
+    try:
+        undo.mark(entry, "restored")
+    finally:
+        back_up(pair, "b")
+    view = journal.load(entry.journal)
+    assert copy.exists() and [e.seq for e in view.copies_left] == [entry.seq] and not view.open_entries
+    # The journal stays for it (closed, not forgotten), and the next restore that reaches b removes it.
+    res = cli(state_dir, "restore", "--list")
+    assert res.returncode == 0 and "would remove the host's copy of the undo of " in res.stdout, res.stdout
+    res = cli(state_dir, "restore")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "removed b's copy of the undo of " in res.stdout, res.stdout
+    assert not copy.exists() and not entry.journal.exists()
+    res = cli(state_dir, "lab", "down", lab_name)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert feature(pair.b.ns, "t1") is False
+    for side in ("a", "b"):
+        assert not Path(pair.remote_dir(side)).exists(), list(Path(pair.remote_dir(side)).rglob("*"))
+
+
 def test_a_host_that_dies_mid_run_keeps_the_samples_and_names_the_host(pair, inv, tmp_path, state_dir):
     plan = tmp_path / "plan.yaml"
     plan.write_text(pair_plan("pairs", 6))

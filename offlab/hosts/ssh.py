@@ -113,7 +113,7 @@ class _ControlDir:
     def get(self) -> Path:
         with self.lock:
             if self.path is None or self.pid != os.getpid():
-                from offlab.state import state_dir
+                from offlab.state import make_private_tmp, state_dir
 
                 base = state_dir() / "ssh"
                 # ssh binds "<path>.<16 random chars>" first: keep that under a socket's 108 bytes.
@@ -121,8 +121,8 @@ class _ControlDir:
                     base.mkdir(parents=True, exist_ok=True, mode=0o700)
                     _sweep(base)
                     path = Path(tempfile.mkdtemp(prefix=f"{os.getpid()}.", dir=base))
-                else:
-                    path = Path(tempfile.mkdtemp(prefix=f"offlab-ssh.{os.getpid()}."))
+                else:  # named by its owner, so `offlab restore` removes it once its process is gone
+                    path = make_private_tmp("ssh")
                 os.chmod(path, 0o700)
                 self.path, self.pid = path, os.getpid()
             return self.path
@@ -344,6 +344,15 @@ class SshHost(Host):
         except subprocess.TimeoutExpired:
             return False
 
+    def _answers(self) -> bool:
+        """The host runs a command through the master within the connect timeout."""
+        argv = self._local([*self._base(), "-T", "--", self.target, "true"])
+        try:
+            return subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True,
+                                  timeout=self.connect_timeout + 5).returncode == 0
+        except subprocess.TimeoutExpired:
+            return False
+
     def close(self) -> None:
         """Close this host's master (`ssh -O exit`); the next command opens a new one."""
         with _key_lock(self._key):
@@ -373,8 +382,9 @@ class SshHost(Host):
         duration = time.monotonic() - start
         if proc.returncode == SSH_ERROR:
             stderr = proc.stderr.decode(errors="replace")
-            # 255 is also a possible exit code of the remote command; the master tells them apart.
-            if not self._check_master():
+            # 255 is also a possible exit code of the remote command. A master that is gone, or one still up
+            # (it has not noticed yet) through which the host no longer answers, says it was ssh's own.
+            if not self._check_master() or not self._answers():
                 with _OPEN_LOCK:
                     _OPEN.pop(self._key, None)
                 raise HostUnreachable(self.name, f"running {argv[0]}", stderr)

@@ -14,7 +14,6 @@ from typing import Any, ClassVar
 from offlab import netdev
 from offlab.errors import BadInput, CommandFailed
 from offlab.hosts import Host
-from offlab.hosts.ssh import SSH_ERROR
 from offlab.knobs.target import Target
 
 KEY_RE = re.compile(r"^[A-Za-z0-9_.:/@-]{1,128}$")
@@ -142,11 +141,10 @@ class Knob:
         """Why this setting no longer exists (its interface was removed), or None."""
         if self.target.iface is None:
             return None
-        res = self.host.run(netdev.ip_argv("link", "show", "dev", self.iface), check=False, timeout=10)
-        # ip exits 1 when there is no such device. 255 is ssh's own failure, which an SSH host whose link
-        # just died can still hand back as a command's exit code (its master not yet aware): a host that
-        # does not answer has not lost its interface, and its entry must wait for it, not be dropped.
-        gone = res.rc not in (0, SSH_ERROR)
+        try:  # a host that does not answer raises (HostUnreachable): its entry waits for it
+            gone = netdev.ip_json_or_none(self.host, "link", "show", "dev", self.iface) is None
+        except ValueError:  # ip answered, not in JSON: the interface is there
+            gone = False
         return f"interface {self.iface} gone: nothing to restore" if gone else None
 
     # ---- journal ------------------------------------------------------

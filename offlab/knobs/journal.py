@@ -8,6 +8,9 @@ JSON lines, each appended, flushed and fsynced:
      "original": <exact snapshot>, "original_text": "off", "value": "on"}
     {"op": "restored", "seq": 1}            or  {"op": "dropped", "seq": 1, "note": "namespace gone: ..."}
     {"op": "release"}                       (a persisted journal no longer belongs to its process)
+    {"op": "copy-left", "seq": 1}           (closed, but its SSH host did not answer when the host's own
+                                             copy of the undo was to go: the journal stays until a later
+                                             restore removes it there and writes "copy-removed")
     {"op": "also-changed", "seq": 1, "changed": {"tx-tcp-segmentation": ["on", "off"]},
      "why": {"tx-tcp-segmentation": "needs tx-checksumming, which is off"}}
                                             (what the kernel took along; for people, restore ignores it)
@@ -69,6 +72,7 @@ class Entry:
     data: dict
     status: str = "open"  # open | restored | dropped
     note: str = ""
+    copy_left: bool = False  # closed, but its SSH host's copy of the undo could not be removed then
     held_by: int | None = None  # pid of the live process that owns it, if any
 
     @property
@@ -106,6 +110,11 @@ class JournalView:
     def open_entries(self) -> list[Entry]:
         return [e for e in self.entries if e.status == "open"]
 
+    @property
+    def copies_left(self) -> list[Entry]:
+        """Closed entries whose SSH host did not answer when its copy of the undo was to be removed."""
+        return [e for e in self.entries if e.status != "open" and e.copy_left]
+
 
 def load(path: Path) -> JournalView:
     header: dict = {}
@@ -135,6 +144,8 @@ def load(path: Path) -> JournalView:
         elif op in ("restored", "dropped") and rec.get("seq") in by_seq:
             by_seq[rec["seq"]].status = op
             by_seq[rec["seq"]].note = rec.get("note", "")
+        elif op in ("copy-left", "copy-removed") and rec.get("seq") in by_seq:
+            by_seq[rec["seq"]].copy_left = op == "copy-left"
         elif op == "release":
             view.released = True
     return view
@@ -220,9 +231,9 @@ def mark(entry: Entry, op: str, note: str = "") -> None:
 
 
 def remove_if_done(path: Path) -> bool:
-    """Delete a journal once nothing in it is left to restore."""
+    """Delete a journal once nothing in it is left to restore, nor any host's copy of an undo to remove."""
     view = load(path)
-    if view.open_entries or not path.exists():
+    if view.open_entries or view.copies_left or not path.exists():
         return False
     path.unlink(missing_ok=True)
     _fsync_dir(path.parent)

@@ -8,7 +8,7 @@ from typing import Iterable
 from offlab.errors import OfflabError
 from offlab.knobs.journal import (Entry, all_journals, dir_lock, forget_namespaces, in_guest_of, journal_dir,
                                   remove_if_done)
-from offlab.knobs.undo import mark
+from offlab.knobs.undo import forget_copies, mark
 from offlab.knobs.registry import knob_from_entry
 from offlab.knobs.target import Target, netns_exists
 
@@ -68,6 +68,12 @@ def restore_entries(entries: Iterable[Entry], report: Report | None = None) -> R
     return report
 
 
+def _forget_copies(entries: list[Entry], report: Report) -> None:
+    lines, failed = forget_copies(entries)
+    report.lines += lines + failed
+    report.failed += failed
+
+
 def restore_report(*, list_only: bool = False, force: bool = False) -> Report:
     """Restore (or list) what journals of dead processes, and released persisted journals, hold."""
     report = Report()
@@ -86,13 +92,17 @@ def restore_report(*, list_only: bool = False, force: bool = False) -> Report:
                 continue
             chosen.append(view)
         entries = [e for v in chosen for e in v.open_entries]
+        copies = [e for v in chosen for e in v.copies_left]  # before this restore adds any of its own
         if list_only:
             for e in _newest_first(entries):
                 why = _gone(e)
                 report.lines.append(f"would drop {e.where} {e.data.get('key')}: {why}" if why else
                                     f"would restore {e.describe()}  [{e.journal.name}]")
+            report.lines += [f"would remove the host's copy of the undo of {e.where} {e.data.get('key')} "
+                             f"({e.status} earlier)  [{e.journal.name}]" for e in copies]
         else:
             restore_entries(entries, report)
+            _forget_copies(copies, report)
             for view in chosen:
                 if remove_if_done(view.path):
                     report.lines.append(f"removed {view.path.name}")
@@ -109,7 +119,9 @@ def restore_lab(name: str) -> Report:
         return report
     with dir_lock():
         views = [v for v in all_journals() if not v.alive]
+        copies = [e for v in views for e in v.copies_left if e.data.get("lab") == name]
         restore_entries([e for v in views for e in v.open_entries if e.data.get("lab") == name], report)
+        _forget_copies(copies, report)
         for view in views:
             remove_if_done(view.path)
     return report

@@ -327,10 +327,10 @@ class Transaction:
 
     def _release(self) -> None:
         assert self.journal is not None
-        if not self.journal.view().open_entries:
-            remove_if_done(self.journal.path)
+        if not self.journal.path.exists() or (not self.journal.view().open_entries
+                                              and remove_if_done(self.journal.path)):
             return
-        self.journal.release()
+        self.journal.release()  # open entries, or a host's copy of an undo left: `offlab restore`'s now
 
 
 def _ident(knob: Knob) -> tuple:

@@ -78,7 +78,9 @@ def copy_to_host(path: Path, record: dict) -> None:
 
 def mark(entry: Entry, op: str, note: str = "") -> None:
     """Close an entry (restored, dropped) in the journal here and, for an SSH host's change, remove the
-    host's copy of its undo."""
+    host's copy of its undo. A host that does not answer right then (it may have fallen silent just
+    after the restore) keeps its copy, and the journal says so: it stays until `forget_copies` (a later
+    restore or `lab down`) removes the copy there."""
     journal.mark(entry, op, note)
     data = entry.data or next((e.data for e in journal.load(entry.journal).entries if e.seq == entry.seq), {})
     host = _ssh_host(data)
@@ -87,4 +89,28 @@ def mark(entry: Entry, op: str, note: str = "") -> None:
     try:
         remote_journal.forget(host, host.remote_dir, _name(entry.journal, entry.seq))
     except (EnvironmentProblem, CommandFailed):
-        pass  # unreachable now: the script left there restores the same original, harmlessly
+        if entry.journal.exists():
+            journal.Journal(entry.journal).append({"op": "copy-left", "seq": entry.seq})
+        entry.copy_left = True
+
+
+def forget_copies(entries: list[Entry]) -> tuple[list[str], list[str]]:
+    """Remove the SSH hosts' copies of the undo of entries closed while their host did not answer
+    (`Entry.copy_left`); (lines, failures), a host still silent being a failure to name."""
+    lines, failed = [], []
+    for entry in entries:
+        host = _ssh_host(entry.data)
+        what = f"{entry.where} {entry.data.get('key')}"
+        if host is None:
+            continue
+        try:
+            remote_journal.forget(host, host.remote_dir, _name(entry.journal, entry.seq))
+        except (EnvironmentProblem, CommandFailed) as exc:
+            failed.append(f"the undo script of {what} ({entry.status} earlier) is still on {host.name}: {exc}; "
+                          f"`offlab restore` again once it answers")
+            continue
+        journal.Journal(entry.journal).append({"op": "copy-removed", "seq": entry.seq})
+        entry.copy_left = False
+        lines.append(f"removed {host.name}'s copy of the undo of {what} ({entry.status} earlier, while "
+                     f"{host.name} did not answer)")
+    return lines, failed
