@@ -13,6 +13,10 @@ ignored SIGINT is not: a non-interactive shell starts every background job (`off
 SIGINT ignored (POSIX), and Python then installs no KeyboardInterrupt at all, so `kill -INT PID`
 would do nothing. Signals inherited blocked are unblocked for the same reason.
 
+Once a signal has been raised, offlab is ending: a second one (Ctrl-C pressed again, a scheduler's
+SIGTERM after a dropped terminal's SIGHUP) is noted and not raised, so that it cannot cut short the
+restore, the teardown or the line that says how to resume. The exit stays 130.
+
 A signal whose exception Python swallows (it arrived while a `__del__` or a weakref callback ran,
 e.g. inside an import: "Exception ignored in ...") is not lost: it is raised again at the next
 shielded section's edge, or when `interrupts()` ends.
@@ -45,6 +49,8 @@ class _Shield:
     Process-wide because signal handlers are: one record for the one main thread."""
 
     depth: int = 0
+    installed: int = 0  # interrupts() blocks open (nested: a bisect's runs)
+    ending: int | None = None  # the signal raised: offlab is unwinding to its exit; later ones are not raised
     pending: list[int] = field(default_factory=list)
     swallowed: list[int] = field(default_factory=list)  # raised where Python ignores exceptions
 
@@ -57,15 +63,23 @@ def interrupt_for(signum: int) -> BaseException:
     return KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum)
 
 
+def _raising(signum: int) -> BaseException:
+    """The exception for a signal that ends offlab now: from here on, further signals are not raised."""
+    _SHIELD.ending = signum
+    return interrupt_for(signum)
+
+
 def is_interrupt(exc: BaseException | None) -> bool:
     return isinstance(exc, (KeyboardInterrupt, SystemExit))
 
 
 def _handler(signum: int, frame) -> None:  # noqa: ARG001
+    if _SHIELD.ending is not None:
+        return  # already ending on a signal: its cleanup goes on to the end
     if _SHIELD.depth > 0:
         _SHIELD.pending.append(signum)
         return
-    raise interrupt_for(signum)
+    raise _raising(signum)
 
 
 def _signum_of(exc: BaseException | None) -> int | None:
@@ -81,6 +95,8 @@ def _unraisable_hook(previous):
         signum = _signum_of(unraisable.exc_value)
         if signum is None:
             previous(unraisable)
+        elif _SHIELD.ending is not None:
+            pass  # the second signal of an ending offlab
         elif _SHIELD.depth > 0:
             _SHIELD.pending.append(signum)
         else:
@@ -92,7 +108,7 @@ def _raise_swallowed() -> None:
     if _SHIELD.swallowed and _SHIELD.depth == 0:
         signum = _SHIELD.swallowed[0]
         _SHIELD.swallowed.clear()
-        raise interrupt_for(signum)
+        raise _raising(signum)
 
 
 def _main_thread() -> bool:
@@ -109,6 +125,7 @@ def interrupts() -> Iterator[None]:
         return
     old: dict[int, object] = {}
     old_hook = sys.unraisablehook
+    _SHIELD.installed += 1
     try:
         with shielded():  # installing is a section too: a signal between two signal() calls waits
             signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)
@@ -124,6 +141,9 @@ def interrupts() -> Iterator[None]:
             for s, handler in old.items():
                 signal.signal(s, handler if handler is not None else signal.SIG_DFL)  # type: ignore[arg-type]
             sys.unraisablehook = old_hook
+        _SHIELD.installed -= 1
+        if _SHIELD.installed == 0:
+            _SHIELD.ending = None
 
 
 @contextlib.contextmanager
@@ -142,11 +162,11 @@ def shielded() -> Iterator[None]:
     except BaseException as exc:
         signum = _leave()
         if signum is not None and not is_interrupt(exc):
-            raise interrupt_for(signum) from exc
+            raise _raising(signum) from exc
         raise
     signum = _leave()
     if signum is not None:
-        raise interrupt_for(signum)
+        raise _raising(signum)
 
 
 def _leave() -> int | None:

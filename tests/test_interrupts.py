@@ -80,3 +80,27 @@ def test_an_interrupt_swallowed_last_is_raised_when_the_handlers_go():
     with interrupts():
         pass
     assert sys.unraisablehook is before  # put back
+
+
+def test_a_second_signal_while_offlab_ends_on_the_first_does_not_cut_its_cleanup_short():
+    """The harness's double signals (a SIGTERM, then a SIGHUP 0.05 s later) lost the line that says how
+    to resume: the second, raised when the teardown's shield ended, replaced the first on its way out."""
+    import os
+
+    cleaned = []
+    with pytest.raises(Terminated) as raised:
+        with interrupts():
+            try:
+                os.kill(os.getpid(), signal.SIGTERM)
+                signal.sigtimedwait([], 0)  # a pause for the handler to run at
+            finally:
+                with shielded():  # the restore: a signal inside it, and one after it, change nothing
+                    os.kill(os.getpid(), signal.SIGHUP)
+                    cleaned.append("restored")
+                os.kill(os.getpid(), signal.SIGINT)
+                cleaned.append("the resume line")
+    assert raised.value.signum == signal.SIGTERM and cleaned == ["restored", "the resume line"]
+    with pytest.raises(KeyboardInterrupt):  # a later command's first signal is raised again
+        with interrupts():
+            os.kill(os.getpid(), signal.SIGINT)
+            signal.sigtimedwait([], 0)

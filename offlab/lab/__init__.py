@@ -12,7 +12,7 @@ from typing import Callable
 from offlab import netdev
 from offlab.errors import BadInput, EnvironmentProblem, NotRoot, OfflabError
 from offlab.hosts import LOCAL, NetnsHost, is_root, require_tool
-from offlab.hosts.process import process_start_time, signal_pid
+from offlab.hosts.process import process_start_time, running, signal_pid
 from offlab.interrupts import shielded
 from offlab.lab import owner
 from offlab.dpdk import remove_runtime
@@ -382,15 +382,23 @@ def _namespaces_named(lab: str) -> list[str]:
 
 
 def _kill_processes_in(ns: str) -> None:
-    """Processes inside a lab namespace can only have been started there through offlab."""
-    res = LOCAL.run(["ip", "netns", "pids", ns], check=False)
-    pids = [int(p) for p in res.stdout.split()] if res.ok else []
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in pids:
-            signal_pid(pid, sig)
-        deadline = time.monotonic() + 2
-        while pids and time.monotonic() < deadline:
-            pids = [p for p in pids if os.path.exists(f"/proc/{p}")]
-            time.sleep(0.02)
+    """Processes inside a lab namespace can only have been started there through offlab. Listed
+    again once they are gone: one still entering it (`ip netns exec` joins, then execs) when the
+    namespace was first listed is in it by then. A zombie is gone (hosts.process.running): waiting
+    for its parent to reap it only delayed the teardown."""
+    seen: set[int] = set()
+    for _ in range(3):
+        res = LOCAL.run(["ip", "netns", "pids", ns], check=False)
+        pids = [int(p) for p in res.stdout.split() if int(p) not in seen] if res.ok else []
         if not pids:
             return
+        seen.update(pids)
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            for pid in pids:
+                signal_pid(pid, sig)
+            deadline = time.monotonic() + 2
+            while pids and time.monotonic() < deadline:
+                pids = [p for p in pids if running(p)]
+                time.sleep(0.02)
+            if not pids:
+                break

@@ -15,6 +15,7 @@ from typing import Iterator
 from offlab.state import private_tmp
 from offlab.errors import CannotTestHere, ToolMissing
 from offlab.hosts import Host, which
+from offlab.interrupts import shielded
 from offlab.traffic import TrafficResult, Workload
 from offlab.traffic import series as intervals
 from offlab.traffic.iperf3 import TrafficFailed
@@ -142,21 +143,25 @@ def run(client: Host, server: Host, server_addr: str, w: Workload, *, on_started
     run_id = random.randint(1, 2**32 - 1)
     with _ready_dir(server) as tmp:
         ready = f"{tmp}/ready"
-        rx = server.spawn(pinned(rx_argv(w, server_addr, port, ready, run_id, engine_on(server),
-                                          channel=not client.shares_kernel, interval_ms=interval_ms),
-                                 _cpu(server, w.server_cpu)),
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        tx = None
+        rx = tx = None
         try:
+            # Started shielded: a signal while a process starts waits until it is ours to stop (one that
+            # cut the spawn short lost its Popen, and the engine ran on in a lab being removed).
+            with shielded():
+                rx = server.spawn(pinned(rx_argv(w, server_addr, port, ready, run_id, engine_on(server),
+                                                 channel=not client.shares_kernel, interval_ms=interval_ms),
+                                         _cpu(server, w.server_cpu)),
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             deadline = time.monotonic() + (5 if server.shares_kernel else 30)
             while not (os.path.exists(ready) if server.shares_kernel else server.exists(ready)):
                 if rx.poll() is not None or time.monotonic() > deadline:
                     err = rx.stderr.read().strip() if rx.poll() is not None else "not ready in time"
                     raise TrafficFailed(f"offlab-engine rx on {server.name} did not start: {err}")
                 time.sleep(0.01)
-            tx = client.spawn(pinned(tx_argv(w, server_addr, port, run_id, engine_on(client), interval_ms),
-                                     _cpu(client, w.client_cpu)),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            with shielded():
+                tx = client.spawn(pinned(tx_argv(w, server_addr, port, run_id, engine_on(client), interval_ms),
+                                         _cpu(client, w.client_cpu)),
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             if on_started:
                 on_started(tx.pid, rx.pid)
             tx_out, tx_err = tx.communicate(timeout=w.warmup + w.duration + 30)
@@ -174,7 +179,8 @@ def run(client: Host, server: Host, server_addr: str, w: Workload, *, on_started
         finally:
             if tx is not None:
                 stop(tx)
-            stop(rx)
+            if rx is not None:
+                stop(rx)
 
 
 @contextlib.contextmanager

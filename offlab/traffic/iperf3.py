@@ -9,6 +9,7 @@ import subprocess
 
 from offlab.errors import EnvironmentProblem
 from offlab.hosts import Host, require_tool
+from offlab.interrupts import shielded
 from offlab.traffic import TrafficResult, Workload
 from offlab.traffic import series as intervals
 from offlab.traffic.rate import parse_rate
@@ -90,15 +91,17 @@ def run(client: Host, server: Host, server_addr: str, w: Workload, *, on_started
     """One iperf3 run; `on_started()` is called once the client is sending (for probes)."""
     require_tool("iperf3")
     port = _free_port(server)
-    srv = server.spawn(pinned(["iperf3", "-s", "-1", "-p", str(port)], _cpu(server, w.server_cpu)),
-                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    cli = None
+    srv = cli = None
     try:
+        with shielded():  # a signal while a process starts waits until it is ours to stop
+            srv = server.spawn(pinned(["iperf3", "-s", "-1", "-p", str(port)], _cpu(server, w.server_cpu)),
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         if not wait_listening(server, port, "tcp", srv):
             err = (srv.stderr.read() if srv.poll() is not None else "") or "not listening after 5 s"
             raise TrafficFailed(f"iperf3 server on {server.name} port {port} did not start: {err.strip()}")
-        cli = client.spawn(pinned(client_argv(w, server_addr, port), _cpu(client, w.client_cpu)),
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        with shielded():
+            cli = client.spawn(pinned(client_argv(w, server_addr, port), _cpu(client, w.client_cpu)),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         if on_started:
             on_started(cli.pid, srv.pid)
         limit = w.duration + w.warmup + 30
@@ -117,7 +120,8 @@ def run(client: Host, server: Host, server_addr: str, w: Workload, *, on_started
     finally:
         if cli is not None:
             stop(cli)
-        stop(srv)
+        if srv is not None:
+            stop(srv)
 
 
 def _free_port(server: Host) -> int:

@@ -18,6 +18,7 @@ from typing import Literal
 from offlab.errors import BadInput
 from offlab.hosts import Host
 from offlab.hosts.process import pinned, stop
+from offlab.interrupts import shielded
 from offlab.traffic import UDP_MAX_PAYLOAD, BadWorkload
 from offlab.traffic import series as intervals
 from offlab.traffic.engine import _ready_dir, engine_on, report
@@ -225,14 +226,17 @@ def run_client(client: Host, dest: str, port: int, w: RrWorkload, *, iface: str 
     """Runs `offlab-engine rr` in `client` against `dest`:`port` (a server already answering, or not)."""
     w.check()
     before = iface_packets(client, iface) if iface else None
-    proc = client.spawn(pinned(client_argv(w, dest, port, engine_on(client)), w.client_cpu),
-                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = None
     try:
+        with shielded():  # a signal while it starts waits until it is ours to stop
+            proc = client.spawn(pinned(client_argv(w, dest, port, engine_on(client)), w.client_cpu),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         if on_started:
             on_started(proc.pid)
         out, err = proc.communicate(timeout=w.warmup + w.duration + 2 * w.timeout + 30)
     finally:
-        stop(proc)
+        if proc is not None:
+            stop(proc)
     if proc.returncode == 2:
         raise BadInput(err.strip().removeprefix("offlab-engine: error: "))
     if proc.returncode != 0:
@@ -253,9 +257,11 @@ def run(client: Host, server: Host, server_addr: str, w: RrWorkload, *, client_i
     with _ready_dir(server) as tmp:
         ready = f"{tmp}/ready"
         seconds = w.warmup + w.duration + 2 * w.timeout + 60
-        srv = server.spawn(pinned(server_argv(server_addr, port, ready, seconds, engine_on(server)), w.server_cpu),
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        srv = None
         try:
+            with shielded():  # a signal while it starts waits until it is ours to stop
+                srv = server.spawn(pinned(server_argv(server_addr, port, ready, seconds, engine_on(server)),
+                                          w.server_cpu), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             deadline = time.monotonic() + (5 if server.shares_kernel else 30)
             while not (os.path.exists(ready) if server.shares_kernel else server.exists(ready)):
                 if srv.poll() is not None or time.monotonic() > deadline:
@@ -274,7 +280,8 @@ def run(client: Host, server: Host, server_addr: str, w: RrWorkload, *, client_i
             result.server_pid = srv.pid
             return result
         finally:
-            stop(srv)
+            if srv is not None:
+                stop(srv)
 
 
 def run_lab(lab, w: RrWorkload, *, count_packets: bool = True, on_started=None) -> RrResult:
