@@ -84,6 +84,22 @@ def sshd_pids(ns: str) -> set[int]:
     return pids
 
 
+def processes_in(ns: str) -> dict[int, str]:
+    """pid → command line of every live process in namespace `ns` but its sshd (listener and sessions);
+    a zombie is not counted (this machine's PID 1 reaps orphans about a second late)."""
+    out = {}
+    for pid in LOCAL.run(["ip", "netns", "pids", ns], check=False).stdout.split():
+        try:
+            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                continue
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+        except (OSError, IndexError):
+            continue
+        if cmd and not cmd.startswith(("sshd", "/usr/sbin/sshd")):
+            out[int(pid)] = cmd
+    return out
+
+
 @contextlib.contextmanager
 def frozen(ns: str):
     """Every process in namespace `ns` stopped (SIGSTOP) while the block runs and resumed after, so

@@ -283,21 +283,6 @@ def test_serial_runs_the_pairs_in_batches_and_a_database_gone_meanwhile_keeps_th
     assert leftovers_on_the_machines(fleet) == []
 
 
-def ns_processes(ns: str) -> dict[int, str]:
-    """pid → command line of every process in namespace `ns` but its sshd (zombies not counted)."""
-    out = {}
-    for pid in subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split():
-        try:
-            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
-                continue
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
-        except (OSError, IndexError):
-            continue
-        if Path(f"/proc/{pid}/comm").exists() and Path(f"/proc/{pid}/comm").read_text().strip() != "sshd":
-            out[int(pid)] = cmd
-    return out
-
-
 # A fleet run's server whose controller (the client host's `offlab run`, started there by Ansible) is killed
 # outright, its own management link cut at once: nothing reaches it, and it puts itself back by its lease.
 def test_a_fleet_runs_server_puts_itself_back_by_its_lease_when_its_controller_dies_and_its_link_is_cut(
@@ -315,8 +300,8 @@ def test_a_fleet_runs_server_puts_itself_back_by_its_lease_when_its_controller_d
                 return False
             # The controller and all it started on a2, stopped until none is forked past the list, then killed.
             killed: list[int] = []
-            crashed["commands"] = list(ns_processes(a2).values())
-            while new := [p for p in ns_processes(a2) if p not in killed]:
+            crashed["commands"] = list(sshd_mod.processes_in(a2).values())
+            while new := [p for p in sshd_mod.processes_in(a2) if p not in killed]:
                 for pid in new:
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(pid, signal.SIGSTOP)
@@ -338,10 +323,10 @@ def test_a_fleet_runs_server_puts_itself_back_by_its_lease_when_its_controller_d
         # No command from anywhere: b2's watchdog puts its setting back and ends the run's server there,
         # then leaves itself (a hang guard only: the time it took is printed, not judged).
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and (settings_of(fleet)["b2"] != before["b2"] or ns_processes(b2)):
+        while time.monotonic() < deadline and (settings_of(fleet)["b2"] != before["b2"] or sshd_mod.processes_in(b2)):
             time.sleep(0.2)
         took = time.monotonic() - crashed["at"]  # type: ignore[operator]
-        assert settings_of(fleet)["b2"] == before["b2"] and not ns_processes(b2), (took, ns_processes(b2))
+        assert settings_of(fleet)["b2"] == before["b2"] and not sshd_mod.processes_in(b2), (took, sshd_mod.processes_in(b2))
         lapsed = list((fleet.path("remote", "b2") / "lapsed").glob("*.txt"))
         # One record per lease of the killed processes (the run and its pair's runner each hold their own).
         records = "".join(p.read_text() for p in lapsed)

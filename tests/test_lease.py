@@ -50,19 +50,6 @@ def mtu(ns: str, iface: str) -> int:
     return json.loads(NetnsHost(ns).run(["ip", "-j", "link", "show", "dev", iface]).stdout)[0]["mtu"]
 
 
-def processes_in(ns: str) -> dict[int, str]:
-    """pid → command line of every process in namespace `ns` but its sshd (listener and sessions)."""
-    out = {}
-    for pid in subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split():
-        try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
-        except OSError:
-            continue
-        if cmd and not cmd.startswith(("sshd", "/usr/sbin/sshd")):
-            out[int(pid)] = cmd
-    return out
-
-
 def leases_on(pair, side: str) -> list[str]:
     d = Path(pair.remote_dir(side)) / "lease"
     return sorted(p.name for p in d.iterdir()) if d.is_dir() else []
@@ -143,7 +130,7 @@ def test_a_killed_controllers_host_puts_itself_back_and_the_next_restore_says_so
         assert before == (False, 1500)
         proc = start_controller(pair, lab_name, 1, state_dir)
         assert (feature(pair.b.ns, "t1"), mtu(pair.b.ns, "t1")) == (True, 1400)
-        assert any(c.startswith("sleep 300") for c in processes_in(pair.b.ns).values())
+        assert any(c.startswith("sleep 300") for c in sshd_mod.processes_in(pair.b.ns).values())
         kill_controller(pair, proc)
         # ...and the machine's management link cut at once: nothing from anywhere reaches it.
         NetnsHost(pair.b.ns).run(["ip", "link", "set", "mgmt", "down"])
@@ -151,9 +138,9 @@ def test_a_killed_controllers_host_puts_itself_back_and_the_next_restore_says_so
             # No command is run anywhere: the machine's own watchdog puts it back once the lease lapses.
             wait_for("settings back and the server process ended on b",
                      lambda: (feature(pair.b.ns, "t1"), mtu(pair.b.ns, "t1")) == before
-                     and not any(c.startswith("sleep 300") for c in processes_in(pair.b.ns).values()))
+                     and not any(c.startswith("sleep 300") for c in sshd_mod.processes_in(pair.b.ns).values()))
             # ...and then leaves: no process of offlab's on b (the watchdog neither), no lease.
-            wait_for("the watchdog gone", lambda: processes_in(pair.b.ns) == {} or print(processes_in(pair.b.ns)))
+            wait_for("the watchdog gone", lambda: sshd_mod.processes_in(pair.b.ns) == {} or print(sshd_mod.processes_in(pair.b.ns)))
             assert leases_on(pair, "b") == []
             record = list((Path(pair.remote_dir("b")) / "lapsed").glob("*.txt"))
             assert len(record) == 1, record
@@ -182,7 +169,7 @@ def test_a_killed_controllers_host_puts_itself_back_and_the_next_restore_says_so
     finally:
         teardown.down(lab_name, force=True)
     assert not Path(pair.remote_dir("b")).exists(), list(Path(pair.remote_dir("b")).rglob("*"))
-    assert processes_in(pair.b.ns) == {}
+    assert sshd_mod.processes_in(pair.b.ns) == {}
 
 
 def watchdog_of(pair, side: str, lease_id: str) -> int:
@@ -224,7 +211,7 @@ def test_two_labs_on_one_host_each_have_their_own_lease_and_lab_down_stops_only_
         # ...and the second lab's lease, watchdog, settings and process untouched: its controller lives.
         assert leases_on(pair, "b") == [second] and alive(dogs[second])
         assert (feature(pair.b.ns, "t2"), mtu(pair.b.ns, "t2")) == (True, 1400)
-        assert [c for c in processes_in(pair.b.ns).values() if c.startswith("sleep 300")] == ["sleep 300"]
+        assert [c for c in sshd_mod.processes_in(pair.b.ns).values() if c.startswith("sleep 300")] == ["sleep 300"]
         # The second controller ends as interrupted (SIGTERM): it puts back, releases its lease and leaves.
         procs[1].send_signal(signal.SIGTERM)
         out, err = procs[1].communicate(timeout=120)
@@ -238,7 +225,7 @@ def test_two_labs_on_one_host_each_have_their_own_lease_and_lab_down_stops_only_
                 p.wait()
         for name in labs:
             teardown.down(name, force=True)
-    assert processes_in(pair.b.ns) == {} and processes_in(pair.a.ns) == {}
+    assert sshd_mod.processes_in(pair.b.ns) == {} and sshd_mod.processes_in(pair.a.ns) == {}
     assert not Path(pair.remote_dir("b")).exists(), list(Path(pair.remote_dir("b")).rglob("*"))
 
 
@@ -264,7 +251,7 @@ def test_a_live_controller_is_never_undercut_and_a_failed_renewal_is_retried_and
             assert proc.poll() is None and leases_on(pair, "b") == ids, (leases_on(pair, "b"), proc.poll())
             seen.add((lease_dir / "deadline").read_text().split()[0])
             assert feature(pair.b.ns, "t1") is True
-            assert any(c.startswith("sleep 300") for c in processes_in(pair.b.ns).values())
+            assert any(c.startswith("sleep 300") for c in sshd_mod.processes_in(pair.b.ns).values())
             if not blocked and len(seen) >= 2:  # renewed at least once: now its renewals fail for a while
                 (lease_dir / "deadline.t").mkdir()
                 time.sleep(2.5)
@@ -283,7 +270,7 @@ def test_a_live_controller_is_never_undercut_and_a_failed_renewal_is_retried_and
             proc.kill()
             proc.wait()
         teardown.down(lab_name, force=True)
-    assert processes_in(pair.b.ns) == {}
+    assert sshd_mod.processes_in(pair.b.ns) == {}
 
 
 # Host-wide and harmless (the burst of the kernel's network log rate limit), used by no other test.

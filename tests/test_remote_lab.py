@@ -464,19 +464,6 @@ repeat: {min: 2, max: 2, level: 95, width: 50}
 """
 
 
-def processes_in(ns: str) -> dict[int, str]:
-    """pid → command line of every process in namespace `ns` but its sshd (listener and sessions)."""
-    out = {}
-    for pid in subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split():
-        try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
-        except OSError:
-            continue
-        if not cmd.startswith("sshd") and not cmd.startswith("/usr/sbin/sshd"):
-            out[int(pid)] = cmd
-    return out
-
-
 def name_of(cmdline: str) -> str:
     """A command line with its program's directory dropped (the engine runs from the copy offlab put there)."""
     head, _, rest = cmdline.partition(" ")
@@ -535,8 +522,8 @@ def test_controller_killed_mid_run_over_an_ansible_inventory_leaves_nothing_on_t
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline and proc.poll() is None:
             # Mid-sample: the server on b and the client on a run (each for RUN_OUT s unless ended).
-            servers = [c for c in processes_in(pair.b.ns).values() if name_of(c).startswith(server_cmd)]
-            clients = [c for c in processes_in(pair.a.ns).values() if name_of(c).startswith(client_cmd)]
+            servers = [c for c in sshd_mod.processes_in(pair.b.ns).values() if name_of(c).startswith(server_cmd)]
+            clients = [c for c in sshd_mod.processes_in(pair.a.ns).values() if name_of(c).startswith(client_cmd)]
             if servers and clients and feature(pair.a.ns, "t1") is True and mtu(pair.a.ns, "t1") == 1400:
                 break
             time.sleep(0.2)
@@ -575,8 +562,8 @@ def test_controller_killed_mid_run_over_an_ansible_inventory_leaves_nothing_on_t
         # What the crash left: the settings on a, the client on a and the server on b (minutes more to go).
         crashed = time.monotonic()
         assert (feature(pair.a.ns, "t1"), mtu(pair.a.ns, "t1")) == (True, 1400)
-        assert any(name_of(c).startswith(server_cmd) for c in processes_in(pair.b.ns).values()), processes_in(pair.b.ns)
-        assert any(name_of(c).startswith(client_cmd) for c in processes_in(pair.a.ns).values()), processes_in(pair.a.ns)
+        assert any(name_of(c).startswith(server_cmd) for c in sshd_mod.processes_in(pair.b.ns).values()), sshd_mod.processes_in(pair.b.ns)
+        assert any(name_of(c).startswith(client_cmd) for c in sshd_mod.processes_in(pair.a.ns).values()), sshd_mod.processes_in(pair.a.ns)
         if how == "restore.sh":  # on each host alone: only sh and its tools
             for side in ("a", "b"):
                 res = NetnsHost(getattr(pair, side).ns).run(["sh", f"{pair.remote_dir(side)}/restore.sh"], check=False)
@@ -587,7 +574,7 @@ def test_controller_killed_mid_run_over_an_ansible_inventory_leaves_nothing_on_t
             if how == "offlab restore":  # --list says what it would end, and ends nothing
                 res = cli(state_dir, "restore", "--list")
                 assert res.returncode == 0 and f"would end on b: stop {server_cmd}" in res.stdout, res.stdout
-                assert any(name_of(c).startswith(server_cmd) for c in processes_in(pair.b.ns).values())
+                assert any(name_of(c).startswith(server_cmd) for c in sshd_mod.processes_in(pair.b.ns).values())
             res = cli(state_dir, *how.removeprefix("offlab ").split())
             assert res.returncode == 0, res.stdout + res.stderr
             assert server_cmd in res.stdout, res.stdout
@@ -597,7 +584,7 @@ def test_controller_killed_mid_run_over_an_ansible_inventory_leaves_nothing_on_t
         # stop looking once its directory is gone.
         left = {}
         for _ in range(25):
-            left = {**processes_in(pair.a.ns), **processes_in(pair.b.ns)}
+            left = {**sshd_mod.processes_in(pair.a.ns), **sshd_mod.processes_in(pair.b.ns)}
             if not left:
                 break
             time.sleep(0.2)
@@ -612,6 +599,6 @@ def test_controller_killed_mid_run_over_an_ansible_inventory_leaves_nothing_on_t
         res = cli(state_dir, "lab", "down", "--all", "--force")
         assert res.returncode == 0, res.stdout + res.stderr
     for side in ("a", "b"):
-        assert processes_in(getattr(pair, side).ns) == {}, side
+        assert sshd_mod.processes_in(getattr(pair, side).ns) == {}, side
         assert not Path(pair.remote_dir(side)).exists(), list(Path(pair.remote_dir(side)).rglob("*"))
     assert (feature(pair.a.ns, "t1"), mtu(pair.a.ns, "t1")) == before
