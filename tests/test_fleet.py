@@ -335,9 +335,13 @@ def test_a_fleet_runs_server_puts_itself_back_by_its_lease_when_its_controller_d
     finally:
         sshd_mod.reconnect(fleet, "b2")
     assert res.returncode != 0, res.stdout
-    # What a2's killed controller left (its own settings, its run directory) and b2's record: `fleet clean`.
+    # What a2's killed controller left (its own settings, its run directory) and b2's record: `fleet clean`,
+    # which says what b2's lease did, as `offlab restore` would, before it removes the record.
     res = fleet_cli(fleet, tmp_path, "fleet", "clean", "--inventory", str(inv), "--host", "a2", "--host", "b2")
     assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
+    said = [l for l in res.stdout.splitlines() if l.startswith("b2: ")]
+    assert said and said[0].startswith("b2: restored by its lease at ") and "fell silent at" in said[0], res.stdout
+    assert any(l.startswith("b2:   restored: t1 gro") for l in said), res.stdout
     assert leftovers_on_the_machines(fleet) == []
     assert settings_of(fleet) == before
 

@@ -56,11 +56,12 @@ def clean_cmd(
     inventory: Path = typer.Option(..., "--inventory", help="The Ansible YAML inventory of the fleet run."),
     host: Optional[List[str]] = typer.Option(None, "--host", help="Only this host (repeatable)."),
 ) -> None:
-    """Put back what a crashed run left (each host's own restore.sh: settings, offlab's processes), then
-    remove offlab from the hosts (offlab_prefix: venv, bundle, state) and any fleet key."""
+    """Say what each host's lease put back, put back what a crashed run left (each host's own restore.sh:
+    settings, offlab's processes), then remove offlab from the hosts (offlab_prefix: venv, bundle, state)
+    and any fleet key."""
     from offlab import fleet
 
-    rc = fleet.clean(str(inventory), host or None)
+    rc = fleet.clean(str(inventory), host or None, on_line=typer.echo)
     if rc != 0:
         raise EnvironmentProblem(f"fleet clean: ansible-playbook exit {rc} (its output above names the host)")
 

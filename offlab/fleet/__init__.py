@@ -6,8 +6,10 @@
         play 2, every pair's client host: a key pair made for the run, authorized on both ends (marked),
                 `offlab run PLAN --inventory PAIR.json --pair A:IF,B:IF` there (per-sample ssh stays in
                 the pair), its SQLite file fetched home
-        play 3, every host: this run's keys and run directory removed (the installation stays)
-    controller: each pair's SQLite file `results import`ed into --db; one line per pair
+        play 3, every host: this run's keys and run directory removed (the installation stays); the
+                records of what its lease put back while its controller was silent brought home
+    controller: what the leases put back said; each pair's SQLite file `results import`ed into --db; one
+                line per pair
 
 offlab schedules nothing itself: Ansible's forks and serial batches decide what runs at once, and a
 pair that fails is rescued by the playbook, so the others go on.
@@ -32,7 +34,7 @@ from typing import Callable
 from offlab.state import private_tmp
 from offlab import inventory as inv_mod
 from offlab.errors import BadInput, EnvironmentProblem
-from offlab.hosts import LOCAL
+from offlab.hosts import LOCAL, lease
 from offlab.hosts.process import die_with_parent
 
 PLAYBOOK = Path(__file__).parent / "ansible" / "fleet.yml"
@@ -169,7 +171,8 @@ def run(plan_path: str, inventory: str, db: str, pairs: list[str] | None = None,
                 checks[ih.name] = {"hosts": {ih.name: {"ssh": "localhost", "remote_dir": ih.remote_dir,
                                                        "lease": ih.lease, "interfaces": [
                     {"name": x.name, "addresses": list(x.addresses)} for x in ih.interfaces]}}}
-        extra = {"offlab_fleet_run": token, "offlab_fleet_hosts": ",".join(hosts),
+        extra = {"offlab_fleet_run": token, "offlab_fleet_lapsed_sh": lease.LAPSED_AND_TIDY_SH,
+                 "offlab_fleet_hosts": ",".join(hosts),
                  "offlab_fleet_clients": ",".join(jobs), "offlab_fleet_serial": serial or "100%",
                  "offlab_fleet_bundle": str(bundle_path.resolve()), "offlab_fleet_bundle_sha256": _sha256(bundle_path),
                  "offlab_fleet_plan": os.path.abspath(plan_path),
@@ -183,6 +186,8 @@ def run(plan_path: str, inventory: str, db: str, pairs: list[str] | None = None,
         with open(log, "w") as f:
             proc = _play(argv, Path(tmp), f)
         text = log.read_text()
+        for line in lapses_brought_home(out):
+            on_line(line)
         keep = os.environ.get("OFFLAB_FLEET_LOG")
         if keep:
             shutil.copyfile(log, keep)
@@ -310,20 +315,36 @@ def _collect(pairs: list[str], jobs: dict, out: Path, text: str, db: str, ansibl
     return results
 
 
-def clean(inventory: str, hosts: list[str] | None = None, *, forks: int = 5) -> int:
-    """`offlab fleet clean`: the playbook's `clean` tag: a crashed run's restore.sh run on each host, then
-    offlab_prefix and any fleet key off the hosts."""
+def clean(inventory: str, hosts: list[str] | None = None, *, forks: int = 5,
+          on_line: Callable[[str], None] = lambda line: None) -> int:
+    """`offlab fleet clean`: the playbook's `clean` tag: what each host's lease put back said (`on_line`), a
+    crashed run's restore.sh run on each host, then offlab_prefix and any fleet key off the hosts."""
     inv = inv_mod.load(inventory)
     names = hosts or list(inv.hosts)
     for n in names:
         inv.host(n)
     player = ansible_playbook()
     with private_tmp("fleet") as tmp:
-        (Path(tmp) / "extra.json").write_text(json.dumps({"offlab_fleet_hosts": ",".join(names), "offlab_fleet_clients": ",".join(names),
-                                                          "offlab_fleet_serial": "100%", "offlab_fleet_run": "clean"}))
+        out = Path(tmp) / "out"
+        out.mkdir()
+        (Path(tmp) / "extra.json").write_text(json.dumps({
+            "offlab_fleet_hosts": ",".join(names), "offlab_fleet_clients": ",".join(names),
+            "offlab_fleet_serial": "100%", "offlab_fleet_run": "clean", "offlab_fleet_out": str(out),
+            "offlab_fleet_lapsed_sh": lease.LAPSED_AND_TIDY_SH}))
         argv = [player, "-i", os.path.abspath(inventory), str(PLAYBOOK), "--tags", "clean",
                 "-e", f"@{tmp}/extra.json", "--forks", str(forks)]
-        return _play(argv, Path(tmp), None).returncode
+        rc = _play(argv, Path(tmp), None).returncode
+        for line in lapses_brought_home(out):
+            on_line(line)
+        return rc
+
+
+def lapses_brought_home(out: Path) -> list[str]:
+    """The lapse records the playbook brought home from each host (lapsed.yml), as `offlab restore` says them."""
+    lines = []
+    for f in sorted(out.glob("lapsed-*.txt")):
+        lines += lease.parse_lapses(f.name.removeprefix("lapsed-").removesuffix(".txt"), f.read_text())
+    return lines
 
 
 def command_line(argv: list[str]) -> str:

@@ -153,8 +153,12 @@ stop "$L"; tidy "$1"; exit 0
 _LIST = r'cd "$1/lease" 2>/dev/null || exit 0; for l in */; do [ -f "$l/owner" ] || continue; ' \
         r'printf "%s %s %s\n" "${l%/}" "$(cat "$l/owner")" "$(head -c 200 "$l/label" | tr "\n" " ")"; done'
 _STOP_MANY = _STOP_ONE + _TIDY + r'R=$1; shift; for l; do stop "$R/lease/$l" >/dev/null; done; tidy "$R"; exit 0'
-_LAPSED = r'cd "$1/lapsed" 2>/dev/null || exit 0; for f in *.txt; do [ -e "$f" ] || continue; echo "@@ $f"; cat "$f"; ' \
-          r'[ "$2" = remove ] && rm -f "$f"; done; cd "$1"; rmdir lapsed 2>/dev/null; exit 0'
+_LAPSED_READ = r'if cd "$1/lapsed" 2>/dev/null; then for f in *.txt; do [ -e "$f" ] || continue; echo "@@ $f"; ' \
+               r'cat "$f"; [ "$2" = remove ] && rm -f "$f"; done; cd "$1"; rmdir lapsed 2>/dev/null; fi; '
+_LAPSED = _LAPSED_READ + "exit 0"
+# The same read for a fleet's playbook (a task on each host, records removed: said once by `fleet run` or
+# `fleet clean`), then the remote directory tidied if nothing else keeps it. $1 remote_dir, $2 "remove".
+LAPSED_AND_TIDY_SH = _TIDY + _LAPSED_READ + 'tidy "$1"; exit 0'
 
 
 def _owner_line() -> str:
@@ -448,6 +452,12 @@ def lapses(host: Host, remote_dir: str, *, remove: bool = False) -> list[str]:
     """What the watchdogs on `host` restored after their controller fell silent, one line per lapse and one
     per thing restored; with `remove`, the records go (said once)."""
     res = host.run(["sh", "-c", _LAPSED, "sh", remote_dir, "remove" if remove else "keep"], check=False, timeout=30)
+    return parse_lapses(host.name, res.stdout)
+
+
+def parse_lapses(host_name: str, text: str) -> list[str]:
+    """The lapse records `text` holds (the read above: "@@ FILE" then the record), one line per lapse and
+    one per thing restored, each starting with the host's name."""
     out: list[str] = []
     record: dict[str, str] = {}
     done: list[str] = []
@@ -457,11 +467,11 @@ def lapses(host: Host, remote_dir: str, *, remove: bool = False) -> list[str]:
             return
         at = _clock(record.get("lapsed"))
         silent = _clock(record.get("silent"))
-        out.append(f"{host.name}: restored by its lease at {at} after the controller ({record.get('controller', '?')}) "
+        out.append(f"{host_name}: restored by its lease at {at} after the controller ({record.get('controller', '?')}) "
                    f"fell silent at {silent}")
-        out.extend(f"{host.name}:   {line}" for line in done)
+        out.extend(f"{host_name}:   {line}" for line in done)
 
-    for line in res.stdout.splitlines():
+    for line in text.splitlines():
         if line.startswith("@@ "):
             flush()
             record, done = {"file": line[3:]}, []
