@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import (
-    kill_9_once_daemon_is_recorded, module_lab, netns_names, new_links_of_ours, root_links,
+    kill_9_once_daemon_is_recorded, module_lab, netns_names, new_links_of_ours, offlab_cli, root_links,
     running,
 )
 
@@ -215,6 +215,45 @@ def test_offlab_restore_after_kill_9_of_lab_up_stops_testpmd_and_removes_its_run
 
 def _lab_pids(lab: str, role: str) -> list[str]:
     return subprocess.run(["ip", "netns", "pids", f"ol-{lab}-{role}"], capture_output=True, text=True).stdout.split()
+
+
+@pytest.mark.skipif(not HAVE_TESTPMD or os.geteuid() != 0, reason="needs root and dpdk-testpmd")
+def test_testpmd_dying_mid_measure_fails_naming_it_and_the_lab_shows_broken_with_the_fix(lab_name, clean_machine,
+                                                                                         state_dir):
+    import sys
+    import time
+
+    from tests.conftest import REPO
+
+    # a process of its own, as a person's: testpmd outlives it (not a child of this test to reap)
+    res = offlab_cli("lab", "up", "dpdk", "--name", lab_name, "--json", timeout=180)
+    assert res.returncode == 0, res.stderr
+    tp = json.loads(res.stdout)["testpmd"]
+    try:
+        # the measure is a process of its own: its exit code and stderr are what this test is about
+        proc = subprocess.Popen([sys.executable, "-m", "offlab", "measure", lab_name, "--tool", "iperf3", "--proto",
+                                 "tcp", "--duration", "8"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+        # testpmd dies once the traffic runs: the iperf3 client is up in the client's namespace
+        deadline = time.monotonic() + 60  # a hang guard: the client starts within seconds of the measure
+        while not _lab_pids(lab_name, "client"):
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the measure's client never started"
+            time.sleep(0.05)
+        os.kill(tp["pid"], signal.SIGKILL)
+        _, err = proc.communicate(timeout=60)  # not the sender's 30 s grace: the daemon's death ends it
+        assert proc.returncode == 3, err
+        assert f"dpdk-testpmd (pid {tp['pid']}) of lab {lab_name} died: " in err and "Traceback" not in err
+        assert f"`offlab lab down {lab_name}`" in err
+        assert _lab_pids(lab_name, "client") == [] and _lab_pids(lab_name, "server") == []
+        listed = json.loads(run("lab", "list", "--json").stdout)
+        row = next(r for r in listed if r["name"] == lab_name)
+        assert row["status"] == "broken" and f"dpdk-testpmd (pid {tp['pid']}) is not running" in row["why"]
+        assert row["fix"] == f"offlab lab down {lab_name}"
+    finally:
+        down = run("lab", "down", lab_name)
+    assert down.returncode == 0, down.stderr
+    assert not os.path.exists(tp["runtime_dir"])
 
 
 DYING_PLAN = """
@@ -448,37 +487,3 @@ def test_testpmd_that_fails_to_start_is_exit_3_and_leaves_nothing(dpdk_lab, monk
     assert "dpdk-testpmd exited" in str(err.value) and err.value.exit_code == 3
     # nothing of this start is left (the other test worker may start its own testpmd or OVS meanwhile)
     assert [d for d in set(os.listdir(RUNTIME_ROOT)) - before if d.startswith("offlab-bad-")] == []
-
-
-
-
-def test_testpmd_dying_mid_measure_fails_naming_it_and_the_lab_shows_broken_with_the_fix(dpdk_lab):
-    """Last in the module: it kills the module lab's testpmd (made by `lab up` in a process of its own, as a
-    person's); the fixture's `lab down` then removes everything and checks testpmd and its runtime
-    directory gone."""
-    import sys
-    import time
-
-    from tests.conftest import REPO
-
-    name, env, tp = dpdk_lab["name"], dpdk_lab["env"], dpdk_lab["shown"]["testpmd"]
-    # the measure is a process of its own: its exit code and stderr are what this test is about
-    proc = subprocess.Popen([sys.executable, "-m", "offlab", "measure", name, "--tool", "iperf3", "--proto",
-                             "tcp", "--duration", "8"], cwd=REPO, env={**os.environ, **env}, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    # testpmd dies once the traffic runs: the iperf3 client is up in the client's namespace
-    deadline = time.monotonic() + 60  # a hang guard: the client starts within seconds of the measure
-    while not _lab_pids(name, "client"):
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline, "the measure's client never started"
-        time.sleep(0.05)
-    os.kill(tp["pid"], signal.SIGKILL)
-    _, err = proc.communicate(timeout=60)  # not the sender's 30 s grace: the daemon's death ends it
-    assert proc.returncode == 3, err
-    assert f"dpdk-testpmd (pid {tp['pid']}) of lab {name} died: " in err and "Traceback" not in err
-    assert f"`offlab lab down {name}`" in err
-    assert _lab_pids(name, "client") == [] and _lab_pids(name, "server") == []
-    listed = json.loads(run_with_env(env, "lab", "list", "--json").stdout)
-    row = next(r for r in listed if r["name"] == name)
-    assert row["status"] == "broken" and f"dpdk-testpmd (pid {tp['pid']}) is not running" in row["why"]
-    assert row["fix"] == f"offlab lab down {name}"
