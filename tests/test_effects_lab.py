@@ -13,10 +13,9 @@ import textwrap
 import pytest
 
 from conftest import module_lab
-from offlab.experiment import effects
 from offlab.experiment.effects import EXERCISED
 from offlab.metrics import NOT_EXERCISED
-from tests.helpers import run, run_with_env
+from tests.helpers import judge_effects, run, run_with_env
 
 HAVE_TESTPMD = shutil.which("dpdk-testpmd") is not None
 ROOT = os.geteuid() == 0
@@ -55,7 +54,7 @@ def _effect(sample: dict, setting: str, where: str | None = None) -> dict:
 
 def _judged_on(sample: dict, where: str, key: str) -> dict:
     """The witness of `key`=on over a sample measured with it off: what it says when the setting did nothing."""
-    [e] = [e for e in effects.witness(sample, [{"where": where, "key": key, "value": "on"}]) if e["setting"] == key]
+    [e] = [e for e in judge_effects(sample, [{"where": where, "key": key, "value": "on"}]) if e["setting"] == key]
     return e
 
 
@@ -103,9 +102,9 @@ def test_testpmd_gro_and_gso_are_exercised_in_csum_forwarding_and_not_when_off(d
     assert _effect(off, "testpmd.gso")["status"] == EXERCISED
     # the same witnesses over the counters with GRO off / GSO off: nothing to show
     off["probes"]["testpmd_settings"]["ports"]["0"]["gro"]["on"] = True
-    assert _effect({**off, "effects": effects.witness(off, [])}, "testpmd.gro")["status"] == NOT_EXERCISED
+    assert _effect({**off, "effects": judge_effects(off, [])}, "testpmd.gro")["status"] == NOT_EXERCISED
     neither["probes"]["testpmd_settings"]["ports"]["1"]["gso"].update(on=True, segsz=1414)
-    assert _effect({**neither, "effects": effects.witness(neither, [])}, "testpmd.gso")["status"] == NOT_EXERCISED
+    assert _effect({**neither, "effects": judge_effects(neither, [])}, "testpmd.gso")["status"] == NOT_EXERCISED
 
 
 PLAN_GRO_IO = """\
@@ -233,7 +232,7 @@ def test_rps_to_another_cpu_is_exercised_and_not_when_off(bridge_lab):
     where = _iface(on, "server", "rx")
     e = _effect(on, "rps", where)
     assert e["status"] == EXERCISED and e["counters"]["received_rps"]["1"] > 0
-    [judged] = [x for x in effects.witness(off, [{"where": where, "key": "rps", "value": "2"}]) if x["setting"] == "rps"]
+    [judged] = [x for x in judge_effects(off, [{"where": where, "key": "rps", "value": "2"}]) if x["setting"] == "rps"]
     assert judged["status"] == NOT_EXERCISED
 
 
