@@ -4,7 +4,8 @@ Eight stand-in machines (namespaces a1 b1 ... a4 b4, each with its own sshd, its
 authorized_keys; tests/sshd.py `start_fleet`) behind one controller namespace where offlab and Ansible
 run, shared by the module's tests: the first run installs offlab on a1 b1 a2 b2 (a fresh install, checked)
 and the runs after it keep that installation, as a team's would; a3 b3 a4 b4 join for the run that
-loses two servers at once (b4 unreachable from its start), a3 b3 a4 given a copy of a1's checked
+loses two servers at once (b4 unreachable from its start), they and a2 b2 (whose installation the
+lease test's `fleet clean` removed) given a copy of a1's checked
 installation (`installed_like`: that run is not about installing, and the fresh install stays proven by
 the first). The bundle is `make bundle`'s (dist/offlab-bundle.tar) when
 present and newer than the package, else built once for the module into a temp dir. Nothing is mocked:
@@ -353,8 +354,8 @@ def test_a_fleet_runs_server_puts_itself_back_by_its_lease_when_its_controller_d
 # Two servers lost mid-run in one fleet run of four pairs, each a pair of its own, so that neither loss
 # touches the other's pair: b2's management link cut (then its own restore.sh), b3's sshd stopped with
 # every session (then `fleet clean` alone, once it is back); and b4 unreachable from the start (nothing
-# listens at its port): its pair is not run, and named. a1 b1 go on, into a shared PostgreSQL. a3 b3 a4
-# have a copy of a1's installation, which the run keeps, as the runs above keep the first run's: `fleet
+# listens at its port): its pair is not run, and named. a1 b1 go on, into a shared PostgreSQL. a2 b2 a3
+# b3 a4 have a copy of a1's installation, which the run keeps, as the runs above keep the first run's: `fleet
 # clean` of the failed pairs removes theirs.
 def test_servers_lost_mid_run_or_unreachable_cost_only_their_pairs_the_other_goes_on_and_fleet_clean_puts_all_back(
         fleet, bundle, tmp_path, pg):  # noqa: F811
@@ -364,7 +365,8 @@ def test_servers_lost_mid_run_or_unreachable_cost_only_their_pairs_the_other_goe
     # put them back; a lease that lapses on its own is test_lease's (it would race these checks).
     inv.write_text(fleet.ansible_inventory({"b2": {"offlab_lease": 3600}, "b3": {"offlab_lease": 3600},
                                             "b4": {"ansible_port": 2299}}, only=fleet.names()))
-    installed_like(fleet, "a1", ["a3", "b3", "a4"])
+    # a2 b2's installation went with the lease test's `fleet clean`; a3 b3 a4 never had one
+    installed_like(fleet, "a1", ["a2", "b2", "a3", "b3", "a4"])
     url = pg.database()
     before = settings_of(fleet)
     lost: dict[str, object] = {}
