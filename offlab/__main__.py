@@ -20,7 +20,7 @@ def main() -> None:
     for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         if signal.getsignal(s) != signal.SIG_IGN or s != signal.SIGHUP:  # nohup stays nohup
             signal.signal(s, _starting)
-    from offlab.interrupts import EXIT_INTERRUPTED, interrupts, is_interrupt, shielded
+    from offlab.interrupts import EXIT_INTERRUPTED, interrupts, is_interrupt, keep_for_life, shielded
 
     with interrupts():
         try:
@@ -33,7 +33,11 @@ def main() -> None:
                 raise
             sys.stderr.write(_STARTING)
             sys.exit(EXIT_INTERRUPTED)
-        cli()
+        keep_for_life()
+        try:
+            cli()
+        finally:
+            keep_for_life()
 
 
 if __name__ == "__main__":

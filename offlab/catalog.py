@@ -155,10 +155,11 @@ TOPOLOGIES: dict[str, Topology] = {t.name: t for t in (
              checker="offlab.lab.dpdk:check_options"),
     Topology("dpdk-vm", "offlab.lab.dpdk:dpdk_vm", (*_TESTPMD, *_QEMU), guests=True, dpdk=True,
              checker="offlab.lab.dpdk:check_vm_options"),
-    Topology("ovs-dpdk", "offlab.lab.ovs_dpdk:ovs_dpdk", _OVS_TOOLS, ovs=True, dpdk=True, options=("pmd",),
+    Topology("ovs-dpdk", "offlab.lab.ovs_dpdk:ovs_dpdk", _OVS_TOOLS, ovs=True, dpdk=True,
+             options=("pmd", "pmd_sleep"),
              checker="offlab.lab.ovs_dpdk:check_options"),
     Topology("ovs-dpdk-vm", "offlab.lab.ovs_dpdk:ovs_dpdk_vm", (*_OVS_TOOLS, *_QEMU), guests=True, ovs=True,
-             dpdk=True, checker="offlab.lab.ovs_dpdk:check_vm_options"),
+             dpdk=True, options=("pmd_sleep",), checker="offlab.lab.ovs_dpdk:check_vm_options"),
     Topology("phys", "offlab.lab.phys:phys", ("ss",), options=("ports",), checker="offlab.lab.phys:check_request"),
 )}
 NAMES = tuple(TOPOLOGIES)

@@ -25,6 +25,7 @@ shielded section's edge, or when `interrupts()` ends.
 from __future__ import annotations
 
 import contextlib
+import gc
 import signal
 import sys
 import threading
@@ -56,6 +57,17 @@ class _Shield:
 
 
 _SHIELD = _Shield()
+
+
+def keep_for_life() -> None:
+    """Leave every object made so far out of Python's collections from now on, its exit's included.
+
+    Called once offlab's modules are imported and again as a command ends: Python's exit otherwise
+    walks every object the imports made (sqlalchemy, pydantic, typer: 0.3 s of CPU here, 1-3 s of
+    wall on a loaded 2-core machine, after the restore and before the exit a signal waits for) only to
+    free memory the process is about to give back. Objects that live as long as the process lose
+    nothing by it."""
+    gc.freeze()
 
 
 def interrupt_for(signum: int) -> BaseException:

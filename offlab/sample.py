@@ -96,6 +96,10 @@ class SampleWorkload(JsonView):
     rate: str | None = None
     warmup: float = 0.0
     kind: str | None = None  # rr | rr-under-load; absent for a stream
+    reverse: bool = False  # the server sent the data
+    streams: int | None = None  # parallel flows
+    client_cpu: int | None = None  # the CPU each side was pinned to
+    server_cpu: int | None = None
 
 
 @dataclass
@@ -104,7 +108,13 @@ class Series(JsonView):
 
     source: str | None = None
     columns: list[str] = field(default_factory=list)
+    rows: list[list[Any]] = field(default_factory=list)
     t0_mono_s: float | None = None  # its first row's start on its host's CLOCK_MONOTONIC
+
+    def cols(self, *names: str) -> list[tuple[Any, ...]]:
+        """Each row's values of the named columns, in that order; None where the series has no such column."""
+        at = [self.columns.index(n) if n in self.columns else None for n in names]
+        return [tuple(r[i] if i is not None and i < len(r) else None for i in at) for r in self.rows]
 
 
 @dataclass
@@ -200,6 +210,7 @@ class Qdisc(JsonView):
 
     kind: str | None = None
     drops: int = 0
+    queues: dict[str, int] = field(default_factory=dict)  # a multiqueue root's children: queue → packets sent
 
 
 @dataclass
@@ -208,6 +219,8 @@ class Softnet(JsonView):
 
     dropped: int = 0
     time_squeeze: int = 0
+    received_rps: int | None = None  # None: a sample measured before it was kept
+    processed: int | None = None
 
 
 @dataclass
@@ -287,6 +300,57 @@ class TestpmdCounters(JsonView):
 
 
 @dataclass
+class Toggle(JsonView):
+    """A testpmd feature's read (`show port N gro`)."""
+
+    on: bool = False
+
+
+@dataclass
+class GsoSetting(JsonView):
+    """testpmd's GSO on a port (`show port N gso`): on, and the size it cuts to (whole frame)."""
+
+    on: bool = False
+    segsz: int | None = None
+
+
+@dataclass
+class TestpmdPortSettings(JsonView):
+    """What testpmd says is in force on one port."""
+
+    __test__ = False  # not a pytest class, whatever its name
+
+    gro: Toggle = _view(Toggle, default_factory=Toggle)
+    gso: GsoSetting = _view(GsoSetting, default_factory=GsoSetting)
+    tso_segsz: int = 0  # 0: TSO off on the port
+
+
+@dataclass
+class TestpmdSettings(JsonView):
+    """testpmd's own read of what was in force (`probes.testpmd_settings`; Testpmd.settings)."""
+
+    __test__ = False  # not a pytest class, whatever its name
+
+    fwd: str | None = None
+    ports: dict[str, TestpmdPortSettings] = _view(TestpmdPortSettings, map=True, default_factory=dict)
+
+    def port(self, n: str) -> TestpmdPortSettings:
+        """Port `n`'s settings (read in process its keys are numbers, from JSON strings); none read: all off."""
+        return next((v for k, v in self.ports.items() if str(k) == n), TestpmdPortSettings())
+
+
+@dataclass
+class QueueCounts(JsonView):
+    """One interface's packets per queue over the window (`probes.queues["host:iface"]`)."""
+
+    rx: dict[str, int] = field(default_factory=dict)
+    tx: dict[str, int] = field(default_factory=dict)
+
+    def way(self, way: str) -> dict[str, int]:
+        return (self.rx if way == "rx" else self.tx) or {}
+
+
+@dataclass
 class Aligned(JsonView):
     """The local hosts' counters sampled when a channel host read its own (offlab.probes `aligned`)."""
 
@@ -309,8 +373,19 @@ class Probes(JsonView):
     softnet: dict[str, Softnet] = _view(Softnet, map=True, default_factory=dict)
     qdisc: dict[str, Qdisc] = _view(Qdisc, map=True, default_factory=dict)
     testpmd: TestpmdCounters | None = _view(TestpmdCounters)
+    testpmd_settings: TestpmdSettings | None = _view(TestpmdSettings)
     mtus: dict[str, int] = field(default_factory=dict)
     big_packets: dict[str, BigCount] | None = _view(BigCount, map=True)
+    queues: dict[str, QueueCounts] | None = _view(QueueCounts, map=True)  # None: not read (no queue setting)
+
+    def iface(self, name: str | None) -> Iface:
+        """Interface `name`'s counters; one that moved nothing (or no name) reads as all zero."""
+        return (self.interfaces.get(name) if name else None) or Iface()
+
+    def own_kernel(self) -> set[str]:
+        """The roles with a kernel of their own (a guest, an SSH host), whose CPUs are read apart."""
+        own = self.cpu.get("own_kernel")
+        return set(own.extra) if own is not None else set()
 
     def counter(self, role: str, group: str, name: str, default: int | None = 0) -> int | None:
         """One host's /proc/net/snmp(6) counter delta over the window, `default` when not read."""
@@ -332,6 +407,8 @@ class Capture(JsonView):
     iface: str = ""
     frames: int = 0
     verdict: str = ""
+    largest_frame: int | None = None
+    mtu: int | None = None  # of the interface it ran on
 
 
 @dataclass

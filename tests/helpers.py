@@ -278,3 +278,12 @@ def store_two(tmp_path, env_a: dict | None, env_b: dict | None, slower: float = 
             s.set_run_status(run, "done")
             ids.append(run)
     return str(db), ids[0], ids[1]
+
+
+def judge_effects(sample: dict, settings: list[dict]) -> list[dict]:
+    """The effect witnesses over a stored sample (JSON, as a fixture or `measure --json` gives it) and
+    settings given as {"where", "key", "value"}: their findings as stored."""
+    from offlab.experiment import effects
+    from offlab.sample import Held, StoredSample
+
+    return [e.to_dict() for e in effects.witness(StoredSample.from_json(sample), [Held.from_json(s) for s in settings])]

@@ -134,6 +134,179 @@ def test_bad_pmd_and_mtu_are_exit_2_before_anything_is_built(state_dir, lab_name
     assert not (state_dir / "labs" / f"{lab_name}.json").exists()
 
 
+@pytest.mark.skipif(not HAVE_TESTPMD or os.geteuid() != 0, reason="needs root and dpdk-testpmd")
+def test_lab_down_after_kill_9_of_lab_up_stops_testpmd_and_removes_its_runtime_dir(lab_name, clean_machine, state_dir):
+    daemon = kill_9_once_daemon_is_recorded("dpdk", lab_name, state_dir, "testpmd", timeout=60)
+    assert running(daemon["pid"]) and os.path.isdir(daemon["runtime_dir"])
+    res = run("lab", "down", lab_name)
+    assert res.returncode == 0, res.stderr
+    assert "dpdk-testpmd" in res.stdout and "DPDK runtime directory" in res.stdout
+    assert not running(daemon["pid"]) and not os.path.exists(daemon["runtime_dir"])
+    assert not any(n.startswith(f"ol-{lab_name}-") for n in netns_names())
+
+
+def test_stopping_testpmd_returns_only_once_its_threads_have_exited(lab_name, clean_machine, state_dir):
+    """Its leader turns zombie while the other threads still hold ports and memory (~2 s here): a lab
+    down that returned then said "removed" of a process still running."""
+    from offlab import lab as labs
+    from offlab.experiment import teardown
+    from offlab.lab.ovs import stop_daemon
+
+    if not HAVE_TESTPMD:
+        pytest.skip("needs dpdk-testpmd")
+    built = labs.up("dpdk", lab_name)
+    try:
+        daemon = built.daemons[0]
+        assert running(daemon.pid)
+        stop_daemon(daemon)
+        assert not running(daemon.pid), sorted(os.listdir(f"/proc/{daemon.pid}/task"))
+    finally:
+        teardown.down(lab_name)
+
+
+# ---- plans -------------------------------------------------------------------------------------------
+
+PLAN = """
+name: t
+topology: {kind: dpdk}
+workload: {tool: iperf3, protocol: tcp, duration: 1}
+axes:
+  gro:
+    "off": {testpmd: {gro: off, gso: on, gso_segsz: 1414, csum: {ip: hw, tcp: hw}}}
+    "on": {testpmd: {gro: on, gro_flush: 2}}
+"""
+
+
+def test_a_plan_names_testpmd_settings_as_switch_settings():
+    from offlab.experiment.plan import load_plan
+
+    cells = {c.key: c for c in load_plan(PLAN, "t.yaml").cells}
+    assert set(cells["gro=off"].changes) == {("switch", "testpmd.gro", "off"), ("switch", "testpmd.gso", "on"),
+                                             ("switch", "testpmd.gso_segsz", 1414),
+                                             ("switch", "testpmd.csum.ip", "hw"), ("switch", "testpmd.csum.tcp", "hw")}
+    assert ("switch", "testpmd.gro_flush", 2) in cells["gro=on"].changes
+
+
+@pytest.mark.parametrize("old, new, fragment", [
+    ("kind: dpdk", "kind: bridge", "testpmd.gro is a setting of dpdk-testpmd: only a dpdk or dpdk-vm lab runs one, not bridge"),
+    ("gro_flush: 2", "gro_fluhs: 2", "unknown testpmd setting 'testpmd.gro_fluhs'"),
+])
+def test_a_plan_with_testpmd_settings_it_cannot_have_is_refused(old, new, fragment):
+    from offlab.errors import BadInput
+    from offlab.experiment.plan import load_plan
+
+    with pytest.raises(BadInput) as err:
+        load_plan(PLAN.replace(old, new), "t.yaml")
+    assert fragment in str(err.value)
+
+
+@pytest.mark.skipif(not HAVE_TESTPMD or os.geteuid() != 0, reason="needs root and dpdk-testpmd")
+def test_offlab_restore_after_kill_9_of_lab_up_stops_testpmd_and_removes_its_runtime_dir(lab_name, clean_machine,
+                                                                                          state_dir):
+    daemon = kill_9_once_daemon_is_recorded("dpdk", lab_name, state_dir, "testpmd", timeout=60)
+    res = run("restore")
+    assert res.returncode == 0, res.stderr
+    assert f"removed (lab {lab_name}, its `lab up` died)" in res.stdout and "dpdk-testpmd" in res.stdout
+    assert not running(daemon["pid"]) and not os.path.exists(daemon["runtime_dir"])
+    assert not any(n.startswith(f"ol-{lab_name}-") for n in netns_names())
+
+
+# ---- testpmd dying while it is used ------------------------------------------------------------------
+
+def _lab_pids(lab: str, role: str) -> list[str]:
+    return subprocess.run(["ip", "netns", "pids", f"ol-{lab}-{role}"], capture_output=True, text=True).stdout.split()
+
+
+@pytest.mark.skipif(not HAVE_TESTPMD or os.geteuid() != 0, reason="needs root and dpdk-testpmd")
+def test_testpmd_dying_mid_measure_fails_naming_it_and_the_lab_shows_broken_with_the_fix(lab_name, clean_machine,
+                                                                                         state_dir):
+    import sys
+    import time
+
+    from tests.conftest import REPO
+
+    # a process of its own, as a person's: testpmd outlives it (not a child of this test to reap)
+    res = offlab_cli("lab", "up", "dpdk", "--name", lab_name, "--json", timeout=180)
+    assert res.returncode == 0, res.stderr
+    tp = json.loads(res.stdout)["testpmd"]
+    try:
+        # the measure is a process of its own: its exit code and stderr are what this test is about
+        proc = subprocess.Popen([sys.executable, "-m", "offlab", "measure", lab_name, "--tool", "iperf3", "--proto",
+                                 "tcp", "--duration", "8"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+        # testpmd dies once the traffic runs: the iperf3 client is up in the client's namespace
+        deadline = time.monotonic() + 60  # a hang guard: the client starts within seconds of the measure
+        while not _lab_pids(lab_name, "client"):
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the measure's client never started"
+            time.sleep(0.05)
+        os.kill(tp["pid"], signal.SIGKILL)
+        _, err = proc.communicate(timeout=60)  # not the sender's 30 s grace: the daemon's death ends it
+        assert proc.returncode == 3, err
+        assert f"dpdk-testpmd (pid {tp['pid']}) of lab {lab_name} died: " in err and "Traceback" not in err
+        assert f"`offlab lab down {lab_name}`" in err
+        assert _lab_pids(lab_name, "client") == [] and _lab_pids(lab_name, "server") == []
+        listed = json.loads(run("lab", "list", "--json").stdout)
+        row = next(r for r in listed if r["name"] == lab_name)
+        assert row["status"] == "broken" and f"dpdk-testpmd (pid {tp['pid']}) is not running" in row["why"]
+        assert row["fix"] == f"offlab lab down {lab_name}"
+    finally:
+        down = run("lab", "down", lab_name)
+    assert down.returncode == 0, down.stderr
+    assert not os.path.exists(tp["runtime_dir"])
+
+
+DYING_PLAN = """
+name: testpmd-dies
+topology: {kind: dpdk}
+workload: {tool: iperf3, protocol: tcp, duration: 1, warmup: 0.5}
+repeat: {min: 6, max: 6}
+axes:
+  fwd:
+    io: {testpmd: {fwd: io}}
+"""
+
+
+@pytest.mark.skipif(not HAVE_TESTPMD or os.geteuid() != 0, reason="needs root and dpdk-testpmd")
+def test_testpmd_dying_mid_run_fails_the_run_and_keeps_the_samples_already_stored(tmp_path, clean_machine, state_dir):
+    import sys
+    import time
+
+    from offlab.store import Store
+    from tests.conftest import REPO
+
+    plan, db = tmp_path / "plan.yaml", tmp_path / "runs.db"
+    plan.write_text(DYING_PLAN)
+    proc = subprocess.Popen([sys.executable, "-m", "offlab", "run", str(plan), "--db", str(db)], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lab_file = state_dir / "labs" / f"{os.environ['OFFLAB_LAB_PREFIX']}a.json"
+    deadline = time.monotonic() + 240  # a hang guard: the run's lab and first sample take seconds
+    store, run_id = None, None
+    while True:
+        assert proc.poll() is None, proc.communicate()[1]
+        assert time.monotonic() < deadline, "no sample was stored"
+        if db.exists():
+            store = store or Store.open(db)
+            runs = store.list_runs()
+            if runs and store.samples(runs[0]["id"]):
+                run_id = runs[0]["id"]
+                break
+        time.sleep(0.2)
+    daemon = json.loads(lab_file.read_text())["daemons"][0]
+    os.kill(daemon["pid"], signal.SIGKILL)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 3, err
+    # it dies mid-sample (the traffic fails) or between samples (the cell's testpmd setting finds it gone)
+    assert f"dpdk-testpmd (pid {daemon['pid']})" in err and " died: " in err and "Traceback" not in err
+    kept = store.samples(run_id)
+    assert 1 <= len(kept) < 6
+    run = store.get_run(run_id)
+    assert run["status"] == "failed" and "dpdk-testpmd (pid" in run["note"] and " died: " in run["note"]
+    # the run's own lab went with it: testpmd's runtime directory and the namespaces are gone
+    assert not running(daemon["pid"]) and not os.path.exists(daemon["runtime_dir"])
+    assert not lab_file.exists()
+
+
 # ---- a real testpmd ------------------------------------------------------------------------------
 
 
@@ -314,176 +487,3 @@ def test_testpmd_that_fails_to_start_is_exit_3_and_leaves_nothing(dpdk_lab, monk
     assert "dpdk-testpmd exited" in str(err.value) and err.value.exit_code == 3
     # nothing of this start is left (the other test worker may start its own testpmd or OVS meanwhile)
     assert [d for d in set(os.listdir(RUNTIME_ROOT)) - before if d.startswith("offlab-bad-")] == []
-
-
-@pytest.mark.skipif(not HAVE_TESTPMD or os.geteuid() != 0, reason="needs root and dpdk-testpmd")
-def test_lab_down_after_kill_9_of_lab_up_stops_testpmd_and_removes_its_runtime_dir(lab_name, clean_machine, state_dir):
-    daemon = kill_9_once_daemon_is_recorded("dpdk", lab_name, state_dir, "testpmd", timeout=60)
-    assert running(daemon["pid"]) and os.path.isdir(daemon["runtime_dir"])
-    res = run("lab", "down", lab_name)
-    assert res.returncode == 0, res.stderr
-    assert "dpdk-testpmd" in res.stdout and "DPDK runtime directory" in res.stdout
-    assert not running(daemon["pid"]) and not os.path.exists(daemon["runtime_dir"])
-    assert not any(n.startswith(f"ol-{lab_name}-") for n in netns_names())
-
-
-def test_stopping_testpmd_returns_only_once_its_threads_have_exited(lab_name, clean_machine, state_dir):
-    """Its leader turns zombie while the other threads still hold ports and memory (~2 s here): a lab
-    down that returned then said "removed" of a process still running."""
-    from offlab import lab as labs
-    from offlab.experiment import teardown
-    from offlab.lab.ovs import stop_daemon
-
-    if not HAVE_TESTPMD:
-        pytest.skip("needs dpdk-testpmd")
-    built = labs.up("dpdk", lab_name)
-    try:
-        daemon = built.daemons[0]
-        assert running(daemon.pid)
-        stop_daemon(daemon)
-        assert not running(daemon.pid), sorted(os.listdir(f"/proc/{daemon.pid}/task"))
-    finally:
-        teardown.down(lab_name)
-
-
-# ---- plans -------------------------------------------------------------------------------------------
-
-PLAN = """
-name: t
-topology: {kind: dpdk}
-workload: {tool: iperf3, protocol: tcp, duration: 1}
-axes:
-  gro:
-    "off": {testpmd: {gro: off, gso: on, gso_segsz: 1414, csum: {ip: hw, tcp: hw}}}
-    "on": {testpmd: {gro: on, gro_flush: 2}}
-"""
-
-
-def test_a_plan_names_testpmd_settings_as_switch_settings():
-    from offlab.experiment.plan import load_plan
-
-    cells = {c.key: c for c in load_plan(PLAN, "t.yaml").cells}
-    assert set(cells["gro=off"].changes) == {("switch", "testpmd.gro", "off"), ("switch", "testpmd.gso", "on"),
-                                             ("switch", "testpmd.gso_segsz", 1414),
-                                             ("switch", "testpmd.csum.ip", "hw"), ("switch", "testpmd.csum.tcp", "hw")}
-    assert ("switch", "testpmd.gro_flush", 2) in cells["gro=on"].changes
-
-
-@pytest.mark.parametrize("old, new, fragment", [
-    ("kind: dpdk", "kind: bridge", "testpmd.gro is a setting of dpdk-testpmd: only a dpdk or dpdk-vm lab runs one, not bridge"),
-    ("gro_flush: 2", "gro_fluhs: 2", "unknown testpmd setting 'testpmd.gro_fluhs'"),
-])
-def test_a_plan_with_testpmd_settings_it_cannot_have_is_refused(old, new, fragment):
-    from offlab.errors import BadInput
-    from offlab.experiment.plan import load_plan
-
-    with pytest.raises(BadInput) as err:
-        load_plan(PLAN.replace(old, new), "t.yaml")
-    assert fragment in str(err.value)
-
-
-@pytest.mark.skipif(not HAVE_TESTPMD or os.geteuid() != 0, reason="needs root and dpdk-testpmd")
-def test_offlab_restore_after_kill_9_of_lab_up_stops_testpmd_and_removes_its_runtime_dir(lab_name, clean_machine,
-                                                                                          state_dir):
-    daemon = kill_9_once_daemon_is_recorded("dpdk", lab_name, state_dir, "testpmd", timeout=60)
-    res = run("restore")
-    assert res.returncode == 0, res.stderr
-    assert f"removed (lab {lab_name}, its `lab up` died)" in res.stdout and "dpdk-testpmd" in res.stdout
-    assert not running(daemon["pid"]) and not os.path.exists(daemon["runtime_dir"])
-    assert not any(n.startswith(f"ol-{lab_name}-") for n in netns_names())
-
-
-# ---- testpmd dying while it is used ------------------------------------------------------------------
-
-def _lab_pids(lab: str, role: str) -> list[str]:
-    return subprocess.run(["ip", "netns", "pids", f"ol-{lab}-{role}"], capture_output=True, text=True).stdout.split()
-
-
-@pytest.mark.skipif(not HAVE_TESTPMD or os.geteuid() != 0, reason="needs root and dpdk-testpmd")
-def test_testpmd_dying_mid_measure_fails_naming_it_and_the_lab_shows_broken_with_the_fix(lab_name, clean_machine,
-                                                                                         state_dir):
-    import sys
-    import time
-
-    from tests.conftest import REPO
-
-    # a process of its own, as a person's: testpmd outlives it (not a child of this test to reap)
-    res = offlab_cli("lab", "up", "dpdk", "--name", lab_name, "--json", timeout=180)
-    assert res.returncode == 0, res.stderr
-    tp = json.loads(res.stdout)["testpmd"]
-    try:
-        # the measure is a process of its own: its exit code and stderr are what this test is about
-        proc = subprocess.Popen([sys.executable, "-m", "offlab", "measure", lab_name, "--tool", "iperf3", "--proto",
-                                 "tcp", "--duration", "8"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True)
-        # testpmd dies once the traffic runs: the iperf3 client is up in the client's namespace
-        deadline = time.monotonic() + 60  # a hang guard: the client starts within seconds of the measure
-        while not _lab_pids(lab_name, "client"):
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "the measure's client never started"
-            time.sleep(0.05)
-        os.kill(tp["pid"], signal.SIGKILL)
-        _, err = proc.communicate(timeout=60)  # not the sender's 30 s grace: the daemon's death ends it
-        assert proc.returncode == 3, err
-        assert f"dpdk-testpmd (pid {tp['pid']}) of lab {lab_name} died: " in err and "Traceback" not in err
-        assert f"`offlab lab down {lab_name}`" in err
-        assert _lab_pids(lab_name, "client") == [] and _lab_pids(lab_name, "server") == []
-        listed = json.loads(run("lab", "list", "--json").stdout)
-        row = next(r for r in listed if r["name"] == lab_name)
-        assert row["status"] == "broken" and f"dpdk-testpmd (pid {tp['pid']}) is not running" in row["why"]
-        assert row["fix"] == f"offlab lab down {lab_name}"
-    finally:
-        down = run("lab", "down", lab_name)
-    assert down.returncode == 0, down.stderr
-    assert not os.path.exists(tp["runtime_dir"])
-
-
-DYING_PLAN = """
-name: testpmd-dies
-topology: {kind: dpdk}
-workload: {tool: iperf3, protocol: tcp, duration: 1, warmup: 0.5}
-repeat: {min: 6, max: 6}
-axes:
-  fwd:
-    io: {testpmd: {fwd: io}}
-"""
-
-
-@pytest.mark.skipif(not HAVE_TESTPMD or os.geteuid() != 0, reason="needs root and dpdk-testpmd")
-def test_testpmd_dying_mid_run_fails_the_run_and_keeps_the_samples_already_stored(tmp_path, clean_machine, state_dir):
-    import sys
-    import time
-
-    from offlab.store import Store
-    from tests.conftest import REPO
-
-    plan, db = tmp_path / "plan.yaml", tmp_path / "runs.db"
-    plan.write_text(DYING_PLAN)
-    proc = subprocess.Popen([sys.executable, "-m", "offlab", "run", str(plan), "--db", str(db)], cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    lab_file = state_dir / "labs" / f"{os.environ['OFFLAB_LAB_PREFIX']}a.json"
-    deadline = time.monotonic() + 240  # a hang guard: the run's lab and first sample take seconds
-    store, run_id = None, None
-    while True:
-        assert proc.poll() is None, proc.communicate()[1]
-        assert time.monotonic() < deadline, "no sample was stored"
-        if db.exists():
-            store = store or Store.open(db)
-            runs = store.list_runs()
-            if runs and store.samples(runs[0]["id"]):
-                run_id = runs[0]["id"]
-                break
-        time.sleep(0.2)
-    daemon = json.loads(lab_file.read_text())["daemons"][0]
-    os.kill(daemon["pid"], signal.SIGKILL)
-    _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 3, err
-    # it dies mid-sample (the traffic fails) or between samples (the cell's testpmd setting finds it gone)
-    assert f"dpdk-testpmd (pid {daemon['pid']})" in err and " died: " in err and "Traceback" not in err
-    kept = store.samples(run_id)
-    assert 1 <= len(kept) < 6
-    run = store.get_run(run_id)
-    assert run["status"] == "failed" and "dpdk-testpmd (pid" in run["note"] and " died: " in run["note"]
-    # the run's own lab went with it: testpmd's runtime directory and the namespaces are gone
-    assert not running(daemon["pid"]) and not os.path.exists(daemon["runtime_dir"])
-    assert not lab_file.exists()

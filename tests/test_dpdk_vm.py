@@ -33,6 +33,35 @@ def _gone(name: str, shown_or_daemons) -> None:
     assert not any(n.startswith(f"ol-{name}-") for n in netns_names()), "namespaces left behind"
 
 
+@needs_dpdk_vm
+def test_bad_dpdk_vm_options_are_exit_2_before_anything_is_built(state_dir, lab_name):
+    for args, fragment in ((("--mtu", "9000"), "1522"), (("--pmd", "tap"), "--pmd is an option of the dpdk and ovs-dpdk topologies"),
+                           (("--nic", "host_warp=on"), "host_warp")):
+        res = offlab_cli("lab", "up", "dpdk-vm", "--name", lab_name, *args)
+        assert res.returncode == 2 and fragment in res.stderr and "Traceback" not in res.stderr, res.stderr
+    assert not (state_dir / "labs" / f"{lab_name}.json").exists()
+
+
+@needs_dpdk_vm
+@pytest.mark.parametrize("cleanup", [("lab", "down"), ("restore",)], ids=["lab-down", "restore"])
+def test_after_kill_9_of_lab_up_qemu_testpmd_and_the_vhost_socket_are_removed(
+        cleanup, lab_name, clean_machine, state_dir):
+    qemu = kill_9_once_daemon_is_recorded("dpdk-vm", lab_name, state_dir, "QEMU", timeout=240, nth=1)
+    lab_file = json.loads((state_dir / "labs" / f"{lab_name}.json").read_text())
+    testpmd = lab_file["daemons"][0]
+    assert qemu["name"] == "qemu-system-x86_64" and testpmd["name"] == "dpdk-testpmd"
+    assert running(qemu["pid"]) and running(testpmd["pid"]) and os.path.isdir(testpmd["runtime_dir"])
+    rundir = Path(lab_file["rundir"])
+    res = offlab_cli(*cleanup, *((lab_name,) if cleanup[0] == "lab" else ()))
+    assert res.returncode == 0, res.stderr
+    assert "qemu-system-x86_64" in res.stdout and "DPDK runtime directory" in res.stdout
+    if cleanup == ("restore",):
+        assert f"removed (lab {lab_name}, its `lab up` died)" in res.stdout
+    _gone(lab_name, lab_file)
+    assert not os.path.exists(testpmd["runtime_dir"]) and not (rundir / "vhost0.sock").exists()
+    assert not rundir.exists()
+
+
 @pytest.fixture(scope="module")
 def vm_lab(tmp_path_factory):
     """One dpdk-vm lab for the module (testpmd + a TCG guest take ~30-70 s); checked gone afterwards."""
@@ -162,35 +191,6 @@ def test_a_setting_one_port_lacks_is_refused_for_all_ports_and_set_on_the_port_t
         assert res.returncode == 0, res.stderr
     shown = json.loads(_lab(vm_lab, "lab", "show", vm_lab["name"], "--json").stdout)["testpmd"]["settings"]["ports"]
     assert (shown["0"]["csum"]["ip"], shown["0"]["tso_segsz"], shown["0"]["gso"]["on"]) == ("sw", 0, False)
-
-
-@needs_dpdk_vm
-def test_bad_dpdk_vm_options_are_exit_2_before_anything_is_built(state_dir, lab_name):
-    for args, fragment in ((("--mtu", "9000"), "1522"), (("--pmd", "tap"), "--pmd is an option of the dpdk and ovs-dpdk topologies"),
-                           (("--nic", "host_warp=on"), "host_warp")):
-        res = offlab_cli("lab", "up", "dpdk-vm", "--name", lab_name, *args)
-        assert res.returncode == 2 and fragment in res.stderr and "Traceback" not in res.stderr, res.stderr
-    assert not (state_dir / "labs" / f"{lab_name}.json").exists()
-
-
-@needs_dpdk_vm
-@pytest.mark.parametrize("cleanup", [("lab", "down"), ("restore",)], ids=["lab-down", "restore"])
-def test_after_kill_9_of_lab_up_qemu_testpmd_and_the_vhost_socket_are_removed(
-        cleanup, lab_name, clean_machine, state_dir):
-    qemu = kill_9_once_daemon_is_recorded("dpdk-vm", lab_name, state_dir, "QEMU", timeout=240, nth=1)
-    lab_file = json.loads((state_dir / "labs" / f"{lab_name}.json").read_text())
-    testpmd = lab_file["daemons"][0]
-    assert qemu["name"] == "qemu-system-x86_64" and testpmd["name"] == "dpdk-testpmd"
-    assert running(qemu["pid"]) and running(testpmd["pid"]) and os.path.isdir(testpmd["runtime_dir"])
-    rundir = Path(lab_file["rundir"])
-    res = offlab_cli(*cleanup, *((lab_name,) if cleanup[0] == "lab" else ()))
-    assert res.returncode == 0, res.stderr
-    assert "qemu-system-x86_64" in res.stdout and "DPDK runtime directory" in res.stdout
-    if cleanup == ("restore",):
-        assert f"removed (lab {lab_name}, its `lab up` died)" in res.stdout
-    _gone(lab_name, lab_file)
-    assert not os.path.exists(testpmd["runtime_dir"]) and not (rundir / "vhost0.sock").exists()
-    assert not rundir.exists()
 
 
 def test_a_plan_sets_testpmd_and_guest_settings_of_a_dpdk_vm_lab():

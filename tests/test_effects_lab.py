@@ -13,10 +13,9 @@ import textwrap
 import pytest
 
 from conftest import module_lab
-from offlab.experiment import effects
 from offlab.experiment.effects import EXERCISED
 from offlab.metrics import NOT_EXERCISED
-from tests.helpers import run, run_with_env
+from tests.helpers import judge_effects, run, run_with_env
 
 HAVE_TESTPMD = shutil.which("dpdk-testpmd") is not None
 ROOT = os.geteuid() == 0
@@ -55,92 +54,8 @@ def _effect(sample: dict, setting: str, where: str | None = None) -> dict:
 
 def _judged_on(sample: dict, where: str, key: str) -> dict:
     """The witness of `key`=on over a sample measured with it off: what it says when the setting did nothing."""
-    [e] = [e for e in effects.witness(sample, [{"where": where, "key": key, "value": "on"}]) if e["setting"] == key]
+    [e] = [e for e in judge_effects(sample, [{"where": where, "key": key, "value": "on"}]) if e["setting"] == key]
     return e
-
-
-# ---- testpmd ---------------------------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def dpdk_lab(tmp_path_factory):
-    if not ROOT or not HAVE_TESTPMD:
-        pytest.skip("needs root and dpdk-testpmd")
-    yield from module_lab(tmp_path_factory, "dpdk", "ef", timeout=180)
-
-
-def test_testpmd_gro_in_io_forwarding_is_warned_at_lab_set_and_flagged_in_the_sample(dpdk_lab):
-    try:
-        res = _set(dpdk_lab, "switch", "-", "testpmd.gro=on")
-        assert "warning: testpmd.gro=on does nothing with testpmd.fwd=io" in res.stderr
-        sample = _measure(dpdk_lab)
-        e = _effect(sample, "testpmd.gro")
-        assert e["status"] == NOT_EXERCISED
-        assert e["cause"] == "testpmd GRO runs only in its csum forwarding engine; fwd is io"
-        assert e["counters"]["out_per_in"] > 0.9
-        shown = _cli(dpdk_lab["env"], "measure", dpdk_lab["name"], "--duration", "1", "--warmup", "0.3")
-        assert shown.returncode == 0, shown.stderr
-        assert "set but not exercised testpmd.gro=on" in " ".join(shown.stdout.split())
-        res = _set(dpdk_lab, "switch", "-", "testpmd.fwd=csum")
-        assert "warning" not in res.stderr  # csum forwarding: GRO runs
-    finally:
-        _restore(dpdk_lab)
-
-
-def test_testpmd_gro_and_gso_are_exercised_in_csum_forwarding_and_not_when_off(dpdk_lab):
-    """GSO at 1414 B cuts each 1514 B frame in two (2 out per in); GRO merges first (fewer)."""
-    base = ("testpmd.fwd=csum", "testpmd.csum.ip=hw", "testpmd.csum.tcp=hw", "testpmd.gso=on",
-            "testpmd.gso_segsz=1414")
-    try:
-        _set(dpdk_lab, "switch", "-", *base, "testpmd.gro=on")
-        on = _measure(dpdk_lab)
-        _set(dpdk_lab, "switch", "-", "testpmd.gro=off")
-        off = _measure(dpdk_lab)
-        _set(dpdk_lab, "switch", "-", "testpmd.gso=off")
-        neither = _measure(dpdk_lab)
-    finally:
-        _restore(dpdk_lab)
-    assert _effect(on, "testpmd.gro")["status"] == EXERCISED
-    assert _effect(off, "testpmd.gso")["status"] == EXERCISED
-    # the same witnesses over the counters with GRO off / GSO off: nothing to show
-    off["probes"]["testpmd_settings"]["ports"]["0"]["gro"]["on"] = True
-    assert _effect({**off, "effects": effects.witness(off, [])}, "testpmd.gro")["status"] == NOT_EXERCISED
-    neither["probes"]["testpmd_settings"]["ports"]["1"]["gso"].update(on=True, segsz=1414)
-    assert _effect({**neither, "effects": effects.witness(neither, [])}, "testpmd.gso")["status"] == NOT_EXERCISED
-
-
-PLAN_GRO_IO = """\
-name: gro-io
-topology: {kind: dpdk}
-workload: {tool: iperf3, duration: 1, warmup: 0.3}
-baseline: {gro: off}
-repeat: {min: 2, max: 2}
-axes:
-  gro:
-    on: {testpmd: {gro: on}}
-    off: {testpmd: {gro: off}}
-"""
-
-
-@pytest.mark.skipif(not ROOT or not HAVE_TESTPMD, reason="needs root and dpdk-testpmd")
-def test_a_run_with_testpmd_gro_in_io_forwarding_marks_the_cell_everywhere(tmp_path, clean_machine):
-    plan, db = tmp_path / "gro-io.yaml", tmp_path / "r.db"
-    plan.write_text(PLAN_GRO_IO)
-    res = run("run", str(plan), "--validate")
-    assert res.returncode == 0, res.stderr
-    assert "warning: cell gro=on: testpmd.gro=on does nothing with testpmd.fwd=io" in res.stderr
-    res = run("run", str(plan), "--db", str(db))
-    assert res.returncode == 0, res.stderr
-    text = " ".join(res.stdout.split())
-    assert f"⚠ {NOT_EXERCISED} in the cell gro=on: testpmd.gro=on at switch (testpmd port 0, rx) in 2 of 2" in text
-    shown = run("results", "show", "1", "--db", str(db))
-    assert f"{NOT_EXERCISED}: gro=on: testpmd.gro=on" in " ".join(shown.stdout.split())
-    cells = {c["key"]: c for c in json.loads(run("results", "show", "1", "--db", str(db), "--json").stdout)["cells"]}
-    assert "fwd is io" in cells["gro=on"]["not_exercised"] and cells["gro=off"]["not_exercised"] is None
-    compared = run("compare", "1", "--db", str(db))
-    assert f"{NOT_EXERCISED} (cell gro=on)" in " ".join(compared.stdout.split())
-    rep = tmp_path / "r.html"
-    assert run("report", "1", "--db", str(db), "-o", str(rep)).returncode == 0
-    assert f"<b>{NOT_EXERCISED}</b>: gro=on: testpmd.gro=on" in rep.read_text()
 
 
 # ---- kernel segmentation, merging, MTU on a bridge lab ----------------------------------------
@@ -233,7 +148,7 @@ def test_rps_to_another_cpu_is_exercised_and_not_when_off(bridge_lab):
     where = _iface(on, "server", "rx")
     e = _effect(on, "rps", where)
     assert e["status"] == EXERCISED and e["counters"]["received_rps"]["1"] > 0
-    [judged] = [x for x in effects.witness(off, [{"where": where, "key": "rps", "value": "2"}]) if x["setting"] == "rps"]
+    [judged] = [x for x in judge_effects(off, [{"where": where, "key": "rps", "value": "2"}]) if x["setting"] == "rps"]
     assert judged["status"] == NOT_EXERCISED
 
 
@@ -282,3 +197,87 @@ def test_validate_warns_of_tso_and_uso_with_nothing_to_segment(tmp_path):
     assert warned == ["warning: cell seg=tso: client tso=on does nothing for a UDP workload (TSO segments TCP)",
                       "warning: cell seg=uso: client uso=on has nothing to segment: UDP datagrams are sent one by "
                       "one unless the workload sets gso (UDP_SEGMENT, the engine's)"]
+
+
+# ---- testpmd ---------------------------------------------------------------------------------
+
+PLAN_GRO_IO = """\
+name: gro-io
+topology: {kind: dpdk}
+workload: {tool: iperf3, duration: 1, warmup: 0.3}
+baseline: {gro: off}
+repeat: {min: 2, max: 2}
+axes:
+  gro:
+    on: {testpmd: {gro: on}}
+    off: {testpmd: {gro: off}}
+"""
+
+
+@pytest.mark.skipif(not ROOT or not HAVE_TESTPMD, reason="needs root and dpdk-testpmd")
+def test_a_run_with_testpmd_gro_in_io_forwarding_marks_the_cell_everywhere(tmp_path, clean_machine):
+    plan, db = tmp_path / "gro-io.yaml", tmp_path / "r.db"
+    plan.write_text(PLAN_GRO_IO)
+    res = run("run", str(plan), "--validate")
+    assert res.returncode == 0, res.stderr
+    assert "warning: cell gro=on: testpmd.gro=on does nothing with testpmd.fwd=io" in res.stderr
+    res = run("run", str(plan), "--db", str(db))
+    assert res.returncode == 0, res.stderr
+    text = " ".join(res.stdout.split())
+    assert f"⚠ {NOT_EXERCISED} in the cell gro=on: testpmd.gro=on at switch (testpmd port 0, rx) in 2 of 2" in text
+    shown = run("results", "show", "1", "--db", str(db))
+    assert f"{NOT_EXERCISED}: gro=on: testpmd.gro=on" in " ".join(shown.stdout.split())
+    cells = {c["key"]: c for c in json.loads(run("results", "show", "1", "--db", str(db), "--json").stdout)["cells"]}
+    assert "fwd is io" in cells["gro=on"]["not_exercised"] and cells["gro=off"]["not_exercised"] is None
+    compared = run("compare", "1", "--db", str(db))
+    assert f"{NOT_EXERCISED} (cell gro=on)" in " ".join(compared.stdout.split())
+    rep = tmp_path / "r.html"
+    assert run("report", "1", "--db", str(db), "-o", str(rep)).returncode == 0
+    assert f"<b>{NOT_EXERCISED}</b>: gro=on: testpmd.gro=on" in rep.read_text()
+
+
+@pytest.fixture(scope="module")
+def dpdk_lab(tmp_path_factory):
+    if not ROOT or not HAVE_TESTPMD:
+        pytest.skip("needs root and dpdk-testpmd")
+    yield from module_lab(tmp_path_factory, "dpdk", "ef", timeout=180)
+
+
+def test_testpmd_gro_in_io_forwarding_is_warned_at_lab_set_and_flagged_in_the_sample(dpdk_lab):
+    try:
+        res = _set(dpdk_lab, "switch", "-", "testpmd.gro=on")
+        assert "warning: testpmd.gro=on does nothing with testpmd.fwd=io" in res.stderr
+        sample = _measure(dpdk_lab)
+        e = _effect(sample, "testpmd.gro")
+        assert e["status"] == NOT_EXERCISED
+        assert e["cause"] == "testpmd GRO runs only in its csum forwarding engine; fwd is io"
+        assert e["counters"]["out_per_in"] > 0.9
+        shown = _cli(dpdk_lab["env"], "measure", dpdk_lab["name"], "--duration", "1", "--warmup", "0.3")
+        assert shown.returncode == 0, shown.stderr
+        assert "set but not exercised testpmd.gro=on" in " ".join(shown.stdout.split())
+        res = _set(dpdk_lab, "switch", "-", "testpmd.fwd=csum")
+        assert "warning" not in res.stderr  # csum forwarding: GRO runs
+    finally:
+        _restore(dpdk_lab)
+
+
+def test_testpmd_gro_and_gso_are_exercised_in_csum_forwarding_and_not_when_off(dpdk_lab):
+    """GSO at 1414 B cuts each 1514 B frame in two (2 out per in); GRO merges first (fewer)."""
+    base = ("testpmd.fwd=csum", "testpmd.csum.ip=hw", "testpmd.csum.tcp=hw", "testpmd.gso=on",
+            "testpmd.gso_segsz=1414")
+    try:
+        _set(dpdk_lab, "switch", "-", *base, "testpmd.gro=on")
+        on = _measure(dpdk_lab)
+        _set(dpdk_lab, "switch", "-", "testpmd.gro=off")
+        off = _measure(dpdk_lab)
+        _set(dpdk_lab, "switch", "-", "testpmd.gso=off")
+        neither = _measure(dpdk_lab)
+    finally:
+        _restore(dpdk_lab)
+    assert _effect(on, "testpmd.gro")["status"] == EXERCISED
+    assert _effect(off, "testpmd.gso")["status"] == EXERCISED
+    # the same witnesses over the counters with GRO off / GSO off: nothing to show
+    off["probes"]["testpmd_settings"]["ports"]["0"]["gro"]["on"] = True
+    assert _effect({**off, "effects": judge_effects(off, [])}, "testpmd.gro")["status"] == NOT_EXERCISED
+    neither["probes"]["testpmd_settings"]["ports"]["1"]["gso"].update(on=True, segsz=1414)
+    assert _effect({**neither, "effects": judge_effects(neither, [])}, "testpmd.gso")["status"] == NOT_EXERCISED

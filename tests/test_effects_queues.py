@@ -13,9 +13,9 @@ import shutil
 import pytest
 
 from conftest import module_lab, offlab_cli
-from offlab.experiment import effects
 from offlab.experiment.effects import EXERCISED, OFF
 from offlab.metrics import NOT_EXERCISED
+from tests.helpers import judge_effects
 
 
 @pytest.fixture(scope="module")
@@ -100,7 +100,7 @@ def test_threaded_napi_is_exercised_by_its_kernel_thread_and_not_when_off(napi_v
     e = _effect(on, "threaded", f"server:{s}")
     assert e["status"] == EXERCISED and e["counters"]["napi_threads_cpu_pct"] > 0
     assert _effect(off, "threaded", f"server:{s}")["status"] == OFF
-    [judged] = [x for x in effects.witness(off, [{"where": f"server:{s}", "key": "threaded", "value": "on"}])
+    [judged] = [x for x in judge_effects(off, [{"where": f"server:{s}", "key": "threaded", "value": "on"}])
                 if x["setting"] == "threaded"]
     assert judged["status"] == NOT_EXERCISED
 
@@ -121,6 +121,6 @@ def test_xps_in_a_multiqueue_guest_is_witnessed_by_its_transmit_queues(tmp_path_
         assert on["status"] == EXERCISED and on["counters"]["counted_at"] == "client:eth0 qdisc", on["detail"]
         assert on["counters"]["queues"]["0"] < 0.01 * on["counters"]["queues"]["1"]
         assert _effect(to_0, "xps.0", "client:eth0")["status"] == EXERCISED
-        [judged] = [x for x in effects.witness(to_0, [{"where": "client:eth0", "key": "xps.1", "value": "0x3"}])
+        [judged] = [x for x in judge_effects(to_0, [{"where": "client:eth0", "key": "xps.1", "value": "0x3"}])
                     if x["setting"] == "xps.1"]
         assert judged["status"] == NOT_EXERCISED and "sent from CPU" not in judged["cause"], judged  # not pinned

@@ -1,10 +1,13 @@
 """`offlab fleet run`: a plan across an Ansible inventory, driven by the real ansible-playbook.
 
-Six stand-in machines (namespaces a1 b1 a2 b2 a3 b3, each with its own sshd, its own prefix, remote_dir and
+Eight stand-in machines (namespaces a1 b1 ... a4 b4, each with its own sshd, its own prefix, remote_dir and
 authorized_keys; tests/sshd.py `start_fleet`) behind one controller namespace where offlab and Ansible
 run, shared by the module's tests: the first run installs offlab on a1 b1 a2 b2 (a fresh install, checked)
-and the runs after it keep that installation, as a team's would; a3 b3 join for the run that loses two
-servers at once (installed fresh there). The bundle is `make bundle`'s (dist/offlab-bundle.tar) when
+and the runs after it keep that installation, as a team's would; a3 b3 a4 b4 join for the run that
+loses two servers at once (b4 unreachable from its start), they and a2 b2 (whose installation the
+lease test's `fleet clean` removed) given a copy of a1's checked
+installation (`installed_like`: that run is not about installing, and the fresh install stays proven by
+the first). The bundle is `make bundle`'s (dist/offlab-bundle.tar) when
 present and newer than the package, else built once for the module into a temp dir. Nothing is mocked:
 Ansible installs the bundle on each machine, each pair's plan runs from its client machine, the results
 come home.
@@ -40,7 +43,7 @@ from tests.helpers import pair_plan, run as offlab_in_process, stand_in_machines
 pytestmark = [requires_root, pytest.mark.timeout(1800)]
 
 PLAN = pair_plan("fleet", 1)
-# The machines most runs use (two pairs); a3 b3 only for the run that loses two servers.
+# The machines most runs use (two pairs); a3 b3 a4 b4 only for the run that loses two servers.
 TWO_PAIRS = ["a1", "b1", "a2", "b2"]
 
 
@@ -65,7 +68,7 @@ def bundle(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory):
     with stand_in_machines(lambda: sshd_mod.start_fleet(tmp_path_factory.mktemp("fl"), f"{OUR_NAMESPACES[0]}fl",
-                                                        pairs=3)) as f:
+                                                        pairs=4)) as f:
         yield f
 
 
@@ -103,6 +106,29 @@ def leftovers_on_the_machines(f) -> list[str]:
             if comm != "sshd":
                 found.append(f"{name}: process {pid} {comm}")
     return found
+
+
+def installed_like(fleet, source: str, names: list[str]) -> None:
+    """Machines `names` given machine `source`'s installation as the playbook's install leaves a host: its
+    venv hard-linked into each one's own prefix (the files that name `source`'s prefix, the scripts'
+    interpreter lines and pyvenv.cfg, written anew there) and the bundle's hash beside it. The playbook
+    then finds them installed from this bundle and keeps that, as on a1 b1; `hosts check` and the run on
+    each still start that machine's own venv. Seconds of CPU less than a fresh install and its first
+    imports compiled again per machine (the first test proves the fresh install)."""
+    src = fleet.path("prefix", source)
+    old = str(src).encode()
+    for name in names:
+        dst = fleet.path("prefix", name)
+        dst.mkdir(mode=0o755)
+        subprocess.run(["cp", "-al", str(src / "venv"), str(dst / "venv")], check=True)
+        shutil.copyfile(src / "bundle.sha256", dst / "bundle.sha256")
+        for f in [dst / "venv" / "pyvenv.cfg", *(dst / "venv" / "bin").iterdir()]:
+            if f.is_symlink() or not f.is_file() or old not in (data := f.read_bytes()):
+                continue
+            mode = f.stat().st_mode
+            f.unlink()  # a file of its own, not the source's link
+            f.write_bytes(data.replace(old, str(dst).encode()))
+            f.chmod(mode)
 
 
 def feature(ns: str, iface: str = "t1", name: str = "generic-receive-offload") -> bool:
@@ -166,6 +192,7 @@ def test_fleet_run_runs_each_pair_from_its_client_and_imports_both_side_by_side(
     text = log.read_text()
     for task in ("bundle copied", "offlab installed from the bundle's wheels"):
         assert task_results(text, task) == ["changed a1", "changed a2", "changed b1", "changed b2"], text[-3000:]
+    assert task_results(text, "offlab hosts check") == ["ok a1", "ok a2", "ok b1", "ok b2"], text[-3000:]
     lines = res.stdout.splitlines()
     assert [l.split(": ok:")[0] for l in lines if ": ok: run " in l] == ["a1:t1,b1:t1", "a2:t1,b2:t1"], res.stdout
     with sqlite3.connect(db) as conn:
@@ -192,28 +219,6 @@ def test_fleet_run_runs_each_pair_from_its_client_and_imports_both_side_by_side(
         assert (fleet.path("prefix", name) / "venv" / "bin" / "offlab-engine").is_file()
         # installed by the bundle's uv, into a venv made without pip
         assert not (fleet.path("prefix", name) / "venv" / "bin" / "pip").exists()
-
-
-def test_a_host_that_fails_costs_only_its_pair_and_names_it_into_a_shared_postgresql(fleet, bundle, tmp_path, pg):  # noqa: F811
-    inv = tmp_path / "inventory.yml"
-    inv.write_text(fleet.ansible_inventory({"b2": {"ansible_port": 2299}}, only=TWO_PAIRS))  # nothing listens there
-    plan = tmp_path / "plan.yaml"
-    plan.write_text(PLAN)
-    url = pg.database()
-    res = fleet_cli(fleet, tmp_path, "fleet", "run", str(plan), "--inventory", str(inv), "--group", "rack",
-                    "--db", url, "--bundle", str(bundle))
-    assert res.returncode == 3, (res.stdout + res.stderr)[-3000:]
-    assert "a1:t1,b1:t1: ok: run 1 (2 samples)" in res.stdout.splitlines(), res.stdout
-    failed = [l for l in res.stdout.splitlines() if l.startswith("a2:t1,b2:t1: failed: ")]
-    assert len(failed) == 1 and "host b2 unreachable" in failed[0] and "2299" in failed[0], res.stdout
-    assert res.stderr.strip().splitlines() == [res.stderr.strip()] and "Traceback" not in res.stderr
-    assert "1 of 2 pair(s) failed: a2:t1,b2:t1: host b2 unreachable" in res.stderr, res.stderr
-    from offlab.store import Store
-
-    with Store.open(url) as store:
-        runs = store.list_runs()
-        assert [(r["name"], r["status"], r["samples"]) for r in runs] == [("fleet @ a1:t1,b1:t1", "done", 2)]
-    assert leftovers_on_the_machines(fleet) == []
 
 
 def batches_of(log: str, task: str) -> list[list[str]]:
@@ -255,10 +260,10 @@ def test_serial_runs_the_pairs_in_batches_and_a_database_gone_meanwhile_keeps_th
     text = log.read_text()
     assert text.count("PLAY [run the plan from each pair's client host]") == 2, text[-3000:]
     assert batches_of(text, "offlab run, from the client host") == [["a1"], ["a2"]], text[-3000:]
-    # The installation the first run made is kept: each host found it made from this bundle (its hash), so
-    # the bundle is neither copied nor installed again on any host.
+    # The installation the first run made is kept: each host found it made from this bundle (its hash), and
+    # checked there in the same task, so the bundle is neither copied nor installed again on any host.
     assert task_results(text, "offlab installed from this bundle") == ["ok a1", "ok a2", "ok b1", "ok b2"], text[-3000:]
-    for task in ("bundle copied", "offlab installed from the bundle's wheels"):
+    for task in ("bundle copied", "offlab installed from the bundle's wheels", "offlab hosts check"):
         assert task_results(text, task) == ["skipping a1", "skipping a2", "skipping b1", "skipping b2"], text[-3000:]
     # The database: one line naming it and where both pairs' results are kept.
     line = res.stderr.strip()
@@ -346,19 +351,23 @@ def test_a_fleet_runs_server_puts_itself_back_by_its_lease_when_its_controller_d
     assert settings_of(fleet) == before
 
 
-# Two servers lost mid-run in one fleet run of three pairs, each a pair of its own, so that neither loss
+# Two servers lost mid-run in one fleet run of four pairs, each a pair of its own, so that neither loss
 # touches the other's pair: b2's management link cut (then its own restore.sh), b3's sshd stopped with
-# every session (then `fleet clean` alone, once it is back); a1 b1 go on. a3 b3 are installed fresh by this
-# run. It comes after the runs above, which reuse the first run's installation: `fleet clean` of the lost
-# pairs removes theirs.
-def test_servers_lost_mid_run_keep_their_pairs_samples_the_other_pair_goes_on_and_fleet_clean_puts_all_back(
-        fleet, bundle, tmp_path):
+# every session (then `fleet clean` alone, once it is back); and b4 unreachable from the start (nothing
+# listens at its port): its pair is not run, and named. a1 b1 go on, into a shared PostgreSQL. a2 b2 a3
+# b3 a4 have a copy of a1's installation, which the run keeps, as the runs above keep the first run's: `fleet
+# clean` of the failed pairs removes theirs.
+def test_servers_lost_mid_run_or_unreachable_cost_only_their_pairs_the_other_goes_on_and_fleet_clean_puts_all_back(
+        fleet, bundle, tmp_path, pg):  # noqa: F811
     # Two rounds of the two cells: a loss lands after a pair's first sample, with samples still to come.
-    inv, plan, db = run_files(fleet, tmp_path, pair_plan("fleet", 2), machines=fleet.names())
+    inv, plan, _ = run_files(fleet, tmp_path, pair_plan("fleet", 2), machines=fleet.names())
     # The lost servers' leases outlast the test: what is proven here is that `fleet clean` and restore.sh
     # put them back; a lease that lapses on its own is test_lease's (it would race these checks).
-    inv.write_text(fleet.ansible_inventory({"b2": {"offlab_lease": 3600}, "b3": {"offlab_lease": 3600}},
-                                           only=fleet.names()))
+    inv.write_text(fleet.ansible_inventory({"b2": {"offlab_lease": 3600}, "b3": {"offlab_lease": 3600},
+                                            "b4": {"ansible_port": 2299}}, only=fleet.names()))
+    # a2 b2's installation went with the lease test's `fleet clean`; a3 b3 a4 never had one
+    installed_like(fleet, "a1", ["a2", "b2", "a3", "b3", "a4"])
+    url = pg.database()
     before = settings_of(fleet)
     lost: dict[str, object] = {}
 
@@ -378,24 +387,36 @@ def test_servers_lost_mid_run_keep_their_pairs_samples_the_other_pair_goes_on_an
         with once_measuring(fleet, "a2", lambda: sshd_mod.cut(fleet, "b2")), \
                 once_measuring(fleet, "a3", lose_b3, ready=lambda: feature(fleet.machines["b3"].ns) != before["b3"][0]):
             res = fleet_cli(fleet, tmp_path, "fleet", "run", str(plan), "--inventory", str(inv), "--group", "rack",
-                            "--db", str(db), "--bundle", str(bundle), "--forks", "6")
+                            "--db", url, "--bundle", str(bundle), "--forks", "8",
+                            env={"OFFLAB_FLEET_LOG": str(tmp_path / "ansible.log")})
     finally:
         sshd_mod.reconnect(fleet, "b2")
         if fleet.machines["b3"].proc is None:
             sshd_mod.bring_back(fleet, "b3")
     assert "gro" in lost, (res.stdout + res.stderr)[-3000:]
     assert res.returncode == 3, (res.stdout + res.stderr)[-3000:]
+    # The copied installations are ones the playbook keeps and checks, as a1 b1's; b4 never answered.
+    text = (tmp_path / "ansible.log").read_text()
+    reached = sorted(n for n in fleet.names() if n != "b4")
+    assert task_results(text, "offlab installed from this bundle") == ["fatal b4"] + [f"ok {n}" for n in reached], \
+        text[-3000:]
+    assert task_results(text, "bundle copied") == [f"skipping {n}" for n in reached], text[-3000:]
+    failed = [l for l in res.stdout.splitlines() if l.startswith("a4:t1,b4:t1: failed: ")]
+    assert len(failed) == 1 and "host b4 unreachable" in failed[0] and "2299" in failed[0], res.stdout
     assert "a1:t1,b1:t1: ok: run " in res.stdout, res.stdout
     for client, server in (("a2", "b2"), ("a3", "b3")):
         failed = [l for l in res.stdout.splitlines() if l.startswith(f"{client}:t1,{server}:t1: failed: ")]
         assert len(failed) == 1 and server in failed[0].split("failed: ", 1)[1] and "samples kept in run" in failed[0], \
             res.stdout
     assert "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
-    with sqlite3.connect(db) as conn:
-        counts = dict(conn.execute("SELECT r.name, COUNT(s.id) FROM runs r LEFT JOIN samples s ON s.run_id = r.id "
-                                   "GROUP BY r.id").fetchall())
-    assert counts["fleet @ a1:t1,b1:t1"] == 4, counts
-    assert 1 <= counts["fleet @ a2:t1,b2:t1"] < 4 and 1 <= counts["fleet @ a3:t1,b3:t1"] < 4, counts
+    assert "3 of 4 pair(s) failed: " in res.stderr and "a4:t1,b4:t1: host b4 unreachable" in res.stderr, res.stderr
+    from offlab.store import Store
+
+    with Store.open(url) as store:
+        runs = {r["name"]: r for r in store.list_runs()}
+    assert sorted(runs) == [f"fleet @ a{k}:t1,b{k}:t1" for k in (1, 2, 3)], runs  # none of b4's pair
+    assert (runs["fleet @ a1:t1,b1:t1"]["status"], runs["fleet @ a1:t1,b1:t1"]["samples"]) == ("done", 4), runs
+    assert 1 <= runs["fleet @ a2:t1,b2:t1"]["samples"] < 4 and 1 <= runs["fleet @ a3:t1,b3:t1"]["samples"] < 4, runs
     # The lost pairs' journals stay on their ends and b2, b3 keep the run's key (they were cut off); the
     # other pair left nothing. Nobody could put b3 back while it was gone: its setting is still there.
     found = leftovers_on_the_machines(fleet)
@@ -410,7 +431,7 @@ def test_servers_lost_mid_run_keep_their_pairs_samples_the_other_pair_goes_on_an
         if script.exists():
             NetnsHost(fleet.machines[name].ns).run(["sh", str(script)])
     res = fleet_cli(fleet, tmp_path, "fleet", "clean", "--inventory", str(inv), "--host", "a2", "--host", "b2",
-                    "--host", "a3", "--host", "b3")
+                    "--host", "a3", "--host", "b3", "--host", "a4")
     assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
     assert leftovers_on_the_machines(fleet) == []
     assert settings_of(fleet) == before

@@ -22,6 +22,8 @@ VSWITCHD = "/usr/lib/openvswitch-switch-dpdk/ovs-vswitchd-dpdk"
 HAVE_OVS_DPDK = os.access(VSWITCHD, os.X_OK)
 needs_ovs_dpdk = pytest.mark.skipif(os.geteuid() != 0 or not HAVE_OVS_DPDK,
                                     reason="needs root and openvswitch-switch-dpdk")
+# µs the labs' PMD threads may sleep per loop when idle (--pmd-sleep; OVS's largest)
+PMD_SLEEP = 10000
 
 
 
@@ -80,11 +82,13 @@ def test_a_dpdk_runtime_dir_that_is_not_ours_is_refused_and_left_alone(state_dir
 
 @pytest.fixture(scope="module")
 def ovs_dpdk_lab(tmp_path_factory):
-    """One tap-port ovs-dpdk lab for the module; checked gone afterwards (daemons, dirs, namespaces, links)."""
+    """One tap-port ovs-dpdk lab for the module; checked gone afterwards (daemons, dirs, namespaces, links).
+    Its PMD thread sleeps when idle (--pmd-sleep): no test here measures throughput, and a busy-polled
+    CPU would be taken from the other tests' processes for the module's whole run."""
     if os.geteuid() != 0 or not HAVE_OVS_DPDK:
         pytest.skip("needs root and openvswitch-switch-dpdk")
     links_before = root_links()
-    for lab in module_lab(tmp_path_factory, "ovs-dpdk", "od", timeout=180):
+    for lab in module_lab(tmp_path_factory, "ovs-dpdk", "od", "--pmd-sleep", str(PMD_SLEEP), timeout=180):
         yield lab
     name, shown = lab["name"], lab["shown"]
     for d in shown["daemons"]:
@@ -116,6 +120,10 @@ def test_lab_up_runs_a_private_ovs_dpdk_without_hugepages(ovs_dpdk_lab):
     extra = _vsctl(ovs_dpdk_lab, "get", "Open_vSwitch", ".", "other_config:dpdk-extra")
     assert "--no-huge" in extra and "--legacy-mem" in extra and f"--file-prefix={runtime.name}" in extra
     assert _vsctl(ovs_dpdk_lab, "get", "Open_vSwitch", ".", "dpdk_initialized") == "true"
+    assert _vsctl(ovs_dpdk_lab, "get", "Open_vSwitch", ".", "other_config:pmd-maxsleep") == f'"{PMD_SLEEP}"'
+    assert ovs["pmd_sleep_us"] == PMD_SLEEP
+    log = (Path(ovs["rundir"]) / "ovs-vswitchd.log").read_text()
+    assert f"PMD max sleep request is {PMD_SLEEP} usecs" in log and "PMD load based sleeps are enabled" in log
     assert _vsctl(ovs_dpdk_lab, "get", "Bridge", "br0", "datapath_type") == "netdev"
     assert [(p["name"], p["type"], p["driver_name"], p["mtu"], p["error"]) for p in ovs["ports"]] == [
         ("dpdk0", "dpdk", "net_tap", "1500", "[]"), ("dpdk1", "dpdk", "net_tap", "1500", "[]")]
@@ -258,7 +266,7 @@ def test_an_af_packet_dpdk_port_changes_mtu_at_run_time_and_one_ovs_refuses_is_p
     from offlab import netdev
     from offlab.knobs import Change, Transaction, link, list_pending
 
-    lab = labs.up("ovs-dpdk", lab_name, options={"pmd": "af_packet"})
+    lab = labs.up("ovs-dpdk", lab_name, options={"pmd": "af_packet", "pmd_sleep": PMD_SLEEP})
     try:
         switch, client = lab.host("switch"), lab.host("client")
 
@@ -329,6 +337,11 @@ def test_ovs_dpdk_vm_refuses_an_mtu_above_the_vhost_user_limit_and_pmd(state_dir
     assert res.returncode == 2 and "vhost-user ports take at most MTU 9710" in res.stderr
     res = offlab_cli("lab", "up", "ovs-dpdk-vm", "--name", lab_name, "--pmd", "tap")
     assert res.returncode == 2 and "--pmd" in res.stderr and "Traceback" not in res.stderr
+    res = offlab_cli("lab", "up", "ovs-dpdk-vm", "--name", lab_name, "--pmd-sleep", "10001")
+    assert res.returncode == 2 and res.stderr.strip() == (
+        "offlab: error: --pmd-sleep 10001: give 0..10000 µs (OVS's pmd-maxsleep); 0 busy-polls"), res.stderr
+    res = offlab_cli("lab", "up", "dpdk", "--name", lab_name, "--pmd-sleep", "100")
+    assert res.returncode == 2 and "--pmd-sleep is an option of the ovs-dpdk and ovs-dpdk-vm" in res.stderr
     assert not (state_dir / "labs" / f"{lab_name}.json").exists()
 
 
@@ -338,7 +351,8 @@ def jumbo_lab(tmp_path_factory):
     if os.geteuid() != 0 or not HAVE_OVS_DPDK:
         pytest.skip("needs root and openvswitch-switch-dpdk")
     links_before = root_links()
-    for lab in module_lab(tmp_path_factory, "ovs-dpdk-vm", "oj", "--mtu", "9000", timeout=600):
+    for lab in module_lab(tmp_path_factory, "ovs-dpdk-vm", "oj", "--mtu", "9000", "--pmd-sleep", str(PMD_SLEEP),
+                          timeout=600):
         yield lab
     name, shown = lab["name"], lab["shown"]
     for d in shown["daemons"]:

@@ -277,7 +277,7 @@ def test_fan_out_runs_one_plan_on_three_pairs_and_compare_sets_them_side_by_side
                             "GROUP BY r.id ORDER BY r.name").fetchall()
     assert rows == [("pairs @ a:t1,b:t1", 2), ("pairs @ a:t2,b:t2", 2), ("pairs @ a:t3,b:t3", 2)]
     ids = [str(r["run_id"]) for r in out["pairs"]]
-    res = cli(state_dir, "compare", *ids, "--db", str(db), "--json")
+    res = offlab_in_process("compare", *ids, "--db", str(db), "--json")  # the database alone: no interpreter start
     assert res.returncode == 0, res.stderr
     compared = {(r["run"], r["baseline_run"]) for r in json.loads(res.stdout)["rows"]}
     assert compared == {(int(ids[1]), int(ids[0])), (int(ids[2]), int(ids[0]))}
@@ -302,7 +302,7 @@ def test_fan_out_into_a_shared_postgresql_and_compare_from_it(pair, inv, tmp_pat
         assert all((runs[i]["status"], runs[i]["samples"]) == ("done", 2) for i in ids)
         for i in ids:
             assert {x["cell_id"] for x in s.samples(i)} <= {c["id"] for c in s.cells(i)}
-    res = cli(state_dir, "compare", *map(str, ids), "--db", url, "--json")
+    res = offlab_in_process("compare", *map(str, ids), "--db", url, "--json")  # the database alone
     assert res.returncode == 0, res.stderr
     assert {(r["run"], r["baseline_run"]) for r in json.loads(res.stdout)["rows"]} == {(ids[1], ids[0])}
     assert not Path(pair.remote_dir("a")).exists() and not Path(pair.remote_dir("b")).exists()

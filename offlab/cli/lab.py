@@ -49,6 +49,9 @@ def up_cmd(
     testpmd_cpu: Optional[int] = typer.Option(None, "--testpmd-cpu",
                                               help="dpdk, dpdk-vm: the CPU testpmd polls on; ovs-dpdk, ovs-dpdk-vm: the OVS PMD "
                                                    "thread's (default: the last one)."),
+    pmd_sleep: Optional[int] = typer.Option(None, "--pmd-sleep", help=(
+        "ovs-dpdk, ovs-dpdk-vm: the longest sleep, in µs (0..10000), the OVS PMD thread may take per polling "
+        "loop while its ports bring few packets (OVS's pmd-maxsleep); default 0: it busy-polls its CPU.")),
     as_json: bool = typer.Option(False, "--json", help="Print the lab as JSON."),
     inventory: Optional[str] = typer.Option(None, "--inventory", help="hosts: the inventory of the machines."),
     pair: Optional[str] = typer.Option(None, "--pair", help="hosts: CLIENT:IF,SERVER:IF (default: the "
@@ -81,8 +84,10 @@ def up_cmd(
         raise BadInput(f"--pmd is an option of the {' and '.join(taking_option('pmd'))} topologies only")
     if topology not in DPDK_TOPOLOGIES and testpmd_cpu is not None:
         raise BadInput(f"--testpmd-cpu is an option of the {', '.join(DPDK_TOPOLOGIES)} topologies only")
+    if topology not in taking_option("pmd_sleep") and pmd_sleep is not None:
+        raise BadInput(f"--pmd-sleep is an option of the {' and '.join(taking_option('pmd_sleep'))} topologies only")
     options = {k: v for k, v in (("vni", vni), ("port", port), ("underlay_mtu", underlay_mtu),
-                                 ("pmd", pmd), ("cpu", testpmd_cpu)) if v is not None}
+                                 ("pmd", pmd), ("cpu", testpmd_cpu), ("pmd_sleep", pmd_sleep)) if v is not None}
     if borrows_ports(topology) != (ports is not None):
         raise BadInput(f"lab up {topology} needs --ports IF1,IF2 (docs/phys.md)" if borrows_ports(topology)
                        else f"--ports is for `lab up {' / '.join(taking_option('ports'))}`, not {topology}")

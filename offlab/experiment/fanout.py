@@ -192,4 +192,9 @@ def _child(argv: list[str]) -> int:
 if __name__ == "__main__":
     if sys.argv[1:2] != ["child"]:
         raise SystemExit("internal entry point of `offlab run --inventory`")
-    raise SystemExit(_child(sys.argv[2:]))
+    from offlab.interrupts import keep_for_life
+
+    try:
+        raise SystemExit(_child(sys.argv[2:]))
+    finally:
+        keep_for_life()

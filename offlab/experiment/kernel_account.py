@@ -7,7 +7,9 @@ offlab.report.kernel's. docs/results.md defines each figure.
 
 from __future__ import annotations
 
-from offlab.experiment.effects import EXERCISED, MERGING, MIN_PACKETS, SEGMENTATION
+from offlab.experiment.effects import EXERCISED, MIN_PACKETS
+from offlab.experiment.effects.merging import MERGING
+from offlab.experiment.effects.segmentation import SEGMENTATION
 from offlab.metrics import NOT_EXERCISED
 from offlab.stats import AGREE_COUNT, agreement, partition
 

@@ -20,7 +20,7 @@ from offlab.metrics import TCG_MARK
 from offlab.probes import ProbeResult, ProbeSession, Snapshot, mtus, service_demand, system_service_demand
 from offlab.probes.counters import rcvq_pruned
 from offlab.probes.cpu import NOTABLE_STEAL_PCT
-from offlab.sample import Probes, StoredSample
+from offlab.sample import Held, Probes, StoredSample
 from offlab.dpdk import Testpmd
 from offlab.experiment import effects, host_trace, kernel_account, witnesses
 from offlab.probes.capture import Capture, CaptureSummary, read_pcap, summarize
@@ -257,7 +257,7 @@ def _queue_ifaces(lab: LabState, settings: list[dict]) -> dict[str, list[str]]:
     guest) the ones the settings name. None set: {} (nothing is read)."""
     named: dict[str, list[str]] = {}
     for s in settings:
-        if effects.is_queue_setting(str(s.get("key") or "")):
+        if effects.needs_queues(str(s.get("key") or "")):
             role, _, iface = str(s.get("where") or "").partition(":")
             named.setdefault(role, []).append(iface)
     if not named:
@@ -290,8 +290,9 @@ def _witnessed(sample: Sample, settings: list[dict]) -> Sample:
     big = witnesses.big_packets(view.probes)
     if big:
         sample.notes.append(big)
-    sample.notes += witnesses.out_of_range(StoredSample.from_json(sample.to_dict()))
-    sample.effects = effects.witness(sample.to_dict(), settings)
+    judged = StoredSample.from_json(sample.to_dict())
+    sample.notes += witnesses.out_of_range(judged)
+    sample.effects = [e.to_dict() for e in effects.witness(judged, [Held.from_json(s) for s in settings])]
     return _judged(sample)
 
 

@@ -19,7 +19,6 @@ from offlab.metrics import METRICS, impossible
 from offlab.sample import Probes, Read, SampleWorkload, StoredSample, Traffic, counter
 from offlab.stats import partition
 from offlab.traffic.rate import parse_rate
-from offlab.traffic.series import as_dicts
 from offlab.wire import ETH_HEADER, IP_MAX, IPV4_HEADER, UDP_HEADER, ip_header
 
 # Beyond five percentage points (plus what the reads' skew and the series' alignment let flow, below)
@@ -156,17 +155,17 @@ def window_loss(traffic: Traffic, probes: Probes) -> WindowLoss:
     # datagrams taken as spread evenly over it). Whole rows by their middle were up to half a row off at
     # each edge: 10 % of a 1 s window, which left that much of a loss unexplained by counters that were right.
     kept = []
-    for row in as_dicts(series.to_json()):  # the rows, in offlab.traffic.series' own shape
-        start, dur = t0 + row["t_s"] - offset, row["dur_s"]
+    for t_s, dur, row_lost, row_received in series.cols("t_s", "dur_s", "lost", "datagrams"):
+        start = t0 + t_s - offset
         inside = min(start + dur, k1) - max(start, k0)
         if dur > 0 and inside > 0:
-            kept.append((inside / dur, row))
+            kept.append((inside / dur, row_lost or 0, row_received or 0))
     if not kept:
         return WindowLoss(why="no interval of the tool's series lies in the window")
     # what remains uncertain: where within the reads' spans each edge lies, and the clock offset's bounds
     alignment = (s1 - s0) / 2 + (e1 - e0) / 2 + 2 * clock_err
-    lost = round(sum(f * (r.get("lost") or 0) for f, r in kept))
-    received = round(sum(f * (r.get("datagrams") or 0) for f, r in kept))
+    lost = round(sum(f * n for f, n, _ in kept))
+    received = round(sum(f * n for f, _, n in kept))
     loss = max(0.0, min(1.0, lost / (received + lost))) if received + lost > 0 else None
     return WindowLoss(loss=loss, lost=lost, received=received, rows=len(kept), source=source,
                       alignment_s=round(alignment, 6))

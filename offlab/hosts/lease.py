@@ -35,6 +35,7 @@ wall times (the host's).
 from __future__ import annotations
 
 import atexit
+import functools
 import os
 import secrets
 import select
@@ -48,7 +49,7 @@ from offlab.errors import CommandFailed, EnvironmentProblem
 from offlab.hosts import remote_journal
 from offlab.hosts.base import Host
 from offlab.hosts.process import START_TIME_SH
-from offlab.hosts.ssh import SshHost, remote_command
+from offlab.hosts.ssh import SshHost, at_once, remote_command
 
 RENEW_STREAM_LIFETIME = 3600  # seconds one renewal session lives on the host before it is opened again
 
@@ -398,11 +399,14 @@ def release_all() -> None:
     with _LOCK:
         leases = list(_mine().values())
         _LEASES.clear()
-    for lease in leases:
+
+    def release(lease: RemoteLease) -> None:
         try:
             lease.release()
         except (EnvironmentProblem, CommandFailed, OSError):
             lease._halt()  # unreachable: its watchdog puts the host back once the lease lapses
+
+    at_once([functools.partial(release, lease) for lease in leases])  # each host's round trip at once
 
 
 

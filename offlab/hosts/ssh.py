@@ -23,7 +23,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from offlab.errors import BadInput, CommandFailed, CommandTimeout, EnvironmentProblem, ToolMissing
 from offlab.hosts.base import DEFAULT_TIMEOUT, TOOL_PACKAGES, Host, Result, which
@@ -167,12 +167,37 @@ def _key_lock(key: str) -> threading.Lock:
         return _KEY_LOCKS.setdefault(key, threading.Lock())
 
 
+def at_once(calls: Sequence[Callable[[], object]]) -> None:
+    """Run each call on a thread of its own and wait for all: one step on several hosts (a lease's
+    release, a master's close) costs one host's round trip, not the sum. The first exception a call
+    raised is raised here, once all have ended."""
+    errors: list[BaseException] = []
+
+    def run(call: Callable[[], object]) -> None:
+        try:
+            call()
+        except BaseException as exc:  # noqa: BLE001 (handed to the caller below)
+            errors.append(exc)
+
+    if len(calls) <= 1:
+        for call in calls:
+            call()
+        return
+    threads = [threading.Thread(target=run, args=(call,), name="ssh at once", daemon=True) for call in calls]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+
+
 def close_all() -> None:
-    """Close every master this process opened (`ssh -O exit`); at exit once one is opened (_opened)."""
+    """Close every master this process opened (`ssh -O exit`, all at once); at exit once one is opened
+    (_opened)."""
     with _OPEN_LOCK:
         hosts = list(_OPEN.values())
-    for host in hosts:
-        host.close()
+    at_once([host.close for host in hosts])
     with _OPEN_LOCK:
         empty = not _OPEN
     if empty:

@@ -9,12 +9,14 @@ restore or a refused change closes an entry, so the host's copy goes with it.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
 from offlab.errors import CommandFailed, EnvironmentProblem
 from offlab.hosts import from_ref
 from offlab.hosts import remote_journal
+from offlab.hosts.ssh import at_once
 from offlab.knobs import journal
 from offlab.knobs.journal import Entry
 from offlab.knobs.ethtool_params import _EthtoolParam
@@ -111,7 +113,8 @@ def let_go(path: Path, entries: list[Entry], *, hand_over: bool = False) -> None
         host = _ssh_host(entry.data)
         if host is not None:
             hosts.setdefault((host._key, host.remote_dir), host)
-    for host in hosts.values():
+
+    def release(host) -> None:
         try:
             if hand_over:
                 lease.hand_over(host, host.remote_dir, f"-{path.stem}-")
@@ -119,6 +122,8 @@ def let_go(path: Path, entries: list[Entry], *, hand_over: bool = False) -> None
                 lease.release_idle(host, host.remote_dir)
         except (EnvironmentProblem, CommandFailed):
             pass  # unreachable: the lease lapses and its watchdog puts back what it covers, said then
+
+    at_once([functools.partial(release, host) for host in hosts.values()])  # each host's round trip at once
 
 
 def forget_copies(entries: list[Entry]) -> tuple[list[str], list[str]]:

@@ -12,6 +12,7 @@ knobs/undo.py); `lab down` removes nothing of the hosts, only what offlab copied
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import os
 import platform
@@ -22,7 +23,7 @@ from offlab import inventory as inv_mod
 from offlab import netdev
 from offlab.errors import BadInput, CommandFailed, EnvironmentProblem, OfflabError
 from offlab.hosts import remote_journal, which
-from offlab.hosts.ssh import SshHost
+from offlab.hosts.ssh import SshHost, at_once
 from offlab.lab.model import HostEntry, Interface, LabState
 
 ENGINE = "offlab-engine"
@@ -197,27 +198,35 @@ def _local_engine() -> str | None:
 def teardown(lab: LabState, also: frozenset[int] | set[int] = frozenset()) -> list[str]:
     """`lab down` of a hosts lab: nothing of the hosts is removed; only what offlab put there: the
     processes it started that outlived their offlab process (and those of `also`, the lab's holders
-    with --force), then the engine it copied."""
+    with --force), then the engine it copied. The hosts are done at once, each on a thread."""
+    roles = [role for role, entry in lab.hosts.items() if entry.ref is not None]
+    done: dict[str, tuple[list[str], list[str]]] = {}
+    at_once([functools.partial(_teardown_host, lab, role, also, done) for role in roles])
+    removed = [line for role in roles for line in done[role][0]]
+    failed = [line for role in roles for line in done[role][1]]
+    if failed:  # the lab's state file stays, so a later `lab down` still knows what to remove
+        raise EnvironmentProblem(f"lab down {lab.name}: " + "; ".join(failed))
+    return removed
+
+
+def _teardown_host(lab: LabState, role: str, also: frozenset[int] | set[int],
+                   done: dict[str, tuple[list[str], list[str]]]) -> None:
+    """One host's part of `teardown`, into done[role]: (lines removed, failures)."""
     from offlab.hosts import lease
 
-    removed, failed = [], []
-    for role, entry in lab.hosts.items():
-        if entry.ref is None:
-            continue
-        host = lab.host(role)
-        try:
-            removed += lease.lapses(host, host.remote_dir, remove=True)
-            ended = remote_journal.end_processes(host, host.remote_dir, also=also)
-            removed += [f"{host.name}: {what}" for what in ended]
-        except (EnvironmentProblem, CommandFailed) as exc:
-            failed.append(f"processes offlab started on {host.name} may still run ({exc}): `offlab lab down "
-                          f"{lab.name}` again once it answers, or `sh {host.remote_dir}/restore.sh` there")
-    copied = lab.options.get("copied") or {}
-    for role, bindir in copied.items():
-        entry = lab.hosts.get(role)
-        if entry is None or entry.ref is None:
-            continue
-        host = lab.host(role)
+    removed: list[str] = []
+    failed: list[str] = []
+    done[role] = (removed, failed)
+    host = lab.host(role)
+    try:
+        removed += lease.lapses(host, host.remote_dir, remove=True)
+        ended = remote_journal.end_processes(host, host.remote_dir, also=also)
+        removed += [f"{host.name}: {what}" for what in ended]
+    except (EnvironmentProblem, CommandFailed) as exc:
+        failed.append(f"processes offlab started on {host.name} may still run ({exc}): `offlab lab down "
+                      f"{lab.name}` again once it answers, or `sh {host.remote_dir}/restore.sh` there")
+    bindir = (lab.options.get("copied") or {}).get(role)
+    if bindir:
         try:
             host.run(["rm", "-rf", "--", bindir], timeout=30)
             remote_journal.forget(host, host.remote_dir, f"lab-{lab.name}-{role}-engine")
@@ -225,16 +234,10 @@ def teardown(lab: LabState, also: frozenset[int] | set[int] = frozenset()) -> li
         except (EnvironmentProblem, CommandFailed) as exc:
             failed.append(f"{bindir} is still on {host.name} ({exc}): `offlab lab down {lab.name}` again once it "
                           f"answers, or `sh {host.remote_dir}/restore.sh` there")
-    for role, entry in lab.hosts.items():
-        if entry.ref is not None:
-            try:
-                host = lab.host(role)
-                remote_journal.tidy(host, host.remote_dir)
-            except (EnvironmentProblem, CommandFailed):
-                pass  # unreachable: its journal stays there, as it should
-    if failed:  # the lab's state file stays, so a later `lab down` still knows what to remove
-        raise EnvironmentProblem(f"lab down {lab.name}: " + "; ".join(failed))
-    return removed
+    try:
+        remote_journal.tidy(host, host.remote_dir)
+    except (EnvironmentProblem, CommandFailed):
+        pass  # unreachable: its journal stays there, as it should
 
 
 def up(name: str, inventory: str, pair: str | None = None, *, allow_management: bool = False) -> LabState:

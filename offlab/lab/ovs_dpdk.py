@@ -48,6 +48,8 @@ DPDK_PORT_WAIT = 60
 # refuses mtu_request and detaches the port until it is cleared.
 PORT_TYPES = {"tap": "net_tap", "af_packet": "net_af_packet"}
 MAX_MTU = PMD_MAX_MTU
+# --pmd-sleep: OVS 3.1's other_config:pmd-maxsleep takes 0..10000 µs
+MAX_PMD_SLEEP_US = 10_000
 
 
 def require_vswitchd() -> str:
@@ -69,6 +71,13 @@ def check_options(name: str, mtu: int, options: dict) -> None:
                        f"MTU ≤ {MAX_MTU}; OVS refuses mtu_request={mtu} there and detaches the port until the "
                        f"request is cleared. Use --mtu {MAX_MTU} (jumbo frames need vhost-user ports)")
     check_cpu(options.get("cpu"), "the OVS PMD thread's CPU; ")
+    check_pmd_sleep(options.get("pmd_sleep"))
+
+
+def check_pmd_sleep(us: int | None) -> None:
+    """--pmd-sleep: µs OVS's pmd-maxsleep takes."""
+    if us is not None and not 0 <= us <= MAX_PMD_SLEEP_US:
+        raise BadInput(f"--pmd-sleep {us}: give 0..{MAX_PMD_SLEEP_US} µs (OVS's pmd-maxsleep); 0 busy-polls")
 
 
 def check_vm_options(name: str, mtu: int, options: dict) -> None:
@@ -78,7 +87,7 @@ def check_vm_options(name: str, mtu: int, options: dict) -> None:
     if mtu > VHOST_MAX_MTU:
         raise BadInput(f"--mtu {mtu}: OVS-DPDK's vhost-user ports take at most MTU {VHOST_MAX_MTU} "
                        f"(frames ≤ {VHOST_MAX_FRAME} B)")
-    check_options(name, MAX_MTU, {k: v for k, v in options.items() if k == "cpu"})
+    check_options(name, MAX_MTU, {k: v for k, v in options.items() if k in ("cpu", "pmd_sleep")})
 
 
 def ovs_dpdk_vm(b: Builder, mtu: int) -> None:
@@ -95,7 +104,8 @@ def ovs_dpdk_vm(b: Builder, mtu: int) -> None:
     cpu = opts.setdefault("cpu", default_cpu())
     b.host("switch")
     switch = Ovs.start(b, vswitchd=False)
-    start_vswitchd(b, switch, cpu, memory_mb=VHOST_MEMORY_MB, per_port_memory=True)
+    start_vswitchd(b, switch, cpu, memory_mb=VHOST_MEMORY_MB, per_port_memory=True,
+                   pmd_sleep=opts.get("pmd_sleep", 0))
     switch.add_bridge(BRIDGE)
     with b.step(f"OVS bridge {BRIDGE} mtu_request={mtu}"):
         switch.vsctl("set", "Interface", BRIDGE, f"mtu_request={mtu}")
@@ -134,7 +144,7 @@ def ovs_dpdk(b: Builder, mtu: int) -> None:
         c, s = link_name(b.lab.name, 0), link_name(b.lab.name, 1)
         devargs = [f"net_tap0,iface={c}", f"net_tap1,iface={s}"]
     switch = Ovs.start(b, vswitchd=False)
-    start_vswitchd(b, switch, cpu)
+    start_vswitchd(b, switch, cpu, pmd_sleep=opts.get("pmd_sleep", 0))
     switch.add_bridge(BRIDGE)
     for n, dev in enumerate(devargs):
         add_dpdk_port(b, switch, f"dpdk{n}", dev, mtu=mtu)
@@ -169,16 +179,20 @@ def rehome_taps(lab: LabState) -> list[str]:
 
 
 def start_vswitchd(b: Builder, switch: Ovs, cpu: int, *, memory_mb: int = MEMORY_MB,
-                   per_port_memory: bool = False) -> None:
-    """Configure DPDK in the private database, then run ovs-vswitchd-dpdk until DPDK says it is up."""
+                   per_port_memory: bool = False, pmd_sleep: int = 0) -> None:
+    """Configure DPDK in the private database, then run ovs-vswitchd-dpdk until DPDK says it is up.
+    `pmd_sleep` > 0: the PMD thread sleeps up to that many µs per loop while its queues bring few
+    packets (OVS's load-based sleep) instead of busy-polling its CPU."""
     exe = require_vswitchd()
     prefix = f"offlab-{b.lab.name}-ovs{secrets.token_hex(2)}"
     runtime = runtime_dir(prefix)
     mask = f"{1 << cpu:#x}"
-    with b.step(f"configure DPDK (--no-huge --legacy-mem, prefix {prefix}, PMD on CPU {cpu})"):
+    polls = f"sleeping up to {pmd_sleep} µs when idle" if pmd_sleep else "busy-polling"
+    with b.step(f"configure DPDK (--no-huge --legacy-mem, prefix {prefix}, PMD on CPU {cpu}, {polls})"):
         switch.vsctl("--no-wait", "set", "Open_vSwitch", ".", "other_config:dpdk-init=true",
                      f"other_config:dpdk-extra=--no-huge -m {memory_mb} --no-pci --legacy-mem --file-prefix={prefix}",
                      f"other_config:dpdk-lcore-mask={mask}", f"other_config:pmd-cpu-mask={mask}",
+                     f"other_config:pmd-maxsleep={pmd_sleep}",
                      # per port: pools sized to each port's queues, not OVS's shared 262144-mbuf pools
                      f"other_config:per-port-memory={str(per_port_memory).lower()}")
     with b.step(f"start private {DAEMON} in {switch.host.netns}"):
@@ -256,6 +270,7 @@ def describe(lab: LabState) -> dict:
     """What `lab show --json` says about the OVS-DPDK switch: DPDK version, daemon, ports as OVS sees them."""
     vswitchd = next((d for d in lab.daemons if d.name == DAEMON), None)
     out: dict = {"dpdk_version": version(), "rundir": lab.rundir, "pmd_cpu": lab.options.get("cpu"),
+                 "pmd_sleep_us": lab.options.get("pmd_sleep", 0),
                  "vswitchd": None if vswitchd is None else {
                      "pid": vswitchd.pid, "running": alive(vswitchd.pid) if vswitchd.pid else False,
                      "runtime_dir": vswitchd.runtime_dir}}

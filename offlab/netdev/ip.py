@@ -160,23 +160,35 @@ _TEXT_KINDS = ("veth", "bridge", "vxlan", "vlan", "bond", "tun", "macvlan", "ipv
                "gretap", "geneve", "dummy", "ifb")
 
 
+# What the text says of a link, by where it says it: (pattern, Link field, conversion).
+_HEADER_FIELDS = ((re.compile(r"\bmtu (\d+)"), "mtu", int), (re.compile(r"\bmaster (\S+)"), "master", str))
+# iproute2 names the device behind a link on any detail line (kernel >= 5.14)
+_DETAIL_FIELDS = ((re.compile(r"\bparentbus (\S+)"), "parentbus", str),
+                  (re.compile(r"\bparentdev (\S+)"), "parentdev", str))
+_LINK_LINE_FIELDS = ((re.compile(r"link-netnsid (\d+)"), "link_netnsid", int),
+                     (re.compile(r"link-netns (\S+)"), "link_netns", str))
+_HEADER = re.compile(r"^(\d+): ([^:@\s]+)(?:@(\S+?))?: <([^>]*)> (.*)$")
+
+
+def _fields(line: str, table: tuple, into: dict[str, Any]) -> None:
+    for pattern, key, convert in table:
+        m = pattern.search(line)
+        if m:
+            into[key] = convert(m.group(1))
+
+
 def _links_from_text(text: str) -> list[Link]:
     """`ip -d address` / `ip -d link` text: what a sosreport stores (no JSON there)."""
     rows: list[dict[str, Any]] = []
     cur: dict[str, Any] | None = None
     for line in text.splitlines():
-        m = re.match(r"^(\d+): ([^:@\s]+)(?:@(\S+?))?: <([^>]*)> (.*)$", line)
+        m = _HEADER.match(line)
         if m:
             idx, name, parent, flags, rest = m.groups()
             cur = {"ifindex": int(idx), "ifname": name, "flags": tuple(flags.split(","))}
-            mm = re.search(r"\bmtu (\d+)", rest)
-            if mm:
-                cur["mtu"] = int(mm.group(1))
-            mm = re.search(r"\bmaster (\S+)", rest)
-            if mm:
-                cur["master"] = mm.group(1)
+            _fields(rest, _HEADER_FIELDS, cur)
             if parent and parent.startswith("if") and parent[2:].isdigit():
-                cur["link_index"] = int(parent[2:])
+                cur["link_index"] = int(parent[2:])  # a veth's peer in another namespace: its index there
             elif parent:
                 cur["parent"] = parent
             rows.append(cur)
@@ -184,19 +196,11 @@ def _links_from_text(text: str) -> list[Link]:
         if cur is None:
             continue
         words = line.split()
-        for key in ("parentbus", "parentdev"):  # iproute2 names the device behind a link (kernel >= 5.14)
-            mm = re.search(rf"\b{key} (\S+)", line)
-            if mm:
-                cur[key] = mm.group(1)
+        _fields(line, _DETAIL_FIELDS, cur)
         if not words or words[0].startswith(("inet", "valid_lft", "altname")):
             continue
         if words[0].startswith("link/"):
-            mm = re.search(r"link-netnsid (\d+)", line)
-            if mm:
-                cur["link_netnsid"] = int(mm.group(1))
-            mm = re.search(r"link-netns (\S+)", line)
-            if mm:
-                cur["link_netns"] = mm.group(1)
+            _fields(line, _LINK_LINE_FIELDS, cur)
             continue
         kind = words[0]
         if kind.endswith("_slave"):

@@ -105,6 +105,9 @@ def resolve_kernel(kernel_version: str | None = None) -> KernelPackage:
     if kernel_version is not None:
         release = kernels.resolve(kernel_version)
         return KernelPackage(release.name, release.version, release.suite, release.debs)
+    remembered = _remembered_default_kernel()
+    if remembered is not None:
+        return remembered
     pattern = "^linux-image-" + re.escape(DEFAULT_SERIES) + r"\.[0-9][^ ]*-cloud-amd64$"
     res = LOCAL.run(["apt-cache", "search", "--names-only", pattern], check=False, timeout=60)
     names = [line.split(" - ")[0].strip() for line in res.stdout.splitlines() if line.strip()]
@@ -115,7 +118,42 @@ def resolve_kernel(kernel_version: str | None = None) -> KernelPackage:
             f"no Debian cloud kernel package for {DEFAULT_SERIES} in the machine's apt lists "
             f"(linux-image-{DEFAULT_SERIES}*-cloud-amd64): {INSTALL_HINT}, then `apt-get update`; or name one "
             f"with --kernel-version (offlab then fetches it from the archive itself)")
-    return functools.reduce(lambda a, b: b if _newer(b.version, a.version) else a, found)
+    newest = functools.reduce(lambda a, b: b if _newer(b.version, a.version) else a, found)
+    _remember_default_kernel(newest)
+    return newest
+
+
+# Asking apt costs two `apt-cache` runs (1.5-2 CPU-s each where apt keeps no binary cache, as in
+# Docker's Debian images): the answer is kept in the guest cache while apt's lists are unchanged
+# (size, mtime, inode of the lists directory and dpkg's status), so an image rebuilt after another of
+# its inputs changed does not ask again.
+_APT_LISTS = ("/var/lib/apt/lists", "/var/lib/dpkg/status")
+
+
+def _default_kernel_file() -> Path:
+    return cache_root() / f"kernel-default-{DEFAULT_SERIES}.json"
+
+
+def _remembered_default_kernel() -> KernelPackage | None:
+    try:
+        data = json.loads(_default_kernel_file().read_text())
+        if data["apt"] == {f: _meta(f) for f in _APT_LISTS}:
+            return KernelPackage(data["name"], data["version"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return None
+
+
+def _remember_default_kernel(kernel: KernelPackage) -> None:
+    path = _default_kernel_file()
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps({"apt": {f: _meta(f) for f in _APT_LISTS}, "name": kernel.name,
+                                   "version": kernel.version}) + "\n")
+        os.replace(tmp, path)
+    except OSError:
+        pass  # only a shortcut
 
 
 def _candidates(names: list[str]) -> list[KernelPackage]:
@@ -274,18 +312,19 @@ def _apt_state() -> list[str]:
     return [*_APT_STATE, str(kernels.state_dir() / "index.json")]
 
 
-def _fingerprint(kernel_version: str | None, files: list[str]) -> str:
-    def meta(path: str) -> list[int] | None:
-        try:
-            st = os.stat(path)
-        except OSError:
-            return None
-        return [st.st_size, st.st_mtime_ns, st.st_ino]
+def _meta(path: str) -> list[int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return [st.st_size, st.st_mtime_ns, st.st_ino]
 
+
+def _fingerprint(kernel_version: str | None, files: list[str]) -> str:
     parts = {"builder": BUILDER_VERSION, "want": _wanted(kernel_version), "modules": list(GUEST_MODULES),
              "texts": [guestfs.INITTAB, guestfs.RC, guestfs.FSTAB, guestfs.AGENT, _PASSWD, _GROUP],
              "tools": {t: which(t) for t in (*GUEST_BINARIES, *EXEC_HELPERS, "busybox")}, "engine": _engine_path(),
-             "files": {f: meta(f) for f in sorted({*files, *_apt_state()})}}
+             "files": {f: _meta(f) for f in sorted({*files, *_apt_state()})}}
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
 
