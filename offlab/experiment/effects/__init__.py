@@ -61,6 +61,11 @@ class Effect:
         return asdict(self)
 
 
+def parts(setting: Held) -> tuple[str, str, str]:
+    """A setting's key, value and place, as text: what every witness compares."""
+    return str(setting.key), str(setting.value), str(setting.where or "")
+
+
 def on(value: object) -> bool:
     return str(value).strip().lower() in ("on", "true", "1", "yes")
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from offlab.experiment.effects import EXERCISED, NOT_APPLICABLE, NOT_EXERCISED, OFF, Effect, on
+from offlab.experiment.effects import EXERCISED, NOT_APPLICABLE, NOT_EXERCISED, OFF, Effect, on, parts
 from offlab.sample import Held, StoredSample
 
 
@@ -11,7 +11,7 @@ def covers(key: str) -> bool:
 
 
 def judge(setting: Held, sample: StoredSample) -> Effect:
-    value, where = str(setting.value), str(setting.where or "")
+    _, value, where = parts(setting)
     probes = sample.probes
     role, _, iface = where.partition(":")
     prefix = f"napi/{iface}-"[:15]  # a thread's comm is cut at 15 characters
