@@ -290,6 +290,15 @@ def wait_gone(pid: int, timeout: float) -> bool:
     return True
 
 
+def wait_out_exit(pid: int, start_time: int | None, timeout: float) -> bool:
+    """Wait for a process offlab started that is already exiting (a zombie leader whose threads,
+    dpdk-testpmd's, still hold its ports and memory) to be gone; a pid that is not that process (another
+    start time) is not waited on. True when it is gone."""
+    if start_time is not None and _start_time(pid) not in (None, start_time):
+        return True
+    return wait_gone(pid, timeout)
+
+
 def signal_pid(pid: int, sig: int, start_time: int | None = None) -> bool:
     """Send `sig` to a process of this machine offlab started, only if it still is that process (its
     start time, when given, matches: a reused pid is never hit); False if it is gone or not ours."""
@@ -304,12 +313,17 @@ def signal_pid(pid: int, sig: int, start_time: int | None = None) -> bool:
 
 def process_start_time(pid: int) -> int | None:
     """Start time of a process in clock ticks since boot (field 22 of /proc/PID/stat); None if gone."""
+    return _start_time(pid, zombie=False)
+
+
+def _start_time(pid: int, zombie: bool = True) -> int | None:
+    """Field 22 of /proc/PID/stat; None if there is no such pid (or, unless `zombie`, it has exited)."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             data = f.read()
     except OSError:
         return None
     fields = data[data.rindex(")") + 2:].split()
-    if fields[0] in ("Z", "X"):  # a zombie is gone, it only waits to be reaped
+    if not zombie and fields[0] in ("Z", "X"):  # a zombie is gone, it only waits to be reaped
         return None
     return int(fields[19])
