@@ -8,6 +8,7 @@ this machine's clock), and the snapshot does not wait for the answer (`ProbeSess
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 import threading
 import time
@@ -28,22 +29,18 @@ class RemoteReaders:
         self.streams: dict[str, Stream] = {}
         try:
             for role, host in hosts.items():
-                if (proc := host.stream(["sh", "-c", STREAM_READ], lifetime=lifetime)) is not None:
+                if (proc := host.stream(["sh", "-c", stream_read(self.extra.get(role) or ())],
+                                        lifetime=lifetime)) is not None:
                     self.streams[role] = Stream(proc, host.name)
         except BaseException:
             self.close()
             raise
 
     def read_extra(self, role: str, text: str) -> dict[str, str]:
-        """The extra files of `role` out of a read's text (a guest's: read with its counters), or read now
-        (an SSH host's stream reads only the counters: right after them)."""
+        """The extra files of `role` (its hist files) out of a read's text: read with its counters in the
+        same request, by a guest's agent and by an SSH host's reader stream alike."""
         paths = self.extra.get(role) or ()
-        if not paths:
-            return {}
-        if role in self.streams:
-            got = self.hosts[role].read_many(paths)
-            return {p: t for p, t in got.items() if t is not None}
-        return split_files(text, paths)
+        return split_files(text, paths) if paths else {}
 
     def read(self, role: str) -> tuple[str, float, "Async | str"]:
         """One snapshot of a channel host's counters: the files' text as split_counter_files reads it,
@@ -77,21 +74,38 @@ class RemoteReaders:
 
 
 SEP = "@@offlab-probe@@"
-# One process reads every counter file back to back, its own clock first (/proc/uptime), and sends
-# only the lines offlab keeps with single spaces: the answer crosses a guest's channel at a few KB a
-# second under TCG (6 KB took ~1.5 s here, a load of 7 on 2 cores). tc, a command, comes after.
-REMOTE_READ = (
-    'set -- /proc/uptime /proc/net/dev /proc/net/snmp /proc/net/netstat; '
-    '[ -e /proc/net/snmp6 ] && set -- "$@" /proc/net/snmp6; '
-    "awk 'FNR==1{print \"@@\" FILENAME} "
-    "FILENAME ~ /snmp$/ && !/^(Ip|Tcp|Udp):/ {next} "
-    # /proc/net/netstat's TcpExt has ~120 columns: only those offlab keeps (names, then values)
-    "FILENAME ~ /netstat$/ {if (!/^TcpExt:/) next; if (!n) for (i = 2; i <= NF; i++) "
-    f"if ($i ~ /^({'|'.join(counters.SNMP_KEEP['TcpExt'])})$/) k[++n] = i; "
-    "l = $1; for (j = 1; j <= n; j++) l = l \" \" $(k[j]); print l; next} "
-    "FILENAME ~ /snmp6$/ && !/^(Ip6|Udp6)[A-Z]/ {next} "
-    "FILENAME ~ /\\/stat$/ && !/^cpu/ {next} {$1=$1; print}' \"$@\" /proc/stat; "
-    f"echo {SEP}; {' '.join(qdisc.TC_SHOW)} 2>/dev/null")
+
+
+def remote_read(extra: tuple[str, ...] = ()) -> str:
+    """One process reads every counter file back to back, its own clock first (/proc/uptime), and sends
+    only the lines offlab keeps with single spaces: the answer crosses a guest's channel at a few KB a
+    second under TCG (6 KB took ~1.5 s here, a load of 7 on 2 cores). tc, a command, comes after.
+
+    `extra` (an SSH host's hist files) are read whole by the same awk right after /proc/net/snmp, so its
+    drops and the socket counters they are compared with are one instant of the host. Read by a command
+    of their own after the counters, they came seconds later on a guest busy dropping datagrams (its
+    forks starved by its softirq): the whole 1-s window passed between the two."""
+    files = "set -- /proc/uptime /proc/net/dev /proc/net/snmp /proc/net/netstat; "
+    if extra:  # each that exists (awk would stop at one it cannot open), no fork to see
+        hists = " ".join(shlex.quote(p) for p in extra)
+        files = files.replace(" /proc/net/netstat; ", f'; for f in {hists}; do [ -r "$f" ] && set -- "$@" "$f"; '
+                                                        'done; set -- "$@" /proc/net/netstat; ')
+    return (
+        files +
+        '[ -e /proc/net/snmp6 ] && set -- "$@" /proc/net/snmp6; '
+        "awk 'FNR==1{print \"@@\" FILENAME} "
+        + ("FILENAME ~ /\\/hist$/ {print; next} " if extra else "")
+        + "FILENAME ~ /snmp$/ && !/^(Ip|Tcp|Udp):/ {next} "
+        # /proc/net/netstat's TcpExt has ~120 columns: only those offlab keeps (names, then values)
+        "FILENAME ~ /netstat$/ {if (!/^TcpExt:/) next; if (!n) for (i = 2; i <= NF; i++) "
+        f"if ($i ~ /^({'|'.join(counters.SNMP_KEEP['TcpExt'])})$/) k[++n] = i; "
+        "l = $1; for (j = 1; j <= n; j++) l = l \" \" $(k[j]); print l; next} "
+        "FILENAME ~ /snmp6$/ && !/^(Ip6|Udp6)[A-Z]/ {next} "
+        "FILENAME ~ /\\/stat$/ && !/^cpu/ {next} {$1=$1; print}' \"$@\" /proc/stat; "
+        f"echo {SEP}; {' '.join(qdisc.TC_SHOW)} 2>/dev/null")
+
+
+REMOTE_READ = remote_read()
 
 
 def split_counter_files(text: str) -> dict[str, str]:
@@ -137,7 +151,13 @@ def read_tc_text(host) -> str:
 
 # The same read, once per line on stdin, for a host that keeps a reader process (an SSH host's stream).
 END = "@@offlab-end@@"
-STREAM_READ = f"while read -r _; do {REMOTE_READ}; echo {END}; done"
+
+
+def stream_read(extra: tuple[str, ...] = ()) -> str:
+    return f"while read -r _; do {remote_read(extra)}; echo {END}; done"
+
+
+STREAM_READ = stream_read()
 
 
 class Stream:
