@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from offlab.errors import OfflabError
+from offlab.hosts.refs import remote_machine
 from offlab.hosts.ssh import at_once
 from offlab.knobs.journal import (Entry, all_journals, dir_lock, forget_namespaces, in_guest_of, journal_dir,
                                   remove_if_done)
@@ -87,12 +88,9 @@ def restore_entries(entries: Iterable[Entry], report: Report | None = None) -> R
 
 
 def _remote_machine(entry: Entry) -> tuple[str, str] | None:
-    """The SSH machine an entry's setting lives on (by its address: two inventory names of one machine
-    stay one group, restored in order), or None for this machine's own."""
-    ref = entry.data.get("host")
-    if isinstance(ref, dict) and ref.get("kind") == "ssh":
-        return ("ssh", str(ref.get("target")))
-    return None
+    """The SSH machine an entry's setting lives on (two inventory names of one machine stay one group,
+    restored in order), or None for this machine's own."""
+    return remote_machine(entry.data.get("host"))
 
 
 def _forget_copies(entries: list[Entry], report: Report) -> None:
