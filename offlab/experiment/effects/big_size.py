@@ -19,7 +19,8 @@ def judge(setting: Held, sample: StoredSample) -> Effect:
     way = BIG_SIZES[key]
     counts = sample.probes.big_packets
     n = None if counts is None else (getattr(counts[where], way) if where in counts else 0)
-    e = Effect(key, where, value, NOT_APPLICABLE, f"{where} {way} packets > 64 KiB: {n}", {f"{way}_over_64k": n})
+    e = Effect(setting=key, where=where, value=value, status=NOT_APPLICABLE,
+               detail=f"{where} {way} packets > 64 KiB: {n}", counters={f"{way}_over_64k": n})
     if int(value) <= LEGACY_MAX:
         e.status = OFF
     elif n is None:

@@ -18,8 +18,9 @@ def judge(setting: Held, sample: StoredSample) -> Effect:
     key, value, where = parts(setting)
     receiver = roles(sample.workload)[1]
     polled = sample.probes.counter(receiver, "TcpExt", "BusyPollRxPackets", None)
-    e = Effect(key, where, value, NOT_APPLICABLE, f"{receiver} TcpExt BusyPollRxPackets {polled}",
-               {f"{receiver}_BusyPollRxPackets": polled})
+    e = Effect(setting=key, where=where, value=value, status=NOT_APPLICABLE,
+               detail=f"{receiver} TcpExt BusyPollRxPackets {polled}",
+               counters={f"{receiver}_BusyPollRxPackets": polled})
     if value.strip() in ("0", ""):
         e.status = OFF
     elif polled is None:

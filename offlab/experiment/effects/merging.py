@@ -26,7 +26,8 @@ def judge(setting: Held, sample: StoredSample) -> Effect:
     probes, workload = sample.probes, sample.workload
     proto = workload.protocol or "tcp"
     kind = MERGING[key]
-    e = Effect(key, where, value, OFF if not on(value) else NOT_APPLICABLE, "", {})
+    e = Effect(setting=key, where=where, value=value, status=OFF if not on(value) else NOT_APPLICABLE, detail="",
+               counters={})
     role = where.partition(":")[0]
     d = probes.iface(where)
     rx, avg = d.rx_packets, d.rx_avg_bytes

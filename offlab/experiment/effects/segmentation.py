@@ -25,7 +25,8 @@ def judge(setting: Held, sample: StoredSample) -> Effect:
     probes, workload = sample.probes, sample.workload
     proto = workload.protocol or "tcp"
     kind = SEGMENTATION[key]
-    e = Effect(key, where, value, OFF if not on(value) else NOT_APPLICABLE, "", {})
+    e = Effect(setting=key, where=where, value=value, status=OFF if not on(value) else NOT_APPLICABLE, detail="",
+               counters={})
     d = probes.iface(where)
     peer = next_hop(probes, where, sample.topology)
     p = probes.iface(peer)
