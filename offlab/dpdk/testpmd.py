@@ -29,7 +29,7 @@ from offlab import netdev
 from offlab.dpdk import parse
 from offlab.errors import BadInput, EnvironmentProblem
 from offlab.hosts import LOCAL, TOOL_PACKAGES, Memo, NetnsHost, require_tool
-from offlab.hosts.process import process_start_time, signal_pid, wait_gone, wait_out_exit
+from offlab.hosts.process import process_start_time, signal_pid, wait_gone
 from offlab.state import read_json, state_dir, write_json_atomic
 
 DAEMON = "dpdk-testpmd"  # also its /proc/PID/comm
@@ -228,8 +228,6 @@ class Testpmd:
                     signal_pid(self.info.pid, sig, self.info.start_time)
                 if wait_gone(self.info.pid, wait):
                     break
-        elif self.info.pid > 0:  # it died (killed?): its threads may still hold the runtime directory
-            wait_out_exit(self.info.pid, self.info.start_time, timeout)
         remove_runtime(runtime_dir(self.info.prefix))
 
     # ---- the command line ----------------------------------------------------

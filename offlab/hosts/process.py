@@ -263,9 +263,7 @@ def running(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:
             stat = f.read()
-        if stat[stat.rindex(")") + 2] != "Z":
-            return True
-        return len(os.listdir(f"/proc/{pid}/task")) > 1
+        return stat[stat.rindex(")") + 2] != "Z" or _threads_left(pid)
     except OSError:
         return False
 
@@ -290,15 +288,6 @@ def wait_gone(pid: int, timeout: float) -> bool:
     return True
 
 
-def wait_out_exit(pid: int, start_time: int | None, timeout: float) -> bool:
-    """Wait for a process offlab started that is already exiting (a zombie leader whose threads,
-    dpdk-testpmd's, still hold its ports and memory) to be gone; a pid that is not that process (another
-    start time) is not waited on. True when it is gone."""
-    if start_time is not None and _start_time(pid) not in (None, start_time):
-        return True
-    return wait_gone(pid, timeout)
-
-
 def signal_pid(pid: int, sig: int, start_time: int | None = None) -> bool:
     """Send `sig` to a process of this machine offlab started, only if it still is that process (its
     start time, when given, matches: a reused pid is never hit); False if it is gone or not ours."""
@@ -312,18 +301,23 @@ def signal_pid(pid: int, sig: int, start_time: int | None = None) -> bool:
 
 
 def process_start_time(pid: int) -> int | None:
-    """Start time of a process in clock ticks since boot (field 22 of /proc/PID/stat); None if gone."""
-    return _start_time(pid, zombie=False)
-
-
-def _start_time(pid: int, zombie: bool = True) -> int | None:
-    """Field 22 of /proc/PID/stat; None if there is no such pid (or, unless `zombie`, it has exited)."""
+    """Start time of a process in clock ticks since boot (field 22 of /proc/PID/stat); None once it is
+    gone as `running` says: a zombie is gone, but a zombie leader whose other threads still run (a
+    killed dpdk-testpmd letting go of its ports) is still that process, to be waited out."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             data = f.read()
     except OSError:
         return None
     fields = data[data.rindex(")") + 2:].split()
-    if not zombie and fields[0] in ("Z", "X"):  # a zombie is gone, it only waits to be reaped
+    if fields[0] in ("Z", "X") and not _threads_left(pid):
         return None
     return int(fields[19])
+
+
+def _threads_left(pid: int) -> bool:
+    """Whether an exited leader's other threads still run."""
+    try:
+        return len(os.listdir(f"/proc/{pid}/task")) > 1
+    except OSError:
+        return False

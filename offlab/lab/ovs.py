@@ -15,7 +15,7 @@ from pathlib import Path
 from offlab import netdev
 from offlab.errors import BadInput
 from offlab.hosts import NetnsHost, require_tool
-from offlab.hosts.process import process_start_time, running, signal_pid, wait_gone, wait_out_exit
+from offlab.hosts.process import process_start_time, running, signal_pid, wait_gone
 from offlab.lab.model import Daemon, Interface
 from offlab.state import ensure_dir, state_dir
 
@@ -108,9 +108,6 @@ def stop_daemon(d: Daemon, timeout: float = 5.0, *, netns_inode: int | None = No
     if comm != d.name[:15]:
         return  # the pid was reused by something that is not ours
     if d.start_time is not None and process_start_time(d.pid) != d.start_time:
-        # gone, not ours, or ours and exiting (killed: its threads still let go of what they hold,
-        # which the caller removes next)
-        wait_out_exit(d.pid, d.start_time, timeout * 2)
         return
     if netns_inode is not None:
         try:

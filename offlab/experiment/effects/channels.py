@@ -24,7 +24,7 @@ def covers(key: str) -> bool:
 def judge(setting: Held, sample: StoredSample) -> Effect:
     key, value, where = parts(setting)
     probes = sample.probes
-    e = Effect(setting=key, where=where, value=value, status=NOT_APPLICABLE, detail="", counters={})
+    e = Effect(setting=key, where=where, value=value, status=NOT_APPLICABLE)
     try:
         n = int(value)
     except ValueError:

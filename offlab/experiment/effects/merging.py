@@ -26,8 +26,7 @@ def judge(setting: Held, sample: StoredSample) -> Effect:
     probes, workload = sample.probes, sample.workload
     proto = workload.protocol or "tcp"
     kind = MERGING[key]
-    e = Effect(setting=key, where=where, value=value, status=OFF if not on(value) else NOT_APPLICABLE, detail="",
-               counters={})
+    e = Effect(setting=key, where=where, value=value, status=OFF if not on(value) else NOT_APPLICABLE)
     role = where.partition(":")[0]
     d = probes.iface(where)
     rx, avg = d.rx_packets, d.rx_avg_bytes

@@ -15,7 +15,7 @@ def covers(key: str) -> bool:
 def judge(setting: Held, sample: StoredSample) -> Effect:
     _, value, where = parts(setting)
     probes, workload = sample.probes, sample.workload
-    e = Effect(setting="mtu", where=where, value=value, status=NOT_APPLICABLE, detail="", counters={})
+    e = Effect(setting="mtu", where=where, value=value, status=NOT_APPLICABLE)
     try:
         mtu = int(value)
     except ValueError:

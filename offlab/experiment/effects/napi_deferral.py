@@ -17,7 +17,7 @@ def covers(key: str) -> bool:
 def judge(setting: Held, sample: StoredSample) -> Effect:
     key, value, where = parts(setting)
     role = where.partition(":")[0]
-    e = Effect(setting=key, where=where, value=value, status=NOT_APPLICABLE, detail="", counters={})
+    e = Effect(setting=key, where=where, value=value, status=NOT_APPLICABLE)
     if value.strip() in ("0", ""):
         e.status = OFF
     elif role in sample.probes.own_kernel():

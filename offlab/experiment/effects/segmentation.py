@@ -25,8 +25,7 @@ def judge(setting: Held, sample: StoredSample) -> Effect:
     probes, workload = sample.probes, sample.workload
     proto = workload.protocol or "tcp"
     kind = SEGMENTATION[key]
-    e = Effect(setting=key, where=where, value=value, status=OFF if not on(value) else NOT_APPLICABLE, detail="",
-               counters={})
+    e = Effect(setting=key, where=where, value=value, status=OFF if not on(value) else NOT_APPLICABLE)
     d = probes.iface(where)
     peer = next_hop(probes, where, sample.topology)
     p = probes.iface(peer)
