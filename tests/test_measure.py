@@ -30,8 +30,7 @@ def server_veth(sample, lab) -> dict:
 def test_engine_gso_gro_makes_the_veth_carry_super_packets_and_plain_carries_wire_frames(veth_lab):
     # Counts, at any load; which is faster is decided on recorded paired runs (test_sequential) and live
     # in three rounds (test_experiment), not from one unpaired sample of each.
-    # 2000 pps: the checks are per-packet sizes, not speed; a paced engine sleeps between sends at this
-    # rate (above ~3 kpps it spins on a CPU between sends, as an unlimited one does).
+    # 2000 pps: the checks are per-packet sizes, not speed; a paced engine sleeps between sends.
     plain = measure(veth_lab, engine(rate="2000pps"))
     fast = measure(veth_lab, engine(gso=True, gro=True, rate="2000pps"))
     assert server_veth(plain, veth_lab)["rx_avg_bytes"] == pytest.approx(1514, abs=20)
