@@ -497,14 +497,19 @@ class LossAttribution(JsonView):
 
 @dataclass
 class Effect(JsonView):
-    """One setting's effect witness (offlab.experiment.effects)."""
+    """One setting's effect witness: what offlab.experiment.effects finds, stored with the sample
+    (`to_dict`: every field, as stored) and read back."""
 
-    setting: str = ""
+    setting: str = ""  # the key as set: testpmd.gro, tso, uso, gro, mtu, workload gso ...
+    where: str = ""  # client:to-switch, switch (testpmd port 0), client (socket)
     value: str = ""
-    where: str = ""
-    status: str = ""
-    detail: str = ""
-    cause: str | None = None
+    status: str = ""  # exercised | set but not exercised | not applicable | off
+    detail: str = ""  # what the counters say, with their numbers
+    counters: dict = field(default_factory=dict)
+    cause: str | None = None  # not exercised / not applicable: the likely reason
+
+    def to_dict(self) -> dict:
+        return {name: getattr(self, name) for name in self._named()}
 
 
 @dataclass

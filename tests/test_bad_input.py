@@ -392,7 +392,7 @@ def test_hostile_plans_are_refused_at_the_cost_of_a_valid_one_with_bounded_memor
     """Timed in CPU seconds against a valid plan's load in the same child (the machine is shared),
     inside a child limited to 1 GiB of address space, so a regression cannot exhaust the machine."""
     script = textwrap.dedent("""\
-        import json, resource, sys, time
+        import json, sys, time
         from offlab.errors import BadInput
         from offlab.experiment.plan import load_plan, load_plan_file
         out = {}
@@ -416,7 +416,9 @@ def test_hostile_plans_are_refused_at_the_cost_of_a_valid_one_with_bounded_memor
             load_plan_file(sys.argv[2])
         except BadInput as exc:
             out["11MB"] = [time.process_time() - t0, str(exc)]
-        out["maxrss_kib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        # this process's own peak (VmHWM: its memory since exec; getrusage's maxrss would carry the
+        # forking pytest worker's peak across the exec)
+        out["maxrss_kib"] = int(next(l.split()[1] for l in open("/proc/self/status") if l.startswith("VmHWM:")))
         print(json.dumps(out))
         """)
     (tmp_path / "cases.json").write_text(json.dumps(HOSTILE))
@@ -436,4 +438,4 @@ def test_hostile_plans_are_refused_at_the_cost_of_a_valid_one_with_bounded_memor
         assert ratio < HOSTILE_COST_RATIO, f"{name}: {seconds:.3f} CPU s, {ratio:.0f}× a valid plan: {msg}"
         assert "\n" not in msg
     assert "larger than 64 KiB" in out["11MB"][1]
-    assert out["maxrss_kib"] < 300 * 1024  # the interpreter and pydantic; no expansion
+    assert out["maxrss_kib"] < 300 * 1024  # the interpreter and pydantic (~55 MiB here); no expansion

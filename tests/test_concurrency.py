@@ -30,10 +30,13 @@ PLAN = textwrap.dedent("""\
       size:
         small: {workload: {size: 1000}}
         large: {workload: {size: 1472}}
-    workload: {tool: engine, protocol: udp, duration: 1, warmup: 0.3}
+    workload: {tool: engine, protocol: udp, rate: 500pps, duration: 1, warmup: 0.3}
     repeat: {min: 20, max: 20, level: 95, width: 50}
     seed: 3
     """)
+
+# The plans' traffic is paced at 500 pps (a paced engine sleeps between sends; unlimited, it takes a CPU):
+# these tests check locks, holds and exit codes of runs in progress, never what the traffic achieved.
 
 # Host-wide, harmless (the rate limit of kernel network log messages), used by no other test.
 SYSCTL = "net.core.message_cost"
@@ -188,7 +191,7 @@ def test_lab_down_during_offlab_measure_is_refused_and_force_ends_it_in_one_line
     # Ten minutes: only the forced down ends it (30 s ran out at load 20 before the two CLI starts below were
     # done, and the measure ended on its own); communicate's timeout stops a hang.
     proc = subprocess.Popen([sys.executable, "-m", "offlab", "measure", lab_name, "--tool", "engine", "--proto", "udp",
-                             "--duration", "600", "--warmup", "0.2"], cwd=REPO, env=env,
+                             "--rate", "500pps", "--duration", "600", "--warmup", "0.2"], cwd=REPO, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60  # a loaded machine may take long to start the measure
@@ -215,7 +218,7 @@ MACHINE_PLAN = textwrap.dedent(f"""\
     axes:
       cost:
         raised: {{settings: {{machine: {{{SYSCTL}: VALUE}}}}}}
-    workload: {{tool: engine, protocol: udp, size: 1000, duration: 1, warmup: 0.2}}
+    workload: {{tool: engine, protocol: udp, size: 1000, rate: 500pps, duration: 1, warmup: 0.2}}
     repeat: {{min: 20, max: 20, level: 95, width: 50}}
     seed: 5
     """)

@@ -35,7 +35,7 @@ PLAN = textwrap.dedent("""\
       own:
         a: {features: {server: {gro: on}}}
         b: {features: {server: {tso: off}}}
-    workload: {tool: engine, protocol: udp, size: 1472, duration: 0.5, warmup: 0.2}
+    workload: {tool: engine, protocol: udp, size: 1472, rate: 500pps, duration: 0.5, warmup: 0.2}
     repeat: {min: ROUNDS, max: ROUNDS, level: 95, width: 200}
     seed: 3
     """)

@@ -17,6 +17,7 @@ import pytest
 
 from offlab.hosts import LOCAL
 from tests.conftest import REPO, TEST_TAG, netns_names, offlab_cli, phys_port, requires_root
+from tests.helpers import run
 
 pytestmark = [requires_root, pytest.mark.network]
 
@@ -53,21 +54,21 @@ def port_state(name: str) -> dict:
 def ports(clean_machine):
     """Two stand-in ports with their own settings, removed (with anything left of them) at the end."""
     a, b = phys_port("a"), phys_port("b")
-    run = lambda *argv: subprocess.run(argv, check=True, capture_output=True)  # noqa: E731
-    run("ip", "link", "add", a, "mtu", "1400", "type", "veth", "peer", "name", b, "mtu", "1450")
+    sh = lambda *argv: subprocess.run(argv, check=True, capture_output=True)  # noqa: E731
+    sh("ip", "link", "add", a, "mtu", "1400", "type", "veth", "peer", "name", b, "mtu", "1450")
     try:
-        run("ip", "link", "property", "add", "dev", a, "altname", phys_port("alt"))
-        run("ip", "addr", "add", f"10.200.{NET}.1/24", "dev", a)
-        run("ip", "addr", "add", f"fd00:200:{NET:x}::1/64", "dev", a, "nodad")
-        run("ip", "addr", "add", f"10.200.{NET}.2/24", "dev", b)
-        run("ethtool", "-K", a, "tso", "off")
-        run("ethtool", "-K", b, "rx-udp-gro-forwarding", "on")
-        run("ip", "link", "set", a, "up")  # b stays down: up/down state must come back too
+        sh("ip", "link", "property", "add", "dev", a, "altname", phys_port("alt"))
+        sh("ip", "addr", "add", f"10.200.{NET}.1/24", "dev", a)
+        sh("ip", "addr", "add", f"fd00:200:{NET:x}::1/64", "dev", a, "nodad")
+        sh("ip", "addr", "add", f"10.200.{NET}.2/24", "dev", b)
+        sh("ethtool", "-K", a, "tso", "off")
+        sh("ethtool", "-K", b, "rx-udp-gro-forwarding", "on")
+        sh("ip", "link", "set", a, "up")  # b stays down: up/down state must come back too
         # Dropped by any move to another namespace: routes through the port, its per-interface sysctls.
-        run("ip", "route", "add", f"10.200.{NET - 100}.0/24", "via", f"10.200.{NET}.9", "dev", a)
-        run("ip", "-6", "route", "add", f"fd00:200:{NET - 100:x}::/64", "via", f"fd00:200:{NET:x}::9", "dev", a)
-        run("sysctl", "-qw", f"net.ipv4.conf.{a}.arp_ignore=1", f"net.ipv6.conf.{a}.accept_ra=0",
-            f"net.ipv4.conf.{b}.rp_filter=2")
+        sh("ip", "route", "add", f"10.200.{NET - 100}.0/24", "via", f"10.200.{NET}.9", "dev", a)
+        sh("ip", "-6", "route", "add", f"fd00:200:{NET - 100:x}::/64", "via", f"fd00:200:{NET:x}::9", "dev", a)
+        sh("sysctl", "-qw", f"net.ipv4.conf.{a}.arp_ignore=1", f"net.ipv6.conf.{a}.accept_ra=0",
+           f"net.ipv4.conf.{b}.rp_filter=2")
         yield a, b
     finally:
         for ns in netns_names():  # a stand-in stranded in a test namespace would outlive the test
@@ -76,8 +77,12 @@ def ports(clean_machine):
         subprocess.run(["ip", "link", "del", a], capture_output=True)
 
 
+def state_env(state_dir) -> dict:
+    return {"OFFLAB_STATE_DIR": str(state_dir)}
+
+
 def cli(state_dir, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return offlab_cli(*args, env={"OFFLAB_STATE_DIR": str(state_dir)}, timeout=timeout)
+    return offlab_cli(*args, env=state_env(state_dir), timeout=timeout)
 
 
 def assert_given_back(before: dict, ports: tuple[str, str], lab_name: str) -> None:
@@ -106,12 +111,12 @@ def test_up_measure_knob_down_gives_the_ports_back_exactly(ports, lab_name, stat
     assert rec["sysctls"]["ipv4/arp_ignore"] == "1" and len(rec["routes"]) == 2
 
     res = cli(state_dir, "measure", lab_name, "--tool", "iperf3", "--proto", "tcp", "--duration", "1",
-              "--warmup", "0", "--json")
+              "--warmup", "0", "--rate", "100M", "--json")  # traffic over the ports, at any speed
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)["traffic"]["throughput_bps"] > 0
 
     # A knob on a port goes through the journal like in any lab, and back before the port leaves.
-    res = cli(state_dir, "lab", "set", lab_name, "client", "to-server", "tso=on", "mtu=1500")
+    res = run("lab", "set", lab_name, "client", "to-server", "tso=on", "mtu=1500", env=state_env(state_dir))
     assert res.returncode == 0, res.stderr
     res = cli(state_dir, "lab", "down", lab_name)
     assert res.returncode == 0, res.stderr
@@ -150,7 +155,7 @@ def test_kill_9_during_lab_up_then_restore_gives_the_ports_back(point, ports, la
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
     assert ip_j("link", "show", "dev", a, netns=f"ol-{lab_name}-client"), "the client's port had moved"
-    res = cli(state_dir, "restore", "--list")
+    res = run("restore", "--list", env=state_env(state_dir))  # in this process: it only reads
     assert res.returncode == 0 and f"would remove lab {lab_name}" in res.stdout, res.stdout + res.stderr
     res = cli(state_dir, "restore")
     assert res.returncode == 0, res.stderr
@@ -167,7 +172,7 @@ def test_kill_9_mid_measure_then_restore_gives_the_ports_back(ports, lab_name, s
     lab.up("phys", lab_name, options={"ports": [a, b]})
     ns = f"ol-{lab_name}-client"
     proc = subprocess.Popen([sys.executable, "-m", "offlab", "measure", lab_name, "--tool", "iperf3", "--proto", "tcp",
-                             "--duration", "30", "--warmup", "0"], cwd=REPO, stdout=subprocess.DEVNULL,
+                             "--duration", "30", "--warmup", "0", "--rate", "100M"], cwd=REPO, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True, env={**os.environ, "OFFLAB_STATE_DIR": str(state_dir)})
     try:
         deadline = time.monotonic() + 30
@@ -209,9 +214,11 @@ def other_ns(lab_name):
         subprocess.run(["ip", "netns", "del", ns], check=True)
 
 
-def refusal(state_dir, ports_arg: str, lab_name: str, env: dict | None = None) -> str:
-    res = offlab_cli("lab", "up", "phys", "--ports", ports_arg, "--name", lab_name,
-                     env={"OFFLAB_STATE_DIR": str(state_dir), **(env or {})})
+def refusal(state_dir, ports_arg: str, lab_name: str, env: dict | None = None, real_process: bool = False) -> str:
+    """`lab up phys` refused; in this process unless `real_process` (one test keeps the real command's edge)."""
+    argv = ("lab", "up", "phys", "--ports", ports_arg, "--name", lab_name)
+    env = {**state_env(state_dir), **(env or {})}
+    res = offlab_cli(*argv, env=env) if real_process else run(*argv, env=env)
     assert res.returncode == 2, res.stdout + res.stderr
     assert "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
     assert not (state_dir / "labs" / f"{lab_name}.json").exists()
@@ -261,7 +268,7 @@ def test_the_default_route_port_is_refused_and_left_untouched(ports, lab_name, s
     routes = ip_j("route", "show", "default")
     dev = routes[0]["dev"] if routes else pytest.skip("no default route on this machine")
     before = port_state(dev)
-    msg = refusal(state_dir, f"{ports[0]},{dev}", lab_name)
+    msg = refusal(state_dir, f"{ports[0]},{dev}", lab_name, real_process=True)
     assert msg.endswith(f"port {dev} carries the default route (IPv4 default via {routes[0]['gateway']}): moving it "
                         f"would cut this machine off; choose a port that does not"), msg
     assert port_state(dev) == before
@@ -280,14 +287,14 @@ def test_a_port_in_a_lab_is_refused_for_another_and_lab_up_help_names_phys(ports
                f"offlab lab {lab_name}'s)" in msg
     finally:
         teardown.down(lab_name)
-    res = offlab_cli("lab", "up", "--help")
+    res = run("lab", "up", "--help")
     assert "phys" in res.stdout and "--ports" in res.stdout
 
 
 PLAN = """
 name: phys-gro
 topology: {kind: phys, ports: [%s, %s]}
-workload: {tool: iperf3, protocol: tcp, duration: 1, warmup: 0}
+workload: {tool: iperf3, protocol: tcp, rate: 100M, duration: 1, warmup: 0}
 axes:
   gro:
     "off": {settings: {server: {gro: false}}}

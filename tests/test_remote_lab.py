@@ -47,6 +47,11 @@ def cli(state_dir, *args, timeout: float = 240) -> subprocess.CompletedProcess:
     return offlab_cli(*args, env={"OFFLAB_STATE_DIR": str(state_dir)}, timeout=timeout)
 
 
+def in_state(state_dir, *args) -> subprocess.CompletedProcess:
+    """`cli` in this process (tests.helpers.run): for commands that only read."""
+    return offlab_in_process(*args, env={"OFFLAB_STATE_DIR": str(state_dir)})
+
+
 def feature(ns: str, iface: str, name: str = "generic-receive-offload") -> bool:
     out = NetnsHost(ns).run(["ethtool", "--json", "-k", iface]).stdout
     return json.loads(out)[0][name]["active"]
@@ -88,7 +93,8 @@ def test_lab_up_hosts_measure_and_down_leave_the_machines_as_found(pair, inv, st
     assert res.returncode == 0 and feature(pair.b.ns, "t1") is True, res.stderr
     undo = [p.read_text() for p in (Path(pair.remote_dir("b")) / "undo").iterdir() if "engine" not in p.name]
     assert undo == ["# offlab: t1 gro: on → back to off\nethtool -K t1 rx-gro off\n"]
-    res = cli(state_dir, "measure", lab_name, "--tool", "engine", "--duration", "1", "--json")
+    # 2000 pps: datagrams over the lab, at any speed (a paced engine sleeps between sends at this rate)
+    res = cli(state_dir, "measure", lab_name, "--tool", "engine", "--rate", "2000pps", "--duration", "1", "--json")
     assert res.returncode == 0, res.stderr
     sample = json.loads(res.stdout)
     assert sample["traffic"]["throughput_bps"] > 0 and sample["traffic"]["datagrams_received"] > 0
@@ -329,7 +335,7 @@ def test_a_setting_put_back_just_as_its_host_fell_silent_has_its_copy_there_remo
     view = journal.load(entry.journal)
     assert copy.exists() and [e.seq for e in view.copies_left] == [entry.seq] and not view.open_entries
     # The journal stays for it (closed, not forgotten), and the next restore that reaches b removes it.
-    res = cli(state_dir, "restore", "--list")
+    res = in_state(state_dir, "restore", "--list")  # in this process: --list only reads
     assert res.returncode == 0 and "would remove the host's copy of the undo of " in res.stdout, res.stdout
     res = cli(state_dir, "restore")
     assert res.returncode == 0, res.stdout + res.stderr
@@ -402,7 +408,8 @@ def test_ssh_hosts_samples_state_the_skew_of_their_reads_and_still_flag_a_disagr
     assert res.returncode == 0, res.stderr
     try:
         lab = labs.LabState.load(lab_name)
-        clean = measure(lab, Workload(tool="engine", protocol="udp", size=1200, duration=2))
+        # 2000 pps: the reads' timing and a loss-free sample are checked, not speed
+        clean = measure(lab, Workload(tool="engine", protocol="udp", size=1200, rate="2000pps", duration=2))
         assert clean.consistency["status"] == "consistent", clean.consistency
         # both ends answer over ssh: each read is timed and pinned by the host's own clock
         reads = clean.probes["reads"]
@@ -438,15 +445,16 @@ def test_lab_show_lists_the_pending_changes_of_each_ssh_host(pair, inv, state_di
     res = cli(state_dir, "lab", "up", "hosts", "--inventory", str(inv), "--pair", "a:t2,b:t2", "--name", lab_name)
     assert res.returncode == 0, res.stderr
     try:
-        assert json.loads(cli(state_dir, "lab", "show", lab_name, "--json").stdout)["changes"] == []
+        # `lab show` in this process (it only reads); `lab set` in its own, whose lease on the hosts ends with it
+        assert json.loads(in_state(state_dir, "lab", "show", lab_name, "--json").stdout)["changes"] == []
         res = cli(state_dir, "lab", "set", lab_name, "server", "t2", "gro=on")
         assert res.returncode == 0, res.stderr
         res = cli(state_dir, "lab", "set", lab_name, "client", "t2", "mtu=1400")
         assert res.returncode == 0, res.stderr
-        changes = json.loads(cli(state_dir, "lab", "show", lab_name, "--json").stdout)["changes"]
+        changes = json.loads(in_state(state_dir, "lab", "show", lab_name, "--json").stdout)["changes"]
         assert sorted((c["host"], c["iface"], c["key"], str(c["value"])) for c in changes) == \
             [("client", "t2", "mtu", "1400"), ("server", "t2", "gro", "on")], changes
-        text = cli(state_dir, "lab", "show", lab_name).stdout
+        text = in_state(state_dir, "lab", "show", lab_name).stdout
         assert "journalled: server:t2 gro = on (was off;" in text and "journalled: client:t2 mtu = 1400" in text
     finally:
         assert cli(state_dir, "lab", "down", lab_name).returncode == 0
@@ -572,7 +580,7 @@ def test_controller_killed_mid_run_over_an_ansible_inventory_leaves_nothing_on_t
                        for l in res.stdout.splitlines()), res.stdout
         else:
             if how == "offlab restore":  # --list says what it would end, and ends nothing
-                res = cli(state_dir, "restore", "--list")
+                res = in_state(state_dir, "restore", "--list")
                 assert res.returncode == 0 and f"would end on b: stop {server_cmd}" in res.stdout, res.stdout
                 assert any(name_of(c).startswith(server_cmd) for c in sshd_mod.processes_in(pair.b.ns).values())
             res = cli(state_dir, *how.removeprefix("offlab ").split())

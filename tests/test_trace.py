@@ -20,8 +20,8 @@ from offlab.experiment.measure import measure
 from offlab.probes import trace
 from offlab.report import kernel as rk
 from offlab.traffic import Workload
-from tests.conftest import TEST_TAG, offlab_cli, requires_root
-from tests.helpers import module_lab
+from tests.conftest import TEST_TAG, requires_root
+from tests.helpers import module_lab, run
 
 FIX = os.path.join(os.path.dirname(__file__), "fixtures", "trace")
 
@@ -235,12 +235,12 @@ def _sample(lab, **kw):
 
 
 def _set(lab, role: str, *settings: str) -> None:
-    res = offlab_cli("lab", "set", lab.name, role, *settings)
+    res = run("lab", "set", lab.name, role, *settings)  # in this process: the knob, not the process, is tested
     assert res.returncode == 0, res.stderr
 
 
 def _restore(lab) -> None:
-    res = offlab_cli("restore")
+    res = run("restore")
     assert res.returncode == 0, res.stderr
 
 
@@ -362,14 +362,14 @@ def test_results_show_compare_and_the_report_show_the_kernels_account_beside_the
 
     db = tmp_path / "k.db"
     store = Store.open(db)
-    run = store.create_run("kacc", "name: kacc", {}, 1, {}, {"rule": "drop"}, {})
-    ids = store.add_cells(run, [{"key": k, "params": {"rule": k}, "settings": {}} for k in ("drop", "uso-off")])
+    run_id = store.create_run("kacc", "name: kacc", {}, 1, {}, {"rule": "drop"}, {})
+    ids = store.add_cells(run_id, [{"key": k, "params": {"rule": k}, "settings": {}} for k in ("drop", "uso-off")])
     for cell, name in (("drop", "nft-drops"), ("drop", "nft-drops"), ("uso-off", "uso-off-gso")):
         s = _captured(name)
-        store.add_sample(run, ids[cell], 0, s, metrics_of(s))
+        store.add_sample(run_id, ids[cell], 0, s, metrics_of(s))
     for cid in ids.values():
         store.set_cell_status(cid, "done")
-    html = build_report(store, run)
+    html = build_report(store, run_id)
     store.close()
     section = html.split('id="kernel"', 1)[1].split("</section>", 1)[0]
     text = unescape(re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", section)))
@@ -377,14 +377,14 @@ def test_results_show_compare_and_the_report_show_the_kernels_account_beside_the
     assert "server:olkacc31 NETFILTER_DROP nft_do_chain 7694 100 %" in text  # two samples summed
     assert "DISAGREES with the counters' attribution" in text
     assert "client:olkacc20 segmented in software: its queue was handed" in text
-    shown = offlab_cli("results", "show", str(run), "--db", str(db), env={"COLUMNS": "250"})
+    shown = run("results", "show", str(run_id), "--db", str(db), env={"COLUMNS": "250"})
     assert shown.returncode == 0, shown.stderr
     out = shown.stdout
     assert "segmentation by the kernel's account" in out and "USO not exercised by the kernel's account" in out
     # beside the counters': the counters' line for the cell first, then the kernel's
     cell = out.split("where the loss went", 1)[1].split("drop:", 1)[1]
     assert cell.index("no counter explains them") < cell.index("kernel drops 7694 datagrams of 7496 lost")
-    compared = offlab_cli("compare", str(run), "--db", str(db), env={"COLUMNS": "250"})
+    compared = run("compare", str(run_id), "--db", str(db), env={"COLUMNS": "250"})
     assert compared.returncode == 0, compared.stderr
     assert "server:olkacc31 NETFILTER_DROP at nft_do_chain 7694 (100 %)" in compared.stdout
 

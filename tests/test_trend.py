@@ -170,7 +170,7 @@ name: trend-live
 topology: {kind: veth}
 axes:
   stream: {tcp: {}}
-workload: {tool: iperf3, protocol: tcp, duration: 1, warmup: 0.3}
+workload: {tool: iperf3, protocol: tcp, rate: 200M, duration: 1, warmup: 0.3}  # a history to read, at any speed
 repeat: {min: 2, max: 2}
 """
 

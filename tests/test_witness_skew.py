@@ -108,9 +108,12 @@ def test_guest_samples_are_not_flagged_when_clean_and_are_when_the_witnesses_dis
 
     lab = labs.up("vm", lab_name)
     try:
-        for w in (Workload(tool="engine", protocol="udp", size=1200, duration=3),
+        # Clean samples at a rate: the checks compare the witnesses' counts, which do not need the guest
+        # at full speed (that takes both host CPUs under TCG); the 3 s windows are kept (the read skew's
+        # weight in the tolerance). The loss case below stays unlimited: it needs the buffer overrun.
+        for w in (Workload(tool="engine", protocol="udp", size=1200, rate="20M", duration=3),
                   Workload(tool="iperf3", protocol="udp", size=1200, rate="20M", duration=3),
-                  Workload(tool="iperf3", protocol="tcp", duration=3)):
+                  Workload(tool="iperf3", protocol="tcp", rate="50M", duration=3)):
             s = measure(lab, w)
             assert s.consistency["status"] == "consistent", (w, s.consistency)
             app = [c for c in s.consistency["checks"] if c["check"] == "application bytes ≤ interface bytes"]

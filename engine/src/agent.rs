@@ -23,7 +23,8 @@
 //! stdin, stdout and stderr are memory files, as the shell agent's were tmpfs files: a
 //! command that leaves a background child behind is done when its shell exits, and the
 //! child never holds the port (which opens exclusively). The port reads end-of-file while
-//! no host is connected: the agent then looks again every 20 ms.
+//! no host is connected: the agent then sleeps until the port's SIGIO says a host connected
+//! (looking again every 500 ms all the same), so an idle guest costs its host next to nothing.
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::CString;
@@ -75,7 +76,10 @@ fn main() {
     std::env::set_var("HOME", "/root");
     let _ = fs::create_dir_all("/root");
     let _ = std::env::set_current_dir("/root");
+    // Before any thread starts, so that every thread inherits the mask and the signal waits for us.
+    let sigio = block_sigio();
     let (port, dev) = open_port();
+    let host_signals = signal_host_connects(&port);
     let uptime = fs::read_to_string("/proc/uptime").unwrap_or_default();
     // on the console (init's stdout for us): the boot waits for it; a console that is gone is no reason to stop
     let _ = writeln!(std::io::stdout(), "READY {} {}", uptime.split_whitespace().next().unwrap_or("?"), dev);
@@ -90,7 +94,7 @@ fn main() {
                 // No host connected: a line it left half-sent is garbage for the next one.
                 buf.clear();
                 scanned = 0;
-                thread::sleep(Duration::from_millis(20));
+                wait_for_host(&sigio, host_signals);
                 continue;
             }
             Ok(n) => buf.extend_from_slice(&chunk[..n]),
@@ -104,6 +108,48 @@ fn main() {
         }
         buf.drain(..start);
         scanned = buf.len();
+    }
+}
+
+/// SIGIO blocked in this thread (and so in every thread it starts): it stays pending until
+/// `wait_for_host` takes it.
+fn block_sigio() -> libc::sigset_t {
+    // SAFETY: the set is a local initialised by sigemptyset before use; pthread_sigmask reads it.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGIO);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
+    }
+}
+
+/// Asks the port for SIGIO to this process: a virtio-serial port raises it when the host side opens
+/// or closes, and when data arrives. False if the kernel refused (the agent then polls).
+fn signal_host_connects(port: &File) -> bool {
+    use std::os::unix::io::AsRawFd;
+    let fd = port.as_raw_fd();
+    // SAFETY: fcntl on a descriptor this File owns, with integer arguments only.
+    unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        flags >= 0
+            && libc::fcntl(fd, libc::F_SETOWN, libc::getpid()) == 0
+            && libc::fcntl(fd, libc::F_SETFL, flags | libc::O_ASYNC) == 0
+    }
+}
+
+/// No host on the port: until a SIGIO (a host connected, or one raised since the last read: then
+/// the next read tells), at most 500 ms; without SIGIO, 20 ms as before. A connect between the
+/// read and this wait is not missed: the blocked signal is pending.
+fn wait_for_host(sigio: &libc::sigset_t, host_signals: bool) {
+    if !host_signals {
+        thread::sleep(Duration::from_millis(20));
+        return;
+    }
+    let limit = libc::timespec { tv_sec: 0, tv_nsec: 500_000_000 };
+    // SAFETY: both pointers are to live locals/arguments for the call; a null siginfo is allowed.
+    unsafe {
+        libc::sigtimedwait(sigio, std::ptr::null_mut(), &limit);
     }
 }
 
@@ -236,11 +282,15 @@ fn spawn_and_wait(agent: &Agent, id: &str, cmd: &[u8], stdin: &[u8]) -> std::io:
         .stdin(Stdio::from(input))
         .stdout(Stdio::from(out.try_clone()?))
         .stderr(Stdio::from(err.try_clone()?));
-    // SAFETY: setsid() is async-signal-safe and touches no memory; it runs in the child between
-    // fork and exec, making the command the leader of its own session and process group (for `K`).
+    // SAFETY: setsid() and pthread_sigmask() are async-signal-safe; they run in the child between
+    // fork and exec, making the command the leader of its own session and process group (for `K`)
+    // and giving it an empty signal mask (the agent's threads block SIGIO), on a local set.
     unsafe {
         command.pre_exec(|| {
             libc::setsid();
+            let mut none: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut none);
+            libc::pthread_sigmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
             Ok(())
         });
     }

@@ -7,11 +7,10 @@ use crate::sys;
 
 /// Past this lateness the schedule is moved, not caught up.
 pub const MAX_LAG_NS: u64 = 100_000_000;
-/// Sleep (rather than spin) when the due time is farther than this.
+/// `wait_until_exact` sleeps (rather than spins) while the due time is farther than this.
 const SLEEP_ABOVE_NS: u64 = 300_000;
-/// Wake this long before the due time and spin the rest.
+/// `wait_until_exact` wakes this long before the due time and spins the rest.
 const WAKE_EARLY_NS: u64 = 200_000;
-
 #[derive(Debug, Clone)]
 pub struct Pacer {
     start_ns: u64,
@@ -62,9 +61,26 @@ impl Pacer {
     }
 }
 
-/// Waits until CLOCK_MONOTONIC reaches `t`: sleeps while far, spins the
-/// last stretch. Returns the time read last (>= t unless a stop was asked).
+/// Waits until CLOCK_MONOTONIC reaches `t`, asleep (the senders set a timer slack of 1 ns): the
+/// wake comes some microseconds late, and a stream sender sends what fell due meanwhile at once, so
+/// its average stays exact and single gaps vary by the wake's lateness (`max_lag_us` in its report).
+/// It never spins: a spinning sender takes a whole CPU, on a small machine the receiver's.
+/// Returns the time read last (>= t unless a stop was asked).
 pub fn wait_until(t: u64) -> u64 {
+    loop {
+        let now = sys::mono_ns();
+        if now >= t || sys::stop_requested() {
+            return now;
+        }
+        sys::sleep_until(t);
+    }
+}
+
+/// Waits until CLOCK_MONOTONIC reaches `t` to the microsecond: sleeps while far, spins the last
+/// stretch (a CPU while it spins). For a send whose due time is part of a figure: an open-loop round
+/// trip counts from its scheduled send, so a late wake would be added to every RTT.
+/// Returns the time read last (>= t unless a stop was asked).
+pub fn wait_until_exact(t: u64) -> u64 {
     loop {
         let now = sys::mono_ns();
         if now >= t || sys::stop_requested() {

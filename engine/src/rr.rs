@@ -203,7 +203,7 @@ fn flow(o: &RrOpts, id: u32, dest: SocketAddr, udp: Option<Socket>, plan: Plan, 
                     break;
                 }
                 if due > now {
-                    now = crate::pacing::wait_until(due);
+                    now = crate::pacing::wait_until_exact(due);
                     if sys::stop_requested() {
                         break;
                     }

@@ -290,7 +290,7 @@ def _witnessed(sample: Sample, settings: list[dict]) -> Sample:
     big = witnesses.big_packets(view.probes)
     if big:
         sample.notes.append(big)
-    judged = StoredSample.from_json(sample.to_dict())
+    judged = StoredSample.from_json(sample.to_dict())  # read again: the checks below read what the lines above set
     sample.notes += witnesses.out_of_range(judged)
     sample.effects = [e.to_dict() for e in effects.witness(judged, [Held.from_json(s) for s in settings])]
     return _judged(sample)

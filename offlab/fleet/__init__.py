@@ -340,7 +340,7 @@ def clean(inventory: str, hosts: list[str] | None = None, *, forks: int = 5,
 
 
 def lapses_brought_home(out: Path) -> list[str]:
-    """The lapse records the playbook brought home from each host (lapsed.yml), as `offlab restore` says them."""
+    """The lapse records the playbook brought home from each host (lapsed-home.yml), as `offlab restore` says them."""
     lines = []
     for f in sorted(out.glob("lapsed-*.txt")):
         lines += lease.parse_lapses(f.name.removeprefix("lapsed-").removesuffix(".txt"), f.read_text())

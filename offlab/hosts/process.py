@@ -263,9 +263,7 @@ def running(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:
             stat = f.read()
-        if stat[stat.rindex(")") + 2] != "Z":
-            return True
-        return len(os.listdir(f"/proc/{pid}/task")) > 1
+        return stat[stat.rindex(")") + 2] != "Z" or _threads_left(pid)
     except OSError:
         return False
 
@@ -303,13 +301,23 @@ def signal_pid(pid: int, sig: int, start_time: int | None = None) -> bool:
 
 
 def process_start_time(pid: int) -> int | None:
-    """Start time of a process in clock ticks since boot (field 22 of /proc/PID/stat); None if gone."""
+    """Start time of a process in clock ticks since boot (field 22 of /proc/PID/stat); None once it is
+    gone as `running` says: a zombie is gone, but a zombie leader whose other threads still run (a
+    killed dpdk-testpmd letting go of its ports) is still that process, to be waited out."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             data = f.read()
     except OSError:
         return None
     fields = data[data.rindex(")") + 2:].split()
-    if fields[0] in ("Z", "X"):  # a zombie is gone, it only waits to be reaped
+    if fields[0] in ("Z", "X") and not _threads_left(pid):
         return None
     return int(fields[19])
+
+
+def _threads_left(pid: int) -> bool:
+    """Whether an exited leader's other threads still run."""
+    try:
+        return len(os.listdir(f"/proc/{pid}/task")) > 1
+    except OSError:
+        return False

@@ -1,4 +1,5 @@
-"""`from_ref`: the host a JSON `ref()` names, rebuilt in another process (a restore after kill -9).
+"""`from_ref`: the host a JSON `ref()` names, rebuilt in another process (a restore after kill -9);
+`remote_machine`: which remote machine it lives on, without rebuilding it.
 
 One table of the kinds of host, each kind's module imported only when a reference of that kind is
 followed (a restore of namespaces never loads the SSH or guest code).
@@ -30,3 +31,11 @@ def from_ref(ref: object) -> Host:
         raise BadInput(f"unknown kind of host {ref['kind']!r} in a reference (known: {', '.join(sorted(KINDS))})")
     build = cast(Callable[[dict], Host], importlib.import_module(module).from_ref)
     return build(ref)
+
+
+def remote_machine(ref: object) -> tuple[str, str] | None:
+    """The remote machine a `ref()` lives on, by its address (two inventory names of one machine are one
+    machine), or None for this machine's own hosts (namespaces, guests it runs)."""
+    if isinstance(ref, dict) and ref.get("kind") == "ssh":
+        return ("ssh", str(ref.get("target")))
+    return None

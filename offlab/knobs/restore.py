@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from offlab.errors import OfflabError
+from offlab.hosts.refs import remote_machine
 from offlab.hosts.ssh import at_once
 from offlab.knobs.journal import (Entry, all_journals, dir_lock, forget_namespaces, in_guest_of, journal_dir,
                                   remove_if_done)
@@ -70,7 +71,7 @@ def restore_entries(entries: Iterable[Entry], report: Report | None = None) -> R
     report = report or Report()
     groups: dict[tuple[str, str] | None, list[Entry]] = {}
     for entry in _newest_first(e for e in entries if e.status == "open"):
-        groups.setdefault(_remote_machine(entry), []).append(entry)
+        groups.setdefault(remote_machine(entry.data.get("host")), []).append(entry)
     reports = {machine: Report() for machine in groups}
 
     def restore_all(machine: tuple[str, str] | None) -> None:
@@ -84,15 +85,6 @@ def restore_entries(entries: Iterable[Entry], report: Report | None = None) -> R
         report.lines += reports[machine].lines
         report.failed += reports[machine].failed
     return report
-
-
-def _remote_machine(entry: Entry) -> tuple[str, str] | None:
-    """The SSH machine an entry's setting lives on (by its address: two inventory names of one machine
-    stay one group, restored in order), or None for this machine's own."""
-    ref = entry.data.get("host")
-    if isinstance(ref, dict) and ref.get("kind") == "ssh":
-        return ("ssh", str(ref.get("target")))
-    return None
 
 
 def _forget_copies(entries: list[Entry], report: Report) -> None:

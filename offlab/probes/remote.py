@@ -157,8 +157,6 @@ def stream_read(extra: tuple[str, ...] = ()) -> str:
     return f"while read -r _; do {remote_read(extra)}; echo {END}; done"
 
 
-STREAM_READ = stream_read()
-
 
 class Stream:
     """A reader process on a channel host: a line in, one REMOTE_READ answer out (ends with END)."""

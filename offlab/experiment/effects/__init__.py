@@ -23,13 +23,12 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from dataclasses import asdict, dataclass, field
 from functools import partial
 from types import ModuleType
 from typing import Callable, Sequence
 
 from offlab.metrics import NOT_EXERCISED  # noqa: F401  (a status, named here with the others)
-from offlab.sample import Held, StoredSample
+from offlab.sample import Effect, Held, StoredSample
 
 EXERCISED = "exercised"
 NOT_APPLICABLE = "not applicable"
@@ -45,20 +44,9 @@ MERGED_BELOW = 0.75
 SPLIT_ABOVE = 1.05
 
 
-@dataclass
-class Effect:
-    """One witness's finding, stored with the sample (`effects`, read back as offlab.sample.Effect)."""
-
-    setting: str  # the key as set: testpmd.gro, tso, uso, gro, mtu, workload gso ...
-    where: str  # client:to-switch, switch (testpmd port 0), client (socket)
-    value: str
-    status: str  # EXERCISED | NOT_EXERCISED | NOT_APPLICABLE | OFF
-    detail: str  # what the counters say, with their numbers
-    counters: dict = field(default_factory=dict)
-    cause: str | None = None  # NOT_EXERCISED / NOT_APPLICABLE: the likely reason
-
-    def to_dict(self) -> dict:
-        return asdict(self)
+def parts(setting: Held) -> tuple[str, str, str]:
+    """A setting's key, value and place, as text: what every witness compares."""
+    return str(setting.key), str(setting.value), str(setting.where or "")
 
 
 def on(value: object) -> bool:
@@ -115,6 +103,7 @@ def witness(sample: StoredSample, settings: Sequence[Held]) -> list[Effect]:
         try:
             out += step()
         except KeyError as exc:
-            out.append(Effect(name, "?", "?", NOT_APPLICABLE, "the counters this witness reads are not all there",
+            out.append(Effect(setting=name, where="?", value="?", status=NOT_APPLICABLE,
+                              detail="the counters this witness reads are not all there",
                               cause=f"{UNREADABLE}: KeyError: {exc}"))
     return out

@@ -58,7 +58,7 @@ def cpus(mask: str) -> set[int]:
 
 def masked(key: str, value: str, where: str) -> tuple[Effect, set[int] | None]:
     """A CPU-mask setting's witness to fill in, and its CPUs (None, said in the witness, if not a mask)."""
-    e = Effect(key, where, str(value), NOT_APPLICABLE, "", {})
+    e = Effect(setting=key, where=where, value=str(value), status=NOT_APPLICABLE)
     try:
         return e, cpus(value)
     except ValueError:

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from offlab.experiment.effects import EXERCISED, NOT_APPLICABLE, NOT_EXERCISED, OFF, Effect
+from offlab.experiment.effects import EXERCISED, NOT_APPLICABLE, NOT_EXERCISED, OFF, Effect, parts
 from offlab.experiment.effects._paths import roles
 from offlab.sample import Held, StoredSample
 
@@ -15,11 +15,12 @@ def covers(key: str) -> bool:
 
 
 def judge(setting: Held, sample: StoredSample) -> Effect:
-    key, value, where = str(setting.key), str(setting.value), str(setting.where or "")
+    key, value, where = parts(setting)
     receiver = roles(sample.workload)[1]
     polled = sample.probes.counter(receiver, "TcpExt", "BusyPollRxPackets", None)
-    e = Effect(key, where, value, NOT_APPLICABLE, f"{receiver} TcpExt BusyPollRxPackets {polled}",
-               {f"{receiver}_BusyPollRxPackets": polled})
+    e = Effect(setting=key, where=where, value=value, status=NOT_APPLICABLE,
+               detail=f"{receiver} TcpExt BusyPollRxPackets {polled}",
+               counters={f"{receiver}_BusyPollRxPackets": polled})
     if value.strip() in ("0", ""):
         e.status = OFF
     elif polled is None:

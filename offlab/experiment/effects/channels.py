@@ -3,7 +3,7 @@ per-queue counters, or for a veth's transmit queues its peer's receive queues)."
 
 from __future__ import annotations
 
-from offlab.experiment.effects import EXERCISED, MIN_PACKETS, NOT_APPLICABLE, NOT_EXERCISED, OFF, Effect
+from offlab.experiment.effects import EXERCISED, MIN_PACKETS, NOT_APPLICABLE, NOT_EXERCISED, OFF, Effect, parts
 from offlab.experiment.effects._paths import data_way, queue_counts, spread
 from offlab.sample import Held, StoredSample
 
@@ -22,9 +22,9 @@ def covers(key: str) -> bool:
 
 
 def judge(setting: Held, sample: StoredSample) -> Effect:
-    key, value, where = str(setting.key), str(setting.value), str(setting.where or "")
+    key, value, where = parts(setting)
     probes = sample.probes
-    e = Effect(key, where, value, NOT_APPLICABLE, "", {})
+    e = Effect(setting=key, where=where, value=value, status=NOT_APPLICABLE)
     try:
         n = int(value)
     except ValueError:

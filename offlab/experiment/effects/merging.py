@@ -5,7 +5,7 @@ skb), or on a forwarding host its busiest other interface's transmitted packets.
 from __future__ import annotations
 
 from offlab.experiment.effects import (EXERCISED, MERGED_BELOW, MIN_PACKETS, NOT_APPLICABLE, NOT_EXERCISED, OFF,
-                                       Effect, on)
+                                       Effect, on, parts)
 from offlab.experiment.effects._paths import roles
 from offlab.knobs.features import names_for
 from offlab.sample import Held, StoredSample
@@ -22,11 +22,11 @@ def covers(key: str) -> bool:
 
 
 def judge(setting: Held, sample: StoredSample) -> Effect:
-    key, value, where = str(setting.key), str(setting.value), str(setting.where or "")
+    key, value, where = parts(setting)
     probes, workload = sample.probes, sample.workload
     proto = workload.protocol or "tcp"
     kind = MERGING[key]
-    e = Effect(key, where, value, OFF if not on(value) else NOT_APPLICABLE, "", {})
+    e = Effect(setting=key, where=where, value=value, status=OFF if not on(value) else NOT_APPLICABLE)
     role = where.partition(":")[0]
     d = probes.iface(where)
     rx, avg = d.rx_packets, d.rx_avg_bytes

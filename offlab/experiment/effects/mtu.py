@@ -3,7 +3,7 @@ bound) against the path's smallest MTU over the interfaces that carried the data
 
 from __future__ import annotations
 
-from offlab.experiment.effects import EXERCISED, MIN_PACKETS, NOT_APPLICABLE, NOT_EXERCISED, OFF, Effect
+from offlab.experiment.effects import EXERCISED, MIN_PACKETS, NOT_APPLICABLE, NOT_EXERCISED, OFF, Effect, parts
 from offlab.sample import Held, StoredSample
 from offlab.wire import ETH_HEADER, UDP_FRAME_OVERHEAD
 
@@ -13,9 +13,9 @@ def covers(key: str) -> bool:
 
 
 def judge(setting: Held, sample: StoredSample) -> Effect:
-    value, where = str(setting.value), str(setting.where or "")
+    _, value, where = parts(setting)
     probes, workload = sample.probes, sample.workload
-    e = Effect("mtu", where, value, NOT_APPLICABLE, "", {})
+    e = Effect(setting="mtu", where=where, value=value, status=NOT_APPLICABLE)
     try:
         mtu = int(value)
     except ValueError:

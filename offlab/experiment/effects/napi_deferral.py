@@ -4,7 +4,7 @@ not read, so the sample records the setting and says why it cannot show it."""
 
 from __future__ import annotations
 
-from offlab.experiment.effects import NOT_APPLICABLE, OFF, Effect
+from offlab.experiment.effects import NOT_APPLICABLE, OFF, Effect, parts
 from offlab.sample import Held, StoredSample
 
 NAPI_DEFERRAL = ("gro_flush_timeout", "napi_defer_hard_irqs")
@@ -15,9 +15,9 @@ def covers(key: str) -> bool:
 
 
 def judge(setting: Held, sample: StoredSample) -> Effect:
-    key, value, where = str(setting.key), str(setting.value), str(setting.where or "")
+    key, value, where = parts(setting)
     role = where.partition(":")[0]
-    e = Effect(key, where, value, NOT_APPLICABLE, "", {})
+    e = Effect(setting=key, where=where, value=value, status=NOT_APPLICABLE)
     if value.strip() in ("0", ""):
         e.status = OFF
     elif role in sample.probes.own_kernel():

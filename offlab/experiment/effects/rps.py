@@ -4,7 +4,7 @@ arrive steers without an interrupt: not applicable."""
 
 from __future__ import annotations
 
-from offlab.experiment.effects import EXERCISED, NOT_EXERCISED, OFF, Effect
+from offlab.experiment.effects import EXERCISED, NOT_EXERCISED, OFF, Effect, parts
 from offlab.experiment.effects._paths import masked
 from offlab.sample import Held, StoredSample
 
@@ -14,7 +14,7 @@ def covers(key: str) -> bool:
 
 
 def judge(setting: Held, sample: StoredSample) -> Effect:
-    key, value, where = str(setting.key), str(setting.value), str(setting.where or "")
+    key, value, where = parts(setting)
     e, cpus = masked(key, value, where)
     if cpus is None:
         return e

@@ -4,7 +4,7 @@ through; at or below, segmentation happened before this interface."""
 
 from __future__ import annotations
 
-from offlab.experiment.effects import EXERCISED, MIN_PACKETS, NOT_APPLICABLE, NOT_EXERCISED, OFF, Effect, on
+from offlab.experiment.effects import EXERCISED, MIN_PACKETS, NOT_APPLICABLE, NOT_EXERCISED, OFF, Effect, on, parts
 from offlab.experiment.effects._paths import next_hop, roles
 from offlab.knobs.features import names_for
 from offlab.sample import Held, StoredSample
@@ -21,11 +21,11 @@ def covers(key: str) -> bool:
 
 
 def judge(setting: Held, sample: StoredSample) -> Effect:
-    key, value, where = str(setting.key), str(setting.value), str(setting.where or "")
+    key, value, where = parts(setting)
     probes, workload = sample.probes, sample.workload
     proto = workload.protocol or "tcp"
     kind = SEGMENTATION[key]
-    e = Effect(key, where, value, OFF if not on(value) else NOT_APPLICABLE, "", {})
+    e = Effect(setting=key, where=where, value=value, status=OFF if not on(value) else NOT_APPLICABLE)
     d = probes.iface(where)
     peer = next_hop(probes, where, sample.topology)
     p = probes.iface(peer)

@@ -56,7 +56,7 @@ def resegment_factor(avg_in: float, gso_segsz: int, tso_segsz: int) -> int:
 
 
 def _gro(where, fwd, rx, ratio, avg_in, gso_on, segsz, tso, dst, seen, counters, errors, sent_per_in) -> Effect:
-    e = Effect("testpmd.gro", where, "on", NOT_APPLICABLE, seen, counters)
+    e = Effect(setting="testpmd.gro", where=where, value="on", status=NOT_APPLICABLE, detail=seen, counters=counters)
     if rx < MIN_PACKETS or ratio is None:
         e.cause = f"fewer than {MIN_PACKETS} packets in the data direction: nothing to judge"
         return e
@@ -85,7 +85,8 @@ def _gro(where, fwd, rx, ratio, avg_in, gso_on, segsz, tso, dst, seen, counters,
 
 
 def _gso(where, fwd, rx, ratio, avg_in, segsz, gro_on, src, seen, counters) -> Effect:
-    e = Effect("testpmd.gso", where, "on", NOT_APPLICABLE, seen, {**counters, "gso_segsz": segsz})
+    e = Effect(setting="testpmd.gso", where=where, value="on", status=NOT_APPLICABLE, detail=seen,
+               counters={**counters, "gso_segsz": segsz})
     if rx < MIN_PACKETS or ratio is None:
         e.cause = f"fewer than {MIN_PACKETS} packets in the data direction: nothing to judge"
         return e

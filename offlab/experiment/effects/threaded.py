@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from offlab.experiment.effects import EXERCISED, NOT_APPLICABLE, NOT_EXERCISED, OFF, Effect, on
+from offlab.experiment.effects import EXERCISED, NOT_APPLICABLE, NOT_EXERCISED, OFF, Effect, on, parts
 from offlab.sample import Held, StoredSample
 
 
@@ -11,14 +11,15 @@ def covers(key: str) -> bool:
 
 
 def judge(setting: Held, sample: StoredSample) -> Effect:
-    value, where = str(setting.value), str(setting.where or "")
+    _, value, where = parts(setting)
     probes = sample.probes
     role, _, iface = where.partition(":")
     prefix = f"napi/{iface}-"[:15]  # a thread's comm is cut at 15 characters
     threads = [p for p in probes.processes if str(p.comm).startswith(prefix)]
     busy = round(sum(p.cpu_pct or 0 for p in threads), 2)
-    e = Effect("threaded", where, value, NOT_APPLICABLE,
-               f"{len(threads)} napi/{iface} thread(s) used {busy} % of a CPU", {"napi_threads_cpu_pct": busy})
+    e = Effect(setting="threaded", where=where, value=value, status=NOT_APPLICABLE,
+               detail=f"{len(threads)} napi/{iface} thread(s) used {busy} % of a CPU",
+               counters={"napi_threads_cpu_pct": busy})
     if not on(value):
         e.status = OFF
     elif role in probes.own_kernel():

@@ -30,8 +30,9 @@ def judge_sample(sample: StoredSample) -> list[Effect]:
             source = f"{datagrams:.0f} datagrams its application received"
         per = datagrams / calls if calls else None
         what = "UDP_SEGMENT" if flag == "gso" else "UDP_GRO"
-        e = Effect(f"workload {flag} ({what})", f"{role} (socket)", "on", NOT_APPLICABLE, "",
-                   {f"{role}_{group}_{counter}": calls, "datagrams": round(datagrams), "datagrams_per_call": per})
+        e = Effect(setting=f"workload {flag} ({what})", where=f"{role} (socket)", value="on", status=NOT_APPLICABLE,
+                   detail="", counters={f"{role}_{group}_{counter}": calls, "datagrams": round(datagrams),
+                                        "datagrams_per_call": per})
         e.detail = (f"{role} {group} {counter} {calls} for {source}: {per:.1f} datagrams of "
                     f"{workload.size} B per {'send' if flag == 'gso' else 'receive'}" if per is not None
                     else f"{role} {group} {counter} unknown")

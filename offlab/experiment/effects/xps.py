@@ -4,7 +4,7 @@ among them to the flow hash, as without XPS: not applicable."""
 
 from __future__ import annotations
 
-from offlab.experiment.effects import EXERCISED, MIN_PACKETS, NOT_EXERCISED, OFF, Effect
+from offlab.experiment.effects import EXERCISED, MIN_PACKETS, NOT_EXERCISED, OFF, Effect, parts
 from offlab.experiment.effects._paths import masked, queue_counts, roles, spread
 from offlab.experiment.effects.channels import BUSY_QUEUE_SHARE, VETH_QUEUES
 from offlab.sample import Held, StoredSample
@@ -17,7 +17,7 @@ def covers(key: str) -> bool:
 
 
 def judge(setting: Held, sample: StoredSample) -> Effect:
-    key, value, where = str(setting.key), str(setting.value), str(setting.where or "")
+    key, value, where = parts(setting)
     probes, workload = sample.probes, sample.workload
     e, cpus = masked(key, value, where)
     if cpus is None:

@@ -11,9 +11,9 @@ def judge_sample(sample: StoredSample) -> list[Effect]:
     z = sample.traffic.zerocopy
     if z is None:
         return []
-    e = Effect("workload send (zerocopy)", "client (socket)", "zerocopy", NOT_APPLICABLE,
-               f"{z.completed} {z.via} completions, {z.copied} of them copied ({z.copied_flag})",
-               {"completed": z.completed, "copied": z.copied})
+    e = Effect(setting="workload send (zerocopy)", where="client (socket)", value="zerocopy", status=NOT_APPLICABLE,
+               detail=f"{z.completed} {z.via} completions, {z.copied} of them copied ({z.copied_flag})",
+               counters={"completed": z.completed, "copied": z.copied})
     if not z.completed:
         e.cause = "no completion was read"
     elif z.copied < z.completed:
