@@ -480,6 +480,9 @@ class LossAttribution(JsonView):
     lost_over: str | None = None  # absent: stored by an older offlab (format.OLDER_ATTRIBUTION)
     skew_s: float | None = None
     lost_uncertainty: int | None = None
+    # from the tool's rows: the lost in the window lies between these (its edge rows count in part in `lost`)
+    lost_low: int | None = None
+    lost_high: int | None = None
     places: list[LossPlace] = _view(LossPlace, list=True, default_factory=list)
     explained: float | None = None
     explained_low: float | None = None  # absent in older samples

@@ -212,6 +212,19 @@ def test_loss_shares_add_up_to_100_percent_and_a_gap_is_named():
     assert sum(p["share"] for p in more["places"]) == pytest.approx(1.0) and more["unseen"] == 0
 
 
+def test_unseen_drops_within_the_lost_counts_edge_bounds_are_named_as_the_edges_not_as_missed():
+    # Measured on the demo's USO cell: the engine's rows put 267 lost in the window, but a row at its
+    # edge held most of them (only a part of it inside): the window's own loss lies in 45..315.
+    tr = {"drops": [{"host": "server", "device": "v1", "reason": "SOCKET_RCVBUFF", "location": "x", "datagrams": 45}]}
+    lo = kernel_account.loss(tr, 267, 42.0, lost_bounds=(45, 315))
+    assert lo["unseen"] == 222 and lo["unseen_at_edges"] and lo["vs_lost"]["agree"], lo
+    assert any(line.endswith("lost at the window's edges, where the tool's rows put 45..315 in it")
+               for line in rk.loss_lines({"loss": lo})), rk.loss_lines({"loss": lo})
+    # below the rows' lower bound, the kernel missed drops inside the window: not the edges', and said
+    short = kernel_account.loss(tr, 267, 42.0, lost_bounds=(200, 315))
+    assert "unseen_at_edges" not in short and not short["vs_lost"]["agree"], short
+
+
 def test_the_program_counts_only_the_given_namespaces():
     text = trace.program([4026532179, 4026532184])
     assert "$ns == 4026532179 || $ns == 4026532184" in text

@@ -63,6 +63,22 @@ def test_the_rows_are_placed_by_their_own_start_so_a_wrong_start_brings_the_burs
     assert status == "inconsistent" and check["tool"] > 0.1 and check["kernel"] < 0.01, check
 
 
+def test_a_burst_in_a_row_at_the_windows_edge_counts_in_part_and_bounds_the_lost_count():
+    s = load("engine_loss_in_warmup.json")
+    (rx,) = [x for x in s["traffic"]["series"] if x["source"] == "offlab-engine rx"]
+    cols = rx["columns"]
+    t_s, dur, lost = (cols.index(c) for c in ("t_s", "dur_s", "lost"))
+    burst = max(rx["rows"], key=lambda r: r[lost])
+    assert burst[lost] > 1000
+    # place the burst's row across the window's start, a quarter of it inside
+    edge = s["probes"]["t0_mono_s"] + sum(s["probes"]["reads"]["server"]["start"]) / 2
+    rx["t0_mono_s"] = edge - burst[t_s] - 0.75 * burst[dur]
+    wl = witnesses.window_loss(Traffic.from_json(s["traffic"]), Probes.from_json(s["probes"]))
+    others = sum(r[lost] for r in rx["rows"] if r is not burst and rx["t0_mono_s"] + r[t_s] >= edge)
+    assert wl.lost_low == others and wl.lost_high == others + burst[lost], wl
+    assert wl.lost_low < wl.lost < wl.lost_high and wl.lost == pytest.approx(others + burst[lost] / 4, abs=2)
+
+
 def test_loss_inside_the_window_agrees_and_a_tool_that_did_not_see_it_is_contradicted():
     s = load("engine_loss_in_window.json")
     status, check = loss_check(copy.deepcopy(s))

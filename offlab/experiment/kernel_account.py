@@ -30,13 +30,15 @@ SAME_DROPS = (("RcvbufErrors", ("SOCKET_RCVBUFF",)), ("NoPorts", ("NO_SOCKET",))
 
 
 def loss(trace: dict, lost: int | None, counted: float | None, counter_places: list[dict] | None = None, *,
-         refused: int = 0, lost_known_to: float = 0) -> dict | None:
+         refused: int = 0, lost_known_to: float = 0, lost_bounds: tuple[int, int] | None = None) -> dict | None:
     """Lost datagrams by the kernel's reason: per (host, device, reason, location) the datagrams and their
     share, and `unseen` what no tracepoint saw; shares are of max(lost, dropped) and add up to 1.
     `refused`: sends the engine saw refused (ENOBUFS) and sent again: that many of the client's queue
     drops are not loss (`not_lost`). `vs_lost` compares the kernel's total with the lost count (known to ±
     `lost_known_to`), `vs_counters` with the counters' estimate (`counted`), and `by_reason` each counter
-    place with the drop reasons that count the same datagrams."""
+    place with the drop reasons that count the same datagrams. `lost_bounds`: the tool's rows put the lost
+    in the window between these (rows at its edges count in part); a kernel count inside them agrees, and
+    what it leaves unseen is named as the edge rows' (`unseen_at_edges`), not as drops no tracepoint saw."""
     drops, not_lost = _not_lost([dict(d) for d in trace.get("drops") or []], refused)
     dropped = sum(d["datagrams"] for d in drops)
     if not dropped and not lost:
@@ -47,6 +49,12 @@ def loss(trace: dict, lost: int | None, counted: float | None, counter_places: l
     out: dict = {"dropped": dropped, "lost": lost, "places": places, "unseen": unseen, "unseen_share": rest}
     if not_lost:
         out["not_lost"] = not_lost
+    if lost_bounds is not None and lost is not None:
+        low, high = lost_bounds
+        out["lost_bounds"] = [low, high]
+        lost_known_to = max(lost_known_to, lost - low, high - lost)
+        if unseen and dropped >= low:
+            out["unseen_at_edges"] = True
     if lost is not None:
         out["vs_lost"] = agreement(dropped, lost, lost_known_to)
     if counted is not None:
@@ -257,7 +265,8 @@ def judge(sample: dict) -> dict | None:
         counted = (la.get("explained") or 0) + (la.get("overshoot") or 0) if la else None
         found = loss(trace, la.get("lost"), counted, la.get("places"),
                      refused=(traffic.get("errors") or {}).get("ENOBUFS", 0) if traffic.get("tool") == "engine" else 0,
-                     lost_known_to=la.get("lost_uncertainty") or 0)
+                     lost_known_to=la.get("lost_uncertainty") or 0,
+                     lost_bounds=(la["lost_low"], la["lost_high"]) if la.get("lost_low") is not None else None)
         if found is not None:
             out["loss"] = found
     hop_list = hops(trace)

@@ -119,6 +119,10 @@ class WindowLoss:
     source: str | None = None
     alignment_s: float | None = None  # None: not cut to the window (see why)
     why: str | None = None
+    # the lost count's bounds: the rows wholly inside the window, and every row that reaches into it (a
+    # row at an edge counts in part in `lost`, but its loss may all lie inside the window or all outside)
+    lost_low: int | None = None
+    lost_high: int | None = None
 
 
 def window_loss(traffic: Traffic, probes: Probes) -> WindowLoss:
@@ -168,7 +172,8 @@ def window_loss(traffic: Traffic, probes: Probes) -> WindowLoss:
     received = round(sum(f * n for f, _, n in kept))
     loss = max(0.0, min(1.0, lost / (received + lost))) if received + lost > 0 else None
     return WindowLoss(loss=loss, lost=lost, received=received, rows=len(kept), source=source,
-                      alignment_s=round(alignment, 6))
+                      alignment_s=round(alignment, 6), lost_low=sum(n for f, n, _ in kept if f >= 1),
+                      lost_high=sum(n for _, n, _ in kept))
 
 
 def cross_check(sample: StoredSample) -> dict:
@@ -510,6 +515,8 @@ def attribute_loss(sample: StoredSample) -> dict | None:
     places.sort(key=lambda p: (order.get(p.host, 2), -p.datagrams))
     return {
         "lost": lost, "lost_source": found.source, "sent": found.sent, "lost_over": found.over,
+        **({"lost_low": found.window.lost_low, "lost_high": found.window.lost_high}
+           if found.window is not None and found.window.lost_low != found.window.lost_high else {}),
         # client and server reads up to skew_s apart: lost is known to ± this many datagrams
         **_lost_uncertainty(probes, found.source, found.sent),
         "places": [p.to_json() for p in places],

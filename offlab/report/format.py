@@ -145,6 +145,9 @@ def loss_lines(la: LossAttribution | None) -> list[str]:
     if la.lost_uncertainty:
         lines.append(f"  ± {la.lost_uncertainty} datagrams: the client's and the server's counters were read "
                      f"up to {1000 * (la.skew_s or 0):.1f} ms apart")
+    if la.lost_low is not None and la.lost_high is not None:
+        lines.append(f"  lost in the window {la.lost_low}..{la.lost_high} by the tool's rows: those at its edges "
+                     f"count in part in the {la.lost}")
     return lines
 
 

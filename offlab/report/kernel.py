@@ -92,6 +92,11 @@ def _merge_loss(losses: list[dict]) -> dict:
                  "unseen_share": rest / whole_sum if whole_sum else 0.0, "places": rows, "samples": len(losses)}
     if not_lost:
         out["not_lost"] = list(not_lost.values())
+    unseen_in = [lo for lo in losses if lo["unseen"]]
+    if unseen_in and all(lo.get("unseen_at_edges") for lo in unseen_in):  # each sample's own bounds held it
+        out["unseen_at_edges"] = True
+        out["lost_bounds"] = [sum((lo.get("lost_bounds") or [lo.get("lost") or 0] * 2)[i] for lo in losses)
+                              for i in (0, 1)]
     for name, (kernel, other, known_to) in compared.items():
         if name.startswith("vs_"):
             out[name] = agreement(int(kernel), int(other), known_to)
@@ -157,7 +162,9 @@ def loss_lines(m: dict | None) -> list[str]:
         out.append(f"  {where} {p['reason']} at {p['location']} {p['datagrams']}"
                    f"{' skbs' if p.get('unit') == 'skbs' else ''} ({pct} %)")
     if lo["unseen"]:
-        out.append(f"  {UNSEEN} {lo['unseen']} ({shown[-1]} %)")
+        edges = (f": lost at the window's edges, where the tool's rows put {lo['lost_bounds'][0]}.."
+                 f"{lo['lost_bounds'][1]} in it" if lo.get("unseen_at_edges") else "")
+        out.append(f"  {UNSEEN} {lo['unseen']} ({shown[-1]} %){edges}")
     for n in lo.get("not_lost") or []:
         out.append(f"  not loss: {n['host']}:{n['device']} {n['reason']} {n['datagrams']}: {n['what']}")
     for key, what in (("vs_lost", "the lost count"), ("vs_counters", "the counters' attribution")):
