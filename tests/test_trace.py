@@ -225,6 +225,21 @@ def test_unseen_drops_within_the_lost_counts_edge_bounds_are_named_as_the_edges_
     assert "unseen_at_edges" not in short and not short["vs_lost"]["agree"], short
 
 
+def test_a_userspace_switchs_own_stack_dropping_its_copies_is_not_loss():
+    # Measured on `lab up ovs` (OVS's netdev datapath reads its ports by packet sockets): the switch
+    # namespace's IP stack dropped each frame's original as OTHERHOST, 33040 of them for 52 lost.
+    tr = {"drops": [{"host": "switch", "device": "olovt1", "reason": "OTHERHOST", "location": "ip_rcv_core",
+                     "datagrams": 33040},
+                    {"host": "server", "device": "olovt3", "reason": "SOCKET_RCVBUFF", "location": "x", "datagrams": 50}]}
+    lo = kernel_account.loss(tr, 52, None)
+    assert lo["dropped"] == 50 and [p["reason"] for p in lo["places"]] == ["SOCKET_RCVBUFF"], lo
+    assert [(n["host"], n["reason"], n["datagrams"]) for n in lo["not_lost"]] == [("switch", "OTHERHOST", 33040)]
+    assert lo["vs_lost"]["agree"]
+    # at an end host the same reason is loss: a frame sent to the wrong MAC never reaches its socket
+    end = kernel_account.loss({"drops": [{**tr["drops"][0], "host": "server"}]}, 33040, None)
+    assert end["dropped"] == 33040 and "not_lost" not in end
+
+
 def test_the_program_counts_only_the_given_namespaces():
     text = trace.program([4026532179, 4026532184])
     assert "$ns == 4026532179 || $ns == 4026532184" in text

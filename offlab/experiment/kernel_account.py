@@ -72,10 +72,18 @@ def loss(trace: dict, lost: int | None, counted: float | None, counter_places: l
 
 
 def _not_lost(drops: list[dict], refused: int) -> tuple[list[dict], list[dict]]:
-    """The client's queue drops less the sends the engine was refused and sent again; those as `not_lost`."""
+    """Drops that are not loss, as `not_lost`: the client's queue drops up to the sends the engine was
+    refused and sent again, and a switch's own stack dropping its copy of a frame for another host."""
     out = []
     for d in drops:
-        if refused and d["host"] == "client" and d["reason"] in QUEUE_REASONS:
+        if d["host"] == "switch" and d["reason"] == "OTHERHOST":
+            # A userspace switch (OVS's netdev datapath) reads its ports with packet sockets, which get a
+            # clone of each frame; the original still goes up the switch namespace's IP stack, which
+            # drops it as addressed to another host. A kernel bridge takes the frame before that stack.
+            out.append({**d, "what": "the switch's own IP stack dropped its copy of a frame for another host; "
+                                     "its datapath took the frame from a packet socket"})
+            d["datagrams"] = 0
+        elif refused and d["host"] == "client" and d["reason"] in QUEUE_REASONS:
             n = min(refused, d["datagrams"])
             refused -= n
             d["datagrams"] -= n
