@@ -15,9 +15,7 @@ from offlab.hosts import LOCAL, NetnsHost, is_root, require_tool
 from offlab.hosts.process import process_start_time, running, signal_pid
 from offlab.interrupts import shielded
 from offlab.lab import owner
-from offlab.dpdk import remove_runtime
 from offlab.lab.build import Builder, LabBuildFailed
-from offlab.lab.ovs_dpdk import require_vswitchd
 from offlab.lab.hold import hold, holders
 from offlab.catalog import BASE_TOOLS, GUEST_TOPOLOGIES, HOSTS, TOPOLOGIES, borrows_ports, taking_option
 from offlab.lab.model import LabState
@@ -59,6 +57,8 @@ def up(topology: str, name: str | None = None, *, mtu: int = 1500, ipv6: bool = 
     for tool in (*BASE_TOOLS, *TOPOLOGIES[topology].tools):
         require_tool(tool)
     if TOPOLOGIES[topology].ovs_dpdk:
+        from offlab.lab.ovs_dpdk import require_vswitchd  # here: DPDK's parts are for DPDK labs only
+
         require_vswitchd()
     lab = LabState(name=name, topology=topology, mtu=mtu, ipv6=ipv6, options=options,
                    owner=owner.owner_tag()[len(owner.PREFIX):],
@@ -208,6 +208,8 @@ def remove(name: str, *, put_back: Callable[[LabState], list[str]], force: bool 
 
         removed += hosts_lab.teardown(lab, also={u["pid"] for u in users if isinstance(u.get("pid"), int)})
     if lab is not None:
+        from offlab.dpdk import remove_runtime  # here: only DPDK labs' daemons have a runtime directory
+
         for d in reversed(lab.daemons):
             if d.netns is None or d.netns in ours:
                 stop_daemon(d, netns_inode=owner.inode(d.netns) if d.netns else None)
