@@ -210,9 +210,10 @@ def as_nobody(*args: str, env: dict | None = None) -> subprocess.CompletedProces
 
 
 @contextlib.contextmanager
-def stand_in_machines(start: Callable[[], Any]) -> Iterator[Any]:
-    """Stand-in machines (tests/sshd.py: a pair or a fleet, each machine a namespace with its own sshd)
-    for a module: started, yielded, stopped; fails if a session had to be killed or a namespace is left."""
+def stand_in_machines(start: Callable[[], Any], stop: Callable[[Any], list[str]] | None = None) -> Iterator[Any]:
+    """Stand-in machines (tests/sshd.py: a pair or a fleet, each machine a namespace with its own sshd;
+    or, with its own `stop`, tests/guesthost.py's pair) for a module: started, yielded, stopped; fails if
+    a session had to be killed or a namespace is left."""
     from tests import sshd
 
     if os.geteuid() != 0:
@@ -222,7 +223,7 @@ def stand_in_machines(start: Callable[[], Any]) -> Iterator[Any]:
     try:
         yield group
     finally:
-        leftovers = sshd.stop_machines(group)
+        leftovers = (stop or sshd.stop_machines)(group)
         assert not leftovers, f"sshd sessions had to be killed: {leftovers}"
         assert not {n for n in netns_names() - before if n.startswith(OUR_NAMESPACES)}, "namespaces left"
 

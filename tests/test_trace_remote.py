@@ -14,7 +14,6 @@ The guest runs under TCG here: its figures are an emulated machine's.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sqlite3
 import subprocess
@@ -25,7 +24,7 @@ import pytest
 from offlab import tracefs
 from tests import guesthost
 from tests.conftest import OUR_NAMESPACES, offlab_cli, requires_root
-from tests.helpers import netns_names
+from tests.helpers import stand_in_machines
 
 # a hang guard only: one TCG boot and a two-sample run whose guest is busy dropping datagrams
 pytestmark = pytest.mark.timeout(1200)
@@ -46,19 +45,12 @@ PLAN = textwrap.dedent("""
 
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory):
-    if os.geteuid() != 0:
-        pytest.skip("needs root")
     if shutil.which("qemu-system-x86_64") is None:
         pytest.skip("QEMU is not installed (scripts/install-deps installs it)")
-    before = netns_names()
     # 10.200.210-212: no other module's stand-ins use them (two workers run modules side by side)
-    p = guesthost.start_pair(tmp_path_factory.mktemp("tr"), f"{OUR_NAMESPACES[0]}tr", subnet=210)
-    try:
+    with stand_in_machines(lambda: guesthost.start_pair(tmp_path_factory.mktemp("tr"), f"{OUR_NAMESPACES[0]}tr",
+                                                        subnet=210), guesthost.stop_pair) as p:
         yield p
-    finally:
-        leftovers = guesthost.stop_pair(p)
-        assert not leftovers, f"sshd sessions had to be killed: {leftovers}"
-        assert not {n for n in netns_names() - before if n.startswith(OUR_NAMESPACES)}, "namespaces left"
 
 
 def guest_tracefs(p) -> list[str]:
