@@ -340,10 +340,12 @@ def clean(inventory: str, hosts: list[str] | None = None, *, forks: int = 5,
 
 
 def lapses_brought_home(out: Path) -> list[str]:
-    """The lapse records the playbook brought home from each host (lapsed-home.yml), as `offlab restore` says them."""
+    """The lapse records the playbook brought home from each host (lapsed-home.yml), as `offlab restore` says them:
+    those read before the run (lapsed-HOST.before.txt) ahead of those read after it (lapsed-HOST.txt)."""
     lines = []
-    for f in sorted(out.glob("lapsed-*.txt")):
-        lines += lease.parse_lapses(f.name.removeprefix("lapsed-").removesuffix(".txt"), f.read_text())
+    for f in sorted(out.glob("lapsed-*.txt"), key=lambda f: (not f.name.endswith(".before.txt"), f.name)):
+        host = f.name.removeprefix("lapsed-").removesuffix(".txt").removesuffix(".before")
+        lines += lease.parse_lapses(host, f.read_text())
     return lines
 
 
