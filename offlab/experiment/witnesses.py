@@ -163,7 +163,8 @@ def window_loss(traffic: Traffic, probes: Probes) -> WindowLoss:
         start = t0 + t_s - offset
         inside = min(start + dur, k1) - max(start, k0)
         if dur > 0 and inside > 0:
-            kept.append((inside / dur, row_lost or 0, row_received or 0))
+            whole = start >= k0 and start + dur <= k1  # (inside / dur of a whole row may round below 1)
+            kept.append((1.0 if whole else inside / dur, row_lost or 0, row_received or 0))
     if not kept:
         return WindowLoss(why="no interval of the tool's series lies in the window")
     # what remains uncertain: where within the reads' spans each edge lies, and the clock offset's bounds
