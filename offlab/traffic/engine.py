@@ -152,7 +152,8 @@ def run(client: Host, server: Host, server_addr: str, w: Workload, *, on_started
                                                  channel=not client.shares_kernel, interval_ms=interval_ms),
                                          _cpu(server, w.server_cpu)),
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            deadline = time.monotonic() + (5 if server.shares_kernel else 30)
+            # a hang guard, not a speed test: a receiver's start took over 5 s once on a loaded 2-CPU machine
+            deadline = time.monotonic() + (20 if server.shares_kernel else 30)
             while not (os.path.exists(ready) if server.shares_kernel else server.exists(ready)):
                 if rx.poll() is not None or time.monotonic() > deadline:
                     err = rx.stderr.read().strip() if rx.poll() is not None else "not ready in time"
