@@ -377,10 +377,11 @@ def test_tso_off_on_a_veth_shows_where_tcp_was_segmented_in_software(lab):
     on = measure(labs.LabState.load(lab.name), w, trace=True)
     (cut,) = [h for h in off.kernel_account["hops"] if h["software_segmented"]]
     assert (cut["host"], cut["device"]) == ("client", iface), off.kernel_account["hops"]
-    assert cut["queued"]["by_type"]["TCPV4"]["super_packets"] > 100 and cut["sent"]["super_packets"] == 0
+    # (counts that prove a kind, not a speed: a 1-s window with three test workers on two CPUs held 81)
+    assert cut["queued"]["by_type"]["TCPV4"]["super_packets"] > 20 and cut["sent"]["super_packets"] == 0
     # with TSO on, the same device's driver takes the super-packets whole: nothing is cut in software
     (client,) = [h for h in on.kernel_account["hops"] if h["host"] == "client" and h["device"] == iface]
-    assert client["software_segmented"] == 0 and client["sent"]["by_type"]["TCPV4"]["super_packets"] > 100
+    assert client["software_segmented"] == 0 and client["sent"]["by_type"]["TCPV4"]["super_packets"] > 20
 
 
 def test_results_show_compare_and_the_report_show_the_kernels_account_beside_the_counters(tmp_path):

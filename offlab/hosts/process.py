@@ -268,6 +268,17 @@ def running(pid: int) -> bool:
         return False
 
 
+def exited(pid: int) -> bool:
+    """True once a process of this machine has exited: gone, or a zombie (its leader has exited even
+    while its other threads still let go, see `running`): a daemon in that state has died."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+        return stat[stat.rindex(")") + 2] == "Z"
+    except OSError:
+        return True
+
+
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 

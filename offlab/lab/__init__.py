@@ -12,14 +12,14 @@ from typing import Callable
 from offlab import netdev
 from offlab.errors import BadInput, EnvironmentProblem, NotRoot, OfflabError
 from offlab.hosts import LOCAL, NetnsHost, is_root, require_tool
-from offlab.hosts.process import process_start_time, running, signal_pid
+from offlab.hosts.process import exited, process_start_time, running, signal_pid
 from offlab.interrupts import shielded
 from offlab.lab import owner
 from offlab.lab.build import Builder, LabBuildFailed
 from offlab.lab.hold import hold, holders
 from offlab.catalog import BASE_TOOLS, GUEST_TOPOLOGIES, HOSTS, TOPOLOGIES, borrows_ports, taking_option
 from offlab.lab.model import LabState
-from offlab.lab.ovs import alive, stop_daemon
+from offlab.lab.ovs import stop_daemon
 from offlab.lab.vm import check_guest_options
 from offlab.names import check_lab_name, check_mtu
 from offlab.state import state_dir
@@ -349,10 +349,12 @@ def daemon_died(lab: LabState) -> LabDaemonDied | None:
 
 
 def _dead_daemons(lab: LabState) -> list[tuple]:
-    """(daemon, its last log lines or "") for every recorded daemon that is not running."""
+    """(daemon, its last log lines or "") for every recorded daemon that has exited (its leader a zombie
+    counts: a killed testpmd's taps are gone at once, its threads take seconds more to end, and a
+    measure that failed meanwhile must name the daemon, not its traffic's error)."""
     dead = []
     for d in lab.daemons:
-        if d.pid and alive(d.pid) and (d.start_time is None or process_start_time(d.pid) == d.start_time):
+        if d.pid and not exited(d.pid) and (d.start_time is None or process_start_time(d.pid) == d.start_time):
             continue
         dead.append((d, _last_words(lab, d.name)))
     return dead
