@@ -145,6 +145,7 @@ class Traffic(JsonView):
     retransmits: int | None = None
     errors: dict[str, int] = field(default_factory=dict)  # errno name → count
     receiver_stop: str | None = None
+    sender_stop: str | None = None
     zerocopy: Zerocopy | None = _view(Zerocopy)
     series: list[Series] = _view(Series, list=True, default_factory=list)
 

@@ -30,6 +30,9 @@ def test_notes_say_what_shaped_the_window_and_only_that():
     notes = sample_notes(probe(steal=7.5, avg=64000), 1500, {"client": {"accel": "tcg"}, "server": {"accel": "kvm"}},
                          channel_margin_s=1.0, late_start_s=10.0)
     assert notes[0].startswith("traffic ran 2 s longer than the window, which began 1 s after the warm-up")
+    (stopped,) = sample_notes(probe(), 1500, {}, channel_margin_s=1.0, late_start_s=None, stopped_at_end=True)
+    assert stopped.startswith("the window began 1 s after the warm-up, once the traffic flowed, and the sender was "
+                              "stopped once every host had read its counters at its end")
     assert notes[1].startswith("no traffic showed on this machine's lab interfaces within 10 s")
     assert notes[2].startswith("CPU steal 7.5 % of the window")
     assert notes[3] == VETH_NOTE

@@ -160,6 +160,10 @@ def test_uso_in_the_guest_is_udp_l4_super_packets_on_its_eth_and_software_segmen
     finally:
         assert offlab_cli("restore").returncode == 0
     off = _sample(lab, gso=True, rate="2kpps")
+    # The guest's sender is stopped once the window's last counters are read, not run out to its margin
+    for s in (on, off):
+        assert s.traffic["sender_stop"] == "signal" and s.traffic["receiver_stop"] == "end", s.traffic
+        assert any(n.startswith("the window began 1 s after the warm-up, once the traffic flowed") for n in s.notes)
     supers = [r for r in on.probes["trace"]["xmit"]
               if r["host"] == "client" and r["device"] == "eth0" and r["segments"] > r["skbs"]]
     assert supers and {r["gso_type"] for r in supers} == {"UDP_L4"}, on.probes["trace"]["xmit"]

@@ -152,7 +152,8 @@ def _measure(lab: LabState, w: Workload, capture: CaptureRequest | None, beside:
                 probes.watch("server", server_pid)
             lead = 0.0 if w_run is w else CHANNEL_MARGIN_S
             probe_thread = threading.Thread(target=_window, args=(probes, w, capture, cap_iface, lab, tmp, window),
-                                            kwargs={"lead": lead, "traffic_done": traffic_done}, daemon=True)
+                                            kwargs={"lead": lead, "traffic_done": traffic_done,
+                                                    "window_read": window_read}, daemon=True)
             probe_thread.start()
 
         # A sender on a channel host (a guest's agent, SSH) starts a little after offlab hears of it,
@@ -161,8 +162,13 @@ def _measure(lab: LabState, w: Workload, capture: CaptureRequest | None, beside:
         w_run = w if lab.client.shares_kernel and lab.server.shares_kernel else \
             dataclasses.replace(w, duration=w.duration + 2 * CHANNEL_MARGIN_S)
         traffic_done = threading.Event()
+        # Set once every host has read its counters at the window's end: the engine's sender stops there
+        # rather than running out its margin (a guest's sender at full speed costs a whole CPU under TCG).
+        window_read = threading.Event()
+        stops_early = driver is engine_driver and w_run is not w
         try:
-            traffic: TrafficResult = driver.run(lab.client, lab.server, server_addr, w_run, on_started=on_started)
+            traffic: TrafficResult = driver.run(lab.client, lab.server, server_addr, w_run, on_started=on_started,
+                                                **({"stop_when": window_read} if stops_early else {}))
         finally:
             traffic_done.set()
         if probe_thread is not None:
@@ -189,7 +195,7 @@ def _measure(lab: LabState, w: Workload, capture: CaptureRequest | None, beside:
     for role, chains in guest_chains(lab).items():
         guests[role]["nics"] = chains
     notes = sample_notes(probe, lab.mtu, guests, channel_margin_s=None if w_run is w else CHANNEL_MARGIN_S,
-                         late_start_s=window.late_start_s)
+                         late_start_s=window.late_start_s, stopped_at_end=stops_early)
     sample = Sample(lab=lab.name, topology=lab.topology, workload=w.to_dict(), started_at=started_at,
                     traffic=traffic.to_dict(), probes=probe.to_dict(),  # stored as JSON from here on
                     service_demand_us_per_kib=service_demands(probe, traffic.throughput_bps, same_kernel),
@@ -223,10 +229,14 @@ def service_demands(probe: ProbeResult, throughput_bps: float, same_kernel: bool
 
 
 def sample_notes(probe: ProbeResult, lab_mtu: int, guests: dict, *, channel_margin_s: float | None,
-                 late_start_s: float | None) -> list[str]:
+                 late_start_s: float | None, stopped_at_end: bool = False) -> list[str]:
     """What a reader of the sample must know about how it was measured, one line each."""
     notes = []
-    if channel_margin_s is not None:
+    if channel_margin_s is not None and stopped_at_end:
+        notes.append(f"the window began {channel_margin_s:g} s after the warm-up, once the traffic flowed, and the "
+                     f"sender was stopped once every host had read its counters at its end: a host here answers "
+                     f"over a channel, so the window was kept inside the traffic")
+    elif channel_margin_s is not None:
         notes.append(f"traffic ran {2 * channel_margin_s:g} s longer than the window, which began "
                      f"{channel_margin_s:g} s after the warm-up: a host here answers over a channel, so the "
                      f"window was kept inside the traffic")
@@ -332,10 +342,11 @@ def _ended_early(lab: LabState, w: Workload, traffic: TrafficResult, early_s: fl
 
 def _window(probes: ProbeSession, w: Workload, capture: CaptureRequest | None, cap_iface: str | None,
             lab: LabState, tmp: str, out: Window, *, lead: float = 0.0,
-            traffic_done: threading.Event | None = None) -> None:
+            traffic_done: threading.Event | None = None, window_read: threading.Event | None = None) -> None:
     """The capture listening (if one is asked), warm-up (+ `lead`, and for a channel host until traffic
     flows), first snapshot, the window, second snapshot. Traffic that ends before the window does ends the window at
-    once, with `ended_early_s` saying by how much (the caller gives no sample then)."""
+    once, with `ended_early_s` saying by how much (the caller gives no sample then). `window_read` is set once
+    every host's counters at the window's end are in (a channel host's answer waited for), or on a failure."""
     cap = None
     try:
         t0 = time.monotonic() + lead
@@ -365,6 +376,9 @@ def _window(probes: ProbeSession, w: Workload, capture: CaptureRequest | None, c
             else:
                 time.sleep(max(0.0, left))
         out.end = probes.snapshot()
+        if window_read is not None:
+            probes.settle(out.end)  # a channel host reads its counters when the request gets there
+            window_read.set()
         if cap is not None and at is not None:
             dropped = cap.stop()
             mtu = _mtu(lab, at[0], at[1])
@@ -377,6 +391,9 @@ def _window(probes: ProbeSession, w: Workload, capture: CaptureRequest | None, c
         if cap is not None and out.capture is None:
             cap.stop()
         out.error = exc
+    finally:
+        if window_read is not None:
+            window_read.set()
 
 
 def _check_capture_saw_traffic(cap: CaptureSummary, interfaces: dict[str, dict]) -> None:

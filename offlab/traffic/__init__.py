@@ -108,6 +108,8 @@ class TrafficResult:
     zerocopy: dict | None = None
     series: list = field(default_factory=list)  # per-interval rows (offlab.traffic.series), the receiver's first
     receiver_stop: str | None = None  # why the receiver stopped (engine: end | idle | duration | signal)
+    # why the sender stopped (engine: duration | signal, the latter when offlab stopped it at the window's end)
+    sender_stop: str | None = None
     client_pid: int | None = None
     server_pid: int | None = None
     raw: dict = field(default_factory=dict)

@@ -6,14 +6,16 @@ import contextlib
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Iterator
 
 from offlab.state import private_tmp
-from offlab.errors import CannotTestHere, ToolMissing
+from offlab.errors import CannotTestHere, OfflabError, ToolMissing
 from offlab.hosts import Host, which
 from offlab.interrupts import shielded
 from offlab.traffic import TrafficResult, Workload
@@ -133,12 +135,16 @@ def parse(rx: dict, tx: dict, w: Workload) -> TrafficResult:
         series=[s for s in (intervals.from_engine(rx, "offlab-engine rx", w.warmup),
                             intervals.from_engine(tx, "offlab-engine tx", w.warmup)) if s],
         receiver_stop=rx.get("stop_reason"),
+        sender_stop=tx.get("stop_reason"),
         raw={"rx": rx, "tx": tx},
     )
 
 
 def run(client: Host, server: Host, server_addr: str, w: Workload, *, on_started=None,
-        interval_ms: int | None = None) -> TrafficResult:
+        interval_ms: int | None = None, stop_when: threading.Event | None = None) -> TrafficResult:
+    """Send `w` from client to server; the result once both ends reported. `stop_when`: once it is set, the
+    sender is asked to stop (SIGINT: it ends its run there, sends its END markers and reports what it sent),
+    so a sample's traffic need not run its whole planned length past the end of its window."""
     port = random.randint(20000, 60000)
     run_id = random.randint(1, 2**32 - 1)
     with _ready_dir(server) as tmp:
@@ -165,7 +171,13 @@ def run(client: Host, server: Host, server_addr: str, w: Workload, *, on_started
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             if on_started:
                 on_started(tx.pid, rx.pid)
-            tx_out, tx_err = tx.communicate(timeout=w.warmup + w.duration + 30)
+            ended = threading.Event()
+            if stop_when is not None:
+                threading.Thread(target=_stop_on, args=(stop_when, ended, tx), daemon=True).start()
+            try:
+                tx_out, tx_err = tx.communicate(timeout=w.warmup + w.duration + 30)
+            finally:
+                ended.set()
             if tx.returncode == 3 and "cannot test here" in tx_err:
                 # The engine's own verdict on a send path this kernel cannot take (io_uring disabled).
                 raise CannotTestHere(f"offlab-engine tx: {tx_err.strip().removeprefix('offlab-engine: error: ')}")
@@ -182,6 +194,17 @@ def run(client: Host, server: Host, server_addr: str, w: Workload, *, on_started
                 stop(tx)
             if rx is not None:
                 stop(rx)
+
+
+def _stop_on(stop_when: threading.Event, ended: threading.Event, tx) -> None:
+    """SIGINT to the sender once `stop_when` is set, unless it ended first (`ended`)."""
+    while not ended.is_set():
+        if stop_when.wait(0.05):
+            if not ended.is_set():
+                # a host that cannot be reached now: the sender ends at its planned length, as before
+                with contextlib.suppress(OSError, subprocess.SubprocessError, OfflabError):
+                    tx.send_signal(signal.SIGINT)
+            return
 
 
 @contextlib.contextmanager
