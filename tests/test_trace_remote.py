@@ -47,7 +47,7 @@ PLAN = textwrap.dedent("""
 def pair(tmp_path_factory):
     if shutil.which("qemu-system-x86_64") is None:
         pytest.skip("QEMU is not installed (scripts/install-deps installs it)")
-    # 10.200.210-212: no other module's stand-ins use them (two workers run modules side by side)
+    # 10.200.210-212: no other module's stand-ins use them (the workers run modules side by side)
     with stand_in_machines(lambda: guesthost.start_pair(tmp_path_factory.mktemp("tr"), f"{OUR_NAMESPACES[0]}tr",
                                                         subnet=210), guesthost.stop_pair) as p:
         yield p

@@ -97,7 +97,7 @@ def test_the_ssh_hosts_own_restore_knows_offlabs_triggers():
 def pair(tmp_path_factory):
     if os.geteuid() != 0:
         pytest.skip("needs root")
-    # 10.200.218-220: no other module's stand-ins use them (two workers run modules side by side)
+    # 10.200.218-220: no other module's stand-ins use them (the workers run modules side by side)
     with stand_in_machines(lambda: sshd_mod.start_pair(tmp_path_factory.mktemp("ts"), f"{OUR_NAMESPACES[0]}ts",
                                                        subnet=218)) as p:
         yield p
