@@ -92,13 +92,14 @@ def remote_read(extra: tuple[str, ...] = (), files: tuple[str, ...] = ()) -> str
     `files` (the probes' `remote_files`) are read by the same awk after the counters, before /proc/stat,
     each that exists, their lines with single spaces."""
     probe_files = "".join(f'[ -r {shlex.quote(p)} ] && set -- "$@" {shlex.quote(p)}; ' for p in files)
-    files = "set -- /proc/uptime /proc/net/dev /proc/net/snmp /proc/net/netstat; "
+    counter_files = "set -- /proc/uptime /proc/net/dev /proc/net/snmp /proc/net/netstat; "
     if extra:  # each that exists (awk would stop at one it cannot open), no fork to see
         hists = " ".join(shlex.quote(p) for p in extra)
-        files = files.replace(" /proc/net/netstat; ", f'; for f in {hists}; do [ -r "$f" ] && set -- "$@" "$f"; '
-                                                        'done; set -- "$@" /proc/net/netstat; ')
+        counter_files = counter_files.replace(
+            " /proc/net/netstat; ",
+            f'; for f in {hists}; do [ -r "$f" ] && set -- "$@" "$f"; done; set -- "$@" /proc/net/netstat; ')
     return (
-        files +
+        counter_files +
         '[ -e /proc/net/snmp6 ] && set -- "$@" /proc/net/snmp6; ' + probe_files +
         "awk 'FNR==1{print \"@@\" FILENAME} "
         + ("FILENAME ~ /\\/hist$/ {print; next} " if extra else "")

@@ -99,8 +99,8 @@ class TestpmdPorts(Probe):
     def wanted(cls, session, options: Options) -> bool:
         return bool(session.lab.has_testpmd)
 
-    def read(self, started) -> dict[int, dict[str, int]]:
-        return read(self.testpmd)
+    def read(self, started) -> dict[int, dict[str, int]] | None:
+        return read(self.testpmd) if self.testpmd is not None else None
 
     def delta(self, a, b) -> dict | None:
         return result(a, b) if a is not None and b is not None else None
