@@ -70,7 +70,8 @@ class Probe:
         return None
 
     def read(self, started: Any) -> Any:
-        """At the edge: this edge's reading (`started`: what `start` returned)."""
+        """At the edge: this edge's reading (`started`: what `start` returned). The probes that started
+        nothing are read first, right at the edge's instant; then those that wait for what they started."""
         raise NotImplementedError
 
     def remote(self, reading: Any, role: str, files: dict[str, str], tc_text: str) -> None:
