@@ -206,33 +206,6 @@ def counter(snmp: dict[str, Counters], role: str, group: str, name: str, default
 
 
 @dataclass
-class Qdisc(JsonView):
-    """One lab interface's root qdisc over the window (`probes.qdisc["host:iface"]`)."""
-
-    kind: str | None = None
-    drops: int = 0
-    queues: dict[str, int] = field(default_factory=dict)  # a multiqueue root's children: queue → packets sent
-
-
-@dataclass
-class Softnet(JsonView):
-    """One CPU's /proc/net/softnet_stat deltas."""
-
-    dropped: int = 0
-    time_squeeze: int = 0
-    received_rps: int | None = None  # None: a sample measured before it was kept
-    processed: int | None = None
-
-
-@dataclass
-class BigCount(JsonView):
-    """Packets over 64 KiB counted on one interface (offlab.probes.bigpackets)."""
-
-    rx: int = 0
-    tx: int = 0
-
-
-@dataclass
 class Cpu(JsonView):
     """One side's CPU over the window (`probes.cpu[side]`; "system" is the whole machine's)."""
 
@@ -253,51 +226,6 @@ class Process(JsonView):
     comm: str = ""
     role: str | None = None
     cpu_pct: float = 0.0
-
-
-@dataclass
-class PortCounters(JsonView):
-    """One dpdk-testpmd port's counters over the window."""
-
-    rx_packets: int = 0
-    tx_packets: int = 0
-    rx_bytes: int = 0
-    tx_bytes: int = 0
-    rx_errors: int = 0
-    tx_errors: int = 0
-    rx_missed: int = 0
-    fwd_tx_dropped: int = 0
-
-    @property
-    def lost(self) -> int:
-        """Errors, misses and forwarding drops, both ways."""
-        return self.tx_errors + self.rx_errors + self.rx_missed + self.fwd_tx_dropped
-
-
-@dataclass
-class Direction(JsonView):
-    """Packets into one testpmd port and out of the other ("0>1")."""
-
-    rx_packets: int = 0
-    tx_packets: int = 0
-    rx_bytes: int = 0
-    out_per_in: float | None = None
-
-
-@dataclass
-class TestpmdCounters(JsonView):
-    """dpdk-testpmd's port counters over the window (`probes.testpmd`)."""
-
-    __test__ = False  # not a pytest class, whatever its name
-
-    ports: dict[str, PortCounters] = _view(PortCounters, map=True, default_factory=dict)
-    directions: dict[str, Direction] = _view(Direction, map=True, default_factory=dict)
-    data_direction: str = ""
-    out_per_in: float | None = None
-
-    @property
-    def data(self) -> Direction:
-        return self.directions.get(self.data_direction) or Direction()
 
 
 @dataclass
@@ -341,17 +269,6 @@ class TestpmdSettings(JsonView):
 
 
 @dataclass
-class QueueCounts(JsonView):
-    """One interface's packets per queue over the window (`probes.queues["host:iface"]`)."""
-
-    rx: dict[str, int] = field(default_factory=dict)
-    tx: dict[str, int] = field(default_factory=dict)
-
-    def way(self, way: str) -> dict[str, int]:
-        return (self.rx if way == "rx" else self.tx) or {}
-
-
-@dataclass
 class Aligned(JsonView):
     """The local hosts' counters sampled when a channel host read its own (offlab.probes `aligned`)."""
 
@@ -361,7 +278,9 @@ class Aligned(JsonView):
 
 @dataclass
 class Probes(JsonView):
-    """Every probe's deltas over the window (offlab.probes ProbeSession.result)."""
+    """Every probe's deltas over the window (offlab.probes ProbeSession.result): the session's core
+    counters as fields; a probe of its own (a module of offlab/probes/edge/) through `of`, by the view
+    its module defines, so a new probe adds nothing here."""
 
     window_s: float = 0.0
     t0_mono_s: float | None = None
@@ -371,13 +290,13 @@ class Probes(JsonView):
     processes: list[Process] = _view(Process, list=True, default_factory=list)
     interfaces: dict[str, Iface] = _view(Iface, map=True, default_factory=dict)
     snmp: dict[str, Counters] = field(default_factory=dict)  # role → group → counter
-    softnet: dict[str, Softnet] = _view(Softnet, map=True, default_factory=dict)
-    qdisc: dict[str, Qdisc] = _view(Qdisc, map=True, default_factory=dict)
-    testpmd: TestpmdCounters | None = _view(TestpmdCounters)
     testpmd_settings: TestpmdSettings | None = _view(TestpmdSettings)
     mtus: dict[str, int] = field(default_factory=dict)
-    big_packets: dict[str, BigCount] | None = _view(BigCount, map=True)
-    queues: dict[str, QueueCounts] | None = _view(QueueCounts, map=True)  # None: not read (no queue setting)
+
+    def of(self, probe: Any) -> Any:
+        """A probe's stored record as that probe's view: `probe` (an offlab.probes.base.Probe class) names
+        its key and its field (`stored`, as `_view` makes one); an absent key reads as the field's default."""
+        return _load(probe.stored, self.extra[probe.key]) if probe.key in self.extra else _default(probe.stored)
 
     def iface(self, name: str | None) -> Iface:
         """Interface `name`'s counters; one that moved nothing (or no name) reads as all zero."""

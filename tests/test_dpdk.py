@@ -79,7 +79,7 @@ def test_capabilities_and_frame_limits_of_the_two_pmds():
 
 
 def test_out_per_in_takes_the_data_direction():
-    from offlab.probes.dpdk_ports import result
+    from offlab.probes.edge.dpdk_ports import result
 
     before = {0: {"rx_packets": 0, "tx_packets": 0}, 1: {"rx_packets": 0, "tx_packets": 0}}
     after = {0: {"rx_packets": 1000, "tx_packets": 300}, 1: {"rx_packets": 300, "tx_packets": 1150}}

@@ -15,7 +15,7 @@ from offlab.experiment.measure import measure
 from offlab.knobs import Change, Transaction
 from offlab.knobs.bigtcp import LinkSize, link_sizes
 from offlab.knobs.target import Target
-from offlab.probes.bigpackets import TABLE, merged, parse, seen
+from offlab.probes.edge.bigpackets import TABLE, merged, parse, seen
 from offlab.traffic import Workload
 from tests.conftest import REPO, offlab_cli, requires_root
 from tests.helpers import journals, run as offlab_in_process

@@ -16,7 +16,8 @@ from offlab.experiment import teardown
 from offlab.experiment import witnesses
 from offlab.sample import LossAttribution, StoredSample
 from offlab.experiment.measure import measure
-from offlab.probes import ProbeSession, qdisc
+from offlab.probes import ProbeSession
+from offlab.probes.edge import qdisc
 from offlab.probes.counters import parse_snmp
 from offlab.report import format as fmt
 from offlab.traffic import Workload

@@ -13,7 +13,7 @@ def probe(*, steal: float = 0.0, avg: float = 1500.0, snmp: dict | None = None) 
         window_s=2.0, t0_mono_s=0.0, reads={},
         cpu={"client": {"busy": 50.0}, "server": {"busy": 25.0}, "system": {"busy_s": 1.5, "steal_pct": steal}},
         processes=[], interfaces={"client:a": {"rx_avg_bytes": None, "tx_avg_bytes": avg}},
-        snmp=snmp or {"server": {}}, softnet={}, qdisc={})
+        snmp=snmp or {"server": {}})
 
 
 def test_service_demand_per_side_and_total_by_hand():

@@ -1,4 +1,4 @@
-"""Per-queue packet counters (offlab.probes.queues) parsed from real `ethtool -S` output captured here.
+"""Per-queue packet counters (offlab.probes.edge.queues) parsed from real `ethtool -S` output captured here.
 
 tests/fixtures/queues/veth-napi-2q.txt: queues.SCRIPT over a veth with two receive queues receiving
 through NAPI (its GRO on, the sender's TSO off; 4 iperf3 streams) and `lo` (no statistics at all)."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from offlab import netdev
-from offlab.probes import qdisc, queues
+from offlab.probes.edge import qdisc, queues
 
 FIXTURES = Path(__file__).parent / "fixtures" / "queues"
 PROBES = Path(__file__).parent / "fixtures" / "probes"

@@ -13,6 +13,7 @@ import pytest
 
 from offlab.experiment.measure import measure
 from offlab.probes import ProbeResult
+from offlab.probes.base import found
 from offlab.traffic import Workload
 from tests.conftest import requires_root
 
@@ -33,16 +34,26 @@ def shape(value: Any, lab: str) -> Any:
     return "value"
 
 
+def stored_by_probe(**values: Any) -> dict[str, tuple[int, Any]]:
+    """A probe's key → (its slot, its stored value), as the session gives ProbeResult its probes'."""
+    slots = {p.key: p.slot for p in found()}
+    return {k: (slots[k], v) for k, v in values.items()}
+
+
 def test_a_stored_samples_probes_are_the_fields_of_a_probe_result_and_come_back_byte_for_byte():
     with open(BEFORE) as f:
         probes = json.load(f)["probes"]
-    result = ProbeResult(**probes)  # every stored key is a field, and no field is missing
+    keys = {p.key for p in found()}
+    # every stored key is a field or a probe's (offlab/probes/edge/), and no field is missing
+    result = ProbeResult(**{k: v for k, v in probes.items() if k not in keys},
+                         found=stored_by_probe(**{k: v for k, v in probes.items() if k in keys}))
     assert stored(result.to_dict()) == stored(probes)
 
 
 def test_keys_that_do_not_apply_are_left_out_and_the_ones_measure_adds_come_last():
     r = ProbeResult(window_s=1.0, t0_mono_s=2.0, reads={}, cpu={}, processes=[], interfaces={}, snmp={},
-                    softnet={}, qdisc={}, aligned=None, big_packets={}, testpmd_settings={"fwd": "io"})
+                    aligned=None, testpmd_settings={"fwd": "io"},
+                    found=stored_by_probe(big_packets={}, qdisc={}, softnet={}, queues=None, testpmd=None))
     assert list(r.to_dict()) == ["window_s", "t0_mono_s", "reads", "cpu", "processes", "interfaces", "snmp",
                                  "softnet", "qdisc", "big_packets", "testpmd_settings"]
     r.mtus, r.local_sampling = {"client:eth0": 1500}, {"samples": 3}
@@ -59,5 +70,9 @@ def test_a_sample_measured_now_stores_the_probe_keys_a_sample_stored_before(veth
     w = Workload(tool="iperf3", protocol="tcp", duration=1.0, warmup=1.0, big_packets=True)
     now = json.loads(stored(measure(veth_lab, w).to_dict()))
     assert list(now) == list(before)
-    assert list(now["probes"]) == list(before["probes"])
-    assert shape(now["probes"], veth_lab.name) == shape(before["probes"], BEFORE_LAB)
+    # a probe newer than the stored sample (a module of offlab/probes/edge/ with a key it lacks) adds its
+    # key after all of these; every key it had comes first, in its order, with its shape
+    old = list(now["probes"])[:len(before["probes"])]
+    assert old == list(before["probes"])
+    assert set(list(now["probes"])[len(old):]) <= {p.key for p in found()} - set(old)
+    assert shape({k: now["probes"][k] for k in old}, veth_lab.name) == shape(before["probes"], BEFORE_LAB)

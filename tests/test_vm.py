@@ -366,7 +366,7 @@ def test_the_agent_writes_a_sysctl_in_process_and_waits_for_a_file_without_a_com
 
 
 def test_the_agents_qdisc_counters_are_those_tc_prints(guest):
-    from offlab.probes import qdisc
+    from offlab.probes.edge import qdisc
 
     guest.run(["ip", "link", "set", "eth0", "up"])  # a link that is down has no root qdisc yet
     guest.run(["ip", "addr", "add", "10.200.251.2/24", "dev", "eth0"])

@@ -177,6 +177,8 @@ def print_sample(s: StoredSample) -> None:
     from rich.table import Table
 
     from offlab.metrics import NOT_EXERCISED
+    from offlab.probes.edge.dpdk_ports import TestpmdPorts
+    from offlab.probes.edge.softnet import SoftnetStat
 
     t, p, w = s.traffic, s.probes, s.workload
     what = f"{w.tool} {w.protocol}" + (f" {w.size} B" if w.size else "") + \
@@ -209,7 +211,7 @@ def print_sample(s: StoredSample) -> None:
         ifs.add_row(name, str(d.rx_packets), f"{d.rx_avg_bytes or 0:.0f}", str(d.tx_packets),
                     f"{d.tx_avg_bytes or 0:.0f}", str(d.rx_dropped + d.tx_dropped))
     out.print(ifs)
-    tp = p.testpmd
+    tp = p.of(TestpmdPorts)
     if tp:
         for port, q in tp.ports.items():
             out.print(f"  testpmd     port {port}: rx {q.rx_packets} pkts {q.rx_bytes} B, "
@@ -228,8 +230,8 @@ def print_sample(s: StoredSample) -> None:
             dropped = p.counter(role, group, "RcvbufErrors")
             if dropped:
                 out.print(f"  {role}: {group} RcvbufErrors +{dropped} (receive buffer overflow explains loss)")
-    squeeze = sum(v.time_squeeze for v in p.softnet.values())
-    dropped = sum(v.dropped for v in p.softnet.values())
+    squeeze = sum(v.time_squeeze for v in p.of(SoftnetStat).values())
+    dropped = sum(v.dropped for v in p.of(SoftnetStat).values())
     if squeeze or dropped:
         out.print(f"  softnet     time_squeeze +{squeeze}, dropped +{dropped}")
     if s.capture:

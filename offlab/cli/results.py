@@ -16,7 +16,8 @@ from offlab.errors import BadInput
 from offlab.metrics import HEADLINE, METRICS, NOT_EXERCISED, TCG_MARK, not_exercised_by_cell
 
 if TYPE_CHECKING:  # read by the commands that print samples, imported there
-    from offlab.sample import Capture, StoredSample, TestpmdCounters
+    from offlab.probes.edge.dpdk_ports import TestpmdCounters
+    from offlab.sample import Capture, StoredSample
 
 out = OnFirstUse()
 
@@ -283,6 +284,7 @@ def print_testpmd(store, run_id: int) -> None:
     with a guest (dpdk-vm), its NIC's frames and IP packets, the CPU of testpmd, QEMU and the guest,
     and the samples where a receiver pruned its receive queue."""
     from rich.markup import escape
+    from offlab.probes.edge.dpdk_ports import TestpmdPorts
     from offlab.sample import StoredSample, records
 
     keys = {c["id"]: c["key"] for c in store.cells(run_id)}
@@ -290,7 +292,7 @@ def print_testpmd(store, run_id: int) -> None:
     stages: dict[int, list[GuestStages]] = {}
     for s in records(store.samples(run_id)):
         sample = s.sample or StoredSample()
-        tp = sample.probes.testpmd
+        tp = sample.probes.of(TestpmdPorts)
         if tp and tp.out_per_in is not None:
             per_cell.setdefault(s.cell_id, []).append(tp)
             stages.setdefault(s.cell_id, []).append(guest_stages(sample))

@@ -18,6 +18,7 @@ from offlab.lab.explain import guest_chains
 from offlab.lab.model import UPLINK_KINDS, LabState
 from offlab.metrics import TCG_MARK
 from offlab.probes import ProbeResult, ProbeSession, Snapshot, mtus, service_demand, system_service_demand
+from offlab.probes.base import Options as ProbeOptions
 from offlab.probes.counters import rcvq_pruned
 from offlab.probes.cpu import NOTABLE_STEAL_PCT
 from offlab.sample import Held, Probes, StoredSample
@@ -131,7 +132,8 @@ def _measure(lab: LabState, w: Workload, capture: CaptureRequest | None, beside:
     # a guest's own kernel account: offlab's hist triggers there, set before the probes open and put back
     # after they close (host_trace.py)
     with host_trace.triggers(lab, trace) as traced, \
-            ProbeSession(lab, big_packets=w.big_packets, queue_ifaces=_queue_ifaces(lab, settings),
+            ProbeSession(lab, options=ProbeOptions(big_packets=w.big_packets,
+                                                   queue_ifaces=_queue_ifaces(lab, settings)),
                          kernel_trace=trace, hist_trace=traced) as probes, \
             private_tmp("cap") as tmp:
         window = Window()
@@ -426,7 +428,7 @@ def measure_rr(lab: LabState, rw: rr_driver.RrWorkload, *, big_packets: bool = F
     rw.check()
     started_at = time.time()
     with host_trace.triggers(lab, trace) as traced, \
-            ProbeSession(lab, big_packets=big_packets, kernel_trace=trace, hist_trace=traced) as probes:
+            ProbeSession(lab, options=ProbeOptions(big_packets=big_packets), kernel_trace=trace, hist_trace=traced) as probes:
         window = Window()
         probe_thread: threading.Thread | None = None
 

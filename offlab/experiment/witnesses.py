@@ -16,6 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from offlab.metrics import METRICS, impossible
+from offlab.probes.edge.bigpackets import BigPackets
+from offlab.probes.edge.qdisc import QdiscProbe
+from offlab.probes.edge.softnet import SoftnetStat
 from offlab.sample import Probes, Read, SampleWorkload, StoredSample, Traffic, counter
 from offlab.stats import partition
 from offlab.traffic.rate import parse_rate
@@ -459,7 +462,7 @@ def attribute_loss(sample: StoredSample) -> dict | None:
     # loss. A queue that segments a GSO send and drops part of it says nothing to the sender: loss.
     # (ENOBUFS counts refused sends over the whole run; with GSO one send carries several datagrams.)
     retried = traffic.error("ENOBUFS") if traffic.tool == "engine" else 0
-    for name, q in (probes.qdisc or {}).items():
+    for name, q in (probes.of(QdiscProbe) or {}).items():
         host, drops = name.split(":", 1)[0], q.drops or 0
         if host == "client" and retried and drops:
             not_lost.append({"where": f"{name} qdisc ({q.kind})", "count": min(drops, retried),
@@ -470,7 +473,7 @@ def attribute_loss(sample: StoredSample) -> dict | None:
         host = name.split(":", 1)[0]
         for key, what in DEVICE_DROPS:
             place(host, f"{name} {key}", what, d.counter(key), "device")
-    backlog = sum(v.dropped or 0 for v in (probes.softnet or {}).values())
+    backlog = sum(v.dropped or 0 for v in (probes.of(SoftnetStat) or {}).values())
     place("machine", "softnet backlog dropped", "per-CPU input backlog full (netdev_max_backlog)", backlog, "softnet")
     # IPv6 traffic dies in /proc/net/snmp6's counters (Ip6…, Udp6…), IPv4 in /proc/net/snmp's.
     ig, ug = ip_group(w), udp_group(w)
@@ -489,7 +492,7 @@ def attribute_loss(sample: StoredSample) -> dict | None:
             for key, what in UDP_DROPS:
                 place(role, f"{role} {ug} {key}", what, other if key == "InErrors" else n(ug, key), "udp")
         if role == "client" and traffic.tool != "engine":
-            queue = sum(q.drops or 0 for name, q in (probes.qdisc or {}).items() if name.startswith("client:"))
+            queue = sum(q.drops or 0 for name, q in (probes.of(QdiscProbe) or {}).items() if name.startswith("client:"))
             # Without IP_RECVERR a send the qdisc dropped returns success and counts in SndbufErrors.
             place(role, f"{role} {ug} SndbufErrors", "send dropped before the wire (send buffer or queue full)",
                   max(0, n(ug, "SndbufErrors") - queue), "udp")
@@ -596,9 +599,9 @@ def segmentation(probes: Probes, mtus: dict[str, int]) -> list[dict]:
 
 
 def big_packets(probes: Probes) -> str | None:
-    """What the 64 KiB counters (offlab.probes.bigpackets, where the workload asked) prove, in one line:
+    """What the 64 KiB counters (offlab.probes.edge.bigpackets, where the workload asked) prove, in one line:
     which hops carried packets over 64 KiB, and how many crossed a router unsegmented; None if not counted."""
-    counts = probes.big_packets
+    counts = probes.of(BigPackets)
     if counts is None:
         return None
     hops = {name: d for name, d in counts.items() if d.rx or d.tx}

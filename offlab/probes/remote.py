@@ -15,21 +15,24 @@ import time
 
 from offlab.errors import EnvironmentProblem, OfflabError
 from offlab.hosts import Host
-from offlab.probes import counters, qdisc
+from offlab.hosts.base import TC_QDISC_SHOW
+from offlab.probes import counters
 
 
 class RemoteReaders:
     """The channel hosts of one probe session, by role, with the reader stream of each that keeps one."""
 
     def __init__(self, hosts: dict[str, Host], *, lifetime: float,
-                 extra: dict[str, tuple[str, ...]] | None = None) -> None:
+                 extra: dict[str, tuple[str, ...]] | None = None, files: tuple[str, ...] = ()) -> None:
         self.hosts = hosts
         # role → more files read in the same request as its counters (its hist triggers: hist.py)
         self.extra = extra or {}
+        # the /proc files the session's probes need from every such host (offlab/probes/edge/, `remote_files`)
+        self.files = files
         self.streams: dict[str, Stream] = {}
         try:
             for role, host in hosts.items():
-                if (proc := host.stream(["sh", "-c", stream_read(self.extra.get(role) or ())],
+                if (proc := host.stream(["sh", "-c", stream_read(self.extra.get(role) or (), files)],
                                         lifetime=lifetime)) is not None:
                     self.streams[role] = Stream(proc, host.name)
         except BaseException:
@@ -52,7 +55,7 @@ class RemoteReaders:
             files, _, tc_text = self.streams[role].ask().partition(SEP + "\n")
             return files, time.monotonic(), tc_text
         host = self.hosts[role]
-        texts = host.read_many(COUNTER_FILES + tuple(self.extra.get(role) or ()))
+        texts = host.read_many(COUNTER_FILES + tuple(self.extra.get(role) or ()) + self.files)
         tc = Async(read_tc_text, host)
         answered = time.monotonic()
         if texts.get("/proc/net/dev") is None:
@@ -76,7 +79,7 @@ class RemoteReaders:
 SEP = "@@offlab-probe@@"
 
 
-def remote_read(extra: tuple[str, ...] = ()) -> str:
+def remote_read(extra: tuple[str, ...] = (), files: tuple[str, ...] = ()) -> str:
     """One process reads every counter file back to back, its own clock first (/proc/uptime), and sends
     only the lines offlab keeps with single spaces: the answer crosses a guest's channel at a few KB a
     second under TCG (6 KB took ~1.5 s here, a load of 7 on 2 cores). tc, a command, comes after.
@@ -84,15 +87,20 @@ def remote_read(extra: tuple[str, ...] = ()) -> str:
     `extra` (an SSH host's hist files) are read whole by the same awk right after /proc/net/snmp, so its
     drops and the socket counters they are compared with are one instant of the host. Read by a command
     of their own after the counters, they came seconds later on a guest busy dropping datagrams (its
-    forks starved by its softirq): the whole 1-s window passed between the two."""
-    files = "set -- /proc/uptime /proc/net/dev /proc/net/snmp /proc/net/netstat; "
+    forks starved by its softirq): the whole 1-s window passed between the two.
+
+    `files` (the probes' `remote_files`) are read by the same awk after the counters, before /proc/stat,
+    each that exists, their lines with single spaces."""
+    probe_files = "".join(f'[ -r {shlex.quote(p)} ] && set -- "$@" {shlex.quote(p)}; ' for p in files)
+    counter_files = "set -- /proc/uptime /proc/net/dev /proc/net/snmp /proc/net/netstat; "
     if extra:  # each that exists (awk would stop at one it cannot open), no fork to see
         hists = " ".join(shlex.quote(p) for p in extra)
-        files = files.replace(" /proc/net/netstat; ", f'; for f in {hists}; do [ -r "$f" ] && set -- "$@" "$f"; '
-                                                        'done; set -- "$@" /proc/net/netstat; ')
+        counter_files = counter_files.replace(
+            " /proc/net/netstat; ",
+            f'; for f in {hists}; do [ -r "$f" ] && set -- "$@" "$f"; done; set -- "$@" /proc/net/netstat; ')
     return (
-        files +
-        '[ -e /proc/net/snmp6 ] && set -- "$@" /proc/net/snmp6; '
+        counter_files +
+        '[ -e /proc/net/snmp6 ] && set -- "$@" /proc/net/snmp6; ' + probe_files +
         "awk 'FNR==1{print \"@@\" FILENAME} "
         + ("FILENAME ~ /\\/hist$/ {print; next} " if extra else "")
         + "FILENAME ~ /snmp$/ && !/^(Ip|Tcp|Udp):/ {next} "
@@ -102,7 +110,7 @@ def remote_read(extra: tuple[str, ...] = ()) -> str:
         "l = $1; for (j = 1; j <= n; j++) l = l \" \" $(k[j]); print l; next} "
         "FILENAME ~ /snmp6$/ && !/^(Ip6|Udp6)[A-Z]/ {next} "
         "FILENAME ~ /\\/stat$/ && !/^cpu/ {next} {$1=$1; print}' \"$@\" /proc/stat; "
-        f"echo {SEP}; {' '.join(qdisc.TC_SHOW)} 2>/dev/null")
+        f"echo {SEP}; {' '.join(TC_QDISC_SHOW)} 2>/dev/null")
 
 
 REMOTE_READ = remote_read()
@@ -153,8 +161,8 @@ def read_tc_text(host) -> str:
 END = "@@offlab-end@@"
 
 
-def stream_read(extra: tuple[str, ...] = ()) -> str:
-    return f"while read -r _; do {remote_read(extra)}; echo {END}; done"
+def stream_read(extra: tuple[str, ...] = (), files: tuple[str, ...] = ()) -> str:
+    return f"while read -r _; do {remote_read(extra, files)}; echo {END}; done"
 
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -21,31 +21,30 @@ class ProbeResult:
     processes: list[dict]  # pid, comm, role, cpu_pct of the processes that used CPU
     interfaces: dict[str, dict]  # "role:iface" → counter deltas and average sizes
     snmp: dict[str, dict]  # role → protocol → counter delta
-    softnet: dict[int, dict[str, int]]  # CPU → softnet_stat deltas
-    qdisc: dict[str, dict]  # "role:dev" → root qdisc deltas
     # the local roles' UDP/IP counters over the channel hosts' own windows (ProbeSession.aligned)
     aligned: dict | None = None
     # what sampling this machine's counters for `aligned` took: samples and the sampler's CPU time
     local_sampling: dict | None = None
-    # packets over 64 KiB per interface and direction, where the workload asked (big_packets)
-    big_packets: dict | None = None
-    # "role:iface" → rx/tx → queue → packets, where a setting about queues asked (probes/queues.py)
-    queues: dict | None = None
-    testpmd: dict | None = None  # a dpdk lab's testpmd port counters over the window
     mtus: dict[str, int] | None = None  # "role:iface" → MTU, read beside the window (measure)
     testpmd_settings: dict | None = None  # testpmd's own read of what was in force (measure)
     trace: dict | None = None  # the kernel's account from its tracepoints (probes/trace.py), when asked
+    # each probe of offlab/probes/edge/ that the session read: key → (its slot, its stored value); None
+    # where it had nothing to store (the key is then left out)
+    found: dict[str, tuple[int, Any]] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
-        """The sample's `probes` JSON: a key that does not apply is left out, as it always was."""
-        d: dict[str, Any] = {"window_s": self.window_s, "t0_mono_s": self.t0_mono_s, "reads": self.reads}
-        if self.aligned:
-            d["aligned"] = self.aligned
-        if self.local_sampling is not None:
-            d["local_sampling"] = self.local_sampling
-        d.update(cpu=self.cpu, processes=self.processes, interfaces=self.interfaces, snmp=self.snmp,
-                 softnet=self.softnet, qdisc=self.qdisc)
-        for key in ("big_packets", "queues", "testpmd", "mtus", "testpmd_settings", "trace"):
-            if getattr(self, key) is not None:
-                d[key] = getattr(self, key)
-        return d
+        """The sample's `probes` JSON: a key that does not apply is left out, as it always was. The keys
+        come in their slots' order (SLOTS here, a probe's own `slot`), the order samples always had."""
+        core = {"window_s": self.window_s, "t0_mono_s": self.t0_mono_s, "reads": self.reads,
+                "aligned": self.aligned or None, "local_sampling": self.local_sampling, "cpu": self.cpu,
+                "processes": self.processes, "interfaces": self.interfaces, "snmp": self.snmp,
+                "mtus": self.mtus, "testpmd_settings": self.testpmd_settings, "trace": self.trace}
+        keys = [(SLOTS[k], k, v) for k, v in core.items()] + [(slot, k, v) for k, (slot, v) in self.found.items()]
+        return {k: v for _, k, v in sorted(keys, key=lambda x: x[0]) if v is not None}
+
+
+# The session's own keys' places in a sample's `probes` JSON; a probe's module (offlab/probes/edge/) says
+# its own (`Probe.slot`: softnet 10, qdisc 20, big_packets 30, queues 40, testpmd 50 keep the places they
+# had; a new probe goes after all of these)
+SLOTS = {"window_s": 0, "t0_mono_s": 1, "reads": 2, "aligned": 3, "local_sampling": 4, "cpu": 5,
+         "processes": 6, "interfaces": 7, "snmp": 8, "mtus": 60, "testpmd_settings": 61, "trace": 70}

@@ -11,6 +11,17 @@ clock: clock.py), and this machine's UDP/IP counters are sampled meanwhile, so a
 compares two hosts uses counters read at the same instants and knows how far apart they
 may still be (`reads`, `aligned`, `witnesses.skew`; docs/results.md). `result` gives the
 window's deltas as a `ProbeResult`.
+
+The probes beside the core counters (qdisc, softnet, packets over 64 KiB, per-queue packets, testpmd's
+ports, and any new one) are the modules of offlab/probes/edge/, found as a session starts
+(base.found) and called through `base.Probe`: started before this machine's files (a command, on a
+thread), read at the edge's instant after /proc/stat, folded in from a channel host's answer, a delta.
+What stays here is what sets the edge's timing, read in a deliberate order: the channel hosts' reads
+sent first; each namespace's /proc/net/dev, snmp, netstat and snmp6 through its anchor (these instants
+are `reads`, which the cross-host witnesses bound their skew with); the kernel trace's signal right
+after them (its edge is that instant); the watched processes' ticks; the edge's instant `t`; /proc/stat;
+a channel host's clock and /proc/stat from its one read; the sampler behind `aligned`; the hist
+triggers. Moved behind an interface called in a loop, these would lose that order or their timing.
 """
 
 from __future__ import annotations
@@ -20,13 +31,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from offlab.dpdk import Testpmd
 from offlab.errors import EnvironmentProblem, OfflabError
-from offlab.netdev import parse_softnet
-from offlab.probes import bigpackets, counters, cpu, dpdk_ports, hist, qdisc, queues, trace
-from offlab.probes.bigpackets import BigPacketCounters
+from offlab.probes import counters, cpu, hist, trace
+from offlab.probes.base import Options, Probe, found
 from offlab.probes.clock import Clocks, is_number, read_times
-from offlab.probes.remote import Async, RemoteRead, RemoteReaders
+from offlab.probes.remote import Async, RemoteRead, RemoteReaders, split_files
 from offlab.probes.result import ProbeResult
 from offlab.tracefs import HIST_FILES, NAME_PREFIX, tag_of
 
@@ -45,13 +54,10 @@ class Snapshot:
     procs: dict[int, tuple[str, int]]
     netdev: dict[str, dict[str, dict[str, int]]]
     snmp: dict[str, dict[str, dict[str, int]]]
-    softnet: dict[int, dict[str, int]]
     # role → /proc/stat of a host with its own kernel
     guest_stat: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)
-    qdisc: dict[str, dict[str, dict] | None] = field(default_factory=dict)  # role → root qdisc counters per dev
-    testpmd_ports: dict[int, dict[str, int]] | None = None  # a dpdk lab's testpmd port counters
-    big: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)  # role → iface → packets > 64 KiB
-    queues: dict[str, dict | None] = field(default_factory=dict)  # role → iface → rx/tx → queue → packets
+    # each probe's reading at this edge (offlab/probes/edge/), by its stored key
+    found: dict[str, Any] = field(default_factory=dict)
     # role → (sent, answered) on this machine's monotonic clock: the counters of that host were read
     # at some instant in between (microseconds apart for a namespace, a round trip for a channel host).
     reads: dict[str, tuple[float, float]] = field(default_factory=dict)
@@ -67,22 +73,19 @@ class Snapshot:
 class ProbeSession:
     """Anchors in every lab host; `snapshot()` twice; `result(a, b)` the deltas."""
 
-    def __init__(self, lab, *, lifetime: float = 600.0, big_packets: bool = False,
-                 queue_ifaces: dict[str, list[str]] | None = None, kernel_trace: bool = False,
+    def __init__(self, lab, *, lifetime: float = 600.0, options: Options | None = None, kernel_trace: bool = False,
                  hist_trace: dict[str, str | None] | None = None) -> None:
         self.lab = lab
         self.readers = {}
-        # role → the interfaces whose per-queue packets are read at each edge (queues.py); only a sample
-        # whose settings need them asks (experiment.measure)
-        self.queue_ifaces = queue_ifaces or {}
-        # role → nftables counters of packets over 64 KiB (namespace hosts; only when asked: bigpackets)
-        self.big: dict[str, BigPacketCounters] = {}
+        # what the probes of offlab/probes/edge/ are asked to read beyond what they always read (base.Options)
+        self.options = options or Options()
+        self.probes: list[Probe] = []  # opened below, in their stored order
+        self.remote_files: tuple[str, ...] = ()  # the files they need from each host with its own kernel
         self.pids: dict[str, int] = {}  # role → pid of the process under test (client, server)
         hosts = {role: lab.host(role) for role in lab.hosts}
         # Hosts with a kernel of their own (a guest, an SSH host) are read in one command per snapshot
         # (their counters and /proc/stat, see remote.py); the others through their net_reader.
         self.own_kernel = {role: h for role, h in hosts.items() if not h.shares_kernel}
-        self.testpmd = Testpmd.for_lab(lab.name) if lab.has_testpmd else None
         self.clocks = Clocks(self.own_kernel)
         self.exchanges = self.clocks.exchanges  # role → (sent, its clock, answered): see clock.py
         self.samples: list[tuple[float, float, dict]] = []
@@ -107,17 +110,20 @@ class ProbeSession:
             for role, host in hosts.items():
                 if role not in self.own_kernel:
                     self.readers[role] = host.net_reader()
+            # found as the session starts (base.found): each module of offlab/probes/edge/ is one probe
+            for kind in found():
+                if kind.wanted(self, self.options):
+                    self.probes.append(kind(self, self.options))
+            self.remote_files = tuple(dict.fromkeys(f for p in self.probes for f in p.remote_files))
             self.remote = RemoteReaders(self.own_kernel, lifetime=lifetime,
-                                        extra=self.hist.files() if self.hist is not None else None)
+                                        extra=self.hist.files() if self.hist is not None else None,
+                                        files=self.remote_files)
             calls = [Async(self.clocks.exchange, role, self.remote.read_clock, self.clocks.needed(role))
                      for role in self.own_kernel]
             for c in calls:
                 c.result(timeout=60)
-            if big_packets:
-                for role, host in hosts.items():
-                    if host.netns_name is not None:
-                        self.big[role] = BigPacketCounters(host)
-                        self.big[role].add()
+            for probe in self.probes:
+                probe.open()
         except BaseException:
             self.close()
             raise
@@ -127,8 +133,8 @@ class ProbeSession:
         self._stop_sampling()
         if self.trace is not None:
             self.trace.close()
-        for counting in self.big.values():
-            counting.remove()
+        for probe in self.probes:
+            probe.close()
         for reader in self.readers.values():
             reader.close()
         if self.remote is not None:
@@ -232,10 +238,9 @@ class ProbeSession:
         remote = {role: RemoteRead(self.remote.read, role, done=self._read_done if track else None,
                                    extra=self.remote.read_extra if self.hist is not None else None)
                   for role in self.own_kernel}
-        # tc is a command, not a file: one per namespace, all at once, while the files are read.
-        tc = {role: Async(qdisc.read, self.lab.host(role)) for role in self.readers}
-        big = {role: Async(counting.read) for role, counting in self.big.items()}
-        per_queue = {role: Async(queues.read, self.lab.host(role), ifaces) for role, ifaces in self.queue_ifaces.items()}
+        # A probe whose read is a command (tc, nft, ethtool) starts it now, on a thread, so it runs
+        # while the files are read.
+        started = [(probe, probe.start()) for probe in self.probes]
         reads: dict[str, tuple[float, float]] = {}
         clocks: dict[str, float] = {}
         for role, reader in self.readers.items():
@@ -260,21 +265,16 @@ class ProbeSession:
             if ticks:
                 procs[pid] = ticks
         t = time.monotonic()
-        ports = dpdk_ports.read(self.testpmd) if self.testpmd is not None else None
         stat = cpu.parse_proc_stat(_read("/proc/stat"))
-        softnet = {r.cpu: {"processed": r.processed, "dropped": r.dropped, "time_squeeze": r.time_squeeze,
-                           "received_rps": r.received_rps}
-                   for r in parse_softnet(_read("/proc/net/softnet_stat"))}
-        qdiscs = {role: a.result() for role, a in tc.items()}
-        queue_read = {role: a.result() for role, a in per_queue.items()}
-        big_read = {role: a.result() for role, a in big.items()}
-        if any(v is None for v in big_read.values()):
-            raise EnvironmentProblem(f"lab {self.lab.name}: the counters of packets over 64 KiB could not be read "
-                                     f"(hosts {', '.join(r for r, v in big_read.items() if v is None)})")
+        # the probes' reads at the edge's instant first (a file, testpmd's counters), then the answers of
+        # the commands started above, which may still take a while
+        readings = {probe.key: probe.read(None) for probe, begun in started if begun is None}
+        readings.update({probe.key: probe.read(begun) for probe, begun in started if begun is not None})
         # The channel hosts' answers are not waited for here: a guest under TCG may take seconds to
         # answer, and the window's other edge must still come on time. `settle` collects them.
-        return Snapshot(t, stat, procs, netdev, snmp, softnet, guest_stat, qdiscs, ports, big_read, queue_read,
-                        reads, clocks, pending=remote,
+        return Snapshot(t, stat, procs, netdev, snmp, guest_stat,
+                        found={probe.key: readings[probe.key] for probe in self.probes},
+                        reads=reads, clocks=clocks, pending=remote,
                         trace=self.trace.collect(asked) if self.trace is not None and asked is not None else None)
 
     def aligned(self, a: Snapshot, b: Snapshot) -> dict | None:
@@ -309,7 +309,10 @@ class ProbeSession:
             snap.snmp[role] = {**counters.parse_snmp(files["snmp"] + files["netstat"]),
                                **counters.parse_snmp6(files["snmp6"])}
             snap.guest_stat[role] = cpu.parse_proc_stat(files["stat"])
-            snap.qdisc[role] = qdisc.parse_tc(tc_text) if tc_text.strip() else None
+            mine = split_files(r.out, self.remote_files) if self.remote_files else {}
+            for probe in self.probes:
+                probe.remote(snap.found[probe.key], role, {f: mine[f] for f in probe.remote_files if f in mine},
+                             tc_text)
             snap.reads[role] = (r.sent, r.answered)
             if r.extra:
                 tag = self.hist.tags[role] if self.hist is not None else None
@@ -373,15 +376,9 @@ class ProbeSession:
             processes=procs,
             interfaces=interfaces,
             snmp={role: counters.delta(a.snmp[role], b.snmp[role]) for role in b.snmp if role in a.snmp},
-            softnet={c: counters.delta(a.softnet[c], v) for c, v in b.softnet.items() if c in a.softnet},
-            qdisc={f"{role}:{dev}": d for role in b.qdisc for dev, d in qdisc.delta(a.qdisc.get(role), b.qdisc[role]).items()},
-            big_packets=bigpackets.delta(a.big, b.big) if self.big else None,
-            queues={f"{role}:{iface}": d for role in self.queue_ifaces
-                    for iface, d in queues.delta(a.queues.get(role), b.queues.get(role)).items()}
-            if self.queue_ifaces else None,
-            testpmd=dpdk_ports.result(a.testpmd_ports, b.testpmd_ports)
-            if a.testpmd_ports is not None and b.testpmd_ports is not None else None,
             trace=self._kernel_account(a, b),
+            found={probe.key: (probe.slot, probe.delta(a.found[probe.key], b.found[probe.key]))
+                   for probe in self.probes},
         )
 
     def _kernel_account(self, a: Snapshot, b: Snapshot) -> dict | None:

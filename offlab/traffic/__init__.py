@@ -67,7 +67,7 @@ class Workload:
     client_cpu: int | None = 0
     server_cpu: int | None = 1
     ipv6: bool = False
-    # count packets over 64 KiB on every interface of the lab's namespaces (nftables; offlab.probes.bigpackets)
+    # count packets over 64 KiB on every interface of the lab's namespaces (nftables; offlab.probes.edge.bigpackets)
     big_packets: bool = False
 
     def check(self) -> "Workload":

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from offlab.experiment.effects import NOT_APPLICABLE, Effect
 from offlab.experiment.plan import topology as static
+from offlab.probes.edge.qdisc import QdiscProbe
+from offlab.probes.edge.queues import Queues
 from offlab.sample import Probes, SampleWorkload
 
 
@@ -28,13 +30,14 @@ def queue_counts(where: str, way: str, probes: Probes, topology: str | None) -> 
     """The per-queue packets that show `where`'s queues in direction `way` (tx: queues it sent on): its own
     counters, else, for tx, the receive queues of the next hop (a veth hands a packet sent on its queue N
     to its peer's receive queue N)."""
-    queues = probes.queues or {}
+    queues = probes.of(Queues) or {}
     own = queues[where].way(way) if where in queues else {}
     if sum(own.values()):
         return where, own
     if way != "tx":
         return None, own
-    sent = probes.qdisc[where].queues if where in probes.qdisc else {}
+    qdiscs = probes.of(QdiscProbe)
+    sent = qdiscs[where].queues if where in qdiscs else {}
     if sum(sent.values()):  # a multiqueue device's mq children: what each queue sent
         return f"{where} qdisc", sent
     hop = next_hop(probes, where, topology)

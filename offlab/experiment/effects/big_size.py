@@ -4,6 +4,7 @@ after GRO (gro), counted by the sample's nftables length match (workload big_pac
 from __future__ import annotations
 
 from offlab.experiment.effects import EXERCISED, NOT_APPLICABLE, NOT_EXERCISED, OFF, Effect, parts
+from offlab.probes.edge.bigpackets import BigPackets
 from offlab.sample import Held, StoredSample
 
 BIG_SIZES = {"gso_max_size": "tx", "gso_ipv4_max_size": "tx", "gro_max_size": "rx", "gro_ipv4_max_size": "rx"}
@@ -17,7 +18,7 @@ def covers(key: str) -> bool:
 def judge(setting: Held, sample: StoredSample) -> Effect:
     key, value, where = parts(setting)
     way = BIG_SIZES[key]
-    counts = sample.probes.big_packets
+    counts = sample.probes.of(BigPackets)
     n = None if counts is None else (getattr(counts[where], way) if where in counts else 0)
     e = Effect(setting=key, where=where, value=value, status=NOT_APPLICABLE,
                detail=f"{where} {way} packets > 64 KiB: {n}", counters={f"{way}_over_64k": n})

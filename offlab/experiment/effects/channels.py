@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from offlab.experiment.effects import EXERCISED, MIN_PACKETS, NOT_APPLICABLE, NOT_EXERCISED, OFF, Effect, parts
 from offlab.experiment.effects._paths import data_way, queue_counts, spread
+from offlab.probes.edge.queues import Queues
 from offlab.sample import Held, StoredSample
 
 QUEUE_KEYS = ("channels.rx", "channels.tx", "channels.combined")
@@ -30,7 +31,7 @@ def judge(setting: Held, sample: StoredSample) -> Effect:
     except ValueError:
         e.cause = f"{value!r} is not a queue count"
         return e
-    if probes.queues is None:
+    if probes.of(Queues) is None:
         e.cause = "this sample did not read per-queue counters (measured before they were kept)"
         return e
     data = data_way(where, probes)

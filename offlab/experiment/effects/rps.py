@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from offlab.experiment.effects import EXERCISED, NOT_EXERCISED, OFF, Effect, parts
 from offlab.experiment.effects._paths import masked
+from offlab.probes.edge.softnet import SoftnetStat
 from offlab.sample import Held, StoredSample
 
 
@@ -18,7 +19,7 @@ def judge(setting: Held, sample: StoredSample) -> Effect:
     e, cpus = masked(key, value, where)
     if cpus is None:
         return e
-    soft = {int(c): d for c, d in sample.probes.softnet.items()}
+    soft = {int(c): d for c, d in sample.probes.of(SoftnetStat).items()}
     steered = sum((soft[c].received_rps or 0) if c in soft else 0 for c in cpus)
     e.counters = {"cpus": sorted(cpus), "received_rps": {str(c): d.received_rps for c, d in soft.items()},
                   "processed": {str(c): d.processed for c, d in soft.items()}}

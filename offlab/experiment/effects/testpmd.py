@@ -7,12 +7,13 @@ import math
 
 from offlab.experiment.effects import (EXERCISED, MERGED_BELOW, MIN_PACKETS, NOT_APPLICABLE, NOT_EXERCISED,
                                        SPLIT_ABOVE, Effect)
+from offlab.probes.edge.dpdk_ports import TestpmdPorts
 from offlab.sample import StoredSample
 from offlab.wire import TCP_FRAME_OVERHEAD
 
 
 def judge_sample(sample: StoredSample) -> list[Effect]:
-    tp, settings = sample.probes.testpmd, sample.probes.testpmd_settings
+    tp, settings = sample.probes.of(TestpmdPorts), sample.probes.testpmd_settings
     if tp is None or settings is None or not tp.data_direction:
         return []
     src, dst = tp.data_direction.split(">")

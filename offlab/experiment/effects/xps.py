@@ -7,6 +7,7 @@ from __future__ import annotations
 from offlab.experiment.effects import EXERCISED, MIN_PACKETS, NOT_EXERCISED, OFF, Effect, parts
 from offlab.experiment.effects._paths import masked, queue_counts, roles, spread
 from offlab.experiment.effects.channels import BUSY_QUEUE_SHARE, VETH_QUEUES
+from offlab.probes.edge.queues import Queues
 from offlab.sample import Held, StoredSample
 
 NEEDS_QUEUES = True  # the probes read per-queue packets for this witness
@@ -28,7 +29,7 @@ def judge(setting: Held, sample: StoredSample) -> Effect:
     if key == "xps":
         e.cause = "one mask on every queue leaves the choice among them to the flow hash, as without XPS"
         return e
-    if probes.queues is None:
+    if probes.of(Queues) is None:
         e.cause = "this sample did not read per-queue counters (measured before they were kept)"
         return e
     queue = key.split(".", 1)[1]

@@ -174,7 +174,7 @@ def required_tools(plan: Plan) -> list[str]:
     if plan.capture is not None:
         tools.append("tcpdump")
     if any(c.workload.big_packets for c in plan.cells):
-        tools.append("nft")  # the counters of packets over 64 KiB (offlab.probes.bigpackets)
+        tools.append("nft")  # the counters of packets over 64 KiB (offlab.probes.edge.bigpackets)
     return tools
 
 

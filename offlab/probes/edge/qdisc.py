@@ -1,14 +1,20 @@
-"""Queueing discipline counters of every interface of a host (`tc -s -j qdisc show`).
+"""Queueing discipline counters of every interface of a host (`tc -s -j qdisc show`): a probe.
 
 The root qdisc's drops are where a sender's datagrams die before the wire (a full or
 rate-limited queue) and where a router drops what it forwards; /proc/net/dev does not count them.
+Read at every edge on every lab host: a namespace's by a `tc` started beside the counter files, a host
+with its own kernel's in its one read per edge (remote.py runs its `tc` after the files).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from offlab.errors import OfflabError
-from offlab.hosts.base import TC_QDISC_SHOW as TC_SHOW  # noqa: F401 (the argv probes/remote.py batches)
 from offlab.netdev import parse_qdiscs
+from offlab.probes.base import Probe
+from offlab.probes.remote import Async
+from offlab.sample import JsonView, _view
 
 KEEP = ("packets", "bytes", "drops", "overlimits", "requeues")
 
@@ -55,3 +61,32 @@ def delta(before: dict[str, dict] | None, after: dict[str, dict] | None) -> dict
             if queues:
                 out[dev]["queues"] = queues
     return out
+
+
+@dataclass
+class Qdisc(JsonView):
+    """One lab interface's root qdisc over the window (`probes.of(QdiscProbe)["host:iface"]`)."""
+
+    kind: str | None = None
+    drops: int = 0
+    queues: dict[str, int] = field(default_factory=dict)  # a multiqueue root's children: queue → packets sent
+
+
+class QdiscProbe(Probe):
+    """Every lab host's root qdiscs; stored (always, {} when none moved) as {"role:dev": delta}."""
+
+    key, slot = "qdisc", 20
+    stored = _view(Qdisc, map=True, default_factory=dict)
+
+    def start(self) -> dict[str, Async]:
+        # tc is a command, not a file: one per namespace, all at once, while the files are read
+        return {role: Async(read, self.lab.host(role)) for role in self.session.readers}
+
+    def read(self, started: dict[str, Async]) -> dict[str, dict | None]:
+        return {role: a.result() for role, a in started.items()}
+
+    def remote(self, reading: dict, role: str, files: dict[str, str], tc_text: str) -> None:
+        reading[role] = parse_tc(tc_text) if tc_text.strip() else None
+
+    def delta(self, a: dict, b: dict) -> dict[str, dict]:
+        return {f"{role}:{dev}": d for role in b for dev, d in delta(a.get(role), b[role]).items()}

@@ -18,10 +18,14 @@ workload asks for it (`big_packets: true`), never for every sample.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 from offlab import netdev
 from offlab.errors import CommandFailed, EnvironmentProblem
 from offlab.hosts import which
+from offlab.probes.base import Options, Probe
+from offlab.probes.remote import Async
+from offlab.sample import JsonView, _view
 
 TABLE = "offlab_big"
 LIMIT = 65535  # the largest IP packet without BIG TCP
@@ -112,3 +116,51 @@ def seen(counts: dict | None, where: str, direction: str) -> int | None:
     if counts is None:
         return None
     return (counts.get(where) or {}).get(direction, 0)
+
+
+@dataclass
+class BigCount(JsonView):
+    """Packets over 64 KiB counted on one interface (`probes.of(BigPackets)["host:iface"]`)."""
+
+    rx: int = 0
+    tx: int = 0
+
+
+class BigPackets(Probe):
+    """The tables in every namespace host of the lab, where the workload asked; stored as
+    {"role:iface": {"rx", "tx"}}, absent (None) where not asked."""
+
+    key, slot = "big_packets", 30
+    stored = _view(BigCount, map=True)
+
+    def __init__(self, session, options: Options) -> None:
+        super().__init__(session, options)
+        self.counters: dict[str, BigPacketCounters] = {}  # role → its table
+
+    @classmethod
+    def wanted(cls, session, options: Options) -> bool:
+        return options.big_packets
+
+    def open(self) -> None:
+        for role in self.lab.hosts:
+            host = self.lab.host(role)
+            if host.netns_name is not None:
+                self.counters[role] = BigPacketCounters(host)
+                self.counters[role].add()
+
+    def close(self) -> None:
+        for counting in self.counters.values():
+            counting.remove()
+
+    def start(self) -> dict[str, Async]:
+        return {role: Async(counting.read) for role, counting in self.counters.items()}
+
+    def read(self, started: dict[str, Async]) -> dict[str, dict[str, dict[str, int]]]:
+        got = {role: a.result() for role, a in started.items()}
+        if any(v is None for v in got.values()):
+            raise EnvironmentProblem(f"lab {self.lab.name}: the counters of packets over 64 KiB could not be read "
+                                     f"(hosts {', '.join(r for r, v in got.items() if v is None)})")
+        return got
+
+    def delta(self, a: dict, b: dict) -> dict | None:
+        return delta(a, b) if self.counters else None

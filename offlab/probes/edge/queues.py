@@ -13,8 +13,14 @@ not pay. What each device counts per queue differs:
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from offlab.errors import OfflabError
 from offlab.netdev import parse_queue_stats
+from offlab.probes.base import Options, Probe
+from offlab.probes.remote import Async
+from offlab.sample import JsonView, _view
+
 # A host's interfaces, one `ethtool -S` each, in one command; a name is passed as an argument, never parsed.
 SCRIPT = 'for i; do echo "== $i"; ethtool -S "$i" 2>/dev/null; done'
 
@@ -57,3 +63,36 @@ def delta(before: dict | None, after: dict | None) -> dict[str, dict[str, dict[s
             if d:
                 out.setdefault(iface, {})[way] = d
     return out
+
+
+@dataclass
+class QueueCounts(JsonView):
+    """One interface's packets per queue over the window (`probes.of(Queues)["host:iface"]`)."""
+
+    rx: dict[str, int] = field(default_factory=dict)
+    tx: dict[str, int] = field(default_factory=dict)
+
+    def way(self, way: str) -> dict[str, int]:
+        return (self.rx if way == "rx" else self.tx) or {}
+
+
+class Queues(Probe):
+    """The asked interfaces' per-queue packets (`Options.queue_ifaces`); stored as {"role:iface": {way:
+    {queue: packets}}}, absent (None: not read) where no setting asked."""
+
+    key, slot = "queues", 40
+    stored = _view(QueueCounts, map=True)
+
+    @classmethod
+    def wanted(cls, session, options: Options) -> bool:
+        return bool(options.queue_ifaces)
+
+    def start(self) -> dict[str, Async]:
+        return {role: Async(read, self.lab.host(role), ifaces) for role, ifaces in self.options.queue_ifaces.items()}
+
+    def read(self, started: dict[str, Async]) -> dict[str, dict | None]:
+        return {role: a.result() for role, a in started.items()}
+
+    def delta(self, a: dict, b: dict) -> dict:
+        return {f"{role}:{iface}": d for role in self.options.queue_ifaces
+                for iface, d in delta(a.get(role), b.get(role)).items()}
