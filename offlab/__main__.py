@@ -20,24 +20,36 @@ def main() -> None:
     for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         if signal.getsignal(s) != signal.SIG_IGN or s != signal.SIGHUP:  # nohup stays nohup
             signal.signal(s, _starting)
-    from offlab.interrupts import EXIT_INTERRUPTED, interrupts, is_interrupt, keep_for_life, shielded
+    from offlab.interrupts import (EXIT_INTERRUPTED, final_exit, interrupts, is_interrupt, keep_for_life,
+                                   say_interrupted, shielded)
 
-    with interrupts():
-        try:
-            # Shielded: a signal is raised once the import is done, never inside importlib's own
-            # callbacks, where Python would print it as ignored and go on.
-            with shielded():
-                from offlab.cli import main as cli
-        except BaseException as exc:
-            if not is_interrupt(exc):
-                raise
-            sys.stderr.write(_STARTING)
-            sys.exit(EXIT_INTERRUPTED)
-        keep_for_life()
-        try:
-            cli()
-        finally:
+    code: object = 0
+    try:
+        with interrupts():
+            try:
+                # Shielded: a signal is raised once the import is done, never inside importlib's own
+                # callbacks, where Python would print it as ignored and go on.
+                with shielded():
+                    from offlab.cli import main as cli
+            except BaseException as exc:
+                if not is_interrupt(exc):
+                    raise
+                sys.stderr.write(_STARTING)
+                sys.exit(EXIT_INTERRUPTED)
             keep_for_life()
+            try:
+                cli()
+            finally:
+                keep_for_life()
+    except SystemExit as exc:
+        code = exc.code
+    except KeyboardInterrupt:
+        # one that came after the command's own handling (its leases' release, the handlers' return):
+        # everything was put back by then
+        say_interrupted()
+        code = EXIT_INTERRUPTED
+    # From here to the process's end a signal can no longer cut anything short: exit 130 if one came
+    final_exit(code)
 
 
 if __name__ == "__main__":

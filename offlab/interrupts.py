@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import os
 import signal
 import sys
 import threading
@@ -52,6 +53,11 @@ class _Shield:
     depth: int = 0
     installed: int = 0  # interrupts() blocks open (nested: a bisect's runs)
     ending: int | None = None  # the signal raised: offlab is unwinding to its exit; later ones are not raised
+    raised: BaseException | None = None  # the exception `ending`'s signal became
+    # the first signal that reached offlab's handler, whatever became of it: the process exits 130 if one
+    # did (`final_exit`), even one that came after the command had done its work
+    signalled: int | None = None
+    said: bool = False  # "offlab: interrupted" was printed
     pending: list[int] = field(default_factory=list)
     swallowed: list[int] = field(default_factory=list)  # raised where Python ignores exceptions
 
@@ -78,7 +84,8 @@ def interrupt_for(signum: int) -> BaseException:
 def _raising(signum: int) -> BaseException:
     """The exception for a signal that ends offlab now: from here on, further signals are not raised."""
     _SHIELD.ending = signum
-    return interrupt_for(signum)
+    _SHIELD.raised = interrupt_for(signum)
+    return _SHIELD.raised
 
 
 def is_interrupt(exc: BaseException | None) -> bool:
@@ -86,6 +93,8 @@ def is_interrupt(exc: BaseException | None) -> bool:
 
 
 def _handler(signum: int, frame) -> None:  # noqa: ARG001
+    if _SHIELD.signalled is None:
+        _SHIELD.signalled = signum
     if _SHIELD.ending is not None:
         return  # already ending on a signal: its cleanup goes on to the end
     if _SHIELD.depth > 0:
@@ -107,6 +116,14 @@ def _unraisable_hook(previous):
         signum = _signum_of(unraisable.exc_value)
         if signum is None:
             previous(unraisable)
+        elif _SHIELD.ending is not None and unraisable.exc_value is _SHIELD.raised:
+            # the very interrupt that began the ending, swallowed before anything saw it: raised again at
+            # the next safe point (else offlab went on as if no signal had come, and exited 0)
+            _SHIELD.ending = _SHIELD.raised = None
+            if _SHIELD.depth > 0:
+                _SHIELD.pending.append(signum)
+            else:
+                _SHIELD.swallowed.append(signum)
         elif _SHIELD.ending is not None:
             pass  # the second signal of an ending offlab
         elif _SHIELD.depth > 0:
@@ -156,6 +173,44 @@ def interrupts() -> Iterator[None]:
         _SHIELD.installed -= 1
         if _SHIELD.installed == 0:
             _SHIELD.ending = None
+
+
+def say_interrupted() -> None:
+    """The one line an interrupted offlab ends with, printed once."""
+    if not _SHIELD.said:
+        _SHIELD.said = True
+        sys.stderr.write("offlab: interrupted\n")
+        sys.stderr.flush()
+
+
+def final_exit(code: object) -> None:
+    """End the process with `code` (a SystemExit's), or 130 if a signal reached offlab at any time, also
+    after its command had done its work. Signals are blocked first, then the exit's own work is done
+    here (non-daemon threads joined, atexit functions run, output flushed) and the process ends with
+    os._exit: Python's own finalization puts the default handlers back first, and a signal that came
+    in those last milliseconds ended the process by its default action (killed by SIGINT, exit -2,
+    or an exit 0 that never said it was interrupted). One still pending at the end counts too."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
+    rc = code if isinstance(code, int) else (0 if code is None else 1)
+    if not isinstance(code, int) and code is not None:
+        sys.stderr.write(f"{code}\n")
+    with contextlib.suppress(Exception):
+        threading._shutdown()  # type: ignore[attr-defined]  # what Python's exit does first
+    with contextlib.suppress(Exception):
+        import atexit
+
+        atexit._run_exitfuncs()
+    pending = set(signal.sigpending()) & set(SIGNALS)
+    if pending and signal.getsignal(signal.SIGHUP) == signal.SIG_IGN:
+        pending.discard(signal.SIGHUP)  # nohup's choice
+    if _SHIELD.signalled is not None or pending:
+        if rc != EXIT_INTERRUPTED:
+            say_interrupted()
+        rc = EXIT_INTERRUPTED
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(rc)
 
 
 @contextlib.contextmanager

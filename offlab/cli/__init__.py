@@ -9,7 +9,7 @@ import typer
 from offlab import __version__
 from offlab.cli.console import command_group
 from offlab.errors import OfflabError
-from offlab.interrupts import EXIT_INTERRUPTED, Terminated, interrupts
+from offlab.interrupts import EXIT_INTERRUPTED, Terminated, interrupts, say_interrupted
 
 app = command_group(
     "Network offload, MTU and tuning experiments on Linux and virtualised Linux networking: namespaces, "
@@ -78,7 +78,7 @@ def _main() -> None:
         if rc == EXIT_INTERRUPTED:
             # typer turns a KeyboardInterrupt that no command caught into a silent 130: say it, as for
             # SIGTERM and SIGHUP (a command's own `finally` has put everything back by now)
-            typer.echo("offlab: interrupted", err=True)
+            say_interrupted()
         sys.exit(rc if isinstance(rc, int) else 0)
     except OfflabError as exc:
         typer.echo(f"offlab: error: {exc}", err=True)
@@ -86,7 +86,7 @@ def _main() -> None:
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except (typer.Abort, KeyboardInterrupt, Terminated):  # click turns a KeyboardInterrupt into Abort
-        typer.echo("offlab: interrupted", err=True)
+        say_interrupted()
         sys.exit(EXIT_INTERRUPTED)
     except Exception as exc:  # usage errors (bad option) arrive here in non-standalone mode
         if hasattr(exc, "show") and hasattr(exc, "exit_code"):
