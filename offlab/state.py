@@ -63,6 +63,9 @@ def write_json_atomic(path: Path, data: object) -> None:
     except OSError as exc:
         _unlink_quietly(tmp)
         raise write_failed(path, exc) from exc
+    except BaseException:  # a signal's interrupt mid-write: the half file is not left beside the state
+        _unlink_quietly(tmp)
+        raise
 
 
 def _unlink_quietly(path: Path) -> None:
