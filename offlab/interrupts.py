@@ -116,15 +116,12 @@ def _unraisable_hook(previous):
         signum = _signum_of(unraisable.exc_value)
         if signum is None:
             previous(unraisable)
-        elif _SHIELD.ending is not None and unraisable.exc_value is _SHIELD.raised:
-            # the very interrupt that began the ending, swallowed before anything saw it: raised again at
-            # the next safe point (else offlab went on as if no signal had come, and exited 0)
+            return
+        if _SHIELD.ending is not None and unraisable.exc_value is _SHIELD.raised:
+            # the very interrupt that began the ending, swallowed before anything saw it: not ending yet, so
+            # it is kept below like any swallowed one (else offlab went on as if no signal had come, exit 0)
             _SHIELD.ending = _SHIELD.raised = None
-            if _SHIELD.depth > 0:
-                _SHIELD.pending.append(signum)
-            else:
-                _SHIELD.swallowed.append(signum)
-        elif _SHIELD.ending is not None:
+        if _SHIELD.ending is not None:
             pass  # the second signal of an ending offlab
         elif _SHIELD.depth > 0:
             _SHIELD.pending.append(signum)
