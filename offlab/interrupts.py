@@ -172,6 +172,11 @@ def interrupts() -> Iterator[None]:
             _SHIELD.ending = None
 
 
+def signalled() -> bool:
+    """Whether a SIGINT, SIGTERM or SIGHUP has reached offlab's handler in this process."""
+    return _SHIELD.signalled is not None
+
+
 def say_interrupted() -> None:
     """The one line an interrupted offlab ends with, printed once."""
     if not _SHIELD.said:

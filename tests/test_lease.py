@@ -348,3 +348,56 @@ def test_a_bad_lease_is_one_line_naming_the_host_and_the_field(where, value, fie
                                      "no lease"), str(exc.value)
     ok = {"hosts": {"h": {"ssh": "192.0.2.1", "lease": 0}}}
     assert inventory.parse(ok, "inv.yml").hosts["h"].ssh_host().lease == 0
+
+
+# A controller whose first process on the server is cut short by its own SIGTERM, sent the moment the host
+# has the record argv[3] names (a process's undo script, or a lease) and before the command that made it
+# has answered: what the host goes on to do after that (start the process, the lease's watchdog) the
+# controller never hears of.
+CUT_SHORT = """
+import glob, os, signal, sys, threading, time
+from offlab import lab
+from offlab.interrupts import interrupts
+l = lab.LabState.load(sys.argv[1])
+pattern = sys.argv[2] + {"process": "/undo/*-proc-*.sh", "lease": "/lease/*/owner"}[sys.argv[3]]
+def fire():
+    while not glob.glob(pattern):
+        time.sleep(0.001)
+    os.kill(os.getpid(), signal.SIGTERM)
+threading.Thread(target=fire, daemon=True).start()
+try:
+    with interrupts():
+        l.host("server").spawn(["sleep", "300"])
+        time.sleep(60)  # a hang guard: the signal comes long before
+    print("not interrupted", flush=True)
+except SystemExit:
+    print("interrupted", flush=True)
+"""
+
+
+@pytest.mark.parametrize("record", ["process", "lease"])
+def test_a_command_cut_short_by_a_signal_leaves_nothing_of_it_on_the_host(pair, tmp_path, state_dir, lab_name,
+                                                                          record):
+    # The record appears on the host while the command that writes it is still running there. The
+    # controller lets the command finish (its ssh client is not killed under it) and, at its exit, ends
+    # what of its own the host holds that it lost track of. Without that: the process, its record and
+    # directory, or the lease's watchdog (a `sh` and its `sleep`) stayed on b.
+    from offlab.experiment import teardown
+
+    inv = inventory(pair, tmp_path, 60)
+    lab_up(inv, lab_name, "a:t1,b:t1")
+    try:
+        assert sshd_mod.processes_in(pair.b.ns) == {}
+        res = subprocess.run([sys.executable, "-c", CUT_SHORT, lab_name, pair.remote_dir("b"), record], cwd=REPO,
+                             capture_output=True, text=True, timeout=120,  # a hang guard
+                             env={**os.environ, "OFFLAB_STATE_DIR": str(state_dir)})
+        assert res.stdout == "interrupted\n", res.stdout + res.stderr
+        remote = Path(pair.remote_dir("b"))
+        assert not list(remote.glob("undo/*-proc-*.sh")) and not list(remote.glob("proc/*")), \
+            list(remote.rglob("*"))
+        assert leases_on(pair, "b") == []
+        wait_for("no process of the controller's left on b", lambda: sshd_mod.processes_in(pair.b.ns) == {},
+                 guard=10)
+    finally:
+        teardown.down(lab_name, force=True)
+    assert not Path(pair.remote_dir("b")).exists(), list(Path(pair.remote_dir("b")).rglob("*"))

@@ -23,8 +23,11 @@ back, processes ended by pid and start time, the engine copy removed), writes wh
 
 A controller that ends normally (also on Ctrl-C, SIGTERM, SIGHUP: offlab restores first) releases its
 leases: the watchdog is stopped by its pid and start time (its whole process group) and the lease
-removed; what the process left on purpose (a `lab set`, a lab's engine copy) stays journalled on the
-host for `lab down`, `offlab restore` or restore.sh, as before. `offlab restore` and `lab down` stop the
+removed. In the same command, whatever of its own the host still holds that it lost track of (a process
+or a lease recorded by a command a signal cut short, which went on on the host: offlab.hosts.ssh,
+INTERRUPTED_GRACE) is ended by the owner line its record carries. What the process left on purpose (a
+`lab set`, a lab's engine copy) stays journalled on the host for `lab down`, `offlab restore` or
+restore.sh, as before. `offlab restore` and `lab down` stop the
 watchdogs of dead controllers of this machine, restore.sh stops every one, and a watchdog whose lease
 was removed exits at its next wake-up.
 
@@ -50,6 +53,8 @@ from offlab.hosts import remote_journal
 from offlab.hosts.base import Host
 from offlab.hosts.process import START_TIME_SH
 from offlab.hosts.ssh import SshHost, at_once, remote_command
+from offlab.hosts.ssh import close_at_exit as ssh_close_at_exit, cut_short
+from offlab.interrupts import signalled
 
 RENEW_STREAM_LIFETIME = 3600  # seconds one renewal session lives on the host before it is opened again
 
@@ -151,6 +156,22 @@ L=$1/lease/$2
 while read -r f; do [ -e "$1/undo/$f" ] && { echo busy; exit 0; }; done <"$L/own"
 stop "$L"; tidy "$1"; exit 0
 """
+# At this process's exit, on a host it started processes or took a lease on: its lease released ($2, if
+# any: "gone" or "stopped" said), then whatever of its own is left there that it lost track of — a lease or
+# a process recorded by a command a signal cut short, which went on on the host — stopped by the owner line
+# ($3) that lease and process records carry; then the remote directory tidied. $1 remote_dir.
+_AT_EXIT_SH = _STOP_ONE + _TIDY + START_TIME_SH + r"""
+R=$1; me=$3
+[ -z "$2" ] || stop "$R/lease/$2"
+for l in "$R"/lease/*/; do
+  [ -f "${l}owner" ] && [ "$(cat "${l}owner")" = "$me" ] && stop "${l%/}" >/dev/null
+done
+for f in "$R"/undo/*""" + remote_journal.PROC_TAG + r"""*.sh; do
+  [ -e "$f" ] && [ "$(sed -n 's/^""" + remote_journal.OWNER + r"""//p' "$f")" = "$me" ] || continue
+  sh -e "$f" >/dev/null 2>&1 && rm -f "$f"
+done
+tidy "$R"; exit 0
+"""
 _LIST = r'cd "$1/lease" 2>/dev/null || exit 0; for l in */; do [ -f "$l/owner" ] || continue; ' \
         r'printf "%s %s %s\n" "${l%/}" "$(cat "$l/owner")" "$(head -c 200 "$l/label" | tr "\n" " ")"; done'
 _STOP_MANY = _STOP_ONE + _TIDY + r'R=$1; shift; for l; do stop "$R/lease/$l" >/dev/null; done; tidy "$R"; exit 0'
@@ -204,12 +225,14 @@ class RemoteLease:
         self._thread = threading.Thread(target=self._loop, name=f"lease {self.host.name}", daemon=True)
         self._thread.start()
 
-    def release(self, *, only_if_idle: bool = False) -> bool:
+    def release(self, *, only_if_idle: bool = False, at_exit: bool = False) -> bool:
         """Stop the watchdog and remove the lease (with `only_if_idle`, only when nothing it lists is still
-        journalled there); whether it is released."""
-        script = _RELEASE_IF_IDLE if only_if_idle else _RELEASE
+        journalled there; `at_exit`: also what this process lost track of there, see _AT_EXIT_SH);
+        whether it is released."""
+        script = _RELEASE_IF_IDLE if only_if_idle else _AT_EXIT_SH if at_exit else _RELEASE
         with self._lock:  # no renewal meanwhile: it would find the lease gone and take it for a lapse
-            res = self.host.run(["sh", "-c", script, "sh", self.remote_dir, self.id], check=False, timeout=30)
+            res = self.host.run(["sh", "-c", script, "sh", self.remote_dir, self.id, _owner_line()], check=False,
+                                timeout=30)
             if res.stdout.strip() == "busy":
                 return False
             self._stop.set()
@@ -329,6 +352,9 @@ _AT_EXIT = threading.Event()  # release_all is registered to run at exit
 _KEY_LOCKS: dict[tuple[str, str], threading.Lock] = {}
 _PID = [os.getpid()]
 _DONE: list[RemoteLease] = []  # released, kept for the counts of renewal_note
+# The hosts (and remote directories) this process took a lease or recorded a process on: each is visited
+# at its exit (release_all), registered before the first command that could leave something there.
+_TOUCHED: dict[tuple[str, str], tuple[SshHost, str]] = {}
 
 
 def _mine() -> dict[tuple[str, str], RemoteLease]:
@@ -336,18 +362,28 @@ def _mine() -> dict[tuple[str, str], RemoteLease]:
         _LEASES.clear()
         _KEY_LOCKS.clear()
         _DONE.clear()
+        _TOUCHED.clear()
         _PID[0] = os.getpid()
     return _LEASES
 
 
 def lease_of(host: Host, remote_dir: str) -> str:
     """The id of this process's lease on `host`, taken (and its watchdog started) on the first call;
-    "" for a host without one (not SSH, or `lease: 0`)."""
-    if not isinstance(host, SshHost) or host.lease == 0:
+    "" for a host without one (not SSH, or `lease: 0`). Called before anything is recorded on a host,
+    so the host is also visited at this process's exit (release_all)."""
+    if not isinstance(host, SshHost):
         return ""
     key = (host._key, remote_dir)
     with _LOCK:
         leases = _mine()
+        if key not in _TOUCHED:
+            _TOUCHED[key] = (host, remote_dir)
+            if not _AT_EXIT.is_set():
+                ssh_close_at_exit()  # registered first, so it runs after release_all, over open masters
+                atexit.register(release_all)
+                _AT_EXIT.set()
+        if host.lease == 0:
+            return ""
         lock = _KEY_LOCKS.setdefault(key, threading.Lock())
     with lock:
         lease = leases.get(key)
@@ -356,10 +392,6 @@ def lease_of(host: Host, remote_dir: str) -> str:
             lease.arm()
             with _LOCK:
                 leases[key] = lease
-                if not _AT_EXIT.is_set():
-                    # registered after ssh's close_all (armed over an open master), so it runs before it
-                    atexit.register(release_all)
-                    _AT_EXIT.set()
     return lease.id
 
 
@@ -395,18 +427,34 @@ def hand_over(host: SshHost, remote_dir: str, marker: str) -> None:
 
 
 def release_all() -> None:
-    """At exit: every lease of this process released (what it left journalled on purpose stays)."""
+    """At exit (and at the end of a command run in a longer-lived process): every lease of this process
+    released (what it left journalled on purpose stays), and on every host it reached, what of its own it
+    lost track of ended (_AT_EXIT_SH): one round trip per host, all hosts at once."""
     with _LOCK:
-        leases = list(_mine().values())
+        leases = dict(_mine())
+        touched = dict(_TOUCHED)
         _LEASES.clear()
+        _TOUCHED.clear()
 
     def release(lease: RemoteLease) -> None:
         try:
-            lease.release()
+            lease.release(at_exit=True)
         except (EnvironmentProblem, CommandFailed, OSError):
             lease._halt()  # unreachable: its watchdog puts the host back once the lease lapses
 
-    at_once([functools.partial(release, lease) for lease in leases])  # each host's round trip at once
+    def visit(host: SshHost, remote_dir: str) -> None:
+        try:
+            host.run(["sh", "-c", _AT_EXIT_SH, "sh", remote_dir, "", _owner_line()], check=False, timeout=30)
+        except (EnvironmentProblem, CommandFailed, OSError):
+            pass  # unreachable: `offlab restore` or its restore.sh ends them later
+
+    calls = [functools.partial(release, lease) for lease in leases.values()]
+    # A host without a lease of this process is visited only when something may have been lost there: a
+    # command to it was cut short, or a signal came (it may land between a command and what keeps its answer)
+    lost = signalled()
+    calls += [functools.partial(visit, *where) for key, where in touched.items()
+              if key not in leases and (lost or cut_short(where[0]))]
+    at_once(calls)  # each host's round trip at once
 
 
 

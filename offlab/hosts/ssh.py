@@ -42,6 +42,11 @@ DEFAULT_REMOTE_DIR = "/run/offlab-remote"
 DEFAULT_LEASE = 60
 LEASE_MIN, LEASE_MAX = 2, 86400
 REMOTE_GRACE = 2  # seconds the remote `timeout` waits past the local one, then again before SIGKILL
+# Seconds an interrupted command is given to finish before its ssh client is killed: the host goes on
+# with a command whatever becomes of our client, so one that records a process or a lease there would
+# otherwise land after this process had put the host back (a leftover nobody ends). Bounded, so a
+# signal still ends offlab within seconds when the host is slow or silent.
+INTERRUPTED_GRACE = 2.0
 
 TARGET_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:%-]{0,252}$")  # a host name or an IP literal
 NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:@%-]{0,200}$")  # an inventory name or user@target:port
@@ -137,6 +142,7 @@ class _ControlDir:
                     path = make_private_tmp("ssh")
                 os.chmod(path, 0o700)
                 self.path, self.pid = path, os.getpid()
+                close_at_exit()  # the directory goes at exit even if no master is ever opened in it
             return self.path
 
     def remove(self) -> None:
@@ -207,13 +213,54 @@ def close_all() -> None:
 _AT_EXIT = threading.Event()  # close_all is registered to run at exit
 
 
+def close_at_exit() -> None:
+    """Have close_all run at exit (once; what registers later, a lease's release, runs before it)."""
+    with _AT_EXIT_LOCK:
+        if not _AT_EXIT.is_set():
+            atexit.register(close_all)
+            _AT_EXIT.set()
+
+
+_AT_EXIT_LOCK = threading.Lock()
+
+
 def _opened(host: "SshHost") -> None:
-    """Keep `host`'s master to close at exit (under _OPEN_LOCK); the first one has close_all run then
-    (once: what registers later, a lease's release, runs before it)."""
-    if not _AT_EXIT.is_set():
-        atexit.register(close_all)
-        _AT_EXIT.set()
+    """Keep `host`'s master to close at exit (under _OPEN_LOCK)."""
+    close_at_exit()
     _OPEN[host._key] = host
+
+
+_CUT_SHORT: set[str] = set()  # the hosts (their master keys) of commands an interrupt cut short
+
+
+def cut_short(host: "SshHost") -> bool:
+    """Whether an interrupt cut a command to `host` short in this process: the host may hold something
+    of this process's that it never heard back about (offlab.hosts.lease looks at its exit)."""
+    return host._key in _CUT_SHORT
+
+
+def _finish(local: list[str], input: bytes | None, timeout: float, argv: list[str], host: "SshHost") -> tuple[int, bytes, bytes]:
+    """Run one ssh client to its end: (exit code, stdout, stderr). An interrupt (a signal's exception)
+    while it runs lets it finish for INTERRUPTED_GRACE seconds before it is killed, then goes on up:
+    what the host was doing is done by the time this process puts the host back."""
+    proc = subprocess.Popen(local, stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        out, err = proc.communicate(input, timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        proc.kill()
+        proc.communicate()
+        raise CommandTimeout(argv, timeout, host.name) from exc
+    except BaseException:
+        _CUT_SHORT.add(host._key)
+        with shielded():
+            try:
+                proc.communicate(timeout=INTERRUPTED_GRACE)
+            except (subprocess.TimeoutExpired, OSError, ValueError):
+                proc.kill()
+                proc.wait()
+        raise
+    return proc.returncode, out, err
 
 
 class SshHost(Host):
@@ -418,21 +465,17 @@ class SshHost(Host):
         self.connect()
         local = self._local([*self._base(), "-T", "--", self.target, remote_command(remote)])
         start = time.monotonic()
-        try:
-            proc = subprocess.run(local, input=input, stdin=None if input is not None else subprocess.DEVNULL,
-                                  capture_output=True, timeout=timeout)
-        except subprocess.TimeoutExpired as exc:
-            raise CommandTimeout([str(a) for a in argv], timeout, self.name) from exc
+        rc, out, err = _finish(local, input, timeout, [str(a) for a in argv], self)
         duration = time.monotonic() - start
-        if proc.returncode == SSH_ERROR:
-            stderr = proc.stderr.decode(errors="replace")
+        if rc == SSH_ERROR:
+            stderr = err.decode(errors="replace")
             # 255 is also a possible exit code of the remote command. A master that is gone, or one still up
             # (it has not noticed yet) through which the host no longer answers, says it was ssh's own.
             if not self._check_master() or not self._answers():
                 with _OPEN_LOCK:
                     _OPEN.pop(self._key, None)
                 raise HostUnreachable(self.name, f"running {argv[0]}", stderr)
-        return remote, proc.returncode, proc.stdout, proc.stderr, duration
+        return remote, rc, out, err, duration
 
     def run(
         self,
