@@ -401,3 +401,38 @@ def test_a_command_cut_short_by_a_signal_leaves_nothing_of_it_on_the_host(pair, 
     finally:
         teardown.down(lab_name, force=True)
     assert not Path(pair.remote_dir("b")).exists(), list(Path(pair.remote_dir("b")).rglob("*"))
+
+
+# `lab up hosts` in a process that sends itself SIGTERM the moment the server's journal has the record of
+# the engine it is about to copy there (the command that wrote it not yet answered).
+UP_CUT_SHORT = """
+import glob, os, signal, sys, threading, time
+from offlab.interrupts import interrupts
+from offlab.lab import hosts as hosts_lab
+def fire():
+    while not glob.glob(sys.argv[3] + "/undo/*-engine.sh"):
+        time.sleep(0.001)
+    os.kill(os.getpid(), signal.SIGTERM)
+threading.Thread(target=fire, daemon=True).start()
+try:
+    with interrupts():
+        hosts_lab.up(sys.argv[1], sys.argv[2], "a:t1,b:t1")
+        time.sleep(60)  # a hang guard: the signal comes long before
+    print("not interrupted", flush=True)
+except SystemExit:
+    print("interrupted", flush=True)
+"""
+
+
+def test_lab_up_hosts_interrupted_as_it_journals_its_engine_copy_leaves_neither_host_anything(pair, tmp_path,
+                                                                                             state_dir, lab_name):
+    # The host is in the lab before anything is put there, so the failed `lab up`'s teardown reaches it and
+    # removes the record its interrupted command left (it used to be added only once its engine was copied).
+    inv = inventory(pair, tmp_path, 60)
+    res = subprocess.run([sys.executable, "-c", UP_CUT_SHORT, lab_name, str(inv), pair.remote_dir("b")], cwd=REPO,
+                         capture_output=True, text=True, timeout=120,  # a hang guard
+                         env={**os.environ, "OFFLAB_STATE_DIR": str(state_dir)})
+    assert res.stdout == "interrupted\n", res.stdout + res.stderr
+    for side in ("a", "b"):
+        assert not Path(pair.remote_dir(side)).exists(), list(Path(pair.remote_dir(side)).rglob("*"))
+    assert not (state_dir / "labs" / f"{lab_name}.json").exists()

@@ -218,8 +218,10 @@ class _Machines:
             now = _link_state(m.ns)
             if now != self.before[side]:
                 found.append(f"{side}: t1 (gro, mtu) {now}, was {self.before[side]}")
-            if Path(self.pair.remote_dir(side)).exists():
-                found.append(f"{side}: {self.pair.remote_dir(side)} left")
+            remote = Path(self.pair.remote_dir(side))
+            if remote.exists():
+                files = sorted(str(p.relative_to(remote)) for p in remote.rglob("*"))
+                found.append(f"{side}: {remote} left: {files}")
             for pid in subprocess.run(["ip", "netns", "pids", m.ns], capture_output=True, text=True).stdout.split():
                 try:
                     with open(f"/proc/{pid}/stat") as f:

@@ -154,13 +154,16 @@ def build(lab: LabState, inv: inv_mod.Inventory, pair: str | None, allow_managem
         peer = "server" if role == "client" else "client"
         v4 = next((a for a in ips if ipaddress.ip_address(a).version == 4), None)
         v6 = next((a for a in ips if ipaddress.ip_address(a).version == 6), None)
-        lab.step = f"engine on {ih.name}"
-        if facts.engine is None:
-            host = copy_engine(lab, role, host, facts)
+        # In the lab before anything is put on the host: a `lab up` that fails or is interrupted from
+        # here on has its teardown reach this host too.
         lab.hosts[role] = HostEntry(netns=None, address=v4 or v6, address6=v6,
                                     interfaces=[Interface(iface, "nic", peer_host=peer, role="test")],
                                     ref=host.ref())
         lab.save()
+        lab.step = f"engine on {ih.name}"
+        if facts.engine is None:
+            lab.hosts[role].ref = copy_engine(lab, role, host, facts).ref()
+            lab.save()
 
 
 def copy_engine(lab: LabState, role: str, host: SshHost, facts: Facts) -> SshHost:
@@ -173,11 +176,13 @@ def copy_engine(lab: LabState, role: str, host: SshHost, facts: Facts) -> SshHos
         return host
     bindir = f"{host.remote_dir}/engine-{lab.name}"
     target = f"{bindir}/{ENGINE}"
-    # Journalled on the host before it is copied, so the host's restore.sh removes it after a crash.
-    remote_journal.record(host, host.remote_dir, f"lab-{lab.name}-{role}-engine", f"remove {bindir}",
-                          [["rm", "-rf", "--", bindir]])
+    # In the lab's state before the host's journal has it (a signal between the two would leave a record
+    # that `lab down` does not know to remove: its removal is harmless when the record never came), and
+    # journalled on the host before it is copied, so the host's restore.sh removes it after a crash.
     lab.options.setdefault("copied", {})[role] = bindir
     lab.save()
+    remote_journal.record(host, host.remote_dir, f"lab-{lab.name}-{role}-engine", f"remove {bindir}",
+                          [["rm", "-rf", "--", bindir]])
     with open(local, "rb") as f:
         data = f.read()
     host.run(["mkdir", "-p", "-m", "0700", bindir], timeout=30)
