@@ -14,6 +14,7 @@ return is stored with the sample (JSON): `cross_check`, `attribute_loss` and `se
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from offlab.metrics import METRICS, impossible
 from offlab.probes.edge.bigpackets import BigPackets
@@ -184,7 +185,8 @@ def cross_check(sample: StoredSample) -> dict:
     """Every check run on the sample: name, ok, and the values each witness gave. Where the tool's loss
     was impossible (bound), the kernel's takes its place in `sample.traffic`."""
     traffic, probes, w = sample.traffic, sample.probes, sample.workload
-    checks = []
+    checks: list[dict] = []  # each check as stored (JSON)
+    oks: list[bool] = []  # and whether it held
     if w.protocol == "udp":
         k_loss, k_sent, k_got = kernel_loss(probes, w)
         t_loss = traffic.loss
@@ -202,6 +204,7 @@ def cross_check(sample: StoredSample) -> dict:
             tolerance = LOSS_TOLERANCE + (in_skew + in_align) / k_sent
             t_cmp = wl.loss if cut else t_loss
             ok = t_cmp is not None and abs(t_cmp - k_loss) <= tolerance
+            oks.append(ok)
             if cut:
                 tool_said = (f"loss over the window {_pct(t_cmp)} by {traffic.tool} (its receiver's "
                              f"{wl.rows} intervals there: {wl.lost} lost, {wl.received} received; whole run "
@@ -231,6 +234,7 @@ def cross_check(sample: StoredSample) -> dict:
         if size and pps and bps:
             implied = pps * size * 8
             ok = abs(bps - implied) <= RATE_TOLERANCE * max(bps, implied)
+            oks.append(ok)
             checks.append({"check": "throughput = pps × size", "ok": ok, "throughput_bps": bps,
                            "pps_times_size_bps": implied,
                            "detail": f"throughput {bps:.4g} bit/s vs {pps:.4g} pps × {size} B = {implied:.4g} bit/s"})
@@ -248,13 +252,14 @@ def cross_check(sample: StoredSample) -> dict:
     if app_bytes > 0 and rx_bytes is not None:
         in_skew = (traffic.throughput_bps or 0) / 8 * apart
         ok = app_bytes <= rx_bytes * 1.02 + in_skew
+        oks.append(ok)
         checks.append({"check": "application bytes ≤ interface bytes", "ok": ok, "application_bytes": app_bytes,
                        "interface_bytes": rx_bytes, "skew_s": round(apart, 6),
                        "detail": f"{app_bytes:.4g} B received by the application ({over}), {rx_bytes:.4g} B by "
                                  f"the server's interfaces; tolerance 2 % + {in_skew:.4g} B that may have flowed "
                                  f"in the {1000 * apart:.1f} ms the server's reads may be away from the window's "
                                  f"edges"})
-    status = "consistent" if all(c["ok"] for c in checks) else "inconsistent"
+    status = "consistent" if all(oks) else "inconsistent"
     return {"status": status, "checks": checks}
 
 
@@ -403,6 +408,14 @@ class Place:
         return {**d, "share": self.share}
 
 
+class _Bounds(NamedTuple):
+    """A count of datagrams and its low and high bounds (reads apart in time)."""
+
+    datagrams: float
+    low: float
+    high: float
+
+
 def attribute_loss(sample: StoredSample) -> dict | None:
     """Where the lost datagrams died, hop by hop, from counter deltas, in datagrams, with the share each explains.
 
@@ -499,13 +512,13 @@ def attribute_loss(sample: StoredSample) -> dict | None:
     # A backlog drop also counts as the receiving device's rx_dropped: count it once.
     dev_rx = [p for p in places if p.layer == "device" and p.where.endswith(" rx_dropped")]
     soft = next((p for p in places if p.layer == "softnet"), None)
-    bounds = ("datagrams", "low", "high")
-    overlap = {k: min(getattr(soft, k), sum(getattr(p, k) for p in dev_rx)) if soft else 0 for k in bounds}
-    explained = {k: sum(getattr(p, k) for p in places) - overlap[k] for k in bounds}
+    overlap = _Bounds(*(min(getattr(soft, k), sum(getattr(p, k) for p in dev_rx)) if soft else 0
+                        for k in _Bounds._fields))
+    explained = _Bounds(*(sum(getattr(p, k) for p in places) - getattr(overlap, k) for k in _Bounds._fields))
     # Each lost datagram is given to one place: a backlog drop to softnet, not also to the device's
     # rx_dropped; places whose estimates add up to more than the lost (bounds, reads ms apart) share it
     # in proportion. Shares and `unexplained` then add up to exactly 1 (stats.partition).
-    left = overlap["datagrams"]
+    left = overlap.datagrams
     parts = []
     for p in places:
         own = p.datagrams
@@ -524,9 +537,9 @@ def attribute_loss(sample: StoredSample) -> dict | None:
         # client and server reads up to skew_s apart: lost is known to ± this many datagrams
         **_lost_uncertainty(probes, found.source, found.sent),
         "places": [p.to_json() for p in places],
-        "explained": min(lost, explained["datagrams"]),
-        "explained_low": min(lost, explained["low"]), "explained_high": min(lost, explained["high"]),
-        "unexplained": max(0, lost - explained["datagrams"]),
+        "explained": min(lost, explained.datagrams),
+        "explained_low": min(lost, explained.low), "explained_high": min(lost, explained.high),
+        "unexplained": max(0, lost - explained.datagrams),
         "unexplained_share": rest,
         # the places' estimates over the lost count: shares are then of their sum (docs/results.md)
         **({"overshoot": round(sum(parts) - lost)} if sum(parts) > lost else {}),
