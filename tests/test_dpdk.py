@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -312,11 +313,12 @@ def test_testpmd_dying_mid_run_fails_the_run_and_keeps_the_samples_already_store
 
 @pytest.fixture(scope="module")
 def dpdk_lab(tmp_path_factory):
-    """One tap-PMD dpdk lab for the module (testpmd takes seconds to start); checked gone afterwards."""
+    """One tap-PMD dpdk lab for the module (testpmd takes seconds to start); checked gone afterwards. Its
+    testpmd rests while idle (--testpmd-idle stop): these tests send only through offlab."""
     if os.geteuid() != 0 or not HAVE_TESTPMD:
         pytest.skip("needs root and dpdk-testpmd")
     links_before = root_links()
-    for lab in module_lab(tmp_path_factory, "dpdk", "dp", timeout=180):
+    for lab in module_lab(tmp_path_factory, "dpdk", "dp", "--testpmd-idle", "stop", timeout=180):
         yield lab
     name, shown = lab["name"], lab["shown"]
     tp = shown["testpmd"]
@@ -487,3 +489,38 @@ def test_testpmd_that_fails_to_start_is_exit_3_and_leaves_nothing(dpdk_lab, monk
     assert "dpdk-testpmd exited" in str(err.value) and err.value.exit_code == 3
     # nothing of this start is left (the other test worker may start its own testpmd or OVS meanwhile)
     assert [d for d in set(os.listdir(RUNTIME_ROOT)) - before if d.startswith("offlab-bad-")] == []
+
+
+def _cpu_ticks(pid: int) -> int:
+    """User + system clock ticks of process `pid` (all its threads) so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def _ticks_over(pid: int, seconds: float) -> int:
+    before = _cpu_ticks(pid)
+    time.sleep(seconds)  # a rate is measured over it; nothing waits on it
+    return _cpu_ticks(pid) - before
+
+
+def test_a_resting_testpmd_spends_no_cpu_and_forwards_whenever_offlab_sends(dpdk_lab, monkeypatch):
+    # --testpmd-idle stop: forwarding stopped at rest (no lcore polls), started while an offlab process holds
+    # it (a sample, `lab exec`, `mtu probe --lab`) and stopped again by the last one to leave.
+    from offlab.dpdk import Testpmd
+
+    monkeypatch.setenv("OFFLAB_STATE_DIR", dpdk_lab["env"]["OFFLAB_STATE_DIR"])
+    tp = Testpmd.for_lab(dpdk_lab["name"])
+    pid = tp.info.pid
+    resting = _ticks_over(pid, 1.0)
+    with tp.forwarding(), tp.forwarding():  # two holders, as two processes measuring at once
+        busy = _ticks_over(pid, 1.0)
+    again = _ticks_over(pid, 1.0)
+    assert busy > 4 * max(resting, again, 2), (resting, busy, again)  # polling: a CPU's worth, at rest: nothing
+    # A command through the lab finds it forwarding; then it rests again.
+    res = run_with_env(dpdk_lab["env"], "lab", "exec", dpdk_lab["name"], "client", "--", "ping", "-c", "1", "-W", "5",
+                       "10.200.1.2")
+    assert res.returncode == 0, res.stderr
+    assert _ticks_over(pid, 1.0) * 4 < busy
+    sample = _measure(dpdk_lab)
+    assert sample["probes"]["testpmd"]["ports"]["0"]["rx_packets"] > 1000
+    assert _ticks_over(pid, 1.0) * 4 < busy

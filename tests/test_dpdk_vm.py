@@ -69,7 +69,7 @@ def vm_lab(tmp_path_factory):
         pytest.skip("needs root, dpdk-testpmd and QEMU")
     links_before = root_links()
     for lab in module_lab(tmp_path_factory, "dpdk-vm", "dv", "--nic", "host_tso4=on", "--nic", "guest_tso4=on",
-                          timeout=300):
+                          "--testpmd-idle", "stop", timeout=300):
         yield lab
     name, shown, down = lab["name"], lab["shown"], lab["down"]
     assert "qemu-system-x86_64" in down.stdout and "dpdk-testpmd" in down.stdout

@@ -203,7 +203,7 @@ def test_validate_warns_of_tso_and_uso_with_nothing_to_segment(tmp_path):
 
 PLAN_GRO_IO = """\
 name: gro-io
-topology: {kind: dpdk}
+topology: {kind: dpdk, testpmd_idle: stop}
 workload: {tool: iperf3, duration: 1, warmup: 0.3}
 baseline: {gro: off}
 repeat: {min: 2, max: 2}
@@ -240,7 +240,7 @@ def test_a_run_with_testpmd_gro_in_io_forwarding_marks_the_cell_everywhere(tmp_p
 def dpdk_lab(tmp_path_factory):
     if not ROOT or not HAVE_TESTPMD:
         pytest.skip("needs root and dpdk-testpmd")
-    yield from module_lab(tmp_path_factory, "dpdk", "ef", timeout=180)
+    yield from module_lab(tmp_path_factory, "dpdk", "ef", "--testpmd-idle", "stop", timeout=180)
 
 
 def test_testpmd_gro_in_io_forwarding_is_warned_at_lab_set_and_flagged_in_the_sample(dpdk_lab):

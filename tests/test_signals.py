@@ -69,7 +69,7 @@ GUEST_PLAN = PLAN.replace("topology: {kind: veth}", "topology: {kind: vm}").repl
     "{client:eth0: {gro: false, mtu: 1400}, server:br0: {gro: false}}").replace(
     "{client:to-server: {mtu: 9000}, server:to-client: {gro: true, mtu: 9000}}",
     "{client:eth0: {gro: true, mtu: 1500}, server:br0: {gro: true}}")
-DPDK_PLAN = PLAN.replace("topology: {kind: veth}", "topology: {kind: dpdk}").replace(
+DPDK_PLAN = PLAN.replace("topology: {kind: veth}", "topology: {kind: dpdk, testpmd_idle: stop}").replace(
     "{settings: {client:to-server: {mtu: 1500}, server:to-client: {gro: false, mtu: 1500}}}",
     "{testpmd: {burst: 16, fwd: io}, settings: {server:to-switch: {gro: false}}}").replace(
     "{settings: {client:to-server: {mtu: 9000}, server:to-client: {gro: true, mtu: 9000}}}",

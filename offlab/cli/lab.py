@@ -49,6 +49,10 @@ def up_cmd(
     testpmd_cpu: Optional[int] = typer.Option(None, "--testpmd-cpu",
                                               help="dpdk, dpdk-vm: the CPU testpmd polls on; ovs-dpdk, ovs-dpdk-vm: the OVS PMD "
                                                    "thread's (default: the last one)."),
+    testpmd_idle: Optional[str] = typer.Option(None, "--testpmd-idle", help=(
+        "dpdk, dpdk-vm: poll (default): testpmd forwards, busy-polling its CPU, from lab up to lab down; stop: "
+        "it forwards only while offlab measures through the lab (its CPU idle otherwise; other traffic, e.g. "
+        "`lab exec` ping, finds it stopped).")),
     pmd_sleep: Optional[int] = typer.Option(None, "--pmd-sleep", help=(
         "ovs-dpdk, ovs-dpdk-vm: the longest sleep, in µs (0..10000), the OVS PMD thread may take per polling "
         "loop while its ports bring few packets (OVS's pmd-maxsleep); default 0: it busy-polls its CPU.")),
@@ -84,10 +88,14 @@ def up_cmd(
         raise BadInput(f"--pmd is an option of the {' and '.join(taking_option('pmd'))} topologies only")
     if topology not in DPDK_TOPOLOGIES and testpmd_cpu is not None:
         raise BadInput(f"--testpmd-cpu is an option of the {', '.join(DPDK_TOPOLOGIES)} topologies only")
+    if topology not in taking_option("testpmd_idle") and testpmd_idle is not None:
+        raise BadInput(f"--testpmd-idle is an option of the {' and '.join(taking_option('testpmd_idle'))} topologies "
+                       f"only")
     if topology not in taking_option("pmd_sleep") and pmd_sleep is not None:
         raise BadInput(f"--pmd-sleep is an option of the {' and '.join(taking_option('pmd_sleep'))} topologies only")
     options = {k: v for k, v in (("vni", vni), ("port", port), ("underlay_mtu", underlay_mtu),
-                                 ("pmd", pmd), ("cpu", testpmd_cpu), ("pmd_sleep", pmd_sleep)) if v is not None}
+                                 ("pmd", pmd), ("cpu", testpmd_cpu), ("pmd_sleep", pmd_sleep),
+                                 ("testpmd_idle", testpmd_idle)) if v is not None}
     if borrows_ports(topology) != (ports is not None):
         raise BadInput(f"lab up {topology} needs --ports IF1,IF2 (docs/phys.md)" if borrows_ports(topology)
                        else f"--ports is for `lab up {' / '.join(taking_option('ports'))}`, not {topology}")
@@ -324,8 +332,12 @@ def exec_cmd(
 
     if not is_root():
         raise NotRoot("lab exec")
+    from offlab.lab.dpdk import forwarding
+
     lab = labs.LabState.load(name)
-    raise typer.Exit(lab.host(host).interactive(cmd))
+    with forwarding(lab):  # a testpmd that rests while idle forwards while the command runs
+        rc = lab.host(host).interactive(cmd)
+    raise typer.Exit(rc)
 
 
 def _leases(lab: LabState) -> dict:

@@ -61,7 +61,14 @@ def probe_cmd(
     if host and not lab:
         raise BadInput("--host names a host of a lab: add --lab NAME")
     where = _where(netns, lab, host)
-    result = probe(where, dest, timeout=timeout)
+    if lab:
+        from offlab import lab as labs
+        from offlab.lab.dpdk import forwarding
+
+        with forwarding(labs.LabState.load(lab)):  # a testpmd that rests while idle forwards meanwhile
+            result = probe(where, dest, timeout=timeout)
+    else:
+        result = probe(where, dest, timeout=timeout)
     if as_json:
         typer.echo(json.dumps(result.to_json(), indent=2))
         return

@@ -37,6 +37,8 @@ PROMPT = "testpmd> "
 RUNTIME_ROOT = Path("/var/run/dpdk")
 OWNER_FILE = "offlab-owner"
 STATE_FILE = "testpmd.json"
+FORWARDING_LOCK = "forwarding.lock"  # held (shared) by each process that needs forwarding now
+IDLE_MODES = ("poll", "stop")  # the lab option testpmd_idle
 INSTALL = f"apt-get install {TOOL_PACKAGES['dpdk-testpmd']}"
 START_TIMEOUT = 90.0
 COMMAND_TIMEOUT = 20.0
@@ -76,6 +78,9 @@ class Info:
     tso_segsz: dict[str, int] = field(default_factory=dict)  # per port; 0: TSO off
     gro_flush: int = 1  # GRO_DEFAULT_FLUSH_CYCLES
     gso_segsz: int = 1514  # RTE_ETHER_MAX_LEN - RTE_ETHER_CRC_LEN
+    # `poll`: forwarding runs (and busy-polls its CPU) from lab up to lab down; `stop`: only while an
+    # offlab measurement holds it (`forwarding`), its CPU idle otherwise (the lab option testpmd_idle)
+    idle: str = "poll"
 
     @classmethod
     def from_dict(cls, d: dict) -> "Info":
@@ -157,7 +162,8 @@ class Testpmd:
     # ---- life --------------------------------------------------------------
     @classmethod
     def start(cls, netns: str, rundir: Path, *, lab: str, ports: list[Port], cpu: int, memory_mb: int = 1024,
-              on_started: Callable[[int, int, str], None] | None = None, timeout: float = START_TIMEOUT) -> "Testpmd":
+              on_started: Callable[[int, int, str], None] | None = None, timeout: float = START_TIMEOUT,
+              idle: str = "poll") -> "Testpmd":
         """Start testpmd in `netns` with `ports`, both its lcores on `cpu`; return once it prompts.
 
         `on_started(pid, start_time, runtime_dir)` runs as soon as the process exists (a lab records it
@@ -176,7 +182,7 @@ class Testpmd:
         (runtime / OWNER_FILE).write_text(owner_mark(lab))
         rundir.mkdir(parents=True, exist_ok=True)
         info = Info(netns=netns, prefix=prefix, cpu=cpu, memory_mb=memory_mb, version=version(), ports=ports,
-                    tso_segsz={str(p.index): 0 for p in ports})
+                    tso_segsz={str(p.index): 0 for p in ports}, idle=idle)
         self = cls(rundir, info)
         self.fifo.unlink(missing_ok=True)
         os.mkfifo(self.fifo, 0o600)
@@ -310,6 +316,50 @@ class Testpmd:
         except OSError:
             return 0
 
+    # ---- forwarding on demand -------------------------------------------------
+    # With `idle: stop`, forwarding runs while at least one offlab process holds it: each holder keeps a
+    # shared flock on FORWARDING_LOCK for as long as it measures; the last one to leave (it alone can then
+    # take the lock exclusively) stops forwarding. A holder killed outright leaves it running (as `poll`
+    # does) until the next holder leaves.
+    @contextlib.contextmanager
+    def forwarding(self) -> Iterator[None]:
+        """Forwarding runs for the block (started if this lab's testpmd rests while idle)."""
+        if self.info.idle != "stop":
+            yield
+            return
+        fd = os.open(self.rundir / FORWARDING_LOCK, os.O_CREAT | os.O_RDWR, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH)
+            self.command("start")  # "Packet forwarding already started" when another holder started it
+            try:
+                yield
+            finally:
+                try:  # the last holder gets it exclusively, and stops forwarding before anyone else holds it
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    pass  # another process measures: it stops forwarding when it leaves
+                else:
+                    if self.alive():
+                        self.command("stop")
+        finally:
+            os.close(fd)
+
+    def rest(self) -> None:
+        """With `idle: stop`: forwarding stops unless some process holds it (see `forwarding`)."""
+        if self.info.idle == "stop" and not self._held() and self.alive():
+            self.command("stop")
+
+    def _held(self) -> bool:
+        """Whether a process (this one included) holds forwarding now."""
+        fd = os.open(self.rundir / FORWARDING_LOCK, os.O_CREAT | os.O_RDWR, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)  # the exclusive lock, if taken, goes with it
+        return False
+
     # ---- reconfiguring -------------------------------------------------------
     def reconfigure(self, commands: list[str], *, port_stop: bool | Iterable[int]) -> list[str]:
         """Run `commands` with forwarding stopped, and the ports `port_stop` names stopped (True: all,
@@ -318,7 +368,7 @@ class Testpmd:
         The tap PMD configures its kernel interface by name in testpmd's namespace, so before a stop
         of its port a tap comes back there, and afterwards goes home again with its addresses and link
         up; ports not named keep running (and their taps stay home). Forwarding is started again
-        whatever happened.
+        whatever happened, unless testpmd rests while idle and no process holds it (`forwarding`).
         """
         every = [p.index for p in self.info.ports]
         stop = every if port_stop is True else sorted({int(n) for n in (port_stop or ())} & set(every))
@@ -340,7 +390,8 @@ class Testpmd:
                         self.checked(f"port start {n}", timeout=60)
                     self._taps_home(moved)
                 finally:
-                    self.command("start")
+                    if self.info.idle != "stop" or self._held():  # resting testpmd stays at rest
+                        self.command("start")
         return answers
 
     def _taps_back(self, ports: Iterable[int]) -> list[tuple[Port, list[list[str]]]]:
@@ -442,7 +493,7 @@ class Testpmd:
         out = {"pid": self.info.pid, "running": self.alive(), "version": self.info.version,
                "file_prefix": self.info.prefix, "runtime_dir": str(runtime_dir(self.info.prefix)),
                "cpu": self.info.cpu, "memory_mb": self.info.memory_mb, "rundir": str(self.rundir),
-               "ports": [asdict(p) for p in self.info.ports]}
+               "ports": [asdict(p) for p in self.info.ports], "idle": self.info.idle}
         if out["running"]:
             out["settings"] = self.settings()
         return out

@@ -14,6 +14,7 @@ from typing import Callable
 from offlab.state import private_tmp
 from offlab import lab as labs
 from offlab.errors import BadInput, EnvironmentProblem, OfflabError
+from offlab.lab.dpdk import forwarding
 from offlab.lab.explain import guest_chains
 from offlab.lab.model import UPLINK_KINDS, LabState
 from offlab.metrics import TCG_MARK
@@ -97,7 +98,8 @@ def measure(lab: LabState, w: Workload, capture: CaptureRequest | None = None, *
     # reads that run beside the traffic (MTUs, testpmd's settings): this sample's own threads
     beside = ThreadPoolExecutor(max_workers=2, thread_name_prefix="offlab-beside")
     try:
-        return _measure(lab, w, capture, beside, alongside=alongside, settings=settings or [], trace=trace)
+        with forwarding(lab):
+            return _measure(lab, w, capture, beside, alongside=alongside, settings=settings or [], trace=trace)
     except (OfflabError, OSError) as exc:
         died = labs.daemon_died(lab)
         if died is not None:
@@ -427,7 +429,7 @@ def measure_rr(lab: LabState, rw: rr_driver.RrWorkload, *, big_packets: bool = F
     rw.ipv6 = rw.ipv6 and bool(lab.entry("server").address6)
     rw.check()
     started_at = time.time()
-    with host_trace.triggers(lab, trace) as traced, \
+    with forwarding(lab), host_trace.triggers(lab, trace) as traced, \
             ProbeSession(lab, options=ProbeOptions(big_packets=big_packets), kernel_trace=trace, hist_trace=traced) as probes:
         window = Window()
         probe_thread: threading.Thread | None = None

@@ -205,6 +205,7 @@ class Runner:
         options = {k: v for k, v in (("underlay_mtu", topo.underlay_mtu), ("vni", topo.vni),
                                      ("port", topo.port), ("nic", topo.nic or None), ("guest_cpus", topo.guest_cpus),
                                      ("kernel_version", topo.kernel_version), ("qemu", topo.qemu), ("pmd", topo.pmd),
+                                     ("testpmd_idle", topo.testpmd_idle),
                                      ("ports", list(topo.ports) if topo.ports else None)) if v is not None}
         self.on_event("lab", {"topology": topo.kind, "mtu": topo.mtu})
         self.labs[key] = labs.up(topo.kind, f"{prefix}{chr(97 + i)}", mtu=topo.mtu, ipv6=topo.ipv6,

@@ -6,6 +6,7 @@ testpmd is a lab daemon: recorded (pid, start time, runtime directory) the momen
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from typing import Callable
@@ -13,10 +14,10 @@ from typing import Callable
 from offlab.addresses import CLIENT4, CLIENT6, SERVER4, SERVER6
 from offlab.dpdk import Port, Testpmd
 from offlab.dpdk.ports import PMD_MAX_FRAME, PMD_MAX_MTU
-from offlab.dpdk.testpmd import DAEMON, rundir_for
+from offlab.dpdk.testpmd import DAEMON, IDLE_MODES, rundir_for
 from offlab.errors import BadInput
 from offlab.lab.build import Builder, LabBuildFailed
-from offlab.lab.model import Daemon, Interface
+from offlab.lab.model import Daemon, Interface, LabState
 from offlab.names import link_name, netns_name
 from offlab.state import ensure_dir
 
@@ -35,6 +36,7 @@ def check_vm_options(name: str, mtu: int, options: dict) -> None:
         raise BadInput(f"--mtu {mtu}: the dpdk-vm lab's tap port takes at most {MAX_MTU} (DPDK 22.11 net_tap "
                        f"frames ≤ {PMD_MAX_FRAME['net_tap']} B), and so does the path through it")
     check_cpu(options.get("cpu"))
+    check_idle(options.get("testpmd_idle"))
 
 
 def check_options(name: str, mtu: int, options: dict) -> None:
@@ -47,6 +49,22 @@ def check_options(name: str, mtu: int, options: dict) -> None:
                        f"≤ {PMD_MAX_FRAME['net_tap']} B, net_af_packet ≤ {PMD_MAX_FRAME['net_af_packet']} B); jumbo frames need vhost-user ports at both ends "
                        f"(dpdk-vm has a tap port too)")
     check_cpu(options.get("cpu"))
+    check_idle(options.get("testpmd_idle"))
+
+
+def check_idle(idle: object) -> None:
+    """--testpmd-idle: what testpmd does while no offlab measurement uses the lab."""
+    if idle is not None and idle not in IDLE_MODES:
+        raise BadInput(f"--testpmd-idle {idle!r}: poll (forward, and busy-poll its CPU, from lab up to lab down) or "
+                       f"stop (forward only while offlab measures through it)")
+
+
+def forwarding(lab: LabState) -> contextlib.AbstractContextManager:
+    """The lab's switch forwards for the block: a testpmd that rests while idle (`--testpmd-idle stop`)
+    forwards while an offlab command sends through it (a sample, `mtu probe --lab`, `lab exec`); every
+    other lab's switch forwards all the time and this is a no-op."""
+    tp = Testpmd.for_lab(lab.name) if lab.has_testpmd else None
+    return tp.forwarding() if tp is not None else contextlib.nullcontext()
 
 
 def check_cpu(cpu: object, whose: str = "") -> None:
@@ -170,4 +188,5 @@ def _start_testpmd(b: Builder, netns: str, rundir, ports: list, cpu: int, what: 
         b.lab.save()
 
     with b.step(f"start dpdk-testpmd ({what}) in {netns} on CPU {cpu}"):
-        return Testpmd.start(netns, rundir, lab=b.lab.name, ports=ports, cpu=cpu, on_started=record)
+        return Testpmd.start(netns, rundir, lab=b.lab.name, ports=ports, cpu=cpu, on_started=record,
+                             idle=b.lab.options.get("testpmd_idle", "poll"))

@@ -20,7 +20,7 @@ from offlab.names import IFNAME_PATTERN, ROLE_PATTERN
 from offlab.traffic import BadWorkload
 
 TARGET_RE = re.compile(f"^(machine|{ROLE_PATTERN})(:{IFNAME_PATTERN})?$")
-LAB_OPTIONS = ("underlay_mtu", "vni", "port", "ports")  # a plan's topology keys that only some topologies take
+LAB_OPTIONS = ("underlay_mtu", "vni", "port", "ports", "testpmd_idle")  # a plan's topology keys that only some topologies take
 
 
 def check_target(err: PlanErrors, path: tuple, target: Any, kind: str, *, machine_ok: bool = True) -> tuple[str, str | None]:

@@ -35,6 +35,8 @@ class TopologySpec(Strict):
     qemu: str | dict[str, str] | None = None  # the QEMU every guest (or each role) runs on (offlab.vm.qemus)
     guest_cpus: int | None = Field(None, ge=1, le=8)  # vCPUs per guest (boot-time, like nic)
     pmd: Literal["tap", "af_packet"] | None = None  # dpdk: testpmd's ports (default tap)
+    # dpdk, dpdk-vm: testpmd forwards (and busy-polls) all the time (poll, default) or only while offlab measures
+    testpmd_idle: Literal["poll", "stop"] | None = None
     ports: list[str] | None = None  # phys: the two ports of this machine lent to the lab (client, server)
 
     @model_validator(mode="after")
