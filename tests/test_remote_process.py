@@ -103,3 +103,32 @@ def test_a_helper_started_to_die_with_its_parent_ends_when_the_parent_is_killed_
         parent.wait()
         if child is not None and running(child):  # the test failed: the sleep is ours to end
             signal_pid(child, signal.SIGKILL)
+
+
+class Deaf(Counting):
+    """A host that takes every command but `kill`: what a guest too loaded to act on one in time looks like."""
+
+    def run(self, argv, **kw):
+        if argv and argv[0] == "kill":
+            self.argvs.append(list(argv))
+            return LOCAL.run(["true"])
+        return super().run(argv, **kw)
+
+
+def test_a_process_still_there_after_sigkill_is_left_to_its_host_and_stop_does_not_raise(monkeypatch):
+    # stop() runs in `finally` blocks: an error of its own there replaced the interrupt that was unwinding
+    # (the signal harness's guest seed 63 under stress-ng: exit 1 with a traceback instead of 130).
+    from offlab.hosts import process
+
+    monkeypatch.setattr(process, "KILLED_WAIT_S", 0.3, raising=False)
+    host = Deaf()
+    proc = RemoteProcess(host, ["sleep", "30"])
+    try:
+        stop(proc, grace=0.3)
+        assert [a[:2] for a in host.argvs if a[0] == "kill"] == [["kill", "-2"], ["kill", "-9"]]
+        assert proc.returncode is None and os.path.isdir(proc.dir)  # not ended: its directory is kept
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=20)
+        proc.cleanup()
+    assert not os.path.exists(proc.dir)

@@ -238,9 +238,16 @@ def wait_listening(host: Host, port: int, proto: str, proc: Process, timeout: fl
         time.sleep(0.02)
 
 
+KILLED_WAIT_S = 10.0  # how long a process is waited for after SIGKILL before it is left to its host's clean-up
+
+
 def stop(proc: Process, grace: float = 2.0) -> None:
-    """End a process we started: SIGINT, then SIGKILL; always reaped. A second Ctrl-C while it
-    ends (the first one is often why it is stopped) waits: cut short, it would leave it running."""
+    """End a process we started: SIGINT, then SIGKILL; reaped. A second Ctrl-C while it ends (the first
+    one is often why it is stopped) waits: cut short, it would leave it running. One still not seen gone
+    KILLED_WAIT_S after SIGKILL (a guest too loaded to answer in time, a process stuck in the kernel) is
+    left to what ends everything there (a guest's QEMU with its lab; an SSH host's record, ended at this
+    process's exit or by `offlab restore`), and never raises: stop runs in `finally` blocks, where an
+    error of its own would hide the one, or the interrupt, that is unwinding."""
     with shielded():
         if proc.poll() is None:
             proc.send_signal(signal.SIGINT)
@@ -248,12 +255,15 @@ def stop(proc: Process, grace: float = 2.0) -> None:
                 proc.wait(timeout=grace)
             except subprocess.TimeoutExpired:
                 proc.kill()
-                proc.wait(timeout=10)
+                try:
+                    proc.wait(timeout=KILLED_WAIT_S)
+                except subprocess.TimeoutExpired:
+                    pass
         for stream in (proc.stdout, proc.stderr):
             if stream:
                 stream.close()
-        if isinstance(proc, RemoteProcess):
-            proc.cleanup()
+        if isinstance(proc, RemoteProcess) and proc.returncode is not None:
+            proc.cleanup()  # its directory (and record) go only once it has ended
 
 
 def running(pid: int) -> bool:
