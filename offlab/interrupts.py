@@ -177,6 +177,11 @@ def signalled() -> bool:
     return _SHIELD.signalled is not None
 
 
+def ending() -> bool:
+    """Whether offlab is unwinding to its exit on a signal (its restore and teardown under way)."""
+    return _SHIELD.ending is not None
+
+
 def say_interrupted() -> None:
     """The one line an interrupted offlab ends with, printed once."""
     if not _SHIELD.said:

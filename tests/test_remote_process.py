@@ -132,3 +132,28 @@ def test_a_process_still_there_after_sigkill_is_left_to_its_host_and_stop_does_n
         proc.wait(timeout=20)
         proc.cleanup()
     assert not os.path.exists(proc.dir)
+
+
+def test_while_offlab_ends_on_a_signal_a_process_gets_short_waits(monkeypatch):
+    # an interrupted run needs nothing a process would still print: 0.5 s after SIGINT, 2 s after SIGKILL
+    from offlab.hosts import process
+
+    waited: list[float] = []
+
+    class Timed(Deaf):
+        def wait_for_file(self, path, seconds):
+            waited.append(seconds)
+            return super().wait_for_file(path, seconds)
+
+    monkeypatch.setattr(process, "ending", lambda: True)
+    host = Timed()
+    proc = RemoteProcess(host, ["sleep", "30"])
+    try:
+        stop(proc, grace=5)
+        assert [a[:2] for a in host.argvs if a[0] == "kill"] == [["kill", "-2"], ["kill", "-9"]]
+        # what it asked its host to wait for: at most 0.5 s after SIGINT (grace=5 otherwise), 2 s after SIGKILL
+        assert waited[0] <= process.ENDING_GRACE_S and max(waited) <= process.ENDING_KILLED_WAIT_S, waited
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=20)
+        proc.cleanup()
