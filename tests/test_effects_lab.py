@@ -69,8 +69,10 @@ def bridge_lab(tmp_path_factory):
 
 def _iface(sample: dict, role: str, busiest: str) -> str:
     """`role`'s interface that carried the most packets in direction `busiest` (rx/tx)."""
-    return max((n for n in sample["probes"]["interfaces"] if n.startswith(f"{role}:")),
-               key=lambda n: sample["probes"]["interfaces"][n][f"{busiest}_packets"])
+    names = [n for n in sample["probes"]["interfaces"] if n.startswith(f"{role}:")]
+    assert names, (f"no interface of {role} moved in the sample", sample["traffic"], sample["probes"]["interfaces"],
+                   sample["probes"].get("reads"), sample.get("notes"))
+    return max(names, key=lambda n: sample["probes"]["interfaces"][n][f"{busiest}_packets"])
 
 
 def test_tso_is_exercised_on_and_not_off(bridge_lab):
