@@ -51,8 +51,8 @@ def up_cmd(
                                                    "thread's (default: the last one)."),
     testpmd_idle: Optional[str] = typer.Option(None, "--testpmd-idle", help=(
         "dpdk, dpdk-vm: poll (default): testpmd forwards, busy-polling its CPU, from lab up to lab down; stop: "
-        "it forwards only while offlab measures through the lab (its CPU idle otherwise; other traffic, e.g. "
-        "`lab exec` ping, finds it stopped).")),
+        "it forwards only while an offlab command sends through the lab (a sample, lab exec, mtu probe --lab), "
+        "its CPU idle otherwise (traffic started outside offlab finds it stopped).")),
     pmd_sleep: Optional[int] = typer.Option(None, "--pmd-sleep", help=(
         "ovs-dpdk, ovs-dpdk-vm: the longest sleep, in µs (0..10000), the OVS PMD thread may take per polling "
         "loop while its ports bring few packets (OVS's pmd-maxsleep); default 0: it busy-polls its CPU.")),
