@@ -297,14 +297,13 @@ def test_a_host_wide_sysctl_of_a_killed_controller_comes_back_within_the_lapse_w
     try:
         assert holder.stdout.readline().strip() == "ready", holder.stderr.read() if holder.poll() is not None else ""
         assert MACHINE_PATH.read_text().strip() == str(int(original) + 7)
-        dogs = [p for p in Path("/proc").iterdir() if p.name.isdigit() and _cmdline(p).startswith(
-            f"{sys.executable} -m offlab.knobs.watchdog {holder.pid} ")]
+        dogs = _watchdogs_of(holder.pid)
         assert len(dogs) == 1
         holder.kill()
         holder.wait()
         # Nothing is run: the watchdog sees the holder gone, waits the lapse, puts the sysctl back, leaves.
         wait_for("the sysctl back", lambda: MACHINE_PATH.read_text().strip() == original)
-        wait_for("the watchdog gone", lambda: proc_start(int(dogs[0].name)) is None)
+        wait_for("the watchdog gone", lambda: proc_start(dogs[0]) is None)
     finally:
         if holder.poll() is None:
             holder.kill()
@@ -322,6 +321,46 @@ def test_a_host_wide_sysctl_of_a_killed_controller_comes_back_within_the_lapse_w
     assert lines[1] == f"this machine:   restored machine {MACHINE_SYSCTL} = {original}", lines
     assert "restored by its lease" not in offlab_in_process("restore").stdout
     assert not list((state_dir / "journal").glob("*.journal"))
+
+
+def test_a_killed_controllers_machine_watchdog_leaves_as_soon_as_offlab_restore_put_its_sysctl_back(state_dir):
+    # With nothing of its owner's left open there is nothing to wait the lapse for (a test that killed a
+    # controller and restored at once used to leave this process behind for the whole lapse).
+    from offlab.hosts.process import signal_pid
+    from offlab.state import proc_start
+
+    original = MACHINE_PATH.read_text().strip()
+    env = {**os.environ, "OFFLAB_STATE_DIR": str(state_dir), "OFFLAB_MACHINE_LEASE": "600"}
+    holder = subprocess.Popen([sys.executable, "-c", MACHINE_HOLDER, MACHINE_SYSCTL, str(int(original) + 5)],
+                              cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    dogs: list[tuple[int, int | None]] = []  # each watchdog's pid and start time
+    try:
+        assert holder.stdout.readline().strip() == "ready", holder.stderr.read() if holder.poll() is not None else ""
+        dogs = [(d, proc_start(d)) for d in _watchdogs_of(holder.pid)]
+        [(dog, _)] = dogs
+        holder.kill()
+        holder.wait()
+        res = offlab_in_process("restore")
+        assert res.returncode == 0 and f"restored machine {MACHINE_SYSCTL} = {original}" in res.stdout, res.stdout
+        wait_for("the watchdog gone", lambda: proc_start(dog) is None, guard=30)  # the lapse is 600 s
+    finally:
+        for dog, start in dogs:  # failed: the watchdog is not left for its 600 s (by pid and start time)
+            if start is not None:
+                signal_pid(dog, signal.SIGTERM, start)
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
+        holder.stdout.close()
+        holder.stderr.close()
+        if MACHINE_PATH.read_text().strip() != original:
+            MACHINE_PATH.write_text(original)
+    assert not (state_dir / "lapsed").exists()  # it put nothing back itself
+
+
+def _watchdogs_of(pid: int) -> list[int]:
+    """The machine watchdogs (offlab.knobs.watchdog) of process `pid`, by their command line."""
+    return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and _cmdline(p).startswith(
+        f"{sys.executable} -m offlab.knobs.watchdog {pid} ")]
 
 
 def _cmdline(p: Path) -> str:

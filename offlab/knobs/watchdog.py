@@ -9,7 +9,8 @@ the process is gone, the watchdog waits the lapse (`OFFLAB_MACHINE_LEASE` second
 `offlab restore` by hand), then puts back, newest first, the host-wide settings that process's journals
 still hold open, records what it did in `$OFFLAB_STATE_DIR/lapsed/` (the next `offlab restore` says it),
 and exits. A process that releases its last host-wide setting stops its watchdog (SIGTERM); one that dies
-after putting everything back leaves a watchdog that finds nothing to do and exits.
+after putting everything back, or whose settings `offlab restore` puts back during the lapse, leaves a
+watchdog that sees nothing open of it any more (its journals are read twice a second) and exits.
 """
 
 from __future__ import annotations
@@ -82,19 +83,25 @@ def _machine_wide(entry) -> bool:
         return False
 
 
+def _held_by(owner: dict) -> list:
+    """(journal, its open host-wide entries) of each journal `owner` holds (not released on purpose)."""
+    from offlab.knobs.journal import all_journals
+
+    return [(view, [e for e in view.open_entries if _machine_wide(e)]) for view in all_journals()
+            if not view.released and view.header.get("owner") == owner]
+
+
 def put_back(owner: dict) -> list[str]:
     """The host-wide settings `owner`'s journals still hold open, put back; what was done."""
-    from offlab.knobs.journal import all_journals, dir_lock, journal_dir, remove_if_done
+    from offlab.knobs.journal import dir_lock, journal_dir, remove_if_done
     from offlab.knobs.restore import Report, restore_entries
 
     if not journal_dir().exists():
         return []
     report = Report()
     with dir_lock():
-        for view in all_journals():
-            if view.released or view.header.get("owner") != owner:
-                continue
-            restore_entries([e for e in view.open_entries if _machine_wide(e)], report)
+        for view, entries in _held_by(owner):
+            restore_entries(entries, report)
             remove_if_done(view.path)
     return report.lines
 
@@ -125,7 +132,14 @@ def main(argv: list[str]) -> int:
     while owner_alive(owner):
         time.sleep(POLL_S)
     silent = time.time()
-    time.sleep(lapse)
+    # The lapse, cut short once nothing host-wide of the owner's is open any more (`offlab restore` put it
+    # back meanwhile): there is nothing left to wait for (a test that killed a controller and restored at
+    # once left this process behind for the whole lapse).
+    end = time.monotonic() + lapse
+    while time.monotonic() < end:
+        if not any(entries for _, entries in _held_by(owner)):
+            return 0
+        time.sleep(POLL_S)
     lines = put_back(owner)
     if lines:
         stamp = time.strftime("%Y-%m-%d %H:%M:%S %Z")
