@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import Optional
 
@@ -61,13 +62,7 @@ def probe_cmd(
     if host and not lab:
         raise BadInput("--host names a host of a lab: add --lab NAME")
     where = _where(netns, lab, host)
-    if lab:
-        from offlab import lab as labs
-        from offlab.lab.dpdk import forwarding
-
-        with forwarding(labs.LabState.load(lab)):  # a testpmd that rests while idle forwards meanwhile
-            result = probe(where, dest, timeout=timeout)
-    else:
+    with _forwarding(lab):
         result = probe(where, dest, timeout=timeout)
     if as_json:
         typer.echo(json.dumps(result.to_json(), indent=2))
@@ -77,6 +72,16 @@ def probe_cmd(
         extra = f" (mtu {p.reported_mtu}{' from ' + p.reported_by if p.reported_by else ''})" \
             if p.reported_mtu else ""
         typer.echo(f"  {p.mtu:>6} bytes DF: {p.result}{extra}")
+
+
+def _forwarding(lab: str | None) -> contextlib.AbstractContextManager:
+    """A lab's testpmd that rests while idle forwards while the probe runs."""
+    if not lab:
+        return contextlib.nullcontext()
+    from offlab import lab as labs
+    from offlab.lab.dpdk import forwarding
+
+    return forwarding(labs.LabState.load(lab))
 
 
 def _where(netns: str | None, lab: str | None, host: str | None):

@@ -79,7 +79,8 @@ class Info:
     gro_flush: int = 1  # GRO_DEFAULT_FLUSH_CYCLES
     gso_segsz: int = 1514  # RTE_ETHER_MAX_LEN - RTE_ETHER_CRC_LEN
     # `poll`: forwarding runs (and busy-polls its CPU) from lab up to lab down; `stop`: only while an
-    # offlab measurement holds it (`forwarding`), its CPU idle otherwise (the lab option testpmd_idle)
+    # offlab command that sends through the lab holds it (`forwarding`), its CPU idle otherwise (the lab
+    # option testpmd_idle)
     idle: str = "poll"
 
     @classmethod
@@ -346,19 +347,21 @@ class Testpmd:
 
     def rest(self) -> None:
         """With `idle: stop`: forwarding stops unless some process holds it (see `forwarding`)."""
-        if self.info.idle == "stop" and not self._held() and self.alive():
+        if self._resting() and self.alive():
             self.command("stop")
 
-    def _held(self) -> bool:
-        """Whether a process (this one included) holds forwarding now."""
+    def _resting(self) -> bool:
+        """Whether forwarding should be stopped now: `idle: stop` and no process (this one included) holds it."""
+        if self.info.idle != "stop":
+            return False
         fd = os.open(self.rundir / FORWARDING_LOCK, os.O_CREAT | os.O_RDWR, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            return True
+            return False
         finally:
             os.close(fd)  # the exclusive lock, if taken, goes with it
-        return False
+        return True
 
     # ---- reconfiguring -------------------------------------------------------
     def reconfigure(self, commands: list[str], *, port_stop: bool | Iterable[int]) -> list[str]:
@@ -390,7 +393,7 @@ class Testpmd:
                         self.checked(f"port start {n}", timeout=60)
                     self._taps_home(moved)
                 finally:
-                    if self.info.idle != "stop" or self._held():  # resting testpmd stays at rest
+                    if not self._resting():  # a resting testpmd stays at rest
                         self.command("start")
         return answers
 

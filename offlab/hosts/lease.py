@@ -160,7 +160,7 @@ stop "$L"; tidy "$1"; exit 0
 # any: "gone" or "stopped" said), then whatever of its own is left there that it lost track of — a lease or
 # a process recorded by a command a signal cut short, which went on on the host — stopped by the owner line
 # ($3) that lease and process records carry; then the remote directory tidied. $1 remote_dir.
-_AT_EXIT_SH = _STOP_ONE + _TIDY + START_TIME_SH + r"""
+_AT_EXIT_SH = _STOP_ONE + _TIDY + r"""
 R=$1; me=$3
 [ -z "$2" ] || stop "$R/lease/$2"
 for l in "$R"/lease/*/; do

@@ -211,6 +211,7 @@ def close_all() -> None:
 
 
 _AT_EXIT = threading.Event()  # close_all is registered to run at exit
+_AT_EXIT_LOCK = threading.Lock()
 
 
 def close_at_exit() -> None:
@@ -219,9 +220,6 @@ def close_at_exit() -> None:
         if not _AT_EXIT.is_set():
             atexit.register(close_all)
             _AT_EXIT.set()
-
-
-_AT_EXIT_LOCK = threading.Lock()
 
 
 def _opened(host: "SshHost") -> None:

@@ -70,12 +70,12 @@ def up(topology: str, name: str | None = None, *, mtu: int = 1500, ipv6: bool = 
         TOPOLOGIES[topology].build(builder, mtu)
         _check_mtus(lab)
         builder.verify()
-        if TOPOLOGIES[topology].testpmd and options.get("testpmd_idle") == "stop":
+        if TOPOLOGIES[topology].testpmd:
             from offlab.dpdk import Testpmd  # here: DPDK's parts are for DPDK labs only
 
             tp = Testpmd.for_lab(name)
             if tp is not None:
-                tp.rest()  # up and checked: forwarding from now on only while offlab measures
+                tp.rest()  # up and checked: one that rests while idle forwards from now on only while offlab sends
         lab.status, lab.step = "up", ""
         lab.save()
     except BaseException as exc:
