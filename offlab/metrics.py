@@ -1,11 +1,16 @@
 """The figures an experiment compares, named once: unit, which direction is better, and how
-each is taken from a measured sample (offlab.experiment.measure.Sample.to_dict())."""
+each is taken from a sample (offlab.sample's StoredSample, as measured or read back from the store)."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
+
+if TYPE_CHECKING:  # read at every CLI start (`results`'s metric names): the record's module only where used
+    from offlab.sample import StoredSample
+
+Getter = Callable[["StoredSample"], "float | None"]
 
 
 @dataclass(frozen=True)
@@ -14,7 +19,7 @@ class Metric:
     label: str
     unit: str
     better: str  # "higher" | "lower"
-    get: Callable[[dict], float | None]
+    get: Getter
     low: float = 0.0  # the possible range: a value outside it is impossible, never a figure
     high: float | None = None
 
@@ -23,8 +28,12 @@ class Metric:
         return math.isfinite(v) and v >= self.low - 1e-9 and (self.high is None or v <= self.high * (1 + 1e-9))
 
 
-def _cpu(side: str, part: str) -> Callable[[dict], float | None]:
-    return lambda s: (s["probes"]["cpu"].get(side) or {}).get(part)
+def _cpu(side: str, part: str) -> Getter:
+    """A side's CPU figure; no figure where that side's CPU, or that part of it, was not read."""
+    def get(s: StoredSample) -> float | None:
+        cpu = s.probes.cpu.get(side)
+        return getattr(cpu, part) if cpu is not None and cpu.has(part) else None
+    return get
 
 
 # Beyond any path offlab measures (a 400 Gbit/s link carries ≤ 0.6 Gpps of minimum frames): a figure
@@ -33,17 +42,21 @@ MAX_BPS = 1e13
 MAX_PPS = 1e10
 
 
-def _sd(side: str) -> Callable[[dict], float | None]:
-    return lambda s: s["service_demand_us_per_kib"].get(side)
+def _sd(side: str) -> Getter:
+    return lambda s: s.service_demand_us_per_kib.get(side)
 
 
-def _rr(phase: str, field: str) -> Callable[[dict], float | None]:
-    """A figure of the request/response probe: phase "idle" (alone) or "loaded" (beside the stream)."""
-    return lambda s: ((s.get("rr") or {}).get(phase) or {}).get(field)
+def _rr(phase: str, field: str) -> Getter:
+    """A figure of the request/response probe: phase "idle" (alone) or "loaded" (beside the stream); no
+    figure where the sample has no such phase (a stream's)."""
+    def get(s: StoredSample) -> float | None:
+        measured = getattr(s.rr, phase) if s.rr is not None else None
+        return getattr(measured, field) if measured is not None and measured.has(field) else None
+    return get
 
 
 # Whole round trips (sockperf prints half), lower is better: rtt_p50_us ... (the probe alone) and
-# loaded_rtt_p50_us ... (beside the stream), from sample["rr"]["idle"] / ["loaded"].
+# loaded_rtt_p50_us ... (beside the stream), from sample.rr.idle / .loaded.
 RR_PHASES = (("idle", "", "idle"), ("loaded", "loaded_", "under load"))
 RR_QUANTITIES = (("p50", "p50"), ("p99", "p99"), ("p99_9", "p99.9"), ("mean", "mean"))
 RR_METRICS = [
@@ -56,12 +69,11 @@ RR_METRICS = [
 ]
 
 METRICS: dict[str, Metric] = {m.name: m for m in [
-    Metric("throughput_bps", "throughput", "bit/s", "higher", lambda s: s["traffic"]["throughput_bps"],
-           high=MAX_BPS),
-    Metric("pps", "datagrams received per second", "pps", "higher", lambda s: s["traffic"].get("pps"), high=MAX_PPS),
-    Metric("loss", "loss", "fraction", "lower", lambda s: s["traffic"].get("loss"), high=1.0),
-    Metric("retransmits", "TCP retransmits", "segments", "lower", lambda s: s["traffic"].get("retransmits")),
-    Metric("jitter_us", "jitter", "µs", "lower", lambda s: s["traffic"].get("jitter_us")),
+    Metric("throughput_bps", "throughput", "bit/s", "higher", lambda s: s.traffic.throughput_bps, high=MAX_BPS),
+    Metric("pps", "datagrams received per second", "pps", "higher", lambda s: s.traffic.pps, high=MAX_PPS),
+    Metric("loss", "loss", "fraction", "lower", lambda s: s.traffic.loss, high=1.0),
+    Metric("retransmits", "TCP retransmits", "segments", "lower", lambda s: s.traffic.retransmits),
+    Metric("jitter_us", "jitter", "µs", "lower", lambda s: s.traffic.jitter_us),
     Metric("cpu_client_busy", "client CPU busy", "%", "lower", _cpu("client", "busy"), high=100.0),
     Metric("cpu_client_user", "client CPU user", "%", "lower", _cpu("client", "user"), high=100.0),
     Metric("cpu_client_system", "client CPU system", "%", "lower", _cpu("client", "system"), high=100.0),
@@ -77,7 +89,8 @@ METRICS: dict[str, Metric] = {m.name: m for m in [
     # testpmd packets out per packet in, data direction: below the no-GRO figure = GRO merged (fewer is
     # "better" only in that sense; GSO/TSO cells read it as how much was split)
     Metric("testpmd_out_per_in", "testpmd packets out per packet in", "ratio", "lower",
-           lambda s: (s["probes"].get("testpmd") or {}).get("out_per_in")),
+           # the testpmd probe's record, read here without its view (offlab.probes lies above this module)
+           lambda s: (s.probes.extra.get("testpmd") or {}).get("out_per_in")),
 ]}
 
 # The metrics a comparison reports by default, in this order.
@@ -85,25 +98,25 @@ HEADLINE = ("throughput_bps", "pps", "loss", "cpu_client_busy", "cpu_server_busy
             "rtt_p50_us", "rtt_p99_us", "loaded_rtt_p50_us", "loaded_rtt_p99_us", "transactions_per_s")
 
 
-def _values(sample: dict) -> dict[str, float]:
+def _values(sample: StoredSample) -> dict[str, float]:
     out = {}
     for name, m in METRICS.items():
         try:
             v = m.get(sample)
-        except (KeyError, TypeError):
+        except (AttributeError, TypeError):  # a part an older offlab stored in another shape: no figure
             v = None
         if v is not None and not isinstance(v, bool):
             out[name] = float(v)
     return out
 
 
-def metrics_of(sample: dict) -> dict[str, float]:
+def metrics_of(sample: StoredSample) -> dict[str, float]:
     """Every metric the sample has a possible value for; an impossible one is no figure
     (offlab.experiment.witnesses notes it on the sample)."""
     return {name: v for name, v in _values(sample).items() if METRICS[name].possible(v)}
 
 
-def impossible(sample: dict) -> dict[str, float]:
+def impossible(sample: StoredSample) -> dict[str, float]:
     """The metrics whose value lies outside their possible range (negative, loss > 100 %, ...)."""
     return {name: v for name, v in _values(sample).items() if not METRICS[name].possible(v)}
 

@@ -1,10 +1,12 @@
-"""A stored sample, read: typed fields for what witnesses, reports and `results` use.
+"""A sample as one typed record: what offlab.experiment.measure makes, the runner completes, witnesses,
+metrics, reports and `results` read.
 
-A sample crosses parts as JSON (`offlab measure --json`, the store's `samples.sample` column). Readers
-take `StoredSample.from_json(d)` at that edge and use fields from then on; every key they do not name
-is kept as it came (`extra`), so `from_json(d).to_json() == d`, key order included. A field's default
-is what a reader takes for an absent key (0 for a counter, None for a figure); the key stays absent in
-`to_json` unless the field was set since.
+It is JSON only at its edges (`offlab measure --json`, the store's `samples.sample` column): readers of
+stored JSON take `StoredSample.from_json(d)` there and use fields from then on; every key they do not
+name is kept as it came (`extra`), so `from_json(d).to_json() == d`, key order included. A field's
+default is what a reader takes for an absent key (0 for a counter, None for a figure); the key stays
+absent in `to_json` unless the field was set since (or the record says it always stores it:
+`StoredSample.measured`).
 """
 
 from __future__ import annotations
@@ -41,6 +43,14 @@ class JsonView:
         named = cls._named()
         kw = {k: _load(named[k], v) for k, v in d.items() if k in named}
         return cls(**kw, extra={k: v for k, v in d.items() if k not in named}, _keys=tuple(d))
+
+    def has(self, name: str) -> bool:
+        """Whether its JSON holds key `name`: read, or set since to other than the field's default (a
+        field's default is also what an absent key reads as: this tells the two apart)."""
+        named = self._named()
+        if name in self._keys or name in self.extra:
+            return True
+        return name in named and getattr(self, name) != _default(named[name])
 
     def to_json(self) -> dict:
         named = self._named()
@@ -94,6 +104,8 @@ class SampleWorkload(JsonView):
     gro: bool = False
     ipv6: bool = False
     rate: str | None = None
+    send: str | None = None  # the engine's send path (send, sendmmsg, zerocopy, io_uring, io_uring-zc)
+    batch: int | None = None
     warmup: float = 0.0
     kind: str | None = None  # rr | rr-under-load; absent for a stream
     reverse: bool = False  # the server sent the data
@@ -121,9 +133,12 @@ class Series(JsonView):
 class Zerocopy(JsonView):
     """Zero-copy completions the engine saw (--send zerocopy: MSG_ZEROCOPY; io_uring-zc: SEND_ZC notifications)."""
 
+    sends: int = 0
     completed: int = 0
     copied: int = 0
     pending_at_end: int = 0
+    all_copied: bool | None = None
+    notifications: int | None = None  # io_uring-zc: SEND_ZC notifications received
     via: str = "MSG_ZEROCOPY"  # the mechanism (samples before io_uring have no `via`)
     copied_flag: str = "SO_EE_CODE_ZEROCOPY_COPIED"  # the kernel's flag that says a send was copied
 
@@ -139,6 +154,7 @@ class Traffic(JsonView):
     sent_pps: float | None = None
     datagrams_sent: int | None = None
     datagrams_received: int | None = None
+    duplicates: int | None = None  # the engine's count of datagrams received twice
     loss: float | None = None
     loss_source: str | None = None  # "kernel" when the tool's own loss was impossible
     jitter_us: float | None = None
@@ -190,6 +206,7 @@ class Read(JsonView):
     end: list[float] = field(default_factory=lambda: [0.0, 0.0])
     own_window_s: float | None = None
     clock_offset_s: list[float] | None = None
+    answered_s: list[float] | None = None  # a channel host: how long after each edge its read's answer came
 
     @property
     def has_own_clock(self) -> bool:
@@ -216,6 +233,7 @@ class Cpu(JsonView):
     softirq: float = 0.0
     irq: float = 0.0
     busy_s: float | None = None  # system: CPU seconds busy
+    cpus: int | None = None  # system: how many CPUs it counts
     steal_pct: float | None = None  # system: % of the window the hypervisor ran other work
 
 
@@ -286,12 +304,14 @@ class Probes(JsonView):
     t0_mono_s: float | None = None
     reads: dict[str, Read] = _view(Read, map=True, default_factory=dict)
     aligned: Aligned | None = _view(Aligned)
+    local_sampling: dict | None = None  # what sampling this machine's counters for `aligned` took
     cpu: dict[str, Cpu] = _view(Cpu, map=True, default_factory=dict)
     processes: list[Process] = _view(Process, list=True, default_factory=list)
     interfaces: dict[str, Iface] = _view(Iface, map=True, default_factory=dict)
     snmp: dict[str, Counters] = field(default_factory=dict)  # role → group → counter
     testpmd_settings: TestpmdSettings | None = _view(TestpmdSettings)
     mtus: dict[str, int] = field(default_factory=dict)
+    trace: dict | None = None  # the kernel's account from its tracepoints (offlab.probes.trace), when asked
 
     def of(self, probe: Any) -> Any:
         """A probe's stored record as that probe's view: `probe` (an offlab.probes.base.Probe class) names
@@ -329,13 +349,30 @@ class Capture(JsonView):
     verdict: str = ""
     largest_frame: int | None = None
     mtu: int | None = None  # of the interface it ran on
+    ip_fragments: int = 0
+    fragmented_datagrams: int = 0
+    fragments_per_datagram: int | None = None  # the most common count
+    udp_payload_sizes: dict = field(default_factory=dict)  # payload bytes → datagrams seen (JSON: bytes as text)
 
 
 @dataclass
 class Check(JsonView):
+    """One second witness of a headline figure: what it compared, whether it held, and the values each side gave."""
+
     check: str = ""
     ok: bool = False
     detail: str = ""
+    tool: float | None = None  # loss: the tool's, over `tool_over` (the window, else its whole run)
+    tool_over: str | None = None
+    tool_whole_run: float | None = None
+    kernel: float | None = None  # loss: the kernel's over the window, from these counts
+    kernel_sent: int | None = None
+    kernel_received: int | None = None
+    skew_s: float | None = None  # how far apart the hosts' reads may be
+    alignment_s: float | None = None  # how far the tool's intervals and the window's edges may be apart
+    tolerance: float | None = None
+    application_bytes: float | None = None  # bytes: what the application received, and the server's interfaces
+    interface_bytes: int | None = None
 
 
 @dataclass
@@ -352,6 +389,10 @@ class Segment(JsonView):
 
     interface: str = ""
     direction: str = ""
+    packets: int = 0
+    bytes: int = 0
+    avg_bytes: float | None = None
+    mtu: int | None = None  # None: unknown
     verdict: str = ""
     line: str = ""
 
@@ -421,7 +462,7 @@ class LossAttribution(JsonView):
 @dataclass
 class Effect(JsonView):
     """One setting's effect witness: what offlab.experiment.effects finds, stored with the sample
-    (`to_dict`: every field, as stored) and read back."""
+    (every field: `stored`) and read back."""
 
     setting: str = ""  # the key as set: testpmd.gro, tso, uso, gro, mtu, workload gso ...
     where: str = ""  # client:to-switch, switch (testpmd port 0), client (socket)
@@ -431,8 +472,9 @@ class Effect(JsonView):
     counters: dict = field(default_factory=dict)
     cause: str | None = None  # not exercised / not applicable: the likely reason
 
-    def to_dict(self) -> dict:
-        return {name: getattr(self, name) for name in self._named()}
+    def stored(self) -> Effect:
+        """This effect as a sample stores it: every field, at its default too (its readers find every key)."""
+        return dataclasses.replace(self, _keys=tuple(self._named()))
 
 
 @dataclass
@@ -486,9 +528,12 @@ class RrPhase(JsonView):
     rtt_p99_9_us: float | None = None
     rtt_max_us: float | None = None
     rtt_mean_us: float | None = None
+    transactions: int | None = None  # answered in the window
+    window_s: float | None = None
     cpu: dict[str, Cpu] = _view(Cpu, map=True, default_factory=dict)  # idle only: its probe window's
     cpu_us_per_transaction: float | None = None
     series: list[Series] = _view(Series, list=True, default_factory=list)
+    kernel_account: dict | None = None  # rr-under-load's idle phase, traced: its own window's account
 
 
 @dataclass
@@ -500,9 +545,17 @@ class Rr(JsonView):
     loaded_over_idle: dict[str, float | None] = field(default_factory=dict)  # rtt_* key → loaded / idle
 
 
+# The keys a measured sample always stores, null or empty too, in this order (what `offlab measure --json`
+# and the store's samples have always held); a key after these is stored only once it has a value.
+MEASURED_KEYS = ("lab", "topology", "workload", "started_at", "traffic", "probes", "service_demand_us_per_kib",
+                 "capture", "notes", "search", "consistency", "loss_attribution", "segmentation", "rr", "effects",
+                 "guests")
+
+
 @dataclass
 class StoredSample(JsonView):
-    """One sample as stored (offlab.experiment.measure Sample.to_dict)."""
+    """One sample: as offlab.experiment.measure makes it, the runner completes it and the store keeps it.
+    The fields after `guests` are stored in their order, each only once it has a value."""
 
     lab: str | None = None
     topology: str | None = None
@@ -513,16 +566,25 @@ class StoredSample(JsonView):
     service_demand_us_per_kib: dict[str, float | None] = field(default_factory=dict)
     capture: Capture | None = _view(Capture)
     notes: list[str] = field(default_factory=list)
-    search: dict | None = None
+    search: dict | None = None  # zero-loss search: its trials and verdict (offlab.experiment.search)
     consistency: Consistency | None = _view(Consistency)
     loss_attribution: LossAttribution | None = _view(LossAttribution)
     segmentation: list[Segment] | None = _view(Segment, list=True)
     rr: Rr | None = _view(Rr)
     effects: list[Effect] | None = _view(Effect, list=True)
     guests: dict[str, Guest] | None = _view(Guest, map=True)  # role → how that guest ran
-    in_force: list[Held] | None = _view(Held, list=True)  # a plan's sample: the settings it ran with
-    knobs: list[KnobOutcome] | None = _view(KnobOutcome, list=True)  # a plan's sample: its cell's settings made
     kernel_account: dict | None = None  # the kernel's account beside the counters' (experiment.kernel_account)
+    # a plan's sample: what the runner adds
+    in_force: list[Held] | None = _view(Held, list=True)  # the settings it ran with, read back at its end
+    knob_writes: dict[str, int] | None = None  # its cell's settings journalled and set, restored, kept
+    knobs: list[KnobOutcome] | None = _view(KnobOutcome, list=True)  # its cell's settings made
+    guest_boot: dict | None = None  # which boot of the guest took it, and the run's boots so far
+    round_position: int | None = None  # where in its round it ran (the interleaving)
+
+    @classmethod
+    def measured(cls, **fields: Any) -> StoredSample:
+        """A sample just measured: it stores MEASURED_KEYS whatever their values."""
+        return cls(**fields, _keys=MEASURED_KEYS)
 
 
 @dataclass

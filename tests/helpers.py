@@ -9,10 +9,12 @@ import os
 import shutil
 import signal
 import site
+import sqlite3
 import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import pytest
@@ -287,4 +289,19 @@ def judge_effects(sample: dict, settings: list[dict]) -> list[dict]:
     from offlab.experiment import effects
     from offlab.sample import Held, StoredSample
 
-    return [e.to_dict() for e in effects.witness(StoredSample.from_json(sample), [Held.from_json(s) for s in settings])]
+    return [e.stored().to_json() for e in effects.witness(StoredSample.from_json(sample),
+                                                          [Held.from_json(s) for s in settings])]
+
+
+def recorded_history(tmp_path: Path) -> Path:
+    """The recorded plan history (tests/fixtures/trend), loaded from its SQL dump into a database of this test's own."""
+    db = tmp_path / "history.db"
+    conn = sqlite3.connect(db)
+    try:
+        conn.executescript((Path(__file__).parent / "fixtures" / "trend" / "history.sql").read_text())
+        # sqlite3's .dump leaves out PRAGMA user_version, where the store reads its schema version from
+        [(version,)] = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchall()
+        conn.execute(f"PRAGMA user_version = {int(version)}")
+    finally:
+        conn.close()
+    return db

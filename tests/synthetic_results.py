@@ -1,5 +1,6 @@
-"""Realistic synthetic results for the store/compare/report tests: samples in the shape of
-offlab.experiment.measure.Sample.to_dict(), written through the same Store API the runner uses."""
+"""Realistic synthetic results for the store/compare/report tests: samples in the stored shape of
+offlab.sample's StoredSample (JSON), written through the same Store API the runner uses, with the
+metrics read from them as the runner reads them."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import random
 
 from offlab.metrics import metrics_of
 from offlab.probes.capture import HIST_EDGES
+from offlab.sample import StoredSample
 from offlab.store import Store
 
 PLAN_TEXT = """\
@@ -152,7 +154,7 @@ def make_uso_run(store: Store, *, rounds: int = 4, seed: int = 7, skip: str | No
         for rnd in range(rounds):
             s = sample(rng, payload=payload, mtu=mtu, gso=o == "on",
                        throughput_bps=THROUGHPUT[(payload, o)] * scale, capture=rnd == capture_round)
-            store.add_sample(run, cid, rnd, s, metrics_of(s))
+            store.add_sample(run, cid, rnd, s, metrics_of(StoredSample.from_json(s)))
         store.set_cell_status(cid, "done")
     store.set_run_status(run, "done")
     return run, ids
@@ -174,7 +176,7 @@ def make_sweep_run(store: Store, *, rounds: int = 3, seed: int = 11, sizes=(64, 
         for rnd in range(rounds):
             s = sample(rng, payload=z, mtu=9000 if z > 1472 else 1500, gso=g == "on", throughput_bps=base,
                        capture=rnd == 0, spread=0.02)
-            store.add_sample(run, ids[c["key"]], rnd, s, metrics_of(s))
+            store.add_sample(run, ids[c["key"]], rnd, s, metrics_of(StoredSample.from_json(s)))
         store.set_cell_status(ids[c["key"]], "done" if st == 1 else "confidence_not_reached",
                               None if st == 1 else "throughput interval 7.1 % of the mean after 10 rounds (target 5 %)")
     store.set_run_status(run, "done")
@@ -235,7 +237,7 @@ def make_pps_run(store: Store, *, seed: int = 5) -> tuple[int, dict[str, int]]:
                     "places": [{"host": "router", "where": "router:olr2 qdisc (pfifo) drops", "count": 100,
                                 "what": "queue full or over its rate", "layer": "queue", "share": 100 / 120}],
                     "explained": 100, "unexplained": 20, "not_lost": []}
-            store.add_sample(run, ids[c["key"]], rnd, s, metrics_of(s))
+            store.add_sample(run, ids[c["key"]], rnd, s, metrics_of(StoredSample.from_json(s)))
         store.set_cell_status(ids[c["key"]], "done")
     store.set_cell_status(ids["rps=all"], "failed", "offlab-engine rx exited 1: bind: address in use")
     store.set_run_status(run, "done")

@@ -14,7 +14,8 @@ from tests.conftest import REPO
 # sample's view, the measure request, the witnesses that read samples, the probe result
 TYPED = ["offlab/hosts", "offlab/netdev", "offlab/knobs", "offlab/store", "offlab/sample.py", "offlab/experiment/request.py",
          "offlab/experiment/witnesses.py", "offlab/probes", "offlab/experiment/measure.py",
-         "offlab/experiment/effects", "offlab/report/trend.py", "offlab/experiment/kernel_account.py"]
+         "offlab/experiment/effects", "offlab/report/trend.py", "offlab/experiment/kernel_account.py",
+         "offlab/metrics.py", "offlab/experiment/search.py"]
 
 
 def _run(*argv: str) -> subprocess.CompletedProcess:

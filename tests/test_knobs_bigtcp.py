@@ -15,7 +15,7 @@ from offlab.experiment.measure import measure
 from offlab.knobs import Change, Transaction
 from offlab.knobs.bigtcp import LinkSize, link_sizes
 from offlab.knobs.target import Target
-from offlab.probes.edge.bigpackets import TABLE, merged, parse, seen
+from offlab.probes.edge.bigpackets import TABLE, BigPackets, merged, parse, seen
 from offlab.traffic import Workload
 from tests.conftest import REPO, offlab_cli, requires_root
 from tests.helpers import journals, run as offlab_in_process
@@ -138,15 +138,15 @@ def test_packets_over_64k_cross_the_router_only_with_big_tcp(lab_name, clean_mac
     try:
         off = _router_big_tx(lab, 65536)
         on = _router_big_tx(lab, 196608)
-        router_tx = {s: sum(d["tx"] for n, d in x.probes["big_packets"].items() if n.startswith("router:"))
+        router_tx = {s: sum(d.tx for n, d in x.probes.of(BigPackets).items() if n.startswith("router:"))
                      for s, x in (("off", off), ("on", on))}
         # counted on every interface of every namespace, 0 included
-        assert len(off.probes["big_packets"]) == 4 and router_tx["off"] == 0
-        assert router_tx["on"] > 0, on.probes["big_packets"]
+        assert len(off.probes.of(BigPackets)) == 4 and router_tx["off"] == 0
+        assert router_tx["on"] > 0, on.probes.of(BigPackets)
         assert any("crossed the router unsegmented" in n for n in on.notes)
         assert any("no packet over 64 KiB" in n for n in off.notes)
         egress = f"router:{lab.resolve_iface('router', 'to-server')}"
-        assert seen(on.probes["big_packets"], egress, "tx") > 0 == seen(off.probes["big_packets"], egress, "tx")
+        assert seen(on.probes.of(BigPackets), egress, "tx") > 0 == seen(off.probes.of(BigPackets), egress, "tx")
         assert seen(None, egress, "tx") is None
         for role in ("client", "router", "server"):  # the counters went with the sample
             tables = lab.host(role).run(["nft", "-j", "list", "tables"]).stdout
@@ -200,11 +200,11 @@ def test_packets_over_64k_cross_the_vxlan_tunnel_only_with_big_tcp(lab_name, cle
         to_server = f"hv2:{lab.resolve_iface('hv2', 'to-server')}"
         server = f"server:{lab.resolve_iface('server')}"
         for where, way in (("hv1:vxlan0", "tx"), ("hv2:vxlan0", "rx"), (to_server, "tx"), (server, "rx")):
-            assert seen(off.probes["big_packets"], where, way) == 0, (where, off.probes["big_packets"])
-            assert seen(on.probes["big_packets"], where, way) > 0, (where, on.probes["big_packets"])
+            assert seen(off.probes.of(BigPackets), where, way) == 0, (where, off.probes.of(BigPackets))
+            assert seen(on.probes.of(BigPackets), where, way) > 0, (where, on.probes.of(BigPackets))
         # between the hypervisors the underlay segmented them (its gso size is 64 KiB)
-        assert sum(d["rx"] + d["tx"] for n, d in on.probes["big_packets"].items() if n.startswith("switch:")) == 0
-        assert seen(on.probes["big_packets"], "hv2:u0", "rx") == 0
+        assert sum(d.rx + d.tx for n, d in on.probes.of(BigPackets).items() if n.startswith("switch:")) == 0
+        assert seen(on.probes.of(BigPackets), "hv2:u0", "rx") == 0
         for role in ("hv1", "switch", "hv2"):  # both tables went with the sample
             tables = lab.host(role).run(["nft", "list", "tables"]).stdout
             assert TABLE not in tables
@@ -259,9 +259,9 @@ def test_a_guest_nic_and_its_tap_refuse_big_tcp_and_no_packet_over_64k_crosses_t
         res = offlab_cli("lab", "set", lab_name, "client", "to-server", "gro_max_size=196608")
         assert res.returncode == 0 and "gro_max_size: 65536 → 196608" in res.stdout, res.stdout + res.stderr
         sample = measure(lab, Workload(tool="iperf3", protocol="tcp", duration=1, warmup=1, big_packets=True).check())
-        assert seen(sample.probes["big_packets"], f"server:{tap}", "rx") == 0
-        tap_rx = sample.probes["interfaces"][f"server:{tap}"]
-        assert tap_rx["rx_bytes"] / tap_rx["rx_packets"] > 1514  # super-packets crossed it whole, at most 64 KiB
+        assert seen(sample.probes.of(BigPackets), f"server:{tap}", "rx") == 0
+        tap_rx = sample.probes.interfaces[f"server:{tap}"]
+        assert tap_rx.rx_bytes / tap_rx.rx_packets > 1514  # super-packets crossed it whole, at most 64 KiB
     finally:
         teardown.down(lab_name)
     assert journals(state_dir) == []  # gro_max_size went back with the lab
@@ -283,6 +283,6 @@ def test_a_request_response_sample_counts_packets_over_64k_when_asked(veth_lab, 
                                                 Change(lab.server, "gso_ipv4_max_size", size, "to-client", lab)]))
             rw = rr.RrWorkload(protocol="tcp", request_size=80000, response_size=80000, duration=1, warmup=0.5)
             sample = measure_rr(lab, rw.check(), big_packets=True)
-        counted[size] = seen(sample.probes["big_packets"], f"client:{lab.resolve_iface('client')}", "tx")
+        counted[size] = seen(sample.probes.of(BigPackets), f"client:{lab.resolve_iface('client')}", "tx")
     assert counted[65536] == 0 and counted[196608] > 0, counted
     assert journals(state_dir) == []

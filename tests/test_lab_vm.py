@@ -105,11 +105,11 @@ def test_a_guest_sample_runs_no_command_in_the_guest_during_its_window(lab_name,
     finally:
         guest_mod._Channel.call = call
         teardown.down(lab.name)
-    t0, t1 = sample.probes["t0_mono_s"], sample.probes["t0_mono_s"] + sample.probes["window_s"]
+    t0, t1 = sample.probes.t0_mono_s, sample.probes.t0_mono_s + sample.probes.window_s
     kinds = {k for _, _, k in sent}
     assert "Q" in kinds and "F" in kinds  # the client's start and end are commands; the reads are not
     during = [(a, b, k) for a, b, k in sent if k == "Q" and a < t1 and b > t0]
     assert during == [], f"commands in the guest during the window [{t0:.2f}, {t1:.2f}]: {during}"
     snapshots = [(a, b) for a, b, k in sent if k == "F" and t0 - 5 < a < t1 + 5]
     assert snapshots, "the guest's counters were not read around the window"
-    assert sample.throughput_bps > 0 and "client" in sample.probes["reads"]
+    assert sample.traffic.throughput_bps > 0 and "client" in sample.probes.reads

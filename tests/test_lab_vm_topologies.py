@@ -142,14 +142,14 @@ def test_vm_router_forwards_traffic_both_ways_through_the_guest(router):
         # 100 Mbit/s: what is checked is that TCP crosses the router guest both ways, not how fast (full
         # speed takes both host CPUs under TCG)
         s = measure(lab, Workload(tool="iperf3", protocol="tcp", duration=1, warmup=0.3, reverse=reverse, rate="100M"))
-        assert s.traffic["throughput_bps"] > 0
+        assert s.traffic.throughput_bps > 0
         # TCP's segments in one direction and its ACKs in the other all cross the guest's forwarding
         assert _forwarded(name) - before > 100
     # the UDP sample takes the kernel's account (--trace) on every hop: this machine's namespaces by bpftrace,
     # the router guest's own kernel by its hist triggers
     s = measure(lab, Workload(tool="engine", protocol="udp", duration=1, warmup=0.3, rate="20Mbit", gso=True),
                 trace=True)
-    assert s.traffic["datagrams_received"] > 0 and s.traffic["loss"] is not None
+    assert s.traffic.datagrams_received > 0 and s.traffic.loss is not None
     hops = {(h["host"], h["device"]): h for h in s.kernel_account["hops"]}
     client_dev = lab.resolve_iface("client", "to-router")
     server_dev = lab.resolve_iface("server", "to-router")
@@ -160,7 +160,7 @@ def test_vm_router_forwards_traffic_both_ways_through_the_guest(router):
     assert hops[("router", "eth0")]["received"]["super_packets"] == pytest.approx(sent["super_packets"], rel=0.35), hops
     out_segments = hops[("router", "eth1")]["sent"]["segments"]
     assert out_segments == pytest.approx(hops[("server", server_dev)]["received"]["segments"], rel=0.35), hops
-    assert "not_traced" not in s.kernel_account and s.probes["trace"]["hist"]["router"]["drops_counted_in"] == "skbs"
+    assert "not_traced" not in s.kernel_account and s.probes.trace["hist"]["router"]["drops_counted_in"] == "skbs"
 
 
 def test_static_hosts_and_interfaces_match_the_built_vm_router_and_vm_pair(router, pair):
@@ -262,14 +262,14 @@ def test_vm_pair_carries_traffic_guest_to_guest_both_ways(pair):
         # 100 Mbit/s: guest to guest both ways is checked, not speed
         s = measure(lab, Workload(tool="iperf3", protocol="tcp", duration=1, warmup=0.3, reverse=reverse, rate="100M"))
         after = tap_rx()
-        assert s.traffic["throughput_bps"] > 0
+        assert s.traffic.throughput_bps > 0
         sender = "server" if reverse else "client"
         receiver = "client" if reverse else "server"
         # the sender's data and the receiver's ACKs: the sender's tap carries more bytes, both carry packets
         assert after[sender] - before[sender] > 100 and after[receiver] - before[receiver] > 10
     # the UDP sample takes the kernel's account (--trace) in both guests' own kernels and on the switch
     s = measure(lab, Workload(tool="engine", protocol="udp", duration=1, warmup=0.3, rate="10Mbit"), trace=True)
-    assert s.traffic["datagrams_received"] > 0
+    assert s.traffic.datagrams_received > 0
     hops = {(h["host"], h["device"]): h for h in s.kernel_account["hops"]}
     sent, received = hops[("client", "eth0")]["sent"]["segments"], hops[("server", "eth0")]["received"]["segments"]
     # what the client guest's driver was handed reached the server guest's (three kernels' windows:

@@ -14,10 +14,11 @@ import pytest
 from offlab import lab as labs
 from offlab.experiment import teardown
 from offlab.experiment import witnesses
-from offlab.sample import LossAttribution, StoredSample
+from offlab.sample import StoredSample
 from offlab.experiment.measure import measure
 from offlab.probes import ProbeSession
 from offlab.probes.edge import qdisc
+from offlab.probes.edge.qdisc import QdiscProbe
 from offlab.probes.counters import parse_snmp
 from offlab.report import format as fmt
 from offlab.traffic import Workload
@@ -59,11 +60,11 @@ def test_datagrams_to_a_port_nobody_listens_on_are_attributed_to_noports(veth_la
     sample = {"traffic": {"tool": "engine", "datagrams_sent": sent, "datagrams_received": 0, "loss": 1.0},
               "probes": probe, "workload": {"protocol": "udp", "gso": False, "gro": False}}
     la = witnesses.attribute_loss(StoredSample.from_json(sample))
-    assert la["lost"] == sent > 5000
-    top = la["places"][0]
-    assert top["where"] == "server Udp NoPorts" and top["count"] == sent and top["share"] == pytest.approx(1.0)
-    assert la["unexplained"] == 0
-    lines = fmt.loss_lines(LossAttribution.from_json(la))
+    assert la is not None and la.lost == sent > 5000
+    top = la.places[0]
+    assert top.where == "server Udp NoPorts" and top.count == sent and top.share == pytest.approx(1.0)
+    assert la.unexplained == 0
+    lines = fmt.loss_lines(la)
     assert lines[0] == f"lost {sent} of {sent} datagrams (client Udp OutDatagrams − server Udp InDatagrams)"
     assert f"  server Udp NoPorts {sent} (100 %): no socket on the port" in lines
 
@@ -80,13 +81,14 @@ def test_a_router_queue_that_overflows_is_attributed_with_its_share(lab_name, cl
         s = measure(lab, Workload(tool="engine", protocol="udp", size=1200, duration=1.0, warmup=0.3,
                                   rate="20kpps"))
         port = f"router:{lab.resolve_iface('router', 'to-server')}"
-        assert s.probes["qdisc"][port]["kind"] == "tbf" and s.probes["qdisc"][port]["drops"] > 0
-        la = s.to_dict()["loss_attribution"]
-        assert la["lost"] > 1000 and s.traffic["loss"] > 0.5  # 20 kpps × 1200 B offered into 20 Mbit/s
-        top = la["places"][0] if la["places"][0]["host"] == "router" else None
-        assert top and top["where"] == f"{port} qdisc (tbf) drops", la["places"]
+        queue = s.probes.of(QdiscProbe)[port]
+        assert queue.kind == "tbf" and queue.drops > 0
+        la = s.loss_attribution
+        assert la is not None and la.lost > 1000 and s.traffic.loss > 0.5  # 20 kpps × 1200 B offered into 20 Mbit/s
+        top = la.places[0] if la.places[0].host == "router" else None
+        assert top and top.where == f"{port} qdisc (tbf) drops", la.places
         # the queue saw the whole window, the engine counts the whole run: the window's share is most of it
-        assert 0.5 < top["share"] <= 1.05, top
-        assert any(line.startswith(f"  {port} qdisc (tbf) drops") for line in fmt.loss_lines(LossAttribution.from_json(la)))
+        assert 0.5 < top.share <= 1.05, top
+        assert any(line.startswith(f"  {port} qdisc (tbf) drops") for line in fmt.loss_lines(la))
     finally:
         teardown.down(lab_name)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from offlab.experiment.measure import RCVQ_MARK, VETH_NOTE, sample_notes, service_demands
 from offlab.metrics import TCG_MARK
 from offlab.probes import ProbeResult
+from offlab.sample import Guest
 
 
 def probe(*, steal: float = 0.0, avg: float = 1500.0, snmp: dict | None = None) -> ProbeResult:
@@ -27,7 +28,7 @@ def test_service_demand_per_side_and_total_by_hand():
 
 def test_notes_say_what_shaped_the_window_and_only_that():
     assert sample_notes(probe(), 1500, {}, channel_margin_s=None, late_start_s=None) == []
-    notes = sample_notes(probe(steal=7.5, avg=64000), 1500, {"client": {"accel": "tcg"}, "server": {"accel": "kvm"}},
+    notes = sample_notes(probe(steal=7.5, avg=64000), 1500, {"client": Guest(accel="tcg"), "server": Guest(accel="kvm")},
                          channel_margin_s=1.0, late_start_s=10.0)
     assert notes[0].startswith("traffic ran 2 s longer than the window, which began 1 s after the warm-up")
     (stopped,) = sample_notes(probe(), 1500, {}, channel_margin_s=1.0, late_start_s=None, stopped_at_end=True)

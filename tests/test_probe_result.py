@@ -68,7 +68,7 @@ def test_a_sample_measured_now_stores_the_probe_keys_a_sample_stored_before(veth
     with open(BEFORE) as f:
         before = json.load(f)
     w = Workload(tool="iperf3", protocol="tcp", duration=1.0, warmup=1.0, big_packets=True)
-    now = json.loads(stored(measure(veth_lab, w).to_dict()))
+    now = json.loads(stored(measure(veth_lab, w).to_json()))
     assert list(now) == list(before)
     # a probe newer than the stored sample (a module of offlab/probes/edge/ with a key it lacks) adds its
     # key after all of these; every key it had comes first, in its order, with its shape

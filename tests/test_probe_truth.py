@@ -76,13 +76,13 @@ def test_segmentation_verdict_from_packets_and_bytes_against_the_mtu():
         "client:olv0": {"tx_packets": 1512, "tx_bytes": 1512 * 63880, "rx_packets": 3, "rx_bytes": 180},
         "server:olv1": {"rx_packets": 66000, "rx_bytes": 66000 * 1514, "tx_packets": 0, "tx_bytes": 0},
         "router:olv2": {"rx_packets": 500, "rx_bytes": 500 * 1500, "tx_packets": 0, "tx_bytes": 0}}}
-    seg = {(s["interface"], s["direction"]): s for s in witnesses.segmentation(
+    seg = {(s.interface, s.direction): s for s in witnesses.segmentation(
         Probes.from_json(probes), {"client:olv0": 1500, "server:olv1": 1500})}
     assert set(seg) == {("client:olv0", "tx"), ("server:olv1", "rx"), ("router:olv2", "rx")}  # 3 ARP/ACKs: no claim
-    assert seg[("client:olv0", "tx")]["line"] == \
+    assert seg[("client:olv0", "tx")].line == \
         "client:olv0 tx: 1512 pkts of avg 63880 B (super-packets: not segmented on this hop)"
-    assert seg[("server:olv1", "rx")]["verdict"] == "wire-size packets (≤ MTU 1500 + 14)"  # 1514 is a full frame
-    assert seg[("router:olv2", "rx")]["verdict"] == "MTU unknown: no verdict"
+    assert seg[("server:olv1", "rx")].verdict == "wire-size packets (≤ MTU 1500 + 14)"  # 1514 is a full frame
+    assert seg[("router:olv2", "rx")].verdict == "MTU unknown: no verdict"
 
 
 @pytest.mark.network
@@ -94,14 +94,14 @@ def test_super_packets_on_a_veth_are_proven_by_counters_and_segmented_ones_are_n
     client = f"client:{veth_lab.resolve_iface('client')}"
     big = measure(veth_lab, Workload(tool="engine", protocol="udp", size=1400, gso=True, gro=True, duration=0.6,
                                      warmup=0.2))
-    seg = {(s["interface"], s["direction"]): s for s in big.to_dict()["segmentation"]}
-    assert seg[(client, "tx")]["mtu"] == 1500
-    assert seg[(client, "tx")]["avg_bytes"] > 1514 * 4, seg
-    assert seg[(client, "tx")]["verdict"] == "super-packets: not segmented on this hop"
+    seg = {(s.interface, s.direction): s for s in big.segmentation or []}
+    assert seg[(client, "tx")].mtu == 1500
+    assert seg[(client, "tx")].avg_bytes > 1514 * 4, seg
+    assert seg[(client, "tx")].verdict == "super-packets: not segmented on this hop"
     plain = measure(veth_lab, Workload(tool="engine", protocol="udp", size=1400, duration=0.6, warmup=0.2))
-    seg = {(s["interface"], s["direction"]): s for s in plain.segmentation}
-    assert seg[(client, "tx")]["avg_bytes"] == pytest.approx(1442, abs=1)  # 1400 + UDP 8 + IP 20 + Ethernet 14
-    assert seg[(client, "tx")]["verdict"] == "wire-size packets (≤ MTU 1500 + 14)"
+    seg = {(s.interface, s.direction): s for s in plain.segmentation or []}
+    assert seg[(client, "tx")].avg_bytes == pytest.approx(1442, abs=1)  # 1400 + UDP 8 + IP 20 + Ethernet 14
+    assert seg[(client, "tx")].verdict == "wire-size packets (≤ MTU 1500 + 14)"
 
 
 class _SlowToEnter(NetnsHost):

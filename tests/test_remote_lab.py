@@ -410,28 +410,29 @@ def test_ssh_hosts_samples_state_the_skew_of_their_reads_and_still_flag_a_disagr
         lab = labs.LabState.load(lab_name)
         # 2000 pps: the reads' timing and a loss-free sample are checked, not speed
         clean = measure(lab, Workload(tool="engine", protocol="udp", size=1200, rate="2000pps", duration=2))
-        assert clean.consistency["status"] == "consistent", clean.consistency
+        assert clean.consistency is not None and clean.consistency.status == "consistent", clean.consistency
         # both ends answer over ssh: each read is timed and pinned by the host's own clock
-        reads = clean.probes["reads"]
-        assert set(reads) == {"client", "server"} and all("own_window_s" in r for r in reads.values())
-        (check,) = [c for c in clean.consistency["checks"] if c["check"] == "loss"]
+        reads = clean.probes.reads
+        assert set(reads) == {"client", "server"} and all(r.has("own_window_s") for r in reads.values())
+        (check,) = [c for c in clean.consistency.checks if c.check == "loss"]
         # read over one stream per host: their reads far closer together than the window is long
-        assert 0 < check["skew_s"] < clean.probes["window_s"] / 4 and "reads may be apart" in check["detail"]
+        assert 0 < check.skew_s < clean.probes.window_s / 4 and "reads may be apart" in check.detail
         # datagrams dying in the server's 4 KiB receive buffer: engine and kernel agree ...
         lossy = measure(lab, Workload(tool="engine", protocol="udp", size=1200, rate="20kpps", rcvbuf=4096,
                                       duration=2))
-        (check,) = [c for c in lossy.consistency["checks"] if c["check"] == "loss"]
+        assert lossy.consistency is not None and lossy.loss_attribution is not None
+        (check,) = [c for c in lossy.consistency.checks if c.check == "loss"]
         # both witnesses see the loss, and over the same window (the engine's receiver rows there: receive-
         # buffer loss comes in bursts, so its whole-run figure need not match the window's — docs/results.md)
-        assert check["kernel"] > 0 and check["tool"] > 0 and check["tool_over"] == "window", check
-        assert lossy.consistency["status"] == "consistent", check
-        assert lossy.loss_attribution["places"][0]["where"] == "server Udp RcvbufErrors"
+        assert check.kernel > 0 and check.tool > 0 and check.tool_over == "window", check
+        assert lossy.consistency.status == "consistent", check
+        assert lossy.loss_attribution.places[0].where == "server Udp RcvbufErrors"
         # ... and a tool that did not see that loss is contradicted by the kernel's counters whenever the
         # loss exceeds the tolerance the check states
         # (its total and every row of its series doctored: the check compares the rows over the window)
-        again = witnesses.cross_check(StoredSample.from_json(tool_saw_no_loss(lossy.to_dict())))
-        (zero,) = [c for c in again["checks"] if c["check"] == "loss"]
-        assert again["status"] == ("inconsistent" if check["kernel"] > zero["tolerance"] else "consistent"), again
+        again = witnesses.cross_check(StoredSample.from_json(tool_saw_no_loss(lossy.to_json())))
+        (zero,) = [c for c in again.checks if c.check == "loss"]
+        assert again.status == ("inconsistent" if check.kernel > zero.tolerance else "consistent"), again
     finally:
         # the samples were measured in this process, which took leases on both hosts as any offlab process
         # does; a command's process releases them at its exit, this long-lived one here

@@ -108,7 +108,9 @@ def test_rr_under_load_reports_throughput_with_idle_and_loaded_round_trips(veth_
     assert d["rr"]["loaded_over_idle"]["rtt_p99_us"] == pytest.approx(loaded["rtt_p99_us"] / idle["rtt_p99_us"])
     assert any("measured alone just before the stream" in n for n in d["notes"])
     from offlab.metrics import metrics_of
-    m = metrics_of(d)
+    from offlab.sample import StoredSample
+
+    m = metrics_of(StoredSample.from_json(d))  # read as the store's readers read it
     assert m["loaded_rtt_p99_us"] == loaded["rtt_p99_us"] and m["rtt_p50_us"] == idle["rtt_p50_us"]
     assert m["throughput_bps"] == d["traffic"]["throughput_bps"]
     text = offlab_cli("measure", veth_lab.name, "--workload", "rr-under-load", "--duration", "1", "--warmup", "0.2")

@@ -10,20 +10,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from dataclasses import dataclass, field
 
 import pytest
 
 from offlab.experiment.search import zero_loss_search
+from offlab.sample import Probes, StoredSample, Traffic
 from offlab.traffic import Workload
-
-
-@dataclass
-class FakeSample:
-    traffic: dict
-    probes: dict = field(default_factory=lambda: {"window_s": 1.0})
-    notes: list = field(default_factory=list)
-    search: dict | None = None
 
 
 class Dut:
@@ -31,7 +23,7 @@ class Dut:
         self.capacity, self.ceiling, self.unknown = capacity, ceiling, loss_unknown_above
         self.rates: list[float] = []
 
-    def __call__(self, lab, w: Workload, capture) -> FakeSample:
+    def __call__(self, lab, w: Workload, capture) -> StoredSample:
         target = float(w.rate.removesuffix("pps"))
         self.rates.append(target)
         offered = min(target, self.ceiling)
@@ -39,8 +31,8 @@ class Dut:
         loss = (offered - got) / offered
         if self.unknown is not None and offered > self.unknown:
             loss = None
-        return FakeSample({"sent_pps": offered, "pps": got, "datagrams_sent": int(offered),
-                           "datagrams_received": int(got), "loss": loss})
+        return StoredSample(traffic=Traffic(sent_pps=offered, pps=got, datagrams_sent=int(offered),
+                                            datagrams_received=int(got), loss=loss), probes=Probes(window_s=1.0))
 
 
 W = Workload(tool="engine", protocol="udp", size=64)
@@ -103,7 +95,7 @@ class ShortSender(Dut):
         super().__init__(capacity, ceiling)
         self.offer = offer
 
-    def __call__(self, lab, w: Workload, capture) -> FakeSample:
+    def __call__(self, lab, w: Workload, capture) -> StoredSample:
         return super().__call__(lab, dataclasses.replace(w, rate=f"{self.offer(float(w.rate.removesuffix('pps')))}pps"),
                                 capture)
 

@@ -26,14 +26,14 @@ def test_every_send_path_delivers_and_zerocopy_reports_the_kernels_copies(veth_l
                      warmup=0.3).check()
         s = measure(veth_lab, w)
         got[send] = s
-        assert s.traffic["datagrams_received"] > 1000, (send, s.traffic)
-        assert s.workload["send"] == send
-    z = got["zerocopy"].traffic["zerocopy"]
+        assert s.traffic.datagrams_received > 1000, (send, s.traffic)
+        assert s.workload.send == send
+    z = got["zerocopy"].traffic.zerocopy
     # every send completed before the report, and a veth copied each one
-    assert z["sends"] == got["zerocopy"].traffic["datagrams_sent"] == z["completed"]
-    assert z["pending_at_end"] == 0 and z["copied"] == z["completed"] and z["all_copied"] is True
+    assert z is not None and z.sends == got["zerocopy"].traffic.datagrams_sent == z.completed
+    assert z.pending_at_end == 0 and z.copied == z.completed and z.all_copied is True
     assert any("not a zero-copy figure" in n for n in got["zerocopy"].notes)
-    assert got["send"].traffic["zerocopy"] is None and not any(n.startswith("zerocopy") for n in got["send"].notes)
+    assert got["send"].traffic.zerocopy is None and not any(n.startswith("zerocopy") for n in got["send"].notes)
 
 
 def test_zerocopy_note_says_what_was_not_copied():
@@ -67,27 +67,27 @@ def test_io_uring_paths_deliver_what_the_receiver_counts(veth_lab, state_dir, se
                  rcvbuf=4 << 20, duration=1, warmup=0.3).check()
     s = measure(veth_lab, w)
     t = s.traffic
-    assert t["datagrams_received"] == t["datagrams_sent"] > 5000, t
-    assert t["duplicates"] == 0 and t["loss"] == 0
-    assert s.workload["send"] == send
-    assert (t["zerocopy"] is not None) == (send == "io_uring-zc")
+    assert t.datagrams_received == t.datagrams_sent > 5000, t
+    assert t.duplicates == 0 and t.loss == 0
+    assert s.workload.send == send
+    assert (t.zerocopy is not None) == (send == "io_uring-zc")
 
 
 def test_io_uring_zc_over_a_veth_reports_every_send_copied(veth_lab, state_dir):
     w = Workload(tool="engine", protocol="udp", size=1472, send="io_uring-zc", batch=8, gso=True,
                  duration=1, warmup=0.3).check()
     s = measure(veth_lab, w)
-    z, t = s.traffic["zerocopy"], s.traffic
-    assert 0 < t["datagrams_received"] <= t["datagrams_sent"]
-    assert z["via"] == "IORING_OP_SEND_ZC" and z["copied_flag"] == "IORING_NOTIF_USAGE_ZC_COPIED"
+    z, t = s.traffic.zerocopy, s.traffic
+    assert 0 < t.datagrams_received <= t.datagrams_sent
+    assert z is not None and z.via == "IORING_OP_SEND_ZC" and z.copied_flag == "IORING_NOTIF_USAGE_ZC_COPIED"
     # one notification per send, every buffer back before the report, each send copied by the veth
-    assert z["sends"] == z["completed"] == z["notifications"] > 100
-    assert z["sends"] < t["datagrams_sent"]  # GSO: several datagrams a send
-    assert z["pending_at_end"] == 0 and z["copied"] == z["completed"] and z["all_copied"] is True
+    assert z.sends == z.completed == z.notifications > 100
+    assert z.sends < t.datagrams_sent  # GSO: several datagrams a send
+    assert z.pending_at_end == 0 and z.copied == z.completed and z.all_copied is True
     assert any(n.startswith("zerocopy: the kernel copied all") and "IORING_OP_SEND_ZC" in n
                and "not a zero-copy figure" in n for n in s.notes), s.notes
-    zc = [e for e in s.effects if e["setting"] == "workload send (zerocopy)"]
-    assert [e["status"] for e in zc] == [NOT_EXERCISED], zc
+    zc = [e for e in s.effects or [] if e.setting == "workload send (zerocopy)"]
+    assert [e.status for e in zc] == [NOT_EXERCISED], zc
 
 
 def _refuse_io_uring_setup() -> None:

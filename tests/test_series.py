@@ -239,21 +239,20 @@ def test_a_real_engine_stream_has_intervals_that_sum_to_its_totals_and_a_report_
 
     w = Workload(tool="engine", protocol="udp", size=1472, rate="20kpps", duration=1.0, warmup=0.3)
     sample = measure(veth_lab, w)
-    rx, tx = sample.traffic["series"]
+    rx, tx = (s.to_json() for s in sample.traffic.series)  # as stored: what the store gives back
     assert (rx["source"], tx["source"]) == ("offlab-engine rx", "offlab-engine tx")
     assert len([r for r in S.as_dicts(rx) if not r["warmup"]]) >= 9  # 1 s window at 100 ms
     got, biggest = _sums(rx, "datagrams")
-    assert got == sample.traffic["datagrams_received"]  # rx counts every datagram once (no duplicates here)
+    assert got == sample.traffic.datagrams_received  # rx counts every datagram once (no duplicates here)
     sent, _ = _sums(tx, "datagrams")
-    assert sent == sample.traffic["datagrams_sent"]
+    assert sent == sample.traffic.datagrams_sent
     # Paced at 20 kpps: a full interval carries about 2000 datagrams (the median: a loaded machine may
     # stall the sender for one, which is what the series is for).
     full = sorted(r["datagrams"] for r in S.as_dicts(tx) if r["dur_s"] > 0.099)
     assert 1000 < full[len(full) // 2] < 3000
     with Store.open(tmp_path / "o.db") as st:
         run, cell = _run(st)
-        d = sample.to_dict()
-        st.add_sample(run, cell, 1, d, metrics_of(d))
+        st.add_sample(run, cell, 1, sample.to_json(), metrics_of(sample))
         assert st.samples(run)[0]["sample"]["traffic"]["series"] == [rx, tx]
         html = build_report(st, run)
     assert html.count('<figure class="series"') == 1 and "offlab-engine rx" in html

@@ -38,10 +38,10 @@ def test_ipv6_loss_is_witnessed_and_attributed_with_udp6_counters():
                                                             "InErrors": 400}, "Ip6": {"InDiscards": 0}}}}}
     s = StoredSample.from_json(s)
     assert witnesses.kernel_loss(s.probes, s.workload)[0] == pytest.approx(0.4)
-    assert witnesses.cross_check(s)["status"] == "inconsistent"  # the tool said 0 %
+    assert witnesses.cross_check(s).status == "inconsistent"  # the tool said 0 %
     la = witnesses.attribute_loss(s)
-    assert la["lost_source"] == "client Udp6 OutDatagrams − server Udp6 InDatagrams"
-    assert [(p["where"], p["count"]) for p in la["places"]] == [("server Udp6 RcvbufErrors", 400)]
+    assert la is not None and la.lost_source == "client Udp6 OutDatagrams − server Udp6 InDatagrams"
+    assert [(p.where, p.count) for p in la.places] == [("server Udp6 RcvbufErrors", 400)]
 
 
 @requires_root
@@ -56,14 +56,15 @@ def test_ipv6_receive_buffer_loss_is_attributed_to_udp6_rcvbuferrors(lab_name, c
     try:
         s = measure(lab, Workload(tool="engine", protocol="udp", ipv6=True, size=1200, rate="60kpps",
                                   rcvbuf=4096, duration=1.0, warmup=0.3))
-        snmp = s.probes["snmp"]
+        snmp = s.probes.snmp
         assert snmp["server"]["Udp6"]["RcvbufErrors"] > 0 and snmp["client"]["Udp6"]["OutDatagrams"] > 1000
         assert snmp["client"]["Udp"]["OutDatagrams"] < 10  # the IPv4 counters saw none of it
         la = s.loss_attribution
-        assert la["lost_source"] == "client Udp6 OutDatagrams − server Udp6 InDatagrams"
-        top = la["places"][0]
-        assert top["where"] == "server Udp6 RcvbufErrors" and top["share"] > 0.9, la["places"]
-        (check,) = [c for c in s.consistency["checks"] if c["check"] == "loss"]
-        assert check["ok"] and "Udp6 OutDatagrams" in check["detail"], check
+        assert la is not None and la.lost_source == "client Udp6 OutDatagrams − server Udp6 InDatagrams"
+        top = la.places[0]
+        assert top.where == "server Udp6 RcvbufErrors" and top.share > 0.9, la.places
+        assert s.consistency is not None
+        (check,) = [c for c in s.consistency.checks if c.check == "loss"]
+        assert check.ok and "Udp6 OutDatagrams" in check.detail, check
     finally:
         teardown.down(lab_name)

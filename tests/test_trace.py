@@ -18,7 +18,9 @@ from offlab import lab as labs
 from offlab.experiment import kernel_account
 from offlab.experiment.measure import measure
 from offlab.probes import trace
+from offlab.probes.edge.qdisc import QdiscProbe
 from offlab.report import kernel as rk
+from offlab.sample import StoredSample
 from offlab.traffic import Workload
 from tests.conftest import TEST_TAG, requires_root
 from tests.helpers import module_lab, run
@@ -81,7 +83,7 @@ def test_gso_type_bits_are_named():
 def _captured(name: str) -> dict:
     """A sample captured on a real veth lab with --trace, its kernel account judged again from its trace."""
     d = json.loads(_fixture(f"{name}.json"))
-    d["kernel_account"] = kernel_account.judge(d)
+    d["kernel_account"] = kernel_account.judge(StoredSample.from_json(d))
     return d
 
 
@@ -140,9 +142,9 @@ def test_gro_on_the_receiving_veth_is_what_gro_built_and_agrees_with_the_counter
     assert gro["kernel"] == "exercised" and gro["counters"] == "exercised" and gro["agree"] is True
     # a counters' witness that read otherwise is flagged, with both verdicts
     s["effects"] = [{**e, "status": "set but not exercised"} if e["setting"] == "gro" else e for e in s["effects"]]
-    (flagged,) = [e for e in kernel_account.judge(s)["effects"] if e["setting"] == "gro"]
+    (flagged,) = [e for e in kernel_account.judge(StoredSample.from_json(s))["effects"] if e["setting"] == "gro"]
     assert flagged["agree"] is False
-    lines = rk.segmentation_lines(rk.merge([kernel_account.judge(s)]))
+    lines = rk.segmentation_lines(rk.merge([kernel_account.judge(StoredSample.from_json(s))]))
     assert any("DISAGREES with the counters' witness (set but not exercised)" in x for x in lines), lines
 
 
@@ -279,17 +281,17 @@ def test_a_tiny_receive_buffer_is_socket_rcvbuff_for_every_lost_datagram(lab):
     # datagrams on this loaded machine, under 1 % of a 2 s window's loss
     s = _sample(lab, size=1400, rate="40kpps", rcvbuf=4096, duration=2.0)
     ka = s.kernel_account
-    lost = s.loss_attribution["lost"]
+    lost = s.loss_attribution.lost
     assert lost > 1000, s.loss_attribution
     rcv = sum(p["datagrams"] for p in ka["loss"]["places"]
               if p["reason"] == "SOCKET_RCVBUFF" and p["host"] == "server")
     # within 1 %, or within what the counters themselves say the lost count is known to (their reads on
     # this loaded machine were once 45 ms wide: `lost_uncertainty`, docs/results.md)
     # and the kernel's edges came `edge_lag_s` after the counters' reads: that much of the loss rate
-    rate = lost / s.probes["window_s"]
-    lag = sum(abs(x or 0) for x in s.probes["trace"]["edge_lag_s"])
-    slack = max(0.01 * lost, s.loss_attribution.get("lost_uncertainty") or 0, rate * lag)
-    assert abs(rcv - lost) <= slack, (rcv, lost, slack, s.probes["trace"]["edge_lag_s"], s.probes["reads"])
+    rate = lost / s.probes.window_s
+    lag = sum(abs(x or 0) for x in s.probes.trace["edge_lag_s"])
+    slack = max(0.01 * lost, s.loss_attribution.lost_uncertainty or 0, rate * lag)
+    assert abs(rcv - lost) <= slack, (rcv, lost, slack, s.probes.trace["edge_lag_s"], s.probes.reads)
     assert sum(p["share"] for p in ka["loss"]["places"]) + ka["loss"]["unseen_share"] == pytest.approx(1.0)
 
 
@@ -302,11 +304,11 @@ def test_a_queue_with_a_tiny_limit_drops_as_qdisc_drop_on_that_device(lab):
         s = _sample(lab, size=1200, rate="20kpps")
     finally:
         _restore(lab)
-    drops = [p for p in s.probes["trace"]["drops"] if p["reason"] == "QDISC_DROP"]
-    assert drops and {(p["host"], p["device"]) for p in drops} == {("client", iface)}, s.probes["trace"]["drops"]
+    drops = [p for p in s.probes.trace["drops"] if p["reason"] == "QDISC_DROP"]
+    assert drops and {(p["host"], p["device"]) for p in drops} == {("client", iface)}, s.probes.trace["drops"]
     # tc is a command started at each edge (tens of ms to run on a loaded machine), and the engine
     # retries a refused send at once (~50k drops/s here): the two windows' counts differ by that much
-    tc = s.probes["qdisc"][f"client:{iface}"]["drops"]
+    tc = s.probes.of(QdiscProbe)[f"client:{iface}"].drops
     assert sum(p["datagrams"] for p in drops) == pytest.approx(tc, rel=0.25), (drops, tc)
 
 
@@ -334,10 +336,12 @@ def test_an_nftables_drop_rule_is_netfilter_drop_in_that_namespace(lab):
     # states: the kernel's edges came edge_lag_s after the counters' reads (a loaded machine preempts offlab
     # in between), and the client's and server's counters were read up to skew_s apart (lost_uncertainty
     # datagrams). Agreement within that and 2 %.
-    lost = s.loss_attribution["lost"]
-    lag_a, lag_b = s.probes["trace"]["edge_lag_s"]
-    within = 0.02 * lost + lost / s.probes["window_s"] * abs(lag_b - lag_a) + s.loss_attribution.get("lost_uncertainty", 0)
-    low, high = s.loss_attribution.get("lost_low", lost), s.loss_attribution.get("lost_high", lost)
+    lost = s.loss_attribution.lost
+    lag_a, lag_b = s.probes.trace["edge_lag_s"]
+    within = 0.02 * lost + lost / s.probes.window_s * abs(lag_b - lag_a) + (s.loss_attribution.lost_uncertainty or 0)
+    la = s.loss_attribution
+    low = la.lost_low if la.has("lost_low") else lost
+    high = la.lost_high if la.has("lost_high") else lost
     counted = sum(p["datagrams"] for p in places)
     assert low - within <= counted <= high + within, (places, lost, low, high, within, (lag_a, lag_b))
 
@@ -351,7 +355,7 @@ def test_uso_on_while_the_engine_sends_without_gso_shows_no_udp_l4_super_packets
         on = _sample(lab, size=1400, rate="20kpps", gso=True)
     finally:
         _restore(lab)
-    xmit = s.probes["trace"]["xmit"]
+    xmit = s.probes.trace["xmit"]
     assert not any("UDP_L4" in r["gso_type"] and r["segments"] > r["skbs"] for r in xmit), xmit
     uso = s.kernel_account["uso"]
     assert uso["exercised"] is False and uso["super_packets"] == 0 and uso["skbs"] > 1000, uso
@@ -373,8 +377,8 @@ def test_where_a_tracepoint_is_missing_the_sample_says_so_in_one_line_and_nothin
     assert "offlab_no_such_tracepoint" in s.kernel_account["unavailable"], s.kernel_account
     said = [n for n in s.notes if n.startswith("kernel account not taken")]
     assert len(said) == 1 and "\n" not in said[0]
-    assert s.probes["trace"] == s.kernel_account
-    assert s.traffic["datagrams_received"] > 1000  # the sample itself was measured as ever
+    assert s.probes.trace == s.kernel_account
+    assert s.traffic.datagrams_received > 1000  # the sample itself was measured as ever
 
 
 @requires_root
@@ -408,7 +412,7 @@ def test_results_show_compare_and_the_report_show_the_kernels_account_beside_the
     ids = store.add_cells(run_id, [{"key": k, "params": {"rule": k}, "settings": {}} for k in ("drop", "uso-off")])
     for cell, name in (("drop", "nft-drops"), ("drop", "nft-drops"), ("uso-off", "uso-off-gso")):
         s = _captured(name)
-        store.add_sample(run_id, ids[cell], 0, s, metrics_of(s))
+        store.add_sample(run_id, ids[cell], 0, s, metrics_of(StoredSample.from_json(s)))
     for cid in ids.values():
         store.set_cell_status(cid, "done")
     html = build_report(store, run_id)
@@ -468,7 +472,7 @@ def test_a_zero_loss_search_keeps_each_trials_kernel_account(lab):
         rcv = sum(n for where, n in t["kernel_loss"]["places"].items()
                   if where.startswith("server") and where.endswith(" SOCKET_RCVBUFF"))
         assert rcv == pytest.approx(t["kernel_loss"]["lost"], rel=0.05, abs=50), json.dumps(trials)
-    assert s.kernel_account is not None and "loss" in s.kernel_account or not s.traffic.get("loss")
+    assert s.kernel_account is not None and "loss" in s.kernel_account or not s.traffic.loss
 
 
 @requires_root
@@ -481,8 +485,8 @@ def test_a_request_response_sample_takes_the_kernels_account(lab):
     s = measure_rr(state, RrWorkload(rate=2000, duration=1.0, warmup=0.3).check(), trace=True)
     assert s.kernel_account is not None and "unavailable" not in s.kernel_account, s.notes
     iface = state.resolve_iface("client", "to-server")
-    requests = sum(r["skbs"] for r in s.probes["trace"]["xmit"] if r["host"] == "client" and r["device"] == iface)
+    requests = sum(r["skbs"] for r in s.probes.trace["xmit"] if r["host"] == "client" and r["device"] == iface)
     # each request is one skb handed to the client's veth driver, as its own tx counter says over the same
     # window (two sources; the kernel's edges come microseconds after the counters' reads at 2000 a second)
-    counted = s.probes["interfaces"][f"client:{iface}"]["tx_packets"]
+    counted = s.probes.interfaces[f"client:{iface}"].tx_packets
     assert requests > 100 and requests == pytest.approx(counted, rel=0.05, abs=5), (requests, counted)

@@ -24,6 +24,7 @@ from offlab.experiment.measure import measure
 from offlab import tracefs
 from offlab.probes import hist, remote, trace
 from offlab.report import kernel as rk
+from offlab.sample import SampleWorkload
 from offlab.traffic import Workload
 from tests.conftest import REPO, TEST_TAG, offlab_cli, requires_root
 from tests.helpers import module_lab
@@ -52,7 +53,7 @@ def test_uso_in_a_612_guest_reads_as_udp_l4_super_packets_with_their_segments():
     rows = hist.account(d, "client", {})
     xmit = {r["gso_type"]: r for r in rows["xmit"]}
     assert xmit["UDP_L4"]["skbs"] == 457 and xmit["UDP_L4"]["segments"] == 457 * 44  # the engine sent 20108
-    ka = kernel_account.uso(rows, None, workload={"protocol": "udp"})
+    ka = kernel_account.uso(rows, None, workload=SampleWorkload(protocol="udp"))
     assert ka["exercised"] and ka["segments"] == 20108 and "segmented_in_software_at" not in ka
 
 
@@ -62,7 +63,7 @@ def test_a_61_guest_without_uso_is_segmented_in_software_at_its_eth():
     assert hop["software_segmented"] == 111 and hop["sent"]["super_packets"] == 0
     # the queue's super-packets' segments are inferred: what the driver was handed, less the queue's frames
     assert hop["queued"]["super_segments"] == 4888 - 4
-    u = kernel_account.uso(rows, None, workload={"protocol": "udp"})
+    u = kernel_account.uso(rows, None, workload=SampleWorkload(protocol="udp"))
     assert not u["exercised"] and u["segmented_in_software_at"] == ["client:eth0"]
     line = rk.hop_line(hop)
     assert "client:eth0 segmented in software" in line and "type unknown" in line and "inferred" in line
@@ -162,17 +163,17 @@ def test_uso_in_the_guest_is_udp_l4_super_packets_on_its_eth_and_software_segmen
     off = _sample(lab, gso=True, rate="2kpps")
     # The guest's sender is stopped once the window's last counters are read, not run out to its margin
     for s in (on, off):
-        assert s.traffic["sender_stop"] == "signal" and s.traffic["receiver_stop"] == "end", s.traffic
+        assert s.traffic.sender_stop == "signal" and s.traffic.receiver_stop == "end", s.traffic
         assert any(n.startswith("the window began 1 s after the warm-up, once the traffic flowed") for n in s.notes)
-    supers = [r for r in on.probes["trace"]["xmit"]
+    supers = [r for r in on.probes.trace["xmit"]
               if r["host"] == "client" and r["device"] == "eth0" and r["segments"] > r["skbs"]]
-    assert supers and {r["gso_type"] for r in supers} == {"UDP_L4"}, on.probes["trace"]["xmit"]
+    assert supers and {r["gso_type"] for r in supers} == {"UDP_L4"}, on.probes.trace["xmit"]
     assert on.kernel_account["uso"]["exercised"], on.kernel_account["uso"]
     assert not off.kernel_account["uso"]["exercised"], off.kernel_account["uso"]
     assert off.kernel_account["uso"]["segmented_in_software_at"] == ["client:eth0"]
     # (not compared with the guest's eth0 tx_packets: virtio-net counts an skb when the device has
     # completed it, a tx ring or more later: 572 handed vs 308 counted once at a load of 35)
-    assert "not_traced" not in off.kernel_account and off.probes["trace"]["hist"]["client"]["drops_counted_in"] == "skbs"
+    assert "not_traced" not in off.kernel_account and off.probes.trace["hist"]["client"]["drops_counted_in"] == "skbs"
 
 
 @requires_root
@@ -183,9 +184,9 @@ def test_a_tiny_receive_buffer_in_the_guest_drops_as_socket_rcvbuff_in_the_guest
                  duration=1.0, warmup=0.3)
     s = measure(labs.LabState.load(lab.name), w, trace=True)
     assert _state(lab) == ["unmounted"], "offlab's triggers or its tracefs mount outlived the sample"
-    drops = [p for p in s.probes["trace"]["drops"] if p["host"] == "client" and p["reason"] == "SOCKET_RCVBUFF"]
-    assert drops and {(p["device"], p["unit"]) for p in drops} == {(None, "skbs")}, s.probes["trace"]["drops"]
-    counted = s.probes["snmp"]["client"]["Udp"]["RcvbufErrors"]
+    drops = [p for p in s.probes.trace["drops"] if p["host"] == "client" and p["reason"] == "SOCKET_RCVBUFF"]
+    assert drops and {(p["device"], p["unit"]) for p in drops} == {(None, "skbs")}, s.probes.trace["drops"]
+    counted = s.probes.snmp["client"]["Udp"]["RcvbufErrors"]
     # the guest's own counter, read in the same agent request just before its hist files: the two reads of
     # a TCG guest busy dropping thousands of datagrams a second were 7 % apart in that count here, 28 %
     # at a load of 35 on 2 CPUs (its softirq starves the agent between its reads)

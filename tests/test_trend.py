@@ -14,24 +14,10 @@ import pytest
 from offlab.report import trend as tr
 from offlab.store import Store
 from tests.conftest import offlab_cli, requires_root
+from tests.helpers import recorded_history
 from tests.helpers import run as offlab_in_process
 
-HISTORY = Path(__file__).parent / "fixtures" / "trend"
 SYSCTL = "net.ipv4.tcp_rmem"  # what rmem-small.yaml sets on the server from run 4 on
-
-
-def recorded(tmp_path) -> Path:
-    """The recorded history, loaded from its SQL dump into a database of this test's own."""
-    db = tmp_path / "history.db"
-    conn = sqlite3.connect(db)
-    try:
-        conn.executescript((HISTORY / "history.sql").read_text())
-        # sqlite3's .dump leaves out PRAGMA user_version, where the store reads its schema version from
-        [(version,)] = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchall()
-        conn.execute(f"PRAGMA user_version = {int(version)}")
-    finally:
-        conn.close()
-    return db
 
 
 def first_run_setting(db: Path, plan: str, key: str) -> int:
@@ -68,7 +54,7 @@ def test_a_step_well_beyond_the_scatter_is_cut_and_scatter_alone_is_not():
 # ---- the recorded history --------------------------------------------------------------------------------
 
 def test_the_change_point_is_at_the_run_where_the_sysctl_changed_and_named_by_it(tmp_path):
-    db = recorded(tmp_path)
+    db = recorded_history(tmp_path)
     changed = first_run_setting(db, "trend-rmem", SYSCTL)
     with Store.open(db, create=False) as s:
         found = tr.trend(s, "trend-rmem", metrics=["throughput_bps"])
@@ -88,7 +74,7 @@ def test_the_change_point_is_at_the_run_where_the_sysctl_changed_and_named_by_it
 
 
 def test_a_history_of_identical_runs_has_no_change_point_in_any_metric(tmp_path):
-    db = recorded(tmp_path)
+    db = recorded_history(tmp_path)
     res = offlab_in_process("results", "trend", "trend-same", "--db", str(db), "--json")
     assert res.returncode == 0, res.stderr
     found = json.loads(res.stdout)
@@ -99,7 +85,7 @@ def test_a_history_of_identical_runs_has_no_change_point_in_any_metric(tmp_path)
 
 
 def test_the_same_trend_from_postgresql(pg, tmp_path):
-    db = recorded(tmp_path)
+    db = recorded_history(tmp_path)
     url = pg.database()
     res = offlab_in_process("results", "import", str(db), "--db", url)
     assert res.returncode == 0, res.stderr
@@ -116,7 +102,7 @@ def test_the_same_trend_from_postgresql(pg, tmp_path):
 
 
 def test_bad_input_is_one_line(tmp_path):
-    db = recorded(tmp_path)
+    db = recorded_history(tmp_path)
     cases = [(("nope",), 2, "plan 'nope': no run of that name in DB"),
              (("trend-rmem", "--cell", "stream=udp"), 2, "--cell stream=udp: no cell of that key in plan 'trend-rmem'; "
                                                          "its cells: stream=tcp"),
@@ -140,7 +126,7 @@ def test_bad_input_is_one_line(tmp_path):
 
 
 def test_the_report_shows_the_plans_history_with_the_change_point_and_its_difference(tmp_path):
-    db = recorded(tmp_path)
+    db = recorded_history(tmp_path)
     changed = first_run_setting(db, "trend-rmem", SYSCTL)
     with Store.open(db, create=False) as s:
         [last_same] = [r["id"] for r in tr.plan_runs(s, "trend-same")][-1:]

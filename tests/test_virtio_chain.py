@@ -140,6 +140,7 @@ def test_results_show_json_gives_the_chain_a_guest_sample_stored(tmp_path):
     import random
 
     from offlab.metrics import metrics_of
+    from offlab.sample import StoredSample
     from offlab.store import Store
     from tests.conftest import offlab_cli
     from tests.synthetic_results import ENV, PLAN_TEXT, sample
@@ -153,7 +154,7 @@ def test_results_show_json_gives_the_chain_a_guest_sample_stored(tmp_path):
     s["guests"] = {"client": {"accel": "tcg", "vhost": False, "qemu_version": "10.0.2",
                               "kernel_release": "6.12.117+deb12-cloud-amd64",
                               "nics": [chain("host_uso_off").to_json()]}}
-    store.add_sample(run, cid, 0, s, metrics_of(s))
+    store.add_sample(run, cid, 0, s, metrics_of(StoredSample.from_json(s)))
     store.set_cell_status(cid, "done")
     store.set_run_status(run, "done")
     store.close()

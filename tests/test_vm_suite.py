@@ -16,6 +16,7 @@ from offlab.experiment import suites
 from offlab.experiment.plan import load_plan
 from offlab.experiment.runner import Runner
 from offlab.metrics import TCG_MARK
+from offlab.sample import StoredSample
 from offlab.store import Store
 from tests.conftest import requires_root
 
@@ -29,8 +30,8 @@ pytestmark = [
 FRAME_1500 = 1500 + 14
 
 
-def _tap_rx_avg(sample: dict, tap: str) -> float:
-    return sample["probes"]["interfaces"][f"server:{tap}"]["rx_avg_bytes"]
+def _tap_rx_avg(sample: StoredSample, tap: str) -> float | None:
+    return sample.probes.interfaces[f"server:{tap}"].rx_avg_bytes
 
 
 def test_guest_tso_carries_super_packets_over_the_tap_and_the_sample_records_its_guest(lab_name, clean_machine,
@@ -54,13 +55,13 @@ def test_guest_tso_carries_super_packets_over_the_tap_and_the_sample_records_its
     try:
         tap = lab.hosts["client"].guest["tap"]
         w = dict(tool="iperf3", protocol="tcp", duration=1.0, warmup=0.5)
-        on = measure(lab, Workload(**w)).to_dict()
+        on = measure(lab, Workload(**w))
         with Transaction(label="test guest tso off") as tx:
             sent.clear()
             outcomes = tx.apply([Change(lab.client, k, "off", "eth0", lab) for k in ("tso", "gso")])
             writes = [a for a in sent if a[:2] == ["ethtool", "-K"]]
             reads = [a for a in sent if a[:2] == ["ethtool", "-k"]]
-            off = measure(lab, Workload(**w)).to_dict()
+            off = measure(lab, Workload(**w))
             sent.clear()
             in_force = tx.in_force()
             reads_back = [a for a in sent if a[:2] == ["ethtool", "-k"]]
@@ -73,12 +74,13 @@ def test_guest_tso_carries_super_packets_over_the_tap_and_the_sample_records_its
     assert 2 * 2 <= len(reads) <= 2 * 3  # before and after each write, and at most one to resolve its name
     assert [d["value"] for d in in_force] == ["off", "off"] and len(reads_back) == 1
     assert "tcp-segmentation-offload: on" in tso_after
-    assert on["traffic"]["throughput_bps"] > 0 and off["traffic"]["throughput_bps"] > 0
+    assert on.traffic.throughput_bps > 0 and off.traffic.throughput_bps > 0
     assert _tap_rx_avg(on, tap) > 4 * FRAME_1500  # TSO super-packets crossed virtio-net and the tap whole
     assert _tap_rx_avg(off, tap) <= FRAME_1500  # the guest segmented: MSS-sized frames on the tap
-    guest = on["guests"]["client"]
-    assert guest["accel"] in ("tcg", "kvm") and guest["vhost"] is False and guest["qemu_version"]
-    assert any(TCG_MARK in n for n in on["notes"]) == (guest["accel"] == "tcg")
+    assert on.guests is not None
+    guest = on.guests["client"]
+    assert guest.accel in ("tcg", "kvm") and guest.vhost is False and guest.qemu_version
+    assert any(TCG_MARK in n for n in on.notes) == (guest.accel == "tcg")
 
 
 def test_a_gro_gso_vm_cell_boots_its_guest_with_host_tso4_off(tmp_path, clean_machine):
@@ -103,5 +105,5 @@ def test_a_gro_gso_vm_cell_boots_its_guest_with_host_tso4_off(tmp_path, clean_ma
     assert eth0["features"]["tx-tcp-segmentation"] is False and "tx-tcp-segmentation" in eth0["fixed"]
     tap = guest["guest"]["tap"]
     assert sample["traffic"]["throughput_bps"] > 0
-    assert _tap_rx_avg(sample, tap) <= FRAME_1500
+    assert _tap_rx_avg(StoredSample.from_json(sample), tap) <= FRAME_1500
     store.close()

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from offlab.experiment import witnesses
-from offlab.sample import Probes, StoredSample, Traffic
+from offlab.sample import Check, Probes, StoredSample, Traffic
 from offlab.traffic import Workload, iperf3
 from tests.conftest import requires_root
 from tests.helpers import tool_saw_no_loss
@@ -28,10 +28,10 @@ def load(name: str) -> dict:
     return {"traffic": d["traffic"], "probes": d["probes"], "workload": d["workload"]}
 
 
-def loss_check(sample: dict) -> tuple[str, dict]:
+def loss_check(sample: dict) -> tuple[str, Check]:
     result = witnesses.cross_check(StoredSample.from_json(sample))
-    (check,) = [c for c in result["checks"] if c["check"] == "loss"]
-    return result["status"], check
+    (check,) = [c for c in result.checks if c.check == "loss"]
+    return result.status, check
 
 
 def rx_rows(sample: dict) -> list[list]:
@@ -43,16 +43,16 @@ def test_loss_only_in_the_warmup_is_flagged_over_the_whole_run_and_not_over_the_
     s = load("engine_loss_in_warmup.json")
     assert s["traffic"]["loss"] > 0.15  # the engine's whole run, warm-up included
     status, check = loss_check(copy.deepcopy(s))
-    assert status == "consistent" and check["tool_over"] == "window", check
-    assert check["tool"] < 0.01 and check["kernel"] < 0.01 and check["tool_whole_run"] > 0.15
-    assert "loss over the window 0.00 % by engine (its receiver's" in check["detail"]
+    assert status == "consistent" and check.tool_over == "window", check
+    assert check.tool < 0.01 and check.kernel < 0.01 and check.tool_whole_run > 0.15
+    assert "loss over the window 0.00 % by engine (its receiver's" in check.detail
     # the same sample without its series (`--interval 0`, or one stored before): the old comparison,
     # whole run against window, flags it, and says which figure it compared
     old = copy.deepcopy(s)
     old["traffic"]["series"] = []
     status, check = loss_check(old)
-    assert status == "inconsistent" and check["tool_over"] == "whole run" and check["alignment_s"] == 0
-    assert "over its whole run, warm-up included (not cut to the window: no receiver series" in check["detail"]
+    assert status == "inconsistent" and check.tool_over == "whole run" and check.alignment_s == 0
+    assert "over its whole run, warm-up included (not cut to the window: no receiver series" in check.detail
 
 
 def test_the_rows_are_placed_by_their_own_start_so_a_wrong_start_brings_the_burst_into_the_window():
@@ -60,7 +60,7 @@ def test_the_rows_are_placed_by_their_own_start_so_a_wrong_start_brings_the_burs
     (rx,) = [x for x in s["traffic"]["series"] if x["source"] == "offlab-engine rx"]
     rx["t0_mono_s"] += 1.5  # rows 1.5 s later: the warm-up's burst now lies in the window
     status, check = loss_check(s)
-    assert status == "inconsistent" and check["tool"] > 0.1 and check["kernel"] < 0.01, check
+    assert status == "inconsistent" and check.tool > 0.1 and check.kernel < 0.01, check
 
 
 def test_a_burst_in_a_row_at_the_windows_edge_counts_in_part_and_bounds_the_lost_count():
@@ -82,20 +82,20 @@ def test_a_burst_in_a_row_at_the_windows_edge_counts_in_part_and_bounds_the_lost
 def test_loss_inside_the_window_agrees_and_a_tool_that_did_not_see_it_is_contradicted():
     s = load("engine_loss_in_window.json")
     status, check = loss_check(copy.deepcopy(s))
-    assert status == "consistent" and check["tool_over"] == "window"
-    assert check["kernel"] > 0.3 and abs(check["tool"] - check["kernel"]) < 0.02, check
+    assert status == "consistent" and check.tool_over == "window"
+    assert check.kernel > 0.3 and abs(check.tool - check.kernel) < 0.02, check
     # the window and the rows may be apart by at most half a 100 ms row at each edge, plus the reads' spans
-    assert 0 < check["alignment_s"] <= 0.1 + 0.02
-    assert f"{check['alignment_s'] * 1000:.1f} ms its intervals and the kernel's reads may be apart" in check["detail"]
+    assert 0 < check.alignment_s <= 0.1 + 0.02
+    assert f"{check.alignment_s * 1000:.1f} ms its intervals and the kernel's reads may be apart" in check.detail
     status, lying = loss_check(tool_saw_no_loss(s))
-    assert status == "inconsistent" and lying["tool"] == 0.0 and lying["kernel"] == check["kernel"]
+    assert status == "inconsistent" and lying.tool == 0.0 and lying.kernel == check.kernel
     # a tool that saw half of it is contradicted as well: 18 points apart, beyond the stated tolerance
     half = copy.deepcopy(s)
     cols = half["traffic"]["series"][0]["columns"]
     for row in rx_rows(half):
         row[cols.index("lost")] //= 2
     status, check = loss_check(half)
-    assert status == "inconsistent" and abs(check["tool"] - check["kernel"]) > check["tolerance"]
+    assert status == "inconsistent" and abs(check.tool - check.kernel) > check.tolerance
 
 
 def test_a_receiver_with_its_own_clock_is_placed_by_its_offset_and_its_uncertainty_widens_the_tolerance():
@@ -107,12 +107,12 @@ def test_a_receiver_with_its_own_clock_is_placed_by_its_offset_and_its_uncertain
     read = s["probes"]["reads"]["server"]
     read.update(own_window_s=s["probes"]["window_s"], clock_offset_s=[100.0, 100.02])
     status, there = loss_check(copy.deepcopy(s))
-    assert status == "consistent" and there["tool"] == here["tool"]
-    assert there["alignment_s"] == pytest.approx(here["alignment_s"] + 2 * 0.01, abs=1e-6)
+    assert status == "consistent" and there.tool == here.tool
+    assert there.alignment_s == pytest.approx(here.alignment_s + 2 * 0.01, abs=1e-6)
     del read["clock_offset_s"]
     status, check = loss_check(s)
-    assert check["tool_over"] == "whole run" and "the server's clock offset from this machine's is unknown" \
-        in check["detail"]
+    assert check.tool_over == "whole run" and "the server's clock offset from this machine's is unknown" \
+        in check.detail
 
 
 def test_iperf3s_client_intervals_count_no_loss_so_its_whole_run_is_compared_and_it_says_so():
@@ -133,8 +133,8 @@ def test_a_real_loss_burst_in_the_warmup_leaves_a_correct_sample_consistent(lab_
         d, marks = measure_with_warmup_burst(lab)
         assert marks["off"] < d["probes"]["t0_mono_s"], marks  # the burst ended before the window began
         status, check = loss_check(copy.deepcopy(d))
-        assert check["tool_whole_run"] > 0.05 and check["kernel"] < 0.02, check
-        assert status == "consistent" and check["tool_over"] == "window", check
+        assert check.tool_whole_run > 0.05 and check.kernel < 0.02, check
+        assert status == "consistent" and check.tool_over == "window", check
         old = copy.deepcopy(d)
         old["traffic"]["series"] = []
         assert loss_check(old)[0] == "inconsistent"  # what the whole-run comparison said of it
@@ -164,12 +164,13 @@ def measure_with_warmup_burst(lab) -> tuple[dict, dict]:
         s = measure(lab, w, alongside=burst)
     finally:
         switch.run(["tc", "qdisc", "del", "dev", port, "root"], check=False)
-    return {"traffic": s.traffic, "probes": s.probes, "workload": s.workload}, marks
+    stored = s.to_json()  # as the store holds it: the test edits its JSON
+    return {"traffic": stored["traffic"], "probes": stored["probes"], "workload": stored["workload"]}, marks
 
 
-def bytes_check(sample: dict) -> dict:
+def bytes_check(sample: dict) -> Check:
     result = witnesses.cross_check(StoredSample.from_json(sample))
-    (check,) = [c for c in result["checks"] if c["check"] == "application bytes ≤ interface bytes"]
+    (check,) = [c for c in result.checks if c.check == "application bytes ≤ interface bytes"]
     return check
 
 
@@ -178,12 +179,12 @@ def test_application_bytes_are_the_receivers_rows_in_the_window_not_the_whole_ru
     the application seem to have received more than the server's interfaces carried."""
     s = load("engine_loss_in_window.json")
     window = bytes_check(copy.deepcopy(s))
-    assert window["ok"] and "intervals in the server's window" in window["detail"], window
+    assert window.ok and "intervals in the server's window" in window.detail, window
     faster = copy.deepcopy(s)
     faster["traffic"]["throughput_bps"] *= 1.15  # the whole run's rate, 15 % above the window's
-    assert bytes_check(faster)["application_bytes"] == window["application_bytes"]
+    assert bytes_check(faster).application_bytes == window.application_bytes
     # without a receiver series the whole run's rate is all there is: the check says so, and flags it
     old = copy.deepcopy(faster)
     old["traffic"]["series"] = []
     check = bytes_check(old)
-    assert "throughput × this machine's window" in check["detail"] and not check["ok"], check
+    assert "throughput × this machine's window" in check.detail and not check.ok, check

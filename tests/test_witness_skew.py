@@ -15,7 +15,7 @@ import shutil
 import pytest
 
 from offlab.experiment import witnesses
-from offlab.sample import Probes, StoredSample
+from offlab.sample import Check, Consistency, Probes, StoredSample
 from offlab.probes import clock_offset, read_instant, split_counter_files
 from offlab.probes.counters import parse_snmp, parse_snmp6
 from tests.conftest import requires_root
@@ -83,17 +83,18 @@ def test_tolerance_grows_with_the_traffic_that_flowed_between_the_reads_and_says
     late = {"client": {"start": [0.2, 0.4], "end": [0.2, 0.4]}, "server": {"start": [0, 0], "end": [0, 0]}}
     assert witnesses.skew(Probes.from_json({"reads": late}).reads, "client", "server") == pytest.approx(0.8)
     s = _udp_sample(0.0, 10_000, 7_500, late)
-    check = witnesses.cross_check(s)["checks"][0]
-    assert check["ok"] and check["skew_s"] == pytest.approx(0.8)
-    assert check["tolerance"] == pytest.approx(0.05 + 4000 / 10_000)
-    assert "4000 datagrams that may have flowed in the 800.0 ms" in check["detail"]
+    check = witnesses.cross_check(s).checks[0]
+    assert check.ok and check.skew_s == pytest.approx(0.8)
+    assert check.tolerance == pytest.approx(0.05 + 4000 / 10_000)
+    assert "4000 datagrams that may have flowed in the 800.0 ms" in check.detail
     # the same counts read at the same instants: 25 % apart is a disagreement
     same = {"client": {"start": [0, 0.001], "end": [0, 0.001]}, "server": {"start": [0, 0], "end": [0, 0]}}
-    assert witnesses.cross_check(_udp_sample(0.0, 10_000, 7_500, same))["status"] == "inconsistent"
+    assert witnesses.cross_check(_udp_sample(0.0, 10_000, 7_500, same)).status == "inconsistent"
 
 
-def _loss_check(sample) -> dict:
-    (check,) = [c for c in sample.consistency["checks"] if c["check"] == "loss"]
+def _loss_check(consistency: Consistency | None) -> Check:
+    assert consistency is not None
+    (check,) = [c for c in consistency.checks if c.check == "loss"]
     return check
 
 
@@ -115,41 +116,38 @@ def test_guest_samples_are_not_flagged_when_clean_and_are_when_the_witnesses_dis
                   Workload(tool="iperf3", protocol="udp", size=1200, rate="20M", duration=3),
                   Workload(tool="iperf3", protocol="tcp", rate="50M", duration=3)):
             s = measure(lab, w)
-            assert s.consistency["status"] == "consistent", (w, s.consistency)
-            app = [c for c in s.consistency["checks"] if c["check"] == "application bytes ≤ interface bytes"]
-            assert app and app[0]["ok"] and "ms the server's reads may be away" in app[0]["detail"]
+            assert s.consistency is not None and s.consistency.status == "consistent", (w, s.consistency)
+            app = [c for c in s.consistency.checks if c.check == "application bytes ≤ interface bytes"]
+            assert app and app[0].ok and "ms the server's reads may be away" in app[0].detail
             # the guest's counters were read over its channel: its read, and the server's samples at that instant
-            aligned = s.probes["aligned"]["reads"]
-            assert set(aligned) == {"client", "server"} and "own_window_s" in aligned["client"]
+            assert s.probes.aligned is not None
+            aligned = s.probes.aligned.reads
+            assert set(aligned) == {"client", "server"} and aligned["client"].has("own_window_s")
             # this machine's counters were sampled every 10 ms only while the guest's reads were under way
             # (sent at each edge, answered `answered_s` later), not through the window between them
-            under_way = sum(s.probes["reads"]["client"]["answered_s"]) + 0.2
-            assert s.probes["local_sampling"]["samples"] <= under_way / 0.01 + 5, (s.probes["local_sampling"],
-                                                                                     s.probes["reads"]["client"])
+            under_way = sum(s.probes.reads["client"].answered_s) + 0.2
+            assert s.probes.local_sampling["samples"] <= under_way / 0.01 + 5, (s.probes.local_sampling,
+                                                                                  s.probes.reads["client"])
             if w.protocol == "udp":
-                check = _loss_check(s)
-                assert check["skew_s"] > 0 and "may have flowed in the" in check["detail"]
+                check = _loss_check(s.consistency)
+                assert check.skew_s > 0 and "may have flowed in the" in check.detail
         # Datagrams die in the server's receive buffer (a 4 KiB SO_RCVBUF for 1200-byte datagrams, the
         # guest sending as fast as it can): the engine and the kernel both see it, so the sample is
         # consistent ... (a longer window: the guest's read skew weighs less in the tolerance)
         s = measure(lab, Workload(tool="engine", protocol="udp", size=1200, rcvbuf=4096, duration=5))
-        check = _loss_check(s)
+        check = _loss_check(s.consistency)
         la = s.loss_attribution
-        assert la and la["places"][0]["where"] == "server Udp RcvbufErrors", la
-        assert check["kernel"] > 0 and check["ok"], check
+        assert la and la.places[0].where == "server Udp RcvbufErrors", la
+        assert check.kernel > 0 and check.ok, check
         # ... and a tool that missed that loss (iperf3 3.12's shape, seed 003) disagrees with the kernel
         # whenever the loss exceeds the stated tolerance (5 % + rate × skew: wider on a loaded machine,
         # where the slowed guest also loses less), and is let pass only within it
         # (its total and every row of its series doctored: the check compares the rows over the window)
-        again = witnesses.cross_check(StoredSample.from_json(tool_saw_no_loss(s.to_dict())))
-        tolerance = _loss_check_tolerance(again)
-        assert again["status"] == ("inconsistent" if check["kernel"] > tolerance else "consistent"), (check, again)
+        again = witnesses.cross_check(StoredSample.from_json(tool_saw_no_loss(s.to_json())))
+        tolerance = _loss_check(again).tolerance
+        assert again.status == ("inconsistent" if check.kernel > tolerance else "consistent"), (check, again)
     finally:
         teardown.down(lab_name)
-
-
-def _loss_check_tolerance(consistency: dict) -> float:
-    return [c for c in consistency["checks"] if c["check"] == "loss"][0]["tolerance"]
 
 
 def test_a_channel_hosts_clock_exchanges_are_kept_for_its_next_session_and_a_reboot_voids_them():

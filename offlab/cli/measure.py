@@ -68,17 +68,10 @@ def measure_cmd(
     from offlab.experiment import request
 
     job = request.check(request_from_options(options))
-    sample = request.run(job)
+    s = request.run(job)
     if as_json:
-        rr_idle = sample.rr["idle"] if job.kind == "rr" and sample.rr else None  # an rr sample: its result on top
-        doc = sample.to_dict() if rr_idle is None else {**rr_idle, "probes": sample.probes, "notes": sample.notes,
-                                                         **({"kernel_account": sample.kernel_account}
-                                                            if sample.kernel_account is not None else {})}
-        typer.echo(json.dumps(doc, indent=2, default=str))
+        typer.echo(json.dumps(json_doc(s, job.kind), indent=2, default=str))
         return
-    from offlab.sample import StoredSample
-
-    s = StoredSample.from_json(sample.to_dict())
     if job.kind == "rr":
         from rich.markup import escape
 
@@ -90,6 +83,14 @@ def measure_cmd(
     print_sample(s)
     if s.rr:
         print_rr_under_load(s.rr)
+
+
+def json_doc(s: StoredSample, kind: str) -> dict:
+    """What `--json` prints: the sample as stored; an rr sample's result on top, with its probes and notes."""
+    if kind != "rr" or not s.rr or not s.rr.idle:
+        return s.to_json()
+    return {**s.rr.idle.to_json(), "probes": s.probes.to_json(), "notes": s.notes,
+            **({"kernel_account": s.kernel_account} if s.kernel_account is not None else {})}
 
 
 def request_from_options(options: dict) -> MeasureRequest:

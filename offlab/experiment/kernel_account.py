@@ -1,6 +1,6 @@
 """The kernel's account of a sample beside the counters': loss by drop reason, segmentation and merging per hop.
 
-Pure functions over a sample's stored figures: `probes.trace` (offlab.probes.trace) against its
+Pure functions over a sample (offlab.sample's record): `probes.trace` (offlab.probes.trace) against its
 `loss_attribution` (counters) and its `effects` (the counters' witnesses). The lines people read are
 offlab.report.kernel's. docs/results.md defines each figure.
 """
@@ -11,6 +11,7 @@ from offlab.experiment.effects import EXERCISED, MIN_PACKETS
 from offlab.experiment.effects.merging import MERGING
 from offlab.experiment.effects.segmentation import SEGMENTATION
 from offlab.metrics import NOT_EXERCISED
+from offlab.sample import Effect, LossPlace, SampleWorkload, StoredSample
 from offlab.stats import AGREE_COUNT, agreement, partition
 
 SOFTWARE_MIN = AGREE_COUNT  # fewer super-packets than this cut in software is noise at the edges
@@ -29,7 +30,7 @@ SAME_DROPS = (("RcvbufErrors", ("SOCKET_RCVBUFF",)), ("NoPorts", ("NO_SOCKET",))
               ("softnet backlog", ("CPU_BACKLOG",)))
 
 
-def loss(trace: dict, lost: int | None, counted: float | None, counter_places: list[dict] | None = None, *,
+def loss(trace: dict, lost: int | None, counted: float | None, counter_places: list[LossPlace] | None = None, *,
          refused: int = 0, lost_known_to: float = 0, lost_bounds: tuple[int, int] | None = None) -> dict | None:
     """Lost datagrams by the kernel's reason: per (host, device, reason, location) the datagrams and their
     share, and `unseen` what no tracepoint saw; shares are of max(lost, dropped) and add up to 1.
@@ -61,11 +62,11 @@ def loss(trace: dict, lost: int | None, counted: float | None, counter_places: l
         out["vs_counters"] = agreement(dropped, round(counted), lost_known_to)
     pairs = []
     for counter, reasons in SAME_DROPS:
-        theirs = [p for p in counter_places or [] if counter in str(p.get("where"))]
+        theirs = [p for p in counter_places or [] if counter in p.where]
         ours = sum(d["datagrams"] for d in drops if d["reason"] in reasons)
         if theirs or ours:
             pairs.append({"counter": counter, "reasons": list(reasons),
-                          **agreement(ours, round(sum(float(p.get("datagrams") or 0) for p in theirs)))})
+                          **agreement(ours, round(sum(float(p.datagrams or 0) for p in theirs)))})
     if pairs:
         out["by_reason"] = pairs
     return out
@@ -127,18 +128,18 @@ def hops(trace: dict) -> list[dict]:
     return out
 
 
-def _where(effect: dict) -> tuple[str, str]:
-    host, _, dev = str(effect.get("where") or "").partition(":")
+def _where(effect: Effect) -> tuple[str, str]:
+    host, _, dev = effect.where.partition(":")
     return host, dev
 
 
-def second_source(hop_list: list[dict], effects: list[dict] | None, workload: dict) -> list[dict]:
+def second_source(hop_list: list[dict], effects: list[Effect] | None) -> list[dict]:
     """The kernel's verdict on each segmentation and merging setting the counters' witnesses judged (and on
     the engine's UDP_SEGMENT), beside theirs; `agree` False where both judged and differ."""
     by_dev = {(h["host"], h["device"]): h for h in hop_list}
     out = []
     for e in effects or []:
-        key, value = str(e.get("setting") or ""), str(e.get("value") or "")
+        key, value = e.setting, e.value
         if str(value).lower() not in ("on", "true", "1", "yes"):
             continue
         found = None
@@ -148,15 +149,15 @@ def second_source(hop_list: list[dict], effects: list[dict] | None, workload: di
                 found = (_segmented(hop, KINDS[SEGMENTATION[key]]) if key in SEGMENTATION
                          else _merged(hop, KINDS[MERGING[key]]))
         elif key.startswith("workload gso") or key.startswith("workload gro"):
-            role = str(e.get("where") or "").split(" ", 1)[0]
+            role = e.where.split(" ", 1)[0]
             mine = [h for h in hop_list if h["host"] == role]
             found = _socket_gso(mine) if key.startswith("workload gso") else _socket_gro(mine)
         if found is None:
             continue
         status, detail = found
-        row = {"setting": key, "where": e.get("where"), "kernel": status, "detail": detail, "counters": e.get("status")}
-        if e.get("status") in (EXERCISED, NOT_EXERCISED) and status in (EXERCISED, NOT_EXERCISED):
-            row["agree"] = e.get("status") == status
+        row: dict = {"setting": key, "where": e.where, "kernel": status, "detail": detail, "counters": e.status}
+        if e.status in (EXERCISED, NOT_EXERCISED) and status in (EXERCISED, NOT_EXERCISED):
+            row["agree"] = e.status == status
         out.append(row)
     return out
 
@@ -225,8 +226,8 @@ def _socket_gro(receiver_hops: list[dict]) -> tuple[str, str] | None:
                            f"(GRO was handed {sum(h['gro_in'] for _, h in got)} frames)")
 
 
-def uso(trace: dict, effects: list[dict] | None, hop_list: list[dict] | None = None,
-        workload: dict | None = None) -> dict | None:
+def uso(trace: dict, effects: list[Effect] | None, hop_list: list[dict] | None = None,
+        workload: SampleWorkload | None = None) -> dict | None:
     """Was USO exercised by the kernel's account: the client's devices' drivers handed UDP_L4
     super-packets; where its queue had them and its driver did not, where they were cut in software;
     beside the counters' USO witness (effects), a disagreement flagged. None where the client sent no UDP
@@ -235,13 +236,12 @@ def uso(trace: dict, effects: list[dict] | None, hop_list: list[dict] | None = N
     supers = sum(r["skbs"] for r in rows if r["segments"] > r["skbs"])
     segments = sum(r["segments"] for r in rows if r["segments"] > r["skbs"])
     exercised = supers > 0
-    witness = next((e for e in effects or [] if e.get("setting") in USO_SETTINGS
-                    and str(e.get("where") or "").startswith("client")), None)
+    witness = next((e for e in effects or [] if e.setting in USO_SETTINGS and e.where.startswith("client")), None)
     client = [h for h in hop_list or hops(trace) if h["host"] == "client"]
     cut = [f"client:{h['device']}" for h in client
            if h["software_segmented"] and _tally_of(h, "queued", KINDS["udp"])["super_packets"]]
     sent = sum(h["sent"]["skbs"] for h in client)
-    udp = (workload or {}).get("protocol") == "udp" and sent >= MIN_PACKETS
+    udp = workload is not None and workload.protocol == "udp" and sent >= MIN_PACKETS
     if not (udp or exercised or cut or witness is not None):
         return None
     out: dict = {"exercised": exercised, "super_packets": supers, "segments": segments,
@@ -249,45 +249,51 @@ def uso(trace: dict, effects: list[dict] | None, hop_list: list[dict] | None = N
     if cut:
         out["segmented_in_software_at"] = cut
     if witness is not None:
-        other = witness.get("status")
+        other = witness.status
         out["counters"] = other
         if other in (EXERCISED, NOT_EXERCISED):
             out["agree"] = (other == EXERCISED) == exercised
     return out
 
 
-def judge(sample: dict) -> dict | None:
+def judge(sample: StoredSample) -> dict | None:
     """The sample's `kernel_account`: its trace's loss by reason, its hops, the USO verdict and the second
     source for the counters' effect witnesses."""
-    trace = (sample.get("probes") or {}).get("trace")
+    trace = sample.probes.trace
     if not trace:
         return None
     if "unavailable" in trace:
         return {"unavailable": trace["unavailable"]}
-    la = sample.get("loss_attribution") or {}
-    workload = sample.get("workload") or {}
     out: dict = {}
-    if workload.get("protocol") == "udp":
-        traffic = sample.get("traffic") or {}
-        # the counters' estimate before it was capped at the lost count (attribute_loss's overshoot)
-        counted = (la.get("explained") or 0) + (la.get("overshoot") or 0) if la else None
-        found = loss(trace, la.get("lost"), counted, la.get("places"),
-                     refused=(traffic.get("errors") or {}).get("ENOBUFS", 0) if traffic.get("tool") == "engine" else 0,
-                     lost_known_to=la.get("lost_uncertainty") or 0,
-                     lost_bounds=(la["lost_low"], la["lost_high"]) if la.get("lost_low") is not None else None)
+    if sample.workload.protocol == "udp":
+        found = _loss_of(trace, sample)
         if found is not None:
             out["loss"] = found
     hop_list = hops(trace)
     out["hops"] = hop_list
-    u = uso(trace, sample.get("effects"), hop_list, workload)
+    u = uso(trace, sample.effects, hop_list, sample.workload)
     if u is not None:
         out["uso"] = u
-    second = second_source(hop_list, sample.get("effects"), workload)
+    second = second_source(hop_list, sample.effects)
     if second:
         out["effects"] = second
     if trace.get("not_traced"):
         out["not_traced"] = trace["not_traced"]
     return out
+
+
+def _loss_of(trace: dict, sample: StoredSample) -> dict | None:
+    """A UDP sample's lost datagrams by the kernel's reason, beside its counters' attribution."""
+    la, traffic = sample.loss_attribution, sample.traffic
+    if la is None:
+        return loss(trace, None, None, refused=traffic.error("ENOBUFS") if traffic.tool == "engine" else 0)
+    # the counters' estimate before it was capped at the lost count (attribute_loss's overshoot)
+    counted = (la.explained or 0) + (la.overshoot or 0)
+    return loss(trace, la.lost, counted, la.places,
+                refused=traffic.error("ENOBUFS") if traffic.tool == "engine" else 0,
+                lost_known_to=la.lost_uncertainty or 0,
+                lost_bounds=(la.lost_low, la.lost_high) if la.lost_low is not None and la.lost_high is not None
+                else None)
 
 
 def disagreements(ka: dict | None) -> list[str]:

@@ -1,4 +1,5 @@
-"""One measured sample: traffic plus every probe, over the window after warm-up."""
+"""One measured sample: traffic plus every probe, over the window after warm-up, as one typed record
+(offlab.sample's StoredSample) from here to the store."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import signal
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -22,7 +23,7 @@ from offlab.probes import ProbeResult, ProbeSession, Snapshot, mtus, service_dem
 from offlab.probes.base import Options as ProbeOptions
 from offlab.probes.counters import rcvq_pruned
 from offlab.probes.cpu import NOTABLE_STEAL_PCT
-from offlab.sample import Held, Probes, StoredSample
+from offlab.sample import Guest, Held, Probes, Rr, RrPhase, SampleWorkload, StoredSample
 from offlab.dpdk import Testpmd
 from offlab.experiment import effects, host_trace, kernel_account, witnesses
 from offlab.probes.capture import Capture, CaptureSummary, read_pcap, summarize
@@ -53,46 +54,18 @@ class CaptureRequest:
     frames: int = 2000
 
 
-@dataclass
-class Sample:
-    lab: str
-    topology: str
-    workload: dict
-    started_at: float
-    traffic: dict
-    probes: dict
-    service_demand_us_per_kib: dict
-    capture: dict | None = None
-    notes: list[str] = field(default_factory=list)
-    search: dict | None = None  # zero-loss search steps, when the sample came from one
-    consistency: dict | None = None  # second witnesses for the headline figures (offlab.experiment.witnesses)
-    loss_attribution: dict | None = None  # where lost datagrams died, from counters
-    segmentation: list[dict] | None = None  # packets vs bytes per interface and direction, against its MTU
-    rr: dict | None = None  # request/response: {"idle": ..., "loaded": ... (rr-under-load only)}
-    effects: list[dict] | None = None  # per setting in force: did the counters show its effect (offlab.experiment.effects)
-    guests: dict | None = None  # role → how that guest ran (accel, vhost, QEMU, kernel): TCG marks the sample emulated
-    kernel_account: dict | None = None  # loss by drop reason, super-packets by gso_type (offlab.experiment.kernel_account)
-
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        if d["kernel_account"] is None:  # not asked (`--trace`): the sample keeps the shape it always had
-            del d["kernel_account"]
-        return d
-
-    # Headline figures, named once so every output agrees.
-    @property
-    def throughput_bps(self) -> float:
-        return self.traffic["throughput_bps"]
+GUEST_KEYS = ("accel", "vhost", "qemu_version", "qemu_package_version", "qemu_suite", "kernel_release", "kernel_package",
+              "kernel_package_version", "kernel_suite")  # what a sample says of each guest's run, in this order
 
 
 def measure(lab: LabState, w: Workload, capture: CaptureRequest | None = None, *,
-            alongside: Callable[[], None] | None = None, settings: list[dict] | None = None,
-            trace: bool = False) -> Sample:
+            alongside: Callable[[], None] | None = None, settings: list[Held] | None = None,
+            trace: bool = False) -> StoredSample:
     """Run `w` from client to server of `lab` with all probes, and return the sample.
 
     `alongside` runs on a thread from the moment the traffic starts, and is waited for before
-    the sample is made (rr-under-load's probe). `settings` ({"where", "key", "value"}) are the
-    settings the sample runs with, each given an effect witness (offlab.experiment.effects). `trace`:
+    the sample is made (rr-under-load's probe). `settings` are the settings the sample runs with,
+    each given an effect witness (offlab.experiment.effects). `trace`:
     the kernel's own account of the window beside the counters (offlab.probes.trace). A
     failure while a lab daemon (testpmd, OVS) is dead is reported as that daemon's death, with its last lines: the traffic error is its symptom."""
     # reads that run beside the traffic (MTUs, testpmd's settings): this sample's own threads
@@ -110,7 +83,7 @@ def measure(lab: LabState, w: Workload, capture: CaptureRequest | None = None, *
 
 
 def _measure(lab: LabState, w: Workload, capture: CaptureRequest | None, beside: ThreadPoolExecutor, *,
-             alongside: Callable[[], None] | None, settings: list[dict], trace: bool = False) -> Sample:
+             alongside: Callable[[], None] | None, settings: list[Held], trace: bool = False) -> StoredSample:
     w.ipv6 = w.ipv6 and bool(lab.entry("server").address6)
     w.check()
     server_entry = lab.entry("server")
@@ -190,22 +163,25 @@ def _measure(lab: LabState, w: Workload, capture: CaptureRequest | None, beside:
     if tp_read is not None:
         probe.testpmd_settings = tp_read.result(timeout=60)
     same_kernel = lab.client.shares_kernel and lab.server.shares_kernel
-    guests = {role: {k: e.guest.get(k) for k in ("accel", "vhost", "qemu_version", "qemu_package_version", "qemu_suite",
-                                                 "kernel_release", "kernel_package",
-                                                 "kernel_package_version", "kernel_suite")}
-              for role, e in lab.hosts.items() if e.guest}
-    # Each guest NIC's negotiation chain as it stood at the end of the traffic (read after it, so the
-    # guest round trips do not steal from the measured work): why its offloads were what they were.
-    for role, chains in guest_chains(lab).items():
-        guests[role]["nics"] = chains
+    guests = guests_of(lab)
     notes = sample_notes(probe, lab.mtu, guests, channel_margin_s=None if w_run is w else CHANNEL_MARGIN_S,
                          late_start_s=window.late_start_s, stopped_at_end=stops_early)
-    sample = Sample(lab=lab.name, topology=lab.topology, workload=w.to_dict(), started_at=started_at,
-                    traffic=traffic.to_dict(), probes=probe.to_dict(),  # stored as JSON from here on
-                    service_demand_us_per_kib=service_demands(probe, traffic.throughput_bps, same_kernel),
-                    capture=window.capture.to_dict() if window.capture else None, notes=notes,
-                    guests=guests or None)
+    sample = StoredSample.measured(
+        lab=lab.name, topology=lab.topology, workload=SampleWorkload.from_json(w.to_dict()), started_at=started_at,
+        traffic=traffic.stored(), probes=Probes.from_json(probe.to_dict()),
+        service_demand_us_per_kib=service_demands(probe, traffic.throughput_bps, same_kernel),
+        capture=window.capture.stored() if window.capture else None, notes=notes, guests=guests or None)
     return _witnessed(sample, settings)
+
+
+def guests_of(lab: LabState) -> dict[str, Guest]:
+    """role → how that guest of the lab ran, with each NIC's negotiation chain as it stood at the end of
+    the traffic (read after it, so the guest round trips do not steal from the measured work): why its
+    offloads were what they were."""
+    guests = {role: {k: e.guest.get(k) for k in GUEST_KEYS} for role, e in lab.hosts.items() if e.guest}
+    for role, chains in guest_chains(lab).items():
+        guests[role]["nics"] = chains
+    return {role: Guest.from_json(g) for role, g in guests.items()}
 
 
 @dataclass
@@ -232,7 +208,7 @@ def service_demands(probe: ProbeResult, throughput_bps: float, same_kernel: bool
     return sd
 
 
-def sample_notes(probe: ProbeResult, lab_mtu: int, guests: dict, *, channel_margin_s: float | None,
+def sample_notes(probe: ProbeResult, lab_mtu: int, guests: dict[str, Guest], *, channel_margin_s: float | None,
                  late_start_s: float | None, stopped_at_end: bool = False) -> list[str]:
     """What a reader of the sample must know about how it was measured, one line each."""
     notes = []
@@ -259,20 +235,20 @@ def sample_notes(probe: ProbeResult, lab_mtu: int, guests: dict, *, channel_marg
             notes.append(f"{RCVQ_MARK}: {role} hit its TCP receive-memory limit and pruned or collapsed its "
                          f"receive queue (" + ", ".join(f"{k} {v}" for k, v in pruned.items())
                          + "): this measured its socket receive memory (tcp_rmem), not only the path")
-    tcg = [role for role, g in guests.items() if g.get("accel") == "tcg"]
+    tcg = [role for role, g in guests.items() if g.accel == "tcg"]
     if tcg:
         notes.append(f"{TCG_MARK}: {', '.join(tcg)} ran under TCG (an emulated CPU)")
     return notes
 
 
-def _queue_ifaces(lab: LabState, settings: list[dict]) -> dict[str, list[str]]:
+def _queue_ifaces(lab: LabState, settings: list[Held]) -> dict[str, list[str]]:
     """role → the interfaces whose per-queue packets a setting about queues (channels, xps) is witnessed
     by: every uplink of a namespace host (a veth's queue shows on its peer's), and on another host (a
     guest) the ones the settings name. None set: {} (nothing is read)."""
     named: dict[str, list[str]] = {}
     for s in settings:
-        if effects.needs_queues(str(s.get("key") or "")):
-            role, _, iface = str(s.get("where") or "").partition(":")
+        if effects.needs_queues(str(s.key or "")):
+            role, _, iface = str(s.where or "").partition(":")
             named.setdefault(role, []).append(iface)
     if not named:
         return {}
@@ -286,33 +262,31 @@ def _queue_ifaces(lab: LabState, settings: list[dict]) -> dict[str, list[str]]:
     return out
 
 
-def _witnessed(sample: Sample, settings: list[dict]) -> Sample:
+def _witnessed(sample: StoredSample, settings: list[Held]) -> StoredSample:
     """The sample's second witnesses, loss attribution, segmentation and effect witnesses (pure, over
-    its own figures, read through offlab.sample's view; what they clamp goes back into its traffic)."""
-    view = StoredSample.from_json({"traffic": sample.traffic, "probes": sample.probes, "workload": sample.workload})
-    sample.notes += witnesses.bound(view.traffic)
-    short = witnesses.offered_short(view.workload, view.traffic)
+    its own figures; what they clamp they clamp in its traffic, in order: each reads what the ones
+    before it set)."""
+    sample.notes += witnesses.bound(sample.traffic)
+    short = witnesses.offered_short(sample.workload, sample.traffic)
     if short:
         sample.notes.append(short)
-    sample.consistency = witnesses.cross_check(view)
-    sample.traffic = view.traffic.to_json()
-    sample.loss_attribution = witnesses.attribute_loss(view)
-    sample.segmentation = witnesses.segmentation(view.probes, view.probes.mtus)
-    zc = witnesses.zerocopy(view.traffic)
+    sample.consistency = witnesses.cross_check(sample)
+    sample.loss_attribution = witnesses.attribute_loss(sample)
+    sample.segmentation = witnesses.segmentation(sample.probes, sample.probes.mtus)
+    zc = witnesses.zerocopy(sample.traffic)
     if zc:
         sample.notes.append(zc)
-    big = witnesses.big_packets(view.probes)
+    big = witnesses.big_packets(sample.probes)
     if big:
         sample.notes.append(big)
-    judged = StoredSample.from_json(sample.to_dict())  # read again: the checks below read what the lines above set
-    sample.notes += witnesses.out_of_range(judged)
-    sample.effects = [e.to_dict() for e in effects.witness(judged, [Held.from_json(s) for s in settings])]
+    sample.notes += witnesses.out_of_range(sample)
+    sample.effects = [e.stored() for e in effects.witness(sample, settings)]
     return _judged(sample)
 
 
-def _judged(sample: Sample) -> Sample:
+def _judged(sample: StoredSample) -> StoredSample:
     """The sample's `kernel_account` (where `--trace` took one), and its notes."""
-    sample.kernel_account = kernel_account.judge(sample.to_dict())
+    sample.kernel_account = kernel_account.judge(sample)
     if sample.kernel_account and "unavailable" in sample.kernel_account:
         sample.notes.append(f"kernel account not taken: {sample.kernel_account['unavailable']}")
     elif sample.kernel_account and sample.kernel_account.get("not_traced"):
@@ -422,7 +396,8 @@ def _mtu(lab: LabState, role: str, iface: str) -> int:
 LOADED_END_MARGIN_S = 0.2
 
 
-def measure_rr(lab: LabState, rw: rr_driver.RrWorkload, *, big_packets: bool = False, trace: bool = False) -> Sample:
+def measure_rr(lab: LabState, rw: rr_driver.RrWorkload, *, big_packets: bool = False,
+               trace: bool = False) -> StoredSample:
     """One request/response sample with CPU, interface and softnet probes over its window (after warm-up);
     with `big_packets`, the packets over 64 KiB per interface too (BIG TCP's proof, as for a stream);
     with `trace`, the kernel's own account of the window (drops by reason, skbs per device), as a stream's."""
@@ -453,18 +428,22 @@ def measure_rr(lab: LabState, rw: rr_driver.RrWorkload, *, big_packets: bool = F
             raise EnvironmentProblem(f"lab {lab.name}: the request/response traffic ended before its window; "
                                      f"nothing measured (run `offlab measure {lab.name} --workload rr` again)")
         probe = probes.result(window.start, window.end, client_cpu=rw.client_cpu, server_cpu=rw.server_cpu)
-    idle = result.to_dict()
-    idle["cpu"] = {k: v for k, v in probe.cpu.items() if k != "per_cpu"}
-    idle["cpu_us_per_transaction"] = cpu_per_transaction(probe, result.transactions_per_s)
+    probes_read = Probes.from_json(probe.to_dict())
+    idle = result.stored(cpu={k: v for k, v in probe.cpu.items() if k != "per_cpu"},
+                         cpu_us_per_transaction=cpu_per_transaction(probe, result.transactions_per_s))
     notes = [f"rr kernel check: {result.kernel_check['status']}"] if result.kernel_check else []
-    stored = probe.to_dict()
-    big = witnesses.big_packets(Probes.from_json(stored))
+    big = witnesses.big_packets(probes_read)
     if big:
         notes.append(big)
-    sample = Sample(lab=lab.name, topology=lab.topology, workload={"kind": "rr", **rw.to_dict()},
-                    started_at=started_at, traffic={}, probes=stored, service_demand_us_per_kib={}, notes=notes,
-                    rr={"idle": idle})
+    sample = rr_sample(lab.name, lab.topology, rw, started_at, idle, probes_read, notes)
     return _judged(sample) if trace else sample
+
+
+def rr_sample(lab: str, topology: str, rw: rr_driver.RrWorkload, started_at: float, idle: RrPhase, probes: Probes,
+              notes: list[str]) -> StoredSample:
+    """A request/response sample: the probe's round trips (`rr.idle`) and the counters over its window."""
+    return StoredSample.measured(lab=lab, topology=topology, workload=SampleWorkload.from_json({"kind": "rr", **rw.to_dict()}),
+                                 started_at=started_at, probes=probes, notes=notes, rr=Rr(idle=idle))
 
 
 def cpu_per_transaction(probe: ProbeResult, tps: float) -> float | None:
@@ -483,7 +462,7 @@ def check_under_load(w: Workload) -> Workload:
 
 
 def measure_rr_under_load(lab: LabState, w: Workload, rw: rr_driver.RrWorkload,
-                          capture: CaptureRequest | None = None, *, trace: bool = False) -> Sample:
+                          capture: CaptureRequest | None = None, *, trace: bool = False) -> StoredSample:
     """flent's RRUL idea on one path: the RR probe alone first (idle), then the stream `w` with the
     same probe running beside it (loaded). One sample: the stream's throughput and both sets of rtt.
     With `trace`, each phase's kernel account: the loaded one is the sample's, the idle one `rr.idle`'s."""
@@ -503,17 +482,23 @@ def measure_rr_under_load(lab: LabState, w: Workload, rw: rr_driver.RrWorkload,
         raise got["error"]
     if "result" not in got:
         raise rr_driver.TrafficFailed("the loaded RR probe did not finish with the stream")
-    loaded = got["result"].to_dict()
-    assert idle.rr is not None  # measure_rr's sample always has its rr figures
-    base = idle.rr["idle"]
-    if idle.kernel_account is not None:
-        base["kernel_account"] = idle.kernel_account
-    sample.workload = {"kind": "rr-under-load", **sample.workload, "rr": rw.to_dict()}
-    sample.rr = {"idle": base, "loaded": loaded, "loaded_over_idle": {
-        k: (loaded[k] / base[k] if loaded.get(k) and base.get(k) else None)
-        for k in ("rtt_p50_us", "rtt_p99_us", "rtt_p99_9_us", "rtt_mean_us")}}
-    sample.notes.append(f"rr idle: measured alone just before the stream ({base['window_s']:.1f} s window); rr "
+    return under_load(sample, idle, got["result"].stored(), w, rw)
+
+
+def under_load(stream: StoredSample, idle: StoredSample, loaded: RrPhase, w: Workload,
+               rw: rr_driver.RrWorkload) -> StoredSample:
+    """The sample of stream `w` made rr-under-load's: its workload with the probe's, the probe's round
+    trips alone (`idle`'s sample, with its kernel account) and beside the stream (`loaded`), and their factor."""
+    assert idle.rr is not None and idle.rr.idle is not None  # measure_rr's sample always has its rr figures
+    base = idle.rr.idle
+    base.kernel_account = idle.kernel_account
+    # w is the stream as measure checked it: the sample's workload, with what kind it was first
+    stream.workload = SampleWorkload.from_json({"kind": "rr-under-load", **w.to_dict(), "rr": rw.to_dict()})
+    stream.rr = Rr(idle=base, loaded=loaded, loaded_over_idle={
+        k: (getattr(loaded, k) / getattr(base, k) if getattr(loaded, k) and getattr(base, k) else None)
+        for k in ("rtt_p50_us", "rtt_p99_us", "rtt_p99_9_us", "rtt_mean_us")})
+    stream.notes.append(f"rr idle: measured alone just before the stream ({base.window_s:.1f} s window); rr "
                         f"loaded: the same probe beside the {w.tool} {w.protocol} stream on the same path and CPUs")
-    if loaded["transactions"] == 0:
-        sample.notes.append("under load no RR transaction was answered: the stream starved the probe")
-    return sample
+    if loaded.transactions == 0:
+        stream.notes.append("under load no RR transaction was answered: the stream starved the probe")
+    return stream

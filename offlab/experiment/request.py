@@ -14,8 +14,9 @@ from offlab.errors import BadInput
 from offlab.names import IFNAME_RE, ROLE_RE
 
 if TYPE_CHECKING:  # imported where used: the CLI reads MeasureRequest's defaults at start-up
-    from offlab.experiment.measure import CaptureRequest, Sample
+    from offlab.experiment.measure import CaptureRequest
     from offlab.experiment.plan import Plan
+    from offlab.sample import Held, StoredSample
     from offlab.traffic import Workload
     from offlab.traffic.rr import RrWorkload
 
@@ -114,7 +115,7 @@ def _rr(req: MeasureRequest, protocol: str, rate: str | None) -> RrWorkload:
                          duration=req.duration, warmup=req.warmup, timeout=req.rr_timeout, ipv6=req.ipv6).check()
 
 
-def run(job: MeasureJob) -> Sample:
+def run(job: MeasureJob) -> StoredSample:
     """Run a checked job in its lab, holding the lab meanwhile (`lab down` refuses it, issue #14 item 8)."""
     from offlab.experiment.measure import measure, measure_rr, measure_rr_under_load
     from offlab.lab import LabState, hold
@@ -135,15 +136,16 @@ def run(job: MeasureJob) -> Sample:
         return measure_rr_under_load(state, job.stream, job.rr, job.capture, trace=job.trace)
 
 
-def lab_settings(state) -> list[dict]:
+def lab_settings(state) -> list[Held]:
     """The settings `lab set` made on the lab and that still hold (its journal): each gets an effect witness."""
     from offlab.knobs import pending_changes
+    from offlab.sample import Held
 
     role_of = {e.netns: role for role, e in state.hosts.items() if e.netns and not e.guest}
-    held: dict[tuple, dict] = {}
+    held: dict[tuple, Held] = {}
     for c in pending_changes(role_of, state.name):  # newest first: a later `lab set` of a key wins
         where = f"{c['host']}:{c['iface']}" if c.get("iface") else str(c["host"])
-        held.setdefault((where, c["key"]), {"where": where, "key": c["key"], "value": c["value"]})
+        held.setdefault((where, c["key"]), Held(where=where, key=c["key"], value=c["value"]))
     return list(held.values())
 
 

@@ -35,6 +35,7 @@ from offlab.lab.model import LabState
 from offlab.experiment.measure import CaptureRequest, measure, measure_rr, measure_rr_under_load
 from offlab.lab.hold import Hold
 from offlab.metrics import metrics_of
+from offlab.sample import Held, KnobOutcome, StoredSample
 from offlab.state import FlockFile, me
 from offlab.stats import UNDECIDED, converged
 from offlab.store import Store
@@ -443,38 +444,30 @@ class Runner:
         spec = cell.workload
         if spec.kind == "rr":
             sample = measure_rr(lab, spec.rr_workload(ipv6=cell.topology.ipv6), big_packets=spec.big_packets,
-                                trace=self.plan.trace).to_dict()
+                                trace=self.plan.trace)
         elif spec.kind == "rr-under-load":
             sample = measure_rr_under_load(lab, w, spec.rr_workload(ipv6=cell.topology.ipv6), cap,
-                                           trace=self.plan.trace).to_dict()
+                                           trace=self.plan.trace)
         elif spec.search_max_loss is not None:
             sample = zero_loss_search(lab, w, spec.search_max_loss, parse_pps(spec.search_low),
-                                      parse_pps(spec.search_high), spec.search_steps, cap,
-                                      trace=self.plan.trace).to_dict()
+                                      parse_pps(spec.search_high), spec.search_steps, cap, trace=self.plan.trace)
         else:
             # the cell's settings as they read back: each gets an effect witness over the sample's counters
-            held = [{"where": o.where, "key": o.change.key, "value": o.actual} for o in outcomes if o.ok]
+            held = [Held(where=o.where, key=o.change.key, value=o.actual) for o in outcomes if o.ok]
             if cell.topology.mtu > 1500:  # a jumbo lab: its MTU is a setting the cell varies too
-                held.append({"where": f"lab {lab.name} (topology mtu)", "key": "mtu", "value": str(cell.topology.mtu)})
-            sample = measure(lab, w, cap, settings=held, trace=self.plan.trace).to_dict()
-        # Read again at the end of the window: the values really in force while it was measured.
-        sample["in_force"] = tx.in_force(scope)
-        sample["knob_writes"] = writes  # settings journalled and set, restored, kept from the previous cell
-        if sample["traffic"].get("throughput_bps") == 0:
-            cs.status = "failed"
-            cs.reason = ("no data crossed the path (throughput 0): the path is broken, "
-                         "e.g. an MTU lowered on one hop drops every full-size frame")
-        elif sample.get("rr") and sample["rr"]["idle"]["transactions"] == 0:
-            cs.status = "failed"
-            cs.reason = "no request/response transaction was answered: the path or the peer is down"
-        sample["knobs"] = [o.to_dict() for o in outcomes]
-        if self.guest_boots:  # which boot of the guest took it, and how many boots the run has made so far
-            sample["guest_boot"] = {**next(b for b in reversed(self.guest_boots) if b["lab"] == lab.name),
-                                    "boots_so_far": len(self.guest_boots)}
-        if position is not None:
-            sample["round_position"] = position  # where in its round it ran: the interleaving, recorded
+                held.append(Held(where=f"lab {lab.name} (topology mtu)", key="mtu", value=str(cell.topology.mtu)))
+            sample = measure(lab, w, cap, settings=held, trace=self.plan.trace)
+        broken = _broken_path(sample)
+        if broken is not None:
+            cs.status, cs.reason = "failed", broken
+        knobs = [o.to_dict() for o in outcomes]  # requested against actual, also the store's own column
+        # which boot of the guest took it, and how many boots the run has made so far
+        boot = {**next(b for b in reversed(self.guest_boots) if b["lab"] == lab.name),
+                "boots_so_far": len(self.guest_boots)} if self.guest_boots else None
+        # in force: read again at the end of the window, the values really in force while it was measured
+        as_run(sample, tx.in_force(scope), writes, knobs, boot, position)
         metrics = metrics_of(sample)
-        self.store.add_sample(self.run_id, cs.cell_id, rnd, sample, metrics, sample["knobs"])
+        self.store.add_sample(self.run_id, cs.cell_id, rnd, sample.to_json(), metrics, knobs)
         cs.rounds_done.add(rnd)
         if cs.status == "failed":
             self.store.set_cell_status(cs.cell_id, "failed", cs.reason)
@@ -485,7 +478,8 @@ class Runner:
         rep = self.plan.repeat
         remaining = sum(max(rep.min - len(c.rounds_done), 0) for c in self.cells if c.active)
         self.on_event("sampled", {"cell": cell.key, "round": rnd, "metrics": metrics, "remaining_min": remaining})
-        return ((sample.get("probes") or {}).get("cpu") or {}).get("system", {}).get("steal_pct")
+        system = sample.probes.cpu.get("system")
+        return system.steal_pct if system is not None else None
 
     @staticmethod
     def _change(lab: LabState, target: str, key: str, value) -> Change:
@@ -500,6 +494,29 @@ class Runner:
         if key.startswith(SYSCTL_PREFIXES) or key.startswith(TESTPMD_PREFIX):  # no interface: the host's own
             return Change(host=host, key=key, value=value, lab=lab)
         return Change(host=host, key=key, value=value, iface=lab.resolve_iface(role, ref or None), lab=lab)
+
+
+def as_run(sample: StoredSample, in_force: list[dict], knob_writes: dict[str, int], knobs: list[dict],
+           guest_boot: dict | None, position: int | None) -> StoredSample:
+    """What a run adds to its sample: the settings in force at its end, the knobs' writes for it (journalled
+    and set, restored, kept from the previous cell), its cell's settings made (offlab.knobs' outcomes),
+    the guest boot that took it (a run that boots guests) and where in its round it ran (the interleaving)."""
+    sample.in_force = [Held.from_json(h) for h in in_force]
+    sample.knob_writes = knob_writes
+    sample.knobs = [KnobOutcome.from_json(k) for k in knobs]
+    sample.guest_boot = guest_boot
+    sample.round_position = position
+    return sample
+
+
+def _broken_path(sample: StoredSample) -> str | None:
+    """Why the sample proves its path broken (its cell then fails), or None."""
+    if sample.traffic.throughput_bps == 0:
+        return ("no data crossed the path (throughput 0): the path is broken, "
+                "e.g. an MTU lowered on one hop drops every full-size frame")
+    if sample.rr and sample.rr.idle and sample.rr.idle.transactions == 0:
+        return "no request/response transaction was answered: the path or the peer is down"
+    return None
 
 
 def _cannot_run(plan: Plan, key: str) -> str | None:

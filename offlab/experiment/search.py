@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from offlab.errors import BadInput
+from offlab.sample import StoredSample
 from offlab.traffic.rate import parse_pps
 
 __all__ = ["parse_pps", "zero_loss_search"]
@@ -47,14 +48,14 @@ class Trial:
         return dataclasses.asdict(self)
 
 
-def _trial(sample, phase: str, target: float, max_loss: float) -> Trial:
+def _trial(sample: StoredSample, phase: str, target: float, max_loss: float) -> Trial:
     t = sample.traffic
-    achieved = t.get("sent_pps")  # without the sender's own rate there is no achieved rate to claim
-    loss = t.get("loss")
+    achieved = t.sent_pps  # without the sender's own rate there is no achieved rate to claim
+    loss = t.loss
     limited = achieved is not None and achieved < target * (1 - GENERATOR_SHORTFALL)
-    return Trial(phase, int(target), achieved, t.get("pps"), t.get("datagrams_sent"), t.get("datagrams_received"),
+    return Trial(phase, int(target), achieved, t.pps, t.datagrams_sent, t.datagrams_received,
                  loss, loss is not None and loss <= max_loss and achieved is not None, limited,
-                 kernel_loss(getattr(sample, "kernel_account", None)))
+                 kernel_loss(sample.kernel_account))
 
 
 def kernel_loss(ka: dict | None) -> dict | None:
@@ -72,18 +73,20 @@ def kernel_loss(ka: dict | None) -> dict | None:
 
 
 def zero_loss_search(lab, w, max_loss: float, low: float, high: float, steps: int, capture=None, *,
-                     confirm: int = 1, trial: Callable | None = None, trace: bool = False):
+                     confirm: int = 1, trial: Callable[..., StoredSample] | None = None,
+                     trace: bool = False) -> StoredSample:
     """Search; return the sample of the confirmed best trial (or of the last trial, flagged). `trace`:
     every trial takes the kernel's account (measure's --trace), in brief in its row of `search.trials`."""
-    if trial is None:
-        from offlab.experiment.measure import measure as trial
+    from offlab.experiment.measure import measure
+
+    take: Callable[..., StoredSample] = trial or measure
     if not 0 < low < high:
         raise BadInput(f"search bounds: need 0 < low ({low:g} pps) < high ({high:g} pps)")
     trials: list[Trial] = []
-    samples: list = []  # the measured sample of each trial, in the same order
+    samples: list[StoredSample] = []  # the measured sample of each trial, in the same order
 
     def run(rate: float, phase: str) -> Trial:
-        s = trial(lab, dataclasses.replace(w, rate=f"{int(rate)}pps"), capture, **({"trace": True} if trace else {}))
+        s = take(lab, dataclasses.replace(w, rate=f"{int(rate)}pps"), capture, **({"trace": True} if trace else {}))
         trials.append(_trial(s, phase, rate, max_loss))
         samples.append(s)
         return trials[-1]

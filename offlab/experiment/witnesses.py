@@ -7,8 +7,8 @@ The kernel saw the same datagrams: the client's `Udp OutDatagrams` and the serve
 the witnesses are compared, and a disagreement beyond a stated tolerance marks the
 sample "inconsistent" with both values, never silently one of them.
 
-Pure functions over a stored sample's view (offlab.sample), so they are tested on numbers. What they
-return is stored with the sample (JSON): `cross_check`, `attribute_loss` and `segmentation` give dicts.
+Pure functions over a sample (offlab.sample's record), so they are tested on numbers. What
+`cross_check`, `attribute_loss` and `segmentation` find is the sample's, as its fields' views.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from offlab.metrics import METRICS, impossible
 from offlab.probes.edge.bigpackets import BigPackets
 from offlab.probes.edge.qdisc import QdiscProbe
 from offlab.probes.edge.softnet import SoftnetStat
-from offlab.sample import Probes, Read, SampleWorkload, StoredSample, Traffic, counter
+from offlab.sample import (Consistency, LossAttribution, Probes, Read, SampleWorkload, Segment, StoredSample, Traffic,
+                           counter)
 from offlab.stats import partition
 from offlab.traffic.rate import parse_rate
 from offlab.wire import ETH_HEADER, IP_MAX, IPV4_HEADER, UDP_HEADER, ip_header
@@ -79,7 +80,7 @@ def bound(traffic: Traffic) -> list[str]:
 def out_of_range(sample: StoredSample) -> list[str]:
     """A note per metric whose value is impossible (it is then stored as no figure, see metrics_of)."""
     return [f"{METRICS[name].label} {value:.6g} {METRICS[name].unit} is outside its possible range: not a figure"
-            for name, value in impossible(sample.to_json()).items()]
+            for name, value in impossible(sample).items()]
 
 
 def udp_group(workload: SampleWorkload | None) -> str:
@@ -181,7 +182,7 @@ def window_loss(traffic: Traffic, probes: Probes) -> WindowLoss:
                       lost_high=sum(n for _, n, _ in kept))
 
 
-def cross_check(sample: StoredSample) -> dict:
+def cross_check(sample: StoredSample) -> Consistency:
     """Every check run on the sample: name, ok, and the values each witness gave. Where the tool's loss
     was impossible (bound), the kernel's takes its place in `sample.traffic`."""
     traffic, probes, w = sample.traffic, sample.probes, sample.workload
@@ -260,7 +261,7 @@ def cross_check(sample: StoredSample) -> dict:
                                  f"in the {1000 * apart:.1f} ms the server's reads may be away from the window's "
                                  f"edges"})
     status = "consistent" if all(oks) else "inconsistent"
-    return {"status": status, "checks": checks}
+    return Consistency.from_json({"status": status, "checks": checks})
 
 
 def _server_rx_bytes(probes: Probes) -> int | None:
@@ -416,7 +417,7 @@ class _Bounds(NamedTuple):
     high: float
 
 
-def attribute_loss(sample: StoredSample) -> dict | None:
+def attribute_loss(sample: StoredSample) -> LossAttribution | None:
     """Where the lost datagrams died, hop by hop, from counter deltas, in datagrams, with the share each explains.
 
     Sender queue (qdisc) drops; every lab interface's drops and errors; softnet backlog drops; a
@@ -530,7 +531,7 @@ def attribute_loss(sample: StoredSample) -> dict | None:
         p.share = share
     order = {"client": 0, "switch": 1, "router": 2, "machine": 3, "server": 4}
     places.sort(key=lambda p: (order.get(p.host, 2), -p.datagrams))
-    return {
+    return LossAttribution.from_json({
         "lost": lost, "lost_source": found.source, "sent": found.sent, "lost_over": found.over,
         **({"lost_low": found.window.lost_low, "lost_high": found.window.lost_high}
            if found.window is not None and found.window.lost_low != found.window.lost_high else {}),
@@ -546,7 +547,7 @@ def attribute_loss(sample: StoredSample) -> dict | None:
         "unread": unread,
         "not_lost": not_lost,
         "receiver_absent": receiver_absent(sample),
-    }
+    })
 
 
 def _lost_uncertainty(probes: Probes, source: str | None, sent: int | None) -> dict:
@@ -586,7 +587,7 @@ def receiver_absent(sample: StoredSample) -> str | None:
 SEGMENTATION_MIN_PACKETS = 20
 
 
-def segmentation(probes: Probes, mtus: dict[str, int]) -> list[dict]:
+def segmentation(probes: Probes, mtus: dict[str, int]) -> list[Segment]:
     """Per lab interface and direction: packets, bytes, average packet size against the MTU, and what
     that proves. A veth (or a tap into a guest) counts a GSO/GRO super-packet as one packet, so an
     average above MTU + 14 on a hop is the proof that super-packets crossed it unsegmented, even where
@@ -605,9 +606,9 @@ def segmentation(probes: Probes, mtus: dict[str, int]) -> list[dict]:
                 verdict = "super-packets: not segmented on this hop"
             else:
                 verdict = f"wire-size packets (≤ MTU {mtu} + {ETH_HEADER})"
-            out.append({"interface": name, "direction": way, "packets": packets, "bytes": size,
-                        "avg_bytes": round(avg, 1), "mtu": mtu, "verdict": verdict,
-                        "line": f"{name} {way}: {packets} pkts of avg {avg:.0f} B ({verdict})"})
+            out.append(Segment.from_json({"interface": name, "direction": way, "packets": packets, "bytes": size,
+                                          "avg_bytes": round(avg, 1), "mtu": mtu, "verdict": verdict,
+                                          "line": f"{name} {way}: {packets} pkts of avg {avg:.0f} B ({verdict})"}))
     return out
 
 

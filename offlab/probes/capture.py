@@ -12,6 +12,7 @@ import struct
 import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import dpkt
 
@@ -19,6 +20,9 @@ from offlab.errors import EnvironmentProblem
 from offlab.hosts import Host, require_tool
 from offlab.names import check_ifname
 from offlab.wire import ETH_HEADER, UDP_HEADER
+
+if TYPE_CHECKING:
+    from offlab.sample import Capture as StoredCapture
 
 HIST_EDGES = (64, 128, 256, 512, 1024, 1514, 1518, 2048, 4096, 8192, 9014, 9018, 16384, 32768, 65536, 1 << 20)
 
@@ -68,6 +72,12 @@ class CaptureSummary:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    def stored(self) -> StoredCapture:
+        """This summary as a sample holds it (its `capture`)."""
+        from offlab.sample import Capture as StoredCapture  # here: not read at every CLI start
+
+        return StoredCapture.from_json(self.to_dict())
 
 
 def summarize(frames: list[tuple[int, bytes]], *, host: str, iface: str, mtu: int,

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from offlab.errors import BadInput
 from offlab.traffic.rate import parse_rate
+
+if TYPE_CHECKING:
+    from offlab.sample import Traffic
 
 UDP_MAX_PAYLOAD = {4: 65507, 6: 65527}
 # What each tool accepts (iperf3 3.12's own limits; the engine's in engine/src/args.rs).
@@ -119,6 +122,12 @@ class TrafficResult:
         if not with_raw:
             d.pop("raw")
         return d
+
+    def stored(self) -> Traffic:
+        """These figures as a sample holds them (its `traffic`)."""
+        from offlab.sample import Traffic  # here: offlab.traffic is read at every CLI start, its samples are not
+
+        return Traffic.from_json(self.to_dict())
 
 
 def validate(w: Workload) -> None:

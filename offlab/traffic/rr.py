@@ -13,7 +13,7 @@ import signal
 import subprocess
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from offlab.errors import BadInput
 from offlab.hosts import Host
@@ -23,6 +23,9 @@ from offlab.traffic import UDP_MAX_PAYLOAD, BadWorkload
 from offlab.traffic import series as intervals
 from offlab.traffic.engine import _ready_dir, engine_on, report
 from offlab.traffic.iperf3 import TrafficFailed
+
+if TYPE_CHECKING:
+    from offlab.sample import RrPhase
 
 MIN_MESSAGE = 24  # the engine's rr message header: the smallest request or response
 TCP_MAX_MESSAGE = 1 << 20
@@ -134,6 +137,12 @@ class RrResult:
         if not with_raw:
             d.pop("raw")
         return d
+
+    def stored(self, **beside: Any) -> RrPhase:
+        """These figures as a sample holds them (an `rr` phase), with `beside` (the window's CPU) after them."""
+        from offlab.sample import RrPhase  # here: offlab.traffic is read at every CLI start, its samples are not
+
+        return RrPhase.from_json({**self.to_dict(), **beside})
 
     def summary_lines(self) -> list[str]:
         """The figures a person reads first, one per line."""

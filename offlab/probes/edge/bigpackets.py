@@ -108,14 +108,15 @@ def delta(before: dict[str, dict[str, dict[str, int]]], after: dict[str, dict[st
     return out
 
 
-def seen(counts: dict | None, where: str, direction: str) -> int | None:
+def seen(counts: dict[str, BigCount] | None, where: str, direction: str) -> int | None:
     """Packets over 64 KiB that interface `where` ("role:iface") counted in `direction` ("rx"/"tx") over
     a sample's window; None when the sample did not count (no `big_packets` in its workload). For
     effect witnesses: a gso_*max_size above 65536 on `where` was exercised iff seen(..., "tx") > 0,
     a gro_*max_size iff seen(..., "rx") > 0."""
     if counts is None:
         return None
-    return (counts.get(where) or {}).get(direction, 0)
+    counted = counts.get(where)
+    return getattr(counted, direction) if counted is not None else 0
 
 
 @dataclass
