@@ -111,7 +111,6 @@ def _handler(signum: int, frame: FrameType | None) -> None:
 
 
 F = TypeVar("F", bound=Callable)
-_PROTECTED: set[CodeType] = set()  # the code of every @protected function's wrapper
 _OUT = "_interrupts_left"  # the wrapper's local set once its section has ended
 
 
@@ -138,15 +137,19 @@ def protected(fn: F) -> F:
             raise _raising(signum)
         return result
 
-    _PROTECTED.add(wrapper.__code__)
     return wrapper  # type: ignore[return-value]
+
+
+# Every @protected function's wrapper runs this one code object (a nested function's code is a constant of
+# the function that defines it): a frame running it is a protected call.
+_WRAPPER: CodeType = next(c for c in protected.__code__.co_consts if isinstance(c, CodeType) and c.co_name == "wrapper")
 
 
 def _entering_protected(frame: FrameType | None) -> bool:
     """Whether the signal landed in a @protected call whose section has not begun yet (depth not counted
     yet): its wrapper is on the stack and has not set its end marker."""
     while frame is not None:
-        if frame.f_code in _PROTECTED:
+        if frame.f_code is _WRAPPER:
             return _OUT not in frame.f_locals
         frame = frame.f_back
     return False
