@@ -20,18 +20,25 @@ restore, the teardown or the line that says how to resume. The exit stays 130.
 A signal whose exception Python swallows (it arrived while a `__del__` or a weakref callback ran,
 e.g. inside an import: "Exception ignored in ...") is not lost: it is raised again at the next
 shielded section's edge, or when `interrupts()` ends.
+
+A cleanup that a `with` statement or a `finally` calls (a transaction's `__exit__`, a run's teardown)
+is a `@protected` function: the whole call is one shielded section, from its first instruction. A
+`with shielded():` inside the function itself comes a few instructions in, and a signal that landed
+in between (the harness found one: SIGTERM as a run's transaction closed) skipped the whole cleanup.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import os
 import signal
 import sys
 import threading
 from dataclasses import dataclass, field
-from typing import Iterator
+from types import CodeType, FrameType
+from typing import Callable, Iterator, TypeVar
 
 EXIT_INTERRUPTED = 130  # one exit code for SIGINT, SIGTERM and SIGHUP (README, docs/knobs.md)
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -92,15 +99,60 @@ def is_interrupt(exc: BaseException | None) -> bool:
     return isinstance(exc, (KeyboardInterrupt, SystemExit))
 
 
-def _handler(signum: int, frame) -> None:  # noqa: ARG001
+def _handler(signum: int, frame: FrameType | None) -> None:
     if _SHIELD.signalled is None:
         _SHIELD.signalled = signum
     if _SHIELD.ending is not None:
         return  # already ending on a signal: its cleanup goes on to the end
-    if _SHIELD.depth > 0:
+    if _SHIELD.depth > 0 or _entering_protected(frame):
         _SHIELD.pending.append(signum)
         return
     raise _raising(signum)
+
+
+F = TypeVar("F", bound=Callable)
+_OUT = "_interrupts_left"  # the wrapper's local set once its section has ended
+
+
+def protected(fn: F) -> F:
+    """`fn` as one shielded section from its very first instruction (a cleanup called by a `with` or a
+    `finally`): a signal that lands before the section is entered waits like one inside it (the handler
+    finds this wrapper's frame on the stack, not yet entered), and is raised as the section ends."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        if not _main_thread():
+            return fn(*args, **kwargs)
+        _SHIELD.depth += 1
+        try:
+            result = fn(*args, **kwargs)
+        except BaseException as exc:
+            _interrupts_left = True  # noqa: F841  (read by the handler through the frame: see _OUT)
+            signum = _leave()
+            if signum is not None and not is_interrupt(exc):
+                raise _raising(signum) from exc
+            raise
+        _interrupts_left = True  # noqa: F841  (set while the depth still counts: nothing lands in between)
+        signum = _leave()
+        if signum is not None:
+            raise _raising(signum)
+        return result
+
+    return wrapper  # type: ignore[return-value]
+
+
+# Every @protected function's wrapper runs this one code object (a nested function's code is a constant of
+# the function that defines it): a frame running it is a protected call.
+_WRAPPER: CodeType = next(c for c in protected.__code__.co_consts if isinstance(c, CodeType) and c.co_name == "wrapper")
+
+
+def _entering_protected(frame: FrameType | None) -> bool:
+    """Whether the signal landed in a @protected call whose section has not begun yet (depth not counted
+    yet): its wrapper is on the stack and has not set its end marker."""
+    while frame is not None:
+        if frame.f_code is _WRAPPER:
+            return _OUT not in frame.f_locals
+        frame = frame.f_back
+    return False
 
 
 def _signum_of(exc: BaseException | None) -> int | None:

@@ -7,13 +7,14 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import (
-    kill_9_once_daemon_is_recorded, module_lab, netns_names, new_links_of_ours, offlab_cli, root_links,
+    REPO, kill_9_once_daemon_is_recorded, module_lab, netns_names, new_links_of_ours, offlab_cli, root_links,
     running,
 )
 
@@ -524,3 +525,50 @@ def test_a_resting_testpmd_spends_no_cpu_and_forwards_whenever_offlab_sends(dpdk
     sample = _measure(dpdk_lab)
     assert sample["probes"]["testpmd"]["ports"]["0"]["rx_packets"] > 1000
     assert _ticks_over(pid, 1.0) * 4 < busy
+
+
+def _in_lab(name: str) -> list[str]:
+    """The live processes in the lab's namespaces other than testpmd (a zombie waiting for PID 1 is not one)."""
+    found = []
+    for ns in (n for n in netns_names() if n.startswith(f"ol-{name}-")):
+        for pid in subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split():
+            try:
+                comm = Path(f"/proc/{pid}/comm").read_text().strip()
+                state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                continue
+            if state != "Z" and not comm.startswith("dpdk-testpmd"):
+                found.append(f"{ns}: {pid} {comm}")
+    return found
+
+
+def test_a_sighup_mid_sample_ends_measure_130_with_its_traffic_gone_the_lab_free_and_testpmd_at_rest(
+        dpdk_lab, monkeypatch):
+    # A dropped terminal while `offlab measure` sends through a resting testpmd: the sample is dropped, its
+    # sender and receiver end, its hold on the lab goes, and testpmd rests again (the last holder left).
+    from offlab.dpdk import Testpmd
+
+    monkeypatch.setenv("OFFLAB_STATE_DIR", dpdk_lab["env"]["OFFLAB_STATE_DIR"])
+    pid = Testpmd.for_lab(dpdk_lab["name"]).info.pid
+    resting = _ticks_over(pid, 1.0)
+    proc = subprocess.Popen([sys.executable, "-m", "offlab", "measure", dpdk_lab["name"], "--tool", "engine",
+                             "--proto", "udp", "--rate", "2000pps", "--duration", "600", "--warmup", "0.2"],
+                            cwd=REPO, env={**os.environ, **dpdk_lab["env"]}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120  # a hang guard: a loaded machine starts a measure slowly
+        while not any("offlab-engine" in p for p in _in_lab(dpdk_lab["name"])):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGHUP)
+        out, err = proc.communicate(timeout=60)  # a hang guard
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130 and err.strip().splitlines()[-1] == "offlab: interrupted", err
+    assert "Traceback" not in err, err
+    assert _in_lab(dpdk_lab["name"]) == []
+    holds = Path(dpdk_lab["env"]["OFFLAB_STATE_DIR"], "labs").glob(f"{dpdk_lab['name']}.hold-*")
+    assert list(holds) == []
+    assert _ticks_over(pid, 1.0) <= max(4 * resting, 20), resting  # at rest again: no lcore polls

@@ -288,6 +288,65 @@ def test_serial_runs_the_pairs_in_batches_and_a_database_gone_meanwhile_keeps_th
     assert leftovers_on_the_machines(fleet) == []
 
 
+def ours_in(ns: str) -> list[str]:
+    """The live processes in namespace `ns` other than sshd (a zombie waiting for PID 1 is not one)."""
+    found = []
+    for pid in subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split():
+        try:
+            comm = Path(f"/proc/{pid}/comm").read_text().strip()
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if comm != "sshd" and state != "Z":
+            found.append(f"{pid} {comm}")
+    return found
+
+
+# A dropped terminal (SIGHUP) while the first pair measures, the second waiting for its batch: the
+# controller ends the playbook, each client host's run ends on SIGTERM (both ends put back, its samples
+# kept), its samples come home, the run's keys and directories go, and offlab exits as interrupted.
+def test_a_signal_to_fleet_run_ends_each_pairs_run_keeps_what_it_measured_and_leaves_the_machines_as_found(
+        fleet, bundle, tmp_path):
+    inv, plan, db = run_files(fleet, tmp_path, pair_plan("fleet", 3))
+    before = settings_of(fleet)
+    env = {**os.environ, "OFFLAB_STATE_DIR": str(tmp_path / "state")}
+    proc = subprocess.Popen(["ip", "netns", "exec", fleet.controller, sys.executable, "-m", "offlab", "fleet", "run",
+                             str(plan), "--inventory", str(inv), "--group", "rack", "--db", str(db), "--bundle",
+                             str(bundle), "--serial", "1"],
+                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    hung_up: list[float] = []
+
+    def hang_up() -> None:
+        proc.send_signal(signal.SIGHUP)
+        hung_up.append(time.monotonic())
+
+    try:
+        with once_measuring(fleet, "a1", hang_up):
+            out, err = proc.communicate(timeout=900)  # a hang guard
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    took = f"{time.monotonic() - hung_up[0]:.1f} s after the SIGHUP" if hung_up else "no SIGHUP sent"
+    assert hung_up, f"a1's run stored no sample before the fleet run ended: {out[-2000:]}{err[-2000:]}"
+    assert proc.returncode == 130, f"exit {proc.returncode}, {took}: {out[-3000:]}{err[-2000:]}"
+    assert err.strip().splitlines()[-1] == "offlab: interrupted" and "Traceback" not in err, err
+    lines = out.splitlines()
+    assert "offlab: interrupted: ending each pair's run on its client host and bringing its samples home" in lines, out
+    first = next((l for l in lines if l.startswith("a1:t1,b1:t1: ")), out)
+    assert first.startswith("a1:t1,b1:t1: interrupted: its run on a1 ended on SIGTERM and put a1 and b1 back ("), first
+    assert "a2:t1,b2:t1: interrupted: not started" in lines, out
+    # what a1's run measured before it ended is here, once, in the run the line names
+    kept, run_id = (int(x) for x in first.rsplit("(", 1)[1].removesuffix(")").split(" samples kept in run "))
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute("SELECT r.id, r.name, r.status, COUNT(s.id) FROM runs r LEFT JOIN samples s "
+                            "ON s.run_id = r.id GROUP BY r.id").fetchall()
+    assert rows == [(run_id, "fleet @ a1:t1,b1:t1", "interrupted", kept)] and kept >= 1, rows
+    assert leftovers_on_the_machines(fleet) == []
+    assert settings_of(fleet) == before
+    assert ours_in(fleet.controller) == [], took
+
+
 # A fleet run's server whose controller (the client host's `offlab run`, started there by Ansible) is killed
 # outright, its own management link cut at once: nothing reaches it, and it puts itself back by its lease.
 def test_a_fleet_runs_server_puts_itself_back_by_its_lease_when_its_controller_dies_and_its_link_is_cut(

@@ -3,13 +3,14 @@ Python swallows exceptions (a `__del__`, a weakref callback)."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
 
 import pytest
 
-from offlab.interrupts import EXIT_INTERRUPTED, Terminated, interrupts, shielded
+from offlab.interrupts import EXIT_INTERRUPTED, Terminated, interrupts, protected, shielded
 from tests.conftest import REPO
 
 # A real `offlab lab list` that signals itself while the CLI's imports are under way: a meta path
@@ -152,3 +153,27 @@ def test_a_signal_as_offlab_exits_still_ends_it_130_with_its_one_line(signum, tm
         return
     assert res.returncode == EXIT_INTERRUPTED, (res.returncode, res.stderr)
     assert res.stderr == "offlab: interrupted\n", res.stderr
+
+
+def test_a_signal_as_a_protected_cleanup_begins_waits_until_it_has_run():
+    """A cleanup a `with` or a `finally` calls (Transaction.__exit__, a run's teardown, process.stop) is
+    @protected: a signal in its first instruction, before any `with shielded()` inside it could take hold,
+    waits for it. A trace function sends the signal as the cleanup's frame starts."""
+    done: list[str] = []
+
+    @protected
+    def cleanup() -> None:
+        done.append("put back")
+
+    def tracer(frame, event, arg):
+        if event == "call" and frame.f_code is cleanup.__code__:
+            sys.settrace(None)
+            os.kill(os.getpid(), signal.SIGTERM)
+        return None
+
+    with pytest.raises(Terminated):
+        with interrupts():
+            sys.settrace(tracer)
+            cleanup()
+            done.append("went on")
+    assert done == ["put back"]

@@ -37,11 +37,7 @@ def run_cmd(
     results = fleet.run(str(plan), str(inventory), db_path, list(pair) or None, group=group, forks=forks,
                         serial=serial, bundle=str(bundle) if bundle else None, on_line=typer.echo)
     for r in results:
-        if r.ok:
-            typer.echo(f"{r.pair}: ok: run {r.run_id} ({r.samples} samples)")
-        else:
-            kept = f" ({r.samples} samples kept in run {r.run_id})" if r.run_id is not None else ""
-            typer.echo(f"{r.pair}: failed: {r.why}{kept}")
+        typer.echo(r.line())
     done = [str(r.run_id) for r in results if r.run_id is not None]
     if len(done) > 1:
         typer.echo(f"side by side: offlab compare {' '.join(done)}" + (f" --db {db}" if db else ""))

@@ -28,7 +28,7 @@ from offlab import lab as labs
 from offlab.experiment import teardown
 from offlab.errors import BadInput, OfflabError
 from offlab.hosts import LOCAL
-from offlab.interrupts import shielded
+from offlab.interrupts import protected
 from offlab.lab import hosts as hosts_lab
 from offlab.catalog import PAIR_TOPOLOGIES
 
@@ -120,10 +120,10 @@ def _run_children(runs: list[PairRun], plan_path: str, db: str, quick: bool, on_
                     p.send_signal(signal.SIGTERM)
             raise
         finally:
-            with shielded():  # a second signal must not leave a child unwaited for, its lab up
-                _collect(procs, on_line)
+            _collect(procs, on_line)
 
 
+@protected  # a second signal must not leave a child unwaited for, its lab up
 def _collect(procs: list, on_line: Callable[[str], None]) -> None:
     """Wait for each child (interrupted: they restore and stop), then read what it said."""
     for r, p, out, err in procs:

@@ -27,7 +27,7 @@ from offlab.experiment.env import environment
 from offlab.experiment.plan import Cell, Plan, RepeatSpec, load_plan
 from offlab.experiment.search import parse_pps, zero_loss_search
 from offlab.hosts import LOCAL, is_root
-from offlab.interrupts import interrupts, shielded
+from offlab.interrupts import interrupts, protected, shielded
 from offlab.knobs import Change, Terminated, Transaction, knob_for
 from offlab.knobs.lease import Lease, take
 from offlab.knobs.target import target_for
@@ -162,18 +162,21 @@ class Runner:
                 self._set_status_quietly("failed", f"{type(exc).__name__}: {why}" if why else type(exc).__name__)
             raise
         finally:
-            self.tx = None
-            # A second Ctrl-C must not leave a lab half removed: it is raised once all is down.
-            with shielded():
-                for lease in self.leases:
-                    lease.release()
-                for h in self.holds:
-                    h.release()
-                for lab in self.labs.values():
-                    if lab is not self.given_lab:
-                        teardown.down(lab.name, force=True)
-                if self.lock is not None:
-                    self.lock.release()
+            self._finish()
+
+    @protected  # a second Ctrl-C, or one in the instant the run ends, must not leave a lab half removed
+    def _finish(self) -> None:
+        """The run's leases and holds given back, the labs it made taken down, its lock released."""
+        self.tx = None
+        for lease in self.leases:
+            lease.release()
+        for h in self.holds:
+            h.release()
+        for lab in self.labs.values():
+            if lab is not self.given_lab:
+                teardown.down(lab.name, force=True)
+        if self.lock is not None:
+            self.lock.release()
 
     def _set_status_quietly(self, status: str, note: str) -> None:
         """Record a failure without hiding it behind a second one (a read-only or full database)."""

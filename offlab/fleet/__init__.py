@@ -11,6 +11,11 @@
     controller: what the leases put back said; each pair's SQLite file `results import`ed into --db; one
                 line per pair
 
+Interrupted (SIGINT, SIGTERM, SIGHUP), the controller ends the playbook, then runs its `stop` tag: each
+client host's `offlab run` is sent SIGTERM by the pid and start time it recorded (it puts both ends back
+and keeps its samples, as after a Ctrl-C there), its SQLite file comes home, play 3 removes the run's keys
+and directories; what was measured is imported and said per pair, and offlab exits as interrupted.
+
 offlab schedules nothing itself: Ansible's forks and serial batches decide what runs at once, and a
 pair that fails is rescued by the playbook, so the others go on.
 """
@@ -32,10 +37,11 @@ from pathlib import Path
 from typing import Callable
 
 from offlab.state import private_tmp
+from offlab import interrupts
 from offlab import inventory as inv_mod
-from offlab.errors import BadInput, EnvironmentProblem
+from offlab.errors import BadInput, EnvironmentProblem, OfflabError
 from offlab.hosts import LOCAL, lease
-from offlab.hosts.process import die_with_parent
+from offlab.hosts.process import START_TIME_SH, die_with_parent
 
 PLAYBOOK = Path(__file__).parent / "ansible" / "fleet.yml"
 # ansible-core's default ssh_args without -C, and with the keepalive offlab's own ssh uses: a host that
@@ -44,6 +50,33 @@ PLAYBOOK = Path(__file__).parent / "ansible" / "fleet.yml"
 SSH_ARGS = "-o ControlMaster=auto -o ControlPersist=60s -o ServerAliveInterval=5 -o ServerAliveCountMax=3"
 DEFAULT_BUNDLE = "dist/offlab-bundle.tar"
 RUNDIR = "@RUNDIR@"
+# A playbook asked to end (SIGTERM: it ends its workers and their commands) is killed after this long.
+PLAYBOOK_END_S = 10
+# How long the `stop` tag waits for a client host's offlab run to end after its SIGTERM: it puts both
+# ends back first (seconds; README's signal bound is 5 s on a lab of this machine).
+RUN_END_S = 60
+
+# The client host's `offlab run` is started through this (sh -c RECORD_SH sh RUNDIR ARGV...): it writes its
+# own pid and start time to RUNDIR/offlab.pid, then becomes the run (exec keeps both).
+RECORD_SH = START_TIME_SH + 'd=$1; shift; echo "$$ $(st $$)" >"$d/offlab.pid.t" && mv "$d/offlab.pid.t" "$d/offlab.pid"; exec "$@"'
+# The `stop` tag on a client host (sh -c STOP_SH sh RUNDIR PYTHON): that run sent SIGTERM while the pid
+# still has its start time, waited for, its SQLite file checkpointed for the fetch; prints what it found:
+# none (never started), ended, stopped, or still running.
+STOP_SH = START_TIME_SH + f"""
+d=$1; py=$2; f=$d/offlab.pid
+[ -f "$f" ] || {{ echo none; exit 0; }}
+p=; t=; read -r p t <"$f"
+how=ended
+if [ -n "$p" ] && [ -n "$t" ] && [ "$(st "$p")" = "$t" ]; then
+  kill -TERM "$p" 2>/dev/null
+  n=0; while [ "$(st "$p")" = "$t" ] && [ $n -lt {RUN_END_S * 10} ]; do sleep 0.1; n=$((n + 1)); done
+  how=stopped; [ "$(st "$p")" = "$t" ] && how="still running"
+fi
+if [ -f "$d/results.db" ]; then
+  "$py" -c "import sqlite3, sys; sqlite3.connect(sys.argv[1]).execute('PRAGMA wal_checkpoint(TRUNCATE)').close()" "$d/results.db" 2>/dev/null
+fi
+echo "$how"
+"""
 
 
 @dataclass
@@ -53,6 +86,14 @@ class PairResult:
     why: str = ""
     run_id: int | None = None  # in the controller's database
     samples: int = 0
+    interrupted: bool = False  # the fleet run was, and this pair's run with it
+
+    def line(self) -> str:
+        """The pair's one line: ok, failed or interrupted, with the run its samples went to."""
+        if self.ok:
+            return f"{self.pair}: ok: run {self.run_id} ({self.samples} samples)"
+        kept = f" ({self.samples} samples kept in run {self.run_id})" if self.run_id is not None else ""
+        return f"{self.pair}: {'interrupted' if self.interrupted else 'failed'}: {self.why}{kept}"
 
 
 def ansible_playbook() -> str:
@@ -172,6 +213,7 @@ def run(plan_path: str, inventory: str, db: str, pairs: list[str] | None = None,
                                                        "lease": ih.lease, "interfaces": [
                     {"name": x.name, "addresses": list(x.addresses)} for x in ih.interfaces]}}}
         extra = {"offlab_fleet_run": token, "offlab_fleet_lapsed_sh": lease.LAPSED_AND_TIDY_SH,
+                 "offlab_fleet_record_sh": RECORD_SH, "offlab_fleet_stop_sh": STOP_SH,
                  "offlab_fleet_hosts": ",".join(hosts),
                  "offlab_fleet_clients": ",".join(jobs), "offlab_fleet_serial": serial or "100%",
                  "offlab_fleet_bundle": str(bundle_path.resolve()), "offlab_fleet_bundle_sha256": _sha256(bundle_path),
@@ -184,7 +226,12 @@ def run(plan_path: str, inventory: str, db: str, pairs: list[str] | None = None,
         on_line(f"ansible-playbook: {len(pairs)} pair(s), {len(hosts)} host(s), forks {forks}, "
                 f"serial {serial or 'all'}")
         with open(log, "w") as f:
-            proc = _play(argv, Path(tmp), f)
+            try:
+                proc = _play(argv, Path(tmp), f)
+            except BaseException as exc:
+                if interrupts.is_interrupt(exc):
+                    _stop(argv, Path(tmp), f, pairs, jobs, out, db, on_line)
+                raise
         text = log.read_text()
         for line in lapses_brought_home(out):
             on_line(line)
@@ -194,15 +241,54 @@ def run(plan_path: str, inventory: str, db: str, pairs: list[str] | None = None,
         try:
             results = _collect(pairs, jobs, out, text, db, proc.returncode)
         except EnvironmentProblem as e:  # the database went away during the run: keep what was measured
-            kept = [f for f in sorted(out.glob("*.db")) if f.stat().st_size > 0]
-            if not kept:
+            home = _keep(out, jobs)
+            if home is None:
                 raise
-            home = Path(tempfile.mkdtemp(prefix="offlab-fleet-results."))
-            for f in kept:
-                shutil.copyfile(f, home / f"{jobs_by_index(jobs)[f.stem]}.db")
-            raise EnvironmentProblem(f"{e}; the pairs' results are kept in {home} (one SQLite file per pair): "
-                                     f"`offlab results import FILE --db {db}` once it answers") from None
+            raise EnvironmentProblem(f"{e}; {_kept_in(home, db)}") from None
     return results
+
+
+def _keep(out: Path, jobs: dict) -> Path | None:
+    """The pairs' SQLite files copied out of the run's temporary directory (which goes), one per pair, named
+    after it; None when none has a sample."""
+    kept = [f for f in sorted(out.glob("*.db")) if f.stat().st_size > 0]
+    if not kept:
+        return None
+    home = Path(tempfile.mkdtemp(prefix="offlab-fleet-results."))
+    for f in kept:
+        shutil.copyfile(f, home / f"{jobs_by_index(jobs)[f.stem]}.db")
+    return home
+
+
+def _kept_in(home: Path, db: str) -> str:
+    return (f"the pairs' results are kept in {home} (one SQLite file per pair): `offlab results import FILE "
+            f"--db {db}` once it answers")
+
+
+def _stop(argv: list[str], tmp: Path, log, pairs: list[str], jobs: dict, out: Path, db: str,
+          on_line: Callable[[str], None]) -> None:
+    """After an interrupt: the playbook's `stop` tag (each pair's run ended on its client host, its results
+    brought home, the run's keys and directories removed), then what the pairs measured imported and said,
+    one line each. offlab is ending: a second signal does not cut this short (the playbook runs in a session
+    of its own, out of reach of the terminal's)."""
+    on_line("offlab: interrupted: ending each pair's run on its client host and bringing its samples home")
+    log.flush()
+    try:
+        proc = _play([*argv, "--tags", "stop"], tmp, log, own_session=True)
+    except (OfflabError, OSError) as e:
+        on_line(f"offlab: the pairs' runs could not be ended ({e}): `offlab fleet clean --inventory INV` puts "
+                f"their hosts back")
+        return
+    for line in lapses_brought_home(out):
+        on_line(line)
+    try:
+        results = _collect(pairs, jobs, out, (tmp / "ansible.log").read_text(), db, proc.returncode)
+    except EnvironmentProblem as e:  # the database went away: keep what was measured
+        home = _keep(out, jobs)
+        on_line(f"offlab: {e}" + (f"; {_kept_in(home, db)}" if home is not None else ""))
+        return
+    for r in results:
+        on_line(r.line())
 
 
 def _sha256(path: Path) -> str:
@@ -220,9 +306,10 @@ def jobs_by_index(jobs: dict) -> dict[str, str]:
     return {str(j["index"]): j["pair"].replace(":", "_").replace(",", "-") for j in jobs.values()}
 
 
-def _play(argv: list[str], tmp: Path, out) -> subprocess.CompletedProcess:
+def _play(argv: list[str], tmp: Path, out, *, own_session: bool = False) -> subprocess.CompletedProcess:
     """ansible-playbook with its ssh masters in our own directory, closed when it is done (Ansible leaves
-    them to ControlPersist: a minute of idle sessions on every host)."""
+    them to ControlPersist: a minute of idle sessions on every host). `own_session`: out of reach of the
+    terminal's signals (the `stop` play, which a second Ctrl-C must not end)."""
     cp = tmp / "cp"
     cp.mkdir(mode=0o700, exist_ok=True)
     # Pipelining: a task is one ssh command (the module on its stdin), not four or five (temp directory,
@@ -237,12 +324,16 @@ def _play(argv: list[str], tmp: Path, out) -> subprocess.CompletedProcess:
            "ANSIBLE_NOCOLOR": "1", "ANSIBLE_DEPRECATION_WARNINGS": "False", "ANSIBLE_SSH_CONTROL_PATH_DIR": str(cp)}
     # An offlab killed outright (SIGKILL, a timeout's kill) takes the playbook with it: nothing else would end it.
     proc = LOCAL.spawn(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                       preexec_fn=die_with_parent)
+                       preexec_fn=die_with_parent, start_new_session=own_session)
     try:
         rc = proc.wait()
-    except BaseException:  # Ctrl-C, SIGTERM: the playbook is ours to end, as subprocess.run would
-        proc.kill()
-        proc.wait()
+    except BaseException:  # Ctrl-C, SIGTERM, SIGHUP: the playbook is ours to end
+        proc.terminate()  # it ends its workers and their ssh commands on SIGTERM; SIGKILL would orphan them
+        try:
+            proc.wait(timeout=PLAYBOOK_END_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
         raise
     finally:
         for sock in cp.iterdir():
@@ -293,7 +384,10 @@ def _collect(pairs: list[str], jobs: dict, out: Path, text: str, db: str, ansibl
                     target.import_from(source)
                 ids = {target.get_run(x["id"])["uid"]: x["id"] for x in target.list_runs()}
                 r.run_id = next((ids[u] for u in reversed(uids) if u in ids), None)
-            if status is not None and status.get("rc") == 0:
+            if status is not None and "interrupted" in status:
+                r.interrupted = True
+                r.why = _interrupted_why(status["interrupted"], client, server)
+            elif status is not None and status.get("rc") == 0:
                 r.ok = True
             elif status is not None and status.get("rc", -1) > 0:
                 r.why = f"offlab on {client} exit {status['rc']}: " + _client_reason(status, pair)
@@ -313,6 +407,18 @@ def _collect(pairs: list[str], jobs: dict, out: Path, text: str, db: str, ansibl
                 r.why = "; ".join(why) or f"no result from {client} (ansible-playbook exit {ansible_rc})"
             results.append(r)
     return results
+
+
+def _interrupted_why(found: str, client: str, server: str) -> str:
+    """What the `stop` tag found of a pair's run on its client host, said."""
+    return {
+        "none": "not started",
+        "ended": f"its run on {client} had ended",
+        "stopped": f"its run on {client} ended on SIGTERM and put {client} and {server} back",
+        "unreachable": f"host {client} did not answer: `offlab fleet clean --inventory INV --host {client} "
+                       f"--host {server}` once it does",
+    }.get(found, f"its run on {client} did not end within {RUN_END_S} s of SIGTERM: `offlab fleet clean "
+                 f"--inventory INV --host {client} --host {server}` once it has")
 
 
 def clean(inventory: str, hosts: list[str] | None = None, *, forks: int = 5,

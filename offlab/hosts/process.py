@@ -19,7 +19,7 @@ from typing import Sequence
 
 from offlab.hosts.base import Host, Process
 from offlab.errors import OfflabError
-from offlab.interrupts import ending, shielded
+from offlab.interrupts import ending, protected
 
 # Runs "$@" with stdout/stderr to files in $D, records its pid, then its exit code; each file
 # appears whole (written to a temp name, then renamed), so a reader never sees half a number.
@@ -245,6 +245,7 @@ KILLED_WAIT_S = 10.0  # how long a process is waited for after SIGKILL before it
 ENDING_GRACE_S, ENDING_KILLED_WAIT_S = 0.5, 2.0
 
 
+@protected  # called from `finally` blocks: a signal as it begins waits too
 def stop(proc: Process, grace: float = 2.0) -> None:
     """End a process we started: SIGINT, then SIGKILL; reaped. A second Ctrl-C while it ends (the first
     one is often why it is stopped) waits: cut short, it would leave it running. One still not seen gone
@@ -255,25 +256,24 @@ def stop(proc: Process, grace: float = 2.0) -> None:
     error of its own (also a host that no longer answers) would hide the one, or the interrupt, that is
     unwinding."""
     quick = ending()
-    with shielded():
-        try:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGINT)
+    try:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=min(grace, ENDING_GRACE_S) if quick else grace)
+            except subprocess.TimeoutExpired:
+                proc.kill()
                 try:
-                    proc.wait(timeout=min(grace, ENDING_GRACE_S) if quick else grace)
+                    proc.wait(timeout=ENDING_KILLED_WAIT_S if quick else KILLED_WAIT_S)
                 except subprocess.TimeoutExpired:
-                    proc.kill()
-                    try:
-                        proc.wait(timeout=ENDING_KILLED_WAIT_S if quick else KILLED_WAIT_S)
-                    except subprocess.TimeoutExpired:
-                        pass
-            if isinstance(proc, RemoteProcess) and proc.returncode is not None:
-                proc.cleanup()  # its directory (and record) go only once it has ended
-        except (OfflabError, OSError):
-            pass  # its host does not answer: its own clean-up (QEMU's end, the host's record) ends it
-        for stream in (proc.stdout, proc.stderr):
-            if stream:
-                stream.close()
+                    pass
+        if isinstance(proc, RemoteProcess) and proc.returncode is not None:
+            proc.cleanup()  # its directory (and record) go only once it has ended
+    except (OfflabError, OSError):
+        pass  # its host does not answer: its own clean-up (QEMU's end, the host's record) ends it
+    for stream in (proc.stdout, proc.stderr):
+        if stream:
+            stream.close()
 
 
 def running(pid: int) -> bool:

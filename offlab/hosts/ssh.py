@@ -29,7 +29,7 @@ from offlab.errors import BadInput, CommandFailed, CommandTimeout, EnvironmentPr
 from offlab.hosts.base import DEFAULT_TIMEOUT, TOOL_PACKAGES, Host, Result, which
 from offlab.hosts.local import check_netns, netns_exists
 from offlab.hosts.process import RemoteProcess
-from offlab.interrupts import shielded
+from offlab.interrupts import protected, shielded
 
 SSH_ERROR = 255  # ssh's own exit code for "could not connect / authenticate / lost the connection"
 CONTROL_PERSIST = 60  # seconds an idle master outlives its last client (bounds a leftover after kill -9)
@@ -250,15 +250,21 @@ def _finish(local: list[str], input: bytes | None, timeout: float, argv: list[st
         proc.communicate()
         raise CommandTimeout(argv, timeout, host.name) from exc
     except BaseException:
-        _CUT_SHORT.add(host._key)
-        with shielded():
-            try:
-                proc.communicate(timeout=INTERRUPTED_GRACE)
-            except (subprocess.TimeoutExpired, OSError, ValueError):
-                proc.kill()
-                proc.wait()
+        _let_finish(proc, host)
         raise
     return proc.returncode, out, err
+
+
+@protected  # a second signal, or one as the first is caught, waits: the client is ours to end
+def _let_finish(proc: subprocess.Popen, host: "SshHost") -> None:
+    """An interrupted ssh client: INTERRUPTED_GRACE seconds to finish, then killed; its host marked as having
+    had a command cut short."""
+    _CUT_SHORT.add(host._key)
+    try:
+        proc.communicate(timeout=INTERRUPTED_GRACE)
+    except (subprocess.TimeoutExpired, OSError, ValueError):
+        proc.kill()
+        proc.wait()
 
 
 class SshHost(Host):

@@ -22,7 +22,7 @@ from typing import Literal, Callable, Iterable
 
 from offlab.errors import BadInput, CommandFailed, EnvironmentProblem
 from offlab.hosts import Host
-from offlab.interrupts import interrupts, shielded
+from offlab.interrupts import interrupts, protected, shielded
 from offlab.knobs.base import Knob, Plan, failure_text
 from offlab.knobs.features import forget_reads, shared_reads
 from offlab.knobs import undo
@@ -113,24 +113,24 @@ class Transaction:
             raise
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> Literal[False]:
+    @protected  # a signal during the restore, or in the instant before it, is raised as it ends (an error
+    def __exit__(self, exc_type, exc, tb) -> Literal[False]:  # leaving it gives way to the signal)
         assert self._signals is not None
-        with self._signals:  # the previous handlers come back last; a signal during the restore
-            with shielded():  # is raised as this block ends (an error leaving it gives way to it)
-                try:
-                    if self.persist and exc_type is None:
-                        self._release()
-                    else:
-                        self.restore()
-                finally:
-                    for lease in self.leases.values():
-                        lease.release()
-                    self.leases.clear()
-                failed = self.restore_report.failed if self.restore_report else []
-                if failed:
-                    if exc_type is None:
-                        raise EnvironmentProblem("; ".join(failed) + " (the journal is kept: `offlab restore` retries)")
-                    print("offlab: warning: " + "; ".join(failed), file=sys.stderr)
+        with self._signals:  # the previous handlers come back last
+            try:
+                if self.persist and exc_type is None:
+                    self._release()
+                else:
+                    self.restore()
+            finally:
+                for lease in self.leases.values():
+                    lease.release()
+                self.leases.clear()
+            failed = self.restore_report.failed if self.restore_report else []
+            if failed:
+                if exc_type is None:
+                    raise EnvironmentProblem("; ".join(failed) + " (the journal is kept: `offlab restore` retries)")
+                print("offlab: warning: " + "; ".join(failed), file=sys.stderr)
         return False
 
     # ---- the work ------------------------------------------------------

@@ -13,7 +13,7 @@ from offlab import netdev
 from offlab.errors import BadInput, EnvironmentProblem, NotRoot, OfflabError
 from offlab.hosts import LOCAL, NetnsHost, is_root, require_tool
 from offlab.hosts.process import exited, process_start_time, running, signal_pid
-from offlab.interrupts import shielded
+from offlab.interrupts import protected, shielded
 from offlab.lab import owner
 from offlab.lab.build import Builder, LabBuildFailed
 from offlab.lab.hold import hold, holders
@@ -79,22 +79,27 @@ def up(topology: str, name: str | None = None, *, mtu: int = 1500, ipv6: bool = 
         lab.status, lab.step = "up", ""
         lab.save()
     except BaseException as exc:
-        with shielded():  # a second Ctrl-C waits until what was built is gone
-            lab.status = "failed"
-            try:
-                lab.save()
-            except OfflabError:
-                pass  # e.g. a full disk: the older state file still lists everything built
-            try:
-                # Nothing was journalled yet (knobs act on a lab that is up): nothing to put back.
-                remove(name, force=True, put_back=lambda _lab: [])
-            except OfflabError as undo:  # e.g. a phys port that would not come back: both must be said
-                raise LabBuildFailed(f"lab up {name}: step '{lab.step}' failed: {exc}; and undoing it failed: "
-                                     f"{undo}") from exc
+        _undo_failed_up(lab, exc)
         if isinstance(exc, OfflabError) and not isinstance(exc, LabBuildFailed):
             raise LabBuildFailed(f"lab up {name}: step '{lab.step}' failed: {exc}") from exc
         raise
     return lab
+
+
+@protected  # a second Ctrl-C, or one in the instant the build failed, waits until what was built is gone
+def _undo_failed_up(lab: LabState, exc: BaseException) -> None:
+    """What a failed (or interrupted) `lab up` built, removed; its state says failed meanwhile."""
+    lab.status = "failed"
+    try:
+        lab.save()
+    except OfflabError:
+        pass  # e.g. a full disk: the older state file still lists everything built
+    try:
+        # Nothing was journalled yet (knobs act on a lab that is up): nothing to put back.
+        remove(lab.name, force=True, put_back=lambda _lab: [])
+    except OfflabError as undo:  # e.g. a phys port that would not come back: both must be said
+        raise LabBuildFailed(f"lab up {lab.name}: step '{lab.step}' failed: {exc}; and undoing it failed: "
+                             f"{undo}") from exc
 
 
 def _refuse_foreign(name: str) -> None:
