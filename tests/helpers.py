@@ -144,6 +144,21 @@ def uso_plan(rounds: tuple[int, int] = (3, 3), lro: bool = True) -> str:
 USO = uso_plan()
 
 
+def live_in(ns: str, skip: Callable[[str], bool] = lambda comm: False) -> list[str]:
+    """"PID COMM" of each live process in namespace `ns` whose comm `skip` does not accept (a zombie waiting
+    for this machine's late PID 1 is not one)."""
+    found = []
+    for pid in subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split():
+        try:
+            comm = Path(f"/proc/{pid}/comm").read_text().strip()
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z" and not skip(comm):
+            found.append(f"{pid} {comm}")
+    return found
+
+
 def journals(state_dir) -> list[str]:
     d = state_dir / "journal"
     return sorted(p.name for p in d.iterdir()) if d.exists() else []

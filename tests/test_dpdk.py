@@ -19,7 +19,7 @@ from tests.conftest import (
 )
 
 from offlab.dpdk import parse
-from tests.helpers import run, run_with_env
+from tests.helpers import live_in, run, run_with_env
 
 FIXTURES = Path(__file__).parent / "fixtures" / "dpdk"
 HAVE_TESTPMD = any(os.access(os.path.join(d, "dpdk-testpmd"), os.X_OK) for d in ("/usr/bin", "/usr/local/bin"))
@@ -528,18 +528,9 @@ def test_a_resting_testpmd_spends_no_cpu_and_forwards_whenever_offlab_sends(dpdk
 
 
 def _in_lab(name: str) -> list[str]:
-    """The live processes in the lab's namespaces other than testpmd (a zombie waiting for PID 1 is not one)."""
-    found = []
-    for ns in (n for n in netns_names() if n.startswith(f"ol-{name}-")):
-        for pid in subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split():
-            try:
-                comm = Path(f"/proc/{pid}/comm").read_text().strip()
-                state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-            except OSError:
-                continue
-            if state != "Z" and not comm.startswith("dpdk-testpmd"):
-                found.append(f"{ns}: {pid} {comm}")
-    return found
+    """The live processes in the lab's namespaces other than testpmd."""
+    return [f"{ns}: {p}" for ns in netns_names() if ns.startswith(f"ol-{name}-")
+            for p in live_in(ns, skip=lambda comm: comm.startswith("dpdk-testpmd"))]
 
 
 def test_a_sighup_mid_sample_ends_measure_130_with_its_traffic_gone_the_lab_free_and_testpmd_at_rest(

@@ -35,7 +35,7 @@ import pytest
 from offlab.hosts import NetnsHost
 from tests import sshd as sshd_mod
 from tests.conftest import OUR_NAMESPACES, REPO, requires_root
-from tests.helpers import pair_plan, run as offlab_in_process, stand_in_machines
+from tests.helpers import live_in, pair_plan, run as offlab_in_process, stand_in_machines
 
 # A hang guard only, as fleet_cli's own: the first test builds the bundle (its fixture's time counts
 # in the test's) and installs four machines, which took just over pyproject's 300 s per test at load 20
@@ -288,20 +288,6 @@ def test_serial_runs_the_pairs_in_batches_and_a_database_gone_meanwhile_keeps_th
     assert leftovers_on_the_machines(fleet) == []
 
 
-def ours_in(ns: str) -> list[str]:
-    """The live processes in namespace `ns` other than sshd (a zombie waiting for PID 1 is not one)."""
-    found = []
-    for pid in subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split():
-        try:
-            comm = Path(f"/proc/{pid}/comm").read_text().strip()
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if comm != "sshd" and state != "Z":
-            found.append(f"{pid} {comm}")
-    return found
-
-
 # A dropped terminal (SIGHUP) while the first pair measures, the second waiting for its batch: the
 # controller ends the playbook, each client host's run ends on SIGTERM (both ends put back, its samples
 # kept), its samples come home, the run's keys and directories go, and offlab exits as interrupted.
@@ -344,7 +330,7 @@ def test_a_signal_to_fleet_run_ends_each_pairs_run_keeps_what_it_measured_and_le
     assert rows == [(run_id, "fleet @ a1:t1,b1:t1", "interrupted", kept)] and kept >= 1, rows
     assert leftovers_on_the_machines(fleet) == []
     assert settings_of(fleet) == before
-    assert ours_in(fleet.controller) == [], took
+    assert live_in(fleet.controller, skip=lambda comm: comm == "sshd") == [], took
 
 
 # A fleet run's server whose controller (the client host's `offlab run`, started there by Ansible) is killed
