@@ -31,7 +31,7 @@ class Metric:
 def _cpu(side: str, part: str) -> Getter:
     """A side's CPU figure; no figure where that side's CPU, or that part of it, was not read."""
     def get(s: StoredSample) -> float | None:
-        cpu = s.probes.cpu.get(side)
+        cpu = s.probes.cpu.side(side)
         return getattr(cpu, part) if cpu is not None and cpu.has(part) else None
     return get
 

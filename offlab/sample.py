@@ -237,6 +237,37 @@ class Cpu(JsonView):
     steal_pct: float | None = None  # system: % of the window the hypervisor ran other work
 
 
+CPU_SIDES = ("client", "server", "system")
+
+
+@dataclass
+class OwnKernelCpu(JsonView):
+    """The CPUs of a host with a kernel of its own (a guest, an SSH host), all of them: offlab pins none."""
+
+    per_cpu: dict[str, Cpu] = _view(Cpu, map=True, default_factory=dict)
+    system: Cpu | None = _view(Cpu)
+
+
+@dataclass
+class CpuAccount(JsonView):
+    """The window's CPU (`probes.cpu`): each CPU of this machine, the client's and server's, the whole
+    machine's, and each host with a kernel of its own read apart (`own_kernel`)."""
+
+    per_cpu: dict[str, Cpu] = _view(Cpu, map=True, default_factory=dict)
+    client: Cpu | None = _view(Cpu)
+    server: Cpu | None = _view(Cpu)
+    system: Cpu | None = _view(Cpu)
+    own_kernel: dict[str, OwnKernelCpu] = _view(OwnKernelCpu, map=True, default_factory=dict)
+
+    def side(self, name: str) -> Cpu | None:
+        """client, server or system; None for any other name, or a side not read."""
+        return getattr(self, name) if name in CPU_SIDES else None
+
+    def without_per_cpu(self) -> CpuAccount:
+        """The account without each CPU's: what an rr phase stores beside its figures."""
+        return dataclasses.replace(self, per_cpu={}, _keys=tuple(k for k in self._keys if k != "per_cpu"))
+
+
 @dataclass
 class Process(JsonView):
     """A busy process over the window (`probes.processes`)."""
@@ -305,7 +336,7 @@ class Probes(JsonView):
     reads: dict[str, Read] = _view(Read, map=True, default_factory=dict)
     aligned: Aligned | None = _view(Aligned)
     local_sampling: dict | None = None  # what sampling this machine's counters for `aligned` took
-    cpu: dict[str, Cpu] = _view(Cpu, map=True, default_factory=dict)
+    cpu: CpuAccount = _view(CpuAccount, default_factory=CpuAccount)
     processes: list[Process] = _view(Process, list=True, default_factory=list)
     interfaces: dict[str, Iface] = _view(Iface, map=True, default_factory=dict)
     snmp: dict[str, Counters] = field(default_factory=dict)  # role → group → counter
@@ -324,8 +355,7 @@ class Probes(JsonView):
 
     def own_kernel(self) -> set[str]:
         """The roles with a kernel of their own (a guest, an SSH host), whose CPUs are read apart."""
-        own = self.cpu.get("own_kernel")
-        return set(own.extra) if own is not None else set()
+        return set(self.cpu.own_kernel)
 
     def counter(self, role: str, group: str, name: str, default: int | None = 0) -> int | None:
         """One host's /proc/net/snmp(6) counter delta over the window, `default` when not read."""
@@ -530,7 +560,7 @@ class RrPhase(JsonView):
     rtt_mean_us: float | None = None
     transactions: int | None = None  # answered in the window
     window_s: float | None = None
-    cpu: dict[str, Cpu] = _view(Cpu, map=True, default_factory=dict)  # idle only: its probe window's
+    cpu: CpuAccount | None = _view(CpuAccount)  # idle only: its probe window's, without each CPU's
     cpu_us_per_transaction: float | None = None
     series: list[Series] = _view(Series, list=True, default_factory=list)
     kernel_account: dict | None = None  # rr-under-load's idle phase, traced: its own window's account

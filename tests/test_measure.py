@@ -114,9 +114,9 @@ def test_iperf3_tcp_through_a_router_with_probes_on_every_host(lab_name, clean_m
     assert s.traffic.throughput_bps > 0 and s.traffic.retransmits is not None
     hosts = {name.split(":")[0] for name in s.probes.interfaces}
     assert hosts == {"client", "router", "server"}
-    assert s.probes.cpu["client"].cpu == "cpu0" and s.probes.cpu["server"].cpu == "cpu1"
+    assert s.probes.cpu.side("client").cpu == "cpu0" and s.probes.cpu.side("server").cpu == "cpu1"
     assert {p.role for p in s.probes.processes} >= {"client", "server"}
-    sd, system = s.service_demand_us_per_kib, s.probes.cpu["system"]
+    sd, system = s.service_demand_us_per_kib, s.probes.cpu.system
     kib = s.traffic.throughput_bps * s.probes.window_s / 8 / 1024
     # netperf's definition: the whole system's busy CPU time per KiB, which includes both pinned CPUs
     assert sd["total"] == pytest.approx(system.busy_s * 1e6 / kib)

@@ -124,8 +124,8 @@ def print_rr(s: StoredSample) -> None:
 
 
 def _rr_cpu_line(res: RrPhase) -> str:
-    sides = "  ".join(f"{side} {res.cpu[side].cpu} {res.cpu[side].busy:.0f} % busy" for side in ("client", "server")
-                      if side in res.cpu)
+    cpus = [(side, res.cpu.side(side)) for side in ("client", "server")] if res.cpu is not None else []
+    sides = "  ".join(f"{side} {c.cpu} {c.busy:.0f} % busy" for side, c in cpus if c is not None)
     per = res.cpu_us_per_transaction
     return f"  cpu          {sides}; {'-' if per is None else f'{per:.1f}'} µs CPU per transaction (whole system)"
 
@@ -200,7 +200,7 @@ def print_sample(s: StoredSample) -> None:
     sd = s.service_demand_us_per_kib
     cpu = Table("side", "cpu", "usr %", "sys %", "softirq %", "irq %", "busy %", "µs/KiB", box=None)
     for side in ("client", "server"):
-        c = p.cpu.get(side)
+        c = p.cpu.side(side)
         if c:
             cpu.add_row(side, c.cpu, f"{c.user:.1f}", f"{c.system:.1f}", f"{c.softirq:.1f}",
                         f"{c.irq:.1f}", f"{c.busy:.1f}", f"{sd.get(side) or 0:.3f}")

@@ -343,7 +343,7 @@ def guest_stages(sample: StoredSample) -> GuestStages:
            for name in ("dpdk-testpmd", "qemu")}
     guest = next(iter(sample.guests or {}), None)
     eth = probes.interfaces.get(f"{guest}:eth0") or Iface()
-    own = probes.cpu.get(guest or "") or Cpu()
+    own = probes.cpu.side(guest or "") or Cpu()
     return GuestStages(guest=guest, rx=eth.rx_packets, tx=eth.tx_packets,
                        ip_in=probes.counter(guest or "", "Ip", "InReceives") or 0,
                        ip_out=probes.counter(guest or "", "Ip", "OutRequests") or 0,

@@ -481,7 +481,7 @@ class Runner:
         rep = self.plan.repeat
         remaining = sum(max(rep.min - len(c.rounds_done), 0) for c in self.cells if c.active)
         self.on_event("sampled", {"cell": cell.key, "round": rnd, "metrics": metrics, "remaining_min": remaining})
-        system = sample.probes.cpu.get("system")
+        system = sample.probes.cpu.system
         return system.steal_pct if system is not None else None
 
     @staticmethod

@@ -14,7 +14,7 @@ from offlab.errors import BadInput, EnvironmentProblem
 from offlab.metrics import HEADLINE, METRICS, NOT_EXERCISED, TCG_MARK, not_exercised_by_cell
 from offlab.report import format as fmt
 from offlab.report import kernel
-from offlab.sample import Cpu, LossAttribution, SampleRecord, StoredSample, records
+from offlab.sample import Cpu, CpuAccount, LossAttribution, SampleRecord, StoredSample, records
 from offlab.stats import CI, is_improvement, mean_ci
 from offlab.store import Store, series_holders
 
@@ -115,12 +115,13 @@ def _metric_charts(cells, cis, metrics, lay: Layout) -> list[dict]:
 
 def _cpu_split(cells: list[dict], samples: list[SampleRecord]) -> list[tuple[str, dict]]:
     """(cell key, {side: {part: mean %}}) for cells with CPU figures."""
-    per_cell: dict[int, list[dict[str, Cpu]]] = {}
+    per_cell: dict[int, list[CpuAccount]] = {}
     shown = {c["id"] for c in cells if c["status"] not in NO_FIGURES}
     for s in samples:
         if s.cell_id not in shown:
             continue
-        per_cell.setdefault(s.cell_id, []).append((s.sample or StoredSample()).probes.cpu or {})
+        cpu = (s.sample or StoredSample()).probes.cpu
+        per_cell.setdefault(s.cell_id, []).append(cpu if isinstance(cpu, CpuAccount) else CpuAccount())
     out = []
     for c in cells:
         cpus = per_cell.get(c["id"])
@@ -128,7 +129,7 @@ def _cpu_split(cells: list[dict], samples: list[SampleRecord]) -> list[tuple[str
             continue
         split = {}
         for side in ("client", "server"):
-            got = [cpu[side] for cpu in cpus if isinstance(cpu.get(side), Cpu)]
+            got = [g for g in (cpu.side(side) for cpu in cpus) if isinstance(g, Cpu)]
             if got:
                 split[side] = {part: sum(getattr(g, part) or 0.0 for g in got) / len(got)
                                for part in ("user", "system", "softirq", "irq", "busy")}

@@ -273,7 +273,7 @@ def _in_force(store: Store, ra: dict, rb: dict, ea: dict, eb: dict) -> list[Chan
 def _load(store: Store, ra: dict, rb: dict, ea: dict, eb: dict) -> list[Change]:
     """CPU steal during the samples and the load average when each run started, where they differ enough."""
     def steal(run: dict) -> float | None:
-        vals = [(s.sample or StoredSample()).probes.cpu.get("system", Cpu()).steal_pct
+        vals = [((s.sample or StoredSample()).probes.cpu.system or Cpu()).steal_pct
                 for s in records(store.samples(run["id"]))]
         vals = [v for v in vals if v is not None]
         return sum(vals) / len(vals) if vals else None
