@@ -44,6 +44,14 @@ class JsonView:
         kw = {k: _load(named[k], v) for k, v in d.items() if k in named}
         return cls(**kw, extra={k: v for k, v in d.items() if k not in named}, _keys=tuple(d))
 
+    @classmethod
+    def keyed(cls: type[V], **values: Any) -> V:
+        """A view made fresh that stores exactly these keys, in this order, whatever their values (as
+        `StoredSample.measured` pins its own); a key it does not name goes to `extra`."""
+        named = cls._named()
+        return cls(**{k: v for k, v in values.items() if k in named},
+                   extra={k: v for k, v in values.items() if k not in named}, _keys=tuple(values))
+
     def has(self, name: str) -> bool:
         """Whether its JSON holds key `name`: read, or set since to other than the field's default (a
         field's default is also what an absent key reads as: this tells the two apart)."""
@@ -232,9 +240,17 @@ class Cpu(JsonView):
     system: float = 0.0
     softirq: float = 0.0
     irq: float = 0.0
+    idle: float | None = None
+    steal: float | None = None  # % of the window the hypervisor ran other work on it
     busy_s: float | None = None  # system: CPU seconds busy
     cpus: int | None = None  # system: how many CPUs it counts
+    steal_s: float | None = None  # system: CPU seconds stolen
+    busy_pct: float | None = None  # system: % of all its CPUs' time
     steal_pct: float | None = None  # system: % of the window the hypervisor ran other work
+
+    def on(self, cpu: str) -> Cpu:
+        """This split as a side's: the CPU (or CPUs) it was taken on stored first."""
+        return dataclasses.replace(self, cpu=cpu, _keys=("cpu", *self._keys))
 
 
 CPU_SIDES = ("client", "server", "system")
@@ -272,6 +288,7 @@ class CpuAccount(JsonView):
 class Process(JsonView):
     """A busy process over the window (`probes.processes`)."""
 
+    pid: int | None = None
     comm: str = ""
     role: str | None = None
     cpu_pct: float = 0.0

@@ -55,7 +55,7 @@ def test_datagrams_to_a_port_nobody_listens_on_are_attributed_to_noports(veth_la
         res = veth_lab.client.run([engine_path(), "tx", "--dest", server, "--port", "5399", "--size", "512",
                                    "--duration", "0.5", "--rate", "20kpps", "--no-end"], timeout=30)
         b = probes.snapshot()
-        probe = probes.result(a, b, client_cpu=None, server_cpu=None).to_dict()
+        probe = probes.result(a, b, client_cpu=None, server_cpu=None).stored().to_json()
     sent = json.loads(res.stdout)["datagrams"]
     sample = {"traffic": {"tool": "engine", "datagrams_sent": sent, "datagrams_received": 0, "loss": 1.0},
               "probes": probe, "workload": {"protocol": "udp", "gso": False, "gro": False}}

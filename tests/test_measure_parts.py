@@ -6,14 +6,14 @@ from __future__ import annotations
 from offlab.experiment.measure import RCVQ_MARK, VETH_NOTE, sample_notes, service_demands
 from offlab.metrics import TCG_MARK
 from offlab.probes import ProbeResult
-from offlab.sample import Guest
+from offlab.sample import Cpu, CpuAccount, Guest, Iface
 
 
 def probe(*, steal: float = 0.0, avg: float = 1500.0, snmp: dict | None = None) -> ProbeResult:
     return ProbeResult(
         window_s=2.0, t0_mono_s=0.0, reads={},
-        cpu={"client": {"busy": 50.0}, "server": {"busy": 25.0}, "system": {"busy_s": 1.5, "steal_pct": steal}},
-        processes=[], interfaces={"client:a": {"rx_avg_bytes": None, "tx_avg_bytes": avg}},
+        cpu=CpuAccount(client=Cpu(busy=50.0), server=Cpu(busy=25.0), system=Cpu(busy_s=1.5, steal_pct=steal)),
+        processes=[], interfaces={"client:a": Iface(rx_avg_bytes=None, tx_avg_bytes=avg)},
         snmp=snmp or {"server": {}})
 
 

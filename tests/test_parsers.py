@@ -57,7 +57,7 @@ def test_proc_stat_split_of_one_cpu():
     before = {"user": 100, "nice": 0, "system": 200, "idle": 600, "iowait": 0, "irq": 0, "softirq": 100,
               "steal": 0, "guest": 0, "guest_nice": 0}
     after = dict(before, user=110, system=240, idle=630, softirq=120)  # +10 +40 +30 +20 = 100 ticks
-    split = cpu.cpu_split(before, after)
+    split = cpu.cpu_split(before, after).to_json()
     assert split == {"user": 10.0, "system": 40.0, "softirq": 20.0, "irq": 0.0, "idle": 30.0, "steal": 0.0, "busy": 70.0}
 
 

@@ -1,4 +1,4 @@
-"""The probe result is a dataclass between `probes` and the sample, and a dict only where it is stored:
+"""The probe result is a dataclass between `probes` and the sample, and JSON only where it is stored:
 a sample stores the same `probes` keys, in the same order, as one stored before the dataclass
 (tests/fixtures/samples/veth_iperf3_big_packets.json: `offlab measure LAB --tool iperf3 --duration 1
 --big-packets --json` on a veth lab named cav1, at commit 35a0cf7)."""
@@ -14,6 +14,7 @@ import pytest
 from offlab.experiment.measure import measure
 from offlab.probes import ProbeResult
 from offlab.probes.base import found
+from offlab.sample import CpuAccount, Probes, TestpmdSettings
 from offlab.traffic import Workload
 from tests.conftest import requires_root
 
@@ -45,21 +46,22 @@ def test_a_stored_samples_probes_are_the_fields_of_a_probe_result_and_come_back_
         probes = json.load(f)["probes"]
     keys = {p.key for p in found()}
     # every stored key is a field or a probe's (offlab/probes/edge/), and no field is missing
-    result = ProbeResult(**{k: v for k, v in probes.items() if k not in keys},
+    read = Probes.from_json(probes)
+    result = ProbeResult(**{k: getattr(read, k) for k in probes if k not in keys},
                          found=stored_by_probe(**{k: v for k, v in probes.items() if k in keys}))
-    assert stored(result.to_dict()) == stored(probes)
+    assert stored(result.stored().to_json()) == stored(probes)
 
 
 def test_keys_that_do_not_apply_are_left_out_and_the_ones_measure_adds_come_last():
-    r = ProbeResult(window_s=1.0, t0_mono_s=2.0, reads={}, cpu={}, processes=[], interfaces={}, snmp={},
-                    aligned=None, testpmd_settings={"fwd": "io"},
+    r = ProbeResult(window_s=1.0, t0_mono_s=2.0, reads={}, cpu=CpuAccount(), processes=[], interfaces={}, snmp={},
+                    aligned=None, testpmd_settings=TestpmdSettings(fwd="io"),
                     found=stored_by_probe(big_packets={}, qdisc={}, softnet={}, queues=None, testpmd=None))
-    assert list(r.to_dict()) == ["window_s", "t0_mono_s", "reads", "cpu", "processes", "interfaces", "snmp",
-                                 "softnet", "qdisc", "big_packets", "testpmd_settings"]
+    assert list(r.stored().to_json()) == ["window_s", "t0_mono_s", "reads", "cpu", "processes", "interfaces",
+                                          "snmp", "softnet", "qdisc", "big_packets", "testpmd_settings"]
     r.mtus, r.local_sampling = {"client:eth0": 1500}, {"samples": 3}
-    assert list(r.to_dict()) == ["window_s", "t0_mono_s", "reads", "local_sampling", "cpu", "processes",
-                                 "interfaces", "snmp", "softnet", "qdisc", "big_packets", "mtus",
-                                 "testpmd_settings"]
+    assert list(r.stored().to_json()) == ["window_s", "t0_mono_s", "reads", "local_sampling", "cpu", "processes",
+                                          "interfaces", "snmp", "softnet", "qdisc", "big_packets", "mtus",
+                                          "testpmd_settings"]
 
 
 @requires_root

@@ -9,6 +9,7 @@ import pytest
 from offlab.hosts.local import NetnsHost, _AnchorReader
 from offlab.probes import cpu
 from offlab.probes.capture import read_pcap, summarize
+from offlab.sample import Iface
 
 FIX = os.path.join(os.path.dirname(__file__), "fixtures", "pcap")
 
@@ -18,18 +19,18 @@ def test_steal_is_not_counted_as_busy():
     before = dict.fromkeys(cpu.STAT_FIELDS, 0)
     after = {**before, "user": 10, "system": 5, "softirq": 5, "idle": 20, "steal": 60}
     split = cpu.cpu_split(before, after)
-    assert split["busy"] == 20.0
-    assert split["steal"] == 60.0
-    assert split["idle"] == 20.0
+    assert split.busy == 20.0
+    assert split.steal == 60.0
+    assert split.idle == 20.0
 
 
 def test_busy_is_user_nice_system_irq_softirq():
     before = dict.fromkeys(cpu.STAT_FIELDS, 0)
     after = {**before, "user": 10, "nice": 10, "system": 10, "irq": 10, "softirq": 10, "idle": 40, "iowait": 10}
     split = cpu.cpu_split(before, after)
-    assert split["busy"] == 50.0
-    assert split["idle"] == 50.0
-    assert split["steal"] == 0.0
+    assert split.busy == 50.0
+    assert split.idle == 50.0
+    assert split.steal == 0.0
 
 
 def test_ipv6_capture_of_65507_byte_datagrams_counts_fragments_per_datagram():
@@ -133,8 +134,8 @@ def test_a_capture_that_saw_no_frame_of_traffic_that_crossed_its_interface_is_an
     linktype, frames = read_pcap(os.path.join(FIX, "udp6_65507_fragments.pcap"))
     seen = summarize(frames, host="server", iface="to-switch", mtu=1500, linktype=linktype)
     empty = summarize([], host="server", iface="to-switch", mtu=1500, linktype=linktype)
-    crossed = {"server:to-switch": {"rx_packets": 912, "tx_packets": 40}}
+    crossed = {"server:to-switch": Iface(rx_packets=912, tx_packets=40)}
     _check_capture_saw_traffic(seen, crossed)  # frames and traffic: a figure
-    _check_capture_saw_traffic(empty, {"server:to-switch": {"rx_packets": 0, "tx_packets": 0}})  # nothing crossed
+    _check_capture_saw_traffic(empty, {"server:to-switch": Iface(rx_packets=0, tx_packets=0)})  # nothing crossed
     with pytest.raises(EnvironmentProblem, match="capture on server:to-switch saw no frame while 952 packets crossed"):
         _check_capture_saw_traffic(empty, crossed)

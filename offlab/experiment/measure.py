@@ -23,7 +23,7 @@ from offlab.probes import ProbeResult, ProbeSession, Snapshot, mtus, service_dem
 from offlab.probes.base import Options as ProbeOptions
 from offlab.probes.counters import rcvq_pruned
 from offlab.probes.cpu import NOTABLE_STEAL_PCT
-from offlab.sample import Guest, Held, Probes, Rr, RrPhase, SampleWorkload, StoredSample
+from offlab.sample import Cpu, Guest, Held, Iface, Probes, Rr, RrPhase, SampleWorkload, StoredSample, TestpmdSettings
 from offlab.dpdk import Testpmd
 from offlab.experiment import effects, host_trace, kernel_account, witnesses
 from offlab.probes.capture import Capture, CaptureSummary, read_pcap, summarize
@@ -161,14 +161,14 @@ def _measure(lab: LabState, w: Workload, capture: CaptureRequest | None, beside:
             _check_capture_saw_traffic(window.capture, probe.interfaces)
     probe.mtus = mtu_read.result(timeout=60)
     if tp_read is not None:
-        probe.testpmd_settings = tp_read.result(timeout=60)
+        probe.testpmd_settings = TestpmdSettings.from_json(tp_read.result(timeout=60))
     same_kernel = lab.client.shares_kernel and lab.server.shares_kernel
     guests = guests_of(lab)
     notes = sample_notes(probe, lab.mtu, guests, channel_margin_s=None if w_run is w else CHANNEL_MARGIN_S,
                          late_start_s=window.late_start_s, stopped_at_end=stops_early)
     sample = StoredSample.measured(
         lab=lab.name, topology=lab.topology, workload=SampleWorkload.from_json(w.to_dict()), started_at=started_at,
-        traffic=traffic.stored(), probes=Probes.from_json(probe.to_dict()),
+        traffic=traffic.stored(), probes=probe.stored(),
         service_demand_us_per_kib=service_demands(probe, traffic.throughput_bps, same_kernel),
         capture=window.capture.stored() if window.capture else None, notes=notes, guests=guests or None)
     return _witnessed(sample, settings)
@@ -201,11 +201,18 @@ def service_demands(probe: ProbeResult, throughput_bps: float, same_kernel: bool
     """CPU µs per KiB on each side, and in total when both sides share this machine's kernel (netperf's
     definition: the whole system's CPU time; the pinned per-side figures are the split)."""
     kib = throughput_bps * probe.window_s / 8 / 1024
-    sd: dict[str, float | None] = {side: service_demand(probe.cpu[side]["busy"], probe.window_s, kib)
-          for side in ("client", "server") if side in probe.cpu}
+    sides = {side: probe.cpu.side(side) for side in ("client", "server")}
+    sd: dict[str, float | None] = {side: service_demand(cpu.busy, probe.window_s, kib)
+                                   for side, cpu in sides.items() if cpu is not None}
     if same_kernel:
-        sd["total"] = system_service_demand(probe.cpu["system"]["busy_s"], kib)
+        sd["total"] = system_service_demand(_system(probe).busy_s, kib)
     return sd
+
+
+def _system(probe: ProbeResult) -> Cpu:
+    """The whole machine's CPU over the window: the session always reads it."""
+    assert probe.cpu.system is not None
+    return probe.cpu.system
 
 
 def sample_notes(probe: ProbeResult, lab_mtu: int, guests: dict[str, Guest], *, channel_margin_s: float | None,
@@ -223,11 +230,11 @@ def sample_notes(probe: ProbeResult, lab_mtu: int, guests: dict[str, Guest], *, 
     if late_start_s:
         notes.append(f"no traffic showed on this machine's lab interfaces within {late_start_s:g} s of the "
                      f"warm-up: the window began then, and may hold little of the traffic")
-    steal = probe.cpu["system"]["steal_pct"]
+    steal = _system(probe).steal_pct or 0.0
     if steal >= NOTABLE_STEAL_PCT:
         notes.append(f"CPU steal {steal:.1f} % of the window: the hypervisor ran other work on "
                      f"these CPUs; expect noise")
-    if any(max(d["rx_avg_bytes"] or 0, d["tx_avg_bytes"] or 0) > lab_mtu + ETH_HEADER for d in probe.interfaces.values()):
+    if any(max(d.rx_avg_bytes or 0, d.tx_avg_bytes or 0) > lab_mtu + ETH_HEADER for d in probe.interfaces.values()):
         notes.append(VETH_NOTE)
     for role, d in probe.snmp.items():
         pruned = rcvq_pruned(d)
@@ -374,11 +381,11 @@ def _window(probes: ProbeSession, w: Workload, capture: CaptureRequest | None, c
             window_read.set()
 
 
-def _check_capture_saw_traffic(cap: CaptureSummary, interfaces: dict[str, dict]) -> None:
+def _check_capture_saw_traffic(cap: CaptureSummary, interfaces: dict[str, Iface]) -> None:
     """A capture with no frame of a window whose traffic crossed its interface proves nothing about that
     traffic: an error to say, never a figure (a sample that says "largest frame 0" under a loaded CPU)."""
-    counted = interfaces.get(f"{cap.host}:{cap.iface}") or {}
-    crossed = (counted.get("rx_packets") or 0) + (counted.get("tx_packets") or 0)
+    counted = interfaces.get(f"{cap.host}:{cap.iface}") or Iface()
+    crossed = counted.packets("rx") + counted.packets("tx")
     if cap.frames == 0 and crossed:
         raise EnvironmentProblem(
             f"the capture on {cap.host}:{cap.iface} saw no frame while {crossed} packets crossed it in the window "
@@ -428,8 +435,8 @@ def measure_rr(lab: LabState, rw: rr_driver.RrWorkload, *, big_packets: bool = F
             raise EnvironmentProblem(f"lab {lab.name}: the request/response traffic ended before its window; "
                                      f"nothing measured (run `offlab measure {lab.name} --workload rr` again)")
         probe = probes.result(window.start, window.end, client_cpu=rw.client_cpu, server_cpu=rw.server_cpu)
-    probes_read = Probes.from_json(probe.to_dict())
-    idle = result.stored(cpu={k: v for k, v in probe.cpu.items() if k != "per_cpu"},
+    probes_read = probe.stored()
+    idle = result.stored(cpu=probe.cpu.without_per_cpu(),
                          cpu_us_per_transaction=cpu_per_transaction(probe, result.transactions_per_s))
     notes = [f"rr kernel check: {result.kernel_check['status']}"] if result.kernel_check else []
     big = witnesses.big_packets(probes_read)
@@ -449,7 +456,8 @@ def rr_sample(lab: str, topology: str, rw: rr_driver.RrWorkload, started_at: flo
 def cpu_per_transaction(probe: ProbeResult, tps: float) -> float | None:
     """The whole system's CPU µs per transaction over the probe window (both ends share this kernel)."""
     n = tps * probe.window_s
-    return probe.cpu["system"]["busy_s"] * 1e6 / n if n > 0 else None
+    busy_s = _system(probe).busy_s
+    return busy_s * 1e6 / n if n > 0 and busy_s is not None else None
 
 
 def check_under_load(w: Workload) -> Workload:

@@ -41,7 +41,7 @@ class Probe:
     `delta(a, b)` once; `close()` at the end (also after a failed `open`)."""
 
     key: ClassVar[str] = ""  # its key in a sample's stored `probes` JSON
-    slot: ClassVar[int] = LAST  # its key's place among them (result.ProbeResult.to_dict)
+    slot: ClassVar[int] = LAST  # its key's place among them (result.ProbeResult.stored)
     # /proc files it needs from each host with its own kernel (a guest, an SSH host): read in that host's
     # one request per edge, with its counters (remote.py), and given to `remote` by path
     remote_files: ClassVar[tuple[str, ...]] = ()

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from offlab.errors import OfflabError
 from offlab.hosts import Host
+from offlab.sample import Read
 
 if TYPE_CHECKING:
     from offlab.probes.session import Snapshot
@@ -96,22 +97,23 @@ def read_instant(sent: float, answered: float, clock: float | None, offset) -> t
     return (low, high) if low <= high else (sent, answered)
 
 
-def read_times(a: Snapshot, b: Snapshot, exchanges: dict | None = None) -> dict[str, dict]:
-    """role → {"start": [earliest, latest], "end": [...]}: when its counters were read, in seconds from
+def read_times(a: Snapshot, b: Snapshot, exchanges: dict | None = None) -> dict[str, Read]:
+    """role → when its counters were read ([earliest, latest] at `start` and `end`), in seconds from
     the window's reference instants (a.t, b.t) on this machine's clock; for a channel host also
-    "own_window_s", the window between its two reads on its own clock, and "clock_offset_s", the bounds
+    `own_window_s`, the window between its two reads on its own clock, and `clock_offset_s`, the bounds
     of its clock (/proc/uptime) minus this machine's monotonic clock."""
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, Read] = {}
     for role in a.reads.keys() & b.reads.keys():
         offset = clock_offset((exchanges or {}).get(role, []))
         ra = read_instant(*a.reads[role], a.clocks.get(role), offset)
         rb = read_instant(*b.reads[role], b.clocks.get(role), offset)
-        out[role] = {"start": [round(x - a.t, 6) for x in ra], "end": [round(x - b.t, 6) for x in rb]}
+        read: dict[str, Any] = {"start": [round(x - a.t, 6) for x in ra], "end": [round(x - b.t, 6) for x in rb]}
         if offset is not None:
-            out[role]["clock_offset_s"] = [round(x, 6) for x in offset]  # its clock − this machine's, bounds
+            read["clock_offset_s"] = [round(x, 6) for x in offset]  # its clock − this machine's, bounds
         if role in a.clocks and role in b.clocks:
-            out[role]["own_window_s"] = round(b.clocks[role] - a.clocks[role], 3)
-            out[role]["answered_s"] = [round(a.reads[role][1] - a.t, 3), round(b.reads[role][1] - b.t, 3)]
+            read["own_window_s"] = round(b.clocks[role] - a.clocks[role], 3)
+            read["answered_s"] = [round(a.reads[role][1] - a.t, 3), round(b.reads[role][1] - b.t, 3)]
+        out[role] = Read.keyed(**read)
     return out
 
 

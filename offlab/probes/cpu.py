@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+
+from offlab.sample import Cpu
+
 # /proc/stat cpuN columns (man 5 proc), in USER_HZ ticks.
 STAT_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal", "guest", "guest_nice")
 
@@ -21,7 +24,7 @@ def parse_proc_stat(text: str) -> dict[str, dict[str, int]]:
 NOTABLE_STEAL_PCT = 2.0
 
 
-def cpu_split(before: dict[str, int], after: dict[str, int]) -> dict[str, float]:
+def cpu_split(before: dict[str, int], after: dict[str, int]) -> Cpu:
     """Percent of one CPU's time in user/system/softirq/irq/idle/steal over the window.
 
     Busy is user + nice + system + irq + softirq: time this CPU worked for us. Steal (the
@@ -31,18 +34,11 @@ def cpu_split(before: dict[str, int], after: dict[str, int]) -> dict[str, float]
     # guest time is already counted in user; keep the buckets disjoint.
     total = sum(d[k] for k in STAT_FIELDS if k not in ("guest", "guest_nice"))
     if total <= 0:
-        return {k: 0.0 for k in ("user", "system", "softirq", "irq", "idle", "steal", "busy")}
+        return Cpu.keyed(**{k: 0.0 for k in ("user", "system", "softirq", "irq", "idle", "steal", "busy")})
     pct = lambda *ks: 100.0 * sum(d[k] for k in ks) / total  # noqa: E731
-    split = {
-        "user": pct("user", "nice"),
-        "system": pct("system"),
-        "softirq": pct("softirq"),
-        "irq": pct("irq"),
-        "idle": pct("idle", "iowait"),
-        "steal": pct("steal"),
-    }
-    split["busy"] = split["user"] + split["system"] + split["softirq"] + split["irq"]
-    return split
+    user, system, softirq, irq = pct("user", "nice"), pct("system"), pct("softirq"), pct("irq")
+    return Cpu.keyed(user=user, system=system, softirq=softirq, irq=irq, idle=pct("idle", "iowait"),
+                     steal=pct("steal"), busy=user + system + softirq + irq)
 
 
 def parse_pid_stat(text: str) -> tuple[str, int, int]:
@@ -87,7 +83,7 @@ def ticks_per_second() -> int:
 BUSY_FIELDS = ("user", "nice", "system", "irq", "softirq")
 
 
-def system_time(before: dict[str, dict[str, int]], after: dict[str, dict[str, int]], hz: int) -> dict:
+def system_time(before: dict[str, dict[str, int]], after: dict[str, dict[str, int]], hz: int) -> Cpu:
     """CPU seconds the whole system was busy (and stolen) between two /proc/stat readings.
 
     netperf's service demand divides this — utilisation × number of CPUs × time — by the
@@ -102,6 +98,6 @@ def system_time(before: dict[str, dict[str, int]], after: dict[str, dict[str, in
         steal += b.get("steal", 0) - a.get("steal", 0)
         total += sum(b.get(k, 0) - a.get(k, 0) for k in STAT_FIELDS if k not in ("guest", "guest_nice"))
     cpus = len([n for n in before if n in after])
-    return {"cpus": cpus, "busy_s": busy / hz, "steal_s": steal / hz,
-            "busy_pct": 100.0 * busy / total if total > 0 else 0.0,
-            "steal_pct": 100.0 * steal / total if total > 0 else 0.0}
+    return Cpu.keyed(cpus=cpus, busy_s=busy / hz, steal_s=steal / hz,
+                     busy_pct=100.0 * busy / total if total > 0 else 0.0,
+                     steal_pct=100.0 * steal / total if total > 0 else 0.0)

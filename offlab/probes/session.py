@@ -37,6 +37,7 @@ from offlab.probes.base import Options, Probe, found
 from offlab.probes.clock import Clocks, is_number, read_times
 from offlab.probes.remote import Async, RemoteRead, RemoteReaders, split_files
 from offlab.probes.result import ProbeResult
+from offlab.sample import Aligned, Cpu, CpuAccount, Iface, OwnKernelCpu, Process, Read
 from offlab.tracefs import HIST_FILES, NAME_PREFIX, tag_of
 
 WATCHED_THREADS = ("ksoftirqd/", "vhost-", "napi/")
@@ -277,10 +278,10 @@ class ProbeSession:
                         reads=reads, clocks=clocks, pending=remote,
                         trace=self.trace.collect(asked) if self.trace is not None and asked is not None else None)
 
-    def aligned(self, a: Snapshot, b: Snapshot) -> dict | None:
+    def aligned(self, a: Snapshot, b: Snapshot) -> Aligned | None:
         """The local roles' UDP/IP counters over the channel hosts' own windows (the samples nearest to
-        the instants they read theirs), with those hosts' counters: {"snmp": {role: delta}, "reads":
-        {role: {"start": [..], "end": [..]}}} in seconds from a.t / b.t, as `reads`."""
+        the instants they read theirs), with those hosts' counters: each role's delta (`snmp`) and when
+        it was read (`reads`, in seconds from a.t / b.t, as the window's)."""
         remote = [r for r in self.own_kernel if r in a.snmp and r in b.snmp]
         if not remote or not self.samples:
             return None
@@ -289,7 +290,7 @@ class ProbeSession:
         out_reads = {r: times[r] for r in remote if r in times}
         picked = []
         for snap, edge in ((a, "start"), (b, "end")):
-            spans = [times[r][edge] for r in remote if r in times]
+            spans = [getattr(times[r], edge) for r in remote if r in times]
             if not spans:
                 return None
             instant = snap.t + (min(x[0] for x in spans) + max(x[1] for x in spans)) / 2
@@ -297,9 +298,9 @@ class ProbeSession:
         (a0, a1, sa), (b0, b1, sb) = picked
         for role in sa.keys() & sb.keys():
             out_snmp[role] = counters.delta(_parse_udp_text(*sa[role]), _parse_udp_text(*sb[role]))
-            out_reads[role] = {"start": [round(a0 - a.t, 6), round(a1 - a.t, 6)],
-                               "end": [round(b0 - b.t, 6), round(b1 - b.t, 6)]}
-        return {"snmp": out_snmp, "reads": out_reads}
+            out_reads[role] = Read.keyed(start=[round(a0 - a.t, 6), round(a1 - a.t, 6)],
+                                         end=[round(b0 - b.t, 6), round(b1 - b.t, 6)])
+        return Aligned.keyed(snmp=out_snmp, reads=out_reads)
 
     def settle(self, snap: Snapshot) -> Snapshot:
         """Wait for the channel hosts' answers to `snap` and fold them in (done once)."""
@@ -329,14 +330,31 @@ class ProbeSession:
         self.settle(b)
         self._stop_sampling()
         window = b.t - a.t
+        return ProbeResult(
+            window_s=window, t0_mono_s=round(a.t, 6), reads=read_times(a, b, self.exchanges),
+            aligned=self.aligned(a, b),
+            local_sampling={"samples": len(self.samples), "every_s": SAMPLE_EVERY_S,
+                            "cpu_s": round(self.sampling_cpu_s, 4)} if self._sampler is not None else None,
+            cpu=self._cpu(a, b, client_cpu=client_cpu, server_cpu=server_cpu),
+            processes=self._processes(a, b, window),
+            interfaces=_interfaces(a, b),
+            snmp={role: counters.delta(a.snmp[role], b.snmp[role]) for role in b.snmp if role in a.snmp},
+            trace=self._kernel_account(a, b),
+            found={probe.key: (probe.slot, probe.delta(a.found[probe.key], b.found[probe.key]))
+                   for probe in self.probes},
+        )
+
+    def _cpu(self, a: Snapshot, b: Snapshot, *, client_cpu: int | None, server_cpu: int | None) -> CpuAccount:
+        """The window's CPU: this machine's CPUs, each and all, the sides pinned to one of them, and each
+        host with a kernel of its own (its side, if it is one, is all its CPUs)."""
         hz = cpu.ticks_per_second()
         per_cpu = {name: cpu.cpu_split(a.stat[name], b.stat[name]) for name in b.stat if name in a.stat}
-        sides = {}
+        sides: dict[str, Cpu] = {}
         for side, n in (("client", client_cpu), ("server", server_cpu)):
             if side in self.own_kernel:
                 continue
             if n is not None and f"cpu{n}" in per_cpu:
-                sides[side] = {"cpu": f"cpu{n}", **per_cpu[f"cpu{n}"]}
+                sides[side] = per_cpu[f"cpu{n}"].on(f"cpu{n}")
         own = {}
         for role, before in (a.guest_stat or {}).items():
             after = (b.guest_stat or {}).get(role, {})
@@ -344,42 +362,27 @@ class ProbeSession:
             total_a = {k: sum(before[n].get(k, 0) for n in names) for k in cpu.STAT_FIELDS}
             total_b = {k: sum(after[n].get(k, 0) for n in names) for k in cpu.STAT_FIELDS}
             # Its own CPUs, all of them: a guest's vCPUs are not pinned by offlab.
-            own[role] = {"per_cpu": {n: cpu.cpu_split(before[n], after[n]) for n in names},
-                         "system": cpu.system_time(before, after, hz)}
+            own[role] = OwnKernelCpu.keyed(per_cpu={n: cpu.cpu_split(before[n], after[n]) for n in names},
+                                           system=cpu.system_time(before, after, hz))
             if role in ("client", "server"):
-                sides[role] = {"cpu": f"{role}'s own {len(names)} CPU(s)", **cpu.cpu_split(total_a, total_b)}
-        procs: list[dict[str, Any]] = []
+                sides[role] = cpu.cpu_split(total_a, total_b).on(f"{role}'s own {len(names)} CPU(s)")
+        return CpuAccount.keyed(per_cpu=per_cpu, **sides, system=cpu.system_time(a.stat, b.stat, hz),
+                                **({"own_kernel": own} if own else {}))
+
+    def _processes(self, a: Snapshot, b: Snapshot, window: float) -> list[Process]:
+        """The watched processes that used CPU in the window, and the client and server whatever they used:
+        theirs first, then by CPU."""
+        hz = cpu.ticks_per_second()
+        procs: list[Process] = []
         role_of = {pid: role for role, pid in self.pids.items()}
         for pid, (comm, ticks) in b.procs.items():
             if pid not in a.procs:
                 continue
             pct = 100.0 * (ticks - a.procs[pid][1]) / hz / window if window > 0 else 0.0
             if pct > 0 or pid in role_of:
-                procs.append({"pid": pid, "comm": comm, "role": role_of.get(pid), "cpu_pct": round(pct, 2)})
-        procs.sort(key=lambda p: (p["role"] is None, -p["cpu_pct"]))
-        interfaces = {}
-        for role, links in b.netdev.items():
-            for ifname, now in links.items():
-                was = a.netdev.get(role, {}).get(ifname)
-                if ifname == "lo" or was is None:
-                    continue
-                d = counters.delta(was, now)
-                if d["rx_packets"] or d["tx_packets"]:
-                    interfaces[f"{role}:{ifname}"] = {**d, **counters.average_sizes(d)}
-        return ProbeResult(
-            window_s=window, t0_mono_s=round(a.t, 6), reads=read_times(a, b, self.exchanges),
-            aligned=self.aligned(a, b),
-            local_sampling={"samples": len(self.samples), "every_s": SAMPLE_EVERY_S,
-                            "cpu_s": round(self.sampling_cpu_s, 4)} if self._sampler is not None else None,
-            cpu={"per_cpu": per_cpu, **sides, "system": cpu.system_time(a.stat, b.stat, hz),
-                 **({"own_kernel": own} if own else {})},
-            processes=procs,
-            interfaces=interfaces,
-            snmp={role: counters.delta(a.snmp[role], b.snmp[role]) for role in b.snmp if role in a.snmp},
-            trace=self._kernel_account(a, b),
-            found={probe.key: (probe.slot, probe.delta(a.found[probe.key], b.found[probe.key]))
-                   for probe in self.probes},
-        )
+                procs.append(Process.keyed(pid=pid, comm=comm, role=role_of.get(pid), cpu_pct=round(pct, 2)))
+        procs.sort(key=lambda p: (p.role is None, -p.cpu_pct))
+        return procs
 
     def _kernel_account(self, a: Snapshot, b: Snapshot) -> dict | None:
         """The window's drops and skbs by the kernel's tracepoints (trace.account); where it could not
@@ -460,6 +463,20 @@ class HostHists:
         except (OfflabError, OSError, ValueError) as exc:
             self.reason_error[role] = f"drop reasons by number: {role}'s BTF could not be read ({exc})"
             return {}
+
+
+def _interfaces(a: Snapshot, b: Snapshot) -> dict[str, Iface]:
+    """"role:iface" → the counter deltas and average sizes of each lab interface that moved a packet."""
+    out = {}
+    for role, links in b.netdev.items():
+        for ifname, now in links.items():
+            was = a.netdev.get(role, {}).get(ifname)
+            if ifname == "lo" or was is None:
+                continue
+            d = counters.delta(was, now)
+            if d["rx_packets"] or d["tx_packets"]:
+                out[f"{role}:{ifname}"] = Iface.keyed(**d, **counters.average_sizes(d))
+    return out
 
 
 def _udp_text(reader) -> tuple[str, str]:
