@@ -78,3 +78,68 @@ def test_a_sample_measured_now_stores_the_probe_keys_a_sample_stored_before(veth
     assert old == list(before["probes"])
     assert set(list(now["probes"])[len(old):]) <= {p.key for p in found()} - set(old)
     assert shape({k: now["probes"][k] for k in old}, veth_lab.name) == shape(before["probes"], BEFORE_LAB)
+
+
+# A window over made-up counters: three local hosts read through their anchors and a server with a kernel
+# of its own (its CPUs, its clock, this machine's counters sampled while its reads were under way)
+DEV = """Inter-|   Receive                                                |  Transmit
+ face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed
+    lo: 100 1 0 0 0 0 0 0 100 1 0 0 0 0 0 0
+  eth0: {b} {p} 0 {d} 0 0 0 0 {b2} {p2} 0 0 0 0 0 0
+  eth1: 5 1 0 0 0 0 0 0 5 1 0 0 0 0 0 0
+"""
+SNMP = "Udp: InDatagrams NoPorts InErrors OutDatagrams\nUdp: {a} 0 {e} {o}\nIp: Forwarding InReceives\nIp: 1 {a}\n"
+ROLES = ("client", "server", "router")
+
+
+def _stat(k: int) -> dict[str, dict[str, int]]:
+    return {f"cpu{i}": {"user": 100 * k + 10 * i, "nice": 1, "system": 200 * k, "idle": 500 * k, "iowait": 0,
+                        "irq": 0, "softirq": 100 * k + i, "steal": i, "guest": 0, "guest_nice": 0} for i in range(3)}
+
+
+def _snapshot(t: float, k: int, server_clock: float) -> Any:
+    from offlab.probes import Snapshot, counters
+
+    return Snapshot(
+        t=t, stat=_stat(k), procs={11: ("iperf3", 50 * k), 12: ("ksoftirqd/0", 3 * k), 13: ("idle", 4)},
+        netdev={r: counters.parse_net_dev(DEV.format(b=1000 * k, p=10 * k, d=k, b2=64000 * k, p2=k)) for r in ROLES},
+        snmp={r: counters.parse_snmp(SNMP.format(a=5 * k, e=k, o=7 * k)) for r in ROLES},
+        guest_stat={"server": _stat(k - 1 if k > 1 else 0)},
+        reads={"client": (t - 0.002, t - 0.001), "router": (t - 0.0015, t - 0.0012), "server": (t - 0.5, t + 0.7)},
+        clocks={"server": server_clock})
+
+
+def made_up_result(client_cpu: int | None) -> Any:
+    """ProbeSession.result over two made-up snapshots, with no lab: what it computes from them alone."""
+    from offlab.probes import ProbeSession
+
+    s = ProbeSession.__new__(ProbeSession)
+    s.own_kernel, s.pids, s.probes, s.trace, s.hist = {"server": object()}, {"client": 11}, [], None, None
+    s.exchanges = {"server": [(0.9, 1000.95, 1.0), (9.5, 1009.6, 9.7)]}
+    sampled = lambda k: {r: (SNMP.format(a=5 * k, e=k, o=7 * k), "") for r in ("client", "router")}  # noqa: E731
+    s.samples = [(9.5, 9.51, sampled(1)), (10.0, 10.01, sampled(2)), (12.0, 12.01, sampled(5)), (12.4, 12.41, sampled(6))]
+    s._sampler, s._sampling, s.sampling_cpu_s = object(), False, 0.01234
+    s._stop_sampling = lambda: None  # no sampler thread to stop
+    return s.result(_snapshot(10.0, 1, 1010.0), _snapshot(12.5, 3, 1012.5), client_cpu=client_cpu, server_cpu=2)
+
+
+def reads_in_order(probes: dict) -> dict:
+    """`probes` with each `reads` map's roles sorted: the session lists them in a set's order."""
+    out = dict(probes, reads=dict(sorted(probes["reads"].items())))
+    if "aligned" in out:
+        out["aligned"] = dict(out["aligned"], reads=dict(sorted(out["aligned"]["reads"].items())))
+    return out
+
+
+WINDOW_BEFORE = os.path.join(os.path.dirname(__file__), "fixtures", "samples", "made_up_window_probes.json")
+
+
+@pytest.mark.parametrize("client_cpu", [1, None])
+def test_a_sessions_result_stores_what_it_stored_before_its_fields_were_views(client_cpu):
+    # the fixture: the same window's `probes`, and its CPU as an rr phase stores it, by offlab at 7fbbe39
+    # (ProbeResult.to_dict), before the session made views
+    with open(WINDOW_BEFORE) as f:
+        before = json.load(f)[str(client_cpu)]
+    r = made_up_result(client_cpu)
+    assert stored(reads_in_order(r.stored().to_json())) == stored(before["probes"])
+    assert stored(r.cpu.without_per_cpu().to_json()) == stored(before["rr_cpu"])
