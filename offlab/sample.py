@@ -343,6 +343,15 @@ class Aligned(JsonView):
 
 
 @dataclass
+class LocalSampling(JsonView):
+    """What sampling this machine's counters for `aligned` took (`probes.local_sampling`)."""
+
+    samples: int = 0
+    every_s: float | None = None  # the interval asked between two samples
+    cpu_s: float | None = None  # the sampler thread's own CPU time
+
+
+@dataclass
 class Probes(JsonView):
     """Every probe's deltas over the window (offlab.probes ProbeSession.result): the session's core
     counters as fields; a probe of its own (a module of offlab/probes/edge/) through `of`, by the view
@@ -352,7 +361,7 @@ class Probes(JsonView):
     t0_mono_s: float | None = None
     reads: dict[str, Read] = _view(Read, map=True, default_factory=dict)
     aligned: Aligned | None = _view(Aligned)
-    local_sampling: dict | None = None  # what sampling this machine's counters for `aligned` took
+    local_sampling: LocalSampling | None = _view(LocalSampling)
     cpu: CpuAccount = _view(CpuAccount, default_factory=CpuAccount)
     processes: list[Process] = _view(Process, list=True, default_factory=list)
     interfaces: dict[str, Iface] = _view(Iface, map=True, default_factory=dict)

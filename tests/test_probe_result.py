@@ -14,7 +14,7 @@ import pytest
 from offlab.experiment.measure import measure
 from offlab.probes import ProbeResult
 from offlab.probes.base import found
-from offlab.sample import CpuAccount, Probes, TestpmdSettings
+from offlab.sample import CpuAccount, LocalSampling, Probes, TestpmdSettings
 from offlab.traffic import Workload
 from tests.conftest import requires_root
 
@@ -58,7 +58,7 @@ def test_keys_that_do_not_apply_are_left_out_and_the_ones_measure_adds_come_last
                     found=stored_by_probe(big_packets={}, qdisc={}, softnet={}, queues=None, testpmd=None))
     assert list(r.stored().to_json()) == ["window_s", "t0_mono_s", "reads", "cpu", "processes", "interfaces",
                                           "snmp", "softnet", "qdisc", "big_packets", "testpmd_settings"]
-    r.mtus, r.local_sampling = {"client:eth0": 1500}, {"samples": 3}
+    r.mtus, r.local_sampling = {"client:eth0": 1500}, LocalSampling(samples=3)
     assert list(r.stored().to_json()) == ["window_s", "t0_mono_s", "reads", "local_sampling", "cpu", "processes",
                                           "interfaces", "snmp", "softnet", "qdisc", "big_packets", "mtus",
                                           "testpmd_settings"]

@@ -126,7 +126,8 @@ def test_guest_samples_are_not_flagged_when_clean_and_are_when_the_witnesses_dis
             # this machine's counters were sampled every 10 ms only while the guest's reads were under way
             # (sent at each edge, answered `answered_s` later), not through the window between them
             under_way = sum(s.probes.reads["client"].answered_s) + 0.2
-            assert s.probes.local_sampling["samples"] <= under_way / 0.01 + 5, (s.probes.local_sampling,
+            assert s.probes.local_sampling is not None
+            assert s.probes.local_sampling.samples <= under_way / 0.01 + 5, (s.probes.local_sampling,
                                                                                   s.probes.reads["client"])
             if w.protocol == "udp":
                 check = _loss_check(s.consistency)

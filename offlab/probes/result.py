@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from offlab.sample import Aligned, Counters, CpuAccount, Iface, Probes, Process, Read, TestpmdSettings
+from offlab.sample import Aligned, Counters, CpuAccount, Iface, LocalSampling, Probes, Process, Read, TestpmdSettings
 
 
 @dataclass
@@ -27,7 +27,7 @@ class ProbeResult:
     # the local roles' UDP/IP counters over the channel hosts' own windows (ProbeSession.aligned)
     aligned: Aligned | None = None
     # what sampling this machine's counters for `aligned` took: samples and the sampler's CPU time
-    local_sampling: dict | None = None
+    local_sampling: LocalSampling | None = None
     mtus: dict[str, int] | None = None  # "role:iface" → MTU, read beside the window (measure)
     testpmd_settings: TestpmdSettings | None = None  # testpmd's own read of what was in force (measure)
     trace: dict | None = None  # the kernel's account from its tracepoints (probes/trace.py), when asked

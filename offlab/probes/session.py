@@ -37,7 +37,7 @@ from offlab.probes.base import Options, Probe, found
 from offlab.probes.clock import Clocks, is_number, read_times
 from offlab.probes.remote import Async, RemoteRead, RemoteReaders, split_files
 from offlab.probes.result import ProbeResult
-from offlab.sample import Aligned, Cpu, CpuAccount, Iface, OwnKernelCpu, Process, Read
+from offlab.sample import Aligned, Cpu, CpuAccount, Iface, LocalSampling, OwnKernelCpu, Process, Read
 from offlab.tracefs import HIST_FILES, NAME_PREFIX, tag_of
 
 WATCHED_THREADS = ("ksoftirqd/", "vhost-", "napi/")
@@ -333,8 +333,8 @@ class ProbeSession:
         return ProbeResult(
             window_s=window, t0_mono_s=round(a.t, 6), reads=read_times(a, b, self.exchanges),
             aligned=self.aligned(a, b),
-            local_sampling={"samples": len(self.samples), "every_s": SAMPLE_EVERY_S,
-                            "cpu_s": round(self.sampling_cpu_s, 4)} if self._sampler is not None else None,
+            local_sampling=LocalSampling.keyed(samples=len(self.samples), every_s=SAMPLE_EVERY_S,
+                                               cpu_s=round(self.sampling_cpu_s, 4)) if self._sampler is not None else None,
             cpu=self._cpu(a, b, client_cpu=client_cpu, server_cpu=server_cpu),
             processes=self._processes(a, b, window),
             interfaces=_interfaces(a, b),
@@ -474,8 +474,9 @@ def _interfaces(a: Snapshot, b: Snapshot) -> dict[str, Iface]:
             if ifname == "lo" or was is None:
                 continue
             d = counters.delta(was, now)
-            if d["rx_packets"] or d["tx_packets"]:
-                out[f"{role}:{ifname}"] = Iface.keyed(**d, **counters.average_sizes(d))
+            moved = Iface.keyed(**d, **counters.average_sizes(d))
+            if moved.rx_packets or moved.tx_packets:
+                out[f"{role}:{ifname}"] = moved
     return out
 
 
