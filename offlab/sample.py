@@ -232,7 +232,8 @@ def counter(snmp: dict[str, Counters], role: str, group: str, name: str, default
 
 @dataclass
 class Cpu(JsonView):
-    """One side's CPU over the window (`probes.cpu[side]`; "system" is the whole machine's)."""
+    """CPU over the window: one CPU's split in % (`per_cpu`), a side's (`probes.cpu.side(name)`: the split of
+    the CPU it was pinned to), or the whole machine's (`system`: CPU seconds, and shares of all its CPUs' time)."""
 
     cpu: str | None = None  # the CPU the side was pinned to
     busy: float | None = None  # % of the window
