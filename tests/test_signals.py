@@ -248,10 +248,12 @@ def _lines(stream) -> "queue.Queue[str | None]":
 
 
 def _wait_lines(q: "queue.Queue[str | None]", n: int, seen: list[str]) -> None:
-    """Until `n` lines have come, or the run ended."""
+    """Until `n` lines have come, or the run ended (its output's end stays in the queue for the next wait:
+    a run that ended before its moment came is waited for again after it, and found ended at once)."""
     while len(seen) < n:
         line = q.get(timeout=PROGRESS_WITHIN_S)  # a hang guard
         if line is None:
+            q.put(None)
             return
         seen.append(line)
 
