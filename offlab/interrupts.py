@@ -127,14 +127,10 @@ def protected(fn: F) -> F:
             result = fn(*args, **kwargs)
         except BaseException as exc:
             _interrupts_left = True  # noqa: F841  (read by the handler through the frame: see _OUT)
-            signum = _leave()
-            if signum is not None and not is_interrupt(exc):
-                raise _raising(signum) from exc
+            _end_section(exc)
             raise
         _interrupts_left = True  # noqa: F841  (set while the depth still counts: nothing lands in between)
-        signum = _leave()
-        if signum is not None:
-            raise _raising(signum)
+        _end_section(None)
         return result
 
     return wrapper  # type: ignore[return-value]
@@ -286,13 +282,20 @@ def shielded() -> Iterator[None]:
     try:
         yield
     except BaseException as exc:
-        signum = _leave()
-        if signum is not None and not is_interrupt(exc):
-            raise _raising(signum) from exc
+        _end_section(exc)
         raise
+    _end_section(None)
+
+
+def _end_section(leaving: BaseException | None) -> None:
+    """Leave one shielded level; at the outermost, raise the first signal that arrived inside: in place of
+    the exception `leaving` the section, unless that is an interrupt already."""
     signum = _leave()
-    if signum is not None:
+    if signum is None or is_interrupt(leaving):
+        return
+    if leaving is None:
         raise _raising(signum)
+    raise _raising(signum) from leaving
 
 
 def _leave() -> int | None:

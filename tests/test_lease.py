@@ -8,6 +8,7 @@ a few seconds (the inventory's `lease`) so the proofs stay short.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -287,23 +288,17 @@ with Transaction(label="holder") as tx:
 """
 
 
-def test_a_host_wide_sysctl_of_a_killed_controller_comes_back_within_the_lapse_without_restore(tmp_path, state_dir):
-    from offlab.state import proc_start
-
+@contextlib.contextmanager
+def _machine_holder(state_dir, value: str, lapse: str):
+    """A controller holding MACHINE_SYSCTL at `value` with a machine lease of `lapse` seconds, once it says
+    it is ready; afterwards (whatever the test did to it) ended, and the sysctl as it was found."""
     original = MACHINE_PATH.read_text().strip()
-    env = {**os.environ, "OFFLAB_STATE_DIR": str(state_dir), "OFFLAB_MACHINE_LEASE": "1"}
-    holder = subprocess.Popen([sys.executable, "-c", MACHINE_HOLDER, MACHINE_SYSCTL, str(int(original) + 7)],
+    env = {**os.environ, "OFFLAB_STATE_DIR": str(state_dir), "OFFLAB_MACHINE_LEASE": lapse}
+    holder = subprocess.Popen([sys.executable, "-c", MACHINE_HOLDER, MACHINE_SYSCTL, value],
                               cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "ready", holder.stderr.read() if holder.poll() is not None else ""
-        assert MACHINE_PATH.read_text().strip() == str(int(original) + 7)
-        dogs = _watchdogs_of(holder.pid)
-        assert len(dogs) == 1
-        holder.kill()
-        holder.wait()
-        # Nothing is run: the watchdog sees the holder gone, waits the lapse, puts the sysctl back, leaves.
-        wait_for("the sysctl back", lambda: MACHINE_PATH.read_text().strip() == original)
-        wait_for("the watchdog gone", lambda: proc_start(dogs[0]) is None)
+        yield holder
     finally:
         if holder.poll() is None:
             holder.kill()
@@ -312,6 +307,21 @@ def test_a_host_wide_sysctl_of_a_killed_controller_comes_back_within_the_lapse_w
         holder.stderr.close()
         if MACHINE_PATH.read_text().strip() != original:
             MACHINE_PATH.write_text(original)
+
+
+def test_a_host_wide_sysctl_of_a_killed_controller_comes_back_within_the_lapse_without_restore(tmp_path, state_dir):
+    from offlab.state import proc_start
+
+    original = MACHINE_PATH.read_text().strip()
+    with _machine_holder(state_dir, str(int(original) + 7), "1") as holder:
+        assert MACHINE_PATH.read_text().strip() == str(int(original) + 7)
+        dogs = _watchdogs_of(holder.pid)
+        assert len(dogs) == 1
+        holder.kill()
+        holder.wait()
+        # Nothing is run: the watchdog sees the holder gone, waits the lapse, puts the sysctl back, leaves.
+        wait_for("the sysctl back", lambda: MACHINE_PATH.read_text().strip() == original)
+        wait_for("the watchdog gone", lambda: proc_start(dogs[0]) is None)
     # The next `offlab restore` says what the lease did, once; nothing is left to restore.
     res = offlab_in_process("restore")
     assert res.returncode == 0, res.stderr
@@ -330,30 +340,20 @@ def test_a_killed_controllers_machine_watchdog_leaves_as_soon_as_offlab_restore_
     from offlab.state import proc_start
 
     original = MACHINE_PATH.read_text().strip()
-    env = {**os.environ, "OFFLAB_STATE_DIR": str(state_dir), "OFFLAB_MACHINE_LEASE": "600"}
-    holder = subprocess.Popen([sys.executable, "-c", MACHINE_HOLDER, MACHINE_SYSCTL, str(int(original) + 5)],
-                              cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     dogs: list[tuple[int, int | None]] = []  # each watchdog's pid and start time
-    try:
-        assert holder.stdout.readline().strip() == "ready", holder.stderr.read() if holder.poll() is not None else ""
-        dogs = [(d, proc_start(d)) for d in _watchdogs_of(holder.pid)]
-        [(dog, _)] = dogs
-        holder.kill()
-        holder.wait()
-        res = offlab_in_process("restore")
-        assert res.returncode == 0 and f"restored machine {MACHINE_SYSCTL} = {original}" in res.stdout, res.stdout
-        wait_for("the watchdog gone", lambda: proc_start(dog) is None, guard=30)  # the lapse is 600 s
-    finally:
-        for dog, start in dogs:  # failed: the watchdog is not left for its 600 s (by pid and start time)
-            if start is not None:
-                signal_pid(dog, signal.SIGTERM, start)
-        if holder.poll() is None:
+    with _machine_holder(state_dir, str(int(original) + 5), "600") as holder:
+        try:
+            dogs = [(d, proc_start(d)) for d in _watchdogs_of(holder.pid)]
+            [(dog, _)] = dogs
             holder.kill()
             holder.wait()
-        holder.stdout.close()
-        holder.stderr.close()
-        if MACHINE_PATH.read_text().strip() != original:
-            MACHINE_PATH.write_text(original)
+            res = offlab_in_process("restore")
+            assert res.returncode == 0 and f"restored machine {MACHINE_SYSCTL} = {original}" in res.stdout, res.stdout
+            wait_for("the watchdog gone", lambda: proc_start(dog) is None, guard=30)  # the lapse is 600 s
+        finally:
+            for dog, start in dogs:  # failed: the watchdog is not left for its 600 s (by pid and start time)
+                if start is not None:
+                    signal_pid(dog, signal.SIGTERM, start)
     assert not (state_dir / "lapsed").exists()  # it put nothing back itself
 
 

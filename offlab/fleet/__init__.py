@@ -56,6 +56,9 @@ PLAYBOOK_END_S = 10
 # ends back first (seconds; README's signal bound is 5 s on a lab of this machine).
 RUN_END_S = 60
 
+# A run's SQLite file made whole (its WAL folded in) before it is fetched: `python -c CHECKPOINT_PY FILE`,
+# by the run task after the run and by the `stop` tag after an interrupted one.
+CHECKPOINT_PY = "import sqlite3, sys; sqlite3.connect(sys.argv[1]).execute('PRAGMA wal_checkpoint(TRUNCATE)').close()"
 # The client host's `offlab run` is started through this (sh -c RECORD_SH sh RUNDIR ARGV...): it writes its
 # own pid and start time to RUNDIR/offlab.pid, then becomes the run (exec keeps both).
 RECORD_SH = START_TIME_SH + 'd=$1; shift; echo "$$ $(st $$)" >"$d/offlab.pid.t" && mv "$d/offlab.pid.t" "$d/offlab.pid"; exec "$@"'
@@ -73,7 +76,7 @@ if [ -n "$p" ] && [ -n "$t" ] && [ "$(st "$p")" = "$t" ]; then
   how=stopped; [ "$(st "$p")" = "$t" ] && how="still running"
 fi
 if [ -f "$d/results.db" ]; then
-  "$py" -c "import sqlite3, sys; sqlite3.connect(sys.argv[1]).execute('PRAGMA wal_checkpoint(TRUNCATE)').close()" "$d/results.db" 2>/dev/null
+  "$py" -c {shlex.quote(CHECKPOINT_PY)} "$d/results.db" 2>/dev/null
 fi
 echo "$how"
 """
@@ -214,6 +217,7 @@ def run(plan_path: str, inventory: str, db: str, pairs: list[str] | None = None,
                     {"name": x.name, "addresses": list(x.addresses)} for x in ih.interfaces]}}}
         extra = {"offlab_fleet_run": token, "offlab_fleet_lapsed_sh": lease.LAPSED_AND_TIDY_SH,
                  "offlab_fleet_record_sh": RECORD_SH, "offlab_fleet_stop_sh": STOP_SH,
+                 "offlab_fleet_checkpoint_py": CHECKPOINT_PY,
                  "offlab_fleet_hosts": ",".join(hosts),
                  "offlab_fleet_clients": ",".join(jobs), "offlab_fleet_serial": serial or "100%",
                  "offlab_fleet_bundle": str(bundle_path.resolve()), "offlab_fleet_bundle_sha256": _sha256(bundle_path),
