@@ -403,6 +403,60 @@ def test_from_ref_in_a_fresh_process_reaches_the_same_guest(guest):
     assert res.stdout.split() == ["True", boot_id]
 
 
+# ---- the guest's clock -------------------------------------------------------------------
+def test_a_tcg_guest_is_told_this_machines_tsc_rate_and_its_clock_keeps_this_machines_time(booted, guest):
+    from offlab.vm import clock, qemu
+
+    if booted.accel != "tcg":
+        pytest.skip("a KVM guest keeps time by kvm-clock")
+    told = int(next(w for w in booted.argv[booted.argv.index("-append") + 1].split()
+                    if w.startswith("tsc_early_khz=")).split("=")[1])
+    measured = clock.measure_tsc_khz()
+    assert abs(told - measured) <= 1000, (told, measured)  # rounded to the MHz
+    log = guest.run(["dmesg"]).stdout
+    # the kernel took the rate it was told, not its own PIT/PM-timer measurement
+    assert f"tsc: Detected {told // 1000}.000 MHz processor" in log, log
+    # the cold boot's check, and one taken now, both find the guest's clock running at this machine's pace
+    assert abs(booted.clock_rate - 1) <= clock.RATE_TOLERANCE, booted.clock_rate
+    now = clock.rate(lambda: qemu._uptime(guest))
+    assert not now.off, now
+
+
+def test_a_guest_whose_clock_runs_fast_is_refused_at_its_cold_boot_with_exit_3_and_no_qemu_left(
+        image, netns, tmp_path, monkeypatch):
+    from offlab.errors import EnvironmentProblem
+    from offlab.hosts.guest import process_start_time
+    from offlab.vm import clock, qemu
+
+    # what a loaded machine did to a guest's own calibration (a TSC taken as 650 MHz, not 2596): told a
+    # quarter of the real rate, the guest's clock runs four times as fast as this machine's
+    monkeypatch.setenv("OFFLAB_VM_TSC_KHZ", str(clock.measure_tsc_khz() // 4))
+    started: list[tuple[int, int]] = []
+    with pytest.raises(EnvironmentProblem) as exc:
+        qemu.boot(image, netns, tmp_path, name="fast", accel="tcg", timeout=BOOT_TIMEOUT,
+                  on_started=lambda pid, st: started.append((pid, st)))
+    assert exc.value.exit_code == 3
+    message = str(exc.value)
+    assert "guest fast's clock runs " in message and "\n" not in message
+    found = float(message.split("clock runs ")[1].split("x")[0])
+    assert 3 < found < 5, message
+    (pid, start_time), = started
+    assert process_start_time(pid) is None
+    assert not (tmp_path / "fast.sock").exists()
+
+
+def test_the_clock_rate_is_bounded_by_the_reads_and_only_a_rate_outside_its_tolerance_is_off():
+    from offlab.vm import clock
+
+    start = time.monotonic()
+    same = clock.rate(lambda: 100 + (time.monotonic() - start), span_s=0.2)
+    assert same.low <= 1 <= same.high and not same.off, same
+    fast = clock.rate(lambda: 100 + 4 * (time.monotonic() - start), span_s=0.2)
+    assert fast.low > 1 + clock.RATE_TOLERANCE and fast.off, fast
+    slow = clock.rate(lambda: 100 + 0.5 * (time.monotonic() - start), span_s=0.2)
+    assert slow.high < 1 - clock.RATE_TOLERANCE and slow.off, slow
+
+
 # ---- boot failure and cleanup ---------------------------------------------------------------
 def test_a_guest_that_does_not_boot_in_time_is_exit_3_with_its_console_tail_and_no_qemu_left(
         image, netns, tmp_path, monkeypatch):

@@ -423,7 +423,8 @@ def _print_lab(lab: LabState, as_json: bool) -> None:
         if g.get("start"):
             on = f"QEMU {g.get('qemu_version')}" + (f" ({g['qemu_suite']}, run from offlab's cache)"
                                                     if g.get("qemu_suite") not in (None, "installed") else "")
-            out.print(escape(f"guest {role}: {on}, {g['start']} start, ready in {g.get('ready_seconds')} s "
+            clock = f", its clock {g['clock_rate']:g}x this machine's" if g.get("clock_rate") else ""
+            out.print(escape(f"guest {role}: {on}, {g['start']} start, ready in {g.get('ready_seconds')} s{clock} "
                              f"({g.get('start_why', '')})"))
     reach = ", ".join(f"{r} {h['address']}" for r, h in info["hosts"].items() if h.get("address"))
     out.print(f"reach: {reach}")

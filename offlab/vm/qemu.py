@@ -32,6 +32,7 @@ from offlab.names import IFNAME_RE
 from offlab.hosts.guest import GuestGone, GuestHost, console_tail, process_start_time
 from offlab.hosts.process import signal_pid
 from offlab.vm.image import INSTALL_HINT, Image, cache_root
+from offlab.vm import clock
 from offlab.vm.qemus import Qemu
 
 QEMU = "qemu-system-x86_64"
@@ -58,6 +59,13 @@ KERNEL_ARGS = ("console=ttyS0 panic=-1"
                " initcall_blacklist=jent_mod_init,crypto_kdf108_init,trace_eval_init"
                f" {INIT_ARG}")
 CLASSIC_ARGS = f"console=ttyS0 panic=-1 {INIT_ARG}"  # the boot before the fast one (benchmarks/vm_path's "before")
+
+
+def kernel_args(accel: str) -> str:
+    """KERNEL_ARGS, and under TCG the TSC's rate (offlab.vm.clock: the guest's own measurement of it
+    can be far off on a loaded machine)."""
+    khz = clock.tsc_khz(cache_root() / "tsc.json") if accel == "tcg" else None
+    return f"{KERNEL_ARGS} tsc_early_khz={khz}" if khz else KERNEL_ARGS
 
 
 def qemu_binary() -> str:
@@ -285,6 +293,8 @@ class Guest:
     lab: str | None = None
     role: str | None = None
     qmp: str | None = None  # QEMU's monitor socket (offlab.vm.qmp): what the devices really are
+    # a cold-booted TCG guest's clock against this machine's (offlab.vm.clock.check), e.g. 1.001
+    clock_rate: float | None = None
 
     def host(self) -> GuestHost:
         return GuestHost(self.socket, self.pid, self.start_time, lab=self.lab, role=self.role,
@@ -325,7 +335,7 @@ def command(image: Image, *, socket: str, console: str, nics: list[Nic | VhostUs
             "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
             "-serial", f"file:{console}",
             "-kernel", image.bzimage if classic else image.kernel, "-initrd", image.initrd,
-            "-append", CLASSIC_ARGS if classic else KERNEL_ARGS,
+            "-append", CLASSIC_ARGS if classic else kernel_args(accel),
             "-device", "virtio-serial",
             "-chardev", f"socket,path={socket},server=on,wait=off,id=c0",
             "-device", "virtserialport,chardev=c0,name=ctl",
@@ -430,6 +440,10 @@ def boot(image: Image, where: Host, rundir: str | Path, *, name: str, nics: list
 
     def until_ready(guest: Guest, proc, qemu_log: Path, start: float) -> None:
         _wait_ready(guest, proc, qemu_log, start + timeout, timeout)
+        if accel == "tcg":
+            host = guest.host()
+            told = clock.tsc_khz(cache_root() / "tsc.json")
+            guest.clock_rate = clock.check(name, lambda: _uptime(host), told).rate
 
     return launch(image, where, Path(rundir), name=name, nics=list(nics), memory=memory, smp=smp, accel=accel,
                   lab=lab, role=role, on_started=on_started, until_ready=until_ready, qemu=qemu)
@@ -473,6 +487,10 @@ def launch(image: Image, where: Host, rundir: Path, *, name: str, nics: list, me
         raise
     guest.ready_seconds = round(time.monotonic() - start, 2)
     return guest
+
+
+def _uptime(host: GuestHost) -> float:
+    return float(host.run(["cat", "/proc/uptime"], timeout=10).stdout.split()[0])
 
 
 def _wait_ready(guest: Guest, proc, qemu_log: Path, deadline: float, timeout: float) -> None:
