@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -18,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, offlab_cli
-from tests.helpers import GUEST_MARKS, requires_root
+from tests.conftest import REPO, netns_names, offlab_cli
+from tests.helpers import GUEST_MARKS, journals, requires_root
 
 FIXTURES = Path(REPO) / "tests" / "fixtures" / "bisect"
 
@@ -399,8 +400,8 @@ class TestLive:
     pytestmark = GUEST_MARKS
 
     @pytest.mark.timeout(1800)  # a hang guard only, as _wait_for's: pytest's 300 s cut it short on a loaded machine
-    def test_bisect_finds_the_first_release_whose_uso_is_exercised_and_resumes_after_sigkill(self, tmp_path,
-                                                                                            state_dir, clean_machine):
+    def test_bisect_finds_the_first_release_whose_uso_is_exercised_and_resumes_after_sigkill_and_sighup(
+            self, tmp_path, state_dir, clean_machine):
         from offlab.store import Store
 
         plan = tmp_path / "p.yaml"
@@ -431,10 +432,26 @@ class TestLive:
             decided = {x["run_id"]: [r["id"] for r in s.samples(x["run_id"])] for x in before["steps"] if x["verdict"]}
             killed = next(x["run_id"] for x in before["steps"] if x["verdict"] is None)
             killed_samples = {(r["cell_id"], r["round"]) for r in s.samples(killed)}
-        # the same command again carries on with it (as `--resume ID` does)
-        res = offlab_cli("bisect", str(plan), "--good", "6.1", "--bad", "7.2.12+deb13", "--among", AMONG, "--db", str(db),
-                         env={"OFFLAB_STATE_DIR": str(state_dir)},
-                         timeout=2400)
+        # the same command again carries on with it (as `--resume ID` does); a dropped terminal (SIGHUP) once its
+        # step has measured again ends it at once, everything put back without a restore, and it carries on again
+        argv = [sys.executable, "-m", "offlab", "bisect", str(plan), "--good", "6.1", "--bad", "7.2.12+deb13",
+                "--among", AMONG, "--db", str(db)]
+        namespaces = netns_names()
+        proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            _wait_for(db, proc, lambda s, b: len(s.samples(killed)) > len(killed_samples), "the step measuring again")
+            proc.send_signal(signal.SIGHUP)
+            _, err = proc.communicate(timeout=120)  # a hang guard: the signal harness holds runs to 5 s
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        assert proc.returncode == 130 and "Traceback" not in err, err
+        assert journals(state_dir) == [] and not {n for n in netns_names() - namespaces if n.startswith("ol")}, err
+        with Store.open(db, create=False) as s:
+            assert s.get_bisect(bid)["status"] == "interrupted"
+            hup_samples = {(r["cell_id"], r["round"]) for r in s.samples(killed)}
+        res = offlab_cli(*argv[3:], env={"OFFLAB_STATE_DIR": str(state_dir)}, timeout=2400)
         assert res.returncode == 0, res.stderr
         assert f"bisect {bid} asked this of this plan and did not finish: carrying on with it" in res.stderr
         with Store.open(db, create=False) as s:
@@ -444,7 +461,8 @@ class TestLive:
             for run_id, sample_ids in decided.items():  # a decided step is not measured again
                 assert [r["id"] for r in s.samples(run_id)] == sample_ids
             after = [(r["cell_id"], r["round"]) for r in s.samples(killed)]
-            assert killed_samples <= set(after) and len(after) == len(set(after))  # its run went on, nothing twice
+            # its run went on after each interruption, nothing measured twice
+            assert killed_samples <= hup_samples <= set(after) and len(after) == len(set(after))
         measured = [x for x in b["steps"] if x["run_id"] is not None]
         assert sorted(runs) == sorted(x["run_id"] for x in measured), "a step measured in a second run"
         assert len(measured) <= math.ceil(math.log2(4)) + 1

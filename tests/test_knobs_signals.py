@@ -259,3 +259,42 @@ def test_a_signal_as_the_transaction_begins_to_close_still_puts_everything_back(
         assert lab_state(lab) == before and journals(state_dir) == [], err
     finally:
         teardown.down(lab_name)
+
+
+# `offlab lab set` as a person runs it, the signal landing as its third setting begins (a trace function
+# counts the transaction's `_apply_one` calls): the two made go back, the journal goes, exit 130.
+LAB_SET_CUT = """
+import os, sys
+from offlab.knobs.transaction import Transaction
+signum, calls = int(sys.argv[2]), []
+def tracer(frame, event, arg):
+    if event == "call" and frame.f_code is Transaction._apply_one.__code__:
+        calls.append(1)
+        if len(calls) == 3:
+            sys.settrace(None)
+            os.kill(os.getpid(), signum)
+    return None
+sys.settrace(tracer)
+sys.argv = ["offlab", "lab", "set", sys.argv[1], "client", "to-server", "gro=on", "mtu=9000", "tx=off", "qdisc=pfifo_fast"]
+from offlab.__main__ import main
+main()
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["sigint", "sigterm", "sighup"])
+def test_a_signal_in_the_middle_of_lab_set_puts_back_what_it_had_made_and_exits_130(signum, lab_name,
+                                                                                   clean_machine, state_dir):
+    lab = labs.up("veth", lab_name)
+    try:
+        before = lab_state(lab)
+        proc = _spawn(LAB_SET_CUT, lab_name, args=(str(signum),))
+        out, err = proc.communicate(timeout=60)  # a hang guard
+        assert proc.returncode == 130, out + err
+        assert "interrupted" in err and "Traceback" not in err, err
+        assert lab_state(lab) == before and journals(state_dir) == [], out + err
+        # the same command, not cut short, keeps its settings (journalled) until restore
+        res = offlab_cli("lab", "set", lab_name, "client", "to-server", "gro=on", "mtu=9000")
+        assert res.returncode == 0 and lab_state(lab) != before, res.stdout + res.stderr
+        assert offlab_cli("restore").returncode == 0 and lab_state(lab) == before
+    finally:
+        teardown.down(lab_name)

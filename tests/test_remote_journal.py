@@ -89,36 +89,31 @@ def test_a_killed_owner_not_yet_reaped_is_not_alive():
     child.wait()
 
 
-def test_a_start_a_signal_cut_short_is_ended_by_its_own_process_and_a_held_one_is_left_to_its_holder(tmp_path):
-    """The process began on the host, the object that would stop it never came to be (a Ctrl-C while the
-    start command answered): only the record is left, and a lab's teardown in the same process ends it."""
+def test_a_signal_during_a_remote_start_waits_for_its_answer_and_the_lab_teardown_of_its_process_ends_it(tmp_path):
+    """A Ctrl-C while a host runs a start command: the start finishes and the process is recorded before
+    the interrupt unwinds (the object that would stop it is never returned), and the teardown of the lab
+    in the same process ends it: its own records are among those it ends (offlab.lab.hosts)."""
     import pytest
 
-    remote = str(tmp_path / "remote")
-    held = RemoteProcess(LOCAL, ["sleep", "300"], remote_dir=remote)
+    from offlab.interrupts import interrupts
 
-    class CutShort:  # LOCAL, but a signal lands as its start command answers
+    remote = str(tmp_path / "remote")
+
+    class SignalledDuringStart:  # LOCAL, with a Ctrl-C arriving as its start command runs
         name, shares_kernel = LOCAL.name, True
 
         def run(self, argv, **kwargs):
-            res = LOCAL.run(argv, **kwargs)
             if "proc" in " ".join(argv):
-                raise KeyboardInterrupt
-            return res
+                os.kill(os.getpid(), signal.SIGINT)
+            return LOCAL.run(argv, **kwargs)
 
-    with pytest.raises(KeyboardInterrupt):
-        RemoteProcess(CutShort(), ["sleep", "301"], remote_dir=remote)
-    (cut,) = [d for d in Path(remote, "proc").iterdir() if str(d) != held.dir]
-    pid = int(Path(cut, "ids").read_text().split()[0])
-    assert process_start_time(pid) is not None
-    # without `unheld`, a live owner's records are all left alone (another lab of it may still use them)
-    assert remote_journal.end_processes(LOCAL, remote) == []
-    assert remote_journal.end_processes(LOCAL, remote, unheld=True) == ["stop sleep 301"]
-    assert process_start_time(pid) is None and process_start_time(held.pid) is not None
-    # the held one once nothing holds it any more (its object gone with its holder's frame)
-    held_pid = held.pid
-    del held
-    assert remote_journal.end_processes(LOCAL, remote, unheld=True) == ["stop sleep 300"]
-    assert process_start_time(held_pid) is None
+    with pytest.raises(KeyboardInterrupt), interrupts():
+        RemoteProcess(SignalledDuringStart(), ["sleep", "301"], remote_dir=remote)
+    (started,) = Path(remote, "proc").iterdir()
+    pid = int(Path(started, "ids").read_text().split()[0])
+    assert process_start_time(pid) is not None  # began, and recorded
+    assert remote_journal.end_processes(LOCAL, remote) == []  # its owner, this process, lives
+    assert remote_journal.end_processes(LOCAL, remote, also={os.getpid()}) == ["stop sleep 301"]
+    assert process_start_time(pid) is None
     remote_journal.tidy(LOCAL, remote)
     assert not Path(remote).exists()

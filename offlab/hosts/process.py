@@ -9,19 +9,17 @@ ends, its exit code, and offers Popen's verbs over `host.run`.
 from __future__ import annotations
 
 import ctypes
-import gc
 import os
 import secrets
 import shlex
 import signal
 import subprocess
 import time
-import weakref
 from typing import Sequence
 
 from offlab.hosts.base import Host, Process
 from offlab.errors import OfflabError
-from offlab.interrupts import ending, protected
+from offlab.interrupts import ending, protected, shielded
 
 # Runs "$@" with stdout/stderr to files in $D, records its pid, then its exit code; each file
 # appears whole (written to a temp name, then renamed), so a reader never sees half a number.
@@ -87,19 +85,6 @@ _WAIT_COLLECT = (_WAIT_LOOP + '; [ -e "$1/rc" ] || exit 0; printf \'%s\\n\' "$3"
 WAIT_CHUNK_S = 10
 
 
-# The recorded processes this process holds an object for (offlab.hosts.remote_journal.end_processes leaves
-# them to their holder). A record with no holder here is one whose start a signal cut short: the process
-# began on the host, the object that would stop it never came to be.
-_HELD: weakref.WeakSet[RemoteProcess] = weakref.WeakSet()
-
-
-def held_dirs() -> set[str]:
-    """The host directories of the recorded processes this process still holds and has not collected
-    (after a collection: an object and its streams refer to each other, so a dropped one waits for it)."""
-    gc.collect()
-    return {p.dir for p in list(_HELD) if not p._cleaned}
-
-
 class RemoteProcess:
     """A detached process on a channel host, with the verbs of `subprocess.Popen` offlab uses."""
 
@@ -112,6 +97,12 @@ class RemoteProcess:
         self.text = text
         self.returncode: int | None = None
         self.undo = ""  # the host's undo script for this process, when recorded
+        # Shielded: a signal during the start waits for its answer, so a process it began is recorded (and
+        # is ended by the lab's teardown) before anything unwinds; the start takes well under its 15 s.
+        with shielded():
+            self._start(host, remote_dir)
+
+    def _start(self, host: Host, remote_dir: str | None) -> None:
         if remote_dir is None:
             res = host.run(["sh", "-c", _START, "sh", *self.args], check=False, timeout=15)
             want = "/tmp/offlab-proc."
@@ -143,8 +134,6 @@ class RemoteProcess:
         self.stdout = _RemoteStream(self, "out")
         self.stderr = _RemoteStream(self, "err")
         self._cleaned = False
-        if self.undo:
-            _HELD.add(self)
 
     def _read(self, name: str) -> str:
         if self._cleaned:

@@ -196,21 +196,18 @@ _FILE_RE = re.compile(r"^[0-9]{19}" + PROC_TAG + r"[0-9a-f]{8}\.sh$")
 
 
 def end_processes(host: Host, remote_dir: str, *, force: bool = False, also: frozenset[int] | set[int] = frozenset(),
-                  list_only: bool = False, unheld: bool = False) -> list[str]:
+                  list_only: bool = False) -> list[str]:
     """End the processes recorded on `host` that a process of this machine started and that outlived
     it (also those of the live processes `also`; all of this machine's, with `force`); processes
-    another controller started are left alone. With `unheld`, also this process's own records that no
-    object here holds (a start a signal cut short: nothing else would ever end them). With `list_only`,
-    only what would be ended. What was ended, one line each (`stop <argv>`)."""
-    from offlab.hosts.process import held_dirs
-    from offlab.state import me, owner_alive
+    another controller started are left alone. With `list_only`, only what would be ended.
+    What was ended, one line each (`stop <argv>`)."""
+    from offlab.state import owner_alive
 
     from offlab.hosts import lease as leases
 
     stopped = leases.stop_orphans(host, remote_dir, force=force, also=also, list_only=list_only)
     listed = host.run(["sh", "-c", _LIST_PROCS, "sh", remote_dir], timeout=30).stdout
     chosen = []
-    mine, held = me(), held_dirs() if unheld else set()
     for line in listed.splitlines():
         name, _, owner = line.partition(" ")
         parts = owner.split()
@@ -220,8 +217,7 @@ def end_processes(host: Host, remote_dir: str, *, force: bool = False, also: fro
             pid, alive = int(parts[1]), owner_alive({"pid": int(parts[1]), "start": int(parts[2])})
         except ValueError:
             continue
-        own = unheld and parts[1:] == [str(mine["pid"]), str(mine["start"])]
-        if force or not alive or pid in also or (own and f"{remote_dir}/proc/{name[:-3]}" not in held):
+        if force or not alive or pid in also:
             chosen.append(name)
     if not chosen:
         return stopped

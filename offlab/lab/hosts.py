@@ -225,8 +225,9 @@ def _teardown_host(lab: LabState, role: str, also: frozenset[int] | set[int],
     host = lab.host(role)
     try:
         removed += lease.lapses(host, host.remote_dir, remove=True)
-        # this process's own records too, where it holds no object for them (a start a signal cut short)
-        ended = remote_journal.end_processes(host, host.remote_dir, also=also, unheld=True)
+        # this process's own too: its samples on the lab are over, and a start a signal cut short left a
+        # process that nothing in it holds (RemoteProcess: the start itself is shielded, so it is recorded)
+        ended = remote_journal.end_processes(host, host.remote_dir, also={*also, os.getpid()})
         removed += [f"{host.name}: {what}" for what in ended]
     except (EnvironmentProblem, CommandFailed) as exc:
         failed.append(f"processes offlab started on {host.name} may still run ({exc}): `offlab lab down "
