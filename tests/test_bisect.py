@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, netns_names, offlab_cli
+from tests.conftest import OUR_NAMESPACES, REPO, netns_names, offlab_cli
 from tests.helpers import GUEST_MARKS, journals, requires_root
 
 FIXTURES = Path(REPO) / "tests" / "fixtures" / "bisect"
@@ -447,7 +447,7 @@ class TestLive:
                 proc.kill()
                 proc.wait()
         assert proc.returncode == 130 and "Traceback" not in err, err
-        assert journals(state_dir) == [] and not {n for n in netns_names() - namespaces if n.startswith("ol")}, err
+        assert journals(state_dir) == [] and not {n for n in netns_names() - namespaces if n.startswith(OUR_NAMESPACES)}, err
         with Store.open(db, create=False) as s:
             assert s.get_bisect(bid)["status"] == "interrupted"
             hup_samples = {(r["cell_id"], r["round"]) for r in s.samples(killed)}
