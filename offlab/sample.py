@@ -595,7 +595,7 @@ class Probes(JsonView):
     snmp: dict[str, Counters] = field(default_factory=dict)  # role → group → counter
     testpmd_settings: TestpmdSettings | None = _view(TestpmdSettings)
     mtus: dict[str, int] = field(default_factory=dict)
-    trace: dict | None = None  # the kernel's account from its tracepoints (offlab.probes.trace), when asked
+    trace: TraceAccount | None = _view(TraceAccount)  # the kernel's account from its tracepoints, when asked
 
     def of(self, probe: Any) -> Any:
         """A probe's stored record as that probe's view: `probe` (an offlab.probes.base.Probe class) names
@@ -816,7 +816,7 @@ class RrPhase(JsonView):
     cpu: CpuAccount | None = _view(CpuAccount)  # idle only: its probe window's, without each CPU's
     cpu_us_per_transaction: float | None = None
     series: list[Series] = _view(Series, list=True, default_factory=list)
-    kernel_account: dict | None = None  # rr-under-load's idle phase, traced: its own window's account
+    kernel_account: KernelAccount | None = _view(KernelAccount)  # rr-under-load's idle phase, traced: its own window's
 
 
 @dataclass
@@ -856,7 +856,7 @@ class StoredSample(JsonView):
     rr: Rr | None = _view(Rr)
     effects: list[Effect] | None = _view(Effect, list=True)
     guests: dict[str, Guest] | None = _view(Guest, map=True)  # role → how that guest ran
-    kernel_account: dict | None = None  # the kernel's account beside the counters' (experiment.kernel_account)
+    kernel_account: KernelAccount | None = _view(KernelAccount)  # the kernel's account beside the counters'
     # a plan's sample: what the runner adds
     in_force: list[Held] | None = _view(Held, list=True)  # the settings it ran with, read back at its end
     knob_writes: dict[str, int] | None = None  # its cell's settings journalled and set, restored, kept

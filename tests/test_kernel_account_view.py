@@ -1,6 +1,6 @@
 """The kernel's account as typed records: a real traced sample's `probes.trace` (TraceAccount) and
 `kernel_account` (KernelAccount) read back the very JSON they were stored as, key order included, and
-their fields hold the figures the JSON holds."""
+their fields hold the figures the JSON holds; the store gives them back as the same views."""
 
 from __future__ import annotations
 
@@ -9,7 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from offlab.sample import GsoTally, Hop, KernelAccount, KernelLoss, TraceAccount, TraceDrop, UsoVerdict
+from offlab.experiment import kernel_account
+from offlab.metrics import metrics_of
+from offlab.sample import (GsoTally, Hop, KernelAccount, KernelLoss, StoredSample, TraceAccount, TraceDrop,
+                           UsoVerdict, records)
+from offlab.store import Store
 
 TRACE = Path(__file__).parent / "fixtures" / "trace"
 TRACED = sorted(p.name for p in TRACE.glob("*.json"))
@@ -29,12 +33,16 @@ def test_a_stored_trace_and_kernel_account_read_back_as_they_were_stored(name):
     trace, ka = d["probes"]["trace"], d["kernel_account"]
     assert json.dumps(TraceAccount.from_json(trace).to_json()) == json.dumps(trace)
     assert json.dumps(KernelAccount.from_json(ka).to_json()) == json.dumps(ka)
+    s = StoredSample.from_json(d)
+    assert isinstance(s.probes.trace, TraceAccount) and isinstance(s.kernel_account, KernelAccount)
+    assert json.dumps(s.to_json()) == json.dumps(d)
 
 
 def test_the_fields_hold_what_the_json_holds():
     # a queue of 1 packet on the client's veth: the engine's sends dropped as QDISC_DROP there
     d = _stored("qdisc-drops.json")
-    tr, ka = TraceAccount.from_json(d["probes"]["trace"]), KernelAccount.from_json(d["kernel_account"])
+    s = StoredSample.from_json(d)
+    tr, ka = s.probes.trace, s.kernel_account
     assert tr is not None and ka is not None
     (drop,) = tr.drops
     assert isinstance(drop, TraceDrop)
@@ -62,13 +70,36 @@ def test_the_fields_hold_what_the_json_holds():
 def test_super_packets_by_gso_type_are_typed_too():
     # USO on the client's veth with the engine's UDP_SEGMENT: its driver was handed UDP_L4 super-packets
     d = _stored("uso-on-gso.json")
-    ka = KernelAccount.from_json(d["kernel_account"])
+    ka = StoredSample.from_json(d).kernel_account
+    assert ka is not None
     (client,) = [h for h in ka.hops if h.host == "client"]
     udp = client.sent.by_type["UDP_L4"]
     stored = next(h for h in d["kernel_account"]["hops"] if h["host"] == "client")["sent"]["by_type"]["UDP_L4"]
     assert isinstance(udp, GsoTally) and (udp.super_packets, udp.segments) == (stored["super_packets"], stored["segments"])
     assert udp.super_packets > 100
     assert ka.uso is not None and ka.uso.exercised is True
+
+
+@pytest.mark.parametrize("name", TRACED)
+def test_judging_a_stored_trace_again_gives_views_that_store_as_json(name):
+    s = StoredSample.from_json(_stored(name))
+    ka = kernel_account.judge(s)
+    assert isinstance(ka, KernelAccount) and all(isinstance(h, Hop) for h in ka.hops)
+    s.kernel_account = ka
+    again = StoredSample.from_json(json.loads(json.dumps(s.to_json())))
+    assert again.kernel_account == ka and json.dumps(again.to_json()) == json.dumps(s.to_json())
+
+
+def test_the_store_gives_the_account_back_as_it_was_stored(tmp_path):
+    d = _stored("nft-drops.json")
+    with Store.open(tmp_path / "k.db") as store:
+        run_id = store.create_run("kacc", "name: kacc", {}, 1, {}, {"rule": "drop"}, {})
+        ids = store.add_cells(run_id, [{"key": "drop", "params": {"rule": "drop"}, "settings": {}}])
+        store.add_sample(run_id, ids["drop"], 0, StoredSample.from_json(d).to_json(), metrics_of(StoredSample.from_json(d)))
+        (row,) = records(store.samples(run_id))
+    assert isinstance(row.sample.kernel_account, KernelAccount)
+    assert json.dumps(row.sample.kernel_account.to_json()) == json.dumps(d["kernel_account"])
+    assert json.dumps(row.sample.probes.to_json()["trace"]) == json.dumps(d["probes"]["trace"])
 
 
 def test_a_view_reads_as_the_dict_it_replaced():
