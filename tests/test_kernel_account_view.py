@@ -118,3 +118,18 @@ def test_plus_stores_each_key_given_in_its_place_or_after_the_rest():
     assert list(drop.plus(datagrams=0, what="sent again").to_json().items()) == list(
         {**row, "datagrams": 0, "what": "sent again"}.items())
     assert drop.to_json() == row  # the view it was made from is as it was
+
+
+def test_a_cells_accounts_summed_are_typed_too():
+    from offlab.report import kernel as rk
+
+    accounts = [StoredSample.from_json(_stored(n)).kernel_account for n in ("nft-drops.json", "nft-drops.json")]
+    m = rk.merge([*accounts, {"unavailable": "bpftrace did not start"}])
+    assert isinstance(m, rk.CellKernelAccount) and (m.samples, m.traced) == (3, 2)
+    assert m.unavailable == ["bpftrace did not start"]
+    one = accounts[0]
+    assert one is not None and one.loss is not None and m.loss is not None
+    assert m.loss.samples == 2 and m.loss.dropped == 2 * one.loss.dropped
+    assert [(p.host, p.reason) for p in m.loss.places] == [("server", "NETFILTER_DROP")]
+    assert all(isinstance(h, Hop) for h in m.hops) and m.hops[0].sent.skbs == 2 * one.hops[0].sent.skbs
+    assert isinstance(m.uso, rk.CellUso) and m.uso.samples == 2
