@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Iterator, TypeVar
 
 V = TypeVar("V", bound="JsonView")
 
@@ -51,6 +51,20 @@ class JsonView:
         named = cls._named()
         return cls(**{k: v for k, v in values.items() if k in named},
                    extra={k: v for k, v in values.items() if k not in named}, _keys=tuple(values))
+
+    @classmethod
+    def read(cls: type[V], value: V | dict | None) -> V | None:
+        """`value` as this view: as it is when it is one, read when it is JSON (a dict), None as None."""
+        return cls.from_json(value) if isinstance(value, dict) else value
+
+    def plus(self: V, **values: Any) -> V:
+        """A copy that also stores these keys with these values: one it stored keeps its place, a new
+        one goes after the rest (as `{**d, key: value}` does to a dict)."""
+        named = self._named()
+        keys = tuple(self.to_json())
+        return dataclasses.replace(self, **{k: v for k, v in values.items() if k in named},
+                                   extra={**self.extra, **{k: v for k, v in values.items() if k not in named}},
+                                   _keys=(*keys, *(k for k in values if k not in keys)))
 
     def has(self, name: str) -> bool:
         """Whether its JSON holds key `name`: read, or set since to other than the field's default (a
@@ -99,6 +113,42 @@ def _dump(v: Any) -> Any:
     if isinstance(v, list) and any(isinstance(x, JsonView) for x in v):
         return [_dump(x) for x in v]
     return v
+
+
+@dataclass(eq=False)
+class ReadsAsDict(JsonView):
+    """A view that also reads as the JSON object it stores: `view["key"]`, `get`, `in`, `keys`, `len`, and
+    `==` against a dict or another such view by their JSON. For code written against the dict it replaced;
+    offlab's own code reads its fields."""
+
+    def __getitem__(self, name: str) -> Any:
+        if not self.has(name):
+            raise KeyError(name)
+        return getattr(self, name) if name in self._named() else self.extra[name]
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self[name] if self.has(name) else default
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and self.has(name)
+
+    def keys(self) -> list[str]:
+        return list(self.to_json())
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.keys())
+
+    def __len__(self) -> int:
+        return len(self.keys())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, ReadsAsDict):
+            return self.to_json() == other.to_json()
+        if isinstance(other, dict):
+            return self.to_json() == other
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 @dataclass
@@ -352,6 +402,182 @@ class LocalSampling(JsonView):
     cpu_s: float | None = None  # the sampler thread's own CPU time
 
 
+@dataclass(eq=False)
+class TraceDrop(ReadsAsDict):
+    """Datagrams the kernel dropped at one place (skb:kfree_skb, `probes.trace.drops`); in the kernel's
+    account of loss (`kernel_account.loss`) a place also has its share of the lost, or says why its drops
+    were not loss (`not_lost`: `what`)."""
+
+    host: str = ""
+    device: str | None = None  # None: dropped with no device (at a socket), or in a guest's own kernel
+    reason: str = ""
+    location: str | None = None  # the kernel function that dropped it
+    datagrams: int = 0  # a dropped super-packet by its segments; in `unit` where one is given
+    unit: str | None = None  # "skbs": a guest's own kernel counts a super-packet as one
+    share: float | None = None
+    what: str | None = None
+
+
+@dataclass(eq=False)
+class TraceFrames(ReadsAsDict):
+    """The frames one device's NAPI handed to GRO (`probes.trace.gro_in`)."""
+
+    host: str = ""
+    device: str = ""
+    frames: int = 0
+
+
+@dataclass(eq=False)
+class TraceSkbs(ReadsAsDict):
+    """skbs of one gso_type handed to a device's queue or driver, or passed up from it, and their segments
+    (`probes.trace.queue`, `xmit`, `rx`)."""
+
+    host: str = ""
+    device: str = ""
+    gso_type: str = "-"  # names joined by '|'; "?": a guest's super-packets, of a type its tracepoint lacks
+    skbs: int = 0
+    segments: int = 0
+    segments_inferred: bool = False  # a guest's: its tracepoint does not carry them
+
+
+@dataclass(eq=False)
+class HistHow(ReadsAsDict):
+    """How a guest's or SSH host's own kernel was traced (`probes.trace.hist[role]`)."""
+
+    tool: str | None = None
+    drops_counted_in: str | None = None
+    reasons: str | None = None  # why its drop reasons are numbers
+
+
+@dataclass(eq=False)
+class TraceAccount(ReadsAsDict):
+    """The kernel's account of the window from its tracepoints (`probes.trace`, offlab.probes.trace):
+    drops by place, and per device the skbs handed to its queue and driver and passed up, with the frames
+    its NAPI handed to GRO; or why it was not taken (`unavailable`)."""
+
+    unavailable: str | None = None
+    tool: str | None = None  # bpftrace, or hist triggers where only guests were traced
+    window_s: float | None = None
+    printed_s: list[float] | None = None  # how late each edge's maps were printed
+    drops: list[TraceDrop] = _view(TraceDrop, list=True, default_factory=list)
+    gro_in: list[TraceFrames] = _view(TraceFrames, list=True, default_factory=list)
+    queue: list[TraceSkbs] = _view(TraceSkbs, list=True, default_factory=list)
+    xmit: list[TraceSkbs] = _view(TraceSkbs, list=True, default_factory=list)
+    rx: list[TraceSkbs] = _view(TraceSkbs, list=True, default_factory=list)
+    # how long after each edge's last counters' read the kernel's edge came
+    edge_lag_s: list[float | None] | None = None
+    hist: dict[str, HistHow] = _view(HistHow, map=True, default_factory=dict)  # role → how its kernel was traced
+    not_traced: list[str] = field(default_factory=list)  # the hosts whose kernel was not, and why
+
+
+@dataclass(eq=False)
+class Agreement(ReadsAsDict):
+    """The kernel's count against another (offlab.stats.agreement); beside a counter's loss place also that
+    counter and the drop reasons that count the same datagrams (`by_reason`)."""
+
+    counter: str | None = None
+    reasons: list[str] = field(default_factory=list)
+    kernel: int = 0
+    other: int = 0
+    difference: int = 0
+    difference_share: float | None = None
+    known_to: float = 0
+    agree: bool = False
+
+
+@dataclass(eq=False)
+class KernelLoss(ReadsAsDict):
+    """Lost datagrams by the kernel's drop reason (`kernel_account.loss`), or a cell's samples' summed
+    (then `samples`): the places with their shares and the unseen share add up to 1."""
+
+    dropped: int = 0
+    lost: int | None = None
+    places: list[TraceDrop] = _view(TraceDrop, list=True, default_factory=list)
+    unseen: int = 0  # lost that no tracepoint saw
+    unseen_share: float = 0.0
+    not_lost: list[TraceDrop] = _view(TraceDrop, list=True, default_factory=list)
+    lost_bounds: list[int] | None = None  # the tool's rows put the window's lost between these
+    unseen_at_edges: bool = False  # the unseen is the edge rows' part, within lost_bounds
+    vs_lost: Agreement | None = _view(Agreement)
+    vs_counters: Agreement | None = _view(Agreement)
+    by_reason: list[Agreement] = _view(Agreement, list=True, default_factory=list)
+    samples: int | None = None  # a cell's: how many samples
+
+
+@dataclass(eq=False)
+class GsoTally(ReadsAsDict):
+    """The super-packets of one gso_type and their segments."""
+
+    super_packets: int = 0
+    segments: int = 0
+
+
+@dataclass(eq=False)
+class Tally(ReadsAsDict):
+    """skbs and segments at one part of a hop, and the super-packets among them by gso_type."""
+
+    skbs: int = 0
+    segments: int = 0
+    super_packets: int = 0
+    super_segments: int = 0
+    by_type: dict[str, GsoTally] = _view(GsoTally, map=True, default_factory=dict)
+
+
+@dataclass(eq=False)
+class Hop(ReadsAsDict):
+    """One device by the kernel's account (`kernel_account.hops`): what its queue and driver were handed,
+    what it passed up, the frames it gave GRO, and what was cut in software or merged there."""
+
+    host: str = ""
+    device: str = ""
+    queued: Tally = _view(Tally, default_factory=Tally)
+    sent: Tally = _view(Tally, default_factory=Tally)
+    received: Tally = _view(Tally, default_factory=Tally)
+    gro_in: int = 0
+    software_segmented: int = 0  # super-packets its queue was handed and its driver was not
+    gro_built: int = 0  # super-packets GRO built here
+
+
+@dataclass(eq=False)
+class UsoVerdict(ReadsAsDict):
+    """Was USO exercised by the kernel's account (`kernel_account.uso`), beside the counters' witness."""
+
+    exercised: bool = False
+    super_packets: int = 0
+    segments: int = 0
+    devices: list[str] = field(default_factory=list)
+    skbs: int = 0
+    segmented_in_software_at: list[str] = field(default_factory=list)
+    counters: str | None = None  # the counters' witness's status
+    agree: bool | None = None
+
+
+@dataclass(eq=False)
+class EffectVerdict(ReadsAsDict):
+    """The kernel's verdict on one setting the counters' witnesses judged (`kernel_account.effects`)."""
+
+    setting: str = ""
+    where: str = ""
+    kernel: str = ""  # exercised | not exercised
+    detail: str = ""
+    counters: str | None = None  # the counters' witness's status
+    agree: bool | None = None
+
+
+@dataclass(eq=False)
+class KernelAccount(ReadsAsDict):
+    """The kernel's account of a sample beside the counters' (offlab.experiment.kernel_account): loss by
+    drop reason, each hop's segmentation and merging, USO's verdict and the second source for the
+    counters' effect witnesses; or why it was not taken (`unavailable`)."""
+
+    unavailable: str | None = None
+    loss: KernelLoss | None = _view(KernelLoss)
+    hops: list[Hop] = _view(Hop, list=True, default_factory=list)
+    uso: UsoVerdict | None = _view(UsoVerdict)
+    effects: list[EffectVerdict] = _view(EffectVerdict, list=True, default_factory=list)
+    not_traced: list[str] = field(default_factory=list)
+
+
 @dataclass
 class Probes(JsonView):
     """Every probe's deltas over the window (offlab.probes ProbeSession.result): the session's core
@@ -369,7 +595,7 @@ class Probes(JsonView):
     snmp: dict[str, Counters] = field(default_factory=dict)  # role → group → counter
     testpmd_settings: TestpmdSettings | None = _view(TestpmdSettings)
     mtus: dict[str, int] = field(default_factory=dict)
-    trace: dict | None = None  # the kernel's account from its tracepoints (offlab.probes.trace), when asked
+    trace: TraceAccount | None = _view(TraceAccount)  # the kernel's account from its tracepoints, when asked
 
     def of(self, probe: Any) -> Any:
         """A probe's stored record as that probe's view: `probe` (an offlab.probes.base.Probe class) names
@@ -590,7 +816,7 @@ class RrPhase(JsonView):
     cpu: CpuAccount | None = _view(CpuAccount)  # idle only: its probe window's, without each CPU's
     cpu_us_per_transaction: float | None = None
     series: list[Series] = _view(Series, list=True, default_factory=list)
-    kernel_account: dict | None = None  # rr-under-load's idle phase, traced: its own window's account
+    kernel_account: KernelAccount | None = _view(KernelAccount)  # rr-under-load's idle phase, traced: its own window's
 
 
 @dataclass
@@ -630,7 +856,7 @@ class StoredSample(JsonView):
     rr: Rr | None = _view(Rr)
     effects: list[Effect] | None = _view(Effect, list=True)
     guests: dict[str, Guest] | None = _view(Guest, map=True)  # role → how that guest ran
-    kernel_account: dict | None = None  # the kernel's account beside the counters' (experiment.kernel_account)
+    kernel_account: KernelAccount | None = _view(KernelAccount)  # the kernel's account beside the counters'
     # a plan's sample: what the runner adds
     in_force: list[Held] | None = _view(Held, list=True)  # the settings it ran with, read back at its end
     knob_writes: dict[str, int] | None = None  # its cell's settings journalled and set, restored, kept

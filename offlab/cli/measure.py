@@ -90,7 +90,7 @@ def json_doc(s: StoredSample, kind: str) -> dict:
     if kind != "rr" or not s.rr or not s.rr.idle:
         return s.to_json()
     return {**s.rr.idle.to_json(), "probes": s.probes.to_json(), "notes": s.notes,
-            **({"kernel_account": s.kernel_account} if s.kernel_account is not None else {})}
+            **({"kernel_account": s.kernel_account.to_json()} if s.kernel_account is not None else {})}
 
 
 def request_from_options(options: dict) -> MeasureRequest:

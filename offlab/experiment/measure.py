@@ -23,7 +23,8 @@ from offlab.probes import ProbeResult, ProbeSession, Snapshot, mtus, service_dem
 from offlab.probes.base import Options as ProbeOptions
 from offlab.probes.counters import rcvq_pruned
 from offlab.probes.cpu import NOTABLE_STEAL_PCT
-from offlab.sample import Cpu, Guest, Held, Iface, Probes, Rr, RrPhase, SampleWorkload, StoredSample, TestpmdSettings
+from offlab.sample import (Cpu, Guest, Held, Iface, KernelAccount, Probes, Rr, RrPhase, SampleWorkload, StoredSample,
+                           TestpmdSettings)
 from offlab.dpdk import Testpmd
 from offlab.experiment import effects, host_trace, kernel_account, witnesses
 from offlab.probes.capture import Capture, CaptureSummary, read_pcap, summarize
@@ -293,12 +294,12 @@ def _witnessed(sample: StoredSample, settings: list[Held]) -> StoredSample:
 
 def _judged(sample: StoredSample) -> StoredSample:
     """The sample's `kernel_account` (where `--trace` took one), and its notes."""
-    sample.kernel_account = kernel_account.judge(sample)
-    if sample.kernel_account and "unavailable" in sample.kernel_account:
-        sample.notes.append(f"kernel account not taken: {sample.kernel_account['unavailable']}")
-    elif sample.kernel_account and sample.kernel_account.get("not_traced"):
-        sample.notes.append(f"kernel account partial: not traced {'; '.join(sample.kernel_account['not_traced'])}")
-    sample.notes += kernel_account.disagreements(sample.kernel_account)
+    ka = sample.kernel_account = KernelAccount.read(kernel_account.judge(sample))
+    if ka and ka.unavailable is not None:
+        sample.notes.append(f"kernel account not taken: {ka.unavailable}")
+    elif ka and ka.not_traced:
+        sample.notes.append(f"kernel account partial: not traced {'; '.join(ka.not_traced)}")
+    sample.notes += kernel_account.disagreements(ka)
     return sample
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from offlab.errors import BadInput
-from offlab.sample import StoredSample
+from offlab.sample import KernelAccount, KernelLoss, StoredSample
 from offlab.traffic.rate import parse_pps
 
 __all__ = ["parse_pps", "zero_loss_search"]
@@ -58,18 +58,19 @@ def _trial(sample: StoredSample, phase: str, target: float, max_loss: float) -> 
                  kernel_loss(sample.kernel_account))
 
 
-def kernel_loss(ka: dict | None) -> dict | None:
-    """A trial's kernel account in brief: its lost datagrams by place and reason, and what no tracepoint saw."""
+def kernel_loss(ka: KernelAccount | None) -> dict | None:
+    """A trial's kernel account in brief (its row's own dict): its lost datagrams by place and reason, and
+    what no tracepoint saw."""
     if ka is None:
         return None
-    if "unavailable" in ka:
-        return {"unavailable": ka["unavailable"]}
-    lo = ka.get("loss") or {}
+    if ka.unavailable is not None:
+        return {"unavailable": ka.unavailable}
+    lo = ka.loss or KernelLoss()
     places: dict[str, int] = {}
-    for p in lo.get("places") or []:
-        key = (f"{p['host']}:{p['device']}" if p.get("device") else str(p["host"])) + f" {p['reason']}"
-        places[key] = places.get(key, 0) + int(p["datagrams"])
-    return {"lost": lo.get("lost") or 0, "places": places, "unseen": int(lo.get("unseen") or 0)}
+    for p in lo.places:
+        key = (f"{p.host}:{p.device}" if p.device else str(p.host)) + f" {p.reason}"
+        places[key] = places.get(key, 0) + int(p.datagrams)
+    return {"lost": lo.lost or 0, "places": places, "unseen": int(lo.unseen or 0)}
 
 
 def zero_loss_search(lab, w, max_loss: float, low: float, high: float, steps: int, capture=None, *,

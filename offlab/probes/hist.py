@@ -30,6 +30,7 @@ import re
 import struct
 from typing import Any
 
+from offlab.sample import TraceAccount
 from offlab.tracefs import NAME_PREFIX, prefix
 
 BTF = "/sys/kernel/btf/vmlinux"
@@ -155,7 +156,7 @@ def gso_type_name(field: int, segs: int) -> str:
     return gso_names(field)
 
 
-def account(d: dict[str, dict[tuple, dict[str, int]]], role: str, reasons: dict[int, str]) -> dict:
+def account(d: dict[str, dict[tuple, dict[str, int]]], role: str, reasons: dict[int, str]) -> TraceAccount:
     """One host's window (delta) as rows of trace.account: drops (counted in skbs), queue, xmit, rx
     and gro_in. The segments of the super-packets a queue was handed, and of those passed up, are not in
     their tracepoints: they are inferred (`segments_inferred`), docs/results.md."""
@@ -194,9 +195,10 @@ def account(d: dict[str, dict[tuple, dict[str, int]]], role: str, reasons: dict[
         # the frames NAPI handed GRO, less those passed up as they were
         return gro.get(dev, 0) - frames
 
-    return {"drops": drops,
-            "xmit": sorted(xmit_rows, key=lambda r: (r["device"], -r["skbs"])),
-            "queue": split("queue", "queue_super", queued_segments),
-            "rx": split("rx", "rx_super", received_segments),
-            "gro_in": sorted(({"host": role, "device": dev, "frames": n} for dev, n in gro.items()),
-                             key=lambda r: r["device"])}
+    return TraceAccount.from_json({
+        "drops": drops,
+        "xmit": sorted(xmit_rows, key=lambda r: (r["device"], -r["skbs"])),
+        "queue": split("queue", "queue_super", queued_segments),
+        "rx": split("rx", "rx_super", received_segments),
+        "gro_in": sorted(({"host": role, "device": dev, "frames": n} for dev, n in gro.items()),
+                         key=lambda r: r["device"])})

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from offlab.sample import Aligned, Counters, CpuAccount, Iface, LocalSampling, Probes, Process, Read, TestpmdSettings
+from offlab.sample import (Aligned, Counters, CpuAccount, Iface, LocalSampling, Probes, Process, Read, TestpmdSettings,
+                           TraceAccount)
 
 
 @dataclass
@@ -30,7 +31,7 @@ class ProbeResult:
     local_sampling: LocalSampling | None = None
     mtus: dict[str, int] | None = None  # "role:iface" → MTU, read beside the window (measure)
     testpmd_settings: TestpmdSettings | None = None  # testpmd's own read of what was in force (measure)
-    trace: dict | None = None  # the kernel's account from its tracepoints (probes/trace.py), when asked
+    trace: TraceAccount | None = None  # the kernel's account from its tracepoints (probes/trace.py), when asked
     # each probe of offlab/probes/edge/ that the session read: key → (its slot, its stored value); None
     # where it had nothing to store (the key is then left out)
     found: dict[str, tuple[int, Any]] = field(default_factory=dict)

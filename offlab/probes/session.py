@@ -37,7 +37,8 @@ from offlab.probes.base import Options, Probe, found
 from offlab.probes.clock import Clocks, is_number, read_times
 from offlab.probes.remote import Async, RemoteRead, RemoteReaders, split_files
 from offlab.probes.result import ProbeResult
-from offlab.sample import Aligned, Cpu, CpuAccount, Iface, LocalSampling, OwnKernelCpu, Process, Read
+from offlab.sample import (Aligned, Cpu, CpuAccount, HistHow, Iface, LocalSampling, OwnKernelCpu, Process, Read,
+                           TraceAccount)
 from offlab.tracefs import HIST_FILES, NAME_PREFIX, tag_of
 
 WATCHED_THREADS = ("ksoftirqd/", "vhost-", "napi/")
@@ -384,7 +385,7 @@ class ProbeSession:
         procs.sort(key=lambda p: (p.role is None, -p.cpu_pct))
         return procs
 
-    def _kernel_account(self, a: Snapshot, b: Snapshot) -> dict | None:
+    def _kernel_account(self, a: Snapshot, b: Snapshot) -> TraceAccount | None:
         """The window's drops and skbs by the kernel's tracepoints (trace.account); where it could not
         run, why; None where it was not asked."""
         if self.trace is None:
@@ -395,31 +396,33 @@ class ProbeSession:
         untraced = [f"{role}: " + (self.hist.error.get(role, "not traced") if self.hist is not None and role in self.hist.hosts
                                    else f"its own kernel ({self.lab.host(role).kind} host): not traced")
                     for role in sorted(self.own_kernel) if role not in guests]
-        out: dict | None = None
+        out: TraceAccount | None = None
         if self.trace.netns:
             if a.trace is None or b.trace is None:
                 if not guests:
-                    return {"unavailable": self.trace.error or "bpftrace was not read at both edges"}
+                    return TraceAccount.keyed(unavailable=self.trace.error or "bpftrace was not read at both edges")
                 untraced.append(f"this machine's namespaces: {self.trace.error or 'bpftrace was not read at both edges'}")
             else:
                 out = trace.account(a.trace, b.trace, self.trace,
                                     {role: self.lab.host(role) for role in self.trace.netns.values()})
                 # how long after the last counters' read of each edge the kernel's edge came (a loaded
                 # machine may preempt offlab in between): the two accounts' windows differ by up to this much
-                out["edge_lag_s"] = [round(snap.trace.t - max(r[1] for r in snap.reads.values()), 6)
-                                     if snap.reads and snap.trace else None for snap in (a, b)]
+                out = out.plus(edge_lag_s=[round(snap.trace.t - max(r[1] for r in snap.reads.values()), 6)
+                                           if snap.reads and snap.trace else None for snap in (a, b)])
         if out is None and not guests:
-            return {"unavailable": "no lab host could be traced (" + "; ".join(untraced) + ")"}
+            return TraceAccount.keyed(unavailable="no lab host could be traced (" + "; ".join(untraced) + ")")
         if out is None:
-            out = {"tool": "hist triggers", "drops": [], "gro_in": [], "queue": [], "xmit": [], "rx": []}
-        for rows in guests.values():
-            for key in ("drops", "gro_in", "queue", "xmit", "rx"):
-                out[key] = out.get(key, []) + rows[key]
-        out["drops"].sort(key=lambda x: -int(x["datagrams"] or 0))
+            out = TraceAccount.keyed(tool="hist triggers", drops=[], gro_in=[], queue=[], xmit=[], rx=[])
+        out = out.plus(drops=out.drops + [d for rows, _ in guests.values() for d in rows.drops],
+                       gro_in=out.gro_in + [r for rows, _ in guests.values() for r in rows.gro_in],
+                       queue=out.queue + [r for rows, _ in guests.values() for r in rows.queue],
+                       xmit=out.xmit + [r for rows, _ in guests.values() for r in rows.xmit],
+                       rx=out.rx + [r for rows, _ in guests.values() for r in rows.rx])
+        out.drops.sort(key=lambda x: -int(x.datagrams or 0))
         if guests:
-            out["hist"] = {role: rows["how"] for role, rows in guests.items()}
+            out = out.plus(hist={role: how for role, (_, how) in guests.items()})
         if untraced:
-            out["not_traced"] = untraced
+            out = out.plus(not_traced=untraced)
         return out
 
 
@@ -439,7 +442,7 @@ class HostHists:
         """role → the hist files read with its counters at each edge."""
         return {role: HIST_FILES for role in self.hosts if role not in self.error}
 
-    def account(self, a: "Snapshot", b: "Snapshot") -> dict[str, dict]:
+    def account(self, a: "Snapshot", b: "Snapshot") -> dict[str, tuple[TraceAccount, HistHow]]:
         """role → its window's rows (hist.account) and how they were taken, for the roles read at both edges."""
         out = {}
         for role in self.hosts:
@@ -452,9 +455,9 @@ class HostHists:
             if d.get(f"{NAME_PREFIX}drop") and role not in self.reasons:
                 self.reasons[role] = self._reasons(role)
             rows = hist.account(d, role, self.reasons.get(role, {}))
-            rows["how"] = {"tool": "tracefs hist triggers", "drops_counted_in": "skbs",
-                           **({"reasons": self.reason_error[role]} if role in self.reason_error else {})}
-            out[role] = rows
+            how = HistHow.keyed(tool="tracefs hist triggers", drops_counted_in="skbs",
+                                **({"reasons": self.reason_error[role]} if role in self.reason_error else {}))
+            out[role] = (rows, how)
         return out
 
     def _reasons(self, role: str) -> dict[int, str]:

@@ -32,6 +32,7 @@ from offlab import netdev
 from offlab.errors import EnvironmentProblem, OfflabError
 from offlab.hosts import LOCAL, Process
 from offlab.hosts.process import die_with_parent
+from offlab.sample import TraceAccount
 
 BTF = "/sys/kernel/btf/vmlinux"
 MIN_VERSION = (0, 17, 0)  # Debian 12's, the one this program was written and tested on
@@ -349,7 +350,7 @@ def ifnames(host) -> dict[int, str]:
     return {x.ifindex: x.ifname for x in links if x.ifindex is not None}
 
 
-def account(a: Maps, b: Maps, kt: KernelTrace, hosts: dict) -> dict:
+def account(a: Maps, b: Maps, kt: KernelTrace, hosts: dict) -> TraceAccount:
     """The window's account as the sample stores it: drops (host, device, reason, location, datagrams); per
     device the skbs handed to its queue (queue) and its driver (xmit) and passed up from it (rx) by gso_type,
     with their segments; and the frames its NAPI handed to GRO (gro_in)."""
@@ -377,4 +378,4 @@ def account(a: Maps, b: Maps, kt: KernelTrace, hosts: dict) -> dict:
                  "skbs": n, "segments": segs.get((ns, dev, gt), n)}
                 for (ns, dev, gt), n in d.get(f"@{key}", {}).items()]
         out[key] = sorted(rows, key=lambda r: (r["host"], r["device"], -r["skbs"]))
-    return out
+    return TraceAccount.from_json(out)

@@ -14,7 +14,7 @@ from offlab.errors import BadInput, EnvironmentProblem
 from offlab.metrics import HEADLINE, METRICS, NOT_EXERCISED, TCG_MARK, not_exercised_by_cell
 from offlab.report import format as fmt
 from offlab.report import kernel
-from offlab.sample import Cpu, CpuAccount, LossAttribution, SampleRecord, StoredSample, records
+from offlab.sample import Cpu, CpuAccount, KernelAccount, LossAttribution, SampleRecord, StoredSample, records
 from offlab.stats import CI, is_improvement, mean_ci
 from offlab.store import Store, series_holders
 
@@ -315,10 +315,10 @@ def losses(cells: list[dict], samples: list[SampleRecord]) -> list[LossAttributi
     return out
 
 
-def kernel_accounts(cells: list[dict], samples: list[SampleRecord]) -> dict[str, dict]:
+def kernel_accounts(cells: list[dict], samples: list[SampleRecord]) -> dict[str, kernel.CellKernelAccount]:
     """Per cell key whose samples took the kernel's account (`--trace`): their accounts summed
     (offlab.report.kernel.merge); cells without one are absent."""
-    per_cell: dict[int, list[dict]] = {}
+    per_cell: dict[int, list[KernelAccount]] = {}
     for s in samples:
         ka = (s.sample or StoredSample()).kernel_account
         if ka:

@@ -9,6 +9,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from offlab.errors import BadInput
+from offlab.sample import JsonView
 
 
 def now_utc() -> str:
@@ -17,7 +18,10 @@ def now_utc() -> str:
 
 
 def clean(obj: Any) -> Any:
-    """JSON-safe copy: NaN/inf become null (json_extract rejects them), tuples become lists."""
+    """JSON-safe copy: NaN/inf become null (json_extract rejects them), tuples become lists, a sample's
+    view (offlab.sample) its JSON."""
+    if isinstance(obj, JsonView):
+        return clean(obj.to_json())
     if isinstance(obj, float):
         return obj if math.isfinite(obj) else None
     if isinstance(obj, dict):
