@@ -52,11 +52,6 @@ class JsonView:
         return cls(**{k: v for k, v in values.items() if k in named},
                    extra={k: v for k, v in values.items() if k not in named}, _keys=tuple(values))
 
-    @classmethod
-    def read(cls: type[V], value: V | dict | None) -> V | None:
-        """`value` as this view: as it is when it is one, read when it is JSON (a dict), None as None."""
-        return cls.from_json(value) if isinstance(value, dict) else value
-
     def plus(self: V, **values: Any) -> V:
         """A copy that also stores these keys with these values: one it stored keeps its place, a new
         one goes after the rest (as `{**d, key: value}` does to a dict)."""
