@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Iterator, TypeVar
+from typing import Any, TypeVar
 
 V = TypeVar("V", bound="JsonView")
 
@@ -52,11 +52,6 @@ class JsonView:
         return cls(**{k: v for k, v in values.items() if k in named},
                    extra={k: v for k, v in values.items() if k not in named}, _keys=tuple(values))
 
-    @classmethod
-    def read(cls: type[V], value: V | dict | None) -> V | None:
-        """`value` as this view: as it is when it is one, read when it is JSON (a dict), None as None."""
-        return cls.from_json(value) if isinstance(value, dict) else value
-
     def plus(self: V, **values: Any) -> V:
         """A copy that also stores these keys with these values: one it stored keeps its place, a new
         one goes after the rest (as `{**d, key: value}` does to a dict)."""
@@ -73,6 +68,11 @@ class JsonView:
         if name in self._keys or name in self.extra:
             return True
         return name in named and getattr(self, name) != _default(named[name])
+
+    @property
+    def empty(self) -> bool:
+        """Whether its JSON holds no key at all (`{}`): read from one, or made and never set."""
+        return not self.to_json()
 
     def to_json(self) -> dict:
         named = self._named()
@@ -113,42 +113,6 @@ def _dump(v: Any) -> Any:
     if isinstance(v, list) and any(isinstance(x, JsonView) for x in v):
         return [_dump(x) for x in v]
     return v
-
-
-@dataclass(eq=False)
-class ReadsAsDict(JsonView):
-    """A view that also reads as the JSON object it stores: `view["key"]`, `get`, `in`, `keys`, `len`, and
-    `==` against a dict or another such view by their JSON. For code written against the dict it replaced;
-    offlab's own code reads its fields."""
-
-    def __getitem__(self, name: str) -> Any:
-        if not self.has(name):
-            raise KeyError(name)
-        return getattr(self, name) if name in self._named() else self.extra[name]
-
-    def get(self, name: str, default: Any = None) -> Any:
-        return self[name] if self.has(name) else default
-
-    def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and self.has(name)
-
-    def keys(self) -> list[str]:
-        return list(self.to_json())
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.keys())
-
-    def __len__(self) -> int:
-        return len(self.keys())
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, ReadsAsDict):
-            return self.to_json() == other.to_json()
-        if isinstance(other, dict):
-            return self.to_json() == other
-        return NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]
 
 
 @dataclass
@@ -402,8 +366,8 @@ class LocalSampling(JsonView):
     cpu_s: float | None = None  # the sampler thread's own CPU time
 
 
-@dataclass(eq=False)
-class TraceDrop(ReadsAsDict):
+@dataclass
+class TraceDrop(JsonView):
     """Datagrams the kernel dropped at one place (skb:kfree_skb, `probes.trace.drops`); in the kernel's
     account of loss (`kernel_account.loss`) a place also has its share of the lost, or says why its drops
     were not loss (`not_lost`: `what`)."""
@@ -418,8 +382,8 @@ class TraceDrop(ReadsAsDict):
     what: str | None = None
 
 
-@dataclass(eq=False)
-class TraceFrames(ReadsAsDict):
+@dataclass
+class TraceFrames(JsonView):
     """The frames one device's NAPI handed to GRO (`probes.trace.gro_in`)."""
 
     host: str = ""
@@ -427,8 +391,8 @@ class TraceFrames(ReadsAsDict):
     frames: int = 0
 
 
-@dataclass(eq=False)
-class TraceSkbs(ReadsAsDict):
+@dataclass
+class TraceSkbs(JsonView):
     """skbs of one gso_type handed to a device's queue or driver, or passed up from it, and their segments
     (`probes.trace.queue`, `xmit`, `rx`)."""
 
@@ -440,8 +404,8 @@ class TraceSkbs(ReadsAsDict):
     segments_inferred: bool = False  # a guest's: its tracepoint does not carry them
 
 
-@dataclass(eq=False)
-class HistHow(ReadsAsDict):
+@dataclass
+class HistHow(JsonView):
     """How a guest's or SSH host's own kernel was traced (`probes.trace.hist[role]`)."""
 
     tool: str | None = None
@@ -449,8 +413,8 @@ class HistHow(ReadsAsDict):
     reasons: str | None = None  # why its drop reasons are numbers
 
 
-@dataclass(eq=False)
-class TraceAccount(ReadsAsDict):
+@dataclass
+class TraceAccount(JsonView):
     """The kernel's account of the window from its tracepoints (`probes.trace`, offlab.probes.trace):
     drops by place, and per device the skbs handed to its queue and driver and passed up, with the frames
     its NAPI handed to GRO; or why it was not taken (`unavailable`)."""
@@ -470,8 +434,8 @@ class TraceAccount(ReadsAsDict):
     not_traced: list[str] = field(default_factory=list)  # the hosts whose kernel was not, and why
 
 
-@dataclass(eq=False)
-class Agreement(ReadsAsDict):
+@dataclass
+class Agreement(JsonView):
     """The kernel's count against another (offlab.stats.agreement); beside a counter's loss place also that
     counter and the drop reasons that count the same datagrams (`by_reason`)."""
 
@@ -485,8 +449,8 @@ class Agreement(ReadsAsDict):
     agree: bool = False
 
 
-@dataclass(eq=False)
-class KernelLoss(ReadsAsDict):
+@dataclass
+class KernelLoss(JsonView):
     """Lost datagrams by the kernel's drop reason (`kernel_account.loss`), or a cell's samples' summed
     (then `samples`): the places with their shares and the unseen share add up to 1."""
 
@@ -504,16 +468,16 @@ class KernelLoss(ReadsAsDict):
     samples: int | None = None  # a cell's: how many samples
 
 
-@dataclass(eq=False)
-class GsoTally(ReadsAsDict):
+@dataclass
+class GsoTally(JsonView):
     """The super-packets of one gso_type and their segments."""
 
     super_packets: int = 0
     segments: int = 0
 
 
-@dataclass(eq=False)
-class Tally(ReadsAsDict):
+@dataclass
+class Tally(JsonView):
     """skbs and segments at one part of a hop, and the super-packets among them by gso_type."""
 
     skbs: int = 0
@@ -523,8 +487,8 @@ class Tally(ReadsAsDict):
     by_type: dict[str, GsoTally] = _view(GsoTally, map=True, default_factory=dict)
 
 
-@dataclass(eq=False)
-class Hop(ReadsAsDict):
+@dataclass
+class Hop(JsonView):
     """One device by the kernel's account (`kernel_account.hops`): what its queue and driver were handed,
     what it passed up, the frames it gave GRO, and what was cut in software or merged there."""
 
@@ -538,8 +502,8 @@ class Hop(ReadsAsDict):
     gro_built: int = 0  # super-packets GRO built here
 
 
-@dataclass(eq=False)
-class UsoVerdict(ReadsAsDict):
+@dataclass
+class UsoVerdict(JsonView):
     """Was USO exercised by the kernel's account (`kernel_account.uso`), beside the counters' witness."""
 
     exercised: bool = False
@@ -552,8 +516,8 @@ class UsoVerdict(ReadsAsDict):
     agree: bool | None = None
 
 
-@dataclass(eq=False)
-class EffectVerdict(ReadsAsDict):
+@dataclass
+class EffectVerdict(JsonView):
     """The kernel's verdict on one setting the counters' witnesses judged (`kernel_account.effects`)."""
 
     setting: str = ""
@@ -564,8 +528,8 @@ class EffectVerdict(ReadsAsDict):
     agree: bool | None = None
 
 
-@dataclass(eq=False)
-class KernelAccount(ReadsAsDict):
+@dataclass
+class KernelAccount(JsonView):
     """The kernel's account of a sample beside the counters' (offlab.experiment.kernel_account): loss by
     drop reason, each hop's segmentation and merging, USO's verdict and the second source for the
     counters' effect witnesses; or why it was not taken (`unavailable`)."""

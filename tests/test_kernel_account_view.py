@@ -87,7 +87,8 @@ def test_judging_a_stored_trace_again_gives_views_that_store_as_json(name):
     assert isinstance(ka, KernelAccount) and all(isinstance(h, Hop) for h in ka.hops)
     s.kernel_account = ka
     again = StoredSample.from_json(json.loads(json.dumps(s.to_json())))
-    assert again.kernel_account == ka and json.dumps(again.to_json()) == json.dumps(s.to_json())
+    assert again.kernel_account is not None and again.kernel_account.to_json() == ka.to_json()
+    assert json.dumps(again.to_json()) == json.dumps(s.to_json())
 
 
 def test_the_store_gives_the_account_back_as_it_was_stored(tmp_path):
@@ -102,14 +103,14 @@ def test_the_store_gives_the_account_back_as_it_was_stored(tmp_path):
     assert json.dumps(row.sample.probes.to_json()["trace"]) == json.dumps(d["probes"]["trace"])
 
 
-def test_a_view_reads_as_the_dict_it_replaced():
+def test_a_view_is_read_by_its_fields_and_stores_the_json_it_was_read_from():
     d = _stored("rcvbuf-drops.json")
     ka = KernelAccount.from_json(d["kernel_account"])
-    assert ka == d["kernel_account"] and d["kernel_account"] == ka
-    assert ka["loss"]["places"][0]["reason"] == ka.loss.places[0].reason == "SOCKET_RCVBUFF"  # type: ignore[union-attr]
-    assert list(ka) == list(d["kernel_account"]) and "unavailable" not in ka and ka.get("unavailable") is None
-    with pytest.raises(KeyError):
-        ka["unavailable"]
+    assert ka.to_json() == d["kernel_account"]
+    assert d["kernel_account"]["loss"]["places"][0]["reason"] == ka.loss.places[0].reason == "SOCKET_RCVBUFF"  # type: ignore[union-attr]
+    assert list(ka.to_json()) == list(d["kernel_account"]) and not ka.has("unavailable") and ka.unavailable is None
+    with pytest.raises(TypeError):  # not a dict: no key reads
+        ka["unavailable"]  # type: ignore[index]
 
 
 def test_plus_stores_each_key_given_in_its_place_or_after_the_rest():
@@ -124,7 +125,7 @@ def test_a_cells_accounts_summed_are_typed_too():
     from offlab.report import kernel as rk
 
     accounts = [StoredSample.from_json(_stored(n)).kernel_account for n in ("nft-drops.json", "nft-drops.json")]
-    m = rk.merge([*accounts, {"unavailable": "bpftrace did not start"}])
+    m = rk.merge([*accounts, KernelAccount.from_json({"unavailable": "bpftrace did not start"})])
     assert isinstance(m, rk.CellKernelAccount) and (m.samples, m.traced) == (3, 2)
     assert m.unavailable == ["bpftrace did not start"]
     one = accounts[0]
@@ -133,3 +134,24 @@ def test_a_cells_accounts_summed_are_typed_too():
     assert [(p.host, p.reason) for p in m.loss.places] == [("server", "NETFILTER_DROP")]
     assert all(isinstance(h, Hop) for h in m.hops) and m.hops[0].sent.skbs == 2 * one.hops[0].sent.skbs
     assert isinstance(m.uso, rk.CellUso) and m.uso.samples == 2
+
+
+def test_an_account_stored_as_an_empty_object_counts_as_none_taken():
+    from offlab.report import kernel as rk
+
+    d = _stored("nft-drops.json")
+    s = StoredSample.from_json({**d, "probes": {**d["probes"], "trace": {}}})
+    assert s.probes.trace is not None and s.probes.trace.empty and kernel_account.judge(s) is None
+    empty = KernelAccount.from_json({})
+    assert empty.empty and rk.merge([empty, None]) is None and kernel_account.disagreements(empty) == []
+    assert rk.loss_lines(None) == rk.segmentation_lines(None) == rk.unavailable_lines(None) == []
+    # an empty comparison is no disagreement; an empty loss or USO verdict is none in a cell's sum
+    ka = d["kernel_account"]
+    quiet = KernelAccount.from_json({**ka, "loss": {**ka["loss"], "vs_lost": {}, "vs_counters": {}}})
+    assert kernel_account.disagreements(KernelAccount.from_json(ka)) != [] == kernel_account.disagreements(quiet)
+    m = rk.merge([quiet])
+    assert m is not None and m.loss is not None and not m.loss.has("vs_lost") and not m.loss.has("vs_counters")
+    assert not any("DISAGREES" in line for line in rk.loss_lines(m))
+    bare = rk.merge([KernelAccount.from_json({**ka, "loss": {}, "uso": {}})])
+    assert bare is not None and bare.loss is None and bare.uso is None and bare.traced == 1
+    assert rk.loss_lines(bare) == [] and not any(line.startswith("USO") for line in rk.segmentation_lines(bare))

@@ -150,17 +150,17 @@ def test_vm_router_forwards_traffic_both_ways_through_the_guest(router):
     s = measure(lab, Workload(tool="engine", protocol="udp", duration=1, warmup=0.3, rate="20Mbit", gso=True),
                 trace=True)
     assert s.traffic.datagrams_received > 0 and s.traffic.loss is not None
-    hops = {(h["host"], h["device"]): h for h in s.kernel_account["hops"]}
+    hops = {(h.host, h.device): h for h in s.kernel_account.hops}
     client_dev = lab.resolve_iface("client", "to-router")
     server_dev = lab.resolve_iface("server", "to-router")
-    sent = hops[("client", client_dev)]["sent"]
-    assert sent["by_type"].get("UDP_L4", {}).get("super_packets", 0) > 0, hops  # the engine's GSO, as handed
+    sent = hops[("client", client_dev)].sent
+    assert "UDP_L4" in sent.by_type and sent.by_type["UDP_L4"].super_packets > 0, hops  # the engine's GSO, as handed
     # the same super-packets reached the guest whole over virtio-net (two kernels, two tools: within TCG's
     # window skew), and what the guest's eth1 driver was handed (its exact segments) reached the server
-    assert hops[("router", "eth0")]["received"]["super_packets"] == pytest.approx(sent["super_packets"], rel=0.35), hops
-    out_segments = hops[("router", "eth1")]["sent"]["segments"]
-    assert out_segments == pytest.approx(hops[("server", server_dev)]["received"]["segments"], rel=0.35), hops
-    assert "not_traced" not in s.kernel_account and s.probes.trace["hist"]["router"]["drops_counted_in"] == "skbs"
+    assert hops[("router", "eth0")].received.super_packets == pytest.approx(sent.super_packets, rel=0.35), hops
+    out_segments = hops[("router", "eth1")].sent.segments
+    assert out_segments == pytest.approx(hops[("server", server_dev)].received.segments, rel=0.35), hops
+    assert not s.kernel_account.has("not_traced") and s.probes.trace.hist["router"].drops_counted_in == "skbs"
 
 
 def test_static_hosts_and_interfaces_match_the_built_vm_router_and_vm_pair(router, pair):
@@ -270,13 +270,13 @@ def test_vm_pair_carries_traffic_guest_to_guest_both_ways(pair):
     # the UDP sample takes the kernel's account (--trace) in both guests' own kernels and on the switch
     s = measure(lab, Workload(tool="engine", protocol="udp", duration=1, warmup=0.3, rate="10Mbit"), trace=True)
     assert s.traffic.datagrams_received > 0
-    hops = {(h["host"], h["device"]): h for h in s.kernel_account["hops"]}
-    sent, received = hops[("client", "eth0")]["sent"]["segments"], hops[("server", "eth0")]["received"]["segments"]
+    hops = {(h.host, h.device): h for h in s.kernel_account.hops}
+    sent, received = hops[("client", "eth0")].sent.segments, hops[("server", "eth0")].received.segments
     # what the client guest's driver was handed reached the server guest's (three kernels' windows:
     # within TCG's skew), through the switch's tap toward the server
     assert sent > 100 and received == pytest.approx(sent, rel=0.35), hops
     to_server = next(t for t, r in taps.items() if r == "server")
-    assert hops[("switch", to_server)]["sent"]["segments"] == pytest.approx(received, rel=0.35), hops
+    assert hops[("switch", to_server)].sent.segments == pytest.approx(received, rel=0.35), hops
 
 
 def test_lab_down_drops_the_journal_entries_of_its_guests(pair):

@@ -14,8 +14,8 @@ from offlab.experiment import effects, kernel_account, measure, witnesses
 from offlab.experiment.runner import as_run
 from offlab.metrics import metrics_of
 from offlab.probes.capture import CaptureSummary
-from offlab.sample import (MEASURED_KEYS, Consistency, Effect, LossAttribution, Probes, RrPhase, Segment, StoredSample,
-                           Traffic)
+from offlab.sample import (MEASURED_KEYS, Consistency, Effect, KernelAccount, LossAttribution, Probes, RrPhase, Segment,
+                           StoredSample, Traffic)
 from offlab.store import Store
 from offlab.traffic import TrafficResult, Workload
 from offlab.traffic.rr import RrResult, RrWorkload
@@ -54,7 +54,8 @@ def found_as_stored(monkeypatch):
         monkeypatch.setattr(witnesses, "out_of_range", lambda s: [])
         # made as the effect witnesses make them: fresh, every field given
         monkeypatch.setattr(effects, "witness", lambda s, settings: [Effect(**e) for e in d.get("effects") or []])
-        monkeypatch.setattr(kernel_account, "judge", lambda s: d.get("kernel_account"))
+        monkeypatch.setattr(kernel_account, "judge", lambda s: None if d.get("kernel_account") is None
+                            else KernelAccount.from_json(d["kernel_account"]))
         monkeypatch.setattr(kernel_account, "disagreements", lambda ka: [])
     return stub
 

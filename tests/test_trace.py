@@ -20,7 +20,7 @@ from offlab.experiment.measure import measure
 from offlab.probes import trace
 from offlab.probes.edge.qdisc import QdiscProbe
 from offlab.report import kernel as rk
-from offlab.sample import StoredSample
+from offlab.sample import Hop, KernelAccount, StoredSample, TraceAccount
 from offlab.traffic import Workload
 from tests.conftest import TEST_TAG, requires_root
 from tests.helpers import module_lab, run
@@ -87,8 +87,8 @@ def _captured(name: str) -> dict:
     return d
 
 
-def _hop(sample: dict, host: str) -> dict:
-    (hop,) = [h for h in sample["kernel_account"]["hops"] if h["host"] == host]
+def _hop(sample: dict, host: str) -> Hop:
+    (hop,) = [h for h in sample["kernel_account"].hops if h.host == host]
     return hop
 
 
@@ -97,96 +97,96 @@ def test_uso_off_is_segmented_in_software_at_the_client_device_and_not_exercised
     # its driver wire-size skbs (cut in validate_xmit_skb), the server saw no super-packet
     s = _captured("uso-off-gso")
     hop = _hop(s, "client")
-    assert hop["queued"]["by_type"]["UDP_L4"]["super_packets"] > 100
-    assert hop["sent"]["super_packets"] == 0 and hop["sent"]["skbs"] == hop["queued"]["segments"]
-    assert hop["software_segmented"] == hop["queued"]["super_packets"]
-    assert _hop(s, "server")["received"]["super_packets"] == 0
-    uso = s["kernel_account"]["uso"]
-    assert uso["exercised"] is False and uso["segmented_in_software_at"] == [f"client:{hop['device']}"]
+    assert hop.queued.by_type["UDP_L4"].super_packets > 100
+    assert hop.sent.super_packets == 0 and hop.sent.skbs == hop.queued.segments
+    assert hop.software_segmented == hop.queued.super_packets
+    assert _hop(s, "server").received.super_packets == 0
+    uso = s["kernel_account"].uso
+    assert uso.exercised is False and uso.segmented_in_software_at == [f"client:{hop.device}"]
     lines = rk.segmentation_lines(rk.merge([s["kernel_account"]]))
-    assert f"client:{hop['device']} segmented in software: its queue was handed " in lines[0]
+    assert f"client:{hop.device} segmented in software: its queue was handed " in lines[0]
     assert any(line.startswith("USO not exercised") and "segmented in software at client:" in line for line in lines)
     # the engine's UDP_SEGMENT did make super-packets: the kernel and the counters' witness agree on that
-    (gso,) = [e for e in s["kernel_account"]["effects"] if e["setting"].startswith("workload gso")]
-    assert gso["kernel"] == "exercised" and gso["agree"] is True
+    (gso,) = [e for e in s["kernel_account"].effects if e.setting.startswith("workload gso")]
+    assert gso.kernel == "exercised" and gso.agree is True
 
 
 def test_uso_on_hands_the_driver_udp_l4_super_packets_that_cross_the_veth_whole():
     s = _captured("uso-on-gso")
     client, server = _hop(s, "client"), _hop(s, "server")
-    assert client["software_segmented"] == 0 and client["sent"]["by_type"]["UDP_L4"]["super_packets"] > 100
-    assert server["received"]["super_segments"] == client["sent"]["super_segments"]
-    assert server["gro_built"] == 0  # they arrived merged: GRO built none
-    assert s["kernel_account"]["uso"]["exercised"] is True
+    assert client.software_segmented == 0 and client.sent.by_type["UDP_L4"].super_packets > 100
+    assert server.received.super_segments == client.sent.super_segments
+    assert server.gro_built == 0  # they arrived merged: GRO built none
+    assert s["kernel_account"].uso.exercised is True
     # without UDP_SEGMENT the same USO setting gets nothing to segment
-    plain = _captured("uso-on-nogso")["kernel_account"]["uso"]
-    assert plain["exercised"] is False and plain["super_packets"] == 0 and plain["skbs"] > 1000
+    plain = _captured("uso-on-nogso")["kernel_account"].uso
+    assert plain.exercised is False and plain.super_packets == 0 and plain.skbs > 1000
 
 
 def test_tso_off_on_a_veth_names_the_device_where_tcp_was_segmented_in_software():
     s = _captured("tso-off-tcp")
     hop = _hop(s, "client")
-    assert hop["queued"]["by_type"]["TCPV4"]["super_packets"] > 100 and hop["sent"]["super_packets"] == 0
-    assert hop["software_segmented"] > 100
-    assert _hop(s, "server")["software_segmented"] == 0
+    assert hop.queued.by_type["TCPV4"].super_packets > 100 and hop.sent.super_packets == 0
+    assert hop.software_segmented > 100
+    assert _hop(s, "server").software_segmented == 0
     (line,) = [x for x in rk.segmentation_lines(rk.merge([s["kernel_account"]])) if "segmented in software" in x]
-    assert line.startswith(f"client:{hop['device']} segmented in software") and "TCPV4" in line
+    assert line.startswith(f"client:{hop.device} segmented in software") and "TCPV4" in line
 
 
 def test_gro_on_the_receiving_veth_is_what_gro_built_and_agrees_with_the_counters_witness():
     s = _captured("tso-off-gro-on-tcp")
     server = _hop(s, "server")
-    assert server["gro_in"] > 1000 and server["gro_built"] > 100
-    assert server["received"]["super_segments"] <= server["gro_in"]
-    (gro,) = [e for e in s["kernel_account"]["effects"] if e["setting"] == "gro"]
-    assert gro["kernel"] == "exercised" and gro["counters"] == "exercised" and gro["agree"] is True
+    assert server.gro_in > 1000 and server.gro_built > 100
+    assert server.received.super_segments <= server.gro_in
+    (gro,) = [e for e in s["kernel_account"].effects if e.setting == "gro"]
+    assert gro.kernel == "exercised" and gro.counters == "exercised" and gro.agree is True
     # a counters' witness that read otherwise is flagged, with both verdicts
     s["effects"] = [{**e, "status": "set but not exercised"} if e["setting"] == "gro" else e for e in s["effects"]]
-    (flagged,) = [e for e in kernel_account.judge(StoredSample.from_json(s))["effects"] if e["setting"] == "gro"]
-    assert flagged["agree"] is False
+    (flagged,) = [e for e in kernel_account.judge(StoredSample.from_json(s)).effects if e.setting == "gro"]
+    assert flagged.agree is False
     lines = rk.segmentation_lines(rk.merge([kernel_account.judge(StoredSample.from_json(s))]))
     assert any("DISAGREES with the counters' witness (set but not exercised)" in x for x in lines), lines
 
 
 def test_a_tiny_receive_buffer_is_socket_rcvbuff_on_the_server_for_every_lost_datagram_captured():
     s = _captured("rcvbuf-drops")
-    lo = s["kernel_account"]["loss"]
-    (place,) = lo["places"]
-    assert (place["host"], place["reason"]) == ("server", "SOCKET_RCVBUFF")
-    assert place["datagrams"] == s["loss_attribution"]["lost"] and lo["vs_lost"]["agree"] and lo["vs_counters"]["agree"]
-    (pair,) = [p for p in lo["by_reason"] if p["counter"] == "RcvbufErrors"]
-    assert pair["agree"] and pair["kernel"] == pair["other"]
+    lo = s["kernel_account"].loss
+    (place,) = lo.places
+    assert (place.host, place.reason) == ("server", "SOCKET_RCVBUFF")
+    assert place.datagrams == s["loss_attribution"]["lost"] and lo.vs_lost.agree and lo.vs_counters.agree
+    (pair,) = [p for p in lo.by_reason if p.counter == "RcvbufErrors"]
+    assert pair.agree and pair.kernel == pair.other
 
 
 def test_a_dropped_super_packet_counts_by_its_segments():
     # GRO super-packets of 46 datagrams dropped at a full receive buffer: the counters count packets and
     # estimate, the kernel counts each skb's gso_segs; both agree here
     s = _captured("rcvbuf-gso-gro-drops")
-    lo = s["kernel_account"]["loss"]
+    lo = s["kernel_account"].loss
     rcv = [p for p in s["loss_attribution"]["places"] if p["where"].endswith("RcvbufErrors")][0]
-    assert rcv["unit"] == "packets" and lo["dropped"] > 40 * rcv["count"]
-    assert lo["vs_counters"]["agree"], lo["vs_counters"]
+    assert rcv["unit"] == "packets" and lo.dropped > 40 * rcv["count"]
+    assert lo.vs_counters.agree, lo.vs_counters
     # UDP_GRO on the socket: its device passed UDP_L4 super-packets up, as the counters' witness says
-    (gro,) = [e for e in s["kernel_account"]["effects"] if e["setting"].startswith("workload gro")]
-    assert gro["kernel"] == "exercised" and gro["agree"] is True
+    (gro,) = [e for e in s["kernel_account"].effects if e.setting.startswith("workload gro")]
+    assert gro.kernel == "exercised" and gro.agree is True
 
 
 def test_sends_the_engine_was_refused_and_sent_again_are_not_loss():
     s = _captured("qdisc-drops")
-    lo = s["kernel_account"]["loss"]
-    assert not [p for p in lo["places"] if p["reason"] == "QDISC_DROP"]
-    (refused,) = lo["not_lost"]
-    assert refused["reason"] == "QDISC_DROP" and refused["host"] == "client" and refused["datagrams"] > 1000
+    lo = s["kernel_account"].loss
+    assert not [p for p in lo.places if p.reason == "QDISC_DROP"]
+    (refused,) = lo.not_lost
+    assert refused.reason == "QDISC_DROP" and refused.host == "client" and refused.datagrams > 1000
     raw = sum(d["datagrams"] for d in s["probes"]["trace"]["drops"] if d["reason"] == "QDISC_DROP")
-    assert refused["datagrams"] == min(raw, s["traffic"]["errors"]["ENOBUFS"])
+    assert refused.datagrams == min(raw, s["traffic"]["errors"]["ENOBUFS"])
 
 
 def test_a_drop_no_counter_sees_is_named_by_the_kernel_and_the_disagreement_said():
     s = _captured("nft-drops")
-    lo = s["kernel_account"]["loss"]
-    assert {(p["host"], p["reason"]) for p in lo["places"]} == {("server", "NETFILTER_DROP")}
-    assert lo["vs_lost"]["agree"]  # within what the lost count is known to (± its counters' skew)
-    assert not lo["vs_counters"]["agree"] and lo["vs_counters"]["other"] == 0
+    lo = s["kernel_account"].loss
+    assert {(p.host, p.reason) for p in lo.places} == {("server", "NETFILTER_DROP")}
+    assert lo.vs_lost.agree  # within what the lost count is known to (± its counters' skew)
+    assert not lo.vs_counters.agree and lo.vs_counters.other == 0
     (note,) = kernel_account.disagreements(s["kernel_account"])  # the sample's own note says so too
     assert note == "kernel account disagrees with the counters' attribution: kernel 3847 vs 0 datagrams, +3847"
     lines = rk.loss_lines(rk.merge([s["kernel_account"]]))
@@ -196,35 +196,39 @@ def test_a_drop_no_counter_sees_is_named_by_the_kernel_and_the_disagreement_said
 
 def test_a_cells_samples_merged_keep_shares_adding_up_to_100_percent():
     a, b = _captured("rcvbuf-drops"), _captured("nft-drops")
-    m = rk.merge([a["kernel_account"], b["kernel_account"], {"unavailable": "bpftrace did not start: x"}])
-    lo = m["loss"]
-    assert lo["dropped"] == a["kernel_account"]["loss"]["dropped"] + b["kernel_account"]["loss"]["dropped"]
-    assert sum(p["share"] for p in lo["places"]) + lo["unseen_share"] == pytest.approx(1.0)
+    m = rk.merge([a["kernel_account"], b["kernel_account"],
+                  KernelAccount.from_json({"unavailable": "bpftrace did not start: x"})])
+    lo = m.loss
+    assert lo.dropped == a["kernel_account"].loss.dropped + b["kernel_account"].loss.dropped
+    assert sum(p.share for p in lo.places) + lo.unseen_share == pytest.approx(1.0)
     shown = [int(x) for line in rk.loss_lines(m) for x in re.findall(r"\((\d+) %\)", line)]
     assert sum(shown) == 100
     assert rk.unavailable_lines(m) == ["kernel account not taken in 1 of 3 sample(s): bpftrace did not start: x"]
 
 
 def test_loss_shares_add_up_to_100_percent_and_a_gap_is_named():
-    tr = {"drops": [{"host": "server", "device": "v1", "reason": "SOCKET_RCVBUFF", "location": "x", "datagrams": 900}]}
+    tr = TraceAccount.from_json(
+        {"drops": [{"host": "server", "device": "v1", "reason": "SOCKET_RCVBUFF", "location": "x", "datagrams": 900}]})
     lo = kernel_account.loss(tr, 1000, 1000.0)
-    assert sum(p["share"] for p in lo["places"]) + lo["unseen_share"] == pytest.approx(1.0)
-    assert lo["unseen"] == 100 and not lo["vs_lost"]["agree"] and lo["vs_lost"]["difference"] == -100
+    assert sum(p.share for p in lo.places) + lo.unseen_share == pytest.approx(1.0)
+    assert lo.unseen == 100 and not lo.vs_lost.agree and lo.vs_lost.difference == -100
     more = kernel_account.loss(tr, 800, None)  # the kernel saw more than the count of lost: shares of its own
-    assert sum(p["share"] for p in more["places"]) == pytest.approx(1.0) and more["unseen"] == 0
+    assert sum(p.share for p in more.places) == pytest.approx(1.0) and more.unseen == 0
 
 
 def test_unseen_drops_within_the_lost_counts_edge_bounds_are_named_as_the_edges_not_as_missed():
     # Measured on the demo's USO cell: the engine's rows put 267 lost in the window, but a row at its
     # edge held most of them (only a part of it inside): the window's own loss lies in 45..315.
-    tr = {"drops": [{"host": "server", "device": "v1", "reason": "SOCKET_RCVBUFF", "location": "x", "datagrams": 45}]}
+    tr = TraceAccount.from_json(
+        {"drops": [{"host": "server", "device": "v1", "reason": "SOCKET_RCVBUFF", "location": "x", "datagrams": 45}]})
     lo = kernel_account.loss(tr, 267, 42.0, lost_bounds=(45, 315))
-    assert lo["unseen"] == 222 and lo["unseen_at_edges"] and lo["vs_lost"]["agree"], lo
+    assert lo.unseen == 222 and lo.unseen_at_edges and lo.vs_lost.agree, lo
+    cell = rk.CellKernelAccount.keyed(loss=lo)
     assert any(line.endswith("lost at the window's edges, where the tool's rows put 45..315 in it")
-               for line in rk.loss_lines({"loss": lo})), rk.loss_lines({"loss": lo})
+               for line in rk.loss_lines(cell)), rk.loss_lines(cell)
     # below the rows' lower bound, the kernel missed drops inside the window: not the edges', and said
     short = kernel_account.loss(tr, 267, 42.0, lost_bounds=(200, 315))
-    assert "unseen_at_edges" not in short and not short["vs_lost"]["agree"], short
+    assert not short.has("unseen_at_edges") and not short.vs_lost.agree, short
 
 
 def test_a_userspace_switchs_own_stack_dropping_its_copies_is_not_loss():
@@ -233,13 +237,13 @@ def test_a_userspace_switchs_own_stack_dropping_its_copies_is_not_loss():
     tr = {"drops": [{"host": "switch", "device": "olovt1", "reason": "OTHERHOST", "location": "ip_rcv_core",
                      "datagrams": 33040},
                     {"host": "server", "device": "olovt3", "reason": "SOCKET_RCVBUFF", "location": "x", "datagrams": 50}]}
-    lo = kernel_account.loss(tr, 52, None)
-    assert lo["dropped"] == 50 and [p["reason"] for p in lo["places"]] == ["SOCKET_RCVBUFF"], lo
-    assert [(n["host"], n["reason"], n["datagrams"]) for n in lo["not_lost"]] == [("switch", "OTHERHOST", 33040)]
-    assert lo["vs_lost"]["agree"]
+    lo = kernel_account.loss(TraceAccount.from_json(tr), 52, None)
+    assert lo.dropped == 50 and [p.reason for p in lo.places] == ["SOCKET_RCVBUFF"], lo
+    assert [(n.host, n.reason, n.datagrams) for n in lo.not_lost] == [("switch", "OTHERHOST", 33040)]
+    assert lo.vs_lost.agree
     # at an end host the same reason is loss: a frame sent to the wrong MAC never reaches its socket
-    end = kernel_account.loss({"drops": [{**tr["drops"][0], "host": "server"}]}, 33040, None)
-    assert end["dropped"] == 33040 and "not_lost" not in end
+    end = kernel_account.loss(TraceAccount.from_json({"drops": [{**tr["drops"][0], "host": "server"}]}), 33040, None)
+    assert end.dropped == 33040 and not end.has("not_lost")
 
 
 def test_the_program_counts_only_the_given_namespaces():
@@ -283,16 +287,15 @@ def test_a_tiny_receive_buffer_is_socket_rcvbuff_for_every_lost_datagram(lab):
     ka = s.kernel_account
     lost = s.loss_attribution.lost
     assert lost > 1000, s.loss_attribution
-    rcv = sum(p["datagrams"] for p in ka["loss"]["places"]
-              if p["reason"] == "SOCKET_RCVBUFF" and p["host"] == "server")
+    rcv = sum(p.datagrams for p in ka.loss.places if p.reason == "SOCKET_RCVBUFF" and p.host == "server")
     # within 1 %, or within what the counters themselves say the lost count is known to (their reads on
     # this loaded machine were once 45 ms wide: `lost_uncertainty`, docs/results.md)
     # and the kernel's edges came `edge_lag_s` after the counters' reads: that much of the loss rate
     rate = lost / s.probes.window_s
-    lag = sum(abs(x or 0) for x in s.probes.trace["edge_lag_s"])
+    lag = sum(abs(x or 0) for x in s.probes.trace.edge_lag_s)
     slack = max(0.01 * lost, s.loss_attribution.lost_uncertainty or 0, rate * lag)
-    assert abs(rcv - lost) <= slack, (rcv, lost, slack, s.probes.trace["edge_lag_s"], s.probes.reads)
-    assert sum(p["share"] for p in ka["loss"]["places"]) + ka["loss"]["unseen_share"] == pytest.approx(1.0)
+    assert abs(rcv - lost) <= slack, (rcv, lost, slack, s.probes.trace.edge_lag_s, s.probes.reads)
+    assert sum(p.share for p in ka.loss.places) + ka.loss.unseen_share == pytest.approx(1.0)
 
 
 @requires_root
@@ -304,12 +307,12 @@ def test_a_queue_with_a_tiny_limit_drops_as_qdisc_drop_on_that_device(lab):
         s = _sample(lab, size=1200, rate="20kpps")
     finally:
         _restore(lab)
-    drops = [p for p in s.probes.trace["drops"] if p["reason"] == "QDISC_DROP"]
-    assert drops and {(p["host"], p["device"]) for p in drops} == {("client", iface)}, s.probes.trace["drops"]
+    drops = [p for p in s.probes.trace.drops if p.reason == "QDISC_DROP"]
+    assert drops and {(p.host, p.device) for p in drops} == {("client", iface)}, s.probes.trace.drops
     # tc is a command started at each edge (tens of ms to run on a loaded machine), and the engine
     # retries a refused send at once (~50k drops/s here): the two windows' counts differ by that much
     tc = s.probes.of(QdiscProbe)[f"client:{iface}"].drops
-    assert sum(p["datagrams"] for p in drops) == pytest.approx(tc, rel=0.25), (drops, tc)
+    assert sum(p.datagrams for p in drops) == pytest.approx(tc, rel=0.25), (drops, tc)
 
 
 @requires_root
@@ -325,24 +328,24 @@ def test_an_nftables_drop_rule_is_netfilter_drop_in_that_namespace(lab):
         s = _sample(lab, size=1200, rate="20kpps")
     finally:
         server.run(["nft", "delete", "table", "inet", "offlabtr"], check=False)
-    places = s.kernel_account["loss"]["places"]
-    nf = [p for p in places if p["reason"] == "NETFILTER_DROP"]
-    assert nf and {p["host"] for p in nf} == {"server"}, s.kernel_account["loss"]
+    places = s.kernel_account.loss.places
+    nf = [p for p in places if p.reason == "NETFILTER_DROP"]
+    assert nf and {p.host for p in nf} == {"server"}, s.kernel_account.loss
     # The rule drops every other datagram that reaches the server's input: no other place comes near it
     # (under load the server's socket may drop some of the half it lets through: SOCKET_RCVBUFF).
-    others = [p for p in places if p["reason"] != "NETFILTER_DROP"]
-    assert sum(p["datagrams"] for p in nf) > 4 * sum(p["datagrams"] for p in others), places
+    others = [p for p in places if p.reason != "NETFILTER_DROP"]
+    assert sum(p.datagrams for p in nf) > 4 * sum(p.datagrams for p in others), places
     # Every drop the kernel counted, against the counters' lost. Their windows differ by what the sample
     # states: the kernel's edges came edge_lag_s after the counters' reads (a loaded machine preempts offlab
     # in between), and the client's and server's counters were read up to skew_s apart (lost_uncertainty
     # datagrams). Agreement within that and 2 %.
     lost = s.loss_attribution.lost
-    lag_a, lag_b = s.probes.trace["edge_lag_s"]
+    lag_a, lag_b = s.probes.trace.edge_lag_s
     within = 0.02 * lost + lost / s.probes.window_s * abs(lag_b - lag_a) + (s.loss_attribution.lost_uncertainty or 0)
     la = s.loss_attribution
     low = la.lost_low if la.has("lost_low") else lost
     high = la.lost_high if la.has("lost_high") else lost
-    counted = sum(p["datagrams"] for p in places)
+    counted = sum(p.datagrams for p in places)
     assert low - within <= counted <= high + within, (places, lost, low, high, within, (lag_a, lag_b))
 
 
@@ -355,14 +358,14 @@ def test_uso_on_while_the_engine_sends_without_gso_shows_no_udp_l4_super_packets
         on = _sample(lab, size=1400, rate="20kpps", gso=True)
     finally:
         _restore(lab)
-    xmit = s.probes.trace["xmit"]
-    assert not any("UDP_L4" in r["gso_type"] and r["segments"] > r["skbs"] for r in xmit), xmit
-    uso = s.kernel_account["uso"]
-    assert uso["exercised"] is False and uso["super_packets"] == 0 and uso["skbs"] > 1000, uso
+    xmit = s.probes.trace.xmit
+    assert not any("UDP_L4" in r.gso_type and r.segments > r.skbs for r in xmit), xmit
+    uso = s.kernel_account.uso
+    assert uso.exercised is False and uso.super_packets == 0 and uso.skbs > 1000, uso
     # the counters' USO witness reads the same: the two sources do not disagree
-    assert uso.get("agree") is not False, (uso, s.effects)
+    assert uso.agree is not False, (uso, s.effects)
     # the same witness does see them when the engine asks for UDP_SEGMENT: it can tell the two apart
-    assert on.kernel_account["uso"]["exercised"] and on.kernel_account["uso"]["super_packets"] > 100
+    assert on.kernel_account.uso.exercised and on.kernel_account.uso.super_packets > 100
 
 
 @requires_root
@@ -373,11 +376,11 @@ def test_where_a_tracepoint_is_missing_the_sample_says_so_in_one_line_and_nothin
     monkeypatch.setattr(trace, "program", lambda netns: real(netns).replace("net:netif_receive_skb",
                                                                             "net:offlab_no_such_tracepoint"))
     s = _sample(lab, size=1200, rate="5kpps")
-    assert set(s.kernel_account) == {"unavailable"}
-    assert "offlab_no_such_tracepoint" in s.kernel_account["unavailable"], s.kernel_account
+    assert set(s.kernel_account.to_json()) == {"unavailable"}
+    assert "offlab_no_such_tracepoint" in s.kernel_account.unavailable, s.kernel_account
     said = [n for n in s.notes if n.startswith("kernel account not taken")]
     assert len(said) == 1 and "\n" not in said[0]
-    assert s.probes.trace == s.kernel_account
+    assert s.probes.trace.to_json() == s.kernel_account.to_json()
     assert s.traffic.datagrams_received > 1000  # the sample itself was measured as ever
 
 
@@ -392,13 +395,13 @@ def test_tso_off_on_a_veth_shows_where_tcp_was_segmented_in_software(lab):
     finally:
         _restore(lab)
     on = measure(labs.LabState.load(lab.name), w, trace=True)
-    (cut,) = [h for h in off.kernel_account["hops"] if h["software_segmented"]]
-    assert (cut["host"], cut["device"]) == ("client", iface), off.kernel_account["hops"]
+    (cut,) = [h for h in off.kernel_account.hops if h.software_segmented]
+    assert (cut.host, cut.device) == ("client", iface), off.kernel_account.hops
     # (counts that prove a kind, not a speed: a 1-s window with three test workers on two CPUs held 81)
-    assert cut["queued"]["by_type"]["TCPV4"]["super_packets"] > 20 and cut["sent"]["super_packets"] == 0
+    assert cut.queued.by_type["TCPV4"].super_packets > 20 and cut.sent.super_packets == 0
     # with TSO on, the same device's driver takes the super-packets whole: nothing is cut in software
-    (client,) = [h for h in on.kernel_account["hops"] if h["host"] == "client" and h["device"] == iface]
-    assert client["software_segmented"] == 0 and client["sent"]["by_type"]["TCPV4"]["super_packets"] > 20
+    (client,) = [h for h in on.kernel_account.hops if h.host == "client" and h.device == iface]
+    assert client.software_segmented == 0 and client.sent.by_type["TCPV4"].super_packets > 20
 
 
 def test_results_show_compare_and_the_report_show_the_kernels_account_beside_the_counters(tmp_path):
@@ -472,7 +475,7 @@ def test_a_zero_loss_search_keeps_each_trials_kernel_account(lab):
         rcv = sum(n for where, n in t["kernel_loss"]["places"].items()
                   if where.startswith("server") and where.endswith(" SOCKET_RCVBUFF"))
         assert rcv == pytest.approx(t["kernel_loss"]["lost"], rel=0.05, abs=50), json.dumps(trials)
-    assert s.kernel_account is not None and "loss" in s.kernel_account or not s.traffic.loss
+    assert s.kernel_account is not None and s.kernel_account.has("loss") or not s.traffic.loss
 
 
 @requires_root
@@ -483,9 +486,9 @@ def test_a_request_response_sample_takes_the_kernels_account(lab):
 
     state = labs.LabState.load(lab.name)
     s = measure_rr(state, RrWorkload(rate=2000, duration=1.0, warmup=0.3).check(), trace=True)
-    assert s.kernel_account is not None and "unavailable" not in s.kernel_account, s.notes
+    assert s.kernel_account is not None and not s.kernel_account.has("unavailable"), s.notes
     iface = state.resolve_iface("client", "to-server")
-    requests = sum(r["skbs"] for r in s.probes.trace["xmit"] if r["host"] == "client" and r["device"] == iface)
+    requests = sum(r.skbs for r in s.probes.trace.xmit if r.host == "client" and r.device == iface)
     # each request is one skb handed to the client's veth driver, as its own tx counter says over the same
     # window (two sources; the kernel's edges come microseconds after the counters' reads at 2000 a second)
     counted = s.probes.interfaces[f"client:{iface}"].tx_packets

@@ -24,7 +24,7 @@ from offlab.experiment.measure import measure
 from offlab import tracefs
 from offlab.probes import hist, remote, trace
 from offlab.report import kernel as rk
-from offlab.sample import SampleWorkload
+from offlab.sample import KernelAccount, SampleWorkload, TraceAccount
 from offlab.traffic import Workload
 from tests.conftest import REPO, TEST_TAG, offlab_cli, requires_root
 from tests.helpers import module_lab
@@ -51,20 +51,20 @@ def test_uso_in_a_612_guest_reads_as_udp_l4_super_packets_with_their_segments():
     # the tracepoint's u16 gso_type reads 0 for UDP_L4 (bit 17); its gso_segs is whole
     assert d["offlab_xmit"][("eth0", 0, 44)]["hitcount"] == 457
     rows = hist.account(d, "client", {})
-    xmit = {r["gso_type"]: r for r in rows["xmit"]}
-    assert xmit["UDP_L4"]["skbs"] == 457 and xmit["UDP_L4"]["segments"] == 457 * 44  # the engine sent 20108
+    xmit = {r.gso_type: r for r in rows.xmit}
+    assert xmit["UDP_L4"].skbs == 457 and xmit["UDP_L4"].segments == 457 * 44  # the engine sent 20108
     ka = kernel_account.uso(rows, None, workload=SampleWorkload(protocol="udp"))
-    assert ka["exercised"] and ka["segments"] == 20108 and "segmented_in_software_at" not in ka
+    assert ka.exercised and ka.segments == 20108 and not ka.has("segmented_in_software_at")
 
 
 def test_a_61_guest_without_uso_is_segmented_in_software_at_its_eth():
     rows = hist.account(_window("kg61"), "client", {})
     (hop,) = kernel_account.hops(rows)
-    assert hop["software_segmented"] == 111 and hop["sent"]["super_packets"] == 0
+    assert hop.software_segmented == 111 and hop.sent.super_packets == 0
     # the queue's super-packets' segments are inferred: what the driver was handed, less the queue's frames
-    assert hop["queued"]["super_segments"] == 4888 - 4
+    assert hop.queued.super_segments == 4888 - 4
     u = kernel_account.uso(rows, None, workload=SampleWorkload(protocol="udp"))
-    assert not u["exercised"] and u["segmented_in_software_at"] == ["client:eth0"]
+    assert not u.exercised and u.segmented_in_software_at == ["client:eth0"]
     line = rk.hop_line(hop)
     assert "client:eth0 segmented in software" in line and "type unknown" in line and "inferred" in line
 
@@ -72,12 +72,12 @@ def test_a_61_guest_without_uso_is_segmented_in_software_at_its_eth():
 def test_drops_are_keyed_by_reason_number_and_function_and_counted_in_skbs():
     d = _window("kg61")
     assert d["offlab_drop"][(2, "__udp4_lib_rcv")]["hitcount"] == 2
-    drops = hist.account(d, "client", {2: "NO_SOCKET"})["drops"]
+    drops = hist.account(d, "client", {2: "NO_SOCKET"}).drops
     assert {"host": "client", "device": None, "reason": "NO_SOCKET", "location": "__udp4_lib_rcv",
-            "datagrams": 2, "unit": "skbs"} in drops
-    lo = kernel_account.loss({"drops": drops}, 3, None)
-    assert rk.place_name(lo["places"][0]) == "client (its own kernel)"
-    lines = rk.loss_lines(rk.merge([{"loss": lo, "hops": []}]))
+            "datagrams": 2, "unit": "skbs"} in [x.to_json() for x in drops]
+    lo = kernel_account.loss(TraceAccount.keyed(drops=drops), 3, None)
+    assert rk.place_name(lo.places[0]) == "client (its own kernel)"
+    lines = rk.loss_lines(rk.merge([KernelAccount.keyed(loss=lo, hops=[])]))
     assert "client's own kernel by its hist triggers" in lines[0] and " skbs (" in lines[1]
 
 
@@ -165,15 +165,14 @@ def test_uso_in_the_guest_is_udp_l4_super_packets_on_its_eth_and_software_segmen
     for s in (on, off):
         assert s.traffic.sender_stop == "signal" and s.traffic.receiver_stop == "end", s.traffic
         assert any(n.startswith("the window began 1 s after the warm-up, once the traffic flowed") for n in s.notes)
-    supers = [r for r in on.probes.trace["xmit"]
-              if r["host"] == "client" and r["device"] == "eth0" and r["segments"] > r["skbs"]]
-    assert supers and {r["gso_type"] for r in supers} == {"UDP_L4"}, on.probes.trace["xmit"]
-    assert on.kernel_account["uso"]["exercised"], on.kernel_account["uso"]
-    assert not off.kernel_account["uso"]["exercised"], off.kernel_account["uso"]
-    assert off.kernel_account["uso"]["segmented_in_software_at"] == ["client:eth0"]
+    supers = [r for r in on.probes.trace.xmit if r.host == "client" and r.device == "eth0" and r.segments > r.skbs]
+    assert supers and {r.gso_type for r in supers} == {"UDP_L4"}, on.probes.trace.xmit
+    assert on.kernel_account.uso.exercised, on.kernel_account.uso
+    assert not off.kernel_account.uso.exercised, off.kernel_account.uso
+    assert off.kernel_account.uso.segmented_in_software_at == ["client:eth0"]
     # (not compared with the guest's eth0 tx_packets: virtio-net counts an skb when the device has
     # completed it, a tx ring or more later: 572 handed vs 308 counted once at a load of 35)
-    assert "not_traced" not in off.kernel_account and off.probes.trace["hist"]["client"]["drops_counted_in"] == "skbs"
+    assert not off.kernel_account.has("not_traced") and off.probes.trace.hist["client"].drops_counted_in == "skbs"
 
 
 @requires_root
@@ -184,17 +183,17 @@ def test_a_tiny_receive_buffer_in_the_guest_drops_as_socket_rcvbuff_in_the_guest
                  duration=1.0, warmup=0.3)
     s = measure(labs.LabState.load(lab.name), w, trace=True)
     assert _state(lab) == ["unmounted"], "offlab's triggers or its tracefs mount outlived the sample"
-    drops = [p for p in s.probes.trace["drops"] if p["host"] == "client" and p["reason"] == "SOCKET_RCVBUFF"]
-    assert drops and {(p["device"], p["unit"]) for p in drops} == {(None, "skbs")}, s.probes.trace["drops"]
+    drops = [p for p in s.probes.trace.drops if p.host == "client" and p.reason == "SOCKET_RCVBUFF"]
+    assert drops and {(p.device, p.unit) for p in drops} == {(None, "skbs")}, s.probes.trace.drops
     counted = s.probes.snmp["client"]["Udp"]["RcvbufErrors"]
     # the guest's own counter, read in the same agent request just before its hist files: the two reads of
     # a TCG guest busy dropping thousands of datagrams a second were 7 % apart in that count here, 28 %
     # at a load of 35 on 2 CPUs (its softirq starves the agent between its reads)
-    assert counted > 100 and sum(p["datagrams"] for p in drops) == pytest.approx(counted, rel=0.35, abs=20), \
+    assert counted > 100 and sum(p.datagrams for p in drops) == pytest.approx(counted, rel=0.35, abs=20), \
         (drops, counted)
     # in the same table as this machine's drops (the tap's, where the guest could not keep up), shares adding up
-    lo = s.kernel_account["loss"]
-    assert sum(p["share"] for p in lo["places"]) + lo["unseen_share"] == pytest.approx(1.0)
+    lo = s.kernel_account.loss
+    assert sum(p.share for p in lo.places) + lo.unseen_share == pytest.approx(1.0)
     assert any("client (its own kernel) SOCKET_RCVBUFF" in line for line in rk.loss_lines(rk.merge([s.kernel_account])))
 
 

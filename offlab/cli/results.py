@@ -508,7 +508,8 @@ def compare_cmd(
                 print_published(store, runs[0])
         with _open(db) as store:
             for run_id in runs:  # the kernel's account beside the counters', where the run's samples took it
-                if any((s.sample or StoredSample()).kernel_account for s in records(store.samples(run_id))):
+                accounts = [(s.sample or StoredSample()).kernel_account for s in records(store.samples(run_id))]
+                if any(ka is not None and not ka.empty for ka in accounts):
                     out.print(f"\n[bold]run {run_id}[/bold]")
                     print_losses(store, run_id)
         for d in envs:

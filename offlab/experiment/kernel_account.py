@@ -34,7 +34,7 @@ SAME_DROPS = (("RcvbufErrors", ("SOCKET_RCVBUFF",)), ("NoPorts", ("NO_SOCKET",))
               ("softnet backlog", ("CPU_BACKLOG",)))
 
 
-def loss(trace: TraceAccount | dict, lost: int | None, counted: float | None,
+def loss(trace: TraceAccount, lost: int | None, counted: float | None,
          counter_places: list[LossPlace] | None = None, *, refused: int = 0, lost_known_to: float = 0,
          lost_bounds: tuple[int, int] | None = None) -> KernelLoss | None:
     """Lost datagrams by the kernel's reason: per (host, device, reason, location) the datagrams and their
@@ -45,7 +45,6 @@ def loss(trace: TraceAccount | dict, lost: int | None, counted: float | None,
     place with the drop reasons that count the same datagrams. `lost_bounds`: the tool's rows put the lost
     in the window between these (rows at its edges count in part); a kernel count inside them agrees, and
     what it leaves unseen is named as the edge rows' (`unseen_at_edges`), not as drops no tracepoint saw."""
-    trace = TraceAccount.read(trace) or TraceAccount()
     drops, not_lost = _not_lost(trace.drops, refused)
     dropped = sum(d.datagrams for d in drops)
     if not dropped and not lost:
@@ -267,7 +266,7 @@ def judge(sample: StoredSample) -> KernelAccount | None:
     """The sample's `kernel_account`: its trace's loss by reason, its hops, the USO verdict and the second
     source for the counters' effect witnesses."""
     trace = sample.probes.trace
-    if not trace:
+    if trace is None or trace.empty:
         return None
     if trace.unavailable is not None:
         return KernelAccount.keyed(unavailable=trace.unavailable)
@@ -305,12 +304,12 @@ def _loss_of(trace: TraceAccount, sample: StoredSample) -> KernelLoss | None:
 
 def disagreements(ka: KernelAccount | None) -> list[str]:
     """Where the kernel's account and the counters' differ, one note each, with by how much."""
-    if not ka or ka.unavailable is not None:
+    if ka is None or ka.empty or ka.unavailable is not None:
         return []
     out = []
-    lo = ka.loss or KernelLoss()
+    lo = ka.loss if ka.loss is not None else KernelLoss()
     for c, what in ((lo.vs_lost, "the lost count"), (lo.vs_counters, "the counters' attribution")):
-        if c and not c.agree:
+        if c is not None and not c.empty and not c.agree:
             share = f" ({100 * c.difference_share:+.1f} %)" if c.difference_share is not None else ""
             out.append(f"kernel account disagrees with {what}: kernel {c.kernel} vs {c.other} datagrams, "
                        f"{c.difference:+d}{share}")

@@ -23,7 +23,7 @@ from offlab.probes import ProbeResult, ProbeSession, Snapshot, mtus, service_dem
 from offlab.probes.base import Options as ProbeOptions
 from offlab.probes.counters import rcvq_pruned
 from offlab.probes.cpu import NOTABLE_STEAL_PCT
-from offlab.sample import (Cpu, Guest, Held, Iface, KernelAccount, Probes, Rr, RrPhase, SampleWorkload, StoredSample,
+from offlab.sample import (Cpu, Guest, Held, Iface, Probes, Rr, RrPhase, SampleWorkload, StoredSample,
                            TestpmdSettings)
 from offlab.dpdk import Testpmd
 from offlab.experiment import effects, host_trace, kernel_account, witnesses
@@ -294,10 +294,10 @@ def _witnessed(sample: StoredSample, settings: list[Held]) -> StoredSample:
 
 def _judged(sample: StoredSample) -> StoredSample:
     """The sample's `kernel_account` (where `--trace` took one), and its notes."""
-    ka = sample.kernel_account = KernelAccount.read(kernel_account.judge(sample))
-    if ka and ka.unavailable is not None:
+    ka = sample.kernel_account = kernel_account.judge(sample)
+    if ka is not None and ka.unavailable is not None:
         sample.notes.append(f"kernel account not taken: {ka.unavailable}")
-    elif ka and ka.not_traced:
+    elif ka is not None and ka.not_traced:
         sample.notes.append(f"kernel account partial: not traced {'; '.join(ka.not_traced)}")
     sample.notes += kernel_account.disagreements(ka)
     return sample

@@ -65,7 +65,7 @@ def kernel_loss(ka: KernelAccount | None) -> dict | None:
         return None
     if ka.unavailable is not None:
         return {"unavailable": ka.unavailable}
-    lo = ka.loss or KernelLoss()
+    lo = ka.loss if ka.loss is not None else KernelLoss()
     places: dict[str, int] = {}
     for p in lo.places:
         key = (f"{p.host}:{p.device}" if p.device else str(p.host)) + f" {p.reason}"

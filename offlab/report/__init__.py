@@ -321,12 +321,12 @@ def kernel_accounts(cells: list[dict], samples: list[SampleRecord]) -> dict[str,
     per_cell: dict[int, list[KernelAccount]] = {}
     for s in samples:
         ka = (s.sample or StoredSample()).kernel_account
-        if ka:
+        if ka is not None and not ka.empty:
             per_cell.setdefault(s.cell_id, []).append(ka)
     out = {}
     for c in cells:
         merged = kernel.merge(per_cell.get(c["id"], [])) if c["status"] not in NO_FIGURES else None
-        if merged:
+        if merged is not None:
             out[c["key"]] = merged
     return out
 

@@ -4,10 +4,10 @@ one sample's, or a cell's samples' summed, shown beside the counters' in every o
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from offlab.sample import (Agreement, GsoTally, Hop, KernelAccount, KernelLoss, ReadsAsDict, Tally, TraceDrop,
-                           _view)
+from offlab.sample import Agreement, GsoTally, Hop, JsonView, KernelAccount, KernelLoss, Tally, TraceDrop, _view
 from offlab.stats import agreement, percents
 
 UNSEEN = "no tracepoint saw them"
@@ -15,8 +15,8 @@ SOURCES = "skb:kfree_skb, net:net_dev_queue, net:net_dev_start_xmit, net:napi_gr
 OFF_LINE = ("kernel account: off by default (seconds to start, a few % of throughput); --trace turns it on")
 
 
-@dataclass(eq=False)
-class CellUso(ReadsAsDict):
+@dataclass
+class CellUso(JsonView):
     """USO's verdicts over a cell's samples: how many said exercised or disagreed, the figures summed."""
 
     samples: int = 0
@@ -29,8 +29,8 @@ class CellUso(ReadsAsDict):
     counters: list[str] = field(default_factory=list)  # the counters' witness's statuses
 
 
-@dataclass(eq=False)
-class CellEffect(ReadsAsDict):
+@dataclass
+class CellEffect(JsonView):
     """The kernel's verdicts on one setting over a cell's samples."""
 
     setting: str = ""
@@ -42,8 +42,8 @@ class CellEffect(ReadsAsDict):
     counters: list[str] = field(default_factory=list)
 
 
-@dataclass(eq=False)
-class CellKernelAccount(ReadsAsDict):
+@dataclass
+class CellKernelAccount(JsonView):
     """A cell's samples' kernel accounts summed (`merge`): how many took it and why others did not, loss by
     place, each hop, USO's and each setting's verdicts."""
 
@@ -56,11 +56,11 @@ class CellKernelAccount(ReadsAsDict):
     effects: list[CellEffect] = _view(CellEffect, list=True, default_factory=list)
 
 
-def merge(accounts: list[KernelAccount | dict | None]) -> CellKernelAccount | None:
+def merge(accounts: Sequence[KernelAccount | None]) -> CellKernelAccount | None:
     """A cell's samples' accounts summed: drops by place, lost and unseen; each hop's skbs, segments and
     super-packets; USO and effect verdicts counted over the samples. Shares still add up to 1: a place
     gets the datagrams each sample gave it (its share × that sample's whole)."""
-    got = [KernelAccount.from_json(a) if isinstance(a, dict) else a for a in accounts if a]
+    got = [a for a in accounts if a is not None and not a.empty]
     if not got:
         return None
     taken = [a for a in got if a.unavailable is None]
@@ -70,11 +70,11 @@ def merge(accounts: list[KernelAccount | dict | None]) -> CellKernelAccount | No
         out["unavailable"] = why
     if not taken:
         return CellKernelAccount.keyed(**out)
-    losses = [a.loss for a in taken if a.loss]
+    losses = [a.loss for a in taken if a.loss is not None and not a.loss.empty]
     if losses:
         out["loss"] = _merge_loss(losses)
     out["hops"] = _merge_hops([h for a in taken for h in a.hops])
-    usos = [a.uso for a in taken if a.uso]
+    usos = [a.uso for a in taken if a.uso is not None and not a.uso.empty]
     if usos:
         out["uso"] = CellUso.keyed(
             samples=len(usos), exercised=sum(bool(u.exercised) for u in usos), skbs=sum(u.skbs or 0 for u in usos),
@@ -118,7 +118,7 @@ def _merge_loss(losses: list[KernelLoss]) -> KernelLoss:
             q["datagrams"] += p.datagrams
             q["given"] += (p.share or 0) * whole
         for name, c in (("vs_lost", lo.vs_lost), ("vs_counters", lo.vs_counters)):
-            if c:
+            if c is not None and not c.empty:
                 sums = compared.setdefault(name, [0, 0, 0])
                 sums[0], sums[1], sums[2] = sums[0] + c.kernel, sums[1] + c.other, sums[2] + c.known_to
         for pair in lo.by_reason:
@@ -189,12 +189,11 @@ def loss_percents(lo: KernelLoss) -> list[str]:
     return percents([p.share or 0.0 for p in lo.places] + [lo.unseen_share])
 
 
-def loss_lines(m: CellKernelAccount | dict | None) -> list[str]:
+def loss_lines(m: CellKernelAccount | None) -> list[str]:
     """Where the loss went by the kernel's reason (a merged account, `merge`), its shares adding up to 100 %
     as printed, and every disagreement with the lost count or the counters, by how much."""
-    m = CellKernelAccount.read(m)
-    lo = m.loss if m else None
-    if not lo:
+    lo = m.loss if m is not None else None
+    if lo is None or lo.empty:
         return []
     guests = sorted({p.host for p in lo.places if p.unit == "skbs"})
     of = f"of {lo.lost} lost" if lo.lost is not None else "(no lost count to set them against)"
@@ -214,7 +213,7 @@ def loss_lines(m: CellKernelAccount | dict | None) -> list[str]:
     for n in lo.not_lost:
         out.append(f"  not loss: {n.host}:{n.device} {n.reason} {n.datagrams}: {n.what}")
     for c, what in ((lo.vs_lost, "the lost count"), (lo.vs_counters, "the counters' attribution")):
-        if c and not c.agree:
+        if c is not None and not c.empty and not c.agree:
             out.append("  " + _disagreement(what, c))
     for pair in lo.by_reason:
         if not pair.agree:
@@ -258,15 +257,14 @@ def hop_line(h: Hop) -> str | None:
     return f"{where} " + "; ".join(parts) if parts else None
 
 
-def segmentation_lines(m: CellKernelAccount | dict | None) -> list[str]:
+def segmentation_lines(m: CellKernelAccount | None) -> list[str]:
     """Per hop, what the kernel handed each device and passed up from it; USO's verdict; the kernel's verdict
     beside each counters' witness, a disagreement flagged."""
-    m = CellKernelAccount.read(m)
-    if not m or not m.traced:
+    if m is None or not m.traced:
         return []
     out = [line for h in m.hops if (line := hop_line(h))]
     u = m.uso
-    if u:
+    if u is not None and not u.empty:
         n = u.samples
         verdict = ("USO exercised" if u.exercised == n else "USO not exercised" if not u.exercised
                    else f"USO exercised in {u.exercised} of {n} samples")
@@ -292,9 +290,8 @@ def segmentation_lines(m: CellKernelAccount | dict | None) -> list[str]:
     return out
 
 
-def unavailable_lines(m: CellKernelAccount | dict | None) -> list[str]:
-    m = CellKernelAccount.read(m)
-    if not m or not m.unavailable:
+def unavailable_lines(m: CellKernelAccount | None) -> list[str]:
+    if m is None or not m.unavailable:
         return []
     untraced = m.samples - m.traced
     return [f"kernel account not taken in {untraced} of {m.samples} sample(s): {why}" for why in m.unavailable]
