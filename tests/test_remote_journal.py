@@ -117,3 +117,27 @@ def test_a_signal_during_a_remote_start_waits_for_its_answer_and_the_lab_teardow
     assert process_start_time(pid) is None
     remote_journal.tidy(LOCAL, remote)
     assert not Path(remote).exists()
+
+
+def test_a_signal_while_a_temporary_directory_is_made_waits_for_it_to_be_recorded(tmp_path):
+    """The engine's ready-file directory on an SSH host: made and recorded whole before a Ctrl-C unwinds, so the
+    lab's teardown finds it (it could otherwise be made there after the teardown looked)."""
+    import pytest
+
+    from offlab.interrupts import interrupts
+
+    remote = str(tmp_path / "remote")
+
+    class SignalledWhileMaking:
+        name, shares_kernel = LOCAL.name, True
+
+        def run(self, argv, **kwargs):
+            os.kill(os.getpid(), signal.SIGINT)
+            return LOCAL.run(argv, **kwargs)
+
+    with pytest.raises(KeyboardInterrupt), interrupts():
+        remote_journal.temp_dir(SignalledWhileMaking(), remote)
+    assert [p.name for p in Path(remote, "proc").iterdir()] and list(Path(remote, "undo").iterdir())
+    assert remote_journal.end_processes(LOCAL, remote, also={os.getpid()}) == ["remove a temporary directory"]
+    remote_journal.tidy(LOCAL, remote)
+    assert not Path(remote).exists()

@@ -256,3 +256,27 @@ def test_results_cli_lists_shows_and_exports(store, any_db):
     assert everything["run"]["plan_text"] == PLAN_TEXT and len(everything["samples"]) == 15
     missing = offlab_in_process("results", "show", "77", "--db", str(db))
     assert missing.returncode == 2 and "no run 77" in missing.stderr
+
+
+def test_a_signal_in_the_middle_of_a_write_waits_for_its_commit_and_the_next_write_goes_through(sqlite_store, db):
+    """A Ctrl-C inside a write transaction (a sample being stored) is raised once it has committed: the lock is
+    free at once for the run's own last write (its status), instead of held until the busy timeout."""
+    import os
+    import signal
+    import time
+
+    from offlab.interrupts import interrupts
+
+    run = new_run(sqlite_store)
+    with pytest.raises(KeyboardInterrupt), interrupts():
+        with sqlite_store._tx() as c:
+            c.exec_driver_sql("UPDATE runs SET note = 'half' WHERE id = ?", (run,))
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)  # the signal is here now, and waits
+            c.exec_driver_sql("UPDATE runs SET note = 'whole' WHERE id = ?", (run,))
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT note FROM runs WHERE id = ?", (run,)).fetchone()[0] == "whole"
+    start = time.monotonic()
+    sqlite_store.set_run_status(run, "interrupted", "interrupted")
+    assert time.monotonic() - start < 5  # a hang guard: a held lock would wait out the 10-s busy timeout
+    assert sqlite_store.get_run(run)["status"] == "interrupted"

@@ -268,9 +268,11 @@ class Runner:
         cells = [{"key": c.key, "params": c.params, "settings": c.settings()} for c in self.plan.cells]
         if self.run_id is None:
             env = environment(self.plan, list(self.labs.values()))
-            self.run_id = self.store.create_run(self.plan.name, self.plan.text, self.plan.to_dict(), self.seed,
-                                                env, self.plan.baseline, self.plan.repeat.model_dump())
-            self.lock = run_lock(self.store, self.run_id)
+            # a signal while the run is stored waits until the run knows its id, so it is marked interrupted
+            with shielded():
+                self.run_id = self.store.create_run(self.plan.name, self.plan.text, self.plan.to_dict(), self.seed,
+                                                    env, self.plan.baseline, self.plan.repeat.model_dump())
+                self.lock = run_lock(self.store, self.run_id)
         else:
             self.store.set_run_status(self.run_id, "running", "resumed")
         for h in self.holds:

@@ -30,6 +30,7 @@ import time
 from offlab.hosts.base import Host
 from offlab.hosts.process import START_TIME_SH
 from offlab.hosts.ssh import remote_command
+from offlab.interrupts import shielded
 
 NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,120}$")
 
@@ -235,7 +236,10 @@ def temp_dir(host: Host, remote_dir: str) -> tuple[str, str]:
     (its path, its undo script's path); `drop_temp_dir` removes both."""
     stamp, undo, start = process_record(remote_dir, [], title="remove a temporary directory",
                                         lease=lease_of(host, remote_dir))
-    res = host.run(["sh", "-c", start, "sh", remote_dir, stamp], input=undo, timeout=30)
+    # Shielded: a signal meanwhile waits for the host's answer, so the directory is recorded before anything
+    # unwinds (cut short, the command could still make it there after the lab's teardown had looked).
+    with shielded():
+        res = host.run(["sh", "-c", start, "sh", remote_dir, stamp], input=undo, timeout=30)
     d = f"{remote_dir}/proc/{stamp}"
     if res.stdout.strip() != d:
         raise OSError(f"could not make a temporary directory in {remote_dir} on {host.name}: "

@@ -33,6 +33,7 @@ import sqlalchemy as sa
 
 from offlab import __version__
 from offlab.errors import BadInput, EnvironmentProblem
+from offlab.interrupts import shielded
 from offlab.state import FlockFile, owner_alive
 from offlab.store import locks, merge
 from offlab.store.backends import default_db_path, first_line, is_url, pg_url, safe_url, sqlite_connect, sqlite_engine
@@ -209,8 +210,11 @@ class Store:
 
     @contextmanager
     def _tx(self) -> Iterator[sa.Connection]:
-        """One write transaction, committed on leaving (SQLite: BEGIN IMMEDIATE, the write lock now)."""
-        with self._lock:
+        """One write transaction, committed on leaving (SQLite: BEGIN IMMEDIATE, the write lock now).
+        Shielded: a signal meanwhile waits for its commit or rollback (raised in the middle, it could skip
+        the rollback and leave the write lock held, and the run's own last write — "interrupted" — then
+        waited out the busy timeout and failed: database is locked)."""
+        with self._lock, shielded():
             try:
                 conn = self.engine.connect().execution_options(offlab_write=True)
             except sa.exc.DBAPIError as exc:

@@ -218,11 +218,14 @@ def _ready_dir(server: Host) -> Iterator[str]:
     if remote_dir is not None:  # an SSH host: in its journal, so a crash leaves nothing there either
         from offlab.hosts import remote_journal
 
-        tmp, undo = remote_journal.temp_dir(server, remote_dir)
+        made: tuple[str, str] | None = None
         try:
-            yield tmp
+            with shielded():  # a signal while it is made waits until it is ours to remove
+                made = remote_journal.temp_dir(server, remote_dir)
+            yield made[0]
         finally:
-            remote_journal.drop_temp_dir(server, tmp, undo)
+            if made is not None:
+                remote_journal.drop_temp_dir(server, *made)
         return
     tmp = server.run(["mktemp", "-d", "/tmp/offlab-engine.XXXXXX"], timeout=15).stdout.strip()
     try:
