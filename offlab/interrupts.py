@@ -255,16 +255,19 @@ def final_exit(code: object) -> None:
         import atexit
 
         atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    # Looked at last, right before the exit: a signal that came while the output went (a pipe under a loaded
+    # machine: tens of ms) counts too. One after this instant comes to a process that has ended its work.
     pending = set(signal.sigpending()) & set(SIGNALS)
     if pending and signal.getsignal(signal.SIGHUP) == signal.SIG_IGN:
         pending.discard(signal.SIGHUP)  # nohup's choice
     if _SHIELD.signalled is not None or pending:
         if rc != EXIT_INTERRUPTED:
-            say_interrupted()
+            with contextlib.suppress(Exception):
+                say_interrupted()
         rc = EXIT_INTERRUPTED
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
     os._exit(rc)
 
 

@@ -330,6 +330,19 @@ def _saves_of(pid: int, roots: list[Path]) -> list[str]:
     return sorted(str(p) for root in roots for p in root.glob(f".save-*-{pid}"))
 
 
+PF_EXITING = 0x4  # include/linux/sched.h: the task is in do_exit
+
+
+def _exiting(pid: int) -> bool:
+    """Whether the process has begun its exit in the kernel (PF_EXITING in /proc/PID/stat's flags) or is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return True
+    return fields[0] in ("Z", "X") or bool(int(fields[6]) & PF_EXITING)
+
+
 def _describe(pids: set[int]) -> list[str]:
     """Each process as `ps` would show it, with its network namespace (a leak's where and what)."""
     out = []
@@ -377,9 +390,12 @@ def _interrupt_and_resume(kind: str, seed: int, tmp_path, state_dir, machines: "
         else:
             _wait_lines(q, moment.after_lines, seen)
         time.sleep(moment.delay)
-        sent = proc.poll() is None
+        sent = proc.poll() is None and not _exiting(proc.pid)
         if sent:
             proc.send_signal(moment.signum)
+            # already in the kernel's exit when the signal came (its work done, the exit code given): it had
+            # ended, whatever poll() said a moment before (offlab's own handling sets no such flag this soon)
+            sent = not _exiting(proc.pid)
         t0 = time.monotonic()
         if sent and moment.second:
             time.sleep(moment.second[1])
