@@ -409,9 +409,16 @@ def _interrupt_and_resume(kind: str, seed: int, tmp_path, state_dir, machines: "
               f"load {os.getloadavg()[0]:.1f}")
         _wait_lines(q, 10**6, seen)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        if proc.poll() is None:  # this test cut short (a Ctrl-C to pytest, a failed wait): the run ends itself
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=60)  # a hang guard: it restores and takes its labs down first
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+                for args in (("restore",), ("lab", "down", "--all")):  # what a user does after kill -9
+                    subprocess.run([sys.executable, "-m", "offlab", *args], cwd=REPO, env=env, capture_output=True,
+                                   timeout=300)
     said = "".join(seen)
     runs = Store.open(db).list_runs() if db.exists() else []
     # No namespace, root link, offlab process, lab, journal entry, guest or testpmd state of this run is
