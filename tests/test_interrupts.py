@@ -177,3 +177,30 @@ def test_a_signal_as_a_protected_cleanup_begins_waits_until_it_has_run():
             cleanup()
             done.append("went on")
     assert done == ["put back"]
+
+
+def test_a_signal_while_calls_run_at_once_waits_until_every_one_has_ended():
+    """`at_once` (a step on several SSH hosts on threads: masters connecting, leases taken): a Ctrl-C meanwhile is
+    raised once every call has ended, never while one still runs on its thread (a master connecting there
+    detached after the unwinding that closes masters had passed)."""
+    import threading
+    import time
+
+    from offlab.hosts.ssh import at_once
+
+    ended: list[str] = []
+    started = threading.Event()
+
+    def slow(name: str) -> None:
+        started.set()
+        time.sleep(0.3)
+        ended.append(name)
+
+    def signal_then_wait() -> None:
+        started.wait(5)
+        os.kill(os.getpid(), signal.SIGINT)
+        slow("b")
+
+    with pytest.raises(KeyboardInterrupt), interrupts():
+        at_once([lambda: slow("a"), signal_then_wait])
+    assert sorted(ended) == ["a", "b"]

@@ -135,6 +135,7 @@ def test_one_master_per_host_is_reused_then_closed(sshd, host):
     assert sock.exists() and oct(sock.parent.stat().st_mode & 0o777) == "0o700"
     masters = sshd_mod.mux_processes(sshd)
     assert len(masters) == 1, subprocess.run(["ps", "-ww", "-eo", "pid=,args="], capture_output=True, text=True).stdout
+    assert host._master_pid() == int(masters[0].split()[0])  # what close() waits for to be gone
     for _ in range(3):
         host.run(["true"])
     assert sshd_mod.mux_processes(sshd) == masters  # same master process, reused

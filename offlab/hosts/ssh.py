@@ -28,12 +28,13 @@ from typing import Callable, Sequence
 from offlab.errors import BadInput, CommandFailed, CommandTimeout, EnvironmentProblem, ToolMissing
 from offlab.hosts.base import DEFAULT_TIMEOUT, TOOL_PACKAGES, Host, Result, which
 from offlab.hosts.local import check_netns, netns_exists
-from offlab.hosts.process import RemoteProcess
+from offlab.hosts.process import RemoteProcess, process_start_time
 from offlab.interrupts import protected, shielded
 
 SSH_ERROR = 255  # ssh's own exit code for "could not connect / authenticate / lost the connection"
 CONTROL_PERSIST = 60  # seconds an idle master outlives its last client (bounds a leftover after kill -9)
 DEFAULT_CONNECT_TIMEOUT = 10
+MASTER_EXIT_S = 3.0  # how long a closed master is waited for to be gone
 # Where offlab keeps its files on an SSH host: the remote journal of settings and a copied engine.
 # /run is a tmpfs: a reboot resets every setting offlab changed, and clears their journal with them.
 DEFAULT_REMOTE_DIR = "/run/offlab-remote"
@@ -190,10 +191,14 @@ def at_once(calls: Sequence[Callable[[], object]]) -> None:
             call()
         return
     threads = [threading.Thread(target=run, args=(call,), name="ssh at once", daemon=True) for call in calls]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    # Shielded: a signal waits until every call has ended (each is bounded by its own timeout). Raised while
+    # they run, it left them running on their threads: a master still connecting detached once authenticated,
+    # after the unwinding that closes masters had passed, and stayed with its session on the host.
+    with shielded():
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
     if errors:
         raise errors[0]
 
@@ -432,6 +437,16 @@ class SshHost(Host):
                 with _OPEN_LOCK:
                     _opened(self)
 
+    def _master_pid(self) -> int | None:
+        """The pid of this host's master, as it says itself (`ssh -O check`), or None."""
+        argv = self._local([*self._base(), "-O", "check", "--", self.target], netns=False)
+        try:
+            res = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=10)
+        except subprocess.TimeoutExpired:
+            return None
+        found = re.search(r"\(pid=(\d+)\)", res.stderr + res.stdout)
+        return int(found.group(1)) if found else None
+
     def _check_master(self) -> bool:
         argv = self._local([*self._base(), "-O", "check", "--", self.target], netns=False)
         try:
@@ -453,12 +468,18 @@ class SshHost(Host):
         with _key_lock(self._key):
             sock = self._control_path()
             if sock.exists():
+                pid = self._master_pid()
                 argv = self._local([*self._base(), "-O", "exit", "--", self.target], netns=False)
                 try:
                     subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=10)
                 except subprocess.TimeoutExpired:
                     pass
                 sock.unlink(missing_ok=True)
+                # The master exits a moment after it answered (it removes its socket first): closed is gone,
+                # so a check for leftovers right after (a test's, a harness's) never finds it still there.
+                deadline = time.monotonic() + MASTER_EXIT_S
+                while pid and process_start_time(pid) is not None and time.monotonic() < deadline:
+                    time.sleep(0.02)
             with _OPEN_LOCK:
                 _OPEN.pop(self._key, None)
 
