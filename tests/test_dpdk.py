@@ -492,6 +492,32 @@ def test_testpmd_that_fails_to_start_is_exit_3_and_leaves_nothing(dpdk_lab, monk
     assert [d for d in set(os.listdir(RUNTIME_ROOT)) - before if d.startswith("offlab-bad-")] == []
 
 
+def test_a_signal_as_testpmd_starts_leaves_no_runtime_directory_and_no_testpmd(dpdk_lab, monkeypatch, tmp_path):
+    """A Ctrl-C after testpmd's runtime directory is made and before the lab has recorded testpmd (here: as its
+    command fifo is made) waits until it is recorded, then ends it: testpmd stopped, its directory removed."""
+    from offlab.dpdk import Port, Testpmd
+    from offlab.dpdk import testpmd as tp_mod
+    from offlab.interrupts import interrupts
+
+    monkeypatch.setenv("OFFLAB_STATE_DIR", str(dpdk_lab["state"]))
+    before = set(os.listdir(tp_mod.RUNTIME_ROOT))
+    real_mkfifo = os.mkfifo
+
+    def mkfifo_signalled(path, mode=0o666):
+        os.kill(os.getpid(), signal.SIGINT)
+        real_mkfifo(path, mode)
+
+    monkeypatch.setattr(tp_mod.os, "mkfifo", mkfifo_signalled)
+    started: list[int] = []
+    ns = f"ol-{dpdk_lab['name']}-switch"
+    with pytest.raises(KeyboardInterrupt), interrupts():
+        Testpmd.start(ns, tmp_path / "tp", lab="cut", ports=[Port(0, "net_tap0,iface=olcut0", "tap", "olcut0")], cpu=0,
+                      timeout=60, on_started=lambda pid, start, runtime: started.append(pid))
+    (pid,) = started  # it did start, and was recorded, before the signal acted
+    assert not running(pid)
+    assert [d for d in set(os.listdir(tp_mod.RUNTIME_ROOT)) - before if d.startswith("offlab-cut-")] == []
+
+
 def _cpu_ticks(pid: int) -> int:
     """User + system clock ticks of process `pid` (all its threads) so far."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()

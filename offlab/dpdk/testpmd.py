@@ -30,6 +30,7 @@ from offlab.dpdk import parse
 from offlab.errors import BadInput, EnvironmentProblem
 from offlab.hosts import LOCAL, TOOL_PACKAGES, Memo, NetnsHost, require_tool
 from offlab.hosts.process import process_start_time, signal_pid, wait_gone
+from offlab.interrupts import shielded
 from offlab.state import read_json, state_dir, write_json_atomic
 
 DAEMON = "dpdk-testpmd"  # also its /proc/PID/comm
@@ -175,36 +176,41 @@ class Testpmd:
         require_tool("stdbuf")
         prefix = f"offlab-{lab}-{secrets.token_hex(3)}"
         runtime = runtime_dir(prefix)
+        made = proc = None
         try:
-            runtime.mkdir(parents=True, exist_ok=False)
-        except FileExistsError:
-            raise EnvironmentProblem(f"DPDK runtime directory {runtime} exists and is not offlab's: left alone; "
-                                     f"start again (a new prefix is drawn)") from None
-        (runtime / OWNER_FILE).write_text(owner_mark(lab))
-        rundir.mkdir(parents=True, exist_ok=True)
-        info = Info(netns=netns, prefix=prefix, cpu=cpu, memory_mb=memory_mb, version=version(), ports=ports,
-                    tso_segsz={str(p.index): 0 for p in ports}, idle=idle)
-        self = cls(rundir, info)
-        self.fifo.unlink(missing_ok=True)
-        os.mkfifo(self.fifo, 0o600)
-        argv = ["stdbuf", "-oL", "-eL", DAEMON, f"--lcores=0@{cpu},1@{cpu}", "--no-huge", "-m", str(memory_mb),
-                "--no-pci", f"--file-prefix={prefix}", *[f"--vdev={p.vdev}" for p in ports], "--", "-i",
-                # explicit ring sizes (DPDK's fallback), so a changed descriptor count can be put back exactly
-                f"--rxd={DESCRIPTORS}", f"--txd={DESCRIPTORS}"]
-        # Read-write: testpmd itself holds a writer, so it never reads end-of-file between commands.
-        stdin = os.open(self.fifo, os.O_RDWR)
-        try:
-            with open(self.log, "w") as log:
-                proc = NetnsHost(netns).spawn(argv, stdin=stdin, stdout=log, stderr=subprocess.STDOUT,
-                                              start_new_session=True)
-        finally:
-            os.close(stdin)
-        info.pid = proc.pid
-        info.start_time = process_start_time(proc.pid) or 0
-        try:
-            self.save()
-            if on_started is not None:
-                on_started(proc.pid, info.start_time, str(runtime))
+            # Shielded from the runtime directory to testpmd recorded (by the lab, `on_started`): a signal in
+            # between left the directory, or testpmd itself, with nothing that knew of them.
+            with shielded():
+                try:
+                    runtime.mkdir(parents=True, exist_ok=False)
+                except FileExistsError:
+                    raise EnvironmentProblem(f"DPDK runtime directory {runtime} exists and is not offlab's: left "
+                                             f"alone; start again (a new prefix is drawn)") from None
+                (runtime / OWNER_FILE).write_text(owner_mark(lab))
+                rundir.mkdir(parents=True, exist_ok=True)
+                info = Info(netns=netns, prefix=prefix, cpu=cpu, memory_mb=memory_mb, version=version(), ports=ports,
+                            tso_segsz={str(p.index): 0 for p in ports}, idle=idle)
+                made = self = cls(rundir, info)
+                self.fifo.unlink(missing_ok=True)
+                os.mkfifo(self.fifo, 0o600)
+                argv = ["stdbuf", "-oL", "-eL", DAEMON, f"--lcores=0@{cpu},1@{cpu}", "--no-huge", "-m",
+                        str(memory_mb), "--no-pci", f"--file-prefix={prefix}", *[f"--vdev={p.vdev}" for p in ports],
+                        "--", "-i",
+                        # explicit ring sizes (DPDK's fallback), so a changed descriptor count can be put back exactly
+                        f"--rxd={DESCRIPTORS}", f"--txd={DESCRIPTORS}"]
+                # Read-write: testpmd itself holds a writer, so it never reads end-of-file between commands.
+                stdin = os.open(self.fifo, os.O_RDWR)
+                try:
+                    with open(self.log, "w") as log:
+                        proc = NetnsHost(netns).spawn(argv, stdin=stdin, stdout=log, stderr=subprocess.STDOUT,
+                                                      start_new_session=True)
+                finally:
+                    os.close(stdin)
+                info.pid = proc.pid
+                info.start_time = process_start_time(proc.pid) or 0
+                self.save()
+                if on_started is not None:
+                    on_started(proc.pid, info.start_time, str(runtime))
             deadline = time.monotonic() + timeout
             while PROMPT not in self._read_from(0):
                 if proc.poll() is not None:
@@ -214,9 +220,13 @@ class Testpmd:
                     raise TestpmdNoAnswer(f"dpdk-testpmd did not prompt within {timeout:g} s: {self.last_lines()}")
                 time.sleep(0.1)
         except BaseException:
-            self.stop()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=5)
+            if made is not None:
+                made.stop()  # testpmd by pid if it started, then the runtime directory (only one marked ours)
+                if proc is not None:
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        proc.wait(timeout=5)
+            else:
+                remove_runtime(runtime)
             raise
         return self
 
