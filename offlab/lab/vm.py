@@ -223,16 +223,11 @@ def boot_guest(b: Builder, role: str, where: str, taps: list[str], *, peers: lis
                **_backend(nics[0]), "nic_properties": nics[0].properties, "nics": described,
                "ready_seconds": guest.ready_seconds, "qmp": guest.qmp, "start": how.how,
                # under TCG: the TSC rate the kernel was told, and a cold boot's clock against this machine's
-               "tsc_early_khz": _told_khz(guest.argv), "clock_rate": guest.clock_rate,
+               "tsc_early_khz": guest.tsc_khz, "clock_rate": guest.clock_rate,
                "start_why": how.why, "machine": qemu.MACHINE, "device": "virtio-net-pci"},
     )
     b.lab.save()
     return guest.host()
-
-
-def _told_khz(argv: list[str]) -> int | None:
-    line = argv[argv.index("-append") + 1] if "-append" in argv else ""
-    return next((int(w.split("=", 1)[1]) for w in line.split() if w.startswith("tsc_early_khz=")), None)
 
 
 def _backend(nic) -> dict:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from offlab.errors import EnvironmentProblem
+from offlab.hosts.remote_journal import boot_id
 
 # rdtsc; shl rdx, 32; or rax, rdx; ret — the 64-bit TSC in rax
 _RDTSC = bytes((0x0F, 0x31, 0x48, 0xC1, 0xE2, 0x20, 0x48, 0x09, 0xD0, 0xC3))
@@ -71,13 +72,6 @@ def measure_tsc_khz(trials: int = 5, span_s: float = 0.02) -> int | None:
     return round(statistics.median(rates)) if rates else None
 
 
-def _boot_id() -> str:
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        return ""
-
-
 def tsc_khz(cache: Path) -> int | None:
     """The rate a TCG guest is told (`tsc_early_khz=`): $OFFLAB_VM_TSC_KHZ if set (0: none), else this
     machine's TSC measured once per boot of it (cached in `cache`) and rounded to the MHz, so the
@@ -90,10 +84,10 @@ def tsc_khz(cache: Path) -> int | None:
             raise EnvironmentProblem(f"OFFLAB_VM_TSC_KHZ={forced!r}: give the guest's TSC rate in kHz, "
                                      f"or 0 for none") from None
         return value or None
-    boot = _boot_id()
+    boot = boot_id()
     try:
         found = json.loads(cache.read_text())
-        if found.get("boot_id") == boot and boot:
+        if found.get("boot_id") == boot and boot != "unknown":
             return found.get("khz")
     except (OSError, ValueError, AttributeError):
         pass

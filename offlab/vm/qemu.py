@@ -296,6 +296,12 @@ class Guest:
     # a cold-booted TCG guest's clock against this machine's (offlab.vm.clock.check), e.g. 1.001
     clock_rate: float | None = None
 
+    @property
+    def tsc_khz(self) -> int | None:
+        """The TSC rate its kernel was told on its command line (`tsc_early_khz=`, under TCG), or None."""
+        line = self.argv[self.argv.index("-append") + 1] if "-append" in self.argv else ""
+        return next((int(w.split("=", 1)[1]) for w in line.split() if w.startswith("tsc_early_khz=")), None)
+
     def host(self) -> GuestHost:
         return GuestHost(self.socket, self.pid, self.start_time, lab=self.lab, role=self.role,
                          console=self.console)
@@ -442,8 +448,7 @@ def boot(image: Image, where: Host, rundir: str | Path, *, name: str, nics: list
         _wait_ready(guest, proc, qemu_log, start + timeout, timeout)
         if accel == "tcg":
             host = guest.host()
-            told = clock.tsc_khz(cache_root() / "tsc.json")
-            guest.clock_rate = clock.check(name, lambda: _uptime(host), told).rate
+            guest.clock_rate = clock.check(name, lambda: _uptime(host), guest.tsc_khz).rate
 
     return launch(image, where, Path(rundir), name=name, nics=list(nics), memory=memory, smp=smp, accel=accel,
                   lab=lab, role=role, on_started=on_started, until_ready=until_ready, qemu=qemu)
