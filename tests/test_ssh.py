@@ -405,15 +405,14 @@ def test_doctor_over_ssh_reads_the_remote_not_this_machine(sshd, host):
     assert offloads.target == "sshs1" and "generic-receive-offload" in offloads.summary, offloads
 
 
-def _masters_gone(sshd, within: float = 10.0) -> bool:
-    """No master of this sshd's clients left: a closed master's process ends a moment after it answered (its
-    closer waits for it, up to 3 s; under load the last of it can take longer). `within` is a hang guard."""
+def _masters_left(sshd, within: float = 10.0) -> list[str]:
+    """The masters of this sshd's clients still there (none, once a closed master's process has ended: it ends a
+    moment after it answered, its closer waits for it up to 3 s, under load the last of it can take longer).
+    `within` is a hang guard."""
     deadline = time.monotonic() + within
-    while sshd_mod.mux_processes(sshd):
-        if time.monotonic() > deadline:
-            return False
+    while (left := sshd_mod.mux_processes(sshd)) and time.monotonic() < deadline:
         time.sleep(0.05)
-    return True
+    return left
 
 
 @requires_root
@@ -444,7 +443,9 @@ def test_hosts_check_reports_everything_and_unreachable_hosts_apart(sshd, state_
     assert "sshs1: driver veth" in text.stdout and "gro off" in text.stdout
     assert "dead  root@" in text.stdout and "UNREACHABLE" in text.stdout
     assert text.stdout.strip().splitlines()[-1] == "2 host(s): 1 ready, 1 unreachable (dead)"
-    assert _masters_gone(sshd)
+    left = _masters_left(sshd)
+    assert not left, subprocess.run(["ps", "-ww", "-o", "pid,ppid,stat,etime,args", "-p",
+                                     ",".join(l.split()[0] for l in left)], capture_output=True, text=True).stdout
 
 
 @requires_root
