@@ -792,6 +792,62 @@ class Rr(JsonView):
     loaded_over_idle: dict[str, float | None] = field(default_factory=dict)  # rtt_* key → loaded / idle
 
 
+@dataclass
+class TrialKernelLoss(JsonView):
+    """A zero-loss search trial's window by the kernel's account, in brief: its datagrams lost (`lost`), by
+    place and reason (`places`: "host[:device] REASON" → datagrams) and what no tracepoint saw (`unseen`);
+    or why there is no account (`unavailable`, alone)."""
+
+    lost: int | None = None
+    places: dict[str, int] = field(default_factory=dict)
+    unseen: int | None = None
+    unavailable: str | None = None
+
+
+@dataclass
+class SearchTrial(JsonView):
+    """One trial of a zero-loss search: the rate asked, what the generator offered and the receiver got."""
+
+    phase: str | None = None  # "search" | "confirm"
+    target_pps: int = 0
+    achieved_pps: float | None = None  # what the generator really offered
+    received_pps: float | None = None
+    sent: int | None = None
+    received: int | None = None
+    loss: float | None = None
+    passed: bool = False
+    generator_limited: bool = False  # it offered under 98 % of its target
+    kernel_loss: TrialKernelLoss | None = _view(TrialKernelLoss)  # with --trace
+
+
+@dataclass
+class ZeroLossSearch(JsonView):
+    """A zero-loss search (offlab.experiment.search): its bounds, its trials and what it found."""
+
+    max_loss: float = 0.0
+    low_pps: float | None = None
+    high_pps: float | None = None
+    confirm: int = 1
+    trials: list[SearchTrial] = _view(SearchTrial, list=True, default_factory=list)
+    found_pps: int | None = None  # the highest confirmed rate offered within max_loss
+    received_pps: float | None = None
+    generator_limited: bool = False  # no loss above the threshold up to the generator's ceiling
+    generator_ceiling_pps: int | None = None
+    lowest_failing_pps: int | None = None
+    verdict: str | None = None
+
+
+@dataclass
+class GuestBoot(JsonView):
+    """Which boot of a guest took the sample (a run that boots guests), and the run's boots so far."""
+
+    boot: int = 0  # 1 = the run's first boot
+    lab: str | None = None
+    nic: dict[str, Any] = field(default_factory=dict)  # the NIC properties that boot had
+    guest_cpus: int | None = None
+    boots_so_far: int = 0
+
+
 # The keys a measured sample always stores, null or empty too, in this order (what `offlab measure --json`
 # and the store's samples have always held); a key after these is stored only once it has a value.
 MEASURED_KEYS = ("lab", "topology", "workload", "started_at", "traffic", "probes", "service_demand_us_per_kib",
@@ -813,7 +869,7 @@ class StoredSample(JsonView):
     service_demand_us_per_kib: dict[str, float | None] = field(default_factory=dict)
     capture: Capture | None = _view(Capture)
     notes: list[str] = field(default_factory=list)
-    search: dict | None = None  # zero-loss search: its trials and verdict (offlab.experiment.search)
+    search: ZeroLossSearch | None = _view(ZeroLossSearch)  # a zero-loss search's trials and verdict
     consistency: Consistency | None = _view(Consistency)
     loss_attribution: LossAttribution | None = _view(LossAttribution)
     segmentation: list[Segment] | None = _view(Segment, list=True)
@@ -825,7 +881,7 @@ class StoredSample(JsonView):
     in_force: list[Held] | None = _view(Held, list=True)  # the settings it ran with, read back at its end
     knob_writes: dict[str, int] | None = None  # its cell's settings journalled and set, restored, kept
     knobs: list[KnobOutcome] | None = _view(KnobOutcome, list=True)  # its cell's settings made
-    guest_boot: dict | None = None  # which boot of the guest took it, and the run's boots so far
+    guest_boot: GuestBoot | None = _view(GuestBoot)  # which boot of the guest took it
     round_position: int | None = None  # where in its round it ran (the interleaving)
 
     @classmethod

@@ -14,7 +14,7 @@ from offlab.experiment import effects, kernel_account, measure, witnesses
 from offlab.experiment.runner import as_run
 from offlab.metrics import metrics_of
 from offlab.probes.capture import CaptureSummary
-from offlab.sample import (MEASURED_KEYS, Consistency, Effect, KernelAccount, LossAttribution, Probes, RrPhase, Segment,
+from offlab.sample import (MEASURED_KEYS, Consistency, Effect, GuestBoot, KernelAccount, LossAttribution, Probes, RrPhase, Segment,
                            StoredSample, Traffic)
 from offlab.store import Store
 from offlab.traffic import TrafficResult, Workload
@@ -34,7 +34,8 @@ def measured_parts(d: dict) -> StoredSample:
 
 def run_additions(sample: StoredSample, d: dict) -> StoredSample:
     """What the runner adds, through its own code, with stored sample `d`'s values."""
-    return as_run(sample, d["in_force"], d["knob_writes"], d["knobs"], d.get("guest_boot"), d.get("round_position"))
+    boot = GuestBoot.from_json(d["guest_boot"]) if d.get("guest_boot") is not None else None
+    return as_run(sample, d["in_force"], d["knob_writes"], d["knobs"], boot, d.get("round_position"))
 
 
 @pytest.fixture
@@ -97,7 +98,7 @@ def test_a_sample_not_traced_stores_no_kernel_account_and_a_traced_one_stores_it
 
 def test_a_runs_additions_are_stored_in_the_order_the_runner_always_wrote_them():
     d = json.loads((FIX / "sample" / "engine_udp_measure.json").read_text())
-    boot = {"boot": 1, "lab": "x", "boots_so_far": 2}
+    boot = GuestBoot.keyed(boot=1, lab="x", nic={}, guest_cpus=None).plus(boots_so_far=2)
     s = as_run(measured_parts(d), [], {"applied": 0}, [], boot, 0)
     s.kernel_account = {"hops": []}
     assert list(s.to_json()) == [*MEASURED_KEYS, "kernel_account", *RUN_KEYS]

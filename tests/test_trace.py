@@ -467,14 +467,14 @@ def test_a_zero_loss_search_keeps_each_trials_kernel_account(lab):
 
     w = Workload(tool="engine", protocol="udp", size=1400, rcvbuf=4096, duration=1.0, warmup=0.3)
     s = zero_loss_search(labs.LabState.load(lab.name), w, 0.0, 2000, 40000, 2, trace=True)
-    trials = s.search["trials"]
-    assert len(trials) >= 2 and all(t["kernel_loss"] is not None for t in trials), trials
-    lossy = [t for t in trials if t["kernel_loss"]["lost"] > 500]
-    assert lossy, json.dumps(trials)  # 40 kpps into a 4 KiB receive buffer loses thousands in the window
+    trials = s.search.trials
+    assert len(trials) >= 2 and all(t.kernel_loss is not None for t in trials), trials
+    lossy = [t for t in trials if t.kernel_loss.lost > 500]
+    assert lossy, json.dumps([t.to_json() for t in trials])  # 40 kpps into a 4 KiB receive buffer loses thousands in the window
     for t in lossy:  # each trial's own account: its lost datagrams died in the server's socket
-        rcv = sum(n for where, n in t["kernel_loss"]["places"].items()
+        rcv = sum(n for where, n in t.kernel_loss.places.items()
                   if where.startswith("server") and where.endswith(" SOCKET_RCVBUFF"))
-        assert rcv == pytest.approx(t["kernel_loss"]["lost"], rel=0.05, abs=50), json.dumps(trials)
+        assert rcv == pytest.approx(t.kernel_loss.lost, rel=0.05, abs=50), json.dumps([t.to_json() for t in trials])
     assert s.kernel_account is not None and s.kernel_account.has("loss") or not s.traffic.loss
 
 

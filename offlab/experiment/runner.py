@@ -35,7 +35,7 @@ from offlab.lab.model import LabState
 from offlab.experiment.measure import CaptureRequest, measure, measure_rr, measure_rr_under_load
 from offlab.lab.hold import Hold
 from offlab.metrics import metrics_of
-from offlab.sample import Held, KnobOutcome, StoredSample
+from offlab.sample import GuestBoot, Held, KnobOutcome, StoredSample
 from offlab.state import FlockFile, me
 from offlab.stats import UNDECIDED, converged
 from offlab.store import Store
@@ -102,7 +102,7 @@ class Runner:
         self.leases: list[Lease] = []
         # Cells whose guests differ in boot-time QEMU properties: one guest lab up at a time (see _lab_for).
         self.one_guest_at_a_time = False
-        self.guest_boots: list[dict] = []
+        self.guest_boots: list[GuestBoot] = []
         self.tx: Transaction | None = None  # the run's settings, moved from cell to cell (_sample_in)
         self.decider: Decider | None = None
         self.decisions: list[dict] = []  # every comparison's outcome, once the run ends
@@ -217,8 +217,8 @@ class Runner:
         # Held for the whole run: `lab down` in this state dir refuses it (naming us) unless --force.
         self.holds.append(Hold(self.labs[key].name, self._what()))
         if topo.kind in labs.GUEST_TOPOLOGIES:
-            self.guest_boots.append({"boot": len(self.guest_boots) + 1, "lab": self.labs[key].name,
-                                     "nic": dict(topo.nic), "guest_cpus": topo.guest_cpus})
+            self.guest_boots.append(GuestBoot.keyed(boot=len(self.guest_boots) + 1, lab=self.labs[key].name,
+                                                    nic=dict(topo.nic), guest_cpus=topo.guest_cpus))
         return self.labs[key]
 
     def _lab_for(self, key: str) -> LabState:
@@ -467,8 +467,8 @@ class Runner:
             cs.status, cs.reason = "failed", broken
         knobs = [o.to_dict() for o in outcomes]  # requested against actual, also the store's own column
         # which boot of the guest took it, and how many boots the run has made so far
-        boot = {**next(b for b in reversed(self.guest_boots) if b["lab"] == lab.name),
-                "boots_so_far": len(self.guest_boots)} if self.guest_boots else None
+        boot = next(b for b in reversed(self.guest_boots) if b.lab == lab.name).plus(
+            boots_so_far=len(self.guest_boots)) if self.guest_boots else None
         # in force: read again at the end of the window, the values really in force while it was measured
         as_run(sample, tx.in_force(scope), writes, knobs, boot, position)
         metrics = metrics_of(sample)
@@ -502,7 +502,7 @@ class Runner:
 
 
 def as_run(sample: StoredSample, in_force: list[dict], knob_writes: dict[str, int], knobs: list[dict],
-           guest_boot: dict | None, position: int | None) -> StoredSample:
+           guest_boot: GuestBoot | None, position: int | None) -> StoredSample:
     """What a run adds to its sample: the settings in force at its end, the knobs' writes for it (journalled
     and set, restored, kept from the previous cell), its cell's settings made (offlab.knobs' outcomes),
     the guest boot that took it (a run that boots guests) and where in its round it ran (the interleaving)."""

@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
 from typing import Callable
 
 from offlab.errors import BadInput
-from offlab.sample import KernelAccount, KernelLoss, StoredSample
+from offlab.sample import KernelAccount, KernelLoss, SearchTrial, StoredSample, TrialKernelLoss, ZeroLossSearch
 from offlab.traffic.rate import parse_pps
 
 __all__ = ["parse_pps", "zero_loss_search"]
@@ -28,49 +27,30 @@ GENERATOR_SHORTFALL = 0.02  # a trial that sent < 98 % of its target is generato
 RESOLUTION = 0.02  # stop bisecting when the failing rate is within 2 % of the passing one
 
 
-@dataclass
-class Trial:
-    phase: str  # "search" | "confirm"
-    target_pps: int
-    achieved_pps: float | None  # what the generator really offered
-    received_pps: float | None
-    sent: int | None
-    received: int | None
-    loss: float | None
-    passed: bool
-    generator_limited: bool
-    # with --trace: the trial's window by the kernel's account: {"lost": datagrams lost in the window,
-    # "places": {"host[:device] REASON": datagrams}, "unseen": what no tracepoint saw}, or {"unavailable":
-    # why}; the chosen trial's whole account is the sample's
-    kernel_loss: dict | None = None
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-
-def _trial(sample: StoredSample, phase: str, target: float, max_loss: float) -> Trial:
+def _trial(sample: StoredSample, phase: str, target: float, max_loss: float) -> SearchTrial:
     t = sample.traffic
     achieved = t.sent_pps  # without the sender's own rate there is no achieved rate to claim
     loss = t.loss
     limited = achieved is not None and achieved < target * (1 - GENERATOR_SHORTFALL)
-    return Trial(phase, int(target), achieved, t.pps, t.datagrams_sent, t.datagrams_received,
-                 loss, loss is not None and loss <= max_loss and achieved is not None, limited,
-                 kernel_loss(sample.kernel_account))
+    # every key stored, null too, in this order (what a search has always stored)
+    return SearchTrial.keyed(phase=phase, target_pps=int(target), achieved_pps=achieved, received_pps=t.pps,
+                             sent=t.datagrams_sent, received=t.datagrams_received, loss=loss,
+                             passed=loss is not None and loss <= max_loss and achieved is not None,
+                             generator_limited=limited, kernel_loss=kernel_loss(sample.kernel_account))
 
 
-def kernel_loss(ka: KernelAccount | None) -> dict | None:
-    """A trial's kernel account in brief (its row's own dict): its lost datagrams by place and reason, and
-    what no tracepoint saw."""
+def kernel_loss(ka: KernelAccount | None) -> TrialKernelLoss | None:
+    """A trial's kernel account in brief: its lost datagrams by place and reason, and what no tracepoint saw."""
     if ka is None:
         return None
     if ka.unavailable is not None:
-        return {"unavailable": ka.unavailable}
+        return TrialKernelLoss.keyed(unavailable=ka.unavailable)
     lo = ka.loss if ka.loss is not None else KernelLoss()
     places: dict[str, int] = {}
     for p in lo.places:
         key = (f"{p.host}:{p.device}" if p.device else str(p.host)) + f" {p.reason}"
         places[key] = places.get(key, 0) + int(p.datagrams)
-    return {"lost": lo.lost or 0, "places": places, "unseen": int(lo.unseen or 0)}
+    return TrialKernelLoss.keyed(lost=lo.lost or 0, places=places, unseen=int(lo.unseen or 0))
 
 
 def zero_loss_search(lab, w, max_loss: float, low: float, high: float, steps: int, capture=None, *,
@@ -83,16 +63,16 @@ def zero_loss_search(lab, w, max_loss: float, low: float, high: float, steps: in
     take: Callable[..., StoredSample] = trial or measure
     if not 0 < low < high:
         raise BadInput(f"search bounds: need 0 < low ({low:g} pps) < high ({high:g} pps)")
-    trials: list[Trial] = []
+    trials: list[SearchTrial] = []
     samples: list[StoredSample] = []  # the measured sample of each trial, in the same order
 
-    def run(rate: float, phase: str) -> Trial:
+    def run(rate: float, phase: str) -> SearchTrial:
         s = take(lab, dataclasses.replace(w, rate=f"{int(rate)}pps"), capture, **({"trace": True} if trace else {}))
         trials.append(_trial(s, phase, rate, max_loss))
         samples.append(s)
         return trials[-1]
 
-    best: Trial | None = None  # highest achieved rate that passed
+    best: SearchTrial | None = None  # highest achieved rate that passed
     fail_at: float | None = None  # lowest achieved rate that failed
     ceiling: float | None = None  # the generator's highest achieved rate when it fell short
     rate = high
@@ -129,21 +109,19 @@ def zero_loss_search(lab, w, max_loss: float, low: float, high: float, steps: in
     # path, and a sender that fell short at the low bound says nothing about the DUT's ceiling.
     limited = bool(chosen is not None and fail_at is None
                    and (chosen.generator_limited or ceiling and found and found >= ceiling * 0.98))
-    sample.search = {
-        "max_loss": max_loss, "low_pps": low, "high_pps": high, "confirm": confirm,
-        "trials": [t.to_dict() for t in trials],
-        "found_pps": int(found) if found is not None else None,
-        "received_pps": chosen.received_pps if found is not None else None,
-        "generator_limited": limited if found is not None else bool(ceiling and fail_at is None),
-        "generator_ceiling_pps": int(ceiling) if ceiling else None,
-        "lowest_failing_pps": int(fail_at) if fail_at is not None else None,
-        "verdict": _verdict(found, limited, ceiling, fail_at, max_loss, low),
-    }
-    sample.notes.append(sample.search["verdict"])
+    sample.search = ZeroLossSearch.keyed(
+        max_loss=max_loss, low_pps=low, high_pps=high, confirm=confirm, trials=trials,
+        found_pps=int(found) if found is not None else None,
+        received_pps=chosen.received_pps if found is not None else None,
+        generator_limited=limited if found is not None else bool(ceiling and fail_at is None),
+        generator_ceiling_pps=int(ceiling) if ceiling else None,
+        lowest_failing_pps=int(fail_at) if fail_at is not None else None,
+        verdict=_verdict(found, limited, ceiling, fail_at, max_loss, low))
+    sample.notes.append(sample.search.verdict)
     return sample
 
 
-def _confirm(best: Trial | None, trials: list[Trial], run, confirm: int, max_loss: float):
+def _confirm(best: SearchTrial | None, trials: list[SearchTrial], run, confirm: int, max_loss: float):
     """Repeat the best rate; if a repeat fails, fall back to the next lower passing rate once."""
     candidates = sorted((t for t in trials if t.passed), key=lambda t: -(t.achieved_pps or 0))[:2]
     for cand in candidates:

@@ -292,10 +292,10 @@ def searches(cells: list[dict], samples: list[SampleRecord]) -> list[dict]:
     out = []
     for s in sorted(samples, key=lambda s: (order.get(s.cell_id, 0), s.round, s.id)):
         z = (s.sample or StoredSample()).search
-        if not z or status.get(s.cell_id) in NO_FIGURES:
+        if z is None or z.empty or status.get(s.cell_id) in NO_FIGURES:
             continue
-        out.append({"cell": keys.get(s.cell_id, "?"), "round": s.round, **z,
-                    "criterion": f"≤ {100 * z.get('max_loss', 0):g} % loss"})
+        out.append({"cell": keys.get(s.cell_id, "?"), "round": s.round, **z.to_json(),
+                    "criterion": f"≤ {100 * z.max_loss:g} % loss"})
     return out
 
 
