@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from offlab import netdev
 from offlab.doctor import parse
 from offlab.doctor.source import command_name
+
+DOCTOR = Path(__file__).parent / "fixtures" / "doctor"
 
 K_TEXT = """Features for eth0:
 rx-checksumming: on [fixed]
@@ -26,23 +30,59 @@ def test_ethtool_k_text_keeps_fixed_and_requested():
 
 
 def test_ethtool_rings_and_channels_sections():
-    g = netdev.section_numbers("Ring parameters for x:\nPre-set maximums:\nRX:\t\t4096\nRX Mini:\tn/a\n"
-                               "TX:\t\t4096\nCurrent hardware settings:\nRX:\t\t512\nRX Mini:\tn/a\nTX:\t\t256\n")
-    assert g == {"max": {"rx": 4096, "rx-mini": None, "tx": 4096}, "current": {"rx": 512, "rx-mini": None, "tx": 256}}
+    g = netdev.parse_limits("Ring parameters for x:\nPre-set maximums:\nRX:\t\t4096\nRX Mini:\tn/a\n"
+                            "TX:\t\t4096\nCurrent hardware settings:\nRX:\t\t512\nRX Mini:\tn/a\nTX:\t\t256\n")
+    assert g.fields == {"rx": netdev.Limit(512, 4096), "rx-mini": netdev.Limit(None, None),
+                        "tx": netdev.Limit(256, 4096)}
+    assert g["rx-jumbo"] == netdev.Limit(None, None)  # not printed
+
+
+def test_ethtool_rings_and_channels_of_a_real_nic():
+    """amd-avic0: a 63-queue NIC's `ethtool -g` and `-l`; this-machine: a virtio NIC's newer `-g` lines
+    (TX Push: off is a word, not a number)."""
+    rings = netdev.parse_limits((DOCTOR / "amd-avic0/commands/ethtool_-g_enp65s0f0").read_text())
+    assert (rings["rx"].current, rings["rx"].maximum, rings["tx"].current, rings["tx"].maximum) == (128, 8192, 128, 8192)
+    assert list(rings.fields) == ["rx", "rx-mini", "rx-jumbo", "tx"]
+    channels = netdev.parse_limits((DOCTOR / "amd-avic0/commands/ethtool_-l_enp65s0f0").read_text())
+    assert channels["combined"] == netdev.Limit(current=8, maximum=63)
+    assert channels["rx"] == netdev.Limit(None, None)
+    virtio = netdev.parse_limits((DOCTOR / "this-machine/commands/ethtool_-g_eth0").read_text())
+    assert virtio["rx"] == netdev.Limit(256, 256) and virtio["tx-push"] == netdev.Limit(None, None)
+    assert "rx-buf-len" in virtio.fields
 
 
 def test_ethtool_coalesce_adaptive_line_and_values():
-    c = netdev.coalesce_values("Coalesce parameters for x:\nAdaptive RX: on  TX: n/a\nrx-usecs: 50\n"
-                               "rx-frames: n/a\nCQE mode RX: n/a  TX: n/a\n")
-    assert (c["adaptive-rx"], c["adaptive-tx"], c["rx-usecs"], c["rx-frames"]) == ("on", "n/a", 50, None)
+    c = netdev.parse_coalesce("Coalesce parameters for x:\nAdaptive RX: on  TX: n/a\nrx-usecs: 50\n"
+                              "rx-frames: n/a\nCQE mode RX: n/a  TX: n/a\n")
+    assert c.modes == {"adaptive-rx": "on", "adaptive-tx": "n/a", "cqe-mode-rx": "n/a", "cqe-mode-tx": "n/a"}
+    assert c.values == {"rx-usecs": 50, "rx-frames": None}
+    assert (c.text("adaptive-rx"), c.text("rx-usecs"), c.text("rx-frames"), c.text("tx-usecs")) == \
+        ("on", "50", "n/a", None)
+
+
+def test_ethtool_coalesce_of_a_real_nic():
+    c = netdev.parse_coalesce((DOCTOR / "amd-avic0/commands/ethtool_-c_enp65s0f0").read_text())
+    assert (c.modes["adaptive-rx"], c.modes["adaptive-tx"]) == ("off", "on")
+    assert (c.values["rx-usecs"], c.values["rx-frames"], c.values["tx-usecs"], c.values["tx-frames"]) == \
+        (8, 128, 8, 128)
+    assert c.values["rx-usecs-irq"] is None and c.values["rx-frame-low"] is None  # ethtool's own spelling
+    assert "coalesce-parameters-for-enp65s0f0" not in c.values
 
 
 def test_flow_hash_letters():
     full = ("UDP over IPV4 flows use these fields for computing Hash flow key:\nIP SA\nIP DA\n"
             "L4 bytes 0 & 1 [TCP/UDP src port]\nL4 bytes 2 & 3 [TCP/UDP dst port]\n\n")
-    assert netdev.parse_flow_hash(full) == "sdfn"
-    assert netdev.parse_flow_hash("UDP over IPV4 flows use these fields for computing Hash flow key:\nNone\n") == ""
+    assert netdev.parse_flow_hash(full) == netdev.FlowHash("sdfn") and netdev.parse_flow_hash(full).ports
+    assert netdev.parse_flow_hash("UDP over IPV4 flows use these fields for computing Hash flow key:\nNone\n") == \
+        netdev.FlowHash("")
     assert netdev.parse_flow_hash("Cannot get RX network flow hashing options") is None
+
+
+def test_flow_hash_of_real_nics():
+    amd = netdev.parse_flow_hash((DOCTOR / "amd-avic0/commands/ethtool_-n_enp65s0f0_rx-flow-hash_udp4").read_text())
+    assert amd.letters == "sd" and not amd.ports
+    virtio = netdev.parse_flow_hash((DOCTOR / "this-machine/commands/ethtool_-n_eth0_rx-flow-hash_udp4").read_text())
+    assert virtio.letters == "" and not virtio.ports
 
 
 def test_cpu_sets_and_masks():

@@ -15,9 +15,7 @@ from offlab.knobs.link import Mtu
 from offlab.knobs.registry import knob_class, knob_from_entry
 from offlab.knobs.sysctl import sysctl_path
 from offlab.knobs.target import Target, check_netns
-from offlab.netdev import Feature, parse_features
-from offlab.netdev import ethtool_coalesce as parse_coalesce
-from offlab.netdev import ethtool_sections as parse_sections
+from offlab.netdev import Feature, Limit, parse_coalesce, parse_features, parse_limits
 
 # What `ethtool -k` prints for a veth here (abridged): group headers (tx-checksumming, ...) have their
 # members indented below them; single-feature legacy names (generic-receive-offload = rx-gro) carry
@@ -90,17 +88,18 @@ def test_ethtool_channel_and_ring_output_is_parsed():
     text = ("Ring parameters for eth0:\nPre-set maximums:\nRX:\t\t4096\nRX Mini:\tn/a\nRX Jumbo:\tn/a\n"
             "TX:\t\t4096\nCurrent hardware settings:\nRX:\t\t256\nRX Mini:\tn/a\nRX Jumbo:\tn/a\n"
             "TX:\t\t512\nRX Buf Len:\t\tn/a\n")
-    s = parse_sections(text)
-    assert s["max"]["rx"] == "4096" and s["current"]["tx"] == "512" and s["current"]["rx-mini"] == "n/a"
+    s = parse_limits(text)
+    assert s["rx"] == Limit(256, 4096) and s["tx"] == Limit(512, 4096) and s["rx-mini"] == Limit(None, None)
 
 
 def test_ethtool_coalesce_output_is_parsed_with_ethtool_C_names():
     text = ("Coalesce parameters for eth0:\nAdaptive RX: on  TX: off\nstats-block-usecs: n/a\n\n"
             "rx-usecs: 3\nrx-frames: n/a\n\ntx-usecs: 8\nCQE mode RX: n/a  TX: n/a\n")
     c = parse_coalesce(text)
-    assert c["adaptive-rx"] == "on" and c["adaptive-tx"] == "off"
-    assert c["rx-usecs"] == "3" and c["tx-usecs"] == "8" and c["rx-frames"] == "n/a"
-    assert c["cqe-mode-rx"] == "n/a"
+    assert c.modes["adaptive-rx"] == "on" and c.modes["adaptive-tx"] == "off"
+    assert c.values["rx-usecs"] == 3 and c.values["tx-usecs"] == 8 and c.values["rx-frames"] is None
+    assert c.modes["cqe-mode-rx"] == "n/a"
+    assert (c.text("rx-usecs"), c.text("rx-frames"), c.text("adaptive-tx")) == ("3", "n/a", "off")
 
 
 @pytest.mark.parametrize("key, cls", [

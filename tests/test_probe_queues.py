@@ -16,18 +16,30 @@ PROBES = Path(__file__).parent / "fixtures" / "probes"
 
 def test_a_veth_counts_its_napi_receive_queues_and_not_its_xdp_only_transmit_ones():
     found = queues.parse_script((FIXTURES / "veth-napi-2q.txt").read_text())
-    assert found == {"ldvb": {"rx": {"0": 68939, "1": 207711}}}  # lo has no statistics: left out
+    assert list(found) == ["ldvb"]  # lo has no statistics: left out
+    assert (found["ldvb"].rx, found["ldvb"].tx) == ({"0": 68939, "1": 207711}, {})
+    assert found["ldvb"].as_json() == {"rx": {"0": 68939, "1": 207711}}
 
 
 def test_the_names_drivers_give_their_queue_counters_are_all_read():
     text = "\n".join(["     rx_queue_0_packets: 5", "     tx_queue_1_packets: 7", "     rx-2.packets: 9",
                       "     rx3_packets: 11", "     rx_queue_0_bytes: 999", "     tx_queue_0_xdp_xmit: 4"])
-    assert netdev.parse_queue_stats(text) == {"rx": {"0": 5, "2": 9, "3": 11}, "tx": {"1": 7}}
+    stats = netdev.parse_queue_stats(text)
+    assert (stats.rx, stats.tx) == ({"0": 5, "2": 9, "3": 11}, {"1": 7})
+    assert stats.as_json() == {"rx": {"0": 5, "2": 9, "3": 11}, "tx": {"1": 7}}
+
+
+def test_a_driver_that_prints_its_transmit_queues_first_is_stored_in_that_order():
+    """ixgbe and ice print tx_queue_N_packets before rx_queue_N_packets; the stored JSON keeps ethtool's order."""
+    stats = netdev.parse_queue_stats("     tx_queue_0_packets: 3\n     tx_queue_0_bytes: 300\n"
+                                     "     rx_queue_0_packets: 4\n     rx_queue_0_bytes: 400\n")
+    assert (stats.rx, stats.tx, stats.first) == ({"0": 4}, {"0": 3}, "tx")
+    assert list(stats.as_json()) == ["tx", "rx"]
 
 
 def test_the_window_keeps_only_queues_counted_at_both_edges():
-    before = {"v": {"rx": {"0": 10, "1": 5}}}
-    after = {"v": {"rx": {"0": 25, "1": 5, "2": 3}}, "w": {"tx": {"0": 1}}}
+    before = {"v": netdev.QueueStats(rx={"0": 10, "1": 5})}
+    after = {"v": netdev.QueueStats(rx={"0": 25, "1": 5, "2": 3}), "w": netdev.QueueStats(tx={"0": 1}, first="tx")}
     assert queues.delta(before, after) == {"v": {"rx": {"0": 15, "1": 0}}}
 
 

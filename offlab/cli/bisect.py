@@ -10,6 +10,7 @@ from typing import List, Optional
 import typer
 
 from offlab.cli.console import OnFirstUse
+from offlab.cli.options import db_option
 
 err = OnFirstUse(stderr=True)
 CHANGELOG_LINES = 60  # changelog lines printed; --json and `--show ID --json` carry every entry
@@ -35,21 +36,21 @@ def register(app: typer.Typer) -> None:
 
 def bisect_cmd(
     plan: Optional[Path] = typer.Argument(None, help="Plan file (YAML) with guests and a baseline."),
-    good: Optional[str] = typer.Option(None, "--good", help="A release with the old verdict: a series (6.1), "
-                                                             "a release as Debian names it (6.12.57+deb12, 6.1.0-56) "
-                                                             "or newest."),
-    bad: Optional[str] = typer.Option(None, "--bad", help="A release with the new verdict (same forms)."),
+    good: Optional[str] = typer.Option(None, "--good", metavar="RELEASE", help=(
+        "A release with the old verdict: a series (6.1), a release as Debian names it (6.12.57+deb12, "
+        "6.1.0-56) or newest.")),
+    bad: Optional[str] = typer.Option(None, "--bad", metavar="RELEASE", help="A release with the new verdict (same forms)."),
     cell: Optional[str] = typer.Option(None, "--cell", help="The compared cell, by key or axis=value (e.g. "
                                                             "tx=uso); default: the plan's one headline comparison."),
     metric: Optional[str] = typer.Option(None, "--metric", help="The metric the rule decides on (default: the "
                                                                 "plan's repeat.metric)."),
-    among: List[str] = typer.Option([], "--among", help="Only these releases between the ends (repeatable, "
-                                                         "or comma-separated): a shorter bisect."),
-    resume: Optional[int] = typer.Option(None, "--resume", help="Continue an interrupted bisect."),
+    among: List[str] = typer.Option([], "--among", metavar="RELEASE", help=(
+        "Only these releases between the ends (repeatable, or comma-separated): a shorter bisect.")),
+    resume: Optional[int] = typer.Option(None, "--resume", metavar="ID", help="Continue an interrupted bisect."),
     fresh: bool = typer.Option(False, "--fresh", help="A new bisect even if one of the same plan, ends and "
                                                       "cell stopped unfinished (by default it carries on)."),
-    show: Optional[int] = typer.Option(None, "--show", help="Print a stored bisect."),
-    db: Optional[str] = typer.Option(None, "--db", help="Results database: an SQLite file or a postgresql:// URL."),
+    show: Optional[int] = typer.Option(None, "--show", metavar="ID", help="Print a stored bisect."),
+    db: Optional[str] = db_option(),
     as_json: bool = typer.Option(False, "--json", help="Print the bisect as JSON."),
 ) -> None:
     from rich.markup import escape

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import typer
 from offlab.cli.console import OnFirstUse, command_group
+from offlab.cli.options import db_option
 
 if TYPE_CHECKING:  # names for annotations only; imported for real inside the commands
     from offlab.experiment.plan import Plan
@@ -43,8 +44,8 @@ def register(app: typer.Typer) -> None:
 
 def run_cmd(
     plan: Optional[Path] = typer.Argument(None, help="Plan file (YAML)."),
-    db: Optional[str] = typer.Option(None, "--db", help="Results database: an SQLite file or a postgresql:// URL (default: see README)."),
-    resume: Optional[int] = typer.Option(None, "--resume", help="Continue an interrupted run."),
+    db: Optional[str] = db_option(),
+    resume: Optional[int] = typer.Option(None, "--resume", metavar="RUN_ID", help="Continue an interrupted run."),
     quick: bool = typer.Option(False, "--quick", help=QUICK_HELP),
     budget: Optional[str] = typer.Option(None, "--budget", help=BUDGET_HELP),
     until: Optional[str] = typer.Option(None, "--until", help=UNTIL_HELP),
@@ -52,8 +53,9 @@ def run_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print the run summary as JSON."),
     inventory: Optional[Path] = typer.Option(None, "--inventory", help="Run the plan on SSH host pairs at once "
                                                                         "(one run per pair; docs/remote.md)."),
-    pair: List[str] = typer.Option([], "--pair", help="With --inventory: CLIENT:IF,SERVER:IF, repeatable "
-                                                      "(default: the inventory's pairs)."),
+    pair: List[str] = typer.Option([], "--pair", metavar="CLIENT:IF,SERVER:IF", help=(
+        "With --inventory: a client and a server host and their test interfaces, repeatable (default: the "
+        "inventory's pairs).")),
     trace: bool = typer.Option(False, "--trace", help=TRACE_HELP),
 ) -> None:
     """Run a plan: every cell, repeated until each comparison is decided (or its confidence target is met);
@@ -170,7 +172,7 @@ def suite_list() -> None:
 
 
 @suite_app.command("show")
-def suite_show(name: str) -> None:
+def suite_show(name: str = typer.Argument(..., help="A built-in suite (offlab suite list).")) -> None:
     """A suite's plan, as YAML, and its cells."""
     from offlab.experiment import suites as suite_lib
 
@@ -181,13 +183,13 @@ def suite_show(name: str) -> None:
 
 @suite_app.command("run")
 def suite_run(
-    name: str,
+    name: str = typer.Argument(..., help="A built-in suite (offlab suite list)."),
     quick: bool = typer.Option(False, "--quick", help=QUICK_HELP),
     budget: Optional[str] = typer.Option(None, "--budget", help=BUDGET_HELP),
     until: Optional[str] = typer.Option(None, "--until", help=UNTIL_HELP),
-    db: Optional[str] = typer.Option(None, "--db", help="Results database: an SQLite file or a postgresql:// URL."),
+    db: Optional[str] = db_option(),
     report_dir: Optional[Path] = typer.Option(None, "--report-dir", help="Write an HTML report per run here."),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = typer.Option(False, "--json", help="Print each run's summary as JSON."),
     trace: bool = typer.Option(False, "--trace", help=TRACE_HELP),
 ) -> None:
     """Run a built-in suite."""
@@ -202,7 +204,7 @@ def suite_run(
 
 
 def demo_cmd(
-    db: Optional[str] = typer.Option(None, "--db", help="Results database: an SQLite file or a postgresql:// URL."),
+    db: Optional[str] = db_option(),
     report_dir: Path = typer.Option(Path("offlab-reports"), "--report-dir", help="Where the reports go."),
 ) -> None:
     """The `make demo` job: the quick suite, its summaries, and where the reports are."""

@@ -8,6 +8,7 @@ from typing import List, Optional
 import typer
 
 from offlab.cli.console import command_group
+from offlab.cli.options import db_option
 from offlab.errors import EnvironmentProblem
 
 app = command_group("Fleet runs driven by Ansible: offlab installed on each host, each pair run from its "
@@ -18,16 +19,16 @@ app = command_group("Fleet runs driven by Ansible: offlab installed on each host
 def run_cmd(
     plan: Path = typer.Argument(..., help="A plan for host pairs (kind: veth, the same topology in every cell)."),
     inventory: Path = typer.Option(..., "--inventory", help="An Ansible YAML inventory."),
-    pair: List[str] = typer.Option([], "--pair", help="CLIENT:IF,SERVER:IF, repeatable (default: the "
-                                                      "inventory's offlab_pairs, else --group's hosts in order)."),
+    pair: List[str] = typer.Option([], "--pair", metavar="CLIENT:IF,SERVER:IF", help=(
+        "A client and a server host and their test interfaces, repeatable (default: the inventory's "
+        "offlab_pairs, else --group's hosts in order).")),
     group: Optional[str] = typer.Option(None, "--group", help="Pair this group's hosts in order: 1st with 2nd, "
                                                               "3rd with 4th... (each on its first offlab_interfaces)."),
-    forks: int = typer.Option(5, "--forks", help="Ansible's forks: hosts worked on at once."),
-    serial: Optional[int] = typer.Option(None, "--serial", help="Pairs per Ansible batch (default: all at once)."),
-    db: Optional[str] = typer.Option(None, "--db", help="Where the pairs' results are imported (path or "
-                                                        "postgresql:// URL; default $OFFLAB_DB, then offlab's own)."),
-    bundle: Optional[Path] = typer.Option(None, "--bundle", help="The offline bundle (`make bundle`; default "
-                                                                 "$OFFLAB_BUNDLE, then dist/offlab-bundle.tar)."),
+    forks: int = typer.Option(5, "--forks", metavar="N", help="Ansible's forks: hosts worked on at once."),
+    serial: Optional[int] = typer.Option(None, "--serial", metavar="N", help="Pairs per Ansible batch (default: all at once)."),
+    db: Optional[str] = db_option(),
+    bundle: Optional[Path] = typer.Option(None, "--bundle", metavar="FILE", help=(
+        "The offline bundle (`make bundle`; default $OFFLAB_BUNDLE, then dist/offlab-bundle.tar).")),
 ) -> None:
     """Install the bundle on every host, run PLAN from each pair's client host, import the results here."""
     from offlab import fleet

@@ -33,12 +33,13 @@ def up_cmd(
     vni: Optional[int] = typer.Option(None, "--vni", help="vxlan: VXLAN network identifier (default 4242)."),
     port: Optional[int] = typer.Option(None, "--port", help="vxlan: UDP destination port (default 4789)."),
     underlay_mtu: Optional[int] = typer.Option(None, "--underlay-mtu", help="vxlan: underlay MTU (default MTU + 50)."),
-    nic: list[str] = typer.Option([], "--nic", help=f"{', '.join(GUEST_TOPOLOGIES)}: a virtio-net property of "
-                                                  "every guest NIC as PROP=VALUE (repeatable), or queues=N (multiqueue)."),
+    nic: list[str] = typer.Option([], "--nic", metavar="PROP=VALUE", help=(
+        f"{', '.join(GUEST_TOPOLOGIES)}: a virtio-net property of every guest NIC as PROP=VALUE (repeatable), "
+        "or queues=N (multiqueue).")),
     kernel_version: list[str] = typer.Option([], "--kernel-version", help=(
         f"{', '.join(GUEST_TOPOLOGIES)}: the guest kernel from Debian's archive: a series (6.1, 6.12, 7.2), a "
         "release (6.12.57+deb12) or newest; ROLE=V per guest (repeatable, e.g. client=6.1 server=7.2).")),
-    qemu: list[str] = typer.Option([], "--qemu", help=(
+    qemu: list[str] = typer.Option([], "--qemu", metavar="VERSION", help=(
         f"{', '.join(GUEST_TOPOLOGIES)}: the QEMU that runs the guests: installed (default), its series (10.0), "
         "or another Debian has for this machine (7.2: fetched once into offlab's cache, run from there, never "
         "installed; `offlab vm qemu --list`); ROLE=V per guest (repeatable).")),
@@ -58,13 +59,13 @@ def up_cmd(
         "loop while its ports bring few packets (OVS's pmd-maxsleep); default 0: it busy-polls its CPU.")),
     as_json: bool = typer.Option(False, "--json", help="Print the lab as JSON."),
     inventory: Optional[str] = typer.Option(None, "--inventory", help="hosts: the inventory of the machines."),
-    pair: Optional[str] = typer.Option(None, "--pair", help="hosts: CLIENT:IF,SERVER:IF (default: the "
-                                                           "inventory's first pair)."),
+    pair: Optional[str] = typer.Option(None, "--pair", metavar="CLIENT:IF,SERVER:IF", help=(
+        "hosts: the client and server hosts and their test interfaces (default: the inventory's first pair).")),
     allow_management: bool = typer.Option(False, "--allow-management-traffic",
                                           help="hosts: allow a test address that is the SSH address."),
-    ports: Optional[str] = typer.Option(None, "--ports", help="phys: IF1,IF2, two ports of this machine cabled to "
-                                                              "each other, lent to the lab as client and server "
-                                                              "and given back on lab down / restore."),
+    ports: Optional[str] = typer.Option(None, "--ports", metavar="IF1,IF2", help=(
+        "phys: two ports of this machine cabled to each other, lent to the lab as client and server and given "
+        "back on lab down / restore.")),
 ) -> None:
     """Build a lab of network namespaces (and QEMU guests) and check that client reaches server; `hosts`: a lab over
     existing machines of an inventory (nothing is created there); `phys --ports IF1,IF2`: two ports of this machine
@@ -182,7 +183,7 @@ def down_cmd(
 
 
 @app.command("list")
-def list_cmd(as_json: bool = typer.Option(False, "--json")) -> None:
+def list_cmd(as_json: bool = typer.Option(False, "--json", help="Print the labs as JSON.")) -> None:
     """The labs that exist, with their topology, MTU and status: up, or broken with why and the fix."""
     from rich.table import Table
 
@@ -220,7 +221,10 @@ def list_cmd(as_json: bool = typer.Option(False, "--json")) -> None:
 
 
 @app.command("show")
-def show_cmd(name: str, as_json: bool = typer.Option(False, "--json")) -> None:
+def show_cmd(
+    name: str = typer.Argument(..., help="Lab name (offlab lab list)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the lab as JSON."),
+) -> None:
     """Hosts, interfaces, addresses, MTUs and the offload state of a lab."""
     from offlab import lab as labs
 
@@ -322,11 +326,11 @@ def _warn_testpmd_no_ops(lab: LabState) -> None:
 
 @app.command("exec", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def exec_cmd(
-    name: str,
-    host: str,
+    name: str = typer.Argument(..., help="Lab name (offlab lab list)."),
+    host: str = typer.Argument(..., help="A host of the lab (offlab lab show NAME lists them)."),
     cmd: list[str] = typer.Argument(..., help="Command and arguments (after --)."),
 ) -> None:
-    """Run a command inside one host of a lab: offlab lab exec demo client -- ping 10.200.1.2"""
+    """Run a command inside one host of a lab: `offlab lab exec demo client -- ping 10.200.1.2`"""
     from offlab import lab as labs
     from offlab.hosts import is_root
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, List, Optional
 
 import typer
 from offlab.cli.console import OnFirstUse, command_group
+from offlab.cli.options import db_option
 
 from offlab.errors import BadInput
 from offlab.metrics import HEADLINE, METRICS, NOT_EXERCISED, TCG_MARK, not_exercised_by_cell
@@ -20,10 +21,6 @@ if TYPE_CHECKING:  # read by the commands that print samples, imported there
     from offlab.sample import Capture, StoredSample
 
 out = OnFirstUse()
-
-DB_HELP = ("Results database: an SQLite file or a postgresql://USER@HOST/DB URL (default: $OFFLAB_DB, else "
-           "/var/lib/offlab/offlab.db as root, else ~/.local/share/offlab/offlab.db).")
-
 
 def register(app: typer.Typer) -> None:
     results = command_group("Runs stored in the results database.")
@@ -55,7 +52,7 @@ def _json(obj) -> None:
 
 def list_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print the runs as JSON."),
-    db: Optional[str] = typer.Option(None, "--db", help=DB_HELP),
+    db: Optional[str] = db_option(),
 ) -> None:
     """The runs in the database: status, times, cells and samples; then the bisects (offlab bisect)."""
     from rich.markup import escape
@@ -87,7 +84,7 @@ def list_cmd(
 
 def import_cmd(
     files: list[Path] = typer.Argument(..., help="SQLite databases to merge in (e.g. copied from hosts that ran offline)."),
-    db: Optional[str] = typer.Option(None, "--db", help="The database they go into. " + DB_HELP),
+    db: Optional[str] = db_option(),
 ) -> None:
     """Merge SQLite databases into this one (SQLite or PostgreSQL), each run and bisect once.
 
@@ -107,7 +104,7 @@ def show_cmd(
     run_id: int = typer.Argument(..., help="A run id (offlab results list)."),
     as_json: bool = typer.Option(False, "--json", help="Everything: run, plan, env, cells, samples, intervals."),
     as_csv: bool = typer.Option(False, "--csv", help="One row per sample with every metric."),
-    db: Optional[str] = typer.Option(None, "--db", help=DB_HELP),
+    db: Optional[str] = db_option(),
 ) -> None:
     """One run: header, environment, and per cell the mean ± CI of the headline metrics."""
     from offlab.stats import mean_ci
@@ -454,7 +451,7 @@ def compare_cmd(
                                                         "slower than its baseline by more than PCT %."),
     as_json: bool = typer.Option(False, "--json", help="Print the rows as JSON."),
     as_csv: bool = typer.Option(False, "--csv", help="Print the rows as CSV."),
-    db: Optional[str] = typer.Option(None, "--db", help=DB_HELP),
+    db: Optional[str] = db_option(),
 ) -> None:
     """Ratio with its confidence interval and a verdict, per cell and metric; with two runs or more, what
     changed between them (kernel, cmdline, accelerator, interfaces' offloads and MTUs, sysctls, settings
@@ -623,7 +620,7 @@ def report_cmd(
     output: Path = typer.Option(..., "-o", "--output", help="HTML file to write."),
     baseline: List[str] = typer.Option([], "--baseline", help="AXIS=VALUE, repeatable: compare against this "
                                                               "instead of the run's baseline."),
-    db: Optional[str] = typer.Option(None, "--db", help=DB_HELP),
+    db: Optional[str] = db_option(),
 ) -> None:
     """One self-contained HTML report (charts inline, opens offline)."""
     from offlab import report

@@ -7,7 +7,7 @@ from typing import List, Optional
 
 import typer
 
-from offlab.cli.results import DB_HELP
+from offlab.cli.options import db_option
 
 def trend_cmd(
     plan: str = typer.Argument(..., help="A plan's name as `offlab results list` shows its runs (e.g. uso, "
@@ -16,7 +16,7 @@ def trend_cmd(
     metric: List[str] = typer.Option([], "--metric", help="A metric, repeatable (default: the headline metrics "
                                                           "the runs measured)."),
     as_json: bool = typer.Option(False, "--json", help="Every point, group and change point as JSON."),
-    db: Optional[str] = typer.Option(None, "--db", help=DB_HELP),
+    db: Optional[str] = db_option(),
 ) -> None:
     """A plan's runs over time, per cell and metric, with its change points and what changed at each.
 

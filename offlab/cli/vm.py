@@ -21,7 +21,7 @@ def image_cmd(
     kernel_version: Optional[str] = typer.Option(None, "--kernel-version", help=KERNEL_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print the image (or the list) as JSON."),
     list_: bool = typer.Option(False, "--list", help="List the cached kernels, the images built from them and their disk use."),
-    remove: Optional[str] = typer.Option(None, "--remove", help="Remove a cached kernel (its packages and images)."),
+    remove: Optional[str] = typer.Option(None, "--remove", metavar="VERSION", help="Remove a cached kernel (its packages and images)."),
     refresh: bool = typer.Option(False, "--refresh", help="Fetch the archive's package lists again (for a newer `newest`)."),
 ) -> None:
     """Build the guest from Debian packages into the cache, or show it when it is already there."""
@@ -83,11 +83,11 @@ def _list(cached: list, as_json: bool) -> None:
 
 @app.command("qemu")
 def qemu_cmd(
-    version: Optional[str] = typer.Option(None, "--qemu", help=(
+    version: Optional[str] = typer.Option(None, "--qemu", metavar="VERSION", help=(
         "A QEMU series Debian has for this machine (7.2 from bookworm; the installed 10.0 is the machine's own): "
         "fetched with what it needs and unpacked into offlab's cache once, never installed.")),
     list_: bool = typer.Option(False, "--list", help="List the installed QEMU and the cached ones with their disk use."),
-    remove: Optional[str] = typer.Option(None, "--remove", help="Remove a cached QEMU (its unpacked tree and packages)."),
+    remove: Optional[str] = typer.Option(None, "--remove", metavar="VERSION", help="Remove a cached QEMU (its unpacked tree and packages)."),
     as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
 ) -> None:
     """QEMU versions for guests (`lab up --qemu V`, a plan's `topology: {qemu: "7.2"}`): fetch, list, remove."""

@@ -13,7 +13,7 @@ from typing import Any
 
 from offlab.errors import BadInput, CommandFailed
 from offlab.knobs.base import Knob, Plan, as_bool, as_int, failure_text, onoff
-from offlab.netdev import ethtool_coalesce, ethtool_sections, link
+from offlab.netdev import link, parse_coalesce, parse_limits
 
 
 class _EthtoolParam(Knob):
@@ -30,8 +30,9 @@ class _EthtoolParam(Knob):
         self.param = key.split(".", 1)[1] if "." in key else ""
         self.why_not: str | None = None
 
-    def _read(self) -> tuple[dict[str, str], dict[str, str]] | None:
-        """(current, maxima), or None with `why_not` set when the device has none of them."""
+    def _read(self) -> tuple[str | None, int | None] | None:
+        """(this parameter's value as ethtool prints it, its maximum), or None with `why_not` set when
+        the device has none of them."""
         res = self.host.run(["ethtool", self.show_flag, self.iface], check=False, timeout=10)
         if not res.ok:
             detail = failure_text(CommandFailed(res.argv, res.rc, res.stderr))
@@ -41,9 +42,9 @@ class _EthtoolParam(Knob):
             return None
         return self._parse(res.stdout)
 
-    def _parse(self, text: str) -> tuple[dict[str, str], dict[str, str]]:
-        s = ethtool_sections(text)
-        return s["current"], s["max"]
+    def _parse(self, text: str) -> tuple[str | None, int | None]:
+        limit = parse_limits(text)[self.param]
+        return (None if limit.current is None else str(limit.current)), limit.maximum
 
     def _device_kind(self) -> str:
         try:
@@ -64,8 +65,8 @@ class _EthtoolParam(Knob):
         n = as_int(self.label, value, 0, 1 << 24)
         got = self._read()
         if got is not None:
-            top = got[1].get(self.param, "")
-            if top.isdigit() and n > int(top):
+            top = got[1]
+            if top is not None and n > top:
                 raise BadInput(f"{self.label}: {n} is more than {self.iface} allows (maximum {top})")
         return str(n)
 
@@ -73,7 +74,7 @@ class _EthtoolParam(Knob):
         got = self._read()
         if got is None:
             return None
-        val = got[0].get(self.param)
+        val = got[0]
         if val is None or val == "n/a":
             self.why_not = (f"{self._device_kind()} {self.iface} has no {self.key} "
                             f"(ethtool {self.show_flag} shows n/a)")
@@ -116,5 +117,5 @@ class Coalesce(_EthtoolParam):
               "tx-usecs-low", "tx-frames-low", "rx-usecs-high", "rx-frames-high", "tx-usecs-high",
               "tx-frames-high")
 
-    def _parse(self, text: str) -> tuple[dict[str, str], dict[str, str]]:
-        return ethtool_coalesce(text), {}
+    def _parse(self, text: str) -> tuple[str | None, int | None]:
+        return parse_coalesce(text).text(self.param), None

@@ -14,16 +14,18 @@ from pathlib import Path
 from offlab.errors import BadInput, CommandFailed, EnvironmentProblem
 from offlab.hosts import Host, check_netns
 from offlab.names import check_ifname
-from offlab.netdev.ethtool import (DEPENDS, Driver, Feature, coalesce_values, ethtool_coalesce, ethtool_sections,
-                                   held_off, parse_driver, section_numbers, parse_features, parse_flow_hash, parse_queue_stats)
+from offlab.netdev.ethtool import (DEPENDS, Coalescing, Driver, Feature, FlowHash, Limit, Limits, QueueStats, held_off,
+                                   parse_coalesce, parse_driver, parse_features, parse_flow_hash, parse_limits,
+                                   parse_queue_stats)
 from offlab.netdev.ip import Addr, Link, Route, parse_links, parse_netns_names, parse_routes
 from offlab.netdev.tc import Qdisc, parse_qdiscs
 
-__all__ = ["DEPENDS", "Addr", "Driver", "Feature", "Link", "Qdisc", "Route", "SoftnetRow", "addr_rows",
-           "coalesce_values", "driver", "find_addrs", "qdiscs", "ethtool_coalesce", "ethtool_sections", "features", "find_link", "held_off", "ip_argv",
-           "link", "link_rows", "links", "netns_names", "ovs_env", "parse_driver", "parse_features",
-           "parse_flow_hash", "parse_links", "parse_netns_names", "parse_qdiscs", "parse_queue_stats",
-           "parse_routes", "parse_softnet", "route_get", "section_numbers", "routes", "vsctl"]
+__all__ = ["DEPENDS", "Addr", "Coalescing", "Driver", "Feature", "FlowHash", "Limit", "Limits", "Link", "Qdisc",
+           "QueueStats", "Route", "SoftnetRow", "addr_rows", "driver", "find_addrs", "qdiscs", "features",
+           "find_link", "held_off", "ip_argv", "link", "link_rows", "links", "netns_names", "ovs_env",
+           "parse_coalesce", "parse_driver", "parse_features", "parse_flow_hash", "parse_limits", "parse_links",
+           "parse_netns_names", "parse_qdiscs", "parse_queue_stats", "parse_routes", "parse_softnet", "route_get",
+           "routes", "vsctl"]
 
 
 def features(host: Host, iface: str) -> dict[str, Feature]:

@@ -8,7 +8,7 @@ host and a captured one parse the same way. Pure functions: nothing here runs a 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -79,42 +79,8 @@ def held_off(feats: dict[str, Feature]) -> dict[str, str]:
 
 
 
-
 def _norm(label: str) -> str:
     return re.sub(r"\s+", "-", label.strip().lower())
-
-
-def ethtool_sections(text: str) -> dict[str, dict[str, str]]:
-    """`ethtool -l` / `-g` text → {"max": {...}, "current": {...}}, keys as `-L`/`-G` spell them (rx-mini)."""
-    out: dict[str, dict[str, str]] = {"max": {}, "current": {}}
-    section = None
-    for line in text.splitlines():
-        low = line.strip().lower()
-        if low.startswith("pre-set maximums"):
-            section = "max"
-        elif low.startswith("current hardware settings"):
-            section = "current"
-        elif section and ":" in line:
-            name, _, val = line.partition(":")
-            out[section][_norm(name)] = val.strip()
-    return out
-
-
-def ethtool_coalesce(text: str) -> dict[str, str]:
-    """`ethtool -c` text → {param as `ethtool -C` spells it (adaptive-rx, rx-usecs, ...): value}."""
-    out = {}
-    for line in text.splitlines():
-        m = re.match(r"^(Adaptive|CQE mode)\s+RX:\s*(\S+)\s+TX:\s*(\S+)", line.strip())
-        if m:
-            prefix = _norm(m.group(1))
-            out[f"{prefix}-rx"], out[f"{prefix}-tx"] = m.group(2), m.group(3)
-        elif ":" in line and not line.startswith("Coalesce parameters"):
-            name, _, val = line.partition(":")
-            if name.strip():
-                out[_norm(name)] = val.strip()
-    return out
-
-
 
 
 def _number(value: str) -> int | None:
@@ -122,15 +88,75 @@ def _number(value: str) -> int | None:
     return int(value) if value.isdigit() else None
 
 
-def section_numbers(text: str) -> dict[str, dict[str, int | None]]:
-    """`ethtool -g IF` / `ethtool -l IF` → the sections with numbers (None for n/a)."""
-    return {sec: {k: _number(v) for k, v in vals.items()} for sec, vals in ethtool_sections(text).items()}
+@dataclass(frozen=True)
+class Limit:
+    """One field of `ethtool -g` (rings) or `-l` (channels); None where ethtool says n/a, prints no
+    number (TX Push: off) or leaves the field out."""
+    current: int | None = None
+    maximum: int | None = None  # the "Pre-set maximums" section
 
 
-def coalesce_values(text: str) -> dict[str, str | int | None]:
-    """`ethtool -c IF` → the parameters with numbers (None for n/a); the on/off modes stay text."""
-    return {k: v if k.startswith(("adaptive-", "cqe-mode-")) else (int(v) if v.isdigit() else None if v == "n/a" else v)
-            for k, v in ethtool_coalesce(text).items()}
+@dataclass(frozen=True)
+class Limits:
+    """`ethtool -g IF` or `ethtool -l IF`: each field by its `-G`/`-L` name (rx, rx-mini, combined, ...)."""
+    fields: dict[str, Limit] = field(default_factory=dict)
+
+    def __getitem__(self, name: str) -> Limit:
+        """The field `name`; Limit() (both None) when ethtool did not print it."""
+        return self.fields.get(name, Limit())
+
+
+def parse_limits(text: str) -> Limits:
+    """`ethtool -g` / `-l` text → Limits, in the order ethtool printed the fields."""
+    found: dict[str, dict[str, int | None]] = {"maximum": {}, "current": {}}
+    section = None
+    for line in text.splitlines():
+        low = line.strip().lower()
+        if low.startswith("pre-set maximums"):
+            section = "maximum"
+        elif low.startswith("current hardware settings"):
+            section = "current"
+        elif section and ":" in line:
+            name, _, val = line.partition(":")
+            found[section][_norm(name)] = _number(val)
+    names = dict.fromkeys([*found["maximum"], *found["current"]])
+    return Limits({n: Limit(found["current"].get(n), found["maximum"].get(n)) for n in names})
+
+
+@dataclass(frozen=True)
+class Coalescing:
+    """`ethtool -c IF`, each parameter by its `ethtool -C` name."""
+    modes: dict[str, str] = field(default_factory=dict)  # adaptive-rx/-tx, cqe-mode-rx/-tx: on, off or n/a
+    # rx-usecs, rx-frames, tx-usecs, ...: None where ethtool says n/a (or prints no number)
+    values: dict[str, int | None] = field(default_factory=dict)
+
+    def text(self, name: str) -> str | None:
+        """`name` as ethtool prints it ("on", "50", "n/a"); None when ethtool did not print it."""
+        if name in self.modes:
+            return self.modes[name]
+        if name in self.values:
+            n = self.values[name]
+            return "n/a" if n is None else str(n)
+        return None
+
+
+_MODES = re.compile(r"^(Adaptive|CQE mode)\s+RX:\s*(\S+)\s+TX:\s*(\S+)")
+
+
+def parse_coalesce(text: str) -> Coalescing:
+    """`ethtool -c` text → Coalescing."""
+    modes: dict[str, str] = {}
+    values: dict[str, int | None] = {}
+    for line in text.splitlines():
+        m = _MODES.match(line.strip())
+        if m:
+            prefix = _norm(m.group(1))
+            modes[f"{prefix}-rx"], modes[f"{prefix}-tx"] = m.group(2), m.group(3)
+        elif ":" in line and not line.startswith("Coalesce parameters"):
+            name, _, val = line.partition(":")
+            if name.strip():
+                values[_norm(name)] = _number(val)
+    return Coalescing(modes, values)
 
 
 @dataclass(frozen=True)
@@ -161,15 +187,33 @@ def parse_driver(text: str) -> Driver:
 QUEUE_STAT = re.compile(r"^\s*(rx|tx)(?:_queue_|-|)(\d+)[._](xdp_)?packets:\s*(\d+)\s*$")
 
 
-def parse_queue_stats(text: str) -> dict[str, dict[str, int]]:
-    """`ethtool -S IF` → {"rx": {"0": packets, ...}, "tx": {...}}; empty directions left out."""
-    out: dict[str, dict[str, int]] = {}
+@dataclass(frozen=True)
+class QueueStats:
+    """`ethtool -S IF`: packets per queue each way ({queue number as ethtool prints it: packets})."""
+    rx: dict[str, int] = field(default_factory=dict)
+    tx: dict[str, int] = field(default_factory=dict)
+    first: str = "rx"  # the way ethtool printed first (ixgbe and ice print their transmit queues first)
+
+    def way(self, way: str) -> dict[str, int]:
+        return self.rx if way == "rx" else self.tx
+
+    def as_json(self) -> dict[str, dict[str, int]]:
+        """{way: {queue: packets}} in the order ethtool printed them; a way with no queue left out."""
+        ways = ("rx", "tx") if self.first == "rx" else ("tx", "rx")
+        return {w: dict(self.way(w)) for w in ways if self.way(w)}
+
+
+def parse_queue_stats(text: str) -> QueueStats:
+    """`ethtool -S IF` → QueueStats; a queue counted twice (packets and xdp_packets) is summed."""
+    found: dict[str, dict[str, int]] = {"rx": {}, "tx": {}}
+    first = None
     for line in text.splitlines():
         m = QUEUE_STAT.match(line)
         if m:
             way, queue, _, n = m.groups()
-            out.setdefault(way, {})[queue] = out.get(way, {}).get(queue, 0) + int(n)
-    return out
+            first = first or way
+            found[way][queue] = found[way].get(queue, 0) + int(n)
+    return QueueStats(found["rx"], found["tx"], first or "rx")
 
 
 FLOW_HASH_FIELDS = {
@@ -183,10 +227,21 @@ FLOW_HASH_FIELDS = {
 }
 
 
-def parse_flow_hash(text: str) -> str | None:
-    """`ethtool -n IF rx-flow-hash udp4` → the `ethtool -N` letters ("sdfn"), "" for None, None when
-    the output holds no hash (the driver cannot say)."""
+@dataclass(frozen=True)
+class FlowHash:
+    """`ethtool -n IF rx-flow-hash TYPE`: the fields the device hashes that flow type on."""
+    letters: str  # as `ethtool -N IF rx-flow-hash TYPE` takes them ("sdfn"); "" for none
+
+    @property
+    def ports(self) -> bool:
+        """Both UDP/TCP ports are hashed (letters f and n)."""
+        return "f" in self.letters and "n" in self.letters
+
+
+def parse_flow_hash(text: str) -> FlowHash | None:
+    """`ethtool -n IF rx-flow-hash udp4` → FlowHash; None when the output holds no hash (the driver
+    cannot say)."""
     lines = [l.strip() for l in text.splitlines() if l.strip()]
     if not lines or "Hash flow key" not in lines[0]:
         return None
-    return "".join(FLOW_HASH_FIELDS[line] for line in lines[1:] if line in FLOW_HASH_FIELDS)
+    return FlowHash("".join(FLOW_HASH_FIELDS[line] for line in lines[1:] if line in FLOW_HASH_FIELDS))

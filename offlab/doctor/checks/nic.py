@@ -38,19 +38,20 @@ def rings(ctx: Context, iface: str) -> Outcome:
     out = ctx.ethtool("-g", iface)
     if out is None or not out.ok:
         raise Skip(f"{iface} reports no ring sizes ({last_line(out) if out else NOT_HERE})")
-    g = netdev.section_numbers(out.stdout)
-    cur, mx = g["current"], g["max"]
-    if cur.get("rx") is None and cur.get("tx") is None:
+    ring = netdev.parse_limits(out.stdout)
+    rx, tx = ring["rx"], ring["tx"]
+    if rx.current is None and tx.current is None:
         raise no_data(f"ethtool -g {iface} output has no current rx/tx ring size ({last_line(out)})")
-    evidence = {"rx": cur.get("rx"), "rx_max": mx.get("rx"), "tx": cur.get("tx"), "tx_max": mx.get("tx")}
+    evidence = {"rx": rx.current, "rx_max": rx.maximum, "tx": tx.current, "tx_max": tx.maximum}
     short = {}
-    for d in ("rx", "tx"):
-        if cur.get(d) is None or mx.get(d) is None:
+    for d, lim in (("rx", rx), ("tx", tx)):
+        if lim.current is None or lim.maximum is None:
             continue
-        want = min(GUIDE_RING, mx[d])
-        if cur[d] < want:
+        want = min(GUIDE_RING, lim.maximum)
+        if lim.current < want:
             short[d] = want
-    text = ", ".join(f"{d} {cur.get(d)}/{mx.get(d)}" for d in ("rx", "tx") if cur.get(d) is not None)
+    text = ", ".join(f"{d} {lim.current}/{lim.maximum}" for d, lim in (("rx", rx), ("tx", tx))
+                     if lim.current is not None)
     if not short:
         return Outcome("ok", f"{text} (current/max)", evidence)
     args = " ".join(f"{d} {v}" for d, v in short.items())
@@ -62,8 +63,8 @@ def rings(ctx: Context, iface: str) -> Outcome:
 def rx_queues(ctx: Context, iface: str) -> int:
     out = ctx.ethtool("-l", iface)
     if out is not None and out.ok:
-        cur = netdev.section_numbers(out.stdout)["current"]
-        n = max(cur.get("combined") or 0, cur.get("rx") or 0)
+        channels = netdev.parse_limits(out.stdout)
+        n = max(channels["combined"].current or 0, channels["rx"].current or 0)
         if n:
             return n
     return len([q for q in ctx.src.listdir(f"/sys/class/net/{iface}/queues") if q.startswith("rx-")]) or 1
@@ -82,12 +83,13 @@ def flow_hash(ctx: Context, iface: str) -> Outcome:
                       "(ethtool missing, or not in this tree: sos never collects it)")
     if not out.ok:
         raise Skip(f"{iface} does not report its RSS hash ({last_line(out)})")
-    letters = netdev.parse_flow_hash(out.stdout)
-    if letters is None:
+    hashed = netdev.parse_flow_hash(out.stdout)
+    if hashed is None:
         raise no_data(f"unrecognised ethtool -n output for {iface}")
+    letters = hashed.letters
     queues = rx_queues(ctx, iface)
     evidence = {"udp4": letters or "none", "rx_queues": queues}
-    if "f" in letters and "n" in letters:
+    if hashed.ports:
         return Outcome("ok", f"udp4 hashed on {letters} (ports included)", evidence)
     fix = f"ethtool -N {iface} rx-flow-hash udp4 sdfn"
     if queues <= 1:
@@ -105,18 +107,21 @@ def coalesce(ctx: Context, iface: str) -> Outcome:
     out = ctx.ethtool("-c", iface)
     if out is None or not out.ok:
         raise Skip(f"{iface} does not report coalescing ({last_line(out) if out else NOT_HERE})")
-    c = netdev.coalesce_values(out.stdout)
-    if "adaptive-rx" not in c and "rx-usecs" not in c:
+    c = netdev.parse_coalesce(out.stdout)
+    modes, values = c.modes, c.values
+    if "adaptive-rx" not in modes and "rx-usecs" not in values:
         raise no_data(f"ethtool -c {iface} output has neither Adaptive RX nor rx-usecs ({last_line(out)})")
-    keys = ("adaptive-rx", "adaptive-tx", "rx-usecs", "rx-frames", "tx-usecs", "tx-frames")
-    evidence = {k: c.get(k) for k in keys}
-    if c.get("adaptive-rx") == "on":
-        return Outcome("warn", f"adaptive RX coalescing on (rx-usecs {c.get('rx-usecs')})", evidence,
+    # the evidence's JSON: the modes as ethtool prints them (n/a included), the numbers None for n/a
+    evidence = {"adaptive-rx": modes.get("adaptive-rx"), "adaptive-tx": modes.get("adaptive-tx"),
+                **{k: values.get(k) for k in ("rx-usecs", "rx-frames", "tx-usecs", "tx-frames")}}
+    if modes.get("adaptive-rx") == "on":
+        return Outcome("warn", f"adaptive RX coalescing on (rx-usecs {values.get('rx-usecs')})", evidence,
                        fix=f"ethtool -C {iface} adaptive-rx off rx-usecs 50 rx-frames 32")
-    if c.get("rx-usecs") in (0, None) and c.get("rx-frames") in (0, 1, None):
+    if values.get("rx-usecs") in (0, None) and values.get("rx-frames") in (0, 1, None):
         return Outcome("info", "an interrupt per received packet (rx-usecs 0, rx-frames ≤ 1)", evidence,
                        fix=f"ethtool -C {iface} rx-frames 32   # the guide's VM XML: <coalesce><rx><frames max='32'/>")
-    shown = ", ".join(f"{k} {'n/a' if c.get(k) is None else c.get(k)}" for k in ("adaptive-rx", "rx-usecs", "rx-frames"))
+    shown = ", ".join(f"{k} {'n/a' if evidence[k] is None else evidence[k]}"
+                      for k in ("adaptive-rx", "rx-usecs", "rx-frames"))
     return Outcome("ok", shown, evidence)
 
 

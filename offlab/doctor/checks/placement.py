@@ -17,9 +17,9 @@ def queues(ctx: Context, iface: str) -> Outcome:
     out = ctx.ethtool("-l", iface)
     cur = mx = None
     if out is not None and out.ok:
-        ch = netdev.section_numbers(out.stdout)
-        cur = max(ch["current"].get("combined") or 0, ch["current"].get("rx") or 0) or None
-        mx = max(ch["max"].get("combined") or 0, ch["max"].get("rx") or 0) or None
+        combined, rx = (netdev.parse_limits(out.stdout)[n] for n in ("combined", "rx"))
+        cur = max(combined.current or 0, rx.current or 0) or None
+        mx = max(combined.maximum or 0, rx.maximum or 0) or None
     if cur is None:
         cur = len([q for q in ctx.src.listdir(f"/sys/class/net/{iface}/queues") if q.startswith("rx-")]) or None
     if cur is None:

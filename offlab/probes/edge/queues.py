@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from offlab.errors import OfflabError
-from offlab.netdev import parse_queue_stats
+from offlab.netdev import QueueStats, parse_queue_stats
 from offlab.probes.base import Options, Probe
 from offlab.probes.remote import Async
 from offlab.sample import JsonView, _view
@@ -25,16 +25,16 @@ from offlab.sample import JsonView, _view
 SCRIPT = 'for i; do echo "== $i"; ethtool -S "$i" 2>/dev/null; done'
 
 
-def parse_script(text: str) -> dict[str, dict[str, dict[str, int]]]:
+def parse_script(text: str) -> dict[str, QueueStats]:
     """SCRIPT's output → {iface: netdev.parse_queue_stats(its part)}, for interfaces with a queue counter."""
-    out: dict[str, dict[str, dict[str, int]]] = {}
+    out: dict[str, QueueStats] = {}
     name: str | None = None
     lines: list[str] = []
     for line in text.splitlines() + ["== "]:
         if line.startswith("== "):
             if name:
                 stats = parse_queue_stats("\n".join(lines))
-                if stats:
+                if stats.rx or stats.tx:
                     out[name] = stats
             name, lines = line[3:].strip(), []
         else:
@@ -42,7 +42,7 @@ def parse_script(text: str) -> dict[str, dict[str, dict[str, int]]]:
     return out
 
 
-def read(host, ifaces: list[str]) -> dict[str, dict[str, dict[str, int]]] | None:
+def read(host, ifaces: list[str]) -> dict[str, QueueStats] | None:
     """The per-queue packets of `ifaces` on `host`; None where they cannot be read (no ethtool, a host gone)."""
     if not ifaces:
         return {}
@@ -53,12 +53,14 @@ def read(host, ifaces: list[str]) -> dict[str, dict[str, dict[str, int]]] | None
     return parse_script(res.stdout) if res.ok else None
 
 
-def delta(before: dict | None, after: dict | None) -> dict[str, dict[str, dict[str, int]]]:
-    """iface → way → queue → packets over the window, for queues counted at both edges."""
+def delta(before: dict[str, QueueStats] | None,
+          after: dict[str, QueueStats] | None) -> dict[str, dict[str, dict[str, int]]]:
+    """iface → way → queue → packets over the window, for queues counted at both edges: the stored JSON."""
     out: dict[str, dict[str, dict[str, int]]] = {}
-    for iface, ways in (after or {}).items():
-        for way, queues in ways.items():
-            old = ((before or {}).get(iface) or {}).get(way) or {}
+    for iface, stats in (after or {}).items():
+        was = (before or {}).get(iface)
+        for way, queues in stats.as_json().items():
+            old = was.way(way) if was else {}
             d = {q: n - old[q] for q, n in queues.items() if q in old}
             if d:
                 out.setdefault(iface, {})[way] = d
@@ -90,7 +92,7 @@ class Queues(Probe):
     def start(self) -> dict[str, Async]:
         return {role: Async(read, self.lab.host(role), ifaces) for role, ifaces in self.options.queue_ifaces.items()}
 
-    def read(self, started: dict[str, Async]) -> dict[str, dict | None]:
+    def read(self, started: dict[str, Async]) -> dict[str, dict[str, QueueStats] | None]:
         return {role: a.result() for role, a in started.items()}
 
     def delta(self, a: dict, b: dict) -> dict:
