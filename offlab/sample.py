@@ -725,6 +725,44 @@ class Effect(JsonView):
 
 
 @dataclass
+class NicRow(JsonView):
+    """One virtio-net property's chain on a guest NIC (offlab.vm.virtio Row): QEMU's value, its feature bit
+    offered and accepted, the features at the guest's and the tap's ends, and why they are what they are."""
+
+    prop: str = ""
+    value: str | None = None  # QEMU's effective value (None: unread)
+    source: str = ""  # set | default | unread | absent
+    bit: int = 0
+    bit_name: str = ""
+    offered: bool | None = None
+    accepted: bool | None = None
+    guest: dict[str, str] = field(default_factory=dict)  # guest ethtool feature → "on", "off [fixed]" ...
+    tap: dict[str, str] = field(default_factory=dict)
+    why: str = ""
+    lacking: str = ""  # which side lacks the bit: QEMU, QEMU setting, backend, guest driver, or ""
+
+    @property
+    def fixed_off(self) -> bool:
+        """Whether the guest's kernel holds one of this row's features off for good (`off [fixed]`)."""
+        return any(v.startswith("off [fixed]") for v in self.guest.values())
+
+
+@dataclass
+class GuestNic(JsonView):
+    """One guest NIC's negotiation chain (offlab.vm.virtio NicChain, read by offlab.lab.explain): where
+    it is and one row per property, with what could not be read."""
+
+    role: str = ""
+    iface: str = ""
+    device_id: str = ""
+    tap: str | None = None
+    tap_host: str | None = None
+    rows: list[NicRow] = _view(NicRow, list=True, default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    backend: str = ""
+
+
+@dataclass
 class Guest(JsonView):
     """How a QEMU guest of the lab ran (`guests[role]`): TCG marks the sample emulated."""
 
@@ -737,7 +775,7 @@ class Guest(JsonView):
     kernel_package: str | None = None  # the Debian package it came from, its version and archive suite
     kernel_package_version: str | None = None
     kernel_suite: str | None = None  # None: the machine's own apt (the default kernel)
-    nics: list[dict] = field(default_factory=list)  # offlab.lab.explain's negotiation chain per NIC
+    nics: list[GuestNic] = _view(GuestNic, list=True, default_factory=list)  # each NIC's chain at sample time
 
 
 @dataclass

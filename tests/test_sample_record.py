@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -14,8 +15,8 @@ from offlab.experiment import effects, kernel_account, measure, witnesses
 from offlab.experiment.runner import as_run
 from offlab.metrics import metrics_of
 from offlab.probes.capture import CaptureSummary
-from offlab.sample import (MEASURED_KEYS, Consistency, Effect, GuestBoot, KernelAccount, LossAttribution, Probes, RrPhase, Segment,
-                           StoredSample, Traffic)
+from offlab.sample import (MEASURED_KEYS, Consistency, Effect, GuestBoot, GuestNic, KernelAccount, LossAttribution, NicRow,
+                           Probes, RrPhase, Segment, StoredSample, Traffic)
 from offlab.store import Store
 from offlab.traffic import TrafficResult, Workload
 from offlab.traffic.rr import RrResult, RrWorkload
@@ -179,3 +180,20 @@ def test_metrics_read_every_part_of_a_sample_through_its_fields():
     assert m["rtt_p50_us"] == d["rr"]["idle"]["rtt_p50_us"] and m["loaded_rtt_p99_us"] == d["rr"]["loaded"]["rtt_p99_us"]
     assert m["cpu_us_per_transaction"] == d["rr"]["idle"]["cpu_us_per_transaction"]
     assert m["sd_total_us_per_kib"] == d["service_demand_us_per_kib"]["total"]
+
+
+def test_a_guests_record_assembled_by_measure_holds_each_nics_chain_as_it_was_stored(monkeypatch):
+    d = json.loads((FIX / "effects" / "vm-xps-udp.json").read_text())
+    nics = d["guests"]["client"]["nics"]
+    monkeypatch.setattr(measure, "guest_chains", lambda lab: {"client": [GuestNic.from_json(n) for n in nics]})
+    ran = {k: d["guests"]["client"].get(k) for k in measure.GUEST_KEYS}
+    lab = SimpleNamespace(hosts={"client": SimpleNamespace(guest=ran), "server": SimpleNamespace(guest=None)})
+    guests = measure.guests_of(lab)
+    assert list(guests) == ["client"]
+    # the keys a guest's run always stored, in their order, then its NICs' chains
+    assert json.dumps(guests["client"].to_json()) == json.dumps({**ran, "nics": nics})
+    (nic,) = guests["client"].nics
+    assert (nic.iface, nic.tap, nic.tap_host) == ("eth0", nics[0]["tap"], "server")
+    assert all(isinstance(r, NicRow) for r in nic.rows) and [r.prop for r in nic.rows] == [r["prop"] for r in nics[0]["rows"]]
+    fixed = [r.why for r in nic.rows if r.fixed_off]
+    assert fixed == [r["why"] for r in nics[0]["rows"] if any(v.startswith("off [fixed]") for v in r["guest"].values())]
