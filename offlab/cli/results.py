@@ -121,7 +121,9 @@ def show_cmd(
     level = (run.get("repeat") or {}).get("level") or 99
     cis = {c["id"]: {m: mean_ci(v, level) for m, v in values.get(c["id"], {}).items()} for c in cells}
     if as_json:
-        unexercised = not_exercised_by_cell(samples)
+        from offlab.sample import records
+
+        unexercised = not_exercised_by_cell(records(samples))
         _json({"run": run,
                "cells": [{**c, "intervals": {m: ci.to_dict() for m, ci in cis[c["id"]].items()},
                           "not_exercised": unexercised.get(c["id"])} for c in cells],
@@ -194,9 +196,11 @@ def print_comparison(store, run_id: int) -> None:
 def print_not_exercised(store, run_id: int) -> None:
     """Cells with a setting set but not exercised (its effect witness), with the counters and the likely cause."""
     from rich.markup import escape
+    from offlab.sample import records
 
     keys = {c["id"]: c["key"] for c in store.cells(run_id)}
-    for cid, line in sorted(not_exercised_by_cell(store.samples(run_id)).items(), key=lambda kv: keys.get(kv[0], "")):
+    found = not_exercised_by_cell(records(store.samples(run_id)))
+    for cid, line in sorted(found.items(), key=lambda kv: keys.get(kv[0], "")):
         out.print(f"[bold red]{NOT_EXERCISED}[/bold red]: {escape(keys.get(cid, '?'))}: {escape(line)}")
 
 

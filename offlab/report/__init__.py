@@ -450,8 +450,7 @@ def build_report(store: Store, run_id: int, *, baseline: dict | None = None,
     width = (run.get("repeat") or {}).get("width")
     cells = store.cells(run_id)
     values = store.cell_metrics(run_id)
-    stored = store.samples(run_id)
-    samples = records(stored)
+    samples = records(store.samples(run_id))
     present = [m for m in metrics if any(values.get(c["id"], {}).get(m) for c in cells)]
     cis = _cell_cis(cells, values, present, level)
     axes = axes_of(cells)
@@ -491,7 +490,7 @@ def build_report(store: Store, run_id: int, *, baseline: dict | None = None,
         charts_ctx["frames"] = charts.frame_histograms([(c["cell"], c) for c in captures])
     env = run.get("env") or {}
     published = published_rows(store, run_id)
-    unexercised = not_exercised_by_cell(stored)
+    unexercised = not_exercised_by_cell(samples)
     context = {
         "run": run, "level": level, "width": width, "version": __version__,
         "emulated": emulated(run, samples), "tcg_mark": TCG_MARK,
