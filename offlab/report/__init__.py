@@ -14,7 +14,8 @@ from offlab.errors import BadInput, EnvironmentProblem
 from offlab.metrics import HEADLINE, METRICS, NOT_EXERCISED, TCG_MARK, not_exercised_by_cell
 from offlab.report import format as fmt
 from offlab.report import kernel
-from offlab.sample import Cpu, CpuAccount, KernelAccount, LossAttribution, SampleRecord, StoredSample, records
+from offlab.sample import (Cpu, CpuAccount, KernelAccount, LossAttribution, SampleRecord, Segment, StoredSample,
+                           ZeroLossSearch, records)
 from offlab.stats import CI, is_improvement, mean_ci
 from offlab.store import Store, series_holders
 
@@ -284,7 +285,18 @@ def env_groups(env: dict) -> list[dict]:
     return [{"title": title, "items": items} for title, items in groups.items()]
 
 
-def searches(cells: list[dict], samples: list[SampleRecord]) -> list[dict]:
+@dataclass
+class SearchRow:
+    """One searched sample's zero-loss search, as the report and `results show` give it: its cell, its round
+    and the loss criterion, beside the search as stored."""
+
+    cell: str
+    round: int
+    criterion: str  # "≤ 0.1 % loss"
+    search: ZeroLossSearch
+
+
+def searches(cells: list[dict], samples: list[SampleRecord]) -> list[SearchRow]:
     """Zero-loss search results, one per searched sample: the headline sentence and its trials."""
     keys = {c["id"]: c["key"] for c in cells}
     status = {c["id"]: c["status"] for c in cells}
@@ -294,8 +306,7 @@ def searches(cells: list[dict], samples: list[SampleRecord]) -> list[dict]:
         z = (s.sample or StoredSample()).search
         if z is None or z.empty or status.get(s.cell_id) in NO_FIGURES:
             continue
-        out.append({"cell": keys.get(s.cell_id, "?"), "round": s.round, **z.to_json(),
-                    "criterion": f"≤ {100 * z.max_loss:g} % loss"})
+        out.append(SearchRow(keys.get(s.cell_id, "?"), s.round, f"≤ {100 * z.max_loss:g} % loss", z))
     return out
 
 
@@ -340,14 +351,22 @@ def _attribution(sample: StoredSample) -> LossAttribution | None:
     return la
 
 
-def segmentations(cells: list[dict], samples: list[SampleRecord]) -> list[dict]:
+@dataclass
+class CellSegments:
+    """A cell's segmentation by counters: the hops of its first sample that has them."""
+
+    cell: str
+    hops: list[Segment]
+
+
+def segmentations(cells: list[dict], samples: list[SampleRecord]) -> list[CellSegments]:
     """Per cell, the segmentation lines of its first sample that has them (packets vs bytes per hop), as stored."""
-    first: dict[int, list[dict]] = {}
+    first: dict[int, list[Segment]] = {}
     for s in samples:
         seg = (s.sample or StoredSample()).segmentation
         if seg and s.cell_id not in first:
-            first[s.cell_id] = [h.to_json() for h in seg]
-    return [{"cell": c["key"], "hops": first[c["id"]]} for c in cells
+            first[s.cell_id] = seg
+    return [CellSegments(c["key"], first[c["id"]]) for c in cells
             if c["id"] in first and c["status"] not in NO_FIGURES]
 
 
