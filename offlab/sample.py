@@ -141,8 +141,10 @@ class Series(JsonView):
     """One per-interval series of the tool (offlab.traffic.series: columns and rows, as stored)."""
 
     source: str | None = None
+    interval_s: float | None = None  # asked for; None: the tool's own
     columns: list[str] = field(default_factory=list)
     rows: list[list[Any]] = field(default_factory=list)
+    intervals_dropped: int = 0  # rows the engine did not keep for its bound
     t0_mono_s: float | None = None  # its first row's start on its host's CLOCK_MONOTONIC
 
     def cols(self, *names: str) -> list[tuple[Any, ...]]:
@@ -926,6 +928,15 @@ class StoredSample(JsonView):
     def measured(cls, **fields: Any) -> StoredSample:
         """A sample just measured: it stores MEASURED_KEYS whatever their values."""
         return cls(**fields, _keys=MEASURED_KEYS)
+
+    def series_parts(self) -> list[tuple[str, list[Series]]]:
+        """(dotted part, its series) for each part that holds per-interval series, in the order the sample
+        stores them: the stream's ("traffic"), then each request/response phase's ("rr.idle", "rr.loaded")."""
+        parts = [("traffic", self.traffic.series if self.traffic else [])]
+        for phase in ("idle", "loaded"):
+            held = getattr(self.rr, phase) if self.rr is not None else None
+            parts.append((f"rr.{phase}", held.series if held is not None else []))
+        return [(part, series) for part, series in parts if series]
 
 
 @dataclass

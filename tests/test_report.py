@@ -235,7 +235,8 @@ def test_a_search_trials_line_names_the_kernels_drops_by_place_or_why_it_has_non
         "[kernel: not taken]")
     assert _trial_text(SearchTrial.from_json({**trial, "kernel_loss": {"lost": 0, "places": {}, "unseen": 0}})
                        ).endswith("[kernel: no drop]")
-    assert _trial_text(SearchTrial.from_json({**trial, "loss": None, "kernel_loss": None})) == "126k→125k loss ? ✓ (confirm)"
+    no_loss = SearchTrial.from_json({**trial, "loss": None, "kernel_loss": None})
+    assert _trial_text(no_loss) == "126k→125k loss ? ✓ (confirm)"
 
 
 def test_zero_loss_headline_with_trials_is_in_the_report_and_the_terminal(pps):

@@ -15,8 +15,8 @@ from offlab.experiment import effects, kernel_account, measure, witnesses
 from offlab.experiment.runner import as_run
 from offlab.metrics import metrics_of
 from offlab.probes.capture import CaptureSummary
-from offlab.sample import (MEASURED_KEYS, Consistency, Effect, GuestBoot, GuestNic, KernelAccount, LossAttribution, NicRow,
-                           Probes, RrPhase, Segment, StoredSample, Traffic)
+from offlab.sample import (MEASURED_KEYS, Consistency, Effect, GuestBoot, GuestNic, KernelAccount, LossAttribution,
+                           NicRow, Probes, RrPhase, Segment, StoredSample, Traffic)
 from offlab.store import Store
 from offlab.traffic import TrafficResult, Workload
 from offlab.traffic.rr import RrResult, RrWorkload
@@ -194,6 +194,17 @@ def test_a_guests_record_assembled_by_measure_holds_each_nics_chain_as_it_was_st
     assert json.dumps(guests["client"].to_json()) == json.dumps({**ran, "nics": nics})
     (nic,) = guests["client"].nics
     assert (nic.iface, nic.tap, nic.tap_host) == ("eth0", nics[0]["tap"], "server")
-    assert all(isinstance(r, NicRow) for r in nic.rows) and [r.prop for r in nic.rows] == [r["prop"] for r in nics[0]["rows"]]
+    assert all(isinstance(r, NicRow) for r in nic.rows)
+    assert [r.prop for r in nic.rows] == [r["prop"] for r in nics[0]["rows"]]
     fixed = [r.why for r in nic.rows if r.fixed_off]
     assert fixed == [r["why"] for r in nics[0]["rows"] if any(v.startswith("off [fixed]") for v in r["guest"].values())]
+
+
+@pytest.mark.parametrize("name", ["sample/rr_under_load_measure.json", "sample/engine_udp_measure.json",
+                                  "effects/bridge-tsooff.json"])
+def test_a_samples_series_parts_are_the_parts_the_store_splits_series_from(name):
+    from offlab.store import series_holders
+
+    d = json.loads((FIX / name).read_text())
+    typed = [(part, [s.to_json() for s in series]) for part, series in StoredSample.from_json(d).series_parts()]
+    assert json.dumps(typed) == json.dumps([(part, h["series"]) for part, h in series_holders(d)])

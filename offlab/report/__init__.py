@@ -14,10 +14,10 @@ from offlab.errors import BadInput, EnvironmentProblem
 from offlab.metrics import HEADLINE, METRICS, NOT_EXERCISED, TCG_MARK, not_exercised_by_cell
 from offlab.report import format as fmt
 from offlab.report import kernel
-from offlab.sample import (Cpu, CpuAccount, KernelAccount, LossAttribution, SampleRecord, Segment, StoredSample,
-                           ZeroLossSearch, records)
+from offlab.sample import (Cpu, CpuAccount, KernelAccount, LossAttribution, SampleRecord, Segment, Series,
+                           StoredSample, ZeroLossSearch, records)
 from offlab.stats import CI, is_improvement, mean_ci
-from offlab.store import Store, series_holders
+from offlab.store import Store
 
 # A cell with this status shows why, never figures: what it measured before failing is not a result.
 NO_FIGURES = ("failed",)
@@ -155,16 +155,15 @@ def _captures(cells: list[dict], samples: list[SampleRecord]) -> list[dict]:
 MAX_SERIES_CHARTS = 40
 
 
-def _series_of(sample: StoredSample | None) -> list[tuple[str, dict, dict | None]]:
+def _series_of(sample: StoredSample | None) -> list[tuple[str, Series, Series | None]]:
     """(part, series, sender's series or None) for each part of a sample that has per-interval series: its
     first one (the receiver's for an engine stream, the client's for rr), and the engine sender's beside it.
     The series stay in their stored columnar shape: the charts draw that."""
     out = []
-    for part, holder in series_holders(sample.to_json() if sample else {}):
-        drawn = [s for s in holder["series"] if isinstance(s, dict) and s.get("rows")
-                 and "t_s" in (s.get("columns") or [])]
+    for part, series in sample.series_parts() if sample else []:
+        drawn = [s for s in series if isinstance(s, Series) and s.rows and "t_s" in (s.columns or [])]
         if drawn:
-            sent = next((s for s in drawn[1:] if str(s.get("source", "")).endswith(" tx")), None)
+            sent = next((s for s in drawn[1:] if str(s.source).endswith(" tx")), None)
             out.append((part, drawn[0], sent))
     return out
 
@@ -173,7 +172,7 @@ def _series_charts(cells: list[dict], samples: list[SampleRecord]) -> dict:
     """Per cell (and part), every round's series overlaid: the charts, and the cells left undrawn."""
     from offlab.report import charts
 
-    per_cell: dict[tuple[int, str], list[tuple[str, dict, dict | None]]] = {}
+    per_cell: dict[tuple[int, str], list[tuple[str, Series, Series | None]]] = {}
     for s in samples:
         for part, series, sent in _series_of(s.sample):
             per_cell.setdefault((s.cell_id, part), []).append((f"round {s.round}", series, sent))
@@ -187,12 +186,13 @@ def _series_charts(cells: list[dict], samples: list[SampleRecord]) -> dict:
                 continue
             svg, grouped = charts.over_time([(n, s) for n, s, _ in rounds], [(n, t) for n, _, t in rounds])
             first = rounds[0][1]
-            every = first.get("interval_s")
-            out.append({"cell": c["key"], "part": part, "svg": svg, "source": first.get("source", "?"),
+            every = first.interval_s
+            source = first.source if first.has("source") else "?"
+            out.append({"cell": c["key"], "part": part, "svg": svg, "source": source,
                         "interval": f"{every * 1000:g} ms" if every else "its own interval",
                         "grouped": grouped, "rounds": len(rounds),
                         "sent": any(t for _, _, t in rounds),
-                        "dropped": sum(s.get("intervals_dropped") or 0 for _, s, _ in rounds)})
+                        "dropped": sum(s.intervals_dropped or 0 for _, s, _ in rounds)})
     return {"charts": out, "undrawn": list(dict.fromkeys(undrawn))}
 
 
