@@ -791,11 +791,18 @@ class Held(JsonView):
 
 @dataclass
 class KnobOutcome(JsonView):
-    """What setting one knob for the sample's cell did (`knobs`; offlab.knobs' outcome): the value found first."""
+    """What setting one knob for the sample's cell did (`knobs`, and the store's `requested_vs_actual`;
+    offlab.knobs' Outcome.to_dict): the value found first, the value asked for and the value read back."""
 
     where: str | None = None
     key: str | None = None
     original: Any = None
+    requested: Any = None
+    actual: Any = None
+    ok: bool = False
+    reason: str | None = None  # not ok: why
+    also_changed: dict[str, list[Any]] = field(default_factory=dict)  # feature → [before, after]
+    also_changed_why: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -949,7 +956,7 @@ class SampleRecord(JsonView):
     created_at: str | None = None
     metrics: dict[str, float] = field(default_factory=dict)
     sample: StoredSample = _view(StoredSample, default_factory=StoredSample)
-    requested_vs_actual: dict | None = None
+    requested_vs_actual: list[KnobOutcome] | None = _view(KnobOutcome, list=True)  # its cell's knobs, as set
 
 
 def records(rows: list[dict]) -> list[SampleRecord]:

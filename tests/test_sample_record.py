@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sqlite3
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -15,8 +16,8 @@ from offlab.experiment import effects, kernel_account, measure, witnesses
 from offlab.experiment.runner import as_run
 from offlab.metrics import metrics_of
 from offlab.probes.capture import CaptureSummary
-from offlab.sample import (MEASURED_KEYS, Consistency, Effect, GuestBoot, GuestNic, KernelAccount, LossAttribution,
-                           NicRow, Probes, RrPhase, Segment, StoredSample, Traffic)
+from offlab.sample import (MEASURED_KEYS, Consistency, Effect, GuestBoot, GuestNic, KernelAccount, KnobOutcome,
+                           LossAttribution, NicRow, Probes, RrPhase, Segment, StoredSample, Traffic, records)
 from offlab.store import Store
 from offlab.traffic import TrafficResult, Workload
 from offlab.traffic.rr import RrResult, RrWorkload
@@ -208,3 +209,25 @@ def test_a_samples_series_parts_are_the_parts_the_store_splits_series_from(name)
     d = json.loads((FIX / name).read_text())
     typed = [(part, [s.to_json() for s in series]) for part, series in StoredSample.from_json(d).series_parts()]
     assert json.dumps(typed) == json.dumps([(part, h["series"]) for part, h in series_holders(d)])
+
+
+def test_a_store_rows_knobs_requested_against_actual_read_as_outcomes_and_write_back_the_same(tmp_path):
+    db = tmp_path / "jumbo.db"
+    conn = sqlite3.connect(db)
+    conn.executescript((FIX / "directions" / "jumbo-loaded.sql").read_text())
+    [(version,)] = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchall()
+    conn.execute(f"PRAGMA user_version = {int(version)}")
+    conn.close()
+    with Store.open(db, create=False) as store:
+        rows = [r for run in store.list_runs() for r in store.samples(run["id"])]
+    assert rows and all(r["requested_vs_actual"] for r in rows)
+    for row, rec in zip(rows, records(rows), strict=True):
+        assert all(isinstance(o, KnobOutcome) for o in rec.requested_vs_actual)
+        assert json.dumps(rec.to_json()) == json.dumps(row)
+        first = row["requested_vs_actual"][0]
+        o = rec.requested_vs_actual[0]
+        assert (o.where, o.key, o.original, o.requested, o.actual, o.ok, o.reason) == (
+            first["where"], first["key"], first["original"], first["requested"], first["actual"], first["ok"],
+            first["reason"])
+        # the runner stores the same outcomes in the sample's `knobs`
+        assert [k.to_json() for k in rec.sample.knobs] == [k.to_json() for k in rec.requested_vs_actual]
