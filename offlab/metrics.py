@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:  # read at every CLI start (`results`'s metric names): the record's module only where used
-    from offlab.sample import StoredSample
+    from offlab.sample import Effect, SampleRecord, StoredSample
 
 Getter = Callable[["StoredSample"], "float | None"]
 
@@ -129,21 +129,20 @@ TCG_MARK = "TCG: directions only, not absolute figures"
 NOT_EXERCISED = "set but not exercised"
 
 
-def not_exercised(sample: dict) -> list[dict]:
+def not_exercised(sample: StoredSample | None) -> list[Effect]:
     """The effect witnesses of a stored sample that found its setting set but not exercised."""
-    return [e for e in sample.get("effects") or [] if e.get("status") == NOT_EXERCISED]
+    return [e for e in (sample.effects if sample else None) or [] if e.status == NOT_EXERCISED]
 
 
-def not_exercised_by_cell(samples: list[dict]) -> dict[int, str]:
+def not_exercised_by_cell(samples: list[SampleRecord]) -> dict[int, str]:
     """cell id → one line: each setting set but not exercised in its samples, where, in how many of
-    them, the likely cause and the first such sample's counters (`samples`: the store's rows)."""
-    seen: dict[int, dict[tuple, list]] = {}
+    them, the likely cause and the first such sample's counters (`samples`: the store's rows, read)."""
+    seen: dict[int, dict[tuple, list[Effect]]] = {}
     total: dict[int, int] = {}
     for row in samples:
-        cid, s = row["cell_id"], row.get("sample") or {}
-        total[cid] = total.get(cid, 0) + 1
-        for e in not_exercised(s):
-            seen.setdefault(cid, {}).setdefault((e["setting"], e["value"], e["where"], e.get("cause")), []).append(e)
-    return {cid: "; ".join(f"{k[0]}={k[1]} at {k[2]} in {len(v)} of {total[cid]} samples ({v[0]['detail']}"
+        total[row.cell_id] = total.get(row.cell_id, 0) + 1
+        for e in not_exercised(row.sample):
+            seen.setdefault(row.cell_id, {}).setdefault((e.setting, e.value, e.where, e.cause), []).append(e)
+    return {cid: "; ".join(f"{k[0]}={k[1]} at {k[2]} in {len(v)} of {total[cid]} samples ({v[0].detail}"
                            + (f" — {k[3]}" if k[3] else "") + ")" for k, v in found.items())
             for cid, found in seen.items()}

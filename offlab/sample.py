@@ -141,8 +141,10 @@ class Series(JsonView):
     """One per-interval series of the tool (offlab.traffic.series: columns and rows, as stored)."""
 
     source: str | None = None
+    interval_s: float | None = None  # asked for; None: the tool's own
     columns: list[str] = field(default_factory=list)
     rows: list[list[Any]] = field(default_factory=list)
+    intervals_dropped: int = 0  # rows the engine did not keep for its bound
     t0_mono_s: float | None = None  # its first row's start on its host's CLOCK_MONOTONIC
 
     def cols(self, *names: str) -> list[tuple[Any, ...]]:
@@ -725,6 +727,44 @@ class Effect(JsonView):
 
 
 @dataclass
+class NicRow(JsonView):
+    """One virtio-net property's chain on a guest NIC (offlab.vm.virtio Row): QEMU's value, its feature bit
+    offered and accepted, the features at the guest's and the tap's ends, and why they are what they are."""
+
+    prop: str = ""
+    value: str | None = None  # QEMU's effective value (None: unread)
+    source: str = ""  # set | default | unread | absent
+    bit: int = 0
+    bit_name: str = ""
+    offered: bool | None = None
+    accepted: bool | None = None
+    guest: dict[str, str] = field(default_factory=dict)  # guest ethtool feature → "on", "off [fixed]" ...
+    tap: dict[str, str] = field(default_factory=dict)
+    why: str = ""
+    lacking: str = ""  # which side lacks the bit: QEMU, QEMU setting, backend, guest driver, or ""
+
+    @property
+    def fixed_off(self) -> bool:
+        """Whether the guest's kernel holds one of this row's features off for good (`off [fixed]`)."""
+        return any(v.startswith("off [fixed]") for v in self.guest.values())
+
+
+@dataclass
+class GuestNic(JsonView):
+    """One guest NIC's negotiation chain (offlab.vm.virtio NicChain, read by offlab.lab.explain): where
+    it is and one row per property, with what could not be read."""
+
+    role: str = ""
+    iface: str = ""
+    device_id: str = ""
+    tap: str | None = None
+    tap_host: str | None = None
+    rows: list[NicRow] = _view(NicRow, list=True, default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    backend: str = ""
+
+
+@dataclass
 class Guest(JsonView):
     """How a QEMU guest of the lab ran (`guests[role]`): TCG marks the sample emulated."""
 
@@ -737,7 +777,7 @@ class Guest(JsonView):
     kernel_package: str | None = None  # the Debian package it came from, its version and archive suite
     kernel_package_version: str | None = None
     kernel_suite: str | None = None  # None: the machine's own apt (the default kernel)
-    nics: list[dict] = field(default_factory=list)  # offlab.lab.explain's negotiation chain per NIC
+    nics: list[GuestNic] = _view(GuestNic, list=True, default_factory=list)  # each NIC's chain at sample time
 
 
 @dataclass
@@ -751,11 +791,18 @@ class Held(JsonView):
 
 @dataclass
 class KnobOutcome(JsonView):
-    """What setting one knob for the sample's cell did (`knobs`; offlab.knobs' outcome): the value found first."""
+    """What setting one knob for the sample's cell did (`knobs`, and the store's `requested_vs_actual`;
+    offlab.knobs' Outcome.to_dict): the value found first, the value asked for and the value read back."""
 
     where: str | None = None
     key: str | None = None
     original: Any = None
+    requested: Any = None
+    actual: Any = None
+    ok: bool = False
+    reason: str | None = None  # not ok: why
+    also_changed: dict[str, list[Any]] = field(default_factory=dict)  # feature → [before, after]
+    also_changed_why: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -889,6 +936,15 @@ class StoredSample(JsonView):
         """A sample just measured: it stores MEASURED_KEYS whatever their values."""
         return cls(**fields, _keys=MEASURED_KEYS)
 
+    def series_parts(self) -> list[tuple[str, list[Series]]]:
+        """(dotted part, its series) for each part that holds per-interval series, in the order the sample
+        stores them: the stream's ("traffic"), then each request/response phase's ("rr.idle", "rr.loaded")."""
+        parts = [("traffic", self.traffic.series if self.traffic else [])]
+        for phase in ("idle", "loaded"):
+            held = getattr(self.rr, phase) if self.rr is not None else None
+            parts.append((f"rr.{phase}", held.series if held is not None else []))
+        return [(part, series) for part, series in parts if series]
+
 
 @dataclass
 class SampleRecord(JsonView):
@@ -900,7 +956,7 @@ class SampleRecord(JsonView):
     created_at: str | None = None
     metrics: dict[str, float] = field(default_factory=dict)
     sample: StoredSample = _view(StoredSample, default_factory=StoredSample)
-    requested_vs_actual: dict | None = None
+    requested_vs_actual: list[KnobOutcome] | None = _view(KnobOutcome, list=True)  # its cell's knobs, as set
 
 
 def records(rows: list[dict]) -> list[SampleRecord]:

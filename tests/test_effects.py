@@ -15,6 +15,7 @@ from offlab.experiment import effects
 from offlab.experiment.effects import EXERCISED, NOT_APPLICABLE, OFF
 from offlab.experiment.effects.testpmd import resegment_factor
 from offlab.metrics import NOT_EXERCISED, not_exercised_by_cell
+from offlab.sample import records
 from tests.helpers import judge_effects
 
 FIXTURES = Path(__file__).parent / "fixtures" / "effects"
@@ -194,8 +195,8 @@ def test_a_cell_line_names_the_setting_where_in_how_many_samples_and_why():
     bad["effects"] = judge_effects(bad, [])
     good = {**sample("dpdk-csum-gro")}
     good["effects"] = judge_effects(good, [])
-    lines = not_exercised_by_cell([{"cell_id": 1, "sample": bad}, {"cell_id": 1, "sample": bad},
-                                   {"cell_id": 2, "sample": good}])
+    lines = not_exercised_by_cell(records([{"cell_id": 1, "sample": bad}, {"cell_id": 1, "sample": bad},
+                                           {"cell_id": 2, "sample": good}]))
     assert list(lines) == [1]
     assert lines[1].startswith("testpmd.gro=on at switch (testpmd port 0, rx) in 2 of 2 samples (port 0 received")
     assert lines[1].endswith("fwd is io)")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -200,6 +201,42 @@ def test_failed_cell_shows_why_and_no_figures_in_report_show_and_compare(pps):
     assert compared.returncode == 0, compared.stderr
     assert "failed: rps=all (baseline rps=off): offlab-engine rx exited 1: bind: address in use" in compared.stdout
     assert "rps=all vs" not in compared.stdout
+
+
+def test_the_reports_searches_and_segments_are_the_stored_records_with_their_cell(pps):
+    from offlab.sample import Segment, ZeroLossSearch, records
+
+    with Store.open(pps["db"], create=False) as s:
+        cells, rows = s.cells(pps["run"]), s.samples(pps["run"])
+    keys = {c["id"]: c["key"] for c in cells}
+    found = report.searches(cells, records(rows))
+    assert found and all(isinstance(r.search, ZeroLossSearch) for r in found)
+    for r in found:  # each the search its cell's sample of that round stored, byte for byte
+        stored = [x["sample"]["search"] for x in rows
+                  if keys[x["cell_id"]] == r.cell and x["round"] == r.round and x["sample"].get("search")]
+        assert json.dumps(r.search.to_json()) in [json.dumps(z) for z in stored]
+        assert r.criterion == f"≤ {100 * r.search.max_loss:g} % loss"
+    segs = report.segmentations(cells, records(rows))
+    assert segs and all(isinstance(h, Segment) for c in segs for h in c.hops)
+    first = next(x for x in rows if keys[x["cell_id"]] == segs[0].cell and x["sample"].get("segmentation"))
+    assert json.dumps([h.to_json() for h in segs[0].hops]) == json.dumps(first["sample"]["segmentation"])
+
+
+def test_a_search_trials_line_names_the_kernels_drops_by_place_or_why_it_has_none():
+    from offlab.cli.results import _trial_text
+    from offlab.sample import SearchTrial
+
+    trial = {"phase": "confirm", "target_pps": 126000, "achieved_pps": 125400.0, "received_pps": 125000.0,
+             "sent": 1, "received": 1, "loss": 0.0, "passed": True, "generator_limited": False}
+    places = {"lost": 12, "places": {"client NOMEM": 3, "server:eth0 SOCKET_RCVBUFF": 9}, "unseen": 2}
+    assert _trial_text(SearchTrial.from_json({**trial, "kernel_loss": places})) == (
+        "126k→125k 0 % ✓ (confirm) [kernel: server:eth0 SOCKET_RCVBUFF 9, client NOMEM 3, unseen 2]")
+    assert _trial_text(SearchTrial.from_json({**trial, "kernel_loss": {"unavailable": None}})).endswith(
+        "[kernel: not taken]")
+    assert _trial_text(SearchTrial.from_json({**trial, "kernel_loss": {"lost": 0, "places": {}, "unseen": 0}})
+                       ).endswith("[kernel: no drop]")
+    no_loss = SearchTrial.from_json({**trial, "loss": None, "kernel_loss": None})
+    assert _trial_text(no_loss) == "126k→125k loss ? ✓ (confirm)"
 
 
 def test_zero_loss_headline_with_trials_is_in_the_report_and_the_terminal(pps):

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sqlite3
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -14,8 +16,8 @@ from offlab.experiment import effects, kernel_account, measure, witnesses
 from offlab.experiment.runner import as_run
 from offlab.metrics import metrics_of
 from offlab.probes.capture import CaptureSummary
-from offlab.sample import (MEASURED_KEYS, Consistency, Effect, GuestBoot, KernelAccount, LossAttribution, Probes, RrPhase, Segment,
-                           StoredSample, Traffic)
+from offlab.sample import (MEASURED_KEYS, Consistency, Effect, GuestBoot, GuestNic, KernelAccount, KnobOutcome,
+                           LossAttribution, NicRow, Probes, RrPhase, Segment, StoredSample, Traffic, records)
 from offlab.store import Store
 from offlab.traffic import TrafficResult, Workload
 from offlab.traffic.rr import RrResult, RrWorkload
@@ -179,3 +181,53 @@ def test_metrics_read_every_part_of_a_sample_through_its_fields():
     assert m["rtt_p50_us"] == d["rr"]["idle"]["rtt_p50_us"] and m["loaded_rtt_p99_us"] == d["rr"]["loaded"]["rtt_p99_us"]
     assert m["cpu_us_per_transaction"] == d["rr"]["idle"]["cpu_us_per_transaction"]
     assert m["sd_total_us_per_kib"] == d["service_demand_us_per_kib"]["total"]
+
+
+def test_a_guests_record_assembled_by_measure_holds_each_nics_chain_as_it_was_stored(monkeypatch):
+    d = json.loads((FIX / "effects" / "vm-xps-udp.json").read_text())
+    nics = d["guests"]["client"]["nics"]
+    monkeypatch.setattr(measure, "guest_chains", lambda lab: {"client": [GuestNic.from_json(n) for n in nics]})
+    ran = {k: d["guests"]["client"].get(k) for k in measure.GUEST_KEYS}
+    lab = SimpleNamespace(hosts={"client": SimpleNamespace(guest=ran), "server": SimpleNamespace(guest=None)})
+    guests = measure.guests_of(lab)
+    assert list(guests) == ["client"]
+    # the keys a guest's run always stored, in their order, then its NICs' chains
+    assert json.dumps(guests["client"].to_json()) == json.dumps({**ran, "nics": nics})
+    (nic,) = guests["client"].nics
+    assert (nic.iface, nic.tap, nic.tap_host) == ("eth0", nics[0]["tap"], "server")
+    assert all(isinstance(r, NicRow) for r in nic.rows)
+    assert [r.prop for r in nic.rows] == [r["prop"] for r in nics[0]["rows"]]
+    fixed = [r.why for r in nic.rows if r.fixed_off]
+    assert fixed == [r["why"] for r in nics[0]["rows"] if any(v.startswith("off [fixed]") for v in r["guest"].values())]
+
+
+@pytest.mark.parametrize("name", ["sample/rr_under_load_measure.json", "sample/engine_udp_measure.json",
+                                  "effects/bridge-tsooff.json"])
+def test_a_samples_series_parts_are_the_parts_the_store_splits_series_from(name):
+    from offlab.store import series_holders
+
+    d = json.loads((FIX / name).read_text())
+    typed = [(part, [s.to_json() for s in series]) for part, series in StoredSample.from_json(d).series_parts()]
+    assert json.dumps(typed) == json.dumps([(part, h["series"]) for part, h in series_holders(d)])
+
+
+def test_a_store_rows_knobs_requested_against_actual_read_as_outcomes_and_write_back_the_same(tmp_path):
+    db = tmp_path / "jumbo.db"
+    conn = sqlite3.connect(db)
+    conn.executescript((FIX / "directions" / "jumbo-loaded.sql").read_text())
+    [(version,)] = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchall()
+    conn.execute(f"PRAGMA user_version = {int(version)}")
+    conn.close()
+    with Store.open(db, create=False) as store:
+        rows = [r for run in store.list_runs() for r in store.samples(run["id"])]
+    assert rows and all(r["requested_vs_actual"] for r in rows)
+    for row, rec in zip(rows, records(rows), strict=True):
+        assert all(isinstance(o, KnobOutcome) for o in rec.requested_vs_actual)
+        assert json.dumps(rec.to_json()) == json.dumps(row)
+        first = row["requested_vs_actual"][0]
+        o = rec.requested_vs_actual[0]
+        assert (o.where, o.key, o.original, o.requested, o.actual, o.ok, o.reason) == (
+            first["where"], first["key"], first["original"], first["requested"], first["actual"], first["ok"],
+            first["reason"])
+        # the runner stores the same outcomes in the sample's `knobs`
+        assert [k.to_json() for k in rec.sample.knobs] == [k.to_json() for k in rec.requested_vs_actual]

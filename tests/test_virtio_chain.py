@@ -34,6 +34,15 @@ def test_host_uso_off_explains_the_fixed_udp_segmentation():
     assert row.why == "tx-udp-segmentation off [fixed]: host_uso=off, VIRTIO_NET_F_HOST_USO (bit 56) not offered"
 
 
+def test_a_chain_as_a_sample_holds_it_reads_its_rows_as_fields_and_writes_back_its_json():
+    c = chain("host_uso_off")
+    nic = c.stored()
+    assert json.dumps(nic.to_json()) == json.dumps(c.to_json())
+    row = next(r for r in nic.rows if r.prop == "host_uso")
+    assert (row.bit, row.offered, row.lacking, row.fixed_off) == (56, False, c.row("host_uso").lacking, True)
+    assert row.why == c.row("host_uso").why
+
+
 def test_default_host_uso_is_on_from_qemus_default_and_the_guest_leaves_uso_off_but_changeable():
     c = chain("default")
     row = c.row("host_uso")

@@ -309,11 +309,12 @@ def _detail(row, d: dict) -> str:
 def _not_exercised(store, run_id: int) -> dict[str, str]:
     """cell key → its settings set but not exercised (the samples' effect witnesses)."""
     from offlab.metrics import not_exercised_by_cell
+    from offlab.sample import records
 
     if store is None:  # a runner that stored nothing has nothing to mark
         return {}
     keys = {c["id"]: c["key"] for c in store.cells(run_id)}
-    return {keys[cid]: line for cid, line in not_exercised_by_cell(store.samples(run_id)).items()}
+    return {keys[cid]: line for cid, line in not_exercised_by_cell(records(store.samples(run_id))).items()}
 
 
 def _published(runner: Runner, d: dict) -> str:

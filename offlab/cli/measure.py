@@ -223,9 +223,9 @@ def print_sample(s: StoredSample) -> None:
                       f"{tp.out_per_in:.3f}")
     for role, g in (s.guests or {}).items():
         for nic in g.nics or []:  # the chain at sample time: only what is fixed off, and why (offlab.lab.explain)
-            for r in nic["rows"]:
-                if any(v.startswith("off [fixed]") for v in r["guest"].values()):
-                    out.print(f"  guest       {role}:{nic['iface']} {escape(r['why'])}")
+            for r in nic.rows:
+                if r.fixed_off:
+                    out.print(f"  guest       {role}:{nic.iface} {escape(r.why)}")
     for role in p.snmp:
         for group in ("Udp", "Udp6"):
             dropped = p.counter(role, group, "RcvbufErrors")

@@ -18,7 +18,7 @@ from offlab.metrics import HEADLINE, METRICS, NOT_EXERCISED, TCG_MARK, not_exerc
 
 if TYPE_CHECKING:  # read by the commands that print samples, imported there
     from offlab.probes.edge.dpdk_ports import TestpmdCounters
-    from offlab.sample import Capture, StoredSample
+    from offlab.sample import Capture, SearchTrial, StoredSample
 
 out = OnFirstUse()
 
@@ -118,7 +118,9 @@ def show_cmd(
     level = (run.get("repeat") or {}).get("level") or 99
     cis = {c["id"]: {m: mean_ci(v, level) for m, v in values.get(c["id"], {}).items()} for c in cells}
     if as_json:
-        unexercised = not_exercised_by_cell(samples)
+        from offlab.sample import records
+
+        unexercised = not_exercised_by_cell(records(samples))
         _json({"run": run,
                "cells": [{**c, "intervals": {m: ci.to_dict() for m, ci in cis[c["id"]].items()},
                           "not_exercised": unexercised.get(c["id"])} for c in cells],
@@ -191,9 +193,11 @@ def print_comparison(store, run_id: int) -> None:
 def print_not_exercised(store, run_id: int) -> None:
     """Cells with a setting set but not exercised (its effect witness), with the counters and the likely cause."""
     from rich.markup import escape
+    from offlab.sample import records
 
     keys = {c["id"]: c["key"] for c in store.cells(run_id)}
-    for cid, line in sorted(not_exercised_by_cell(store.samples(run_id)).items(), key=lambda kv: keys.get(kv[0], "")):
+    found = not_exercised_by_cell(records(store.samples(run_id)))
+    for cid, line in sorted(found.items(), key=lambda kv: keys.get(kv[0], "")):
         out.print(f"[bold red]{NOT_EXERCISED}[/bold red]: {escape(keys.get(cid, '?'))}: {escape(line)}")
 
 
@@ -251,9 +255,9 @@ def print_losses(store, run_id: int) -> None:
     if segs:
         out.print("[bold]segmentation by counters[/bold] (first sample of each cell: packets vs bytes per hop)")
         for c in segs:
-            out.print(f"  {escape(c['cell'])}:")
-            for h in c["hops"]:
-                out.print(f"    {escape(h['line'])}")
+            out.print(f"  {escape(c.cell)}:")
+            for h in c.hops:
+                out.print(f"    {escape(h.line)}")
     traced = {k: kernel.segmentation_lines(m) + kernel.unavailable_lines(m) for k, m in accounts.items()}
     if any(traced.values()):
         out.print("[bold]segmentation by the kernel's account[/bold] (tracepoints, the cell's samples summed: "
@@ -359,25 +363,25 @@ def print_searches(store, run_id: int) -> None:
     if not found:
         return
     out.print("[bold]zero-loss search[/bold] (target → achieved offered pps, loss; ✓ met the criterion)")
-    for z in found:
-        rate = (f"{z['found_pps'] / 1e3:.1f} kpps at {z['criterion']}" if z.get("found_pps") is not None
-                else f"no rate met {z['criterion']}") + (" (generator-limited)" if z.get("generator_limited") else "")
-        out.print(f"  {escape(z['cell'])} round {z['round']}: [bold]{escape(rate)}[/bold]")
-        out.print(f"    {escape(z.get('verdict', ''))}")
-        trials = z.get("trials") or []
-        line = ", ".join(_trial_text(t) for t in trials)
+    for row in found:
+        z = row.search
+        rate = (f"{z.found_pps / 1e3:.1f} kpps at {row.criterion}" if z.found_pps is not None
+                else f"no rate met {row.criterion}") + (" (generator-limited)" if z.generator_limited else "")
+        out.print(f"  {escape(row.cell)} round {row.round}: [bold]{escape(rate)}[/bold]")
+        out.print(f"    {escape(z.verdict if z.has('verdict') else '')}")
+        line = ", ".join(_trial_text(t) for t in z.trials)
         out.print(f"    [dim]{escape(line)}[/dim]")
 
 
-def _trial_text(t: dict) -> str:
-    loss = "loss ?" if t["loss"] is None else f"{100 * t['loss']:.2g} %"
-    marks = (" ✓" if t["passed"] else "") + (" gen-limited" if t["generator_limited"] else "") + (
-        " (confirm)" if t["phase"] == "confirm" else "")
-    kl = t.get("kernel_loss")
-    kernel = "" if kl is None else (" [kernel: not taken]" if "unavailable" in kl else " [kernel: " + (", ".join(
-        [f"{k} {v}" for k, v in sorted(kl["places"].items(), key=lambda kv: -kv[1])]
-        + ([f"unseen {kl['unseen']}"] if kl.get("unseen") else [])) or "no drop") + "]")
-    return f"{t['target_pps'] / 1e3:.0f}k→{(t['achieved_pps'] or 0) / 1e3:.0f}k {loss}{marks}{kernel}"
+def _trial_text(t: SearchTrial) -> str:
+    loss = "loss ?" if t.loss is None else f"{100 * t.loss:.2g} %"
+    marks = (" ✓" if t.passed else "") + (" gen-limited" if t.generator_limited else "") + (
+        " (confirm)" if t.phase == "confirm" else "")
+    kl = t.kernel_loss
+    kernel = "" if kl is None else (" [kernel: not taken]" if kl.has("unavailable") else " [kernel: " + (", ".join(
+        [f"{k} {v}" for k, v in sorted(kl.places.items(), key=lambda kv: -kv[1])]
+        + ([f"unseen {kl.unseen}"] if kl.unseen else [])) or "no drop") + "]")
+    return f"{t.target_pps / 1e3:.0f}k→{(t.achieved_pps or 0) / 1e3:.0f}k {loss}{marks}{kernel}"
 
 
 def _print_run(run: dict, cells: list[dict], cis: dict, level: float) -> None:

@@ -36,6 +36,7 @@ from offlab.experiment.plan.load import baseline_key
 from offlab.hosts import LOCAL
 from offlab.catalog import GUEST_TOPOLOGIES
 from offlab.metrics import METRICS, NOT_EXERCISED, not_exercised_by_cell
+from offlab.sample import records
 from offlab.state import me, private_tmp
 from offlab.stats import UNDECIDED, replay
 from offlab.store import Store
@@ -235,17 +236,17 @@ def verdict_of(store: Store, run_id: int, spec: Spec, level: float, equivalence:
             return CANNOT_TEST, {"reason": side["reason"], "cell": side["key"]}
         if side["status"] == "failed":
             return FAILED, {"reason": side["reason"], "cell": side["key"]}
-    samples = store.samples(run_id)
+    samples = records(store.samples(run_id))
     history: dict[int, list[tuple[int, float]]] = {}
     for s in samples:
-        if spec.metric in s["metrics"]:
-            history.setdefault(s["cell_id"], []).append((s["round"], s["metrics"][spec.metric]))
+        if spec.metric in s.metrics:
+            history.setdefault(s.cell_id, []).append((s.round, s.metrics[spec.metric]))
     d = replay(history.get(base["id"], []), history.get(cell["id"], []), n0, level, equivalence,
                METRICS[spec.metric].better)
     verdict = d.verdict if d else UNDECIDED
     detail: dict = {"verdict": verdict, "ratio": d.ratio if d else None,
               "low": d.low if d else None, "high": d.high if d else None, "pairs": d.n if d else 0,
-              "samples": sum(1 for s in samples if s["cell_id"] in (cell["id"], base["id"]))}
+              "samples": sum(1 for s in samples if s.cell_id in (cell["id"], base["id"]))}
     unexercised = not_exercised_by_cell(samples).get(cell["id"])
     if unexercised:
         detail["not_exercised"] = unexercised

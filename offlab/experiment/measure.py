@@ -179,10 +179,11 @@ def guests_of(lab: LabState) -> dict[str, Guest]:
     """role → how that guest of the lab ran, with each NIC's negotiation chain as it stood at the end of
     the traffic (read after it, so the guest round trips do not steal from the measured work): why its
     offloads were what they were."""
-    guests = {role: {k: e.guest.get(k) for k in GUEST_KEYS} for role, e in lab.hosts.items() if e.guest}
+    guests = {role: Guest.keyed(**{k: e.guest.get(k) for k in GUEST_KEYS}) for role, e in lab.hosts.items()
+              if e.guest}
     for role, chains in guest_chains(lab).items():
-        guests[role]["nics"] = chains
-    return {role: Guest.from_json(g) for role, g in guests.items()}
+        guests[role] = guests[role].plus(nics=chains)
+    return guests
 
 
 @dataclass

@@ -35,7 +35,7 @@ from offlab.lab.model import LabState
 from offlab.experiment.measure import CaptureRequest, measure, measure_rr, measure_rr_under_load
 from offlab.lab.hold import Hold
 from offlab.metrics import metrics_of
-from offlab.sample import GuestBoot, Held, KnobOutcome, StoredSample
+from offlab.sample import GuestBoot, Held, KnobOutcome, StoredSample, records
 from offlab.state import FlockFile, me
 from offlab.stats import UNDECIDED, converged
 from offlab.store import Store
@@ -279,7 +279,7 @@ class Runner:
             h.update(self._what())
         ids = self.store.add_cells(self.run_id, cells)
         known = {c["id"]: c for c in self.store.cells(self.run_id)}
-        samples = self.store.samples(self.run_id)
+        samples = records(self.store.samples(self.run_id))
         metric = self.plan.repeat.metric
         for cell in self.plan.cells:
             cs = CellState(cell, ids[cell.key])
@@ -290,11 +290,11 @@ class Runner:
                 cs.status, cs.reason = "skipped", f"cannot test here: {self.cannot_run[cell.lab_key]}"
                 self.store.set_cell_status(cs.cell_id, "skipped", cs.reason)
             for s in samples:
-                if s["cell_id"] == cs.cell_id:
-                    cs.rounds_done.add(s["round"])
-                    if metric in s["metrics"]:
-                        cs.values.append(s["metrics"][metric])
-                        cs.history.append((s["round"], s["metrics"][metric]))
+                if s.cell_id == cs.cell_id:
+                    cs.rounds_done.add(s.round)
+                    if metric in s.metrics:
+                        cs.values.append(s.metrics[metric])
+                        cs.history.append((s.round, s.metrics[metric]))
             self.cells.append(cs)
         self.on_event("run", {"run_id": self.run_id, "cells": len(self.cells), "seed": self.seed})
         for cs in self.cells:

@@ -109,6 +109,7 @@ def zero_loss_search(lab, w, max_loss: float, low: float, high: float, steps: in
     # path, and a sender that fell short at the low bound says nothing about the DUT's ceiling.
     limited = bool(chosen is not None and fail_at is None
                    and (chosen.generator_limited or ceiling and found and found >= ceiling * 0.98))
+    verdict = _verdict(found, limited, ceiling, fail_at, max_loss, low)
     sample.search = ZeroLossSearch.keyed(
         max_loss=max_loss, low_pps=low, high_pps=high, confirm=confirm, trials=trials,
         found_pps=int(found) if found is not None else None,
@@ -116,8 +117,8 @@ def zero_loss_search(lab, w, max_loss: float, low: float, high: float, steps: in
         generator_limited=limited if found is not None else bool(ceiling and fail_at is None),
         generator_ceiling_pps=int(ceiling) if ceiling else None,
         lowest_failing_pps=int(fail_at) if fail_at is not None else None,
-        verdict=_verdict(found, limited, ceiling, fail_at, max_loss, low))
-    sample.notes.append(sample.search.verdict)
+        verdict=verdict)
+    sample.notes.append(verdict)
     return sample
 
 

@@ -10,12 +10,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
+from typing import TYPE_CHECKING
 
 from offlab import netdev
 from offlab.errors import OfflabError
 from offlab.lab.model import LabState
 from offlab.vm import virtio
 from offlab.vm.qmp import Qmp, QmpError
+
+if TYPE_CHECKING:
+    from offlab.sample import GuestNic
 
 
 @dataclass
@@ -207,13 +211,13 @@ def _accepted(host, ref: dict, iface: str, mac: str) -> set[int]:
     return bits
 
 
-def guest_chains(lab: LabState) -> dict[str, list[dict]]:
-    """role → its NICs' chains as JSON, for a sample's record of how its guests ran."""
+def guest_chains(lab: LabState) -> dict[str, list[GuestNic]]:
+    """role → its NICs' chains as a sample holds them, for its record of how its guests ran."""
     out = {}
     for role in lab.hosts:
         nics = guest_nics(lab, role)
         if nics:
-            out[role] = [nic_chain(lab, role, nic).to_json() for nic in nics]
+            out[role] = [nic_chain(lab, role, nic).stored() for nic in nics]
     return out
 
 

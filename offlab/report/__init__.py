@@ -14,9 +14,10 @@ from offlab.errors import BadInput, EnvironmentProblem
 from offlab.metrics import HEADLINE, METRICS, NOT_EXERCISED, TCG_MARK, not_exercised_by_cell
 from offlab.report import format as fmt
 from offlab.report import kernel
-from offlab.sample import Cpu, CpuAccount, KernelAccount, LossAttribution, SampleRecord, StoredSample, records
+from offlab.sample import (Cpu, CpuAccount, KernelAccount, LossAttribution, SampleRecord, Segment, Series,
+                           StoredSample, ZeroLossSearch, records)
 from offlab.stats import CI, is_improvement, mean_ci
-from offlab.store import Store, series_holders
+from offlab.store import Store
 
 # A cell with this status shows why, never figures: what it measured before failing is not a result.
 NO_FIGURES = ("failed",)
@@ -154,16 +155,15 @@ def _captures(cells: list[dict], samples: list[SampleRecord]) -> list[dict]:
 MAX_SERIES_CHARTS = 40
 
 
-def _series_of(sample: StoredSample | None) -> list[tuple[str, dict, dict | None]]:
+def _series_of(sample: StoredSample | None) -> list[tuple[str, Series, Series | None]]:
     """(part, series, sender's series or None) for each part of a sample that has per-interval series: its
     first one (the receiver's for an engine stream, the client's for rr), and the engine sender's beside it.
     The series stay in their stored columnar shape: the charts draw that."""
     out = []
-    for part, holder in series_holders(sample.to_json() if sample else {}):
-        drawn = [s for s in holder["series"] if isinstance(s, dict) and s.get("rows")
-                 and "t_s" in (s.get("columns") or [])]
+    for part, series in sample.series_parts() if sample else []:
+        drawn = [s for s in series if isinstance(s, Series) and s.rows and "t_s" in (s.columns or [])]
         if drawn:
-            sent = next((s for s in drawn[1:] if str(s.get("source", "")).endswith(" tx")), None)
+            sent = next((s for s in drawn[1:] if str(s.source).endswith(" tx")), None)
             out.append((part, drawn[0], sent))
     return out
 
@@ -172,7 +172,7 @@ def _series_charts(cells: list[dict], samples: list[SampleRecord]) -> dict:
     """Per cell (and part), every round's series overlaid: the charts, and the cells left undrawn."""
     from offlab.report import charts
 
-    per_cell: dict[tuple[int, str], list[tuple[str, dict, dict | None]]] = {}
+    per_cell: dict[tuple[int, str], list[tuple[str, Series, Series | None]]] = {}
     for s in samples:
         for part, series, sent in _series_of(s.sample):
             per_cell.setdefault((s.cell_id, part), []).append((f"round {s.round}", series, sent))
@@ -186,12 +186,13 @@ def _series_charts(cells: list[dict], samples: list[SampleRecord]) -> dict:
                 continue
             svg, grouped = charts.over_time([(n, s) for n, s, _ in rounds], [(n, t) for n, _, t in rounds])
             first = rounds[0][1]
-            every = first.get("interval_s")
-            out.append({"cell": c["key"], "part": part, "svg": svg, "source": first.get("source", "?"),
+            every = first.interval_s
+            source = first.source if first.has("source") else "?"
+            out.append({"cell": c["key"], "part": part, "svg": svg, "source": source,
                         "interval": f"{every * 1000:g} ms" if every else "its own interval",
                         "grouped": grouped, "rounds": len(rounds),
                         "sent": any(t for _, _, t in rounds),
-                        "dropped": sum(s.get("intervals_dropped") or 0 for _, s, _ in rounds)})
+                        "dropped": sum(s.intervals_dropped or 0 for _, s, _ in rounds)})
     return {"charts": out, "undrawn": list(dict.fromkeys(undrawn))}
 
 
@@ -284,7 +285,18 @@ def env_groups(env: dict) -> list[dict]:
     return [{"title": title, "items": items} for title, items in groups.items()]
 
 
-def searches(cells: list[dict], samples: list[SampleRecord]) -> list[dict]:
+@dataclass
+class SearchRow:
+    """One searched sample's zero-loss search, as the report and `results show` give it: its cell, its round
+    and the loss criterion, beside the search as stored."""
+
+    cell: str
+    round: int
+    criterion: str  # "≤ 0.1 % loss"
+    search: ZeroLossSearch
+
+
+def searches(cells: list[dict], samples: list[SampleRecord]) -> list[SearchRow]:
     """Zero-loss search results, one per searched sample: the headline sentence and its trials."""
     keys = {c["id"]: c["key"] for c in cells}
     status = {c["id"]: c["status"] for c in cells}
@@ -294,8 +306,7 @@ def searches(cells: list[dict], samples: list[SampleRecord]) -> list[dict]:
         z = (s.sample or StoredSample()).search
         if z is None or z.empty or status.get(s.cell_id) in NO_FIGURES:
             continue
-        out.append({"cell": keys.get(s.cell_id, "?"), "round": s.round, **z.to_json(),
-                    "criterion": f"≤ {100 * z.max_loss:g} % loss"})
+        out.append(SearchRow(keys.get(s.cell_id, "?"), s.round, f"≤ {100 * z.max_loss:g} % loss", z))
     return out
 
 
@@ -340,14 +351,22 @@ def _attribution(sample: StoredSample) -> LossAttribution | None:
     return la
 
 
-def segmentations(cells: list[dict], samples: list[SampleRecord]) -> list[dict]:
+@dataclass
+class CellSegments:
+    """A cell's segmentation by counters: the hops of its first sample that has them."""
+
+    cell: str
+    hops: list[Segment]
+
+
+def segmentations(cells: list[dict], samples: list[SampleRecord]) -> list[CellSegments]:
     """Per cell, the segmentation lines of its first sample that has them (packets vs bytes per hop), as stored."""
-    first: dict[int, list[dict]] = {}
+    first: dict[int, list[Segment]] = {}
     for s in samples:
         seg = (s.sample or StoredSample()).segmentation
         if seg and s.cell_id not in first:
-            first[s.cell_id] = [h.to_json() for h in seg]
-    return [{"cell": c["key"], "hops": first[c["id"]]} for c in cells
+            first[s.cell_id] = seg
+    return [CellSegments(c["key"], first[c["id"]]) for c in cells
             if c["id"] in first and c["status"] not in NO_FIGURES]
 
 
@@ -450,8 +469,7 @@ def build_report(store: Store, run_id: int, *, baseline: dict | None = None,
     width = (run.get("repeat") or {}).get("width")
     cells = store.cells(run_id)
     values = store.cell_metrics(run_id)
-    stored = store.samples(run_id)
-    samples = records(stored)
+    samples = records(store.samples(run_id))
     present = [m for m in metrics if any(values.get(c["id"], {}).get(m) for c in cells)]
     cis = _cell_cis(cells, values, present, level)
     axes = axes_of(cells)
@@ -491,7 +509,7 @@ def build_report(store: Store, run_id: int, *, baseline: dict | None = None,
         charts_ctx["frames"] = charts.frame_histograms([(c["cell"], c) for c in captures])
     env = run.get("env") or {}
     published = published_rows(store, run_id)
-    unexercised = not_exercised_by_cell(stored)
+    unexercised = not_exercised_by_cell(samples)
     context = {
         "run": run, "level": level, "width": width, "version": __version__,
         "emulated": emulated(run, samples), "tcg_mark": TCG_MARK,

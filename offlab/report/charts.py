@@ -6,10 +6,14 @@ import io
 import itertools
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from offlab.metrics import METRICS
 from offlab.stats import CI
 from offlab.wire import ETH_HEADER
+
+if TYPE_CHECKING:
+    from offlab.sample import Series
 
 # Colour-blind-safe (Okabe–Ito), in the order hues are handed out.
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000")
@@ -233,7 +237,8 @@ def _thin(xs: list[float], ys: list[float | None], n: int) -> tuple[list[float],
     return ox, oy, k
 
 
-def over_time(rounds: list[tuple[str, dict]], sent: list[tuple[str, dict]] | None = None) -> tuple[str, int]:
+def over_time(rounds: list[tuple[str, Series]], sent: list[tuple[str, Series | None]] | None = None
+              ) -> tuple[str, int]:
     """One cell's per-interval series, a line per round (overlaid), a panel per figure (throughput, pps,
     transactions/s, RTT p50/p99/max); the warm-up (t < 0) shaded. `sent`: the sender's series of the same
     rounds (same order), drawn dotted in the round's colour on the rate panels, so loss shows as a gap.
@@ -241,17 +246,17 @@ def over_time(rounds: list[tuple[str, dict]], sent: list[tuple[str, dict]] | Non
     sent = sent or []
     panels = []
     for label, unit, cols in SERIES_PANELS:
-        present = [(c, style) for c, style in cols if any(c in s["columns"] for _, s in rounds)]
+        present = [(c, style) for c, style in cols if any(c in s.columns for _, s in rounds)]
         if present:
             panels.append((label, unit, present))
     fig = _figure(9.0, 0.6 + 1.7 * max(1, len(panels)))
     axes = fig.subplots(max(1, len(panels)), 1, sharex=True, squeeze=False)[:, 0]
     grouped = 1
-    t_min = min((r[s["columns"].index("t_s")] for _, s in rounds for r in s["rows"]), default=0.0)
+    t_min = min((r[s.columns.index("t_s")] for _, s in rounds for r in s.rows), default=0.0)
     for ax, (label, unit, cols) in zip(axes, panels, strict=True):
         _style(ax)
-        values = [r[s["columns"].index(c)] for _, s in rounds + [x for x in sent if x[1]] for c, _ in cols if c in s["columns"]
-                  for r in s["rows"] if r[s["columns"].index(c)] is not None]
+        values = [r[s.columns.index(c)] for _, s in rounds + [x for x in sent if x[1]] for c, _ in cols
+                  if c in s.columns for r in s.rows if r[s.columns.index(c)] is not None]
         div, prefix = 1.0, ""
         if unit in ("bit/s", "pps", "tps"):
             top = max(values, default=0)
@@ -261,16 +266,16 @@ def over_time(rounds: list[tuple[str, dict]], sent: list[tuple[str, dict]] | Non
             lines += [(ri, f"{name} sent", s, ":") for ri, (name, s) in enumerate(sent) if s]
         for ri, name, s, dotted in lines:
             colour = PALETTE[ri % len(PALETTE)]
-            ti = s["columns"].index("t_s")
+            ti = s.columns.index("t_s")
             for c, style in cols:
                 style = dotted or style
-                if c not in s["columns"]:
+                if c not in s.columns:
                     continue
-                ci = s["columns"].index(c)
-                di = s["columns"].index("dur_s") if "dur_s" in s["columns"] else None
-                iv = s.get("interval_s") or 0
+                ci = s.columns.index(c)
+                di = s.columns.index("dur_s") if "dur_s" in s.columns else None
+                iv = s.interval_s or 0
                 # A rate over a sliver (the clipped last interval) is noise, not a stall: not drawn.
-                rows = [r for r in s["rows"] if not (unit in ("bit/s", "pps", "tps") and di is not None
+                rows = [r for r in s.rows if not (unit in ("bit/s", "pps", "tps") and di is not None
                                                       and r[di] is not None and r[di] < iv / 2)]
                 xs = [r[ti] for r in rows]
                 ys = [None if r[ci] is None else r[ci] / div for r in rows]

@@ -317,7 +317,8 @@ def _mark_not_exercised(store: Store, rows: list[Row]) -> list[Row]:
         if run is None:
             continue
         keys = {c["id"]: c["key"] for c in store.cells(run)}
-        lines.update({(run, keys[cid]): line for cid, line in not_exercised_by_cell(store.samples(run)).items()})
+        found = not_exercised_by_cell(records(store.samples(run)))
+        lines.update({(run, keys[cid]): line for cid, line in found.items()})
     for row in rows:
         for who, run, key in (("cell", row.run, row.cell), ("baseline", row.baseline_run, row.baseline)):
             if (run, key) in lines:

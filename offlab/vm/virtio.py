@@ -16,8 +16,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
 
 from offlab.netdev import Feature
+
+if TYPE_CHECKING:
+    from offlab.sample import GuestNic
 
 # Bit → name, for the device's own bits and the transport bits QEMU lists beside them.
 BIT_NAMES: dict[int, str] = {
@@ -149,6 +153,12 @@ class NicChain:
 
     def to_json(self) -> dict:
         return asdict(self)
+
+    def stored(self) -> GuestNic:
+        """This chain as a sample holds it (`guests[role].nics`)."""
+        from offlab.sample import GuestNic  # here: the sample's records only where a sample is made
+
+        return GuestNic.from_json(self.to_json())
 
     def lines(self) -> list[str]:
         """Text for people: a table of the properties, then the reason of every row where something
