@@ -589,6 +589,64 @@ def test_each_header_size_is_written_once_in_wire():
         [(1, "ETH"), (2, "TSO_HEADERS")]
 
 
+# Numbers that are only ever a frame or a payload size made of headers: a frame at MTU 1500 or 9000
+# (+ FCS, + a VLAN tag), the largest UDP payload, the UDP payload and the TCP MSS at 1500 and 9000.
+# 65535 is left out: alone it is as often a port's or an MTU's bound (in arithmetic it is caught below).
+FRAME_SIZES = {1514, 1518, 1522, 9014, 9018, 9022, 65507, 65527, 1472, 8972, 1460, 8960, 1448, 8948}
+# Header sizes (and sums of them: 28 = IPv4 + UDP, 50 = VXLAN over IPv4, ...), caught when added to or
+# taken from a size (`mtu + 14`, `off + 40`, `off += 4`, `size - 28`); 65535 in any arithmetic (`65535 - 8`).
+HEADER_SIZES = {4, 8, 12, 14, 18, 20, 24, 28, 40, 44, 48, 50, 54, 66, 70}
+_A_SIZE = re.compile(r"mtu|frame|payload|mss|datagram|segment|packet|header|hdr|size|\blen\b|\boff(set)?\b", re.I)
+
+
+def inline_header_sizes(source: str) -> list[tuple[int, str]]:
+    """(line, text) of each frame size written as a number, and each header size added to or taken from
+    a size, in code (strings and docstrings may show the numbers)."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if _is(node, FRAME_SIZES):
+            out.append((node.lineno, str(node.value)))
+        elif (isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub, ast.Mult))
+              and any(_is(side, {65535}) for side in (node.left, node.right))):  # not a mask: `x & 0xFFFF`
+            out.append((node.lineno, ast.unparse(node)))
+        elif isinstance(node, (ast.BinOp, ast.AugAssign)) and isinstance(node.op, (ast.Add, ast.Sub)):
+            pairs = ([(node.value, node.target)] if isinstance(node, ast.AugAssign)
+                     else [(node.left, node.right), (node.right, node.left)])
+            if any(_is(num, HEADER_SIZES) and _A_SIZE.search(ast.unparse(other)) for num, other in pairs):
+                out.append((node.lineno, ast.unparse(node)))
+    return sorted(out)
+
+
+def _is(node: ast.AST, numbers: set[int]) -> bool:
+    return isinstance(node, ast.Constant) and type(node.value) is int and node.value in numbers
+
+
+def test_no_header_or_frame_size_is_written_as_a_number_outside_wire():
+    """`mtu + 14`, `<= 1514`, `65507`: each is a sum of offlab.wire's headers, written with their names."""
+    problems = [f"{file}:{line}: {text} is a header or frame size written as a number (use offlab.wire)"
+                for mod, (file, source, _) in load(PACKAGE).items() if mod != "offlab.wire"
+                for line, text in inline_header_sizes(source)]
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("source, found", [
+    ("if size + UDP_FRAME_OVERHEAD <= 1514:\n    pass\n", ["1514"]),
+    ("UDP_MAX = {4: 65507, 6: 65527}\n", ["65507", "65527"]),
+    ("argv = ['--size', str(w.size or 1472)]\n", ["1472"]),
+    ("if len(buf) < off + 40:\n    pass\n", ["off + 40"]),
+    ("off += 4  # a VLAN tag\n", ["off += 4"]),
+    ("GRO_MAX = 8 * 65535\nlength = info & 0xFFFF\n", ["8 * 65535"]),
+    ("frame = mtu + 14\n", ["mtu + 14"]),
+    ("GRE = {4: IPV4_HEADER + 4}\nLIMIT = 65535 - 8\n", ["IPV4_HEADER + 4", "65535 - 8"]),
+    ("if w.size > UDP_MAX - 8 or datagram + 28 > mtu:\n    pass\n", ["datagram + 28"]),
+    # not a header: a port's bound, a count, an index, a size from wire, a number in a help text
+    ("ok = 1 <= port <= 65535\nn = count + 8\nx = buf[i + 14]\nf = mtu + ETH_HEADER\n"
+     "h = 'Packets are IPv6 (40-byte header), 1514 B frames.'\n", []),
+])
+def test_the_header_size_checker_finds_each_way_of_writing_one_as_a_number(source, found):
+    assert [t for _, t in inline_header_sizes(source)] == found
+
+
 # What an `offlab` start may not load before a command runs: each command imports its machinery in its own
 # body (the suite starts `python -m offlab` hundreds of times, and a person types it).
 HEAVY_AT_START = ("offlab.lab", "offlab.knobs", "offlab.hosts", "offlab.sample", "offlab.experiment.runner",

@@ -15,6 +15,7 @@ from offlab.cli.console import OnFirstUse, command_group
 from offlab.addresses import LAB_NET6
 from offlab.catalog import DPDK_TOPOLOGIES, GUEST_TOPOLOGIES, NAMES as TOPOLOGY_NAMES, borrows_ports, taking_option
 from offlab.errors import BadInput, EnvironmentProblem, NotRoot
+from offlab.mtu.calc import VXLAN_OVERHEAD
 from offlab.names import check_lab_name, check_mtu
 
 if TYPE_CHECKING:
@@ -32,7 +33,7 @@ def up_cmd(
     ipv6: bool = typer.Option(False, "--ipv6", help=f"Also address hosts from {LAB_NET6}."),
     vni: Optional[int] = typer.Option(None, "--vni", help="vxlan: VXLAN network identifier (default 4242)."),
     port: Optional[int] = typer.Option(None, "--port", help="vxlan: UDP destination port (default 4789)."),
-    underlay_mtu: Optional[int] = typer.Option(None, "--underlay-mtu", help="vxlan: underlay MTU (default MTU + 50)."),
+    underlay_mtu: Optional[int] = typer.Option(None, "--underlay-mtu", help=f"vxlan: underlay MTU (default MTU + {VXLAN_OVERHEAD[4]})."),
     nic: list[str] = typer.Option([], "--nic", help=f"{', '.join(GUEST_TOPOLOGIES)}: a virtio-net property of "
                                                   "every guest NIC as PROP=VALUE (repeatable), or queues=N (multiqueue)."),
     kernel_version: list[str] = typer.Option([], "--kernel-version", help=(
