@@ -27,6 +27,7 @@ PARTS = {
     "offlab.sample": "common",  # a stored sample read as dataclasses (witnesses, report, results)
     "offlab.interrupts": "common",  # SIGINT, SIGTERM and SIGHUP as exceptions, held through shielded sections
     "offlab.wire": "common",  # header sizes on the wire
+    "offlab.feature_names": "common",  # ethtool's feature names and offlab's aliases (knobs, lab show, witnesses)
     "offlab.tracefs": "common",  # offlab's hist triggers: which, and the shell that sets and removes them
     "offlab.hosts": "hosts",
     "offlab.inventory": "inventory",  # inventories (offlab's YAML, Ansible's) → SSH hosts and test interfaces
@@ -646,6 +647,72 @@ def test_no_header_or_frame_size_is_written_as_a_number_outside_wire():
 def test_the_header_size_checker_finds_each_way_of_writing_one_as_a_number(source, found):
     assert [t for _, t in inline_header_sizes(source)] == found
 
+
+
+# ---- each feature alias once ------------------------------------------------------------------
+
+def _feature_canon() -> dict[str, str]:
+    """Every name in offlab/feature_names.py's tables → the kernel feature (or legacy pattern) it stands for."""
+    from offlab.feature_names import ALIASES, LEGACY, LONG_TO_SHORT
+
+    def canon(name: str) -> str:
+        name = ALIASES.get(name, name)
+        name = LONG_TO_SHORT.get(name, name)
+        return LEGACY[name][1] if name in LEGACY else name
+
+    names = {*ALIASES, *ALIASES.values(), *LEGACY, *LONG_TO_SHORT, *(pat for _, pat in LEGACY.values())}
+    return {n: canon(n) for n in names}
+
+
+def alias_pairs_again(source: str, canon: dict[str, str]) -> list[tuple[int, tuple[str, ...]]]:
+    """Each collection (tuple, list, set, a dict's entry or its keys) that holds two names of one feature
+    (`("gro-list", "rx-gro-list")`, `{"uso": "tx-udp-segmentation"}`): an alias pair written again."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Dict):
+            groups = [[k, v] for k, v in zip(node.keys, node.values, strict=True)] + [list(node.keys)]
+        elif isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            groups = [node.elts]
+        else:
+            continue
+        for group in groups:
+            by_feature: dict[str, set[str]] = {}
+            for e in group:
+                if isinstance(e, ast.Constant) and isinstance(e.value, str) and e.value in canon:
+                    by_feature.setdefault(canon[e.value], set()).add(e.value)
+            for names in by_feature.values():
+                if len(names) >= 2:
+                    out.append((node.lineno, tuple(sorted(names))))
+    return list(dict.fromkeys(out))
+
+
+# ethtool's parser (netdev imports nothing of common) says which leaves a held-off feature needs, and
+# ethtool prints rx-checksum's leaf under its long name: the parser looks for both.
+ALIAS_PAIRS_IN_PARSER = {("offlab.netdev.ethtool", ("rx-checksum", "rx-checksumming"))}
+
+
+def test_each_feature_alias_is_written_once():
+    """ethtool's short and long names and offlab's aliases are paired in offlab/feature_names.py only; `lab
+    show`'s columns, the knobs and the witnesses derive the other names of a feature from it (names_for,
+    shown_name)."""
+    canon = _feature_canon()
+    problems = [f"{file}:{line}: {list(names)} name one feature (use offlab.feature_names)"
+                for mod, (file, source, _) in load(PACKAGE).items() if mod != "offlab.feature_names"
+                for line, names in alias_pairs_again(source, canon) if (mod, names) not in ALIAS_PAIRS_IN_PARSER]
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("source, found", [
+    ('if key not in ("gro-list", "rx-gro-list"):\n    pass\n', ["['gro-list', 'rx-gro-list']"]),
+    ('SUMMARY = {"tso": "tcp-segmentation-offload", "uso": "tx-udp-segmentation"}\n',
+     ["['tcp-segmentation-offload', 'tso']", "['tx-udp-segmentation', 'uso']"]),
+    ('KEYS = {"gro": 1, "generic-receive-offload": 2}\n', ["['generic-receive-offload', 'gro']"]),
+    ('ON = ["tx-csum", "tx-checksumming"]\n', ["['tx-checksumming', 'tx-csum']"]),
+    # names of different features, or one name alone
+    ('FEATS = ("tso", "gso", "gro", "uso")\nX = {"gro": "on"}\nif key not in names_for("rx-gro-list"):\n    pass\n', []),
+])
+def test_the_alias_checker_finds_each_way_of_pairing_names_again(source, found):
+    assert [str(list(names)) for _, names in alias_pairs_again(source, _feature_canon())] == found
 
 # What an `offlab` start may not load before a command runs: each command imports its machinery in its own
 # body (the suite starts `python -m offlab` hundreds of times, and a person types it).
