@@ -358,27 +358,58 @@ def test_no_test_module_imports_another():
 
 # lab.topology, place.topology, topo.kind, cell.topology.kind, a plan's `kinds` (its set of topology kinds)
 _TOPOLOGY_EXPR = re.compile(r"(\w+\.)*(topology|topo)(\.kind)?|kinds")
+# what `.startswith("dpdk")` / `.endswith("-vm")` is asked of when it asks after a topology
+_NAMED = re.compile(r"(\w+\.)*(topology|topo|kind|name)(\.kind)?")
+DEVICE_KINDS = {"veth", "bridge", "vxlan", "router", "ovs", "dpdk"}
+_DEVICE_KIND = re.compile(r"(\w+\.)*\w*kind")
 
 
-def topology_names_again(source: str, names: set[str]) -> list[str]:
+def topology_names_again(source: str, names: set[str], pseudo: set[str] = frozenset()) -> list[str]:
     """Each place in `source` that writes topology facts again: a collection (tuple, list, set, dict keys)
     of two or more topology names of which one is a topology only (veth, bridge, vxlan, router, ovs and
     dpdk alone are device kinds and doctor's areas: `("veth", "bridge", "vxlan")` is a list of link kinds),
-    and any comparison of a topology (`lab.topology`, `topo.kind`, `place.topology`, ...) with a name."""
-    only = names - {"veth", "bridge", "vxlan", "router", "ovs", "dpdk"}
+    a dict keyed by a topology-only name; any comparison, `match` case or `topology=` argument with a
+    topology (`lab.topology`, `topo.kind`, `place.topology`, ...), any comparison with a topology-only name
+    (`name == "phys"`), and a prefix or suffix of one asked of a name or kind (`kind.startswith("dpdk")`).
+    `pseudo` names (the `hosts` lab) count only beside a topology, as they are common words elsewhere."""
+    only = names - DEVICE_KINDS
+    every = names | set(pseudo)
     out = []
+
+    def branch(line: int, consts: set[str]) -> None:
+        out.append(f"{line}: a branch on topology {sorted(consts)} (put the fact in its offlab.catalog record)")
+
     for node in ast.walk(ast.parse(source)):
         elts = node.keys if isinstance(node, ast.Dict) else getattr(node, "elts", None)
         if isinstance(node, (ast.Tuple, ast.List, ast.Set, ast.Dict)) and elts:
             found = {e.value for e in elts if isinstance(e, ast.Constant) and e.value in names}
-            if len(found) >= 2 and found & only:
+            if (len(found) >= 2 or isinstance(node, ast.Dict)) and found & only:
                 out.append(f"{node.lineno}: topologies {sorted(found)} listed again (use offlab.catalog)")
         elif isinstance(node, ast.Compare):
             sides = [node.left, *node.comparators]
-            consts = {c.value for s in sides for c in ast.walk(s) if isinstance(c, ast.Constant) and c.value in names}
-            if consts and any(_TOPOLOGY_EXPR.fullmatch(ast.unparse(s)) for s in sides):
-                out.append(f"{node.lineno}: a branch on topology {sorted(consts)} (put the fact in its "
-                           "offlab.catalog record)")
+            consts = {c.value for s in sides for c in ast.walk(s) if isinstance(c, ast.Constant) and c.value in every}
+            texts = [ast.unparse(s) for s in sides]
+            # a device's own kind (`iface.kind == "ovs-dpdk"`: an OVS-DPDK port) is not a topology's
+            a_device = any(_DEVICE_KIND.fullmatch(t) and not _TOPOLOGY_EXPR.fullmatch(t) for t in texts)
+            if consts and ((consts & only and not a_device) or any(_TOPOLOGY_EXPR.fullmatch(t) for t in texts)):
+                branch(node.lineno, consts)
+        elif isinstance(node, ast.Match):
+            consts = {c.value for case in node.cases for c in ast.walk(case.pattern)
+                      if isinstance(c, ast.Constant) and c.value in every}
+            if consts and (consts & only or _TOPOLOGY_EXPR.fullmatch(ast.unparse(node.subject))):
+                branch(node.lineno, consts)
+        elif isinstance(node, ast.Call):
+            f = node.func
+            if (isinstance(f, ast.Attribute) and f.attr in ("startswith", "endswith") and node.args
+                    and _NAMED.fullmatch(ast.unparse(f.value))):
+                args = [c.value for c in ast.walk(node.args[0]) if isinstance(c, ast.Constant) and isinstance(c.value, str)]
+                if any(len(a) >= 2 and (n.startswith(a) if f.attr == "startswith" else n.endswith(a))
+                       for a in args for n in only):
+                    branch(node.lineno, set(args))
+            consts = {k.value.value for k in node.keywords if k.arg == "topology"
+                      and isinstance(k.value, ast.Constant) and k.value.value in every}
+            if consts:
+                branch(node.lineno, consts)
     return out
 
 
@@ -386,31 +417,40 @@ def test_topology_names_are_only_in_the_catalog_and_the_builders():
     """offlab/catalog.py holds one record per topology, with every fact other parts branch on; the modules
     of the builders it names may name their own topology. Anywhere else a topology list or a branch on a
     topology's name is a fact written again."""
-    from offlab.catalog import NAMES, TOPOLOGIES
+    from offlab.catalog import HOSTS, NAMES, TOPOLOGIES
 
     home = {"offlab.catalog", *(t.builder.partition(":")[0] for t in TOPOLOGIES.values())}
     problems = []
     for mod, (file, source, _) in load(PACKAGE).items():
         if mod not in home:
-            problems += [f"{file}:{p}" for p in topology_names_again(source, set(NAMES))]
+            problems += [f"{file}:{p}" for p in topology_names_again(source, set(NAMES), {HOSTS})]
     assert not problems, "\n".join(problems)
 
 
 @pytest.mark.parametrize("source, found", [
     ('KINDS = ("dpdk", "dpdk-vm")\n', ["listed again"]),
     ('KINDS = {"vm-pair": 1, "veth": 2}\n', ["listed again"]),
+    ('PMD = {"phys": "net_i40e"}\n', ["listed again"]),
     ('if lab.topology == "phys":\n    pass\n', ["a branch on topology ['phys']"]),
     ('if topo.kind in ("vxlan",):\n    pass\n', ["a branch on topology ['vxlan']"]),
     ('if place.topology not in ("dpdk", "bridge"):\n    pass\n', ["a branch on topology ['bridge', 'dpdk']"]),
     ('if kinds != {"veth"}:\n    pass\n', ["a branch on topology ['veth']"]),
-    # device kinds and areas, not topologies
+    ('if name == "phys":\n    pass\n', ["a branch on topology ['phys']"]),
+    ('if kind.startswith("dpdk"):\n    pass\n', ["a branch on topology ['dpdk']"]),
+    ('if lab.name.endswith("-vm"):\n    pass\n', ["a branch on topology ['-vm']"]),
+    ('match topology:\n    case "vm" | "vm-pair":\n        pass\n', ["a branch on topology ['vm', 'vm-pair']"]),
+    ('if lab.topology == "hosts":\n    pass\n', ["a branch on topology ['hosts']"]),
+    ('lab = LabState(name=n, topology="hosts")\n', ["a branch on topology ['hosts']"]),
+    # device kinds and areas, not topologies; `hosts` as a word
     ('L2 = ("veth", "bridge", "vxlan")\nif link.kind == "bridge" or kinds.get(m) != "veth":\n    pass\n', []),
     ('AREAS = ("nic", "bridge", "ovs", "dpdk")\n', []),
+    ('row = {"hosts": [], "bridge": 1}\nif key == "hosts" or ifname.startswith("ol"):\n    pass\n', []),
+    ('if iface.kind == "ovs-dpdk":\n    pass\n', []),
 ])
 def test_the_topology_checker_finds_each_way_of_writing_a_fact_again(source, found):
-    from offlab.catalog import NAMES
+    from offlab.catalog import HOSTS, NAMES
 
-    got = topology_names_again(source, set(NAMES))
+    got = topology_names_again(source, set(NAMES), {HOSTS})
     assert len(got) == len(found) and all(f in g for f, g in zip(found, got, strict=True)), got
 
 
@@ -517,27 +557,58 @@ def test_the_module_cache_checker_finds_each_way_of_filling_one(source, names):
     assert [n for _, n in module_caches(source)] == names
 
 
+# A call (or decorator) by one of these names puts something into another's table or the process's.
+_REGISTERS = re.compile(r"regist|subscribe|hook|^on_|add_handler|signal$")
+# What starts threads or processes that live as long as the module, whoever imported it.
+_POOLS = {"ThreadPoolExecutor", "ProcessPoolExecutor", "Thread", "Timer", "Pool"}
+
+
 def import_time_registrations(source: str) -> list[tuple[int, str]]:
-    """Calls a module makes as it loads on something it imported (`register_kind(...)`,
-    `journal.on_record(...)`, `atexit.register(...)`, `signal.signal(...)`): each puts this module into
-    another's state just because it was imported, so what works depends on who imported what. Calls on
-    the module's own names (a YAML loader class it defines, its own command table) and the
-    `if __name__ == "__main__":` block are not that."""
+    """What a module does as it loads to something it imported: a call (`register_kind(...)`,
+    `journal.on_record(...)`, `atexit.register(...)`, `signal.signal(...)`, also kept as `_ = reg(...)`),
+    a decorator that registers (`@registry.register`; a mark such as doctor's `@check`, which only sets an
+    attribute on the function, is not one), a store into its table (`REG["k"] = ...`),
+    and a module-level thread or process pool. Each puts this module into another's state (or the
+    process's) just because it was imported, so what works depends on who imported what. Calls on the
+    module's own names (a YAML loader class it defines, its own command table), assignments of what a
+    call returns (`LOG = logging.getLogger(...)`) and the `if __name__ == "__main__":` block are not that."""
     tree = ast.parse(source)
     imported = {(a.asname or a.name).split(".")[0] for n in ast.walk(tree)
                 if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
     found = []
 
+    def root(node: ast.expr) -> ast.expr:
+        while isinstance(node, (ast.Attribute, ast.Subscript, ast.Call)):
+            node = node.func if isinstance(node, ast.Call) else node.value
+        return node
+
+    def on_imported(node: ast.expr) -> bool:
+        r = root(node)
+        return isinstance(r, ast.Name) and r.id in imported
+
+    def called(node: ast.expr) -> str:
+        return ast.unparse(node.func if isinstance(node, ast.Call) else node)
+
     def visit(body: list[ast.stmt]) -> None:
         for node in body:
             if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test):
                 continue
-            if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
-                root = node.value.func
-                while isinstance(root, ast.Attribute):
-                    root = root.value
-                if isinstance(root, ast.Name) and root.id in imported:
-                    found.append((node.lineno, ast.unparse(node.value.func)))
+            if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and on_imported(node.value.func):
+                found.append((node.lineno, called(node.value)))
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                value = node.value
+                if isinstance(value, ast.Call) and on_imported(value.func):
+                    name = called(value).rpartition(".")[2]
+                    discarded = all(isinstance(t, ast.Name) and t.id == "_" for t in targets)
+                    if discarded or _REGISTERS.search(name) or name in _POOLS:
+                        found.append((node.lineno, called(value)))
+                found.extend((node.lineno, f"{ast.unparse(t.value)}[...] =") for t in targets
+                             if isinstance(t, ast.Subscript) and on_imported(t.value))
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                for deco in node.decorator_list:
+                    if on_imported(deco) and _REGISTERS.search(called(deco).rpartition(".")[2]):
+                        found.append((deco.lineno, f"@{called(deco)}"))
             for block in ("body", "orelse", "finalbody"):
                 if isinstance(node, (ast.If, ast.Try, ast.With)) and hasattr(node, block):
                     visit(getattr(node, block))
@@ -562,10 +633,18 @@ def test_no_module_registers_itself_where_it_is_imported():
     ("import atexit\natexit.register(close)\n", ["atexit.register"]),
     ("from offlab.knobs import journal\nif True:\n    journal.on_record(a, b)\n", ["journal.on_record"]),
     ("import signal\ntry:\n    signal.signal(2, h)\nexcept OSError:\n    pass\n", ["signal.signal"]),
-    # its own names, a main block, a call inside a function: none
+    ("from offlab.hosts.base import register_kind\n_ = register_kind('x', f)\n", ["register_kind"]),
+    ("import atexit\nCLOSER = atexit.register(close)\n", ["atexit.register"]),
+    ("from offlab.doctor import registry\n@registry.register('mtu')\ndef f():\n    pass\n", ["@registry.register"]),
+    ("from offlab.hosts import refs\nrefs.KINDS['x'] = f\n", ["refs.KINDS[...] ="]),
+    ("from concurrent.futures import ThreadPoolExecutor\nPOOL = ThreadPoolExecutor(4)\n", ["ThreadPoolExecutor"]),
+    # its own names, a main block, a call inside a function, a plain decorator, a value kept: none
     ("import yaml\nclass L(yaml.SafeLoader):\n    pass\nL.add_constructor('!x', f)\n", []),
     ("import sys\ndef main():\n    sys.exit(0)\nif __name__ == '__main__':\n    sys.exit(main())\n", []),
     ("import atexit\ndef f():\n    atexit.register(g)\n", []),
+    ("from dataclasses import dataclass\nfrom offlab.doctor.registry import check\n@dataclass(frozen=True)\n"
+     "class A:\n    x: int\n@check('mtu', area='nic')\ndef g():\n    pass\n", []),
+    ("import logging, re\nLOG = logging.getLogger(__name__)\nRX = re.compile('x')\nTABLE = {}\nTABLE['a'] = 1\n", []),
 ])
 def test_the_registration_checker_finds_each_way_of_registering(source, calls):
     assert [c for _, c in import_time_registrations(source)] == calls
