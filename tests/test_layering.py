@@ -162,6 +162,45 @@ def test_every_part_has_its_rule():
     assert set(PARTS.values()) <= set(ALLOWED)
 
 
+def parts_table(text: str) -> dict[str, tuple[set[str], set[str] | None]]:
+    """docs/architecture.md's parts table: part → (the modules it names in its row's first column, the
+    parts its "may import" column names; None for "every part"). Rows of non-Python parts (`engine/`)
+    are left out."""
+    lines = text.split("| part | owns | may import", 1)[1].split("\n\n", 1)[0].splitlines()[2:]
+    out: dict[str, tuple[set[str], set[str] | None]] = {}
+    for line in lines:
+        first, _, imports, _ = [c.strip() for c in line.strip().strip("|").split(" | ")]
+        names = re.findall(r"`([^`]+)`", first)
+        if any(n.endswith("/") for n in names):
+            continue
+        out[names[0]] = (set(names), None if imports == "every part" else set(re.findall(r"`([^`]+)`", imports)))
+    return out
+
+
+def test_the_parts_table_of_the_architecture_doc_is_the_import_rule():
+    """Each part of PARTS has its row in docs/architecture.md, a row names a part (or a module on its own
+    row, `sample`, under its part's rule), and its "may import" column is ALLOWED's set."""
+    table = parts_table((PACKAGE.parent / "docs" / "architecture.md").read_text())
+    problems = [f"part {p!r} has no row in the doc's table" for p in sorted(set(ALLOWED) - set(table))]
+    for name, (_, imports) in sorted(table.items()):
+        part = name if name in ALLOWED else PARTS.get(f"offlab.{name}")
+        if part is None:
+            problems.append(f"the doc's row {name!r} is no part and no module of PARTS")
+            continue
+        want = ALLOWED[part] if part != "cli" else None
+        if imports != want:
+            problems.append(f"the doc's row {name!r} may import {sorted(imports) if imports else imports}, "
+                            f"ALLOWED[{part!r}] says {sorted(want) if want else want}")
+    assert not problems, "\n".join(problems)
+
+
+def test_the_parts_table_reader_sees_a_wrong_row():
+    doc = ("| part | owns | may import (rule) | files |\n|---|---|---|---|\n"
+           "| `store` | runs | `base`, `common`, `hosts` | `store/` |\n| `cli` | it | every part | x |\n"
+           "| `engine/` | Rust | (Rust) | y |\n\nafter\n")
+    assert parts_table(doc) == {"store": ({"store"}, {"base", "common", "hosts"}), "cli": ({"cli"}, None)}
+
+
 # ---- the checker itself, on a made-up package ------------------------------------------------
 
 def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
