@@ -13,6 +13,7 @@ from typing import Any
 
 from offlab import netdev
 from offlab.errors import BadInput, CommandFailed, EnvironmentProblem
+from offlab.feature_names import shown_name
 from offlab.hosts import LOCAL, TOOL_PACKAGES
 from offlab.hosts.ssh import HostUnreachable, SshHost
 from offlab.inventory import Inventory, InventoryHost
@@ -21,11 +22,8 @@ SCHEMA = "offlab-hosts-check/1"
 TOOLS = {t: TOOL_PACKAGES[t] for t in ("ip", "ethtool", "iperf3", "tcpdump")}
 ENGINE = "offlab-engine"
 # Features shown on the text line (the ones offlab's experiments flip); JSON has them all.
-SHOWN_FEATURES = {
-    "generic-receive-offload": "gro", "generic-segmentation-offload": "gso", "tcp-segmentation-offload": "tso",
-    "tx-udp-segmentation": "uso", "rx-gro-list": "gro-list", "rx-udp-gro-forwarding": "udp-gro-fwd",
-    "tx-checksumming": "tx-csum", "rx-checksumming": "rx-csum", "tx-udp_tnl-segmentation": "tnl-seg",
-}
+SHOWN_FEATURES = {shown_name(short): short for short in ("gro", "gso", "tso", "uso", "gro-list", "udp-gro-fwd",
+                                                         "tx-csum", "rx-csum", "tnl-seg")}
 # Finds each tool on PATH or in the sbin directories a non-root PATH lacks; a constant script,
 # the tool names arrive as its arguments.
 _WHO = 'uname -r; id -u; id -un; printf "%s\\n" "$SSH_CONNECTION"'

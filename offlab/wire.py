@@ -14,11 +14,15 @@ ICMP_HEADER = 8
 TCP_HEADER = 20
 TCP_TIMESTAMPS = 12  # the option (10) padded to 12, present on nearly every Linux segment
 VXLAN_HEADER = 8
+GRE_HEADER = 4  # the base header, no key or sequence number
 # whole headers before a payload, as the counters see a frame: Ethernet + IPv4 + TCP with timestamps
 # (a 1514 B frame carries 1448 B), and Ethernet + IPv4 + UDP
 TCP_FRAME_OVERHEAD = ETH_HEADER + IPV4_HEADER + TCP_HEADER + TCP_TIMESTAMPS
 UDP_FRAME_OVERHEAD = ETH_HEADER + IPV4_HEADER + UDP_HEADER
 IP_MAX = 65535  # 16-bit total length (IPv4) / payload length (IPv6, without jumbograms)
+# the largest UDP payload: 65507 over IPv4 (the total length counts the IP header), 65527 over IPv6 (the
+# payload length does not)
+UDP_MAX_PAYLOAD = {4: IP_MAX - IPV4_HEADER - UDP_HEADER, 6: IP_MAX - UDP_HEADER}
 
 
 def ip_header(ipv6: bool) -> int:

@@ -27,6 +27,7 @@ PARTS = {
     "offlab.sample": "common",  # a stored sample read as dataclasses (witnesses, report, results)
     "offlab.interrupts": "common",  # SIGINT, SIGTERM and SIGHUP as exceptions, held through shielded sections
     "offlab.wire": "common",  # header sizes on the wire
+    "offlab.feature_names": "common",  # ethtool's feature names and offlab's aliases (knobs, lab show, witnesses)
     "offlab.tracefs": "common",  # offlab's hist triggers: which, and the shell that sets and removes them
     "offlab.hosts": "hosts",
     "offlab.inventory": "inventory",  # inventories (offlab's YAML, Ansible's) → SSH hosts and test interfaces
@@ -159,6 +160,45 @@ def test_imports_follow_the_arrows_of_the_design():
 
 def test_every_part_has_its_rule():
     assert set(PARTS.values()) <= set(ALLOWED)
+
+
+def parts_table(text: str) -> dict[str, tuple[set[str], set[str] | None]]:
+    """docs/architecture.md's parts table: part → (the modules it names in its row's first column, the
+    parts its "may import" column names; None for "every part"). Rows of non-Python parts (`engine/`)
+    are left out."""
+    lines = text.split("| part | owns | may import", 1)[1].split("\n\n", 1)[0].splitlines()[2:]
+    out: dict[str, tuple[set[str], set[str] | None]] = {}
+    for line in lines:
+        first, _, imports, _ = [c.strip() for c in line.strip().strip("|").split(" | ")]
+        names = re.findall(r"`([^`]+)`", first)
+        if any(n.endswith("/") for n in names):
+            continue
+        out[names[0]] = (set(names), None if imports == "every part" else set(re.findall(r"`([^`]+)`", imports)))
+    return out
+
+
+def test_the_parts_table_of_the_architecture_doc_is_the_import_rule():
+    """Each part of PARTS has its row in docs/architecture.md, a row names a part (or a module on its own
+    row, `sample`, under its part's rule), and its "may import" column is ALLOWED's set."""
+    table = parts_table((PACKAGE.parent / "docs" / "architecture.md").read_text())
+    problems = [f"part {p!r} has no row in the doc's table" for p in sorted(set(ALLOWED) - set(table))]
+    for name, (_, imports) in sorted(table.items()):
+        part = name if name in ALLOWED else PARTS.get(f"offlab.{name}")
+        if part is None:
+            problems.append(f"the doc's row {name!r} is no part and no module of PARTS")
+            continue
+        want = ALLOWED[part] if part != "cli" else None
+        if imports != want:
+            problems.append(f"the doc's row {name!r} may import {sorted(imports) if imports else imports}, "
+                            f"ALLOWED[{part!r}] says {sorted(want) if want else want}")
+    assert not problems, "\n".join(problems)
+
+
+def test_the_parts_table_reader_sees_a_wrong_row():
+    doc = ("| part | owns | may import (rule) | files |\n|---|---|---|---|\n"
+           "| `store` | runs | `base`, `common`, `hosts` | `store/` |\n| `cli` | it | every part | x |\n"
+           "| `engine/` | Rust | (Rust) | y |\n\nafter\n")
+    assert parts_table(doc) == {"store": ({"store"}, {"base", "common", "hosts"}), "cli": ({"cli"}, None)}
 
 
 # ---- the checker itself, on a made-up package ------------------------------------------------
@@ -357,27 +397,58 @@ def test_no_test_module_imports_another():
 
 # lab.topology, place.topology, topo.kind, cell.topology.kind, a plan's `kinds` (its set of topology kinds)
 _TOPOLOGY_EXPR = re.compile(r"(\w+\.)*(topology|topo)(\.kind)?|kinds")
+# what `.startswith("dpdk")` / `.endswith("-vm")` is asked of when it asks after a topology
+_NAMED = re.compile(r"(\w+\.)*(topology|topo|kind|name)(\.kind)?")
+DEVICE_KINDS = {"veth", "bridge", "vxlan", "router", "ovs", "dpdk"}
+_DEVICE_KIND = re.compile(r"(\w+\.)*\w*kind")
 
 
-def topology_names_again(source: str, names: set[str]) -> list[str]:
+def topology_names_again(source: str, names: set[str], pseudo: set[str] = frozenset()) -> list[str]:
     """Each place in `source` that writes topology facts again: a collection (tuple, list, set, dict keys)
     of two or more topology names of which one is a topology only (veth, bridge, vxlan, router, ovs and
     dpdk alone are device kinds and doctor's areas: `("veth", "bridge", "vxlan")` is a list of link kinds),
-    and any comparison of a topology (`lab.topology`, `topo.kind`, `place.topology`, ...) with a name."""
-    only = names - {"veth", "bridge", "vxlan", "router", "ovs", "dpdk"}
+    a dict keyed by a topology-only name; any comparison, `match` case or `topology=` argument with a
+    topology (`lab.topology`, `topo.kind`, `place.topology`, ...), any comparison with a topology-only name
+    (`name == "phys"`), and a prefix or suffix of one asked of a name or kind (`kind.startswith("dpdk")`).
+    `pseudo` names (the `hosts` lab) count only beside a topology, as they are common words elsewhere."""
+    only = names - DEVICE_KINDS
+    every = names | set(pseudo)
     out = []
+
+    def branch(line: int, consts: set[str]) -> None:
+        out.append(f"{line}: a branch on topology {sorted(consts)} (put the fact in its offlab.catalog record)")
+
     for node in ast.walk(ast.parse(source)):
         elts = node.keys if isinstance(node, ast.Dict) else getattr(node, "elts", None)
         if isinstance(node, (ast.Tuple, ast.List, ast.Set, ast.Dict)) and elts:
             found = {e.value for e in elts if isinstance(e, ast.Constant) and e.value in names}
-            if len(found) >= 2 and found & only:
+            if (len(found) >= 2 or isinstance(node, ast.Dict)) and found & only:
                 out.append(f"{node.lineno}: topologies {sorted(found)} listed again (use offlab.catalog)")
         elif isinstance(node, ast.Compare):
             sides = [node.left, *node.comparators]
-            consts = {c.value for s in sides for c in ast.walk(s) if isinstance(c, ast.Constant) and c.value in names}
-            if consts and any(_TOPOLOGY_EXPR.fullmatch(ast.unparse(s)) for s in sides):
-                out.append(f"{node.lineno}: a branch on topology {sorted(consts)} (put the fact in its "
-                           "offlab.catalog record)")
+            consts = {c.value for s in sides for c in ast.walk(s) if isinstance(c, ast.Constant) and c.value in every}
+            texts = [ast.unparse(s) for s in sides]
+            # a device's own kind (`iface.kind == "ovs-dpdk"`: an OVS-DPDK port) is not a topology's
+            a_device = any(_DEVICE_KIND.fullmatch(t) and not _TOPOLOGY_EXPR.fullmatch(t) for t in texts)
+            if consts and ((consts & only and not a_device) or any(_TOPOLOGY_EXPR.fullmatch(t) for t in texts)):
+                branch(node.lineno, consts)
+        elif isinstance(node, ast.Match):
+            consts = {c.value for case in node.cases for c in ast.walk(case.pattern)
+                      if isinstance(c, ast.Constant) and c.value in every}
+            if consts and (consts & only or _TOPOLOGY_EXPR.fullmatch(ast.unparse(node.subject))):
+                branch(node.lineno, consts)
+        elif isinstance(node, ast.Call):
+            f = node.func
+            if (isinstance(f, ast.Attribute) and f.attr in ("startswith", "endswith") and node.args
+                    and _NAMED.fullmatch(ast.unparse(f.value))):
+                args = [c.value for c in ast.walk(node.args[0]) if isinstance(c, ast.Constant) and isinstance(c.value, str)]
+                if any(len(a) >= 2 and (n.startswith(a) if f.attr == "startswith" else n.endswith(a))
+                       for a in args for n in only):
+                    branch(node.lineno, set(args))
+            consts = {k.value.value for k in node.keywords if k.arg == "topology"
+                      and isinstance(k.value, ast.Constant) and k.value.value in every}
+            if consts:
+                branch(node.lineno, consts)
     return out
 
 
@@ -385,31 +456,40 @@ def test_topology_names_are_only_in_the_catalog_and_the_builders():
     """offlab/catalog.py holds one record per topology, with every fact other parts branch on; the modules
     of the builders it names may name their own topology. Anywhere else a topology list or a branch on a
     topology's name is a fact written again."""
-    from offlab.catalog import NAMES, TOPOLOGIES
+    from offlab.catalog import HOSTS, NAMES, TOPOLOGIES
 
     home = {"offlab.catalog", *(t.builder.partition(":")[0] for t in TOPOLOGIES.values())}
     problems = []
     for mod, (file, source, _) in load(PACKAGE).items():
         if mod not in home:
-            problems += [f"{file}:{p}" for p in topology_names_again(source, set(NAMES))]
+            problems += [f"{file}:{p}" for p in topology_names_again(source, set(NAMES), {HOSTS})]
     assert not problems, "\n".join(problems)
 
 
 @pytest.mark.parametrize("source, found", [
     ('KINDS = ("dpdk", "dpdk-vm")\n', ["listed again"]),
     ('KINDS = {"vm-pair": 1, "veth": 2}\n', ["listed again"]),
+    ('PMD = {"phys": "net_i40e"}\n', ["listed again"]),
     ('if lab.topology == "phys":\n    pass\n', ["a branch on topology ['phys']"]),
     ('if topo.kind in ("vxlan",):\n    pass\n', ["a branch on topology ['vxlan']"]),
     ('if place.topology not in ("dpdk", "bridge"):\n    pass\n', ["a branch on topology ['bridge', 'dpdk']"]),
     ('if kinds != {"veth"}:\n    pass\n', ["a branch on topology ['veth']"]),
-    # device kinds and areas, not topologies
+    ('if name == "phys":\n    pass\n', ["a branch on topology ['phys']"]),
+    ('if kind.startswith("dpdk"):\n    pass\n', ["a branch on topology ['dpdk']"]),
+    ('if lab.name.endswith("-vm"):\n    pass\n', ["a branch on topology ['-vm']"]),
+    ('match topology:\n    case "vm" | "vm-pair":\n        pass\n', ["a branch on topology ['vm', 'vm-pair']"]),
+    ('if lab.topology == "hosts":\n    pass\n', ["a branch on topology ['hosts']"]),
+    ('lab = LabState(name=n, topology="hosts")\n', ["a branch on topology ['hosts']"]),
+    # device kinds and areas, not topologies; `hosts` as a word
     ('L2 = ("veth", "bridge", "vxlan")\nif link.kind == "bridge" or kinds.get(m) != "veth":\n    pass\n', []),
     ('AREAS = ("nic", "bridge", "ovs", "dpdk")\n', []),
+    ('row = {"hosts": [], "bridge": 1}\nif key == "hosts" or ifname.startswith("ol"):\n    pass\n', []),
+    ('if iface.kind == "ovs-dpdk":\n    pass\n', []),
 ])
 def test_the_topology_checker_finds_each_way_of_writing_a_fact_again(source, found):
-    from offlab.catalog import NAMES
+    from offlab.catalog import HOSTS, NAMES
 
-    got = topology_names_again(source, set(NAMES))
+    got = topology_names_again(source, set(NAMES), {HOSTS})
     assert len(got) == len(found) and all(f in g for f, g in zip(found, got, strict=True)), got
 
 
@@ -516,27 +596,58 @@ def test_the_module_cache_checker_finds_each_way_of_filling_one(source, names):
     assert [n for _, n in module_caches(source)] == names
 
 
+# A call (or decorator) by one of these names puts something into another's table or the process's.
+_REGISTERS = re.compile(r"regist|subscribe|hook|^on_|add_handler|signal$")
+# What starts threads or processes that live as long as the module, whoever imported it.
+_POOLS = {"ThreadPoolExecutor", "ProcessPoolExecutor", "Thread", "Timer", "Pool"}
+
+
 def import_time_registrations(source: str) -> list[tuple[int, str]]:
-    """Calls a module makes as it loads on something it imported (`register_kind(...)`,
-    `journal.on_record(...)`, `atexit.register(...)`, `signal.signal(...)`): each puts this module into
-    another's state just because it was imported, so what works depends on who imported what. Calls on
-    the module's own names (a YAML loader class it defines, its own command table) and the
-    `if __name__ == "__main__":` block are not that."""
+    """What a module does as it loads to something it imported: a call (`register_kind(...)`,
+    `journal.on_record(...)`, `atexit.register(...)`, `signal.signal(...)`, also kept as `_ = reg(...)`),
+    a decorator that registers (`@registry.register`; a mark such as doctor's `@check`, which only sets an
+    attribute on the function, is not one), a store into its table (`REG["k"] = ...`),
+    and a module-level thread or process pool. Each puts this module into another's state (or the
+    process's) just because it was imported, so what works depends on who imported what. Calls on the
+    module's own names (a YAML loader class it defines, its own command table), assignments of what a
+    call returns (`LOG = logging.getLogger(...)`) and the `if __name__ == "__main__":` block are not that."""
     tree = ast.parse(source)
     imported = {(a.asname or a.name).split(".")[0] for n in ast.walk(tree)
                 if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
     found = []
 
+    def root(node: ast.expr) -> ast.expr:
+        while isinstance(node, (ast.Attribute, ast.Subscript, ast.Call)):
+            node = node.func if isinstance(node, ast.Call) else node.value
+        return node
+
+    def on_imported(node: ast.expr) -> bool:
+        r = root(node)
+        return isinstance(r, ast.Name) and r.id in imported
+
+    def called(node: ast.expr) -> str:
+        return ast.unparse(node.func if isinstance(node, ast.Call) else node)
+
     def visit(body: list[ast.stmt]) -> None:
         for node in body:
             if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test):
                 continue
-            if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
-                root = node.value.func
-                while isinstance(root, ast.Attribute):
-                    root = root.value
-                if isinstance(root, ast.Name) and root.id in imported:
-                    found.append((node.lineno, ast.unparse(node.value.func)))
+            if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and on_imported(node.value.func):
+                found.append((node.lineno, called(node.value)))
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                value = node.value
+                if isinstance(value, ast.Call) and on_imported(value.func):
+                    name = called(value).rpartition(".")[2]
+                    discarded = all(isinstance(t, ast.Name) and t.id == "_" for t in targets)
+                    if discarded or _REGISTERS.search(name) or name in _POOLS:
+                        found.append((node.lineno, called(value)))
+                found.extend((node.lineno, f"{ast.unparse(t.value)}[...] =") for t in targets
+                             if isinstance(t, ast.Subscript) and on_imported(t.value))
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                for deco in node.decorator_list:
+                    if on_imported(deco) and _REGISTERS.search(called(deco).rpartition(".")[2]):
+                        found.append((deco.lineno, f"@{called(deco)}"))
             for block in ("body", "orelse", "finalbody"):
                 if isinstance(node, (ast.If, ast.Try, ast.With)) and hasattr(node, block):
                     visit(getattr(node, block))
@@ -561,10 +672,18 @@ def test_no_module_registers_itself_where_it_is_imported():
     ("import atexit\natexit.register(close)\n", ["atexit.register"]),
     ("from offlab.knobs import journal\nif True:\n    journal.on_record(a, b)\n", ["journal.on_record"]),
     ("import signal\ntry:\n    signal.signal(2, h)\nexcept OSError:\n    pass\n", ["signal.signal"]),
-    # its own names, a main block, a call inside a function: none
+    ("from offlab.hosts.base import register_kind\n_ = register_kind('x', f)\n", ["register_kind"]),
+    ("import atexit\nCLOSER = atexit.register(close)\n", ["atexit.register"]),
+    ("from offlab.doctor import registry\n@registry.register('mtu')\ndef f():\n    pass\n", ["@registry.register"]),
+    ("from offlab.hosts import refs\nrefs.KINDS['x'] = f\n", ["refs.KINDS[...] ="]),
+    ("from concurrent.futures import ThreadPoolExecutor\nPOOL = ThreadPoolExecutor(4)\n", ["ThreadPoolExecutor"]),
+    # its own names, a main block, a call inside a function, a plain decorator, a value kept: none
     ("import yaml\nclass L(yaml.SafeLoader):\n    pass\nL.add_constructor('!x', f)\n", []),
     ("import sys\ndef main():\n    sys.exit(0)\nif __name__ == '__main__':\n    sys.exit(main())\n", []),
     ("import atexit\ndef f():\n    atexit.register(g)\n", []),
+    ("from dataclasses import dataclass\nfrom offlab.doctor.registry import check\n@dataclass(frozen=True)\n"
+     "class A:\n    x: int\n@check('mtu', area='nic')\ndef g():\n    pass\n", []),
+    ("import logging, re\nLOG = logging.getLogger(__name__)\nRX = re.compile('x')\nTABLE = {}\nTABLE['a'] = 1\n", []),
 ])
 def test_the_registration_checker_finds_each_way_of_registering(source, calls):
     assert [c for _, c in import_time_registrations(source)] == calls
@@ -588,6 +707,130 @@ def test_each_header_size_is_written_once_in_wire():
     assert header_constants("ETH = 14\nTSO_HEADERS = 66\nETH_HEADER = wire.ETH_HEADER\nLIMIT = 3\n") == \
         [(1, "ETH"), (2, "TSO_HEADERS")]
 
+
+# Numbers that are only ever a frame or a payload size made of headers: a frame at MTU 1500 or 9000
+# (+ FCS, + a VLAN tag), the largest UDP payload, the UDP payload and the TCP MSS at 1500 and 9000.
+# 65535 is left out: alone it is as often a port's or an MTU's bound (in arithmetic it is caught below).
+FRAME_SIZES = {1514, 1518, 1522, 9014, 9018, 9022, 65507, 65527, 1472, 8972, 1460, 8960, 1448, 8948}
+# Header sizes (and sums of them: 28 = IPv4 + UDP, 50 = VXLAN over IPv4, ...), caught when added to or
+# taken from a size (`mtu + 14`, `off + 40`, `off += 4`, `size - 28`); 65535 in any arithmetic (`65535 - 8`).
+HEADER_SIZES = {4, 8, 12, 14, 18, 20, 24, 28, 40, 44, 48, 50, 54, 66, 70}
+_A_SIZE = re.compile(r"mtu|frame|payload|mss|datagram|segment|packet|header|hdr|size|\blen\b|\boff(set)?\b", re.I)
+
+
+def inline_header_sizes(source: str) -> list[tuple[int, str]]:
+    """(line, text) of each frame size written as a number, and each header size added to or taken from
+    a size, in code (strings and docstrings may show the numbers)."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if _is(node, FRAME_SIZES):
+            out.append((node.lineno, str(node.value)))
+        elif (isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub, ast.Mult))
+              and any(_is(side, {65535}) for side in (node.left, node.right))):  # not a mask: `x & 0xFFFF`
+            out.append((node.lineno, ast.unparse(node)))
+        elif isinstance(node, (ast.BinOp, ast.AugAssign)) and isinstance(node.op, (ast.Add, ast.Sub)):
+            pairs = ([(node.value, node.target)] if isinstance(node, ast.AugAssign)
+                     else [(node.left, node.right), (node.right, node.left)])
+            if any(_is(num, HEADER_SIZES) and _A_SIZE.search(ast.unparse(other)) for num, other in pairs):
+                out.append((node.lineno, ast.unparse(node)))
+    return sorted(out)
+
+
+def _is(node: ast.AST, numbers: set[int]) -> bool:
+    return isinstance(node, ast.Constant) and type(node.value) is int and node.value in numbers
+
+
+def test_no_header_or_frame_size_is_written_as_a_number_outside_wire():
+    """`mtu + 14`, `<= 1514`, `65507`: each is a sum of offlab.wire's headers, written with their names."""
+    problems = [f"{file}:{line}: {text} is a header or frame size written as a number (use offlab.wire)"
+                for mod, (file, source, _) in load(PACKAGE).items() if mod != "offlab.wire"
+                for line, text in inline_header_sizes(source)]
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("source, found", [
+    ("if size + UDP_FRAME_OVERHEAD <= 1514:\n    pass\n", ["1514"]),
+    ("UDP_MAX = {4: 65507, 6: 65527}\n", ["65507", "65527"]),
+    ("argv = ['--size', str(w.size or 1472)]\n", ["1472"]),
+    ("if len(buf) < off + 40:\n    pass\n", ["off + 40"]),
+    ("off += 4  # a VLAN tag\n", ["off += 4"]),
+    ("GRO_MAX = 8 * 65535\nlength = info & 0xFFFF\n", ["8 * 65535"]),
+    ("frame = mtu + 14\n", ["mtu + 14"]),
+    ("GRE = {4: IPV4_HEADER + 4}\nLIMIT = 65535 - 8\n", ["IPV4_HEADER + 4", "65535 - 8"]),
+    ("if w.size > UDP_MAX - 8 or datagram + 28 > mtu:\n    pass\n", ["datagram + 28"]),
+    # not a header: a port's bound, a count, an index, a size from wire, a number in a help text
+    ("ok = 1 <= port <= 65535\nn = count + 8\nx = buf[i + 14]\nf = mtu + ETH_HEADER\n"
+     "h = 'Packets are IPv6 (40-byte header), 1514 B frames.'\n", []),
+])
+def test_the_header_size_checker_finds_each_way_of_writing_one_as_a_number(source, found):
+    assert [t for _, t in inline_header_sizes(source)] == found
+
+
+
+# ---- each feature alias once ------------------------------------------------------------------
+
+def _feature_canon() -> dict[str, str]:
+    """Every name in offlab/feature_names.py's tables → the kernel feature (or legacy pattern) it stands for."""
+    from offlab.feature_names import ALIASES, LEGACY, LONG_TO_SHORT
+
+    def canon(name: str) -> str:
+        name = ALIASES.get(name, name)
+        name = LONG_TO_SHORT.get(name, name)
+        return LEGACY[name][1] if name in LEGACY else name
+
+    names = {*ALIASES, *ALIASES.values(), *LEGACY, *LONG_TO_SHORT, *(pat for _, pat in LEGACY.values())}
+    return {n: canon(n) for n in names}
+
+
+def alias_pairs_again(source: str, canon: dict[str, str]) -> list[tuple[int, tuple[str, ...]]]:
+    """Each collection (tuple, list, set, a dict's entry or its keys) that holds two names of one feature
+    (`("gro-list", "rx-gro-list")`, `{"uso": "tx-udp-segmentation"}`): an alias pair written again."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Dict):
+            groups = [[k, v] for k, v in zip(node.keys, node.values, strict=True)] + [list(node.keys)]
+        elif isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            groups = [node.elts]
+        else:
+            continue
+        for group in groups:
+            by_feature: dict[str, set[str]] = {}
+            for e in group:
+                if isinstance(e, ast.Constant) and isinstance(e.value, str) and e.value in canon:
+                    by_feature.setdefault(canon[e.value], set()).add(e.value)
+            for names in by_feature.values():
+                if len(names) >= 2:
+                    out.append((node.lineno, tuple(sorted(names))))
+    return list(dict.fromkeys(out))
+
+
+# ethtool's parser (netdev imports nothing of common) says which leaves a held-off feature needs, and
+# ethtool prints rx-checksum's leaf under its long name: the parser looks for both.
+ALIAS_PAIRS_IN_PARSER = {("offlab.netdev.ethtool", ("rx-checksum", "rx-checksumming"))}
+
+
+def test_each_feature_alias_is_written_once():
+    """ethtool's short and long names and offlab's aliases are paired in offlab/feature_names.py only; `lab
+    show`'s columns, the knobs and the witnesses derive the other names of a feature from it (names_for,
+    shown_name)."""
+    canon = _feature_canon()
+    problems = [f"{file}:{line}: {list(names)} name one feature (use offlab.feature_names)"
+                for mod, (file, source, _) in load(PACKAGE).items() if mod != "offlab.feature_names"
+                for line, names in alias_pairs_again(source, canon) if (mod, names) not in ALIAS_PAIRS_IN_PARSER]
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("source, found", [
+    ('if key not in ("gro-list", "rx-gro-list"):\n    pass\n', ["['gro-list', 'rx-gro-list']"]),
+    ('SUMMARY = {"tso": "tcp-segmentation-offload", "uso": "tx-udp-segmentation"}\n',
+     ["['tcp-segmentation-offload', 'tso']", "['tx-udp-segmentation', 'uso']"]),
+    ('KEYS = {"gro": 1, "generic-receive-offload": 2}\n', ["['generic-receive-offload', 'gro']"]),
+    ('ON = ["tx-csum", "tx-checksumming"]\n', ["['tx-checksumming', 'tx-csum']"]),
+    # names of different features, or one name alone
+    ('FEATS = ("tso", "gso", "gro", "uso")\nX = {"gro": "on"}\nif key not in names_for("rx-gro-list"):\n    pass\n', []),
+])
+def test_the_alias_checker_finds_each_way_of_pairing_names_again(source, found):
+    assert [str(list(names)) for _, names in alias_pairs_again(source, _feature_canon())] == found
 
 # What an `offlab` start may not load before a command runs: each command imports its machinery in its own
 # body (the suite starts `python -m offlab` hundreds of times, and a person types it).

@@ -13,8 +13,10 @@ from offlab.cli.console import OnFirstUse, command_group
 # What the options and their help need, and no more: each command imports its machinery (labs, knobs,
 # teardown) in its body, so `offlab --version` or `offlab mtu calc` does not load every lab builder.
 from offlab.addresses import LAB_NET6
-from offlab.catalog import DPDK_TOPOLOGIES, GUEST_TOPOLOGIES, NAMES as TOPOLOGY_NAMES, borrows_ports, taking_option
+from offlab.catalog import (DPDK_TOPOLOGIES, GUEST_TOPOLOGIES, HOSTS, NAMES as TOPOLOGY_NAMES, borrows_ports,
+                            taking_option)
 from offlab.errors import BadInput, EnvironmentProblem, NotRoot
+from offlab.mtu.calc import VXLAN_OVERHEAD
 from offlab.names import check_lab_name, check_mtu
 
 if TYPE_CHECKING:
@@ -26,13 +28,14 @@ out = OnFirstUse()
 
 @app.command("up")
 def up_cmd(
-    topology: str = typer.Argument(..., help=" | ".join([*TOPOLOGY_NAMES, "hosts"])),
+    topology: str = typer.Argument(..., help=" | ".join([*TOPOLOGY_NAMES, HOSTS])),
     name: Optional[str] = typer.Option(None, "--name", "-n", help="Lab name (default: the topology)."),
     mtu: int = typer.Option(1500, "--mtu", help="MTU of every host-facing link (the overlay MTU for vxlan)."),
     ipv6: bool = typer.Option(False, "--ipv6", help=f"Also address hosts from {LAB_NET6}."),
     vni: Optional[int] = typer.Option(None, "--vni", help="vxlan: VXLAN network identifier (default 4242)."),
     port: Optional[int] = typer.Option(None, "--port", help="vxlan: UDP destination port (default 4789)."),
-    underlay_mtu: Optional[int] = typer.Option(None, "--underlay-mtu", help="vxlan: underlay MTU (default MTU + 50)."),
+    underlay_mtu: Optional[int] = typer.Option(None, "--underlay-mtu",
+                                               help=f"vxlan: underlay MTU (default MTU + {VXLAN_OVERHEAD[4]})."),
     nic: list[str] = typer.Option([], "--nic", metavar="PROP=VALUE", help=(
         f"{', '.join(GUEST_TOPOLOGIES)}: a virtio-net property of every guest NIC as PROP=VALUE (repeatable), "
         "or queues=N (multiqueue).")),
@@ -72,7 +75,7 @@ def up_cmd(
     moved into the lab's namespaces and given back as they were (docs/phys.md)."""
     from offlab import lab as labs
 
-    if topology == "hosts":
+    if topology == HOSTS:
         from offlab.lab import hosts as hosts_lab
 
         if inventory is None:
@@ -80,7 +83,7 @@ def up_cmd(
         if ports is not None:
             raise BadInput("--ports is for `lab up phys`; a hosts lab names its ports with --pair A:IF,B:IF")
         check_up_options(name, 1500, False)
-        _print_lab(hosts_lab.up(name or "hosts", inventory, pair, allow_management=allow_management), as_json)
+        _print_lab(hosts_lab.up(name or HOSTS, inventory, pair, allow_management=allow_management), as_json)
         return
     if inventory is not None or pair is not None or allow_management:
         raise BadInput(f"--inventory, --pair and --allow-management-traffic are for `lab up hosts`, not {topology}")
@@ -373,7 +376,7 @@ def _print_lab(lab: LabState, as_json: bool) -> None:
     info = describe(lab)
     info["changes"] = pending_changes({e.netns: role for role, e in lab.hosts.items() if e.netns and not e.guest},
                                       lab.name)
-    if lab.topology == "hosts":
+    if lab.topology == HOSTS:
         info["leases"] = _leases(lab)
     if as_json:
         typer.echo(json.dumps(info, indent=2))

@@ -11,6 +11,7 @@ from offlab.cli.console import command_group, console
 
 from offlab.addresses import RANGES
 from offlab.errors import BadInput
+from offlab.wire import IPV6_HEADER
 
 app = command_group("MTU arithmetic and path-MTU probing inside labs.")
 
@@ -18,7 +19,7 @@ app = command_group("MTU arithmetic and path-MTU probing inside labs.")
 @app.command("calc")
 def calc_cmd(
     mtu: int = typer.Option(..., "--mtu", help="IP MTU of the link (what `ip link set mtu` sets)."),
-    ipv6: bool = typer.Option(False, "--ipv6", help="Packets are IPv6 (40-byte header)."),
+    ipv6: bool = typer.Option(False, "--ipv6", help=f"Packets are IPv6 ({IPV6_HEADER}-byte header)."),
     encap: str = typer.Option("none", "--encap", help="none | vlan | vxlan | gre: inner MTU through it."),
     as_json: bool = typer.Option(False, "--json", help="Print the numbers as JSON."),
 ) -> None:

@@ -8,11 +8,12 @@ ports are limited by OVS itself (NETDEV_DPDK_MAX_PKT_LEN, 9728-byte frames).
 
 from __future__ import annotations
 
-from offlab.wire import ETH_HEADER, FCS
+from offlab.wire import ETH_HEADER, FCS, VLAN_TAG
 
 FRAME_OVERHEAD = ETH_HEADER + FCS  # a PMD's frame length counts the CRC
 # The largest frame each PMD takes (`show port info`: Maximum configurable length of RX packet).
-PMD_MAX_FRAME = {"net_tap": 1522, "net_af_packet": 1518}
+# net_tap 1522 (a 1500 MTU, its FCS and a VLAN tag), net_af_packet 1518
+PMD_MAX_FRAME = {"net_tap": 1500 + FRAME_OVERHEAD + VLAN_TAG, "net_af_packet": 1500 + FRAME_OVERHEAD}
 # The largest MTU offlab's labs ask of those PMDs: 1500 (the tap's 1522 leaves room for a VLAN tag).
 PMD_MAX_MTU = 1500
 VHOST_MAX_FRAME = 9728

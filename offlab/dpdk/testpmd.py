@@ -32,6 +32,7 @@ from offlab.hosts import LOCAL, TOOL_PACKAGES, Memo, NetnsHost, require_tool
 from offlab.hosts.process import process_start_time, signal_pid, wait_gone
 from offlab.interrupts import shielded
 from offlab.state import read_json, state_dir, write_json_atomic
+from offlab.wire import ETH_HEADER
 
 DAEMON = "dpdk-testpmd"  # also its /proc/PID/comm
 PROMPT = "testpmd> "
@@ -43,6 +44,8 @@ IDLE_MODES = ("poll", "stop")  # the lab option testpmd_idle
 INSTALL = f"apt-get install {TOOL_PACKAGES['dpdk-testpmd']}"
 START_TIMEOUT = 90.0
 COMMAND_TIMEOUT = 20.0
+# RTE_ETHER_MAX_LEN - RTE_ETHER_CRC_LEN: testpmd's default GSO segment size, and the largest it takes
+GSO_SEGSZ_MAX = 1500 + ETH_HEADER
 DESCRIPTORS = 512
 
 
@@ -78,7 +81,7 @@ class Info:
     # What testpmd shows only while in use: the values offlab last set (testpmd's defaults until then).
     tso_segsz: dict[str, int] = field(default_factory=dict)  # per port; 0: TSO off
     gro_flush: int = 1  # GRO_DEFAULT_FLUSH_CYCLES
-    gso_segsz: int = 1514  # RTE_ETHER_MAX_LEN - RTE_ETHER_CRC_LEN
+    gso_segsz: int = GSO_SEGSZ_MAX
     # `poll`: forwarding runs (and busy-polls its CPU) from lab up to lab down; `stop`: only while an
     # offlab command that sends through the lab holds it (`forwarding`), its CPU idle otherwise (the lab
     # option testpmd_idle)

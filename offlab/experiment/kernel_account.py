@@ -13,13 +13,14 @@ import dataclasses
 from offlab.experiment.effects import EXERCISED, MIN_PACKETS
 from offlab.experiment.effects.merging import MERGING
 from offlab.experiment.effects.segmentation import SEGMENTATION
+from offlab.feature_names import names_for
 from offlab.metrics import NOT_EXERCISED
 from offlab.sample import (Agreement, Effect, EffectVerdict, GsoTally, Hop, KernelAccount, KernelLoss, LossPlace,
                            SampleWorkload, StoredSample, Tally, TraceAccount, TraceDrop, TraceSkbs, UsoVerdict)
 from offlab.stats import AGREE_COUNT, agreement, partition
 
 SOFTWARE_MIN = AGREE_COUNT  # fewer super-packets than this cut in software is noise at the edges
-USO_SETTINGS = ("uso", "tx-udp-segmentation")
+USO_SETTINGS = names_for("tx-udp-segmentation")  # uso, tx-udp-segmentation
 UDP_L4 = "UDP_L4"
 # gso_type names (offlab.probes.trace.GSO_TYPES) that carry each protocol's super-packets
 KINDS = {"tcp": ("TCPV4", "TCPV6"), "udp": (UDP_L4,), "any": ()}

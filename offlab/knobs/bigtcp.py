@@ -25,11 +25,12 @@ from offlab.errors import BadInput
 from offlab.knobs.base import FileKnob, Knob, Plan, PlanPlace, as_bool, as_int
 from offlab.knobs.features import forget_reads, shared_memo
 from offlab.netdev import link as _link
+from offlab.wire import IP_MAX
 
 SIZE_KEYS = {"gso_max_size": "IPv6 (and IPv4 before Linux 6.3)", "gro_max_size": "IPv6",
              "gso_ipv4_max_size": "IPv4", "gro_ipv4_max_size": "IPv4"}
 SINCE = {"gso_max_size": "2.6", "gro_max_size": "5.19", "gso_ipv4_max_size": "6.3", "gro_ipv4_max_size": "6.3"}
-GRO_MAX_SIZE = 8 * 65535  # include/linux/netdevice.h: the most any gro_*max_size may be
+GRO_MAX_SIZE = 8 * IP_MAX  # include/linux/netdevice.h: the most any gro_*max_size may be
 LEGACY_MAX = 65536  # GSO_LEGACY_MAX_SIZE / GRO_LEGACY_MAX_SIZE: the sizes before BIG TCP
 THREADED_KEYS = {"threaded"}
 # Before a lab exists (`run --validate`), the device's tso_max_size is not known; the kernel bounds every

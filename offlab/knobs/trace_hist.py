@@ -16,6 +16,7 @@ from typing import Any
 from offlab.errors import BadInput
 from offlab.knobs.base import Knob
 from offlab import tracefs as hist
+from offlab.wire import ETH_HEADER
 
 KEY = "trace-hist"
 
@@ -49,7 +50,7 @@ class HistTriggers(Knob):
         return f"{n} trigger(s) of offlab's" + ("" if snap.get("tracefs") == "mounted" else ", tracefs unmounted")
 
     def satisfied(self, value: str, snap: Any) -> bool:
-        return isinstance(snap, dict) and len(snap.get("triggers") or []) == len(hist.triggers(1514, self.tag))
+        return isinstance(snap, dict) and len(snap.get("triggers") or []) == len(hist.triggers(1500 + ETH_HEADER, self.tag))
 
     def apply(self, value: str) -> None:
         mtu = self.host.run(["sh", "-c", hist.MTU_SH], timeout=60).stdout

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from offlab import inventory as inv_mod
 from offlab import netdev
+from offlab.catalog import HOSTS
 from offlab.errors import BadInput, CommandFailed, EnvironmentProblem, OfflabError
 from offlab.hosts import remote_journal, which
 from offlab.hosts.ssh import SshHost, at_once
@@ -254,7 +255,7 @@ def up(name: str, inventory: str, pair: str | None = None, *, allow_management: 
 
     inv = inv_mod.load(inventory)
     plan_ends(inv, pair)  # a bad --pair is refused before anything connects
-    lab = LabState(name=name, topology="hosts", mtu=0, owner=owner.owner_tag()[len(owner.PREFIX):])
+    lab = LabState(name=name, topology=HOSTS, mtu=0, owner=owner.owner_tag()[len(owner.PREFIX):])
     _claim(lab)
     try:
         build(lab, inv, pair, allow_management)
@@ -282,7 +283,7 @@ def ssh_hosts_known(extra_refs: list[dict] = ()) -> list[SshHost]:
     from offlab.hosts import from_ref
     from offlab.lab import list_labs
 
-    refs = [e.ref for lab in list_labs() if lab.topology == "hosts" for e in lab.hosts.values() if e.ref]
+    refs = [e.ref for lab in list_labs() if lab.topology == HOSTS for e in lab.hosts.values() if e.ref]
     out: dict[tuple, SshHost] = {}
     for ref in [*refs, *extra_refs]:
         if not isinstance(ref, dict) or ref.get("kind") != "ssh":

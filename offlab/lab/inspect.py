@@ -5,20 +5,12 @@ from __future__ import annotations
 from offlab import netdev
 from offlab.dpdk import Testpmd
 from offlab.catalog import TOPOLOGIES
+from offlab.feature_names import shown_name
 from offlab.lab.model import LabState
 
-# The features worth a glance in the text view, by the short names people type.
-SUMMARY_FEATURES = {
-    "tx-csum": "tx-checksumming",
-    "sg": "scatter-gather",
-    "tso": "tcp-segmentation-offload",
-    "gso": "generic-segmentation-offload",
-    "gro": "generic-receive-offload",
-    "uso": "tx-udp-segmentation",
-    "gro-list": "rx-gro-list",
-    "udp-gro-fwd": "rx-udp-gro-forwarding",
-    "tnl-seg": "tx-udp_tnl-segmentation",
-}
+# The features worth a glance in the text view, by the short names people type → the name ethtool shows.
+SUMMARY_FEATURES = {short: shown_name(short)
+                    for short in ("tx-csum", "sg", "tso", "gso", "gro", "uso", "gro-list", "udp-gro-fwd", "tnl-seg")}
 
 
 def _with_effective(qmp: str | None, nic: dict) -> dict:

@@ -13,8 +13,9 @@ from dataclasses import asdict, dataclass
 
 from offlab.errors import BadInput
 from offlab.names import check_mtu
-from offlab.wire import (ETH_HEADER, FCS, ICMP_HEADER, IP_MAX, IPV4_HEADER, IPV6_FRAG_HEADER, IPV6_HEADER,  # noqa: F401
-                         TCP_HEADER, TCP_TIMESTAMPS, UDP_HEADER, VLAN_TAG, VXLAN_HEADER, ip_header)
+from offlab.wire import (ETH_HEADER, FCS, GRE_HEADER, ICMP_HEADER, IP_MAX, IPV4_HEADER,  # noqa: F401
+                         IPV6_FRAG_HEADER, IPV6_HEADER, TCP_HEADER, TCP_TIMESTAMPS, UDP_HEADER, VLAN_TAG,
+                         VXLAN_HEADER, ip_header)
 
 MIN_MTU = {4: 68, 6: 1280}
 
@@ -24,7 +25,7 @@ VXLAN_OVERHEAD = {4: ETH_HEADER + IPV4_HEADER + UDP_HEADER + VXLAN_HEADER,
                   6: ETH_HEADER + IPV6_HEADER + UDP_HEADER + VXLAN_HEADER}
 ENCAP_OVERHEAD = {
     "vxlan": VXLAN_OVERHEAD,
-    "gre": {4: IPV4_HEADER + 4, 6: IPV6_HEADER + 4},
+    "gre": {4: IPV4_HEADER + GRE_HEADER, 6: IPV6_HEADER + GRE_HEADER},
 }
 ENCAPS = ("none", "vlan", "vxlan", "gre")
 
@@ -120,22 +121,22 @@ def table(mtu: int, *, ipv6: bool = False, encap: str = "none") -> list[Row]:
     rows = [
         Row("ip_mtu", "IP MTU (what `ip link set mtu` sets)", mtu, f"{mtu}"),
         Row("udp_payload_max", "largest UDP payload, no fragmentation", udp_payload_max(mtu, ipv6),
-            f"{mtu} − {ip} {ipn} − 8 UDP"),
+            f"{mtu} − {ip} {ipn} − {UDP_HEADER} UDP"),
         Row("ping_payload_max", "largest `ping -M do -s N`", ping_payload_max(mtu, ipv6),
-            f"{mtu} − {ip} {ipn} − 8 ICMP"),
-        Row("tcp_mss", "TCP MSS (no options)", tcp_mss(mtu, ipv6), f"{mtu} − {ip} {ipn} − 20 TCP"),
+            f"{mtu} − {ip} {ipn} − {ICMP_HEADER} ICMP"),
+        Row("tcp_mss", "TCP MSS (no options)", tcp_mss(mtu, ipv6), f"{mtu} − {ip} {ipn} − {TCP_HEADER} TCP"),
         Row("tcp_payload_timestamps", "TCP payload per segment with timestamps",
-            tcp_payload_with_timestamps(mtu, ipv6), "MSS − 12 (timestamp option)"),
+            tcp_payload_with_timestamps(mtu, ipv6), f"MSS − {TCP_TIMESTAMPS} (timestamp option)"),
         Row("frame_wire", "Ethernet frame on the wire (with FCS)", frame_size(mtu),
-            f"{mtu} + 14 Ethernet + 4 FCS"),
+            f"{mtu} + {ETH_HEADER} Ethernet + {FCS} FCS"),
         Row("frame_captured", "frame as tcpdump/Wireshark shows it (no FCS)", frame_size(mtu, fcs=False),
-            f"{mtu} + 14 Ethernet"),
+            f"{mtu} + {ETH_HEADER} Ethernet"),
         Row("frame_wire_vlan", "frame with one VLAN tag (with FCS)", frame_size(mtu, vlan_tags=1),
-            f"{mtu} + 14 + 4 VLAN + 4 FCS"),
+            f"{mtu} + {ETH_HEADER} + {VLAN_TAG} VLAN + {FCS} FCS"),
         Row("udp_datagram_max", "largest UDP datagram at all", big,
-            "65535 − 8 UDP" + ("" if ipv6 else " − 20 IPv4")),
+            f"{IP_MAX} − {UDP_HEADER} UDP" + ("" if ipv6 else f" − {IPV4_HEADER} IPv4")),
         Row("fragments_of_max", f"IP fragments of a {big}-byte datagram at this MTU", frag.count,
-            f"{big} + 8 = {big + 8} bytes in pieces of {frag.data_per_fragment}"
+            f"{big} + {UDP_HEADER} = {big + UDP_HEADER} bytes in pieces of {frag.data_per_fragment}"
             f" ({mtu} − {IPV6_HEADER + IPV6_FRAG_HEADER if ipv6 else IPV4_HEADER}, rounded down to 8)"
             f"; last carries {frag.last_data}"),
     ]

@@ -19,12 +19,14 @@ import dpkt
 from offlab.errors import EnvironmentProblem
 from offlab.hosts import Host, require_tool
 from offlab.names import check_ifname
-from offlab.wire import ETH_HEADER, UDP_HEADER
+from offlab.wire import ETH_HEADER, FCS, IPV6_FRAG_HEADER, IPV6_HEADER, UDP_HEADER, VLAN_TAG
 
 if TYPE_CHECKING:
     from offlab.sample import Capture as StoredCapture
 
-HIST_EDGES = (64, 128, 256, 512, 1024, 1514, 1518, 2048, 4096, 8192, 9014, 9018, 16384, 32768, 65536, 1 << 20)
+# a frame at MTU 1500 and 9000, as a capture counts it and with its FCS, each has its own edge
+HIST_EDGES = (64, 128, 256, 512, 1024, 1500 + ETH_HEADER, 1500 + ETH_HEADER + FCS, 2048, 4096, 8192,
+              9000 + ETH_HEADER, 9000 + ETH_HEADER + FCS, 16384, 32768, 65536, 1 << 20)
 
 
 def read_pcap(path: str | Path) -> tuple[int, list[tuple[int, bytes]]]:
@@ -140,19 +142,19 @@ def _ipv6_fragment(buf: bytes, linktype: int) -> tuple[int, int, bool] | None:
     """
     off = ETH_HEADER if linktype == 1 else 0
     if linktype == 1 and len(buf) >= ETH_HEADER and buf[12:14] == b"\x81\x00":
-        off += 4  # one VLAN tag
-    if len(buf) < off + 40:
+        off += VLAN_TAG  # one VLAN tag
+    if len(buf) < off + IPV6_HEADER:
         return None
-    nxt, off = buf[off + 6], off + 40
+    nxt, off = buf[off + 6], off + IPV6_HEADER
     for _ in range(8):
         if nxt == IPV6_FRAGMENT:
-            if len(buf) < off + 8:
+            if len(buf) < off + IPV6_FRAG_HEADER:
                 return None
-            field, ident = struct.unpack("!HI", buf[off + 2 : off + 8])
+            field, ident = struct.unpack("!HI", buf[off + 2 : off + IPV6_FRAG_HEADER])
             return ident, field >> 3, bool(field & 1)
         if nxt not in IPV6_EXT_HEADERS or len(buf) < off + 2:
             return None
-        nxt, off = buf[off], off + 8 + buf[off + 1] * 8
+        nxt, off = buf[off], off + (buf[off + 1] + 1) * 8  # its length in 8-octet units, less the first
     return None
 
 

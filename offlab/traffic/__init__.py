@@ -13,13 +13,14 @@ from typing import TYPE_CHECKING, Literal
 
 from offlab.errors import BadInput
 from offlab.traffic.rate import parse_rate
+from offlab.wire import UDP_HEADER, UDP_MAX_PAYLOAD
 
 if TYPE_CHECKING:
     from offlab.sample import Traffic
 
-UDP_MAX_PAYLOAD = {4: 65507, 6: 65527}
 # What each tool accepts (iperf3 3.12's own limits; the engine's in engine/src/args.rs).
-SIZE_RANGE = {("iperf3", "udp"): (16, 65507), ("iperf3", "tcp"): (1, 1 << 20), ("engine", "udp"): (24, None)}
+SIZE_RANGE = {("iperf3", "udp"): (16, UDP_MAX_PAYLOAD[4]), ("iperf3", "tcp"): (1, 1 << 20),
+              ("engine", "udp"): (24, None)}
 MAX_BATCH = 1024
 SEND_PATHS = ("send", "sendmmsg", "zerocopy", "io_uring", "io_uring-zc")  # offlab-engine tx --send
 # The send paths that take a batch above 1: messages per sendmmsg() call, linked SQEs per io_uring_enter().
@@ -152,7 +153,7 @@ def validate(w: Workload) -> None:
         hi = hi or UDP_MAX_PAYLOAD[6 if w.ipv6 else 4]
         if not _is_int(w.size) or not lo <= w.size <= hi:
             raise BadWorkload("size", w.size, f"a {w.protocol.upper()} payload for {w.tool} is {lo}..{hi} bytes")
-        if w.gso and w.size > 65507 - 8:
+        if w.gso and w.size > UDP_MAX_PAYLOAD[4] - UDP_HEADER:
             raise BadWorkload("size", w.size, "with gso a segment must leave room for at least one more in 64 KiB")
     if w.send is not None:
         if w.tool != "engine":

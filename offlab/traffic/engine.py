@@ -21,11 +21,13 @@ from offlab.interrupts import shielded
 from offlab.traffic import TrafficResult, Workload
 from offlab.traffic import series as intervals
 from offlab.traffic.iperf3 import TrafficFailed
+from offlab.wire import IPV4_HEADER, UDP_HEADER
 from offlab.hosts.process import cpu_on as _cpu, pinned, stop
 
 ENGINE = "offlab-engine"
 # The report format this offlab reads (engine/SCHEMA.md; engine/src/json.rs `envelope` writes it).
 SCHEMA = "offlab-engine/1"
+DEFAULT_SIZE = 1500 - IPV4_HEADER - UDP_HEADER  # a datagram that fills one frame at MTU 1500: 1472
 
 
 def report(text: str, role: str, host: Host) -> dict:
@@ -95,7 +97,7 @@ def rx_argv(w: Workload, bind: str, port: int, ready: str, run_id: int, exe: str
 
 def tx_argv(w: Workload, dest: str, port: int, run_id: int, exe: str | None = None,
             interval_ms: int | None = None) -> list[str]:
-    argv = [exe or engine_path(), "tx", "--dest", dest, "--port", str(port), "--size", str(w.size or 1472),
+    argv = [exe or engine_path(), "tx", "--dest", dest, "--port", str(port), "--size", str(w.size or DEFAULT_SIZE),
             "--duration", f"{w.warmup + w.duration:g}", "--run-id", str(run_id),
             "--interval", str(_every(w, interval_ms))]
     if w.gso:

@@ -19,10 +19,11 @@ from offlab.errors import BadInput
 from offlab.hosts import Host
 from offlab.hosts.process import pinned, stop
 from offlab.interrupts import shielded
-from offlab.traffic import UDP_MAX_PAYLOAD, BadWorkload
+from offlab.traffic import BadWorkload
 from offlab.traffic import series as intervals
 from offlab.traffic.engine import _ready_dir, engine_on, report
 from offlab.traffic.iperf3 import TrafficFailed
+from offlab.wire import UDP_MAX_PAYLOAD
 
 if TYPE_CHECKING:
     from offlab.sample import RrPhase

@@ -18,6 +18,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
+from offlab.feature_names import KERNEL_TO_LONG
 from offlab.netdev import Feature
 
 if TYPE_CHECKING:
@@ -252,7 +253,7 @@ def _lacks(bit: int, tap: str | None, vhost_user: str | None, backend_bits: set[
 
 def _leaf(feats: dict[str, Feature], name: str) -> Feature | None:
     # ethtool shows rx-checksum under its legacy long name
-    return feats.get(name) or feats.get({"rx-checksum": "rx-checksumming"}.get(name, ""))
+    return feats.get(name) or feats.get(KERNEL_TO_LONG.get(name, ""))
 
 
 def _why(link: Link, row: Row, offered: set[int] | None, accepted: set[int] | None,

@@ -56,14 +56,14 @@ def judge(setting: Held, sample: StoredSample) -> Effect:
     if kind != "any" and kind != proto:
         e.cause = f"{key} merges {kind.upper()} only; the workload is {proto.upper()}"
         return e
-    if proto == "udp" and role == receiver and not workload.gro and key not in ("gro-list", "rx-gro-list"):
+    if proto == "udp" and role == receiver and not workload.gro and key not in names_for("rx-gro-list"):
         e.cause = "the kernel merges UDP for a socket only with UDP_GRO (the engine's --gro)"
         return e
     if rx < MIN_PACKETS or ratio is None or mtu is None or not avg:
         e.cause = f"fewer than {MIN_PACKETS} packets received on {where}, or no counter after the merge point"
         return e
-    forwarded_udp = proto == "udp" and role != receiver and key not in ("gro-list", "rx-gro-list", "udp-gro-fwd",
-                                                                         "rx-udp-gro-forwarding")
+    forwarded_udp = (proto == "udp" and role != receiver
+                     and key not in names_for("rx-gro-list") | names_for("rx-udp-gro-forwarding"))
     if forwarded_udp and ratio >= MERGED_BELOW:
         e.cause = ("plain GRO merges forwarded UDP only with rx-udp-gro-forwarding or rx-gro-list on: their own "
                    "witnesses judge that")

@@ -50,7 +50,7 @@ def judge(setting: Held, sample: StoredSample) -> Effect:
         e.cause = f"{smallest[0]} has MTU {smallest[1]}: no frame above it crosses the path"
         return e
     size = workload.size
-    if workload.protocol == "udp" and size and size + UDP_FRAME_OVERHEAD <= 1514 and not workload.gso:
+    if workload.protocol == "udp" and size and size + UDP_FRAME_OVERHEAD <= 1500 + ETH_HEADER and not workload.gso:
         e.cause = f"{size} B datagrams fit a 1500 MTU: the larger MTU cannot show"
         return e
     frame = largest or bound

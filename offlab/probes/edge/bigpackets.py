@@ -26,16 +26,16 @@ from offlab.hosts import which
 from offlab.probes.base import Options, Probe
 from offlab.probes.remote import Async
 from offlab.sample import JsonView, _view
+from offlab.wire import IP_MAX  # the largest IP packet without BIG TCP
 
 TABLE = "offlab_big"
-LIMIT = 65535  # the largest IP packet without BIG TCP
 
 
 def ruleset(ifaces: list[str], family: str = "inet") -> str:
     """The table of this family (inet, or bridge for bridge ports) for these interfaces: one counting rule
     per interface and direction, named by its comment."""
-    rx = "".join(f'    meta length > {LIMIT} iifname "{i}" counter comment "rx {i}"\n' for i in ifaces)
-    tx = "".join(f'    meta length > {LIMIT} oifname "{i}" counter comment "tx {i}"\n' for i in ifaces)
+    rx = "".join(f'    meta length > {IP_MAX} iifname "{i}" counter comment "rx {i}"\n' for i in ifaces)
+    tx = "".join(f'    meta length > {IP_MAX} oifname "{i}" counter comment "tx {i}"\n' for i in ifaces)
     return (f"table {family} {TABLE} {{\n"
             f"  chain rx {{\n    type filter hook prerouting priority -300; policy accept;\n{rx}  }}\n"
             f"  chain tx {{\n    type filter hook postrouting priority 300; policy accept;\n{tx}  }}\n}}\n")
