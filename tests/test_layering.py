@@ -852,3 +852,37 @@ def test_offlab_starts_without_loading_the_machinery_of_its_commands():
     assert "offlab.cli.lab" in loaded and "offlab.catalog" in loaded  # every command is registered
     heavy = sorted(m for m in loaded if m.startswith(HEAVY_AT_START))
     assert not heavy, f"`offlab --version` loaded {heavy}: import these inside the command that uses them"
+
+
+# ---- stored samples are read as records --------------------------------------------------------------
+# Where rows of Store.samples may stay rows: written out as they are stored (`results show --json/--csv`),
+# merged store to store, or only counted (a fleet's import).
+ROWS_AS_STORED = {"offlab/cli/results.py": "as stored, for --json/--csv", "offlab/fleet/__init__.py": "counted"}
+
+
+def raw_sample_reads(source: str) -> list[int]:
+    """Lines calling `<store>.samples(...)` whose result is not handed straight to `records(...)`."""
+    tree = ast.parse(source)
+    wrapped = {id(n.args[0]) for n in ast.walk(tree) if isinstance(n, ast.Call) and
+               getattr(n.func, "id", getattr(n.func, "attr", None)) == "records" and n.args}
+    return sorted(n.lineno for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+                  and n.func.attr == "samples" and id(n) not in wrapped)
+
+
+def test_stored_samples_are_read_as_records_above_the_store():
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = str(path.relative_to(PACKAGE.parent))
+        if rel.startswith("offlab/store/") or rel in ROWS_AS_STORED:
+            continue
+        found += [f"{rel}:{line}" for line in raw_sample_reads(path.read_text())]
+    assert not found, "stored samples read as rows (read them through offlab.sample.records):\n" + "\n".join(found)
+
+
+@pytest.mark.parametrize("source, lines", [
+    ("s = records(store.samples(1))\n", []),
+    ("rows = store.samples(1)\nfor r in rows: r['sample']\n", [1]),
+    ("x = [r['metrics'] for r in self.store.samples(run)]\n", [1]),
+])
+def test_the_sample_row_checker_finds_a_row_read_as_a_dict(source, lines):
+    assert raw_sample_reads(source) == lines
