@@ -837,6 +837,9 @@ class Rr(JsonView):
     idle: RrPhase | None = _view(RrPhase)
     loaded: RrPhase | None = _view(RrPhase)
     loaded_over_idle: dict[str, float | None] = field(default_factory=dict)  # rtt_* key → loaded / idle
+    # a request/response measurement stored whole in place of its phases (the shape rr samples first had,
+    # and a bare RrResult stored by hand): its series
+    series: list[Series] = _view(Series, list=True, default_factory=list)
 
 
 @dataclass
@@ -938,8 +941,10 @@ class StoredSample(JsonView):
 
     def series_parts(self) -> list[tuple[str, list[Series]]]:
         """(dotted part, its series) for each part that holds per-interval series, in the order the sample
-        stores them: the stream's ("traffic"), then each request/response phase's ("rr.idle", "rr.loaded")."""
-        parts = [("traffic", self.traffic.series if self.traffic else [])]
+        stores them: the stream's ("traffic"), then a request/response measurement's stored whole ("rr"), then
+        each request/response phase's ("rr.idle", "rr.loaded")."""
+        parts = [("traffic", self.traffic.series if self.traffic else []),
+                 ("rr", self.rr.series if self.rr is not None else [])]
         for phase in ("idle", "loaded"):
             held = getattr(self.rr, phase) if self.rr is not None else None
             parts.append((f"rr.{phase}", held.series if held is not None else []))
