@@ -406,11 +406,18 @@ def test_doctor_over_ssh_reads_the_remote_not_this_machine(sshd, host):
 
 
 def _masters_left(sshd, within: float = 10.0) -> list[str]:
-    """The masters of this sshd's clients still there (none, once a closed master's process has ended: it ends a
-    moment after it answered, its closer waits for it up to 3 s, under load the last of it can take longer).
+    """The masters of this sshd's clients that offlab commands opened, still there (none, once a closed master's
+    process has ended: it ends a moment after it answered, its closer waits for it up to 3 s, under load the
+    last of it can take longer). A master of this test process's own (its control directory names its pid:
+    an earlier test's host, in this process) is not a command's: the module's teardown checks those.
     `within` is a hang guard."""
+    mine = (f"/offlab-ssh.{os.getpid()}.", f"/ssh/{os.getpid()}.")  # under /tmp, or under a short state dir
+
+    def commands() -> list[str]:
+        return [line for line in sshd_mod.mux_processes(sshd) if not any(m in line for m in mine)]
+
     deadline = time.monotonic() + within
-    while (left := sshd_mod.mux_processes(sshd)) and time.monotonic() < deadline:
+    while (left := commands()) and time.monotonic() < deadline:
         time.sleep(0.05)
     return left
 
