@@ -162,6 +162,23 @@ def test_a_file_that_is_not_an_offlab_database_is_bad_input(tmp_path):
         Store.open(other)
 
 
+def test_a_database_another_offlab_makes_while_it_is_opened_is_offlabs(tmp_path, monkeypatch):
+    # A run creating its database as a reader opens it (a test polling for its first sample did): the reader's
+    # first look at the version came before the creation's commit, its look at the tables after it.
+    with Store.open(tmp_path / "runs.db"):
+        pass
+    real = Store.schema_version
+    looks: list[int] = []
+
+    def before_the_commit(self) -> int:
+        looks.append(1)
+        return 0 if len(looks) == 1 else real(self)
+
+    monkeypatch.setattr(Store, "schema_version", before_the_commit)
+    with Store.open(tmp_path / "runs.db") as s:
+        assert s.list_runs() == [] and len(looks) >= 2
+
+
 def test_opening_without_create_does_not_make_a_database(tmp_path):
     with pytest.raises(BadInput, match="no offlab database at"):
         Store.open(tmp_path / "missing.db", create=False)
