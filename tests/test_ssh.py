@@ -10,6 +10,7 @@ import os
 import pwd
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -626,3 +627,47 @@ def test_inventory_examples_in_the_docs_load():
     assert offlab_inv.format == "offlab" and sorted(offlab_inv.hosts) == ["left", "right"]
     assert ansible_inv.format == "ansible" and len(ansible_inv.hosts) == 5
     assert ansible_inv.hosts["hv1"].port == 2222 and ansible_inv.hosts["hv2"].user == "root"
+
+
+# A wait on an SSH host for a file that never appears (how offlab waits for a remote process's end),
+# interrupted by SIGTERM while the host looks: prints whether the host was marked as having had a command
+# cut short (what the controller must then clean up there at its exit).
+LOOK_CUT_SHORT = """
+import json, sys
+from offlab.hosts import from_ref
+from offlab.hosts.ssh import cut_short
+from offlab.interrupts import interrupts
+host = from_ref(json.loads(sys.argv[1]))
+try:
+    with interrupts():
+        host.wait_for_file(sys.argv[2], 60)
+    print("not interrupted", flush=True)
+except SystemExit:
+    print("interrupted; cut short:", cut_short(host), flush=True)
+"""
+
+
+def test_an_interrupted_wait_on_an_ssh_host_is_dropped_at_once_and_its_look_there_ends(sshd, tmp_path, state_dir):
+    # A command that changes something is let finish when a signal comes (test_lease: the record it
+    # writes); one that only looks is dropped: nothing of it needs putting back, and waiting it out only
+    # delays the exit. Its loop on the host ends at its next look, as no one reads it any more.
+    look = "sh -c n=$2; while"
+    child = subprocess.Popen([sys.executable, "-c", LOOK_CUT_SHORT, json.dumps(sshd.host().ref()),
+                              f"/tmp/{tmp_path.name}-never"], cwd=REPO, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env={**os.environ, "OFFLAB_STATE_DIR": str(state_dir)})
+    try:
+        deadline = time.monotonic() + 60  # a hang guard: the look starts once the master is up
+        while not any(c.startswith(look) for c in sshd_mod.processes_in(sshd.server_ns).values()):
+            assert time.monotonic() < deadline and child.poll() is None, child.communicate()
+            time.sleep(0.05)
+        child.send_signal(signal.SIGTERM)
+        out, err = child.communicate(timeout=50)  # a hang guard: the look alone would take 60 s
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert out == "interrupted; cut short: False\n", out + err
+    deadline = time.monotonic() + 10  # a hang guard: its next look is 0.2 s away
+    while any(c.startswith(look) for c in sshd_mod.processes_in(sshd.server_ns).values()):
+        assert time.monotonic() < deadline, sshd_mod.processes_in(sshd.server_ns)
+        time.sleep(0.05)

@@ -230,10 +230,16 @@ class Host:
         looks itself, without forking). The look stops when the file's directory is gone (a host's
         restore.sh removed a process's directory after a crash): nothing will appear there."""
         looks = max(0, math.ceil(seconds / 0.2))
-        script = ('n=$2; while [ ! -e "$1" ] && [ -d "${1%/*}" ] && [ "$n" -gt 0 ]; do sleep 0.2; n=$((n - 1)); '
-                  'done; [ -e "$1" ]')
-        return self.run(["sh", "-c", script, "sh", str(path), str(looks)], check=False,
-                        timeout=seconds + 15).rc == 0
+        # a dot at each look: once no one reads it (the client was dropped: `look`), the write ends the loop
+        script = ('n=$2; while [ ! -e "$1" ] && [ -d "${1%/*}" ] && [ "$n" -gt 0 ]; do printf .; sleep 0.2; '
+                  'n=$((n - 1)); done; [ -e "$1" ]')
+        return self.look(["sh", "-c", script, "sh", str(path), str(looks)], timeout=seconds + 15).rc == 0
+
+    def look(self, argv: Sequence[str], *, timeout: float) -> Result:
+        """`run(argv, check=False)` for a command that only looks (changes nothing): a host reached over
+        a channel drops it at once when a signal interrupts it, where a command that changes something
+        is let finish first (hosts/ssh.py)."""
+        return self.run(argv, check=False, timeout=timeout)
 
     def net_reader(self) -> NetReader:
         """A reader of this host's /proc/net files, fast enough to bracket a traffic window."""
