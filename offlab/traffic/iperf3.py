@@ -13,7 +13,7 @@ from offlab.interrupts import shielded
 from offlab.traffic import TrafficResult, Workload
 from offlab.traffic import series as intervals
 from offlab.traffic.rate import parse_rate
-from offlab.hosts.process import cpu_on as _cpu, pinned, stop, wait_listening
+from offlab.hosts.process import cpu_on as _cpu, listen_timeout, pinned, stop, wait_listening
 
 
 class TrafficFailed(EnvironmentProblem):
@@ -97,7 +97,9 @@ def run(client: Host, server: Host, server_addr: str, w: Workload, *, on_started
             srv = server.spawn(pinned(["iperf3", "-s", "-1", "-p", str(port)], _cpu(server, w.server_cpu)),
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         if not wait_listening(server, port, "tcp", srv):
-            err = (srv.stderr.read() if srv.poll() is not None else "") or "not listening after 5 s"
+            err = (srv.stderr.read() if srv.poll() is not None else "") or (
+                f"it exited {srv.returncode} saying nothing" if srv.poll() is not None
+                else f"still running, not listening after {listen_timeout(server):g} s")
             raise TrafficFailed(f"iperf3 server on {server.name} port {port} did not start: {err.strip()}")
         with shielded():
             cli = client.spawn(pinned(client_argv(w, server_addr, port), _cpu(client, w.client_cpu)),
