@@ -9,7 +9,7 @@ import pytest
 
 from offlab import lab as labs
 from offlab.experiment import teardown
-from offlab.experiment.measure import CaptureRequest, measure
+from offlab.experiment.measure import PROCESSES_GONE_MARK, CaptureRequest, measure
 from offlab.sample import Iface
 from offlab.traffic import Workload
 from offlab.traffic.engine import engine_path
@@ -115,7 +115,12 @@ def test_iperf3_tcp_through_a_router_with_probes_on_every_host(lab_name, clean_m
     hosts = {name.split(":")[0] for name in s.probes.interfaces}
     assert hosts == {"client", "router", "server"}
     assert s.probes.cpu.side("client").cpu == "cpu0" and s.probes.cpu.side("server").cpu == "cpu1"
-    assert {p.role for p in s.probes.processes} >= {"client", "server"}
+    # the tools' processes at both edges; on a loaded machine their traffic may end a little before the window's
+    # planned end (the window then ends with it) and a process gone by then is said, not silently left out
+    roles = {p.role for p in s.probes.processes}
+    gone = [n for n in s.notes if n.startswith(PROCESSES_GONE_MARK)]
+    assert roles >= {"client", "server"} or (gone and all(r in gone[0] for r in {"client", "server"} - roles)), \
+        (roles, s.notes)
     sd, system = s.service_demand_us_per_kib, s.probes.cpu.system
     kib = s.traffic.throughput_bps * s.probes.window_s / 8 / 1024
     # netperf's definition: the whole system's busy CPU time per KiB, which includes both pinned CPUs

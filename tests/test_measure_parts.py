@@ -3,7 +3,7 @@ reader must see, on numbers checked by hand."""
 
 from __future__ import annotations
 
-from offlab.experiment.measure import RCVQ_MARK, VETH_NOTE, sample_notes, service_demands
+from offlab.experiment.measure import PROCESSES_GONE_MARK, RCVQ_MARK, VETH_NOTE, sample_notes, service_demands
 from offlab.metrics import TCG_MARK
 from offlab.probes import ProbeResult
 from offlab.sample import Cpu, CpuAccount, Guest, Iface
@@ -38,6 +38,16 @@ def test_notes_say_what_shaped_the_window_and_only_that():
     assert notes[2].startswith("CPU steal 7.5 % of the window")
     assert notes[3] == VETH_NOTE
     assert notes[4] == f"{TCG_MARK}: client ran under TCG (an emulated CPU)"
+
+
+def test_a_watched_process_gone_before_the_window_ended_is_said_with_how_early_the_traffic_ended():
+    (note,) = sample_notes(probe(), 1500, {}, channel_margin_s=None, late_start_s=None, ended_before_s=0.31,
+                           gone=["client", "server"])
+    assert note == (f"{PROCESSES_GONE_MARK}: the client and server process(es) ended before the window did (the "
+                    "traffic ended 0.31 s before the window's planned end, and the window with it): their CPU is not "
+                    "in its process list")
+    # a window that ended with traffic a little early, its processes still seen at both edges: nothing to say
+    assert sample_notes(probe(), 1500, {}, channel_margin_s=None, late_start_s=None, ended_before_s=0.02) == []
 
 
 def test_a_pruned_receive_queue_is_named_with_its_counters():

@@ -10,7 +10,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 from offlab.state import private_tmp
 from offlab import lab as labs
@@ -39,6 +39,7 @@ END_MARGIN_S = 0.05
 # Traffic that ends more than this (or 10 % of the window) before the window's end is a failed sample.
 EARLY_END_TOLERANCE_S = 0.5
 RCVQ_MARK = "receive queue pruned"  # a sample's note that flags it (reports search for it)
+PROCESSES_GONE_MARK = "processes gone"  # a sample's note: a watched tool's process ended before the window
 CHANNEL_MARGIN_S = 1.0
 # How long a window with a channel host waits for its traffic to show on this machine's interfaces
 # (a guest's iperf3 took seconds to begin sending on a loaded machine); then it starts anyway.
@@ -118,6 +119,7 @@ def _measure(lab: LabState, w: Workload, capture: CaptureRequest | None, beside:
 
         def on_started(client_pid: int, server_pid: int) -> None:
             nonlocal probe_thread, side_thread
+            heard = time.monotonic()  # the window is timed from here, not from its thread's start
             if lab.daemons and lab.client.shares_kernel:
                 threading.Thread(target=_watch_daemons, args=(lab, client_pid, traffic_done), daemon=True).start()
             if alongside is not None:
@@ -131,7 +133,7 @@ def _measure(lab: LabState, w: Workload, capture: CaptureRequest | None, beside:
             lead = 0.0 if w_run is w else CHANNEL_MARGIN_S
             probe_thread = threading.Thread(target=_window, args=(probes, w, capture, cap_iface, lab, tmp, window),
                                             kwargs={"lead": lead, "traffic_done": traffic_done,
-                                                    "window_read": window_read}, daemon=True)
+                                                    "window_read": window_read, "heard": heard}, daemon=True)
             probe_thread.start()
 
         # A sender on a channel host (a guest's agent, SSH) starts a little after offlab hears of it,
@@ -166,7 +168,9 @@ def _measure(lab: LabState, w: Workload, capture: CaptureRequest | None, beside:
     same_kernel = lab.client.shares_kernel and lab.server.shares_kernel
     guests = guests_of(lab)
     notes = sample_notes(probe, lab.mtu, guests, channel_margin_s=None if w_run is w else CHANNEL_MARGIN_S,
-                         late_start_s=window.late_start_s, stopped_at_end=stops_early)
+                         late_start_s=window.late_start_s, stopped_at_end=stops_early,
+                         ended_before_s=window.ended_before_s,
+                         gone=[r for r in probes.pids if not any(p.role == r for p in probe.processes)])
     sample = StoredSample.measured(
         lab=lab.name, topology=lab.topology, workload=SampleWorkload.from_json(w.to_dict()), started_at=started_at,
         traffic=traffic.stored(), probes=probe.stored(),
@@ -196,6 +200,7 @@ class Window:
     capture: CaptureSummary | None = None
     late_start_s: float | None = None  # no traffic seen on this machine's lab interfaces for this long
     ended_early_s: float | None = None
+    ended_before_s: float | None = None  # the traffic ended this long before the window's planned end
     error: BaseException | None = None
 
 
@@ -218,9 +223,14 @@ def _system(probe: ProbeResult) -> Cpu:
 
 
 def sample_notes(probe: ProbeResult, lab_mtu: int, guests: dict[str, Guest], *, channel_margin_s: float | None,
-                 late_start_s: float | None, stopped_at_end: bool = False) -> list[str]:
+                 late_start_s: float | None, stopped_at_end: bool = False,
+                 ended_before_s: float | None = None, gone: Sequence[str] = ()) -> list[str]:
     """What a reader of the sample must know about how it was measured, one line each."""
     notes = []
+    if gone:
+        notes.append(f"{PROCESSES_GONE_MARK}: the {' and '.join(gone)} process(es) ended before the window did"
+                     + (f" (the traffic ended {ended_before_s:.2f} s before the window's planned end, and the window "
+                        f"with it)" if ended_before_s else "") + ": their CPU is not in its process list")
     if channel_margin_s is not None and stopped_at_end:
         notes.append(f"the window began {channel_margin_s:g} s after the warm-up, once the traffic flowed, and the "
                      f"sender was stopped once every host had read its counters at its end: a host here answers "
@@ -329,14 +339,17 @@ def _ended_early(lab: LabState, w: Workload, traffic: TrafficResult, early_s: fl
 
 def _window(probes: ProbeSession, w: Workload, capture: CaptureRequest | None, cap_iface: str | None,
             lab: LabState, tmp: str, out: Window, *, lead: float = 0.0,
-            traffic_done: threading.Event | None = None, window_read: threading.Event | None = None) -> None:
+            traffic_done: threading.Event | None = None, window_read: threading.Event | None = None,
+            heard: float | None = None) -> None:
     """The capture listening (if one is asked), warm-up (+ `lead`, and for a channel host until traffic
-    flows), first snapshot, the window, second snapshot. Traffic that ends before the window does ends the window at
-    once, with `ended_early_s` saying by how much (the caller gives no sample then). `window_read` is set once
-    every host's counters at the window's end are in (a channel host's answer waited for), or on a failure."""
+    flows), first snapshot, the window, second snapshot; timed from `heard` (when offlab heard the traffic
+    had started), else from now. Traffic that ends before the window does ends the window at once: by
+    more than the tolerance, with `ended_early_s` saying by how much (the caller gives no sample then);
+    by less, with `ended_before_s` (the sample says so). `window_read` is set once every host's counters
+    at the window's end are in (a channel host's answer waited for), or on a failure."""
     cap = None
     try:
-        t0 = time.monotonic() + lead
+        t0 = (time.monotonic() if heard is None else heard) + lead
         # the capture's host and interface (the interface is resolved whenever a capture is asked)
         at = (capture.role, cap_iface) if capture is not None and cap_iface is not None else None
         if at is not None and capture is not None:
@@ -360,8 +373,9 @@ def _window(probes: ProbeSession, w: Workload, capture: CaptureRequest | None, c
             # A tool's own clock starts a little before offlab hears of it: a few tenths early is normal.
             if left > max(EARLY_END_TOLERANCE_S, 0.1 * w.duration):
                 out.ended_early_s = left
-            else:
-                time.sleep(max(0.0, left))
+            elif left > 0:
+                # the window ends with the traffic, not in idle time after it (that would dilute its rates)
+                out.ended_before_s = left
         out.end = probes.snapshot()
         if window_read is not None:
             probes.settle(out.end)  # a channel host reads its counters when the request gets there
@@ -420,12 +434,13 @@ def measure_rr(lab: LabState, rw: rr_driver.RrWorkload, *, big_packets: bool = F
 
         def on_started(client_pid: int, server_pid: int) -> None:
             nonlocal probe_thread
+            heard = time.monotonic()
             if lab.client.shares_kernel:
                 probes.watch("client", client_pid)
             if lab.server.shares_kernel:
                 probes.watch("server", server_pid)
             probe_thread = threading.Thread(target=_window, args=(probes, rw, None, None, lab, "", window),
-                                            daemon=True)
+                                            kwargs={"heard": heard}, daemon=True)
             probe_thread.start()
 
         result = rr_driver.run_lab(lab, rw, on_started=on_started)
