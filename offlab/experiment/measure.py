@@ -338,18 +338,17 @@ def _ended_early(lab: LabState, w: Workload, traffic: TrafficResult, early_s: fl
 
 
 def _window(probes: ProbeSession, w: Workload, capture: CaptureRequest | None, cap_iface: str | None,
-            lab: LabState, tmp: str, out: Window, *, lead: float = 0.0,
-            traffic_done: threading.Event | None = None, window_read: threading.Event | None = None,
-            heard: float | None = None) -> None:
+            lab: LabState, tmp: str, out: Window, *, heard: float, lead: float = 0.0,
+            traffic_done: threading.Event | None = None, window_read: threading.Event | None = None) -> None:
     """The capture listening (if one is asked), warm-up (+ `lead`, and for a channel host until traffic
     flows), first snapshot, the window, second snapshot; timed from `heard` (when offlab heard the traffic
-    had started), else from now. Traffic that ends before the window does ends the window at once: by
+    had started). Traffic that ends before the window does ends the window at once: by
     more than the tolerance, with `ended_early_s` saying by how much (the caller gives no sample then);
     by less, with `ended_before_s` (the sample says so). `window_read` is set once every host's counters
     at the window's end are in (a channel host's answer waited for), or on a failure."""
     cap = None
     try:
-        t0 = (time.monotonic() if heard is None else heard) + lead
+        t0 = heard + lead
         # the capture's host and interface (the interface is resolved whenever a capture is asked)
         at = (capture.role, cap_iface) if capture is not None and cap_iface is not None else None
         if at is not None and capture is not None:

@@ -525,17 +525,19 @@ class SshHost(Host):
         input: str | None = None,
         env: dict[str, str] | None = None,
     ) -> Result:
-        argv = [str(a) for a in argv]
-        data = input.encode() if isinstance(input, str) else input
-        _, rc, out, err, duration = self._exec(argv, timeout=timeout, input=data, env=env)
-        result = Result(argv, rc, out.decode(errors="replace"), err.decode(errors="replace"), duration)
-        if check and rc != 0:
-            raise CommandFailed(argv, rc, result.stderr, self.name)
+        result = self._result(argv, timeout=timeout, input=input, env=env)
+        if check and result.rc != 0:
+            raise CommandFailed(result.argv, result.rc, result.stderr, self.name)
         return result
 
     def look(self, argv: Sequence[str], *, timeout: float) -> Result:
+        return self._result(argv, timeout=timeout, changes=False)
+
+    def _result(self, argv: Sequence[str], *, timeout: float, input: str | None = None,
+                env: dict[str, str] | None = None, changes: bool = True) -> Result:
         argv = [str(a) for a in argv]
-        _, rc, out, err, duration = self._exec(argv, timeout=timeout, input=None, env=None, changes=False)
+        data = input.encode() if isinstance(input, str) else input
+        _, rc, out, err, duration = self._exec(argv, timeout=timeout, input=data, env=env, changes=changes)
         return Result(argv, rc, out.decode(errors="replace"), err.decode(errors="replace"), duration)
 
     def stream(self, argv: Sequence[str], *, lifetime: float = 600.0) -> subprocess.Popen:

@@ -152,19 +152,17 @@ def migrate(store: "Store") -> None:
     """Take the database to SCHEMA_VERSION, each MIGRATIONS step in one write transaction (inside the
     write lock, so two processes never both migrate); refuse a newer or foreign database."""
     version = store.schema_version()
-    if version > SCHEMA_VERSION:
-        raise too_new(store, version)
     if version == 0:
         with store.engine.connect() as c:
             foreign = [t for t in sa.inspect(c).get_table_names() if not t.startswith("sqlite_")]
         if foreign:
             # another offlab may have made it between the two reads (its tables and version come in one commit)
             version = store.schema_version()
-            if version > SCHEMA_VERSION:
-                raise too_new(store, version)
             if version == 0:
                 raise BadInput(f"{store.where} is a database but not offlab's (it has tables "
                                f"{', '.join(sorted(foreign)[:5])}): pass --db to another one")
+    if version > SCHEMA_VERSION:
+        raise too_new(store, version)
     if version == SCHEMA_VERSION:
         return
     if store.path is not None and version > 0 and not os.access(store.path, os.W_OK):

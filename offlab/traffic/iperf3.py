@@ -97,10 +97,11 @@ def run(client: Host, server: Host, server_addr: str, w: Workload, *, on_started
             srv = server.spawn(pinned(["iperf3", "-s", "-1", "-p", str(port)], _cpu(server, w.server_cpu)),
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         if not wait_listening(server, port, "tcp", srv):
-            err = (srv.stderr.read() if srv.poll() is not None else "") or (
-                f"it exited {srv.returncode} saying nothing" if srv.poll() is not None
-                else f"still running, not listening after {listen_timeout(server):g} s")
-            raise TrafficFailed(f"iperf3 server on {server.name} port {port} did not start: {err.strip()}")
+            if srv.poll() is not None:
+                err = srv.stderr.read().strip() or f"it exited {srv.returncode} saying nothing"
+            else:
+                err = f"still running, not listening after {listen_timeout(server):g} s"
+            raise TrafficFailed(f"iperf3 server on {server.name} port {port} did not start: {err}")
         with shielded():
             cli = client.spawn(pinned(client_argv(w, server_addr, port), _cpu(client, w.client_cpu)),
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
