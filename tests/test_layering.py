@@ -7,10 +7,26 @@ Every import counts, also one inside a function (a late import is still an arrow
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
 import pytest
+
+
+@functools.lru_cache(maxsize=None)
+def _parse(source: str) -> ast.Module:
+    """A source's tree, parsed once for all the checks of this module (each walks every file of the
+    package; the trees are only read)."""
+    return ast.parse(source)
+
+
+@functools.lru_cache(maxsize=None)
+def _nodes(source: str) -> tuple[ast.AST, ...]:
+    """Every node of a source's tree, in `ast.walk`'s order, listed once (walking every file's tree
+    again for each check was most of this module's time)."""
+    return tuple(ast.walk(_parse(source)))
+
 
 PACKAGE = Path(__file__).resolve().parent.parent / "offlab"
 
@@ -97,7 +113,7 @@ def part_of(module: str) -> str | None:
 def imports_of(source: str, module: str, is_package: bool, known: set[str]) -> list[tuple[int, str]]:
     """(line, imported offlab module) for every import in `source`, at any depth."""
     out = []
-    for node in ast.walk(ast.parse(source)):
+    for node in _nodes(source):
         if isinstance(node, ast.Import):
             out += [(node.lineno, a.name) for a in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -120,7 +136,7 @@ def imports_of(source: str, module: str, is_package: bool, known: set[str]) -> l
 
 def process_calls(source: str) -> list[tuple[int, str]]:
     out = []
-    for node in ast.walk(ast.parse(source)):
+    for node in _nodes(source):
         if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                 and isinstance(node.func.value, ast.Name) and (node.func.value.id, node.func.attr) in PROCESS_CALLS):
             out.append((node.lineno, f"{node.func.value.id}.{node.func.attr}"))
@@ -261,7 +277,7 @@ def test_the_vxlan_overhead_and_the_ovs_vsctl_call_are_written_once():
     """50/70 bytes of VXLAN live in mtu/calc.py, the ovs-vsctl argv in netdev/__init__.py; elsewhere they are imported."""
     problems = []
     for mod, (file, source, _) in load(PACKAGE).items():
-        for node in ast.walk(ast.parse(source)):
+        for node in _nodes(source):
             if (mod != "offlab.mtu.calc" and isinstance(node, ast.Assign)
                     and any(isinstance(t, ast.Name) and "VXLAN" in t.id and "OVERHEAD" in t.id for t in node.targets)
                     and _literal_number(node.value)):
@@ -274,9 +290,8 @@ def test_the_vxlan_overhead_and_the_ovs_vsctl_call_are_written_once():
 
 def _non_doc_strings(source: str):
     """(line, text) of every string constant that is not a docstring or a bare string statement."""
-    tree = ast.parse(source)
-    docs = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)}
-    return [(n.lineno, n.value) for n in ast.walk(tree)
+    docs = {id(n.value) for n in _nodes(source) if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)}
+    return [(n.lineno, n.value) for n in _nodes(source)
             if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs]
 
 
@@ -308,7 +323,7 @@ def test_the_pmd_limits_the_role_pattern_and_the_tool_packages_are_written_once(
 
     problems = []
     for mod, (file, source, _) in load(PACKAGE).items():
-        for node in ast.walk(ast.parse(source)):
+        for node in _nodes(source):
             if (mod != "offlab.dpdk.ports" and isinstance(node, ast.Assign) and _literal_number(node.value)
                     and any(isinstance(t, ast.Name) and t.id.endswith(("MAX_MTU", "MAX_FRAME")) for t in node.targets)):
                 problems.append(f"{file}:{node.lineno}: a PMD limit written again (import offlab.dpdk.ports)")
@@ -333,7 +348,7 @@ def test_every_ip_json_command_is_built_in_netdev():
     for mod, (file, source, _) in load(PACKAGE).items():
         if mod == "offlab.netdev":
             continue
-        for node in ast.walk(ast.parse(source)):
+        for node in _nodes(source):
             if (isinstance(node, ast.List) and node.elts and isinstance(node.elts[0], ast.Constant)
                     and node.elts[0].value == "ip"
                     and any(isinstance(e, ast.Constant) and e.value == "-j" for e in node.elts)):
@@ -361,7 +376,7 @@ def test_plan_checks_name_no_knob_class():
     assert {"Mtu", "Feature", "Sysctl", "TestpmdSetting", "BridgeNf"} <= classes
     file = PACKAGE / "experiment" / "plan" / "checks.py"
     named = []
-    for node in ast.walk(ast.parse(file.read_text())):
+    for node in _nodes(file.read_text()):
         if isinstance(node, ast.Name) and node.id in classes:
             named.append((node.lineno, node.id))
         elif isinstance(node, ast.alias) and (node.asname or node.name) in classes:
@@ -390,7 +405,7 @@ def test_no_test_module_imports_another():
     another runs that module's fixtures and marks too, and breaks when it is renamed."""
     tests = PACKAGE.parent / "tests"
     wrong = [f"{p.name}:{node.lineno}" for p in sorted(tests.glob("test_*.py"))
-             for node in ast.walk(ast.parse(p.read_text()))
+             for node in _nodes(p.read_text())
              if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tests.test_")]
     assert not wrong, f"test modules importing test modules: {wrong}"
 
@@ -418,7 +433,7 @@ def topology_names_again(source: str, names: set[str], pseudo: set[str] = frozen
     def branch(line: int, consts: set[str]) -> None:
         out.append(f"{line}: a branch on topology {sorted(consts)} (put the fact in its offlab.catalog record)")
 
-    for node in ast.walk(ast.parse(source)):
+    for node in _nodes(source):
         elts = node.keys if isinstance(node, ast.Dict) else getattr(node, "elts", None)
         if isinstance(node, (ast.Tuple, ast.List, ast.Set, ast.Dict)) and elts:
             found = {e.value for e in elts if isinstance(e, ast.Constant) and e.value in names}
@@ -505,7 +520,7 @@ def test_no_part_above_hosts_asks_which_kind_a_host_is_or_signals_a_pid_itself()
     problems = []
     for mod, (file, source, _) in load(PACKAGE).items():
         part = part_of(mod)
-        for node in ast.walk(ast.parse(source)):
+        for node in _nodes(source):
             if not isinstance(node, ast.Call):
                 continue
             f = node.func
@@ -537,7 +552,7 @@ def _mutable_value(value: ast.expr | None) -> bool:
 def module_caches(source: str) -> list[tuple[int, str]]:
     """(line, name) of every module-level dict, set or list that a function fills or empties: a cache
     that lives as long as the process (the module), whatever it was about."""
-    tree = ast.parse(source)
+    tree = _parse(source)
     globals_: dict[str, int] = {}
     for node in tree.body:
         if isinstance(node, ast.Assign) and _mutable_value(node.value):
@@ -545,7 +560,7 @@ def module_caches(source: str) -> list[tuple[int, str]]:
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and _mutable_value(node.value):
             globals_[node.target.id] = node.lineno
     found: dict[str, int] = {}
-    for fn in ast.walk(tree):
+    for fn in _nodes(source):
         if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
             continue
         declared = {n for g in ast.walk(fn) if isinstance(g, ast.Global) for n in g.names}
@@ -611,8 +626,8 @@ def import_time_registrations(source: str) -> list[tuple[int, str]]:
     process's) just because it was imported, so what works depends on who imported what. Calls on the
     module's own names (a YAML loader class it defines, its own command table), assignments of what a
     call returns (`LOG = logging.getLogger(...)`) and the `if __name__ == "__main__":` block are not that."""
-    tree = ast.parse(source)
-    imported = {(a.asname or a.name).split(".")[0] for n in ast.walk(tree)
+    tree = _parse(source)
+    imported = {(a.asname or a.name).split(".")[0] for n in _nodes(source)
                 if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
     found = []
 
@@ -694,7 +709,7 @@ HEADER_NAME = re.compile(r"ETH|HEADER|OVERHEAD|FCS|VLAN_TAG")
 
 def header_constants(source: str) -> list[tuple[int, str]]:
     """Module-level names for a header size given as a number (`ETH = 14`), not taken from offlab.wire."""
-    return [(node.lineno, t.id) for node in ast.parse(source).body if isinstance(node, ast.Assign)
+    return [(node.lineno, t.id) for node in _parse(source).body if isinstance(node, ast.Assign)
             and isinstance(node.value, ast.Constant) and isinstance(node.value.value, int)
             for t in node.targets if isinstance(t, ast.Name) and HEADER_NAME.search(t.id)]
 
@@ -722,7 +737,7 @@ def inline_header_sizes(source: str) -> list[tuple[int, str]]:
     """(line, text) of each frame size written as a number, and each header size added to or taken from
     a size, in code (strings and docstrings may show the numbers)."""
     out = []
-    for node in ast.walk(ast.parse(source)):
+    for node in _nodes(source):
         if _is(node, FRAME_SIZES):
             out.append((node.lineno, str(node.value)))
         elif (isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub, ast.Mult))
@@ -786,7 +801,7 @@ def alias_pairs_again(source: str, canon: dict[str, str]) -> list[tuple[int, tup
     """Each collection (tuple, list, set, a dict's entry or its keys) that holds two names of one feature
     (`("gro-list", "rx-gro-list")`, `{"uso": "tx-udp-segmentation"}`): an alias pair written again."""
     out = []
-    for node in ast.walk(ast.parse(source)):
+    for node in _nodes(source):
         if isinstance(node, ast.Dict):
             groups = [[k, v] for k, v in zip(node.keys, node.values, strict=True)] + [list(node.keys)]
         elif isinstance(node, (ast.Tuple, ast.List, ast.Set)):
@@ -862,10 +877,9 @@ ROWS_AS_STORED = {"offlab/cli/results.py": "as stored, for --json/--csv", "offla
 
 def raw_sample_reads(source: str) -> list[int]:
     """Lines calling `<store>.samples(...)` whose result is not handed straight to `records(...)`."""
-    tree = ast.parse(source)
-    wrapped = {id(n.args[0]) for n in ast.walk(tree) if isinstance(n, ast.Call) and
+    wrapped = {id(n.args[0]) for n in _nodes(source) if isinstance(n, ast.Call) and
                getattr(n.func, "id", getattr(n.func, "attr", None)) == "records" and n.args}
-    return sorted(n.lineno for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+    return sorted(n.lineno for n in _nodes(source) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
                   and n.func.attr == "samples" and id(n) not in wrapped)
 
 
