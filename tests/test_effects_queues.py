@@ -38,7 +38,9 @@ def _set(lab: dict, role: str, iface: str, *settings: str) -> None:
 
 
 def _measure(lab: dict, *args: str) -> dict:
-    res = offlab_cli("measure", lab["name"], "--duration", "1.5", "--warmup", "0.5", "--json", *args,
+    # two seconds of traffic, all of it in the window: iperf3 takes its warm-up in whole seconds (0.5 was
+    # a second more of traffic, none of it counted), and each witness here reads counts, not a steady rate
+    res = offlab_cli("measure", lab["name"], "--duration", "2", "--warmup", "0", "--json", *args,
                      env=lab["env"], timeout=120)
     assert res.returncode == 0, res.stderr
     return json.loads(res.stdout)
