@@ -38,9 +38,10 @@ def test_lab_up_vm_show_exec_measure_down(lab_name, clean_machine):
         assert res.returncode == 5
 
         # The check is that data crossed, not how fast: at 50 Mbit/s the TCG guest does not take both
-        # host CPUs for the sample (at full speed it does), and the bound below is 50 times lower.
-        res = offlab_cli("measure", lab_name, "--tool", "iperf3", "--proto", "tcp", "--rate", "50M", "--json",
-                         timeout=180)
+        # host CPUs for the sample (at full speed it does), and the bound below is 50 times lower. One
+        # second, no warm-up (iperf3 takes it in whole seconds: the defaults were 3 s of traffic).
+        res = offlab_cli("measure", lab_name, "--tool", "iperf3", "--proto", "tcp", "--rate", "50M", "--duration", "1",
+                         "--warmup", "0", "--json", timeout=180)
         assert res.returncode == 0, res.stderr
         sample = json.loads(res.stdout)
         # Data crossed the guest's NIC: the receiver counted it, and the tap saw it (TCG: ~0.7 Gbit/s here).

@@ -141,7 +141,7 @@ def test_tcp_crosses_ovs_dpdk_and_its_dpdk_ports_count_it(ovs_dpdk_lab):
     rx0 = _port_packets(ovs_dpdk_lab, "dpdk0", "rx_packets")
     tx1 = _port_packets(ovs_dpdk_lab, "dpdk1", "tx_packets")
     res = offlab_cli("measure", ovs_dpdk_lab["name"], "--tool", "iperf3", "--proto", "tcp", "--duration", "2",
-                     "--warmup", "1", "--json", env=ovs_dpdk_lab["env"], timeout=120)
+                     "--warmup", "0", "--json", env=ovs_dpdk_lab["env"], timeout=120)
     assert res.returncode == 0, res.stderr
     sample = json.loads(res.stdout)
     assert sample["traffic"]["throughput_bps"] > 0
