@@ -279,7 +279,6 @@ def set_cmd(
 ) -> None:
     """Change settings of a lab host by hand, journalled: they stay until `offlab restore` or `lab down`."""
     from offlab import lab as labs
-    from offlab.experiment.runner import chain_why
     from offlab.hosts import is_root
     from offlab.knobs import Change, Transaction
 
@@ -300,8 +299,13 @@ def set_cmd(
     else:
         for o in outcomes:
             typer.echo(o.line())
-            if not o.ok and (chain := chain_why(lab, o)):  # a guest NIC's feature: why, along its chain
-                typer.echo(f"  why: {chain}")
+            if not o.ok:
+                # imported only here: the runner brings the store and the measurement machinery (SQLAlchemy,
+                # scipy), ~0.2 CPU-s that a setting made as asked has no use for
+                from offlab.experiment.runner import chain_why
+
+                if chain := chain_why(lab, o):  # a guest NIC's feature: why, along its chain
+                    typer.echo(f"  why: {chain}")
     if any(o.ok and o.change.key.startswith("testpmd.") for o in outcomes):
         _warn_testpmd_no_ops(lab)
     if tx.impossible:
