@@ -32,6 +32,17 @@ def rows(nic: dict) -> dict:
     return {r["prop"]: r for r in nic["rows"]}
 
 
+def test_lab_set_of_a_feature_the_chain_fixes_off_says_why_and_changes_nothing(lab):
+    res = cli(lab, "lab", "set", lab["name"], "client", "eth0", "tx-udp-segmentation=on")
+    assert res.returncode == 3 and "Traceback" not in res.stderr, res.stdout + res.stderr
+    lines = res.stdout.splitlines()
+    assert any(l.startswith("client:eth0 tx-udp-segmentation: ") for l in lines), res.stdout
+    assert "  why: tx-udp-segmentation off [fixed]: host_uso=off, VIRTIO_NET_F_HOST_USO (bit 56) not offered" in lines, \
+        res.stdout
+    assert "1 of 1 setting(s) could not be made" in res.stderr, res.stderr
+    assert cli(lab, "restore").returncode == 0
+
+
 def test_explain_says_udp_segmentation_is_fixed_because_host_uso_is_off(lab):
     res = cli(lab, "lab", "explain", lab["name"], "client", "eth0", "--json")
     assert res.returncode == 0, res.stderr
