@@ -16,12 +16,20 @@ tap in `c`), its second is its test interface, renamed `t1` in the guest, whose 
     a:t1 10.200.S+2.1 ─ b:t1 10.200.S+2.2 (test traffic)
 
 Two vCPUs: its sshd and the commands offlab runs there keep one while its softirq drops a flood on the
-other (with one, a start of iperf3 over SSH outlasted offlab's 15 s at a load of 32). One boot per module; `stop_pair` powers the guest off by pid and leaves no namespace, tap or sshd.
+other (with one, a start of iperf3 over SSH outlasted offlab's 15 s at a load of 32). One guest per module; `stop_pair` powers the guest off by pid and leaves no namespace, tap or sshd.
+
+The overlay holds no key: each pair's keys are written into the booted guest through its agent, so the
+initramfs is the same bytes for every pair (kept in offlab's cache, named by what went into it) and the
+guest starts as offlab's labs do (offlab.vm.saved, in a directory of its own): the first pair boots it
+cold and saves it, later ones restore it in a fraction of a TCG boot's CPU.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import hashlib
+import json
 import os
 import shutil
 from dataclasses import dataclass
@@ -30,7 +38,7 @@ from pathlib import Path
 from offlab.hosts import LOCAL, NetnsHost, netns_exists
 from offlab.hosts.guest import GuestHost
 from offlab.vm import image as images
-from offlab.vm import qemu
+from offlab.vm import qemu, saved
 from tests import sshd as sshd_mod
 
 SSHD = sshd_mod.SSHD
@@ -81,39 +89,65 @@ class GuestPair:
         return {"hosts": hosts, "pairs": ["a:t1,b:t1"]}
 
 
-def _overlay(d: Path, rootfs: Path) -> None:
-    """sshd, its libraries, its keys and config, and the files above, in the guest's layout."""
-    for path in (SSHD, *images._libraries(SSHD)):
+SSHD_CONFIG = "\n".join([
+    f"Port {PORT}", f"HostKey {GUEST_CONF}/hostkey", f"AuthorizedKeysFile {GUEST_CONF}/authorized_keys",
+    "PermitRootLogin prohibit-password", "UsePAM no", "StrictModes no", "PermitUserRC no",
+    "ClientAliveInterval 5", "ClientAliveCountMax 3"]) + "\n"
+
+
+def _overlay(rootfs: Path, files: list[str]) -> None:
+    """sshd, its libraries, its config, and the files above, in the guest's layout (no key: see start_pair)."""
+    for path in files:
         dst = rootfs / path.lstrip("/")
         dst.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(os.path.realpath(path), dst)
     conf = rootfs / GUEST_CONF.lstrip("/")
     conf.mkdir(parents=True, mode=0o700)
-    shutil.copy2(d / "hostkey", conf / "hostkey")
-    os.chmod(conf / "hostkey", 0o600)
-    shutil.copy2(d / "userkey.pub", conf / "authorized_keys")
-    (conf / "sshd_config").write_text("\n".join([
-        f"Port {PORT}", f"HostKey {GUEST_CONF}/hostkey", f"AuthorizedKeysFile {GUEST_CONF}/authorized_keys",
-        "PermitRootLogin prohibit-password", "UsePAM no", "StrictModes no", "PermitUserRC no",
-        "ClientAliveInterval 5", "ClientAliveCountMax 3"]) + "\n")
+    (conf / "sshd_config").write_text(SSHD_CONFIG)
     (rootfs / "etc/passwd").write_text(PASSWD)
     (rootfs / "etc/group").write_text(GROUP)
 
 
 def _initrd(image: images.Image, d: Path) -> images.Image:
-    """The image with a copy of its initramfs that has the overlay's archive after it."""
+    """The image with a copy of its initramfs that has the overlay's archive after it, in offlab's cache
+    under a name made from what went into it (the image's initramfs, sshd and its libraries as they
+    are on this machine, the files above): a saved guest keys on that path (offlab.vm.saved)."""
+    files = [SSHD, *images._libraries(SSHD)]
+    inputs = hashlib.sha256(json.dumps([image.initrd, SSHD_CONFIG, PASSWD, GROUP] + [
+        [p, hashlib.sha256(Path(os.path.realpath(p)).read_bytes()).hexdigest()] for p in files]).encode())
+    joined = images.cache_root() / "test-ssh" / f"initrd-{inputs.hexdigest()[:16]}.img"
+    if joined.exists():
+        return dataclasses.replace(image, initrd=str(joined))
     rootfs = d / "overlay"
-    _overlay(d, rootfs)
+    _overlay(rootfs, files)
     extra = d / "overlay.cpio"
     LOCAL.run(["sh", "-c", 'cd "$1" && find . | "$2" cpio -o -H newc >"$3"', "sh", str(rootfs),
                images._busybox(), str(extra)], timeout=120)
-    joined = d / "initrd-ssh.img"
-    with open(joined, "wb") as out:
+    joined.parent.mkdir(parents=True, exist_ok=True)
+    tmp = joined.with_name(f".{joined.name}.{os.getpid()}")
+    with open(tmp, "wb") as out:
         for part in (image.initrd, extra):
             with open(part, "rb") as f:
                 shutil.copyfileobj(f, out)
+    os.replace(tmp, joined)  # whole or not there: another worker may build the same one
     shutil.rmtree(rootfs)
     return dataclasses.replace(image, initrd=str(joined))
+
+
+@contextlib.contextmanager
+def _own_saved_guests():
+    """This guest saved apart from the labs' ($OFFLAB_VM_SAVED_DIR for the start): offlab keeps only the
+    saved.KEEP guests last used, shared by every lab of a test run, and one more kind among them could
+    push one of theirs out (a cold boot for that lab instead)."""
+    before = os.environ.get("OFFLAB_VM_SAVED_DIR")
+    os.environ["OFFLAB_VM_SAVED_DIR"] = str(images.cache_root() / "test-ssh" / "saved")
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["OFFLAB_VM_SAVED_DIR"]
+        else:
+            os.environ["OFFLAB_VM_SAVED_DIR"] = before
 
 
 def _guest_iface(g: GuestHost, mac: str) -> str:
@@ -146,8 +180,10 @@ def start_pair(tmp: Path, prefix: str, subnet: int = 210) -> GuestPair:
 
         img = _initrd(images.build(), d)
         macs = {"mgmt": qemu.mac_for(prefix, "mgmt"), "t1": qemu.mac_for(prefix, "t1")}
-        p.guest = qemu.boot(img, NetnsHost(p.controller), d / "run", name=f"{prefix}-b",
-                            nics=[qemu.Nic("gm0", macs["mgmt"]), qemu.Nic("gt1", macs["t1"])], smp=2, timeout=180)
+        with _own_saved_guests():
+            p.guest, _ = saved.start(img, NetnsHost(p.controller), d / "run", name=f"{prefix}-b",
+                                     nics=[qemu.Nic("gm0", macs["mgmt"]), qemu.Nic("gt1", macs["t1"])], smp=2,
+                                     timeout=180)
         c = NetnsHost(p.controller)
         c.run(["ip", "addr", "add", f"10.200.{subnet}.1/24", "dev", "gm0"])
         c.run(["ip", "link", "set", "gm0", "up"])
@@ -157,12 +193,14 @@ def start_pair(tmp: Path, prefix: str, subnet: int = 210) -> GuestPair:
         a.run(["ip", "addr", "add", f"{p.test_ip('a')}/24", "dev", "t1"])
         a.run(["ip", "link", "set", "t1", "up"])
         g = p.guest_host()
+        g.write(f"{GUEST_CONF}/hostkey", (d / "hostkey").read_text())
+        g.write(f"{GUEST_CONF}/authorized_keys", (d / "userkey.pub").read_text())
         names = {role: _guest_iface(g, mac) for role, mac in macs.items()}
         g.run(["sh", "-c", f"""set -e
             ip link set {names['mgmt']} name mgmt; ip link set {names['t1']} name t1
             ip addr add {p.b_ssh_ip}/24 dev mgmt; ip link set mgmt up
             ip addr add {p.test_ip('b')}/24 dev t1; ip link set t1 up
-            mkdir -p /run/sshd; chmod 755 /run/sshd
+            chmod 600 {GUEST_CONF}/hostkey; mkdir -p /run/sshd; chmod 755 /run/sshd
             {SSHD} -f {GUEST_CONF}/sshd_config -E /tmp/sshd.log
             n=0; until grep -q 'Server listening' /tmp/sshd.log; do
               n=$((n+1)); [ $n -lt 1500 ] || {{ cat /tmp/sshd.log; exit 1; }}; sleep 0.1; done"""],
