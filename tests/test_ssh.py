@@ -250,6 +250,25 @@ def test_unreachable_host_is_environment_problem_naming_host_and_cause(sshd, sta
 
 
 @requires_root
+def test_a_counter_reader_whose_host_dies_says_the_ssh_host_and_its_connection(sshd, state_dir):
+    """A sample's counter reader (one ssh session answering a line per read) on a host that crashes: the
+    read fails naming the SSH host and the connection, not only that some reader ended."""
+    from offlab.probes.remote import Stream, stream_read
+
+    host = sshd.host(connect_timeout=2)
+    stream = Stream(host.stream(["sh", "-c", stream_read()], lifetime=60), host.name)
+    try:
+        assert "Ip:" in stream.ask()  # /proc/net/snmp, read through the session
+        for pid in sshd.sshd_pids() - {sshd.proc.pid}:  # the host's side of every session gone
+            os.kill(pid, 9)
+        with pytest.raises(OSError, match=r"^ssh host root@10\.200\.222\.2:2222: the connection of its counter "
+                                          r"reader ended \(ssh exit 255\)$"):
+            stream.ask()
+    finally:
+        stream.close()
+        host.close()
+
+
 def test_host_that_dies_mid_session_is_reported_not_waited_for(sshd, state_dir):
     host = sshd.host(connect_timeout=2)
     host.run(["true"])

@@ -192,8 +192,19 @@ class Stream:
             while (line := self.proc.stdout.readline()) and line.rstrip("\n") != END:
                 lines.append(line)
             if not line:
-                raise OSError(f"the counter reader on {self.name} ended")
+                raise OSError(self._ended())
             return "".join(lines)
+
+    def _ended(self) -> str:
+        """Why the reader's output ended: over SSH, a connection that died (the host crashed or fell off
+        the network) says so in ssh's own exit status."""
+        try:
+            rc = self.proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            rc = None
+        if rc == 255:
+            return f"ssh host {self.name}: the connection of its counter reader ended (ssh exit 255)"
+        return f"the counter reader on {self.name} ended" + (f" (exit {rc})" if rc is not None else "")
 
     def close(self) -> None:
         try:
