@@ -141,3 +141,30 @@ def test_a_signal_while_a_temporary_directory_is_made_waits_for_it_to_be_recorde
     assert remote_journal.end_processes(LOCAL, remote, also={os.getpid()}) == ["remove a temporary directory"]
     remote_journal.tidy(LOCAL, remote)
     assert not Path(remote).exists()
+
+
+STRAY = "1795981327378439642-proc-903c26ba"  # as a lost host kept one: a process directory, its undo gone
+
+
+def test_restore_sh_removes_a_process_directory_whose_undo_script_is_gone(tmp_path):
+    d = tmp_path / "remote"
+    (d / "proc" / STRAY).mkdir(parents=True)
+    (d / "undo").mkdir()
+    (d / "restore.sh").write_text(remote_journal.RESTORE_SH.replace("{dir}", str(d)))
+    res = subprocess.run(["sh", str(d / "restore.sh")], capture_output=True, text=True, timeout=30)
+    assert res.returncode == 0, res.stderr
+    assert not d.exists(), sorted(str(p) for p in d.rglob("*"))
+
+
+def test_tidy_removes_only_the_process_directories_with_no_undo_script(tmp_path):
+    d = tmp_path / "remote"
+    live = "1795981327378439643-proc-0123abcd"
+    for name in (STRAY, live):
+        (d / "proc" / name).mkdir(parents=True)
+    (d / "undo").mkdir()
+    (d / "undo" / f"{live}.sh").write_text("# offlab: stop sleep\n")  # a process still recorded: kept
+    remote_journal.tidy(LOCAL, str(d))
+    assert sorted(p.name for p in (d / "proc").iterdir()) == [live]
+    (d / "undo" / f"{live}.sh").unlink()
+    remote_journal.tidy(LOCAL, str(d))
+    assert not d.exists(), sorted(str(p) for p in d.rglob("*"))

@@ -62,8 +62,10 @@ for f in $(ls -1 undo 2>/dev/null | sort -r); do
   fi
 done
 # All put back: nothing of offlab's is left here (this script is already read; sh keeps it open).
+# A process directory with no undo script is a start cut off as its host was lost (the directory
+# made after its record was already undone): nothing runs there and nothing else removes it.
 if [ "$rc" = 0 ] && [ -z "$(ls -A undo 2>/dev/null)" ]; then
-  rmdir undo proc 2>/dev/null; rm -f restore.sh; d=$PWD; cd / && rmdir "$d" 2>/dev/null
+  rmdir undo 2>/dev/null; rm -rf proc; rm -f restore.sh; d=$PWD; cd / && rmdir "$d" 2>/dev/null
 fi
 exit $rc
 """
@@ -123,7 +125,10 @@ def tidy(host: Host, remote_dir: str) -> None:
 
     if isinstance(host, SshHost):
         lease.release_idle(host, remote_dir)
-    host.run(["sh", "-c", 'cd "$1" 2>/dev/null || exit 0; rmdir undo 2>/dev/null; rmdir proc 2>/dev/null; '
+    # a process directory whose undo script is gone is a start cut off as its host was lost (restore.sh's
+    # note): nothing runs there (a start writes its undo script before its directory)
+    host.run(["sh", "-c", 'cd "$1" 2>/dev/null || exit 0; for p in proc/*; do [ -d "$p" ] || continue; '
+              '[ -e "undo/${p#proc/}.sh" ] || rm -rf -- "$p"; done; rmdir undo 2>/dev/null; rmdir proc 2>/dev/null; '
               'rmdir lease 2>/dev/null; [ -e undo ] || [ -e proc ] || [ -e lease ] || [ -e lapsed ] || '
               '{ rm -f restore.sh; cd /; rmdir "$1" 2>/dev/null; }; exit 0',
               "sh", remote_dir], timeout=30)
