@@ -34,6 +34,11 @@ from offlab.interrupts import shielded
 
 NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,120}$")
 
+# Run in the private directory: removes each process directory whose undo script is gone, a start cut off
+# as its host was lost (the directory made after its record was already undone). Never a live one: a start
+# writes its undo script before its directory. restore.sh and the controller's tidy-up both run it.
+STRAY_PROCS_SH = 'for p in proc/*; do [ -d "$p" ] || continue; [ -e "undo/${p#proc/}.sh" ] || rm -rf -- "$p"; done; '
+
 RESTORE_SH = """#!/bin/sh
 # Written by offlab. Puts back, newest first, every change offlab made on this host and has not
 # restored yet, and ends every process it started here and did not end itself (each checked by its
@@ -62,13 +67,11 @@ for f in $(ls -1 undo 2>/dev/null | sort -r); do
   fi
 done
 # All put back: nothing of offlab's is left here (this script is already read; sh keeps it open).
-# A process directory with no undo script is a start cut off as its host was lost (the directory
-# made after its record was already undone): nothing runs there and nothing else removes it.
 if [ "$rc" = 0 ] && [ -z "$(ls -A undo 2>/dev/null)" ]; then
-  rmdir undo 2>/dev/null; rm -rf proc; rm -f restore.sh; d=$PWD; cd / && rmdir "$d" 2>/dev/null
+  {strays}rmdir undo proc 2>/dev/null; rm -f restore.sh; d=$PWD; cd / && rmdir "$d" 2>/dev/null
 fi
 exit $rc
-"""
+""".replace("{strays}", STRAY_PROCS_SH)
 
 # Refuses (exit 4) when this process's lease ($4, if any) on the host has lapsed: its watchdog has put
 # the host back, and a change made now would be restored by nobody's lease.
@@ -125,10 +128,7 @@ def tidy(host: Host, remote_dir: str) -> None:
 
     if isinstance(host, SshHost):
         lease.release_idle(host, remote_dir)
-    # a process directory whose undo script is gone is a start cut off as its host was lost (restore.sh's
-    # note): nothing runs there (a start writes its undo script before its directory)
-    host.run(["sh", "-c", 'cd "$1" 2>/dev/null || exit 0; for p in proc/*; do [ -d "$p" ] || continue; '
-              '[ -e "undo/${p#proc/}.sh" ] || rm -rf -- "$p"; done; rmdir undo 2>/dev/null; rmdir proc 2>/dev/null; '
+    host.run(["sh", "-c", 'cd "$1" 2>/dev/null || exit 0; ' + STRAY_PROCS_SH + 'rmdir undo 2>/dev/null; rmdir proc 2>/dev/null; '
               'rmdir lease 2>/dev/null; [ -e undo ] || [ -e proc ] || [ -e lease ] || [ -e lapsed ] || '
               '{ rm -f restore.sh; cd /; rmdir "$1" 2>/dev/null; }; exit 0',
               "sh", remote_dir], timeout=30)
