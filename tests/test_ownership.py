@@ -108,3 +108,35 @@ def test_a_recorded_daemon_pid_running_outside_the_labs_namespace_is_not_stopped
     finally:
         other.kill()
         other.wait()
+
+
+def test_a_namespace_file_left_by_a_cut_off_ip_netns_add_goes_with_the_lab_only_if_recorded(
+        lab_name, state_dir, clean_machine):
+    """`ip netns add` creates /run/netns/NAME, then mounts the new namespace on it; a signal during
+    `lab up` kills it in between (subprocess.run kills its child when interrupted). The empty file is
+    what it leaves: `lab down` removes it when the lab's state recorded the name (it is recorded before
+    `ip netns add` runs), and leaves one it did not record."""
+    import os
+
+    from offlab.hosts.local import NETNS_DIR
+    from offlab.lab import owner
+
+    ns, stranger = f"ol-{lab_name}-client", f"ol-{lab_name}-server"
+    for name in (ns, stranger):
+        with open(os.path.join(NETNS_DIR, name), "x"):  # what `ip netns add` makes before its mount
+            pass
+    try:
+        assert owner.half_made(ns) and {ns, stranger} <= netns_names()
+        LabState(name=lab_name, topology="veth", mtu=1500, namespaces=[ns], step="create namespace").save()
+        removed = teardown.down(lab_name)
+        assert any(ns in r and "cut off" in r for r in removed), removed
+        assert ns not in netns_names() and stranger in netns_names()
+        owner.remove_half_made(stranger)
+        # The name is free again: a lab of that name builds.
+        labs.up("veth", lab_name)
+        assert not owner.half_made(ns) and owner.inode(ns)
+        assert not owner.half_made("lo-is-no-namespace-here")
+    finally:
+        for name in (ns, stranger):
+            owner.remove_half_made(name)
+        teardown.down(lab_name)

@@ -198,13 +198,15 @@ def remove(name: str, *, put_back: Callable[[LabState], list[str]], force: bool 
             pass  # a full disk must not keep a lab alive
     recorded = lab.namespaces if lab else []
     inodes = lab.netns_inodes if lab else {}
-    ours, foreign = [], {}
+    ours, foreign, half_made = [], {}, []
     for ns in dict.fromkeys([*recorded, *named]):
         mine = owner.is_ours(ns, recorded, inodes)
         if mine:
             ours.append(ns)
         elif mine is False:
             foreign[ns] = owner.owner_of(ns) or "no offlab state directory (unmarked)"
+        elif ns in recorded and owner.half_made(ns):
+            half_made.append(ns)  # our `ip netns add` was cut off; its name was recorded before it ran
     if foreign and lab is None and not path.exists():
         ns, who = next(iter(foreign.items()))
         raise BadInput(f"lab {name!r} is not this state directory's ({owner.owner_tag()[len(owner.PREFIX):]}): "
@@ -238,6 +240,9 @@ def remove(name: str, *, put_back: Callable[[LabState], list[str]], force: bool 
         removed += phys.ifindex_note(lab)
     for ns in ours:
         removed.append(_delete_namespace(ns))
+    for ns in half_made:
+        owner.remove_half_made(ns)
+        removed.append(f"the file of namespace {ns} (its `ip netns add` was cut off before mounting it)")
     for ns, who in foreign.items():
         removed.append(f"nothing of namespace {ns}: it belongs to {who}, not to this state directory")
     if lab is not None and lab.rundir:

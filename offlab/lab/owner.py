@@ -54,6 +54,27 @@ def inode(ns: str) -> int | None:
         return None
 
 
+def half_made(ns: str) -> bool:
+    """`ns`'s file under /run/netns exists but no namespace is mounted on it: `ip netns add` creates
+    the file, then bind-mounts the new namespace on it, and was killed in between (a signal during
+    `lab up`). Nothing can enter it; it only blocks a namespace of that name until removed."""
+    path = os.path.join(NETNS_DIR, check_netns(ns))
+    try:
+        # A mounted namespace is an nsfs inode: its device is not the directory's own.
+        return os.lstat(path).st_dev == os.stat(NETNS_DIR).st_dev
+    except OSError:
+        return False
+
+
+def remove_half_made(ns: str) -> None:
+    """Remove `ns`'s file under /run/netns, if it is still one with no namespace on it."""
+    if half_made(ns):
+        try:
+            os.unlink(os.path.join(NETNS_DIR, check_netns(ns)))
+        except FileNotFoundError:
+            pass
+
+
 def owner_of(ns: str) -> str | None:
     """The state directory named by `ns`'s mark; "" when unmarked; None when `ns` is gone."""
     try:
