@@ -395,7 +395,9 @@ def test_tso_off_on_a_veth_shows_where_tcp_was_segmented_in_software(lab):
     finally:
         _restore(lab)
     on = measure(labs.LabState.load(lab.name), w, trace=True)
-    (cut,) = [h for h in off.kernel_account.hops if h.software_segmented]
+    cuts = [h for h in off.kernel_account.hops if h.software_segmented]
+    assert len(cuts) == 1, off.kernel_account.hops
+    (cut,) = cuts
     assert (cut.host, cut.device) == ("client", iface), off.kernel_account.hops
     # (counts that prove a kind, not a speed: a 1-s window with three test workers on two CPUs held 81)
     assert cut.queued.by_type["TCPV4"].super_packets > 20 and cut.sent.super_packets == 0

@@ -3,9 +3,11 @@
 One bpftrace process per sample (Debian's bpftrace, started before the traffic and ended by pid
 with the probe session) counts, inside the kernel, in BPF maps keyed by network namespace inode:
 - `skb:kfree_skb`: datagrams dropped by (namespace, device, reason, location), a dropped super-packet
-  counted as its `skb_shinfo(skb)->gso_segs` (read through BTF);
-- `net:net_dev_queue`: skbs handed to each device's queue and their segments, by gso_type: what the stack
-  built, before the device's features are checked and a super-packet it cannot take is cut in software;
+  (a gso_size and more than one segment, as the kernel's skb_is_gso) counted as its
+  `skb_shinfo(skb)->gso_segs` (read through BTF);
+- `net:net_dev_queue`: skbs handed to each device's queue and their segments, by gso_type, super-packets
+  keyed apart from the rest of their type: what the stack built, before the device's features are
+  checked and a super-packet it cannot take is cut in software;
 - `net:net_dev_start_xmit`: skbs handed to each device's driver and their segments, by gso_type;
 - `net:napi_gro_receive_entry`: frames each device's NAPI handed to GRO;
 - `net:netif_receive_skb`: skbs each device passed up the stack and their segments (what GRO built).
@@ -90,8 +92,9 @@ tracepoint:skb:kfree_skb
   if ($dev != 0) {{ $ns = $dev->nd_net.net->ns.inum; }}
   else {{ if ($sk != 0) {{ $ns = $sk->__sk_common.skc_net.net->ns.inum; }} }}
   if ({mine}) {{
-    $segs = ((struct skb_shared_info *)($skb->head + $skb->end))->gso_segs;
-    @drop[{EPOCH}, $ns, $dev != 0 ? $dev->ifindex : 0, args->reason, ksym(args->location)] = sum($segs > 1 ? $segs : 1);
+    $sh = (struct skb_shared_info *)($skb->head + $skb->end);
+    $segs = $sh->gso_size > 0 && $sh->gso_segs > 1 ? $sh->gso_segs : 1;
+    @drop[{EPOCH}, $ns, $dev != 0 ? $dev->ifindex : 0, args->reason, ksym(args->location)] = sum($segs);
   }}
 }}
 tracepoint:net:net_dev_queue
@@ -101,8 +104,9 @@ tracepoint:net:net_dev_queue
   $ns = $skb->dev->nd_net.net->ns.inum;
   if ({mine}) {{
     $sh = (struct skb_shared_info *)($skb->head + $skb->end);
-    @queue[{EPOCH}, $ns, str(args->name), $sh->gso_type] = count();
-    @queue_segs[{EPOCH}, $ns, str(args->name), $sh->gso_type] = sum($sh->gso_segs > 1 ? $sh->gso_segs : 1);
+    $segs = $sh->gso_size > 0 && $sh->gso_segs > 1 ? $sh->gso_segs : 1;
+    @queue[{EPOCH}, $ns, str(args->name), $sh->gso_type, $segs > 1] = count();
+    @queue_segs[{EPOCH}, $ns, str(args->name), $sh->gso_type, $segs > 1] = sum($segs);
   }}
 }}
 tracepoint:net:net_dev_start_xmit
@@ -112,8 +116,9 @@ tracepoint:net:net_dev_start_xmit
   if ({mine}) {{
     // the tracepoint's own gso_type field is a u16 on this kernel: SKB_GSO_UDP_L4 (1 << 17) reads 0 there
     $type = ((struct skb_shared_info *)($skb->head + $skb->end))->gso_type;
-    @xmit[{EPOCH}, $ns, str(args->name), $type] = count();
-    @xmit_segs[{EPOCH}, $ns, str(args->name), $type] = sum(args->gso_segs > 1 ? args->gso_segs : 1);
+    $segs = args->gso_size > 0 && args->gso_segs > 1 ? args->gso_segs : 1;
+    @xmit[{EPOCH}, $ns, str(args->name), $type, $segs > 1] = count();
+    @xmit_segs[{EPOCH}, $ns, str(args->name), $type, $segs > 1] = sum($segs);
   }}
 }}
 tracepoint:net:napi_gro_receive_entry
@@ -131,8 +136,9 @@ tracepoint:net:netif_receive_skb
   $ns = $skb->dev->nd_net.net->ns.inum;
   if ({mine}) {{
     $sh = (struct skb_shared_info *)($skb->head + $skb->end);
-    @rx[{EPOCH}, $ns, str(args->name), $sh->gso_type] = count();
-    @rx_segs[{EPOCH}, $ns, str(args->name), $sh->gso_type] = sum($sh->gso_segs > 1 ? $sh->gso_segs : 1);
+    $segs = $sh->gso_size > 0 && $sh->gso_segs > 1 ? $sh->gso_segs : 1;
+    @rx[{EPOCH}, $ns, str(args->name), $sh->gso_type, $segs > 1] = count();
+    @rx_segs[{EPOCH}, $ns, str(args->name), $sh->gso_type, $segs > 1] = sum($segs);
   }}
 }}
 """
@@ -374,8 +380,10 @@ def account(a: Maps, b: Maps, kt: KernelTrace, hosts: dict) -> TraceAccount:
     out["gro_in"] = sorted(gro, key=lambda r: (r["host"], r["device"]))
     for key in ("queue", "xmit", "rx"):
         segs = d.get(f"@{key}_segs", {})
-        rows = [{"host": roles.get(int(ns), str(ns)), "device": dev, "gso_type": gso_names(int(gt)),
-                 "skbs": n, "segments": segs.get((ns, dev, gt), n)}
-                for (ns, dev, gt), n in d.get(f"@{key}", {}).items()]
+        # keyed by namespace, device, gso_type and (since the super-packets are keyed apart from the rest
+        # of their type) whether they are super-packets: a row's skbs are all super-packets or none
+        rows = [{"host": roles.get(int(k[0]), str(k[0])), "device": k[1], "gso_type": gso_names(int(k[2])),
+                 "skbs": n, "segments": segs.get(k, n)}
+                for k, n in d.get(f"@{key}", {}).items()]
         out[key] = sorted(rows, key=lambda r: (r["host"], r["device"], -r["skbs"]))
     return TraceAccount.from_json(out)
