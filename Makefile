@@ -51,7 +51,8 @@ demo: install
 
 test: install
 	cargo clippy -q --release --all-targets --manifest-path engine/Cargo.toml -- -D warnings -D clippy::undocumented_unsafe_blocks
-	cargo test -q --manifest-path engine/Cargo.toml
+	@# not incremental, line tables only: a fresh clone's test build in 3 s, not 6
+	CARGO_INCREMENTAL=0 CARGO_PROFILE_DEV_DEBUG=line-tables-only cargo test -q --manifest-path engine/Cargo.toml
 	@$(COMPILE)
 	$(PYTEST) -n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder --durations=30 tests
 
