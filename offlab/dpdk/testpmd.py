@@ -47,6 +47,18 @@ COMMAND_TIMEOUT = 20.0
 # RTE_ETHER_MAX_LEN - RTE_ETHER_CRC_LEN: testpmd's default GSO segment size, and the largest it takes
 GSO_SEGSZ_MAX = 1500 + ETH_HEADER
 DESCRIPTORS = 512
+DESCRIPTORS_MAX = 4096  # the most rx (and tx) descriptors a port may be given (the rxd/txd settings)
+# testpmd's default mbuf pool is sized for 32 ports at 2048 descriptors each (155456 mbufs, 338 MB), and
+# --no-huge memory is touched whole at start (-m 1024: 0.9 CPU-s a start). Its pool here: every port's
+# rings at their largest, plus room for the lcores' caches, a burst and GSO's segments in flight.
+MBUFS_SPARE = 8192
+MBUF_BYTES = 2176  # testpmd's mbuf size (2048 of data and the headroom)
+
+
+def pool_size(ports: int) -> tuple[int, int]:
+    """(mbufs, memory in MB) for a testpmd with `ports` ports: (24576, 256) for two."""
+    mbufs = ports * 2 * DESCRIPTORS_MAX + MBUFS_SPARE
+    return mbufs, max(256, -(-2 * mbufs * MBUF_BYTES // (1 << 20)) + 64)
 
 
 class TestpmdNoAnswer(EnvironmentProblem):
@@ -166,7 +178,7 @@ class Testpmd:
 
     # ---- life --------------------------------------------------------------
     @classmethod
-    def start(cls, netns: str, rundir: Path, *, lab: str, ports: list[Port], cpu: int, memory_mb: int = 1024,
+    def start(cls, netns: str, rundir: Path, *, lab: str, ports: list[Port], cpu: int, memory_mb: int | None = None,
               on_started: Callable[[int, int, str], None] | None = None, timeout: float = START_TIMEOUT,
               idle: str = "poll") -> "Testpmd":
         """Start testpmd in `netns` with `ports`, both its lcores on `cpu`; return once it prompts.
@@ -178,6 +190,8 @@ class Testpmd:
         require_tool(DAEMON)
         require_tool("stdbuf")
         prefix = f"offlab-{lab}-{secrets.token_hex(3)}"
+        mbufs, least_mb = pool_size(len(ports))
+        memory_mb = memory_mb or least_mb
         runtime = runtime_dir(prefix)
         made = proc = None
         try:
@@ -200,7 +214,7 @@ class Testpmd:
                         str(memory_mb), "--no-pci", f"--file-prefix={prefix}", *[f"--vdev={p.vdev}" for p in ports],
                         "--", "-i",
                         # explicit ring sizes (DPDK's fallback), so a changed descriptor count can be put back exactly
-                        f"--rxd={DESCRIPTORS}", f"--txd={DESCRIPTORS}"]
+                        f"--rxd={DESCRIPTORS}", f"--txd={DESCRIPTORS}", f"--total-num-mbufs={mbufs}"]
                 # Read-write: testpmd itself holds a writer, so it never reads end-of-file between commands.
                 stdin = os.open(self.fifo, os.O_RDWR)
                 try:

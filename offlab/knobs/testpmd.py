@@ -19,7 +19,7 @@ from typing import Any
 
 from offlab.dpdk import Testpmd
 from offlab.dpdk.ports import PMD_MAX_MTU
-from offlab.dpdk.testpmd import GSO_SEGSZ_MAX, TestpmdNoAnswer
+from offlab.dpdk.testpmd import DESCRIPTORS_MAX, GSO_SEGSZ_MAX, TestpmdNoAnswer
 from offlab.errors import BadInput
 from offlab.knobs.base import Knob, Plan, PlanPlace, as_bool, as_int, onoff
 from offlab.wire import TCP_FRAME_OVERHEAD
@@ -29,7 +29,7 @@ FWD_MODES = ("io", "mac", "macswap", "csum", "5tswap", "rxonly", "icmpecho")
 CSUM_PROTOS = {"ip": "IPV4_CKSUM", "udp": "UDP_CKSUM", "tcp": "TCP_CKSUM", "sctp": "SCTP_CKSUM"}
 PER_PORT = {"gro", "gso", "tso_segsz", *(f"csum.{p}" for p in CSUM_PROTOS)}
 # name → (lowest, highest) for the integer settings; testpmd's own limits (22.11 cmdline and config)
-RANGES = {"burst": (1, 512), "rxd": (16, 4096), "txd": (16, 4096), "gro_flush": (1, 4),
+RANGES = {"burst": (1, 512), "rxd": (16, DESCRIPTORS_MAX), "txd": (16, DESCRIPTORS_MAX), "gro_flush": (1, 4),
           "gso_segsz": (64, GSO_SEGSZ_MAX), "tso_segsz": (0, 9000)}
 TSO_HEADERS = TCP_FRAME_OVERHEAD  # the headers the tap PMD adds to a TSO segment
 TAP_TSO_MAX = PMD_MAX_MTU - TSO_HEADERS  # the tap PMD drops a TSO segment whose size + headers exceed its MTU
