@@ -168,3 +168,26 @@ def test_tidy_removes_only_the_process_directories_with_no_undo_script(tmp_path)
     (d / "undo" / f"{live}.sh").unlink()
     remote_journal.tidy(LOCAL, str(d))
     assert not d.exists(), sorted(str(p) for p in d.rglob("*"))
+
+
+def test_a_lease_that_lapses_or_is_released_removes_a_stray_process_directory_too(tmp_path):
+    """The lease's watchdog tidies the directory after a lapse, and a release after its lease goes: both
+    remove a process directory whose undo script is gone, as restore.sh does, or the directory stayed."""
+    from offlab.hosts import lease
+
+    for how in ("lapse", "release"):
+        d = tmp_path / how / "remote"
+        (d / "proc" / STRAY).mkdir(parents=True)
+        (d / "undo").mkdir()
+        if how == "lapse":
+            dog = d / "lease" / "l1"
+            dog.mkdir(parents=True)
+            (dog / "deadline").write_text("0 0\n")  # lapsed already: it puts back what it owns (nothing), then tidies
+            (dog / "own").write_text("")
+            (dog / "label").write_text("test\n")
+            argv = ["sh", "-c", lease.WATCHDOG, "sh", str(dog), str(d)]
+        else:
+            argv = ["sh", "-c", lease._TIDY + 'tidy "$1"', "sh", str(d)]
+        res = subprocess.run(argv, capture_output=True, text=True, timeout=30)  # a hang guard
+        assert res.returncode == 0, (how, res.stderr)
+        assert not d.exists(), (how, sorted(str(p) for p in d.rglob("*")))

@@ -92,10 +92,10 @@ if grep -q -e '^restored: ' -e '^could not restore: ' "$L/record"; then
 fi
 rm -rf -- "$L"
 cd "$R" 2>/dev/null || exit 0
-rmdir lease undo proc 2>/dev/null
+{strays}rmdir lease undo proc 2>/dev/null
 [ -e undo ] || [ -e proc ] || [ -e lease ] || [ -e lapsed ] || { rm -f restore.sh; cd /; rmdir "$R" 2>/dev/null; }
 exit 0
-"""
+""".replace("{strays}", remote_journal.STRAY_PROCS_SH)
 
 # Takes the lease and starts its watchdog: $1 remote_dir, $2 id, $3 seconds, $4 owner, $5 label, $6 the
 # watchdog. Prints the watchdog's "PID START".
@@ -143,11 +143,11 @@ stop() {
 _TIDY = r"""
 tidy() {
   cd "$1" 2>/dev/null || return 0
-  rmdir lease undo proc 2>/dev/null
+  {strays}rmdir lease undo proc 2>/dev/null
   [ -e undo ] || [ -e proc ] || [ -e lease ] || [ -e lapsed ] || { rm -f restore.sh; cd /; rmdir "$1" 2>/dev/null; }
   cd /
 }
-"""
+""".replace("{strays}", remote_journal.STRAY_PROCS_SH)
 _RELEASE = _STOP_ONE + _TIDY + r'stop "$1/lease/$2"; tidy "$1"; exit 0'
 # Released only when nothing it lists is still journalled on the host (the controller put it all back).
 _RELEASE_IF_IDLE = _STOP_ONE + _TIDY + r"""
