@@ -182,6 +182,7 @@ class Traffic(JsonView):
     loss: float | None = None
     loss_source: str | None = None  # "kernel" when the tool's own loss was impossible
     jitter_us: float | None = None
+    latency_us: dict | None = None  # the engine's one-way latency: p50, p90, p99, max, ...
     retransmits: int | None = None
     errors: dict[str, int] = field(default_factory=dict)  # errno name → count
     receiver_stop: str | None = None
@@ -693,6 +694,7 @@ class LossAttribution(JsonView):
     # from the tool's rows: the lost in the window lies between these (its edge rows count in part in `lost`)
     lost_low: int | None = None
     lost_high: int | None = None
+    detection_lag_s: float | None = None  # how much further the bounds reach: the receiver's largest lag
     places: list[LossPlace] = _view(LossPlace, list=True, default_factory=list)
     explained: float | None = None
     explained_low: float | None = None  # absent in older samples

@@ -79,6 +79,34 @@ def test_a_burst_in_a_row_at_the_windows_edge_counts_in_part_and_bounds_the_lost
     assert wl.lost_low < wl.lost < wl.lost_high and wl.lost == pytest.approx(others + burst[lost] / 4, abs=2)
 
 
+def test_a_gap_counted_just_after_an_edge_within_the_runs_largest_latency_widens_the_bounds_over_that_edge():
+    """A row counts a gap when the receiver reads past it: under load the receiver's socket queue holds
+    datagrams sent up to the run's largest one-way latency earlier, so a gap counted just after the window's
+    end may have gone missing inside it, and one counted just after its start may have gone missing before."""
+    s = load("engine_loss_in_warmup.json")
+    (rx,) = [x for x in s["traffic"]["series"] if x["source"] == "offlab-engine rx"]
+    cols = rx["columns"]
+    t_s, dur, lost = (cols.index(c) for c in ("t_s", "dur_s", "lost"))
+    burst = max(rx["rows"], key=lambda r: r[lost])
+    p = s["probes"]
+    start = p["t0_mono_s"] + sum(p["reads"]["server"]["start"]) / 2
+    end = p["t0_mono_s"] + p["window_s"] + sum(p["reads"]["server"]["end"]) / 2
+
+    def bounds(row_start: float, latency_max_us: float | None) -> witnesses.WindowLoss:
+        rx["t0_mono_s"] = row_start - burst[t_s]
+        s["traffic"]["latency_us"] = None if latency_max_us is None else {"max": latency_max_us}
+        return witnesses.window_loss(Traffic.from_json(s["traffic"]), Probes.from_json(s["probes"]))
+
+    after_end = bounds(end + 0.01, None)  # counted 10 ms after the window's end: outside it
+    assert after_end.detection_lag_s == 0, after_end
+    lagging = bounds(end + 0.01, 50_000)  # ...by a receiver up to 50 ms behind: it may lie inside
+    assert lagging.detection_lag_s == 0.05 and lagging.lost == after_end.lost, lagging
+    assert lagging.lost_high == after_end.lost_high + burst[lost], lagging
+    after_start = bounds(start + 0.01, None)  # counted 10 ms after the window's start, wholly inside it
+    lagging = bounds(start + 0.01, 50_000)  # ...may have gone missing before the window
+    assert after_start.lost_low - lagging.lost_low == burst[lost] and lagging.lost == after_start.lost, lagging
+
+
 def test_loss_inside_the_window_agrees_and_a_tool_that_did_not_see_it_is_contradicted():
     s = load("engine_loss_in_window.json")
     status, check = loss_check(copy.deepcopy(s))

@@ -125,9 +125,12 @@ class WindowLoss:
     alignment_s: float | None = None  # None: not cut to the window (see why)
     why: str | None = None
     # the lost count's bounds: the rows wholly inside the window, and every row that reaches into it (a
-    # row at an edge counts in part in `lost`, but its loss may all lie inside the window or all outside)
+    # row at an edge counts in part in `lost`, but its loss may all lie inside the window or all outside).
+    # A row counts a gap when the receiver reads past it, up to the run's largest one-way latency after
+    # the datagrams went missing (`detection_lag_s`): the bounds reach that much further at each edge.
     lost_low: int | None = None
     lost_high: int | None = None
+    detection_lag_s: float = 0.0
 
 
 def window_loss(traffic: Traffic, probes: Probes) -> WindowLoss:
@@ -163,13 +166,21 @@ def window_loss(traffic: Traffic, probes: Probes) -> WindowLoss:
     # Each row counts for the part of it inside the window: a 100 ms row half inside counts half (its
     # datagrams taken as spread evenly over it). Whole rows by their middle were up to half a row off at
     # each edge: 10 % of a 1 s window, which left that much of a loss unexplained by counters that were right.
-    kept = []
+    # How late a row may count a gap: the receiver reads on after a datagram goes missing until the next
+    # one arrives, up to the run's largest one-way latency later (the receiver's socket queue under load).
+    # Known only where the receiver's clock is this machine's (the latency is then one clock's).
+    lag = 0.0 if read.has_own_clock else ((traffic.latency_us or {}).get("max") or 0) / 1e6
+    kept, low, high = [], 0, 0
     for t_s, dur, row_lost, row_received in series.cols("t_s", "dur_s", "lost", "datagrams"):
         start = t0 + t_s - offset
         inside = min(start + dur, k1) - max(start, k0)
         if dur > 0 and inside > 0:
             whole = start >= k0 and start + dur <= k1  # (inside / dur of a whole row may round below 1)
             kept.append((1.0 if whole else inside / dur, row_lost or 0, row_received or 0))
+        if dur > 0 and start >= k0 + lag and start + dur <= k1:
+            low += row_lost or 0  # its gaps all went missing inside the window
+        if dur > 0 and min(start + dur, k1 + lag) > max(start, k0):
+            high += row_lost or 0  # some of its gaps may have gone missing inside the window
     if not kept:
         return WindowLoss(why="no interval of the tool's series lies in the window")
     # what remains uncertain: where within the reads' spans each edge lies, and the clock offset's bounds
@@ -178,8 +189,8 @@ def window_loss(traffic: Traffic, probes: Probes) -> WindowLoss:
     received = round(sum(f * n for f, _, n in kept))
     loss = max(0.0, min(1.0, lost / (received + lost))) if received + lost > 0 else None
     return WindowLoss(loss=loss, lost=lost, received=received, rows=len(kept), source=source,
-                      alignment_s=round(alignment, 6), lost_low=sum(n for f, n, _ in kept if f >= 1),
-                      lost_high=sum(n for _, n, _ in kept))
+                      alignment_s=round(alignment, 6), lost_low=min(low, lost), lost_high=max(high, lost),
+                      detection_lag_s=round(lag, 6))
 
 
 def cross_check(sample: StoredSample) -> Consistency:
@@ -533,7 +544,8 @@ def attribute_loss(sample: StoredSample) -> LossAttribution | None:
     places.sort(key=lambda p: (order.get(p.host, 2), -p.datagrams))
     return LossAttribution.from_json({
         "lost": lost, "lost_source": found.source, "sent": found.sent, "lost_over": found.over,
-        **({"lost_low": found.window.lost_low, "lost_high": found.window.lost_high}
+        **({"lost_low": found.window.lost_low, "lost_high": found.window.lost_high,
+            **({"detection_lag_s": found.window.detection_lag_s} if found.window.detection_lag_s else {})}
            if found.window is not None and found.window.lost_low != found.window.lost_high else {}),
         # client and server reads up to skew_s apart: lost is known to ± this many datagrams
         **_lost_uncertainty(probes, found.source, found.sent),

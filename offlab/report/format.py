@@ -146,8 +146,10 @@ def loss_lines(la: LossAttribution | None) -> list[str]:
         lines.append(f"  ± {la.lost_uncertainty} datagrams: the client's and the server's counters were read "
                      f"up to {1000 * (la.skew_s or 0):.1f} ms apart")
     if la.lost_low is not None and la.lost_high is not None:
+        lag = (f"; a gap is counted when the receiver reads past it, up to {1000 * la.detection_lag_s:.1f} ms "
+               f"(the run's largest one-way latency) after it went missing" if la.detection_lag_s else "")
         lines.append(f"  lost in the window {la.lost_low}..{la.lost_high} by the tool's rows: those at its edges "
-                     f"count in part in the {la.lost}")
+                     f"count in part in the {la.lost}{lag}")
     return lines
 
 
