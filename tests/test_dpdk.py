@@ -555,6 +555,53 @@ def test_a_resting_testpmd_spends_no_cpu_and_forwards_whenever_offlab_sends(dpdk
     assert _ticks_over(pid, 1.0) * 4 < busy
 
 
+def _stalled_until_the_sender_is_gone(rx_pid: int, tx_pid: int, stop_at: float) -> None:
+    """SIGSTOP the receiver at `stop_at` (monotonic), SIGCONT it 0.1 s after the sender's process is gone."""
+    time.sleep(max(0.0, stop_at - time.monotonic()))
+    os.kill(rx_pid, signal.SIGSTOP)
+    try:
+        deadline = time.monotonic() + 30  # a hang guard
+        while running(tx_pid) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.1)
+    finally:
+        os.kill(rx_pid, signal.SIGCONT)
+
+
+def test_a_receiver_behind_with_a_full_socket_as_the_run_ends_still_stops_on_the_end_marker(dpdk_lab, monkeypatch):
+    # Through testpmd on the receiver's CPU the receiver can go without the CPU for 30-100 ms as the run
+    # ends: its socket is still full of the flood when the three END markers come (0, 10, 30 ms), the kernel
+    # drops them (SKB_DROP_REASON_SOCKET_RCVBUFF) and the receiver stopped only on its 1 s idle timeout.
+    # Made certain here: the receiver is stopped from before the sender's end until after its markers.
+    import threading
+
+    from offlab.lab.dpdk import forwarding
+    from offlab.lab.model import LabState
+    from offlab.traffic import Workload
+    from offlab.traffic import engine
+
+    monkeypatch.setenv("OFFLAB_STATE_DIR", dpdk_lab["env"]["OFFLAB_STATE_DIR"])
+    lab = LabState.load(dpdk_lab["name"])
+    w = Workload(tool="engine", protocol="udp", rate="20kpps", duration=1.0, warmup=0.0)
+
+    stalls = []
+
+    def stall(tx_pid: int, rx_pid: int) -> None:
+        # 0.8 s into the 1 s run: a few thousand datagrams more than its socket holds arrive while it is stopped
+        stop_at = time.monotonic() + 0.8
+        stalls.append(threading.Thread(target=_stalled_until_the_sender_is_gone, args=(rx_pid, tx_pid, stop_at)))
+        stalls[-1].start()
+
+    with forwarding(lab):
+        result = engine.run(lab.client, lab.server, lab.entry("server").address, w, on_started=stall)
+    for t in stalls:
+        t.join(timeout=30)
+    rx = result.raw["rx"]
+    assert rx["socket_drops"] > 0, rx  # it did fall behind: the flood filled its socket
+    assert result.receiver_stop == "end", rx
+    assert rx["tx_datagrams"] == result.datagrams_sent
+
+
 def _in_lab(name: str) -> list[str]:
     """The live processes in the lab's namespaces other than testpmd."""
     return [f"{ns}: {p}" for ns in netns_names() if ns.startswith(f"ol-{name}-")

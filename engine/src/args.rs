@@ -52,6 +52,8 @@ pub struct RxOpts {
     pub run_id: Option<u32>,
     pub cpu: Option<usize>,
     pub ignore_end: bool,
+    /// A port of its own for the sender's END markers (the data socket's full buffer drops them).
+    pub end_port: Option<u16>,
     /// Per-interval rows every this many ms; 0 = none.
     pub interval_ms: u64,
 }
@@ -106,6 +108,8 @@ pub struct TxOpts {
     pub sndbuf: u64,
     pub run_id: Option<u32>,
     pub no_end: bool,
+    /// The receiver's --end-port: each END marker goes there too.
+    pub end_port: Option<u16>,
     /// Per-interval rows every this many ms; 0 = none.
     pub interval_ms: u64,
 }
@@ -142,6 +146,8 @@ usage: offlab-engine rx [options]
   --run-id ID          accept only this run id (default: the first one seen)
   --cpu N              pin to CPU N
   --ignore-end         keep running after the sender's END marker
+  --end-port P         also take END markers on UDP port P, a socket the data cannot fill
+                       (read once the data port has been quiet for 20 ms)
   --interval MS        per-interval rows (series) every MS ms from the first datagram, 0 = none
                        (default 100)
 A line \"offlab-engine: ready ADDR PORT\" is also printed on stderr once bound.
@@ -170,6 +176,7 @@ usage: offlab-engine tx --dest ADDR [options]
   --sndbuf BYTES       SO_SNDBUFFORCE (SO_SNDBUF if not permitted); 0 = kernel default (default 0)
   --run-id ID          u32 run id carried in every datagram (default random)
   --no-end             do not send END markers after the run
+  --end-port P         send each END marker to port P too (the receiver's --end-port)
   --interval MS        per-interval rows (series) every MS ms from the start, 0 = none (default 100)
 ";
 
@@ -208,6 +215,7 @@ fn parse_rx(argv: &[String]) -> Result<Command, ArgError> {
         run_id: None,
         cpu: None,
         ignore_end: false,
+        end_port: None,
         interval_ms: DEFAULT_INTERVAL_MS,
     };
     let mut a = Args { argv, i: 0 };
@@ -239,6 +247,7 @@ fn parse_rx(argv: &[String]) -> Result<Command, ArgError> {
                 no_value(&name, &inline)?;
                 o.ignore_end = true
             }
+            "--end-port" => o.end_port = Some(parse_int("--end-port", &a.value(&name, inline)?, 1, 65535)? as u16),
             "--interval" => o.interval_ms = parse_interval(&a.value(&name, inline)?)?,
             other => return err(unknown(other, "rx")),
         }
@@ -261,6 +270,7 @@ fn parse_tx(argv: &[String]) -> Result<Command, ArgError> {
     let mut sndbuf = 0u64;
     let mut run_id = None;
     let mut no_end = false;
+    let mut end_port = None;
     let mut interval_ms = DEFAULT_INTERVAL_MS;
     let mut a = Args { argv, i: 0 };
     while let Some((name, inline)) = a.next_opt() {
@@ -305,6 +315,7 @@ fn parse_tx(argv: &[String]) -> Result<Command, ArgError> {
                 no_value(&name, &inline)?;
                 no_end = true
             }
+            "--end-port" => end_port = Some(parse_int("--end-port", &a.value(&name, inline)?, 1, 65535)? as u16),
             "--interval" => interval_ms = parse_interval(&a.value(&name, inline)?)?,
             other => return err(unknown(other, "tx")),
         }
@@ -373,6 +384,7 @@ fn parse_tx(argv: &[String]) -> Result<Command, ArgError> {
         sndbuf,
         run_id,
         no_end,
+        end_port,
         interval_ms,
     }))
 }

@@ -171,6 +171,18 @@ fn read_gso_size(hdr: &libc::msghdr) -> usize {
     gso
 }
 
+/// Records what waits on the END port (the sender's END markers), without waiting.
+fn read_end_port(sock: &Socket, c: &mut Counters, buf: &mut [u8], now: u64) {
+    loop {
+        // SAFETY: the pointer and length describe `buf`, a writable buffer alive for the call.
+        let r = unsafe { libc::recv(sock.fd, buf.as_mut_ptr() as *mut libc::c_void, buf.len(), libc::MSG_DONTWAIT) };
+        if r < 0 {
+            return;
+        }
+        c.record(&buf[..r as usize], now);
+    }
+}
+
 /// Datagrams the kernel dropped for this socket (full receive buffer), read
 /// once at the end with SO_MEMINFO so the receive path pays nothing for it.
 fn socket_drops(sock: &Socket) -> Option<u64> {
@@ -214,6 +226,20 @@ pub fn run(o: &RxOpts) -> Result<Value, Failure> {
         return Err(Failure::Env(sys::env_err(&format!("--bind {} --port {}: bind", o.bind, o.port), e).0));
     }
     let local = sock.local_addr().unwrap_or(want);
+    // A receiver that falls behind (one sharing its CPU with a switch that busy-polls: docs/dpdk.md) can
+    // still have a full socket when the sender's END markers come, tens of ms after the run, and the kernel
+    // drops them with the data: the END port holds them until the data port has gone quiet.
+    let end_sock = match o.end_port {
+        Some(port) => {
+            let end_sock = Socket::udp(o.bind.is_ipv6()).map_err(|e| Failure::Env(e.0))?;
+            if let Err(e) = end_sock.bind(&SocketAddr::new(o.bind, port)) {
+                return Err(Failure::Env(sys::env_err(&format!("--bind {} --end-port {}: bind", o.bind, port), e).0));
+            }
+            Some(end_sock)
+        }
+        None => None,
+    };
+    let mut end_buf = vec![0u8; if end_sock.is_some() { BUF_LEN } else { 0 }];
     sys::announce_ready(o.ready_file.as_deref(), &local).map_err(|e| Failure::Env(e.0))?;
 
     let batch = o.batch;
@@ -284,7 +310,12 @@ pub fn run(o: &RxOpts) -> Result<Value, Failure> {
         let now = sys::mono_ns();
         if n < 0 {
             let e = sys::errno();
-            if e != libc::EAGAIN && e != libc::EINTR {
+            if e == libc::EAGAIN {
+                // POLL_NS without a datagram: whatever was queued has been read, so an END marker is not early
+                if let Some(end_sock) = &end_sock {
+                    read_end_port(end_sock, &mut c, &mut end_buf, now);
+                }
+            } else if e != libc::EINTR {
                 *c.recv_errors.entry(sys::errno_name(e)).or_insert(0) += 1;
             }
         } else {
@@ -396,6 +427,7 @@ fn report(
         .opt_u("run_id", o.run_id.map(|r| r as u64))
         .opt_u("cpu", o.cpu.map(|x| x as u64))
         .b("ignore_end", o.ignore_end)
+        .opt_u("end_port", o.end_port.map(|p| p as u64))
         .u("interval_ms", o.interval_ms);
 
     let window_ns = c.last_rx.saturating_sub(c.first_rx);

@@ -17,7 +17,9 @@ use crate::Failure;
 /// destination is unusable: exit 3 instead of spinning for the whole run.
 const GIVE_UP_NS: u64 = 1_000_000_000;
 /// END markers go out at these offsets after the run (ms), so one survives a
-/// receive queue that is still full at the end.
+/// queue on the path that is still full at the end. A receiver's own socket can
+/// stay full for longer (a receiver without the CPU): the receiver's --end-port
+/// takes them on a socket of their own.
 const END_OFFSETS_MS: [u64; 3] = [0, 10, 30];
 
 /// SO_ZEROCOPY (asm-generic/socket.h) and the zero-copy completion's origin and "copied" code
@@ -289,6 +291,16 @@ pub fn run(o: &TxOpts) -> Result<Value, Failure> {
     if let Err(e) = sock.connect(&dest) {
         return Err(Failure::Env(sys::env_err(&format!("--dest {} --port {}: connect", o.dest, o.port), e).0));
     }
+    let end_sock = match o.end_port {
+        Some(port) if !o.no_end => {
+            let end_sock = Socket::udp(v6).map_err(|e| Failure::Env(e.0))?;
+            if let Err(e) = end_sock.connect(&SocketAddr::new(o.dest, port)) {
+                return Err(Failure::Env(sys::env_err(&format!("--dest {} --end-port {}: connect", o.dest, port), e).0));
+            }
+            Some(end_sock)
+        }
+        _ => None,
+    };
     let path_payload = max_segment_payload(&sock, v6);
     if o.gso {
         if let Some(max) = path_payload {
@@ -558,7 +570,7 @@ pub fn run(o: &TxOpts) -> Result<Value, Failure> {
     if let Some(d) = intervals.as_mut() {
         d.finish(stop, &[seq, failed_calls]);
     }
-    let end_markers = if o.no_end { 0 } else { send_end_markers(&sock, run_id, seq, stop) };
+    let end_markers = if o.no_end { 0 } else { send_end_markers(&sock, end_sock.as_ref(), run_id, seq, stop) };
 
     let elapsed_s = (stop - start) as f64 / 1e9;
     let mut opts = Obj::new();
@@ -575,6 +587,7 @@ pub fn run(o: &TxOpts) -> Result<Value, Failure> {
         .u("sndbuf_bytes", o.sndbuf)
         .opt_u("run_id", o.run_id.map(|r| r as u64))
         .b("no_end", o.no_end)
+        .opt_u("end_port", o.end_port.map(|p| p as u64))
         .u("interval_ms", o.interval_ms);
     let mut errs = Obj::new();
     let mut by_name: BTreeMap<String, u64> = BTreeMap::new();
@@ -762,18 +775,26 @@ fn read_error_queue(sock: &Socket, mut zc: Option<&mut ZeroCopy>) {
 }
 
 /// After the run, tells the receiver how many datagrams were sent (seq field
-/// of a header-only datagram with the END flag).
-fn send_end_markers(sock: &Socket, run_id: u32, sent: u64, stop: u64) -> u64 {
+/// of a header-only datagram with the END flag), at each of END_OFFSETS_MS
+/// after `stop`: to the END port (`end_sock`, if any), then to the data port;
+/// returns how many sends the kernel accepted.
+///
+/// The END port's marker goes first so it arrives while the receiver still
+/// listens there (one that stops on the data port's marker closes both after
+/// it): only later markers can meet a closed port (UdpNoPorts).
+fn send_end_markers(sock: &Socket, end_sock: Option<&Socket>, run_id: u32, sent: u64, stop: u64) -> u64 {
     let mut buf = [0u8; HEADER_LEN];
     let mut ok = 0;
     for off in END_OFFSETS_MS.iter() {
         let t = stop + off * 1_000_000;
         pacing::wait_until(t);
         header::encode(&Header { flags: FLAG_END, run_id, seq: sent, tx_ns: sys::mono_ns() }, &mut buf);
-        // SAFETY: the pointer and length describe `buf`, alive for the call.
-        let r = unsafe { libc::send(sock.fd, buf.as_ptr() as *const libc::c_void, buf.len(), 0) };
-        if r >= 0 {
-            ok += 1;
+        for s in end_sock.into_iter().chain(std::iter::once(sock)) {
+            // SAFETY: the pointer and length describe `buf`, alive for the call.
+            let r = unsafe { libc::send(s.fd, buf.as_ptr() as *const libc::c_void, buf.len(), 0) };
+            if r >= 0 {
+                ok += 1;
+            }
         }
     }
     ok

@@ -55,9 +55,10 @@ def skew(reads: dict[str, Read], *roles: str) -> float:
     return total
 
 
-# offlab-engine's sender ends with two END markers; the second may reach a receiver that has
-# already stopped on the first: up to this many UdpNoPorts on the server are the harness's own.
-END_MARKER_NOPORTS = 2
+# offlab-engine's sender ends with three END markers (0, 10, 30 ms), each to the receiver's END port and
+# its data port; the later two of each may reach a receiver that has already stopped on the first: up to
+# this many UdpNoPorts on the server are the harness's own.
+END_MARKER_NOPORTS = 4
 
 
 def bound(traffic: Traffic) -> list[str]:

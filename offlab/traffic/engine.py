@@ -81,11 +81,13 @@ def _every(w: Workload, interval_ms: int | None) -> int:
 
 
 def rx_argv(w: Workload, bind: str, port: int, ready: str, run_id: int, exe: str | None = None, *,
-            channel: bool = False, interval_ms: int | None = None) -> list[str]:
+            channel: bool = False, interval_ms: int | None = None, end_port: int | None = None) -> list[str]:
     idle, margin = (CHANNEL_IDLE_S, CHANNEL_DEADLINE_MARGIN_S) if channel else (IDLE_S, DEADLINE_MARGIN_S)
     argv = [exe or engine_path(), "rx", "--bind", bind, "--port", str(port), "--ready-file", ready,
             "--run-id", str(run_id), "--duration", f"{w.warmup + w.duration + margin:g}", "--idle-timeout", f"{idle:g}",
             "--interval", str(_every(w, interval_ms))]
+    if end_port is not None:
+        argv += ["--end-port", str(end_port)]
     if w.gro:
         argv.append("--gro")
     if w.batch:
@@ -96,10 +98,12 @@ def rx_argv(w: Workload, bind: str, port: int, ready: str, run_id: int, exe: str
 
 
 def tx_argv(w: Workload, dest: str, port: int, run_id: int, exe: str | None = None,
-            interval_ms: int | None = None) -> list[str]:
+            interval_ms: int | None = None, end_port: int | None = None) -> list[str]:
     argv = [exe or engine_path(), "tx", "--dest", dest, "--port", str(port), "--size", str(w.size or DEFAULT_SIZE),
             "--duration", f"{w.warmup + w.duration:g}", "--run-id", str(run_id),
             "--interval", str(_every(w, interval_ms))]
+    if end_port is not None:
+        argv += ["--end-port", str(end_port)]
     if w.gso:
         argv.append("--gso")
     if w.batch:
@@ -147,7 +151,8 @@ def run(client: Host, server: Host, server_addr: str, w: Workload, *, on_started
     """Send `w` from client to server; the result once both ends reported. `stop_when`: once it is set, the
     sender is asked to stop (SIGINT: it ends its run there, sends its END markers and reports what it sent),
     so a sample's traffic need not run its whole planned length past the end of its window."""
-    port = random.randint(20000, 60000)
+    # The END markers also go to a port of their own: one the data cannot fill (see rx --end-port)
+    port, end_port = random.sample(range(20000, 60001), 2)
     run_id = random.randint(1, 2**32 - 1)
     with _ready_dir(server) as tmp:
         ready = f"{tmp}/ready"
@@ -157,7 +162,8 @@ def run(client: Host, server: Host, server_addr: str, w: Workload, *, on_started
             # cut the spawn short lost its Popen, and the engine ran on in a lab being removed).
             with shielded():
                 rx = server.spawn(pinned(rx_argv(w, server_addr, port, ready, run_id, engine_on(server),
-                                                 channel=not client.shares_kernel, interval_ms=interval_ms),
+                                                 channel=not client.shares_kernel, interval_ms=interval_ms,
+                                                 end_port=end_port),
                                          _cpu(server, w.server_cpu)),
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             # a hang guard, not a speed test: a receiver's start took over 5 s once on a loaded 2-CPU machine
@@ -168,7 +174,8 @@ def run(client: Host, server: Host, server_addr: str, w: Workload, *, on_started
                     raise TrafficFailed(f"offlab-engine rx on {server.name} did not start: {err}")
                 time.sleep(0.01)
             with shielded():
-                tx = client.spawn(pinned(tx_argv(w, server_addr, port, run_id, engine_on(client), interval_ms),
+                tx = client.spawn(pinned(tx_argv(w, server_addr, port, run_id, engine_on(client), interval_ms,
+                                                 end_port),
                                          _cpu(client, w.client_cpu)),
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             if on_started:
