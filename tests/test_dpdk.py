@@ -526,6 +526,11 @@ def _cpu_ticks(pid: int) -> int:
     return int(fields[11]) + int(fields[12])
 
 
+def _state(pid: int) -> str:
+    """The process's state letter (R, S, T: stopped, Z)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
 def _ticks_over(pid: int, seconds: float) -> int:
     before = _cpu_ticks(pid)
     time.sleep(seconds)  # a rate is measured over it; nothing waits on it
@@ -544,7 +549,8 @@ def test_a_resting_testpmd_spends_no_cpu_and_forwards_whenever_offlab_sends(dpdk
     with tp.forwarding(), tp.forwarding():  # two holders, as two processes measuring at once
         busy = _ticks_over(pid, 1.0)
     again = _ticks_over(pid, 1.0)
-    assert busy > 4 * max(resting, again, 2), (resting, busy, again)  # polling: a CPU's worth, at rest: nothing
+    # polling: a CPU's worth, at rest: nothing (with testpmd's state letter and its last lines, should it not poll)
+    assert busy > 4 * max(resting, again, 2), (resting, busy, again, _state(pid), tp.last_lines(8))
     # A command through the lab finds it forwarding; then it rests again.
     res = run_with_env(dpdk_lab["env"], "lab", "exec", dpdk_lab["name"], "client", "--", "ping", "-c", "1", "-W", "5",
                        "10.200.1.2")
