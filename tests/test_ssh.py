@@ -250,9 +250,11 @@ def test_unreachable_host_is_environment_problem_naming_host_and_cause(sshd, sta
 
 
 @requires_root
-def test_a_counter_reader_whose_host_dies_says_the_ssh_host_and_its_connection(sshd, state_dir):
+@pytest.mark.parametrize("asked", ["at once", "once ssh has exited"])
+def test_a_counter_reader_whose_host_dies_says_the_ssh_host_and_its_connection(sshd, state_dir, asked):
     """A sample's counter reader (one ssh session answering a line per read) on a host that crashes: the
-    read fails naming the SSH host and the connection, not only that some reader ended."""
+    read fails naming the SSH host and the connection, not only that some reader ended; also when the
+    request itself meets the ended ssh (a broken pipe), as it does when the read comes after ssh exited."""
     from offlab.probes.remote import Stream, stream_read
 
     host = sshd.host(connect_timeout=2)
@@ -261,6 +263,8 @@ def test_a_counter_reader_whose_host_dies_says_the_ssh_host_and_its_connection(s
         assert "Ip:" in stream.ask()  # /proc/net/snmp, read through the session
         for pid in sshd.sshd_pids() - {sshd.proc.pid}:  # the host's side of every session gone
             os.kill(pid, 9)
+        if asked != "at once":
+            stream.proc.wait(timeout=30)  # a hang guard: ssh sees its connection end
         with pytest.raises(OSError, match=r"^ssh host root@10\.200\.222\.2:2222: the connection of its counter "
                                           r"reader ended \(ssh exit 255\)$"):
             stream.ask()

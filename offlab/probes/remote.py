@@ -186,8 +186,8 @@ class Stream:
             try:
                 self.proc.stdin.write("\n")
                 self.proc.stdin.flush()
-            except OSError as exc:
-                raise OSError(f"the counter reader on {self.name} is gone: {exc}") from None
+            except OSError:  # its end closed its input first (a broken pipe): why it ended says more
+                raise OSError(self._ended()) from None
             lines = []
             while (line := self.proc.stdout.readline()) and line.rstrip("\n") != END:
                 lines.append(line)
