@@ -258,6 +258,21 @@ def test_testpmd_dying_mid_measure_fails_naming_it_and_the_lab_shows_broken_with
     assert not os.path.exists(tp["runtime_dir"])
 
 
+def test_a_failure_while_a_daemon_is_still_dying_is_reported_as_its_death(monkeypatch):
+    """fresh clone fc35: testpmd SIGKILLed as iperf3 connected; its taps went first, iperf3 failed ("Network
+    is unreachable") and its leader was not yet a zombie, so the error named the symptom. A failure in a lab
+    with daemons looks a while for one that is dying; a bad input does not wait."""
+    from offlab import lab as labs
+    from offlab.experiment import measure as m
+
+    seen = iter([None, None, None, labs.LabDaemonDied("dpdk-testpmd (pid 1) of lab x died: (no log)")])
+    monkeypatch.setattr(m.labs, "daemon_died", lambda lab: next(seen))
+    died = m._daemon_died(object(), within=m.DYING_S)
+    assert isinstance(died, labs.LabDaemonDied) and "died" in str(died)
+    monkeypatch.setattr(m.labs, "daemon_died", lambda lab: None)
+    assert m._daemon_died(object(), within=0) is None
+
+
 DYING_PLAN = """
 name: testpmd-dies
 topology: {kind: dpdk}
