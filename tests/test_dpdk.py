@@ -608,8 +608,10 @@ def test_a_receiver_behind_with_a_full_socket_as_the_run_ends_still_stops_on_the
     stalls = []
 
     def stall(tx_pid: int, rx_pid: int) -> None:
-        # 0.8 s into the 1 s run: a few thousand datagrams more than its socket holds arrive while it is stopped
-        stop_at = time.monotonic() + 0.8
+        # 0.5 s into the 1 s run: some 10000 datagrams, several times what its socket holds, arrive while it
+        # is stopped (from 0.8 s, a loaded machine let the sender fall behind and nothing overflowed), and it
+        # is stopped for less than its 1 s idle timeout
+        stop_at = time.monotonic() + 0.5
         stalls.append(threading.Thread(target=_stalled_until_the_sender_is_gone, args=(rx_pid, tx_pid, stop_at)))
         stalls[-1].start()
 

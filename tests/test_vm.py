@@ -443,8 +443,9 @@ def test_a_guest_whose_clock_runs_fast_is_refused_at_its_cold_boot_with_exit_3_a
     assert exc.value.exit_code == 3
     message = str(exc.value)
     assert "guest fast's clock runs " in message and "\n" not in message
-    found = float(message.split("clock runs ")[1].split("x")[0])
-    assert 3 < found < 5, message
+    # the rate measured on a loaded machine is an interval: it holds the factor the guest was given (4)
+    low, high = (float(x) for x in message.split("as this machine's (")[1].split(" over")[0].split(".."))
+    assert 1 < low <= 4 <= high, message
     (pid, start_time), = started
     assert process_start_time(pid) is None
     assert not (tmp_path / "fast.sock").exists()
