@@ -483,10 +483,34 @@ def reconnect(f: Fleet, name: str) -> None:
     _route_mgmt(f, name)
 
 
+def _parents(ns: str) -> dict[int, int]:
+    """pid → parent pid of every process in namespace `ns`."""
+    out = {}
+    for pid in LOCAL.run(["ip", "netns", "pids", ns], check=False).stdout.split():
+        try:
+            out[int(pid)] = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            pass
+    return out
+
+
 def lose(f: Fleet, name: str) -> None:
-    """Machine `name` drops off the network as a crashed sshd would: its listener and every session
-    (the clients' masters with it) killed by pid; what its sessions started keeps running."""
+    """Machine `name` drops off the network mid-command, as a crashed machine would: its listener, every
+    session (the clients' masters with it) and the commands those sessions were running, killed by pid,
+    so none of them finishes afterwards (a command caught mid-way, such as a setting being put back,
+    would otherwise still act once resumed from `frozen`); what its sessions started apart from
+    themselves (a daemon, the lease's watchdog) keeps running."""
     m = f.machines[name]
+    parents = _parents(m.ns)
+    sessions = sshd_pids(m.ns) - ({m.proc.pid} if m.proc is not None else set())
+    running: set[int] = set()
+    while more := {p for p, pp in parents.items() if pp in sessions | running} - running:
+        running |= more
+    for pid in running - sessions:
+        try:
+            os.kill(pid, signal.SIGKILL)  # also ends a stopped one (`frozen`)
+        except ProcessLookupError:
+            pass
     if m.proc is not None:
         m.proc.kill()  # SIGKILL, as a crash: it also ends a listener that is stopped (`frozen`)
         m.proc.wait(timeout=10)

@@ -85,12 +85,12 @@ def test_two_receive_queues_carry_parallel_streams_and_one_does_not(napi_veth):
     lab, c, s = napi_veth
     two = _measure(lab, "--streams", "12")
     e = _effect(two, "channels.rx", f"server:{s}")
-    assert e["status"] == EXERCISED and len([n for n in e["counters"]["queues"].values() if n > 0]) == 2
+    assert e["status"] == EXERCISED and len([n for n in e["counters"]["queues"].values() if n > 0]) == 2, e
     _set(lab, "server", s, "channels.rx=1")
     one = _measure(lab, "--streams", "12")
     assert _effect(one, "channels.rx", f"server:{s}")["status"] == OFF
     e = _effect(one, "channels.tx", f"client:{c}")
-    assert e["status"] == NOT_EXERCISED and f"server:{s} has 1 receive queue(s)" in e["cause"]
+    assert e["status"] == NOT_EXERCISED and f"server:{s} has 1 receive queue(s)" in e["cause"], (e, one["probes"])
 
 
 def test_threaded_napi_is_exercised_by_its_kernel_thread_and_not_when_off(napi_veth):

@@ -427,11 +427,13 @@ def test_servers_lost_mid_run_or_unreachable_cost_only_their_pairs_the_other_goe
     def lose_b3() -> bool:
         # Read and lost as one step (b3 frozen meanwhile): the run may have just switched back to the
         # original between `ready` and here, and a b3 lost then would have nothing of the run's to keep.
+        # A command caught mid-way (the run putting the setting back) dies with b3's sessions: resumed,
+        # it would change b3 after its loss (a suite run at HEAD found gro back at its original so).
         with sshd_mod.frozen(fleet.machines["b3"].ns):
             gro = feature(fleet.machines["b3"].ns)
             if gro == before["b3"][0]:
                 return False
-            sshd_mod.lose(fleet, "b3")  # the listener and every session, by pid
+            sshd_mod.lose(fleet, "b3")  # the listener, every session and its commands, by pid
         lost["gro"] = gro
         return True
 
