@@ -14,6 +14,7 @@ TEST_JOBS ?= 4
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
 PYTEST := $(VENV)/bin/python -m pytest -q -p no:cacheprovider
+ENGINE_TEST := CARGO_INCREMENTAL=0 CARGO_PROFILE_DEV_DEBUG=line-tables-only cargo test -q --manifest-path engine/Cargo.toml
 # Tests start this checkout's offlab as `python -m offlab` hundreds of times; with PYTHONDONTWRITEBYTECODE
 # set (as in this machine's shell) each start compiled every module again (one `measure`: 1.6 vs 1.1 CPU-s
 # by /usr/bin/time): compiled once here.
@@ -52,9 +53,14 @@ demo: install
 test: install
 	cargo clippy -q --release --all-targets --manifest-path engine/Cargo.toml -- -D warnings -D clippy::undocumented_unsafe_blocks
 	@# not incremental, line tables only: a fresh clone's test build in 3 s, not 6
-	CARGO_INCREMENTAL=0 CARGO_PROFILE_DEV_DEBUG=line-tables-only cargo test -q --manifest-path engine/Cargo.toml
+	$(ENGINE_TEST) --no-run
 	@$(COMPILE)
-	$(PYTEST) -n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder --durations=30 tests
+	@# the engine's tests (5 s, mostly waiting on their peers' timeouts) run beside pytest's; their output
+	@# follows pytest's, and either failing fails make test
+	@log=$$(mktemp); $(ENGINE_TEST) >$$log 2>&1 & e=$$!; \
+	  $(PYTEST) -n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder --durations=30 tests; p=$$?; \
+	  wait $$e; c=$$?; echo "cargo test (the engine's tests, run beside pytest): exit $$c"; \
+	  if [ $$c -ne 0 ]; then cat $$log; fi; rm -f $$log; [ $$p -eq 0 ] && [ $$c -eq 0 ]
 
 # The inner loop: the tests recorded under a second that share no module's lab or guest (tests/conftest.py).
 test-fast: install

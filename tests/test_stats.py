@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 
 import pytest
-import scipy.stats
 
 from offlab import stats
 
@@ -24,6 +23,8 @@ def test_t_interval_of_10_12_14_at_95_percent():
 
 
 def test_t_quantile_is_scipys():
+    import scipy.stats  # here, not at the top: every pytest worker imports every test module
+
     assert stats.t_quantile(0.975, 2) == pytest.approx(scipy.stats.t.ppf(0.975, 2))
     assert stats.t_quantile(0.995, 7.3) == pytest.approx(scipy.stats.t.ppf(0.995, 7.3))
 

@@ -14,8 +14,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import dpkt
-
 from offlab.errors import EnvironmentProblem
 from offlab.hosts import Host, require_tool
 from offlab.names import check_ifname
@@ -84,6 +82,8 @@ class CaptureSummary:
 
 def summarize(frames: list[tuple[int, bytes]], *, host: str, iface: str, mtu: int,
               linktype: int = 1) -> CaptureSummary:
+    import dpkt  # here: only a capture's summary parses packets, and dpkt is a good part of a command's start
+
     s = CaptureSummary(host=host, iface=iface, mtu=mtu, frames=len(frames))
     sizes: collections.Counter[int] = collections.Counter()
     frag_groups: dict[tuple, int] = collections.Counter()
@@ -159,6 +159,8 @@ def _ipv6_fragment(buf: bytes, linktype: int) -> tuple[int, int, bool] | None:
 
 
 def _ip_layer(buf: bytes, linktype: int):
+    import dpkt
+
     try:
         if linktype == 1:  # Ethernet
             eth = dpkt.ethernet.Ethernet(buf)
