@@ -372,7 +372,7 @@ axes:
   tx:
     plain: {features: {client: {tx-udp-segmentation: off}}, workload: {gso: false}}
     uso: {features: {client: {tx-udp-segmentation: on}}, workload: {gso: true}}
-workload: {tool: engine, protocol: udp, size: 1472, duration: 1, warmup: 0.3}
+workload: {tool: engine, protocol: udp, size: 1472, duration: 1, warmup: 0.5}
 repeat: {min: 3, max: 8, level: 95}
 baseline: {tx: plain}
 budget: 6m
