@@ -160,7 +160,7 @@ def test_a_save_killed_is_swept_a_warm_start_is_the_lab_s_own_guest_and_a_killed
     name = lab_name[:-1] + "w"
     warm = _up(name)
     try:
-        assert (warm["start"], warm["start_why"]) == ("warm", f"restored from saved guest {key}")
+        assert (warm["start"], warm["start_why"]) == ("warm", f"restored from saved guest {key}"), warm["start_why"]
         mac = warm["nics"][0]["mac"]
         res = offlab_cli("lab", "exec", name, "client", "--", "cat", "/sys/class/net/eth0/address")
         assert res.stdout.strip() == mac  # this lab's MAC, not the saving lab's
