@@ -71,17 +71,21 @@ class Sshd:
         return sshd_pids(self.server_ns)
 
 
+def _table(ns: str) -> dict[int, tuple[int, str]]:
+    """pid → (parent pid, program name) of every process in namespace `ns`, one read of each's stat."""
+    out = {}
+    for pid in LOCAL.run(["ip", "netns", "pids", ns], check=False).stdout.split():
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            out[int(pid)] = (int(stat.rsplit(")", 1)[1].split()[1]), stat[stat.index("(") + 1:stat.rindex(")")])
+        except (OSError, IndexError, ValueError):
+            pass
+    return out
+
+
 def sshd_pids(ns: str) -> set[int]:
     """Every sshd in namespace `ns`: the listener and one per connection."""
-    out = LOCAL.run(["ip", "netns", "pids", ns], check=False).stdout
-    pids = set()
-    for pid in out.split():
-        try:
-            if Path(f"/proc/{pid}/comm").read_text().strip() == "sshd":
-                pids.add(int(pid))
-        except OSError:
-            pass
-    return pids
+    return {pid for pid, (_, comm) in _table(ns).items() if comm == "sshd"}
 
 
 def processes_in(ns: str) -> dict[int, str]:
@@ -483,17 +487,6 @@ def reconnect(f: Fleet, name: str) -> None:
     _route_mgmt(f, name)
 
 
-def _parents(ns: str) -> dict[int, int]:
-    """pid → parent pid of every process in namespace `ns`."""
-    out = {}
-    for pid in LOCAL.run(["ip", "netns", "pids", ns], check=False).stdout.split():
-        try:
-            out[int(pid)] = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            pass
-    return out
-
-
 def lose(f: Fleet, name: str) -> None:
     """Machine `name` drops off the network mid-command, as a crashed machine would: its listener, every
     session (the clients' masters with it) and the commands those sessions were running, killed by pid,
@@ -501,10 +494,10 @@ def lose(f: Fleet, name: str) -> None:
     would otherwise still act once resumed from `frozen`); what its sessions started apart from
     themselves (a daemon, the lease's watchdog) keeps running."""
     m = f.machines[name]
-    parents = _parents(m.ns)
-    sessions = sshd_pids(m.ns) - ({m.proc.pid} if m.proc is not None else set())
+    table = _table(m.ns)  # one look: the sessions and what they run, as they were at the freeze
+    sessions = {p for p, (_, comm) in table.items() if comm == "sshd"} - ({m.proc.pid} if m.proc is not None else set())
     running: set[int] = set()
-    while more := {p for p, pp in parents.items() if pp in sessions | running} - running:
+    while more := {p for p, (pp, _) in table.items() if pp in sessions | running} - running:
         running |= more
     for pid in running - sessions:
         try:

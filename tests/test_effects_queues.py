@@ -46,8 +46,8 @@ def _measure(lab: dict, *args: str) -> dict:
     return json.loads(res.stdout)
 
 
-# XPS is witnessed by the queue each packet left on, not by a rate: the engine paced (about 3300 datagrams in the
-# window), not a flood taking both CPUs (a 2-vCPU TCG guest's took 5 CPU-s of QEMU a sample)
+# XPS is witnessed by the queue each packet left on, not by a rate: the engine paced at 20 Mbit/s, not a flood
+# taking both CPUs (this module 33.4 -> 25.6 CPU-s, benchmarks/suite_cpu side by side)
 PACED = ("--tool", "engine", "--rate", "20M")
 
 

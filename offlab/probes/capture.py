@@ -82,7 +82,7 @@ class CaptureSummary:
 
 def summarize(frames: list[tuple[int, bytes]], *, host: str, iface: str, mtu: int,
               linktype: int = 1) -> CaptureSummary:
-    import dpkt  # here: only a capture's summary parses packets, and dpkt is a good part of a command's start
+    import dpkt  # here: only a capture's summary parses packets (22 ms of every `measure`'s imports, -X importtime)
 
     s = CaptureSummary(host=host, iface=iface, mtu=mtu, frames=len(frames))
     sizes: collections.Counter[int] = collections.Counter()
