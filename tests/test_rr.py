@@ -49,7 +49,8 @@ def test_rr_counts_transactions_and_two_packets_each_on_the_client_veth(veth_lab
 
 def test_tcp_crr_opens_a_connection_per_transaction(veth_lab):
     r = rr.run_lab(veth_lab, rr.RrWorkload(protocol="tcp-crr", duration=1.0, warmup=0.2))
-    assert r.transactions > 20 and r.lost == 0
+    # a lost one (once in a whole suite: 1 of 885) is said with the client's counts of connects and their errors
+    assert r.transactions > 20 and r.lost == 0, {k: v for k, v in r.raw["client"].items() if not isinstance(v, (list, dict))}
     assert r.raw["client"]["connects"] == r.transactions_total == r.server["tcp_connections"]
     assert r.rtt_p50_us <= r.rtt_p99_us <= r.rtt_max_us
 
