@@ -231,6 +231,26 @@ def test_unseen_drops_within_the_lost_counts_edge_bounds_are_named_as_the_edges_
     assert not short.has("unseen_at_edges") and not short.vs_lost.agree, short
 
 
+def test_the_kernels_drops_and_the_lost_count_may_differ_by_how_far_their_windows_are_apart():
+    # A tiny-buffer flood's figures on this loaded machine (about 36000 lost over 2 s): the lost count known
+    # to ±47, and the kernel's end edge 30 ms later after its reads than its start edge was.
+    from offlab.sample import LossAttribution
+
+    la = LossAttribution.from_json({"lost": 36000, "lost_uncertainty": 47, "skew_s": 0.004})
+    lags = {"edge_lag_s": [0.002, 0.032]}
+    apart = kernel_account.windows_apart(la, TraceAccount.from_json(lags), 2.0)
+    assert apart == pytest.approx(47 + 18000 * (0.030 + 0.004))  # 659 datagrams
+    # an edge not read (None) counts no lag; no lags at all: the lost count's own uncertainty
+    assert kernel_account.windows_apart(la, TraceAccount.from_json({"edge_lag_s": [None, 0.01]}), 2.0) == \
+        pytest.approx(47 + 18000 * (0.01 + 0.004))
+    assert kernel_account.windows_apart(la, TraceAccount.from_json({}), 2.0) == 47
+    # 500 apart: beyond 1 % (360) and the lost count's ±47, within how far the windows may be apart
+    tr = TraceAccount.from_json({**lags, "drops": [{"host": "server", "device": None, "reason": "SOCKET_RCVBUFF",
+                                                    "location": "x", "datagrams": 36000 - 500}]})
+    assert kernel_account.loss(tr, 36000, None, lost_known_to=apart).vs_lost.agree
+    assert not kernel_account.loss(tr, 36000, None, lost_known_to=47).vs_lost.agree
+
+
 def test_a_userspace_switchs_own_stack_dropping_its_copies_is_not_loss():
     # Measured on `lab up ovs` (OVS's netdev datapath reads its ports by packet sockets): the switch
     # namespace's IP stack dropped each frame's original as OTHERHOST, 33040 of them for 52 lost.
@@ -279,16 +299,8 @@ def _restore(lab) -> None:
 
 
 def _windows_apart(s) -> float:
-    """How many of the lost datagrams the kernel's window and the counters' may differ by, from what the
-    sample measured; each part adds. The counters: client and server read up to skew_s apart, so the lost
-    count is known to ± lost_uncertainty datagrams (docs/results.md). The kernel's edges: edge_lag_s after
-    each edge's last counters' read, which itself came up to skew_s after the first, so the two windows'
-    lengths differ by up to |lag_end - lag_start| + skew_s: that long a stretch of the loss rate. (In flight:
-    nothing: on a veth the sending call carries each datagram to its socket or its drop: the kernel's own
-    counts of the client device's sent and the server device's passed up matched exactly.)"""
-    la = s.loss_attribution
-    lag_a, lag_b = (x or 0 for x in s.probes.trace.edge_lag_s)
-    return (la.lost_uncertainty or 0) + la.lost / s.probes.window_s * (abs(lag_b - lag_a) + (la.skew_s or 0))
+    """How many datagrams the kernel's window and the counters' may differ by (kernel_account.windows_apart)."""
+    return kernel_account.windows_apart(s.loss_attribution, s.probes.trace, s.probes.window_s)
 
 
 @requires_root

@@ -15,8 +15,8 @@ from offlab.experiment.effects.merging import MERGING
 from offlab.experiment.effects.segmentation import SEGMENTATION
 from offlab.feature_names import names_for
 from offlab.metrics import NOT_EXERCISED
-from offlab.sample import (Agreement, Effect, EffectVerdict, GsoTally, Hop, KernelAccount, KernelLoss, LossPlace,
-                           SampleWorkload, StoredSample, Tally, TraceAccount, TraceDrop, TraceSkbs, UsoVerdict)
+from offlab.sample import (Agreement, Effect, EffectVerdict, GsoTally, Hop, KernelAccount, KernelLoss, LossAttribution,
+                           LossPlace, SampleWorkload, StoredSample, Tally, TraceAccount, TraceDrop, TraceSkbs, UsoVerdict)
 from offlab.stats import AGREE_COUNT, agreement, partition
 
 SOFTWARE_MIN = AGREE_COUNT  # fewer super-packets than this cut in software is noise at the edges
@@ -289,6 +289,20 @@ def judge(sample: StoredSample) -> KernelAccount | None:
     return KernelAccount.keyed(**out)
 
 
+def windows_apart(la: LossAttribution, trace: TraceAccount, window_s: float | None) -> float:
+    """How many datagrams the counters' lost and the kernel's drops may differ by because their windows
+    differ, from what the sample measured of its own edges; the parts add. The lost count itself is known
+    to ± `lost_uncertainty` (the client's and the server's counters read up to skew_s apart). The kernel's
+    edges came `edge_lag_s` after each edge's last counters' read, which came up to skew_s after the first:
+    the two windows' lengths differ by up to |lag at the end − lag at the start| + skew_s, that long a
+    stretch of the window's loss rate (a loaded machine preempts offlab between the reads and the signal)."""
+    known = float(la.lost_uncertainty or 0)
+    lags = [x or 0.0 for x in (trace.edge_lag_s or [])]
+    if la.lost and window_s and len(lags) == 2:
+        known += la.lost / window_s * (abs(lags[1] - lags[0]) + (la.skew_s or 0))
+    return known
+
+
 def _loss_of(trace: TraceAccount, sample: StoredSample) -> KernelLoss | None:
     """A UDP sample's lost datagrams by the kernel's reason, beside its counters' attribution."""
     la, traffic = sample.loss_attribution, sample.traffic
@@ -298,7 +312,7 @@ def _loss_of(trace: TraceAccount, sample: StoredSample) -> KernelLoss | None:
     counted = (la.explained or 0) + (la.overshoot or 0)
     return loss(trace, la.lost, counted, la.places,
                 refused=traffic.error("ENOBUFS") if traffic.tool == "engine" else 0,
-                lost_known_to=la.lost_uncertainty or 0,
+                lost_known_to=windows_apart(la, trace, sample.probes.window_s),
                 lost_bounds=(la.lost_low, la.lost_high) if la.lost_low is not None and la.lost_high is not None
                 else None)
 
