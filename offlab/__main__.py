@@ -4,6 +4,7 @@ while offlab is still starting ends it like any other: one line, exit 130, no tr
 been changed at that point, so there is nothing to put back. (Python's own start, before this file
 runs, is out of offlab's reach: a signal then ends Python as its default handler does.)"""
 
+import faulthandler
 import os
 import signal
 import sys
@@ -17,6 +18,9 @@ def _starting(signum, frame) -> None:  # noqa: ARG001
 
 
 def main() -> None:
+    # `kill -USR2 PID`: where each of its threads is, printed on its stderr; the command goes on. For an
+    # offlab that seems stuck: what it waits on, before it is interrupted or killed.
+    faulthandler.register(signal.SIGUSR2, all_threads=True)
     for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         if signal.getsignal(s) != signal.SIG_IGN or s != signal.SIGHUP:  # nohup stays nohup
             signal.signal(s, _starting)

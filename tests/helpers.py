@@ -64,27 +64,20 @@ def run(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
 
 
-# In the environment of an offlab a test may need to see hang: Python's faulthandler, so that `ended`
-# can make it print where each of its threads is before it is killed.
-DUMPABLE = {"PYTHONFAULTHANDLER": "1"}
-
-
 def ended(proc: subprocess.Popen, timeout: float) -> tuple[str, str]:
-    """proc's output once it has ended, within `timeout` (a hang guard, not a speed test). One that has not
-    ended by then, started with DUMPABLE in its environment, is sent SIGABRT: faulthandler prints every
-    thread's stack to its stderr and the process ends. The test then fails with that stack, not with a
+    """An offlab's output once it has ended, within `timeout` (a hang guard, not a speed test). One that
+    has not ended by then is asked where its threads are (`kill -USR2`: offlab's faulthandler prints
+    their stacks on its stderr and goes on), then killed; the test fails with those stacks, not with a
     bare timeout."""
     try:
         return proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        proc.send_signal(signal.SIGABRT)
-        try:
-            out, err = proc.communicate(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            out, err = proc.communicate()
-        pytest.fail(f"pid {proc.pid} did not end within {timeout:g} s; its stderr, with its threads' stacks "
-                    f"where faulthandler was on:\n{(err or '')[-6000:]}\nstdout: {(out or '')[-1000:]}")
+        proc.send_signal(signal.SIGUSR2)
+        time.sleep(1)
+        proc.kill()
+        out, err = proc.communicate()
+        pytest.fail(f"pid {proc.pid} did not end within {timeout:g} s; its stderr, with its threads' stacks:\n"
+                    f"{(err or '')[-6000:]}\nstdout: {(out or '')[-1000:]}")
 
 
 def run_with_env(env: dict, *args: str) -> subprocess.CompletedProcess:

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import OUR_NAMESPACES, REPO, netns_names, offlab_cli
-from tests.helpers import GUEST_MARKS, journals, requires_root
+from tests.helpers import GUEST_MARKS, ended, journals, requires_root
 
 FIXTURES = Path(REPO) / "tests" / "fixtures" / "bisect"
 
@@ -441,7 +441,7 @@ class TestLive:
         try:
             _wait_for(db, proc, lambda s, b: len(s.samples(killed)) > len(killed_samples), "the step measuring again")
             proc.send_signal(signal.SIGHUP)
-            _, err = proc.communicate(timeout=120)  # a hang guard: the signal harness holds runs to 5 s
+            _, err = ended(proc, 120)  # a hang guard: the signal harness holds runs to 5 s
         finally:
             if proc.poll() is None:
                 proc.kill()

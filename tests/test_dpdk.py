@@ -19,7 +19,7 @@ from tests.conftest import (
 )
 
 from offlab.dpdk import parse
-from tests.helpers import DUMPABLE, ended, live_in, run, run_with_env
+from tests.helpers import ended, live_in, run, run_with_env
 
 FIXTURES = Path(__file__).parent / "fixtures" / "dpdk"
 HAVE_TESTPMD = any(os.access(os.path.join(d, "dpdk-testpmd"), os.X_OK) for d in ("/usr/bin", "/usr/local/bin"))
@@ -642,7 +642,7 @@ def test_a_sighup_mid_sample_ends_measure_130_with_its_traffic_gone_the_lab_free
     resting = _ticks_over(pid, 1.0)
     proc = subprocess.Popen([sys.executable, "-m", "offlab", "measure", dpdk_lab["name"], "--tool", "engine",
                              "--proto", "udp", "--rate", "2000pps", "--duration", "600", "--warmup", "0.2"],
-                            cwd=REPO, env={**os.environ, **dpdk_lab["env"], **DUMPABLE}, stdout=subprocess.PIPE,
+                            cwd=REPO, env={**os.environ, **dpdk_lab["env"]}, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120  # a hang guard: a loaded machine starts a measure slowly

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -204,3 +205,34 @@ def test_a_signal_while_calls_run_at_once_waits_until_every_one_has_ended():
     with pytest.raises(KeyboardInterrupt), interrupts():
         at_once([lambda: slow("a"), signal_then_wait])
     assert sorted(ended) == ["a", "b"]
+
+
+def test_sigusr2_prints_where_each_thread_of_a_waiting_offlab_is_and_it_goes_on(tmp_path):
+    # `hosts check /dev/stdin` waits to read its inventory from a pipe nobody writes yet: a stuck offlab
+    proc = subprocess.Popen([sys.executable, "-m", "offlab", "hosts", "check", "/dev/stdin"], cwd=REPO,
+                            env={**os.environ, "OFFLAB_STATE_DIR": str(tmp_path)}, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120  # a hang guard: a loaded machine starts Python slowly
+        while not _reading_stdin(proc.pid):  # its handler is in long before it reads
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGUSR2)
+        time.sleep(0.5)
+        assert proc.poll() is None  # it goes on
+        out, err = proc.communicate("", timeout=120)  # a hang guard; an empty inventory is bad input
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert "most recent call first" in err and "offlab/inventory.py" in err, err
+    assert proc.returncode == 2 and err.strip().splitlines()[-1].startswith("offlab: error:"), err
+
+
+def _reading_stdin(pid: int) -> bool:
+    """Whether the process waits in read(2) (x86-64: syscall 0; /proc/PID/syscall) on its stdin's pipe."""
+    try:
+        fields = open(f"/proc/{pid}/syscall").read().split()
+        return fields[0] == "0" and os.readlink(f"/proc/{pid}/fd/{int(fields[1], 16)}") == os.readlink(f"/proc/{pid}/fd/0")
+    except (OSError, IndexError, ValueError):
+        return False

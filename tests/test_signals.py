@@ -404,6 +404,10 @@ def _interrupt_and_resume(kind: str, seed: int, tmp_path, state_dir, machines: "
         try:
             rc = proc.wait(timeout=END_WITHIN_S if sent else PROGRESS_WITHIN_S)  # hang guards
         except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGUSR2)  # offlab prints where each of its threads is, and goes on
+            time.sleep(1)
+            while not q.empty() and (line := q.get()) is not None:
+                seen.append(line)
             pytest.fail(f"{moment}: still running {END_WITHIN_S:g} s after the signal; said: {''.join(seen)}")
         print(f"{moment}: {'ended' if sent else 'had ended'} in {time.monotonic() - t0:.2f} s, exit {rc}, "
               f"load {os.getloadavg()[0]:.1f}")
