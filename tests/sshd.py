@@ -71,13 +71,14 @@ class Sshd:
         return sshd_pids(self.server_ns)
 
 
-def _table(ns: str) -> dict[int, tuple[int, str]]:
-    """pid → (parent pid, program name) of every process in namespace `ns`, one read of each's stat."""
+def _table(ns: str) -> dict[int, tuple[int, str, str]]:
+    """pid → (parent pid, program name, state) of every process in namespace `ns`, one read of each's stat."""
     out = {}
     for pid in LOCAL.run(["ip", "netns", "pids", ns], check=False).stdout.split():
         try:
             stat = Path(f"/proc/{pid}/stat").read_text()
-            out[int(pid)] = (int(stat.rsplit(")", 1)[1].split()[1]), stat[stat.index("(") + 1:stat.rindex(")")])
+            state, ppid = stat.rsplit(")", 1)[1].split()[:2]
+            out[int(pid)] = (int(ppid), stat[stat.index("(") + 1:stat.rindex(")")], state)
         except (OSError, IndexError, ValueError):
             pass
     return out
@@ -85,22 +86,22 @@ def _table(ns: str) -> dict[int, tuple[int, str]]:
 
 def sshd_pids(ns: str) -> set[int]:
     """Every sshd in namespace `ns`: the listener and one per connection."""
-    return {pid for pid, (_, comm) in _table(ns).items() if comm == "sshd"}
+    return {pid for pid, (_, comm, _) in _table(ns).items() if comm == "sshd"}
 
 
 def processes_in(ns: str) -> dict[int, str]:
     """pid → command line of every live process in namespace `ns` but its sshd (listener and sessions);
     a zombie is not counted (this machine's PID 1 reaps orphans about a second late)."""
     out = {}
-    for pid in LOCAL.run(["ip", "netns", "pids", ns], check=False).stdout.split():
+    for pid, (_, _, state) in _table(ns).items():
+        if state == "Z":
+            continue
         try:
-            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
-                continue
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
-        except (OSError, IndexError):
+        except OSError:
             continue
         if cmd and not cmd.startswith(("sshd", "/usr/sbin/sshd")):
-            out[int(pid)] = cmd
+            out[pid] = cmd
     return out
 
 
@@ -495,9 +496,9 @@ def lose(f: Fleet, name: str) -> None:
     themselves (a daemon, the lease's watchdog) keeps running."""
     m = f.machines[name]
     table = _table(m.ns)  # one look: the sessions and what they run, as they were at the freeze
-    sessions = {p for p, (_, comm) in table.items() if comm == "sshd"} - ({m.proc.pid} if m.proc is not None else set())
+    sessions = {p for p, (_, comm, _) in table.items() if comm == "sshd"} - ({m.proc.pid} if m.proc is not None else set())
     running: set[int] = set()
-    while more := {p for p, (pp, _) in table.items() if pp in sessions | running} - running:
+    while more := {p for p, (pp, _, _) in table.items() if pp in sessions | running} - running:
         running |= more
     for pid in running - sessions:
         try:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from offlab import lab as labs
+from offlab import netdev
 from offlab.experiment import teardown
 from offlab.traffic import rr
 from offlab.traffic.engine import engine_path
@@ -47,10 +49,10 @@ def test_rr_counts_transactions_and_two_packets_each_on_the_client_veth(veth_lab
     assert served == r.requests_sent == r.responses_received
 
 
-def backlog_drops() -> list[int]:
-    """Packets each CPU's backlog dropped since boot (/proc/net/softnet_stat, column 2): shared by every
-    namespace on that CPU, so another worker's flood there can cost this test's packets too."""
-    return [int(line.split()[1], 16) for line in open("/proc/net/softnet_stat")]
+def backlog_drops() -> dict[int, int]:
+    """CPU → packets its backlog dropped since boot (/proc/net/softnet_stat): shared by every namespace on
+    that CPU, so another worker's flood there can cost this test's packets too."""
+    return {r.cpu: r.dropped for r in netdev.parse_softnet(Path("/proc/net/softnet_stat").read_text())}
 
 
 def test_tcp_crr_opens_a_connection_per_transaction(veth_lab):
