@@ -4,6 +4,7 @@ the boots are few and each test says how many it costs."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -70,6 +71,41 @@ def test_a_saved_guest_that_does_not_match_its_manifest_is_deleted_not_used(save
     state, manifest, why = saved.load(d.name)
     assert state is None and "its state file is 50 bytes, not 100" in why and not d.exists()
     assert saved.load(d.name)[2] == "no saved guest of this kind yet"
+
+
+@contextlib.contextmanager
+def restoring_from(key: str):
+    """Another offlab restoring from saved guest `key` (a process holding what a restore holds)."""
+    proc = subprocess.Popen([sys.executable, "-c", "import sys\nfrom offlab.vm import saved\n"
+                             f"with saved._in_use({key!r}):\n    print('held', flush=True)\n    sys.stdin.read()"],
+                            cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline() == "held\n"
+        yield
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=30)
+
+
+def test_a_saved_guest_another_offlab_restores_from_is_kept_then_deleted_by_the_last_user(saved_dir):
+    # Labs started at once share a saved guest: one lab's failure (here a mismatch; a QEMU killed mid-restore
+    # or a timeout too) must not delete the file another lab's QEMU is loading, which would then exit mid-load.
+    from offlab.vm import saved
+
+    d = saved_dir / "00000000000000bb"
+    d.mkdir(parents=True)
+    (d / "state").write_bytes(b"x" * 100)
+    (d / "saved.json").write_text(json.dumps({"key": d.name, "size": 100, "sha256": "0" * 64}))
+    with restoring_from(d.name):
+        with saved._in_use(d.name) as lock:
+            state, _, why = saved.load(d.name, lock)
+        assert state is None and why.endswith("checksum does not match): kept: another offlab is restoring from it")
+        assert d.exists()
+        saved._prune(saved_dir, keep=0)  # nor is it pruned meanwhile
+        assert d.exists()
+    with saved._in_use(d.name) as lock:
+        state, _, why = saved.load(d.name, lock)
+    assert why.endswith("checksum does not match): deleted") and not d.exists()
 
 
 @needs_qemu
@@ -221,6 +257,6 @@ def test_only_the_most_recently_used_saved_guests_are_kept(saved_dir):
         os.utime(d / "saved.json", (1000 + i, 1000 + i))
     os.utime(saved_dir / f"{0:016x}" / "saved.json")  # the oldest, just used
     saved._prune(saved_dir)
-    left = sorted(p.name for p in saved_dir.iterdir())
+    left = sorted(p.name for p in saved_dir.iterdir() if not p.name.startswith("."))  # not the .lock-<key> files
     assert len(left) == saved.KEEP
     assert f"{0:016x}" in left and f"{1:016x}" not in left and f"{2:016x}" not in left

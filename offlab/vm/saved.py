@@ -24,7 +24,9 @@ The file is offlab's, under the cache (`$OFFLAB_CACHE_DIR/vm/saved/<key>/`, or
 its size and a SHA-256 of its data). It is written into `.save-<key>-<pid>` and renamed into
 place only when whole; a temporary directory whose writer is gone is removed. A saved guest that
 does not match its manifest (size, checksum, key) or fails to restore is deleted and the guest is
-booted cold (and saved again); why is recorded in the lab (`start_why`) and printed.
+booted cold (and saved again); why is recorded in the lab (`start_why`) and printed. Labs started
+at once share a saved guest: one is deleted only when no other offlab is restoring from it (a
+`.lock-<key>` flock, below), so one restore's failure cannot make another's QEMU lose its file.
 
 Not restored: guests with vhost-user NICs (dpdk-vm, ovs-dpdk-vm). Their backend (testpmd, OVS) is
 a new process in every lab; a restored virtio-net device would hand it rings whose indices the new
@@ -34,6 +36,7 @@ it has no `mapped-ram`. `OFFLAB_VM_WARM=0` turns warm starts off.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
@@ -43,7 +46,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, Iterator
 
 from offlab import netdev
 from offlab.errors import EnvironmentProblem, OfflabError
@@ -126,9 +129,10 @@ def digest(path: Path) -> str:
     return h.hexdigest()
 
 
-def load(k: str) -> tuple[Path | None, dict | None, str]:
+def load(k: str, lock=None) -> tuple[Path | None, dict | None, str]:
     """(state file, manifest, "") for a usable saved guest; (None, None, why) otherwise. A saved
-    guest that does not match its manifest is deleted here, never used."""
+    guest that does not match its manifest is deleted here (unless another offlab is restoring
+    from it: `lock` is this one's, see `_in_use`), never used."""
     d = saved_root() / k
     if not d.exists():
         return None, None, "no saved guest of this kind yet"
@@ -146,16 +150,60 @@ def load(k: str) -> tuple[Path | None, dict | None, str]:
             return state, manifest, ""
     except (OSError, ValueError, AttributeError) as exc:
         why = f"it is unreadable ({exc.__class__.__name__}: {exc})"
+    return None, None, f"saved guest {k} was unusable ({why}): {_discard(k, lock)}"
+
+
+# Who may delete a saved guest: each offlab that restores from one holds a shared flock on its
+# `.lock-<key>` from the load to the end of the restore; deleting (a failed restore, a mismatch,
+# pruning) and saving take it exclusively, without waiting. So a restore that fails for its own
+# reasons (its QEMU killed, a loaded machine's timeout) cannot pull the file from under another
+# offlab's QEMU while that one loads it: the saved guest is kept, and the last user to fail on it
+# deletes it.
+def _lock_file(root: Path, k: str):
+    return open(root / f".lock-{k}", "a")  # "a": opening it changes nothing in it
+
+
+@contextlib.contextmanager
+def _in_use(k: str) -> Iterator[Any]:
+    """The shared lock of a restorer on saved guest `k` (None where the cache is not writable)."""
+    try:
+        saved_root().mkdir(parents=True, exist_ok=True)
+        lock = _lock_file(saved_root(), k)
+    except OSError:
+        yield None
+        return
+    with lock:
+        fcntl.flock(lock, fcntl.LOCK_SH)  # a save in progress (seconds) finishes first
+        yield lock
+
+
+def _discard(k: str, lock=None) -> str:
+    """Delete saved guest `k` unless another offlab is restoring from it; what was done, in words.
+    `lock` is the caller's own (shared) lock on it, turned exclusive here."""
+    mine = lock is None
+    try:
+        lock = _lock_file(saved_root(), k) if mine else lock
+    except OSError:
+        discard(k)  # nobody can lock in a cache that is not writable, and nothing is deleted in it either
+        return "deleted"
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return "kept: another offlab is restoring from it"
+    finally:
+        if mine:
+            lock.close()  # the lock goes with it; it is held below only in the caller's
     discard(k)
-    return None, None, f"saved guest {k} was unusable ({why}): deleted"
+    return "deleted"
 
 
 def discard(k: str) -> None:
     shutil.rmtree(saved_root() / k, ignore_errors=True)
 
 
-def _prune(root: Path) -> None:
-    """Keep the KEEP most recently used saved guests (a restore touches its manifest)."""
+def _prune(root: Path, keep: int = KEEP) -> None:
+    """Keep the `keep` most recently used saved guests (a restore touches its manifest); one being
+    restored from is not deleted."""
     def used(d: Path) -> float:
         try:
             return (d / MANIFEST).stat().st_mtime
@@ -163,8 +211,13 @@ def _prune(root: Path) -> None:
             return 0.0
 
     kept = sorted((d for d in root.iterdir() if d.is_dir() and not d.name.startswith(".")), key=used, reverse=True)
-    for d in kept[KEEP:]:
-        shutil.rmtree(d, ignore_errors=True)
+    for d in kept[keep:]:
+        with _lock_file(root, d.name) as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue
+            shutil.rmtree(d, ignore_errors=True)
 
 
 def _remove_stale_temps(root: Path) -> None:
@@ -179,14 +232,14 @@ def save(guest: qemu.Guest, k: str, nics: list, q: qemu.Qemu | None = None) -> s
     root = saved_root()
     try:
         root.mkdir(parents=True, exist_ok=True)
-        lock = open(root / f".lock-{k}", "w")
+        lock = _lock_file(root, k)
     except OSError as exc:
         return f"cannot write {root}: {exc.strerror or exc}"
     with lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            return "another offlab is saving a guest of this kind"
+            return "another offlab is saving or restoring a guest of this kind"
         if (root / k / MANIFEST).exists():
             return ""
         _remove_stale_temps(root)
@@ -337,16 +390,16 @@ def start(image: Image, where: Host, rundir: str | Path, *, name: str, nics: lis
     k = ""
     if why is None:
         k = key(image, nics, memory, smp, accel, q)
-        state, manifest, why = load(k)
-        if state is not None:
-            try:
-                guest = restore(image, where, rundir, state, manifest, name=name, nics=nics, memory=memory,
-                                smp=smp, accel=accel, lab=lab, role=role, on_started=on_started, q=q)
-                _say(f"guest {name}: warm start from saved guest {k} in {guest.ready_seconds:g} s")
-                return guest, Start("warm", f"restored from saved guest {k}", k)
-            except OfflabError as exc:
-                discard(k)
-                why = f"saved guest {k} did not restore ({exc}): deleted"
+        with _in_use(k) as lock:
+            state, manifest, why = load(k, lock)
+            if state is not None:
+                try:
+                    guest = restore(image, where, rundir, state, manifest, name=name, nics=nics, memory=memory,
+                                    smp=smp, accel=accel, lab=lab, role=role, on_started=on_started, q=q)
+                    _say(f"guest {name}: warm start from saved guest {k} in {guest.ready_seconds:g} s")
+                    return guest, Start("warm", f"restored from saved guest {k}", k)
+                except OfflabError as exc:
+                    why = f"saved guest {k} did not restore ({exc}): {_discard(k, lock)}"
     guest = qemu.boot(image, where, rundir, name=name, nics=nics, memory=memory, smp=smp, accel=accel,
                       timeout=timeout, lab=lab, role=role, on_started=on_started, qemu=q)
     if after_cold is not None:
