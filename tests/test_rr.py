@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -33,35 +35,47 @@ def test_the_engine_under_test_has_rr():
     assert out.returncode == 0 and "--response-size" in out.stdout, engine_path()
 
 
+def backlog_drops() -> int:
+    """Packets the CPUs' backlogs dropped since boot (/proc/net/softnet_stat): shared by every namespace,
+    so another worker's flood on the same CPU can cost this test's packets too."""
+    return sum(r.dropped for r in netdev.parse_softnet(Path("/proc/net/softnet_stat").read_text()))
+
+
+@contextlib.contextmanager
+def backlogs_dropped() -> Iterator[list[int]]:
+    """[packets the machine's backlogs dropped while the block ran], filled at its end. A loss is the
+    engine's to count but the machine's to cause: a test that must see none allows only as many as the
+    kernel dropped meanwhile (twice in a day of whole suites a transaction was lost, 2026-11-30; the
+    machine's backlogs had then dropped 362 packets since boot, none since)."""
+    before, dropped = backlog_drops(), []
+    yield dropped
+    dropped.append(backlog_drops() - before)
+
+
 @pytest.mark.parametrize("proto", ["udp", "tcp"])
 def test_rr_counts_transactions_and_two_packets_each_on_the_client_veth(veth_lab, proto):
-    r = rr.run_lab(veth_lab, rr.RrWorkload(protocol=proto, duration=1.0, warmup=0.2))
-    assert r.transactions > 100 and r.lost == 0
+    with backlogs_dropped() as dropped:
+        r = rr.run_lab(veth_lab, rr.RrWorkload(protocol=proto, duration=1.0, warmup=0.2))
+    assert r.transactions > 100 and r.lost <= dropped[0], (r.lost, dropped)
     assert r.rtt_min_us <= r.rtt_p50_us <= r.rtt_p90_us <= r.rtt_p99_us <= r.rtt_p99_9_us <= r.rtt_max_us
     assert sum(b[2] for b in r.rtt_histogram["buckets"]) == r.transactions
     assert r.transactions_per_s == pytest.approx(r.transactions / r.window_s)
     # The kernel's witness: one request out and one response in per transaction (warm-up included).
     k = r.kernel_check
-    assert k["packets_per_transaction"] == pytest.approx(2.0, rel=0.03), k
+    assert k["status"].startswith("consistent") and k["packets_per_transaction"] == pytest.approx(2.0, rel=0.03), k
     assert k["tx_packets"] >= r.requests_sent and k["rx_packets"] >= r.responses_received
-    # The server answered exactly what the client sent.
+    # The server answered exactly what the client sent (each packet the kernel dropped meanwhile is one
+    # request or response fewer).
     served = r.server["udp_requests"] if proto == "udp" else r.server["tcp_requests"]
-    assert served == r.requests_sent == r.responses_received
-
-
-def backlog_drops() -> dict[int, int]:
-    """CPU → packets its backlog dropped since boot (/proc/net/softnet_stat): shared by every namespace on
-    that CPU, so another worker's flood there can cost this test's packets too."""
-    return {r.cpu: r.dropped for r in netdev.parse_softnet(Path("/proc/net/softnet_stat").read_text())}
+    assert r.responses_received <= served <= r.requests_sent <= r.responses_received + dropped[0], (served, r, dropped)
 
 
 def test_tcp_crr_opens_a_connection_per_transaction(veth_lab):
-    drops = backlog_drops()
-    r = rr.run_lab(veth_lab, rr.RrWorkload(protocol="tcp-crr", duration=1.0, warmup=0.2))
-    # a lost one (once in a whole suite: 1 of 885) is said with the client's counts of connects and their
-    # errors, and what the CPUs' backlogs dropped meanwhile
-    assert r.transactions > 20 and r.lost == 0, ({k: v for k, v in r.raw["client"].items() if not isinstance(v, (list, dict))},
-                                                 drops, backlog_drops())
+    with backlogs_dropped() as dropped:
+        r = rr.run_lab(veth_lab, rr.RrWorkload(protocol="tcp-crr", duration=1.0, warmup=0.2))
+    # a lost one is said with the client's counts of connects and their errors
+    assert r.transactions > 20 and r.lost <= dropped[0], (
+        {k: v for k, v in r.raw["client"].items() if not isinstance(v, (list, dict))}, dropped)
     assert r.raw["client"]["connects"] == r.transactions_total == r.server["tcp_connections"]
     assert r.rtt_p50_us <= r.rtt_p99_us <= r.rtt_max_us
 
@@ -84,15 +98,16 @@ def test_a_dead_peer_times_out_per_transaction_and_counts_lost(veth_lab):
 
 
 def test_measure_cli_prints_percentiles_and_the_histogram_as_json(veth_lab):
-    drops = backlog_drops()
     res = offlab_cli("measure", veth_lab.name, "--workload", "rr", "--proto", "udp", "--duration", "1",
                      "--warmup", "0.2", "--json")
     assert res.returncode == 0, res.stderr
     d = json.loads(res.stdout)
     assert d["transactions"] > 0 and d["rtt_p50_us"] <= d["rtt_p99_us"] <= d["rtt_max_us"]
-    # once (a fresh clone's suite, 2026-11-30) the window held one transaction, of 246 ms: the whole record then
+    # once (a fresh clone's suite, 2026-11-30) the window held one transaction, of 246 ms, and the kernel
+    # check then said "inconsistent" (an ARP exchange beside a handful of transactions); it now counts the
+    # engine's own packets, not 2 per transaction. The whole record, if it fails:
     assert d["rtt_histogram"]["buckets"] and d["kernel_check"]["status"].startswith("consistent"), \
-        ({k: v for k, v in d.items() if k not in ("series", "rtt_histogram")}, drops, backlog_drops())
+        {k: v for k, v in d.items() if k not in ("series", "rtt_histogram")}
     # CPU over the same window: pinned sides, the whole system, and CPU per transaction from it.
     assert d["cpu"]["client"]["cpu"] == "cpu0" and d["cpu"]["server"]["cpu"] == "cpu1"
     assert 0 < d["cpu"]["client"]["busy"] <= 100 + 1e-6 and d["cpu"]["system"]["busy_s"] > 0
