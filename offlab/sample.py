@@ -690,7 +690,8 @@ class LossAttribution(JsonView):
     lost_source: str | None = None
     lost_over: str | None = None  # absent: stored by an older offlab (format.OLDER_ATTRIBUTION)
     skew_s: float | None = None
-    lost_uncertainty: int | None = None
+    lost_uncertainty: int | None = None  # the skew's share plus lost_in_flight
+    lost_in_flight: int | None = None  # packets in this machine's input backlogs at an edge (absent: none, or not read)
     # from the tool's rows: the lost in the window lies between these (its edge rows count in part in `lost`)
     lost_low: int | None = None
     lost_high: int | None = None

@@ -303,6 +303,15 @@ def _windows_apart(s) -> float:
     return kernel_account.windows_apart(s.loss_attribution, s.probes.trace, s.probes.window_s)
 
 
+def _apart_figures(s, counted: int, allowed: float, places) -> str:
+    """A failed comparison's figures, the short ones first (pytest cuts a long message in its middle)."""
+    la = s.loss_attribution
+    return (f"kernel {counted} vs lost {la.lost} (low {la.lost_low}, high {la.lost_high}) allowed ±{allowed:.0f}: "
+            f"uncertainty {la.lost_uncertainty} (in flight {la.lost_in_flight}, skew {la.skew_s} s), edge lags "
+            f"{s.probes.trace.edge_lag_s} s, window {s.probes.window_s} s, detection lag {la.detection_lag_s}; "
+            f"places {places}; reads {s.probes.reads}")
+
+
 @requires_root
 @pytest.mark.network
 def test_a_tiny_receive_buffer_is_socket_rcvbuff_for_every_lost_datagram(lab):
@@ -315,8 +324,7 @@ def test_a_tiny_receive_buffer_is_socket_rcvbuff_for_every_lost_datagram(lab):
     # 5 exact, 3 within 133 of ~36000, with lost_uncertainty 83-671): within how far apart the windows may
     # be, and 1 %
     slack = 0.01 * lost + _windows_apart(s)
-    assert abs(rcv - lost) <= slack, (rcv, lost, slack, s.loss_attribution, s.probes.trace.edge_lag_s,
-                                      s.probes.reads)
+    assert abs(rcv - lost) <= slack, _apart_figures(s, rcv, slack, ka.loss.places)
     assert sum(p.share for p in ka.loss.places) + ka.loss.unseen_share == pytest.approx(1.0)
 
 
@@ -365,8 +373,7 @@ def test_an_nftables_drop_rule_is_netfilter_drop_in_that_namespace(lab):
     low = la.lost_low if la.has("lost_low") else lost
     high = la.lost_high if la.has("lost_high") else lost
     counted = sum(p.datagrams for p in places)
-    assert low - within <= counted <= high + within, (places, lost, low, high, within, la, s.probes.trace.edge_lag_s,
-                                                      s.probes.reads)
+    assert low - within <= counted <= high + within, _apart_figures(s, counted, within, places)
 
 
 @requires_root

@@ -19,7 +19,7 @@ from typing import NamedTuple
 from offlab.metrics import METRICS, impossible
 from offlab.probes.edge.bigpackets import BigPackets
 from offlab.probes.edge.qdisc import QdiscProbe
-from offlab.probes.edge.softnet import SoftnetStat
+from offlab.probes.edge.softnet import SoftnetStat, in_flight
 from offlab.sample import (Consistency, LossAttribution, Probes, Read, SampleWorkload, Segment, StoredSample, Traffic,
                            counter)
 from offlab.stats import partition
@@ -564,11 +564,17 @@ def attribute_loss(sample: StoredSample) -> LossAttribution | None:
 
 
 def _lost_uncertainty(probes: Probes, source: str | None, sent: int | None) -> dict:
+    """How far the counters' lost count may be off: the client's and the server's reads were skew_s apart
+    (that long a stretch of the sending rate), and, where both run on this machine's kernel, the packets
+    waiting in its input backlogs at an edge were sent and not yet received when the counters were read
+    (`lost_in_flight`: the larger edge's, every CPU's — an upper bound, other traffic shares the queues)."""
     window = probes.window_s or 0
     if not source or not source.startswith("client") or not sent or window <= 0:
         return {}
     apart = skew(probes.loss_view()[1], "client", "server")
-    return {"skew_s": round(apart, 6), "lost_uncertainty": round(sent / window * apart)}
+    flight = None if {"client", "server"} & probes.own_kernel() else in_flight(probes.of(SoftnetStat) or {})
+    return {"skew_s": round(apart, 6), "lost_uncertainty": round(sent / window * apart) + (flight or 0),
+            **({"lost_in_flight": flight} if flight else {})}
 
 
 def receiver_absent(sample: StoredSample) -> str | None:

@@ -137,16 +137,19 @@ class SoftnetRow:
     time_squeeze: int
     received_rps: int
     flow_limit: int
+    backlog: int | None = None  # packets waiting in its input queues now (a gauge); None before 5.10
 
 
 def parse_softnet(text: str) -> list[SoftnetRow]:
-    """/proc/net/softnet_stat: one hex row per online CPU (column 13 is the CPU since 5.10)."""
+    """/proc/net/softnet_stat: one hex row per online CPU (columns 12 and 13, the backlog's length and the
+    CPU, since 5.10)."""
     rows = []
     for i, line in enumerate(l for l in text.splitlines() if l.strip()):
         cols = [int(c, 16) for c in line.split()]
-        cpu = cols[12] if len(cols) > 12 else i
+        known = len(cols) > 12
         cols += [0] * (13 - len(cols))
-        rows.append(SoftnetRow(cpu, cols[0], cols[1], cols[2], cols[9], cols[10]))
+        rows.append(SoftnetRow(cols[12] if known else i, cols[0], cols[1], cols[2], cols[9], cols[10],
+                               cols[11] if known else None))
     return rows
 
 

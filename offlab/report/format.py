@@ -143,8 +143,10 @@ def loss_lines(la: LossAttribution | None) -> list[str]:
     lines += [f"  not loss: {n.where} {n.count}: {n.what}" for n in la.not_lost]
     lines += [f"  not read: {u}" for u in la.unread]
     if la.lost_uncertainty:
+        flight = la.lost_in_flight or 0
         lines.append(f"  ± {la.lost_uncertainty} datagrams: the client's and the server's counters were read "
-                     f"up to {1000 * (la.skew_s or 0):.1f} ms apart")
+                     f"up to {1000 * (la.skew_s or 0):.1f} ms apart"
+                     + (f", and {flight} packets waited in this machine's input backlogs at an edge" if flight else ""))
     if la.lost_low is not None and la.lost_high is not None:
         lag = (f"; a gap is counted when the receiver reads past it, up to {1000 * la.detection_lag_s:.1f} ms "
                f"(the run's largest one-way latency) after it went missing" if la.detection_lag_s else "")
