@@ -19,7 +19,7 @@ from offlab.hosts import LOCAL
 from offlab.knobs import Change, Transaction
 from offlab.store import Store
 from tests.conftest import REPO, offlab_cli, requires_root
-from tests.helpers import run_until_samples
+from tests.helpers import ended, run_until_samples
 
 pytestmark = [requires_root, pytest.mark.network]
 
@@ -54,7 +54,7 @@ def _start_run(tmp_path: Path, state_dir: Path, samples: int) -> tuple[subproces
 def _stop(proc: subprocess.Popen) -> tuple[str, str]:
     if proc.poll() is None:
         proc.send_signal(signal.SIGINT)
-    return proc.communicate(timeout=60)
+    return ended(proc, 60)
 
 
 def test_resume_of_a_run_that_is_still_running_is_refused_naming_its_pid(tmp_path, state_dir, clean_machine):
@@ -86,7 +86,7 @@ def test_lab_down_refuses_a_lab_a_live_run_holds_and_force_ends_the_cell_as_inte
         kept = len(store.samples(run_id))
         res = offlab_cli("lab", "down", "--all", "--force", env={"OFFLAB_STATE_DIR": str(state_dir)})
         assert res.returncode == 0 and "removed namespace" in res.stdout, res.stderr
-        _, err = proc.communicate(timeout=60)
+        _, err = ended(proc, 60)
     finally:
         _stop(proc)
     assert proc.returncode == 3, err
@@ -203,7 +203,7 @@ def test_lab_down_during_offlab_measure_is_refused_and_force_ends_it_in_one_line
         assert res.returncode == 3 and f"in use by offlab measure (pid {proc.pid})" in res.stderr, res.stderr
         res = offlab_cli("lab", "down", "--force", lab_name, env={"OFFLAB_STATE_DIR": str(state_dir)})
         assert res.returncode == 0, res.stderr
-        _, err = proc.communicate(timeout=60)
+        _, err = ended(proc, 60)
     finally:
         if proc.poll() is None:
             proc.kill()

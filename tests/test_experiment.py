@@ -17,7 +17,7 @@ from offlab.experiment.plan import load_plan
 from offlab.experiment.runner import Runner
 from offlab.store import Store
 from tests.conftest import REPO, netns_names, requires_root
-from tests.helpers import USO, run_until_samples, uso_plan
+from tests.helpers import USO, ended, run_until_samples, uso_plan
 
 pytestmark = [requires_root, pytest.mark.network]
 
@@ -79,7 +79,7 @@ def test_sigint_mid_run_then_resume_completes_without_lost_or_duplicated_samples
     proc, store, env = run_until_samples(plan_path, db, state_dir, 2)
     client_ns = next(n for n in netns_names() if n.startswith(f"ol-{os.environ['OFFLAB_LAB_PREFIX']}") and n.endswith("-client"))
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
+    _, err = ended(proc, 60)
     assert proc.returncode == 130, err
     run_id = store.list_runs()[0]["id"]
     assert store.get_run(run_id)["status"] == "interrupted"
@@ -105,7 +105,7 @@ def test_sigterm_mid_cell_ends_interrupted_and_resumable(tmp_path, clean_machine
     proc, store, env = run_until_samples(plan_path, db, state_dir, 1)  # the next cell is being measured
     time.sleep(0.5)  # inside the next cell (1.3 s of traffic), its knobs' transaction open
     proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=60)
+    _, err = ended(proc, 60)
     run_id = store.list_runs()[0]["id"]
     run = store.get_run(run_id)
     assert run["status"] == "interrupted", (run["status"], err)
