@@ -101,21 +101,18 @@ def test_softnet_fixture_per_cpu():
 def test_softnet_backlog_is_a_gauge_read_at_each_edge_and_in_flight_takes_the_fuller_edge():
     # captured on this machine during a UDP flood pinned beside CPU hogs on CPU 1 (2026-11-30): one
     # packet waiting in CPU 1's input queue (column 12; 14 and 15 split it into input and process queues)
-    from offlab.probes.edge.softnet import Softnet, SoftnetStat, in_flight
+    from offlab.probes.edge.backlog import Backlog, BacklogProbe, in_flight
 
     rows = parse_softnet((FIX / "proc" / "softnet_stat_backlog").read_text())
     assert [(r.cpu, r.backlog, r.dropped) for r in rows] == [(0, 0, 0), (1, 1, 362)]
     quiet = parse_softnet((FIX / "proc" / "softnet_stat").read_text())
-    as_read = [{r.cpu: {"processed": r.processed, "dropped": r.dropped, "time_squeeze": r.time_squeeze,
-                        "received_rps": r.received_rps, "backlog": r.backlog} for r in t} for t in (quiet, rows)]
-    d = SoftnetStat.delta(None, *as_read)
-    assert d[1]["backlog_start"] == 0 and d[1]["backlog_end"] == 1 and "backlog" not in d[1]
-    assert d[1]["dropped"] == 362  # the counters are still deltas
-    assert in_flight({c: Softnet.from_json(v) for c, v in d.items()}) == 1
-    assert in_flight({c: Softnet.from_json({k: v for k, v in row.items() if not k.startswith("backlog")})
-                      for c, row in d.items()}) is None  # a sample stored before the gauge was kept
-    assert parse_softnet("015c4470 00000000 00000003 00000000 00000000 00000000 00000000 00000000 00000000 "
-                         "00000000 00000000\n")[0].backlog is None  # a kernel before 5.10: 11 columns
+    d = BacklogProbe.delta(None, *[{r.cpu: r.backlog for r in t} for t in (quiet, rows)])
+    assert d == {0: {"start": 0, "end": 0}, 1: {"start": 0, "end": 1}}
+    assert in_flight({c: Backlog.from_json(v) for c, v in d.items()}) == 1
+    assert in_flight({}) is None  # a sample stored before the probe
+    old = parse_softnet("015c4470 00000000 00000003 00000000 00000000 00000000 00000000 00000000 00000000 "
+                        "00000000 00000000\n")  # a kernel before 5.10: 11 columns, no backlog
+    assert old[0].backlog is None and BacklogProbe.delta(None, {0: None}, {0: None}) is None
 
 
 def test_net_dev_fixture_and_average_packet_size():

@@ -19,7 +19,8 @@ from typing import NamedTuple
 from offlab.metrics import METRICS, impossible
 from offlab.probes.edge.bigpackets import BigPackets
 from offlab.probes.edge.qdisc import QdiscProbe
-from offlab.probes.edge.softnet import SoftnetStat, in_flight
+from offlab.probes.edge.backlog import BacklogProbe, in_flight
+from offlab.probes.edge.softnet import SoftnetStat
 from offlab.sample import (Consistency, LossAttribution, Probes, Read, SampleWorkload, Segment, StoredSample, Traffic,
                            counter)
 from offlab.stats import partition
@@ -572,7 +573,7 @@ def _lost_uncertainty(probes: Probes, source: str | None, sent: int | None) -> d
     if not source or not source.startswith("client") or not sent or window <= 0:
         return {}
     apart = skew(probes.loss_view()[1], "client", "server")
-    flight = None if {"client", "server"} & probes.own_kernel() else in_flight(probes.of(SoftnetStat) or {})
+    flight = None if {"client", "server"} & probes.own_kernel() else in_flight(probes.of(BacklogProbe) or {})
     return {"skew_s": round(apart, 6), "lost_uncertainty": round(sent / window * apart) + (flight or 0),
             **({"lost_in_flight": flight} if flight else {})}
 

@@ -1,11 +1,8 @@
 """This machine's /proc/net/softnet_stat per CPU over the window: a probe.
 
 The backlog's drops (`dropped`: a CPU's input queue, netdev_max_backlog, was full), NET_RX runs cut short
-(`time_squeeze`), packets steered here by RPS (`received_rps`) and packets processed: deltas over the window.
-And how many packets waited in that CPU's input queues at each edge (`backlog_start`, `backlog_end`):
-sent, not yet received, when the counters were read — on a loaded machine, whose NET_RX work waits for its
-ksoftirqd, hundreds. Read at the edge's instant, after /proc/stat; this machine only (a guest's softirqs
-are its own kernel's and not read).
+(`time_squeeze`), packets steered here by RPS (`received_rps`) and packets processed. Read at the edge's
+instant, after /proc/stat; this machine only (a guest's softirqs are its own kernel's and not read).
 """
 
 from __future__ import annotations
@@ -28,8 +25,6 @@ class Softnet(JsonView):
     time_squeeze: int = 0
     received_rps: int | None = None  # None: a sample measured before it was kept
     processed: int | None = None
-    backlog_start: int | None = None  # None: a sample measured before it was kept, or a kernel before 5.10
-    backlog_end: int | None = None
 
 
 class SoftnetStat(Probe):
@@ -42,23 +37,7 @@ class SoftnetStat(Probe):
         with open(PATH) as f:
             text = f.read()
         return {r.cpu: {"processed": r.processed, "dropped": r.dropped, "time_squeeze": r.time_squeeze,
-                        "received_rps": r.received_rps, "backlog": r.backlog} for r in parse_softnet(text)}
+                        "received_rps": r.received_rps} for r in parse_softnet(text)}
 
     def delta(self, a: dict, b: dict) -> dict:
-        return {c: {**counters.delta(_counts(a[c]), _counts(v)),
-                    **({"backlog_start": a[c]["backlog"], "backlog_end": v["backlog"]}
-                       if a[c].get("backlog") is not None and v.get("backlog") is not None else {})}
-                for c, v in b.items() if c in a}
-
-
-def _counts(row: dict) -> dict:
-    return {k: v for k, v in row.items() if k != "backlog"}
-
-
-def in_flight(soft: dict) -> int | None:
-    """Packets that waited in this machine's input backlogs at the window's edge that held more (the
-    stored {CPU: Softnet}); None when not read."""
-    ends = [[getattr(s, k) for s in soft.values()] for k in ("backlog_start", "backlog_end")]
-    if not soft or any(v is None for e in ends for v in e):
-        return None
-    return max(sum(e) for e in ends)
+        return {c: counters.delta(a[c], v) for c, v in b.items() if c in a}
