@@ -98,21 +98,30 @@ def test_softnet_fixture_per_cpu():
     assert [r.backlog for r in rows] == [0, 0]
 
 
-def test_softnet_backlog_is_a_gauge_read_at_each_edge_and_in_flight_takes_the_fuller_edge():
-    # captured on this machine during a UDP flood pinned beside CPU hogs on CPU 1 (2026-11-30): one
-    # packet waiting in CPU 1's input queue (column 12; 14 and 15 split it into input and process queues)
-    from offlab.probes.edge.backlog import Backlog, BacklogProbe, in_flight
+def test_what_is_on_its_way_is_read_at_each_edge_from_the_backlogs_and_the_receive_queues():
+    # captured on this machine (2026-11-30): during a UDP flood pinned beside CPU hogs on CPU 1, one packet
+    # waiting in CPU 1's input queue (softnet_stat's column 12; 14 and 15 split it into input and process
+    # queues); and a server namespace's /proc/net/udp with 5 datagrams of 1200 bytes unread on a socket
+    # (0x2D00 = 11520 bytes: 2304 of truesize each), its udp6 with an idle one
+    from offlab.probes.edge.in_flight import Edges, InFlightProbe, in_flight, receive_queue_bytes
 
     rows = parse_softnet((FIX / "proc" / "softnet_stat_backlog").read_text())
     assert [(r.cpu, r.backlog, r.dropped) for r in rows] == [(0, 0, 0), (1, 1, 362)]
-    quiet = parse_softnet((FIX / "proc" / "softnet_stat").read_text())
-    d = BacklogProbe.delta(None, *[{r.cpu: r.backlog for r in t} for t in (quiet, rows)])
-    assert d == {0: {"start": 0, "end": 0}, 1: {"start": 0, "end": 1}}
-    assert in_flight({c: Backlog.from_json(v) for c, v in d.items()}) == 1
-    assert in_flight({}) is None  # a sample stored before the probe
+    assert [r.backlog for r in parse_softnet((FIX / "proc" / "softnet_stat").read_text())] == [0, 0]
+    assert receive_queue_bytes((FIX / "proc" / "net_udp_queued").read_text()) == 11520
+    assert receive_queue_bytes((FIX / "proc" / "net_udp6_idle").read_text()) == 0
+    start = {"backlog:cpu0": 0, "backlog:cpu1": 0, "rcvq:server": 0, "rcvq:client": None}
+    end = {"backlog:cpu0": 0, "backlog:cpu1": 1, "rcvq:server": 11520, "rcvq:client": None}
+    d = InFlightProbe.delta(None, start, end)
+    assert d == {"backlog:cpu0": {"start": 0, "end": 0}, "backlog:cpu1": {"start": 0, "end": 1},
+                 "rcvq:server": {"start": 0, "end": 11520}}  # a host not read is left out
+    gauges = {k: Edges.from_json(v) for k, v in d.items()}
+    assert in_flight(gauges, "server", 1200) == 1 + 9  # at most 9 of 1200 bytes in 11520 (5 in truth)
+    assert in_flight(gauges, "server", 0) == 1  # no payload size: the backlog only
+    assert in_flight({}, "server", 1200) is None  # a sample stored before the probe
     old = parse_softnet("015c4470 00000000 00000003 00000000 00000000 00000000 00000000 00000000 00000000 "
                         "00000000 00000000\n")  # a kernel before 5.10: 11 columns, no backlog
-    assert old[0].backlog is None and BacklogProbe.delta(None, {0: None}, {0: None}) is None
+    assert old[0].backlog is None and InFlightProbe.delta(None, {"backlog:cpu0": None}, {"backlog:cpu0": None}) is None
 
 
 def test_net_dev_fixture_and_average_packet_size():

@@ -19,7 +19,7 @@ from typing import NamedTuple
 from offlab.metrics import METRICS, impossible
 from offlab.probes.edge.bigpackets import BigPackets
 from offlab.probes.edge.qdisc import QdiscProbe
-from offlab.probes.edge.backlog import BacklogProbe, in_flight
+from offlab.probes.edge.in_flight import InFlightProbe, in_flight
 from offlab.probes.edge.softnet import SoftnetStat
 from offlab.sample import (Consistency, LossAttribution, Probes, Read, SampleWorkload, Segment, StoredSample, Traffic,
                            counter)
@@ -550,7 +550,7 @@ def attribute_loss(sample: StoredSample) -> LossAttribution | None:
             **({"detection_lag_s": found.window.detection_lag_s} if found.window.detection_lag_s else {})}
            if found.window is not None and found.window.lost_low != found.window.lost_high else {}),
         # client and server reads up to skew_s apart: lost is known to ± this many datagrams
-        **_lost_uncertainty(probes, found.source, found.sent),
+        **_lost_uncertainty(probes, found.source, found.sent, w.size or _frame_bytes(probes, "server")),
         "places": [p.to_json() for p in places],
         "explained": min(lost, explained.datagrams),
         "explained_low": min(lost, explained.low), "explained_high": min(lost, explained.high),
@@ -564,16 +564,25 @@ def attribute_loss(sample: StoredSample) -> LossAttribution | None:
     })
 
 
-def _lost_uncertainty(probes: Probes, source: str | None, sent: int | None) -> dict:
+def _frame_bytes(probes: Probes, role: str) -> int | None:
+    """The role's received bytes per packet on its lab interfaces (no more than one datagram's truesize)."""
+    ifs = [d for name, d in (probes.interfaces or {}).items() if name.split(":", 1)[0] == role]
+    packets = sum(d.rx_packets or 0 for d in ifs)
+    return round(sum(d.rx_bytes or 0 for d in ifs) / packets) if packets else None
+
+
+def _lost_uncertainty(probes: Probes, source: str | None, sent: int | None, payload: int | None) -> dict:
     """How far the counters' lost count may be off: the client's and the server's reads were skew_s apart
-    (that long a stretch of the sending rate), and, where both run on this machine's kernel, the packets
-    waiting in its input backlogs at an edge were sent and not yet received when the counters were read
-    (`lost_in_flight`: the larger edge's, every CPU's — an upper bound, other traffic shares the queues)."""
+    (that long a stretch of the sending rate), and, where both run in this machine's kernel, what was on
+    its way at an edge — in its input backlogs, or queued on the server's sockets, which count a datagram
+    received only when it is read — was sent and not yet received when the counters were read
+    (`lost_in_flight`: the fuller edge's, an upper bound; offlab.probes.edge.in_flight)."""
     window = probes.window_s or 0
     if not source or not source.startswith("client") or not sent or window <= 0:
         return {}
     apart = skew(probes.loss_view()[1], "client", "server")
-    flight = None if {"client", "server"} & probes.own_kernel() else in_flight(probes.of(BacklogProbe) or {})
+    flight = None if {"client", "server"} & probes.own_kernel() else in_flight(probes.of(InFlightProbe) or {},
+                                                                                 "server", payload or 0)
     return {"skew_s": round(apart, 6), "lost_uncertainty": round(sent / window * apart) + (flight or 0),
             **({"lost_in_flight": flight} if flight else {})}
 

@@ -6,7 +6,7 @@ remote.py: the readers of hosts with a kernel of their own (a guest, an SSH host
 interface_mtus.py: every lab interface's MTU, read beside the window; demand.py: service demand;
 counters, cpu, capture: what each snapshot reads and how it is parsed;
 base.py: the probe interface; edge/: the probes beside the core counters, one module each (qdisc,
-softnet, backlog, bigpackets, queues, dpdk_ports), found by listing that package when a session starts.
+softnet, in_flight, bigpackets, queues, dpdk_ports), found by listing that package when a session starts.
 """
 
 from offlab.probes.clock import CLOCK_EXCHANGES, CLOCK_KEEP_S, clock_offset, keep_exchanges, kept_exchanges, read_instant
