@@ -187,14 +187,15 @@ def _discard(k: str, lock=None) -> str:
         discard(k)  # nobody can lock in a cache that is not writable, and nothing is deleted in it either
         return "deleted"
     try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return "kept: another offlab is restoring from it"
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return "kept: another offlab is restoring from it"
+        discard(k)  # the lock held: no restorer can load it meanwhile
+        return "deleted"
     finally:
         if mine:
-            lock.close()  # the lock goes with it; it is held below only in the caller's
-    discard(k)
-    return "deleted"
+            lock.close()
 
 
 def discard(k: str) -> None:
