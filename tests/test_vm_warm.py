@@ -106,6 +106,10 @@ def test_a_saved_guest_another_offlab_restores_from_is_kept_then_deleted_by_the_
     with saved._in_use(d.name) as lock:
         state, _, why = saved.load(d.name, lock)
     assert why.endswith("checksum does not match): deleted") and not d.exists()
+    log = (saved_dir / "discarded.log").read_text().splitlines()  # why warm starts went cold, kept
+    assert [l.split(": ", 1)[1] for l in log] == [
+        f"kept: another offlab is restoring from it: saved guest {d.name} was unusable (its state file's checksum does not match)",
+        f"deleted: saved guest {d.name} was unusable (its state file's checksum does not match)"], log
 
 
 @needs_qemu

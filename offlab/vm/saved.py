@@ -150,7 +150,8 @@ def load(k: str, lock=None) -> tuple[Path | None, dict | None, str]:
             return state, manifest, ""
     except (OSError, ValueError, AttributeError) as exc:
         why = f"it is unreadable ({exc.__class__.__name__}: {exc})"
-    return None, None, f"saved guest {k} was unusable ({why}): {_discard(k, lock)}"
+    why = f"saved guest {k} was unusable ({why})"
+    return None, None, f"{why}: {_discard(k, lock, why)}"
 
 
 # Who may delete a saved guest: each offlab that restores from one holds a shared flock on its
@@ -177,9 +178,10 @@ def _in_use(k: str) -> Iterator[Any]:
         yield lock
 
 
-def _discard(k: str, lock=None) -> str:
-    """Delete saved guest `k` unless another offlab is restoring from it; what was done, in words.
-    `lock` is the caller's own (shared) lock on it, turned exclusive here."""
+def _discard(k: str, lock=None, why: str = "") -> str:
+    """Delete saved guest `k` unless another offlab is restoring from it; what was done, in words, also
+    appended with `why` to the saved guests' `discarded.log`. `lock` is the caller's own (shared) lock
+    on it, turned exclusive here."""
     mine = lock is None
     try:
         lock = _lock_file(saved_root(), k) if mine else lock
@@ -189,13 +191,32 @@ def _discard(k: str, lock=None) -> str:
     try:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            done = "deleted"
+            discard(k)  # the lock held: no restorer can load it meanwhile
         except BlockingIOError:
-            return "kept: another offlab is restoring from it"
-        discard(k)  # the lock held: no restorer can load it meanwhile
-        return "deleted"
+            done = "kept: another offlab is restoring from it"
+        _log(f"{done}: {why}")
+        return done
     finally:
         if mine:
             lock.close()
+
+
+LOG, LOG_KEEP = "discarded.log", 1 << 16
+
+
+def _log(line: str) -> None:
+    """One line of discarded.log (when, which offlab, what and why): why warm starts went cold, for
+    whoever asks later. Over 64 KiB, its older half goes."""
+    path = saved_root() / LOG
+    try:
+        with open(path, "a") as f:
+            f.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} pid {os.getpid()} {' '.join(sys.argv[1:4])}: {line}\n")
+        if path.stat().st_size > LOG_KEEP:
+            text = path.read_text(errors="replace")
+            path.write_text(text[len(text) // 2:].partition("\n")[2])
+    except OSError:
+        pass  # a cache it cannot write: the lab's start_why still says it
 
 
 def discard(k: str) -> None:
@@ -400,7 +421,8 @@ def start(image: Image, where: Host, rundir: str | Path, *, name: str, nics: lis
                     _say(f"guest {name}: warm start from saved guest {k} in {guest.ready_seconds:g} s")
                     return guest, Start("warm", f"restored from saved guest {k}", k)
                 except OfflabError as exc:
-                    why = f"saved guest {k} did not restore ({exc}): {_discard(k, lock)}"
+                    why = f"saved guest {k} did not restore ({exc})"
+                    why += f": {_discard(k, lock, why)}"
     guest = qemu.boot(image, where, rundir, name=name, nics=nics, memory=memory, smp=smp, accel=accel,
                       timeout=timeout, lab=lab, role=role, on_started=on_started, qemu=q)
     if after_cold is not None:
