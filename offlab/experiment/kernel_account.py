@@ -292,7 +292,8 @@ def judge(sample: StoredSample) -> KernelAccount | None:
 def windows_apart(la: LossAttribution, trace: TraceAccount, window_s: float | None) -> float:
     """How many datagrams the counters' lost and the kernel's drops may differ by because their windows
     differ, from what the sample measured of its own edges; the parts add. The lost count itself is known
-    to ± `lost_uncertainty` (the client's and the server's counters read up to skew_s apart). The kernel's
+    to ± `lost_uncertainty` (the client's and the server's counters read up to skew_s apart, and what was
+    on its way at an edge: `lost_in_flight`, queued on the receiving socket or in a backlog). The kernel's
     edges came `edge_lag_s` after each edge's last counters' read, which came up to skew_s after the first:
     the two windows' lengths differ by up to |lag at the end − lag at the start| + skew_s, that long a
     stretch of the window's loss rate (a loaded machine preempts offlab between the reads and the signal)."""
