@@ -112,6 +112,43 @@ def test_a_saved_guest_another_offlab_restores_from_is_kept_then_deleted_by_the_
         f"deleted: saved guest {d.name} was unusable (its state file's checksum does not match)"], log
 
 
+def test_a_restore_waits_for_the_monitor_to_listen_not_only_for_its_socket_file(tmp_path):
+    # QEMU makes its monitor's socket file at bind(), a moment before listen(): a connect in between is
+    # refused. Here a socket bound but not yet listening, which listens 0.3 s later and then answers QMP.
+    import socket
+    import threading
+    from types import SimpleNamespace
+
+    from offlab.vm import saved
+
+    path = str(tmp_path / "m.qmp")
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+
+    def qemu_monitor():
+        time.sleep(0.3)
+        server.listen(1)
+        conn, _ = server.accept()
+        conn.sendall(b'{"QMP": {"version": {}}}\n')
+        conn.recv(4096)  # qmp_capabilities
+        conn.sendall(b'{"return": {}}\n')
+        conn.recv(4096)
+        conn.close()
+
+    threading.Thread(target=qemu_monitor, daemon=True).start()
+    alive = subprocess.Popen(["sleep", "30"])  # the QEMU process stand-in: alive meanwhile
+    try:
+        q = saved._monitor(SimpleNamespace(qmp=path), alive, tmp_path / "none.log", time.monotonic() + 20)
+        q.close()
+    finally:
+        alive.kill()
+        alive.wait()
+        server.close()
+    # a QEMU that is gone is said at once, not waited for until the deadline
+    with pytest.raises(saved.EnvironmentProblem, match=r"QEMU exited \(rc -9\)"):
+        saved._monitor(SimpleNamespace(qmp=path), alive, tmp_path / "none.log", time.monotonic() + 20)
+
+
 @needs_qemu
 def test_saved_guest_key_follows_the_device_not_the_lab():
     from offlab.vm import image, qemu, saved

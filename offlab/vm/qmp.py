@@ -20,8 +20,13 @@ class QmpError(EnvironmentProblem):
     """QEMU answered a command with an error, or could not be reached on its monitor socket."""
 
 
+class QmpRefused(QmpError):
+    """Nothing listens on the monitor's socket (yet): QEMU makes the socket file at bind(), a moment
+    before listen(), and a connect in between is refused; or QEMU is gone."""
+
+
 class Qmp:
-    """A QMP session: `with Qmp(path) as q: q.execute("query-status")`."""
+    """A QMP session: `with Qmp(path) as q: q.execute("query-status")` (or `open()` … `close()`)."""
 
     def __init__(self, path: str, timeout: float = TIMEOUT_S) -> None:
         self.path = path
@@ -30,14 +35,18 @@ class Qmp:
         self._buf = b""
 
     def __enter__(self) -> "Qmp":
+        return self.open()
+
+    def open(self) -> "Qmp":
         try:
             self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             self._sock.settimeout(self.timeout)
             self._sock.connect(self.path)
         except OSError as exc:
             self.close()
-            raise QmpError(f"QEMU's monitor {self.path} does not answer ({exc.strerror or exc}): is the guest "
-                           f"running? (`offlab lab list`)") from None
+            kind = QmpRefused if isinstance(exc, (ConnectionRefusedError, FileNotFoundError)) else QmpError
+            raise kind(f"QEMU's monitor {self.path} does not answer ({exc.strerror or exc}): is the guest "
+                       f"running? (`offlab lab list`)") from None
         greeting = self._message()
         if "QMP" not in greeting:
             raise QmpError(f"{self.path} is not a QMP monitor (it said {str(greeting)[:80]})")

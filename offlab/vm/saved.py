@@ -53,7 +53,7 @@ from offlab.errors import EnvironmentProblem, OfflabError
 from offlab.hosts import Host
 from offlab.vm import qemu
 from offlab.vm.image import Image, cache_root
-from offlab.vm.qmp import Qmp, QmpError
+from offlab.vm.qmp import Qmp, QmpError, QmpRefused
 
 SAVED_VERSION = "1"
 STATE, MANIFEST = "state", "saved.json"
@@ -336,21 +336,34 @@ def restore(image: Image, where: Host, rundir: Path, state: Path, manifest: dict
                        qemu=q)
 
 
-def _migrate_in(guest: qemu.Guest, proc, state: Path, qemu_log: Path, deadline: float) -> None:
-    while not os.path.exists(guest.qmp):
+def _monitor(guest: qemu.Guest, proc, qemu_log: Path, deadline: float) -> Qmp:
+    """QEMU's monitor, open, once it listens. Its socket file appears at bind(), a moment before
+    listen(): a connect in between is refused, and a loaded machine made that moment long enough (a
+    restore failed so in a whole suite, 2026-11-30, and its saved guest was deleted)."""
+    q = Qmp(guest.qmp, timeout=30)
+    while True:
         if proc.poll() is not None:
             raise EnvironmentProblem(f"QEMU exited (rc {proc.returncode}): {_tail(qemu_log)}")
-        if time.monotonic() > deadline:
-            raise EnvironmentProblem(f"QEMU's monitor {guest.qmp} did not appear")
+        try:
+            return q.open()
+        except QmpRefused as exc:
+            if time.monotonic() > deadline:
+                raise EnvironmentProblem(f"{exc}; QEMU still runs: {_tail(qemu_log)}") from None
         time.sleep(0.01)
+
+
+def _migrate_in(guest: qemu.Guest, proc, state: Path, qemu_log: Path, deadline: float) -> None:
     try:
-        with Qmp(guest.qmp, timeout=30) as q:
+        q = _monitor(guest, proc, qemu_log, deadline)
+        try:
             q.execute("migrate-set-capabilities", capabilities=_CAPS)
             q.execute("migrate-incoming", uri=f"file:{state}")
             status = _wait_migration(q, deadline)
             if not status.startswith("completed"):
                 raise EnvironmentProblem(f"loading the saved guest ended {status}: {_tail(qemu_log)}")
             q.execute("cont")  # it was saved paused
+        finally:
+            q.close()
     except QmpError as exc:
         raise EnvironmentProblem(f"{exc}: {_tail(qemu_log)}") from None
 
