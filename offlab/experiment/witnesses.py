@@ -567,8 +567,8 @@ def attribute_loss(sample: StoredSample) -> LossAttribution | None:
 def _frame_bytes(probes: Probes, role: str) -> int | None:
     """The role's received bytes per packet on its lab interfaces (no more than one datagram's truesize)."""
     ifs = [d for name, d in (probes.interfaces or {}).items() if name.split(":", 1)[0] == role]
-    packets = sum(d.rx_packets or 0 for d in ifs)
-    return round(sum(d.rx_bytes or 0 for d in ifs) / packets) if packets else None
+    packets = sum(d.packets("rx") for d in ifs)
+    return round(sum(d.octets("rx") for d in ifs) / packets) if packets else None
 
 
 def _lost_uncertainty(probes: Probes, source: str | None, sent: int | None, payload: int | None) -> dict:

@@ -24,9 +24,8 @@ from dataclasses import dataclass
 
 from offlab.netdev import parse_softnet
 from offlab.probes.base import Probe
+from offlab.probes.edge.softnet import PATH
 from offlab.sample import JsonView, _view
-
-PATH = "/proc/net/softnet_stat"
 
 
 def receive_queue_bytes(text: str) -> int:
